@@ -1,0 +1,43 @@
+"""Canonical JSON and BLAKE3 digests: the one way Keel names content."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import blake3
+from pydantic import BaseModel
+
+DIGEST_PREFIX = "blake3:"
+
+
+def canonical_json(value: Any) -> bytes:
+    """Serialise ``value`` to canonical JSON bytes (sorted keys, no spaces, UTF-8).
+
+    Pydantic models are dumped in JSON mode first. NaN and infinities are refused,
+    since they have no canonical JSON form.
+    """
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def digest_bytes(data: bytes) -> str:
+    """``blake3:<hex>`` of raw bytes."""
+    return DIGEST_PREFIX + blake3.blake3(data).hexdigest()
+
+
+def digest_json(value: Any) -> str:
+    """``blake3:<hex>`` of the canonical JSON form of ``value``."""
+    return digest_bytes(canonical_json(value))
+
+
+def is_digest(value: str) -> bool:
+    hexpart = value.removeprefix(DIGEST_PREFIX)
+    return (
+        value.startswith(DIGEST_PREFIX)
+        and len(hexpart) == 64
+        and all(c in "0123456789abcdef" for c in hexpart)
+    )

@@ -1,0 +1,113 @@
+"""One settings class for every Keel process (worker, API, CLI, tests).
+
+Values come from ``KEEL_*`` environment variables (or a ``.env`` file). Secrets are
+``SecretStr`` so they never print; ``check_secrets`` refuses to start outside dev with
+a default secret. Workflows never import this module: settings are process state.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEV_WEBHOOK_SECRET = "keel-dev-webhook-secret"
+DEV_APPROVER_TOKEN = "keel-dev-approver-token"
+DEV_REQUESTER_TOKEN = "keel-dev-requester-token"
+
+
+class ApiToken(BaseModel):
+    """A bearer token and who holds it. Roles: ``approver`` decides gates, ``requester`` opens them."""
+
+    token: SecretStr
+    actor: str
+    roles: list[Literal["approver", "requester", "admin"]] = Field(default_factory=list)
+
+
+def _dev_tokens() -> list[ApiToken]:
+    return [
+        ApiToken(token=SecretStr(DEV_APPROVER_TOKEN), actor="dev-approver", roles=["approver"]),
+        ApiToken(token=SecretStr(DEV_REQUESTER_TOKEN), actor="dev-requester", roles=["requester"]),
+    ]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KEEL_", env_file=".env", extra="ignore")
+
+    env: Literal["dev", "test", "prod"] = "dev"
+    data_dir: Path = Path(".keel")
+
+    # Temporal. Empty address means "the embedded dev server that `keel up` starts".
+    temporal_address: str = ""
+    temporal_namespace: str = "default"
+    task_queue: str = "keel"
+    dev_server_port: int = 7233
+    dev_server_ui_port: int = 8233
+
+    # SQL store. Empty means SQLite under data_dir.
+    database_url: str = ""
+
+    # Artifacts: local directory (default) or S3.
+    artifact_backend: Literal["local", "s3"] = "local"
+    s3_endpoint_url: str = ""
+    s3_bucket: str = "keel-artifacts"
+    s3_region: str = "us-east-1"
+    s3_access_key_id: SecretStr = SecretStr("")
+    s3_secret_access_key: SecretStr = SecretStr("")
+
+    # API
+    api_host: str = "127.0.0.1"
+    api_port: int = 8088
+    api_tokens: list[ApiToken] = Field(default_factory=_dev_tokens)
+
+    # Webhooks (gate notices and reminders). The secret signs bodies with HMAC-SHA256.
+    webhook_url: str = ""
+    webhook_secret: SecretStr = SecretStr(DEV_WEBHOOK_SECRET)
+
+    # Observability
+    metrics_port: int = 0  # 0: no Prometheus endpoint
+    otel_exporter: Literal["none", "console", "otlp"] = "none"
+
+    # LLMs
+    models_config: Path = Path(__file__).resolve().parent.parent / "configs" / "models.yaml"
+    model_server_port: int = 8089
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _tokens_from_json(cls, v: object) -> object:
+        if isinstance(v, str):
+            return json.loads(v)
+        return v
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'keel.db').resolve()}"
+
+    @property
+    def resolved_temporal_address(self) -> str:
+        return self.temporal_address or f"127.0.0.1:{self.dev_server_port}"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.data_dir / "artifacts"
+
+    def check_secrets(self) -> None:
+        """Refuse to run outside dev/test with a default secret."""
+        if self.env != "prod":
+            return
+        if self.webhook_secret.get_secret_value() == DEV_WEBHOOK_SECRET:
+            raise RuntimeError("KEEL_WEBHOOK_SECRET must be set outside dev")
+        dev = {DEV_APPROVER_TOKEN, DEV_REQUESTER_TOKEN}
+        if any(t.token.get_secret_value() in dev for t in self.api_tokens):
+            raise RuntimeError("KEEL_API_TOKENS must be set outside dev")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
