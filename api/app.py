@@ -1,0 +1,42 @@
+"""The Keel HTTP API (FastAPI). ``keel api`` serves it; ``create_app`` builds it for tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from temporalio.client import Client
+
+from api.errors import install_error_handlers
+from api.routes import gates, health
+from keel.settings import Settings
+from store.db import init_db, make_engine, make_sessionmaker
+
+
+def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
+    """The API app. Without ``client`` it connects to Temporal when it starts."""
+    settings.check_secrets()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if client is None:
+            from workers.client import connect
+
+            app.state.client = await connect(settings)
+        yield
+
+    app = FastAPI(
+        title="Keel API",
+        version="0.1.0",
+        description="Durable workflows for AI work. Errors: {error: {code, message, details}}.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.client = client
+    init_db(settings.resolved_database_url)
+    app.state.sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(gates.router)
+    return app

@@ -1,0 +1,71 @@
+"""Typed dependencies: the Temporal client, settings, the SQL store, and who is calling."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+
+from api.errors import ApiError
+from keel.settings import Settings
+
+
+@dataclass(frozen=True)
+class Caller:
+    actor: str
+    roles: frozenset[str]
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_client(request: Request) -> Client:
+    client: Client = request.app.state.client
+    return client
+
+
+def get_sessions(request: Request) -> sessionmaker[Session]:
+    sessions: sessionmaker[Session] = request.app.state.sessions
+    return sessions
+
+
+_bearer = HTTPBearer(auto_error=False, description="Keel API token (KEEL_API_TOKENS)")
+
+
+def get_caller(
+    settings: Annotated[Settings, Depends(get_settings)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Caller:
+    """The caller behind the bearer token; 401 without a valid one."""
+    unauthorized = {"WWW-Authenticate": "Bearer"}
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise ApiError(401, "unauthorized", "a bearer token is required", headers=unauthorized)
+    presented = credentials.credentials.encode()
+    for token in settings.api_tokens:
+        # Constant-time comparison: token checks must not leak through timing.
+        if hmac.compare_digest(token.token.get_secret_value().encode(), presented):
+            return Caller(actor=token.actor, roles=frozenset(token.roles))
+    raise ApiError(401, "unauthorized", "the bearer token is not valid", headers=unauthorized)
+
+
+def require_role(role: str):  # type: ignore[no-untyped-def]
+    def check(caller: Annotated[Caller, Depends(get_caller)]) -> Caller:
+        if role not in caller.roles and "admin" not in caller.roles:
+            raise ApiError(403, "forbidden", f"this route needs the {role!r} role")
+        return caller
+
+    return check
+
+
+ClientDep = Annotated[Client, Depends(get_client)]
+SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
+CallerDep = Annotated[Caller, Depends(get_caller)]
+ApproverDep = Annotated[Caller, Depends(require_role("approver"))]
+RequesterDep = Annotated[Caller, Depends(require_role("requester"))]

@@ -1,0 +1,281 @@
+"""Approval gates over HTTP: list pending, read one, open, approve, reject, comment."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.deps import ApproverDep, CallerDep, ClientDep, RequesterDep, SessionsDep
+from api.errors import ERROR_RESPONSES, ApiError
+from api.idempotency import idempotent
+from keel.digest import digest_json
+from keel.gates import (
+    GATE_ID_SEPARATOR,
+    GATE_STATUS_ATTRIBUTE,
+    GATE_WORKFLOW_TYPE,
+    GateComment,
+    GateDecision,
+    GateRequest,
+    GateState,
+    GateStatus,
+    gate_workflow_id,
+)
+from workflows.gate import ApprovalGate
+
+router = APIRouter(prefix="/gates", tags=["gates"], responses=ERROR_RESPONSES)
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", max_length=255, description="Repeat-safe retries"),
+]
+GateIdPath = Annotated[str, "gate workflow id, e.g. design/p1/ds3/gate/pre-codegen"]
+
+_REFUSAL_STATUS = {"gate_closed": 409, "self_approval": 403, "not_an_approver": 403}
+
+
+class GateSummary(BaseModel):
+    gate_id: str
+    name: str | None
+    status: str | None
+    started_at: datetime | None
+
+
+class GateList(BaseModel):
+    gates: list[GateSummary]
+
+
+class OpenGateBody(BaseModel):
+    """Open a gate. The caller is the requester; ``parent_id`` names what it belongs to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    parent_id: str | None = Field(default=None, min_length=1, max_length=400)
+    subject: str = Field(default="", max_length=2000)
+    approvers: list[str] = Field(default_factory=list, max_length=100)
+    details: dict[str, Any] = Field(default_factory=dict)
+    expires_in_s: float = Field(default=24 * 3600, gt=0, le=365 * 24 * 3600)
+    remind_every_s: float | None = Field(default=None, ge=1)
+    webhook_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
+
+
+class DecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    comment: str = Field(default="", max_length=10_000)
+
+
+class CommentBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    comment: str = Field(min_length=1, max_length=10_000)
+
+
+def _not_found(gate_id: str) -> ApiError:
+    return ApiError(404, "not_found", f"no gate {gate_id!r}")
+
+
+async def _gate_handle(client: ClientDep, gate_id: str):  # type: ignore[no-untyped-def]
+    """The handle of gate ``gate_id``; 404 unless it exists and is an ApprovalGate."""
+    if GATE_ID_SEPARATOR not in gate_id:
+        raise _not_found(gate_id)
+    handle = client.get_workflow_handle(gate_id, result_type=GateState)
+    try:
+        desc = await handle.describe()
+    except RPCError as err:
+        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            raise _not_found(gate_id) from None
+        raise
+    if desc.workflow_type != GATE_WORKFLOW_TYPE:
+        raise _not_found(gate_id)
+    return handle, desc
+
+
+async def _read_state(client: ClientDep, gate_id: str) -> GateState:
+    handle, desc = await _gate_handle(client, gate_id)
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        return await handle.query(ApprovalGate.state)
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        return await handle.result()
+    raise ApiError(409, "gate_not_running", f"gate {gate_id!r} ended as {desc.status.name.lower()}")
+
+
+@router.get("", response_model=GateList)
+async def list_gates(
+    client: ClientDep,
+    caller: CallerDep,
+    status: GateStatus = GateStatus.PENDING,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> GateList:
+    """Gates by status (pending by default), newest first, from Temporal's visibility store."""
+    query = f'WorkflowType = "{GATE_WORKFLOW_TYPE}" AND {GATE_STATUS_ATTRIBUTE} = "{status.value}"'
+    gates: list[GateSummary] = []
+    async for wf in client.list_workflows(query, limit=limit):
+        gates.append(
+            GateSummary(
+                gate_id=wf.id,
+                name=wf.id.rsplit(GATE_ID_SEPARATOR, 1)[-1],
+                status=status.value,
+                started_at=wf.start_time,
+            )
+        )
+    return GateList(gates=gates)
+
+
+@router.post("", status_code=201, response_model=GateState)
+async def open_gate(
+    request: Request,
+    body: OpenGateBody,
+    client: ClientDep,
+    sessions: SessionsDep,
+    caller: RequesterDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """Open a standalone gate; its id is ``<parent_id>/gate/<name>``."""
+
+    async def run() -> tuple[int, Any]:
+        parent = body.parent_id or (
+            f"api/{digest_json([caller.actor, idempotency_key])[7:23]}"
+            if idempotency_key
+            else f"api/{uuid.uuid4()}"
+        )
+        gate_id = gate_workflow_id(parent, body.name)
+        req = GateRequest(requester=caller.actor, **body.model_dump(exclude={"parent_id"}))
+        try:
+            handle = await client.start_workflow(
+                ApprovalGate.run,
+                req,
+                id=gate_id,
+                task_queue=request.app.state.settings.task_queue,
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.ALREADY_EXISTS:
+                raise ApiError(409, "conflict", f"gate {gate_id!r} already exists") from None
+            raise
+        state = await handle.query(ApprovalGate.state)
+        return 201, state.model_dump(mode="json")
+
+    return await idempotent(
+        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
+        path=request.url.path, body=body, run=run,
+    )  # fmt: skip
+
+
+@router.get("/{gate_id:path}", response_model=GateState)
+async def get_gate(gate_id: str, client: ClientDep, caller: CallerDep) -> GateState:
+    """One gate's state, pending or closed."""
+    return await _read_state(client, gate_id)
+
+
+async def _decide(
+    request: Request,
+    gate_id: str,
+    decision: str,
+    body: DecisionBody,
+    client: ClientDep,
+    sessions: SessionsDep,
+    caller: ApproverDep,
+    idempotency_key: str | None,
+) -> Any:
+    async def run() -> tuple[int, Any]:
+        handle, desc = await _gate_handle(client, gate_id)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
+        try:
+            state = await handle.execute_update(
+                ApprovalGate.decide,
+                GateDecision(
+                    decision=decision,  # type: ignore[arg-type]
+                    actor=caller.actor,
+                    comment=body.comment,
+                    request_id=idempotency_key or str(uuid.uuid4()),
+                ),
+            )
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type in _REFUSAL_STATUS:
+                raise ApiError(_REFUSAL_STATUS[cause.type], cause.type, cause.message) from None
+            raise
+        return 200, state.model_dump(mode="json")
+
+    return await idempotent(
+        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
+        path=request.url.path, body=body, run=run,
+    )  # fmt: skip
+
+
+@router.post("/{gate_id:path}/approve", response_model=GateState)
+async def approve_gate(
+    request: Request,
+    gate_id: str,
+    body: DecisionBody,
+    client: ClientDep,
+    sessions: SessionsDep,
+    caller: ApproverDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """Approve as the calling approver. 403 for the requester or a non-approver, 409 if closed."""
+    return await _decide(
+        request, gate_id, "approve", body, client, sessions, caller, idempotency_key
+    )
+
+
+@router.post("/{gate_id:path}/reject", response_model=GateState)
+async def reject_gate(
+    request: Request,
+    gate_id: str,
+    body: DecisionBody,
+    client: ClientDep,
+    sessions: SessionsDep,
+    caller: ApproverDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """Reject as the calling approver. 403 for the requester or a non-approver, 409 if closed."""
+    return await _decide(
+        request, gate_id, "reject", body, client, sessions, caller, idempotency_key
+    )
+
+
+@router.post("/{gate_id:path}/comments", response_model=GateState)
+async def comment_gate(
+    request: Request,
+    gate_id: str,
+    body: CommentBody,
+    client: ClientDep,
+    sessions: SessionsDep,
+    caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """Comment on a pending gate as the caller."""
+
+    async def run() -> tuple[int, Any]:
+        handle, desc = await _gate_handle(client, gate_id)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
+        try:
+            state = await handle.execute_update(
+                ApprovalGate.comment,
+                GateComment(
+                    actor=caller.actor,
+                    comment=body.comment,
+                    request_id=idempotency_key or str(uuid.uuid4()),
+                ),
+            )
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == "gate_closed":
+                raise ApiError(409, "gate_closed", cause.message) from None
+            raise
+        return 200, state.model_dump(mode="json")
+
+    return await idempotent(
+        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
+        path=request.url.path, body=body, run=run,
+    )  # fmt: skip

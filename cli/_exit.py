@@ -1,0 +1,48 @@
+"""Clean exits for CLI entry points.
+
+Short Python programs that used the Temporal client crash at interpreter shutdown about
+a third of the time (``PyGILState_Release``, sdk-python issue 300), when the Rust core's
+threads outlive the interpreter. Entry points therefore flush and leave with
+``os._exit``, skipping the shutdown that races those threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+
+import click
+import typer
+
+
+def run_and_exit(app: typer.Typer, argv: list[str] | None = None) -> None:
+    code = 0
+    try:
+        result = app(args=argv, standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except click.exceptions.Exit as e:
+        code = e.exit_code
+    except click.exceptions.Abort:
+        sys.stderr.write("Aborted.\n")
+        code = 130
+    except click.ClickException as e:
+        e.show()
+        code = e.exit_code
+    except KeyboardInterrupt:
+        code = 130
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+    os._exit(code)
+
+
+def entry(app: typer.Typer) -> Callable[[], None]:
+    def main() -> None:
+        run_and_exit(app)
+
+    return main

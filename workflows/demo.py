@@ -1,0 +1,64 @@
+"""``KeelDemo``: the main job the README's first command runs.
+
+It shows each family built so far end to end: an LLM call through the gateway (to the
+embedded local model), then an approval gate opened as a child workflow, decided by a
+person (the demo decides it through the API), then the outcome.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.llm import LLMGateway
+    from keel.gates import GateRequest, GateState
+    from keel.llm import LLMMessage, LLMRequest, LLMResponse
+    from workflows.common import LLM_RETRY, LLM_TIMEOUT
+    from workflows.gate import open_gate
+
+
+class DemoInput(BaseModel):
+    topic: str = "durable workflows for AI work"
+    requester: str = "dev-requester"
+    approvers: list[str] = Field(default_factory=lambda: ["dev-approver"])
+    model: str = ""
+    expires_in_s: float = 3600
+
+
+class DemoResult(BaseModel):
+    draft: str
+    llm: LLMResponse
+    gate: GateState
+    published: bool
+
+
+@workflow.defn(name="KeelDemo")
+class KeelDemo:
+    @workflow.run
+    async def run(self, inp: DemoInput) -> DemoResult:
+        llm = await workflow.execute_activity_method(
+            LLMGateway.complete,
+            LLMRequest(
+                model=inp.model,
+                messages=[
+                    LLMMessage(role="system", content="You write one short, plain sentence."),
+                    LLMMessage(role="user", content=f"Describe {inp.topic} in one sentence."),
+                ],
+                params={"max_tokens": 64, "temperature": 0.0, "seed": 7},
+            ),
+            start_to_close_timeout=LLM_TIMEOUT,
+            retry_policy=LLM_RETRY,
+        )
+        draft = llm.content.strip()
+        gate = await open_gate(
+            GateRequest(
+                name="publish",
+                requester=inp.requester,
+                approvers=inp.approvers,
+                subject=f"Publish this draft? {draft[:200]}",
+                details={"model": llm.model_name, "tokens": llm.usage.total_tokens},
+                expires_in_s=inp.expires_in_s,
+            )
+        )
+        return DemoResult(draft=draft, llm=llm, gate=gate, published=gate.status == "approved")

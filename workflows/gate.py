@@ -1,0 +1,296 @@
+"""``ApprovalGate``: a human decision point that any workflow can open as a child.
+
+Decisions arrive by Update ``decide`` (the caller learns at once if it was refused) or
+by Signal ``decide_signal`` for ``temporal workflow signal`` users (refusals are kept in
+the state, since a signal cannot answer). Expiry is a timer with its own outcome;
+reminders are timers that never cancel the gate. Every event goes to the audit table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.notify import NotifyActivities
+    from activities.records import RecordActivities
+    from keel.gates import (
+        GATE_NAME_ATTRIBUTE,
+        GATE_STATUS_ATTRIBUTE,
+        GATE_WORKFLOW_TYPE,
+        CommentEntry,
+        GateComment,
+        GateDecision,
+        GateNotice,
+        GateRefusal,
+        GateRequest,
+        GateState,
+        GateStatus,
+        RefusedDecision,
+        WebhookDelivery,
+        check_decision,
+        gate_workflow_id,
+    )
+    from keel.records import GateAuditEvent
+    from workflows.common import RECORD_RETRY, RECORD_TIMEOUT, WEBHOOK_RETRY, WEBHOOK_TIMEOUT
+
+STATUS_KEY = SearchAttributeKey.for_keyword(GATE_STATUS_ATTRIBUTE)
+NAME_KEY = SearchAttributeKey.for_keyword(GATE_NAME_ATTRIBUTE)
+
+
+@workflow.defn(name=GATE_WORKFLOW_TYPE)
+class ApprovalGate:
+    @workflow.init
+    def __init__(self, request: GateRequest) -> None:
+        now = workflow.now()
+        self._request = request
+        self._state = GateState(
+            gate_id=workflow.info().workflow_id,
+            name=request.name,
+            status=GateStatus.PENDING,
+            requester=request.requester,
+            subject=request.subject,
+            approvers=request.approvers,
+            details=request.details,
+            opened_at=now,
+            expires_at=now + timedelta(seconds=request.expires_in_s),
+        )
+        # request_id → the state that request produced, so a retried decision applies once.
+        self._applied: dict[str, GateState] = {}
+        self._event_seq = 0
+        self._lock = asyncio.Lock()
+        # Notices run beside the gate: a slow or failing webhook never delays a decision.
+        self._notices: list[asyncio.Task[None]] = []
+
+    @workflow.run
+    async def run(self, request: GateRequest) -> GateState:
+        workflow.upsert_search_attributes(
+            [STATUS_KEY.value_set(GateStatus.PENDING.value), NAME_KEY.value_set(request.name)]
+        )
+        await self._audit("opened", actor=request.requester, comment=request.subject)
+        self._notify("gate.waiting")
+
+        reminders = None
+        if request.remind_every_s and request.max_reminders:
+            reminders = asyncio.create_task(self._remind(request.remind_every_s))
+
+        remaining = self._state.expires_at - workflow.now()
+        with contextlib.suppress(TimeoutError):  # expiry is an outcome, not an error
+            await workflow.wait_condition(lambda: self._state.closed, timeout=remaining)
+        if not self._state.closed:
+            async with self._lock:
+                if not self._state.closed:
+                    self._state.status = GateStatus.EXPIRED
+                    self._state.decided_at = workflow.now()
+                    await self._audit("expired", actor=None)
+            self._notify("gate.expired")
+        if reminders is not None:
+            reminders.cancel()
+
+        workflow.upsert_search_attributes([STATUS_KEY.value_set(self._state.status.value)])
+        # Let in-flight handlers (their audit records) and notices finish before closing.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        await asyncio.gather(*self._notices)
+        return self._state
+
+    # -- decisions ---------------------------------------------------------------------
+
+    @workflow.update(name="decide")
+    async def decide(self, decision: GateDecision) -> GateState:
+        """Approve or reject. Refused (by the validator) on a closed gate, for an actor who
+        is not an approver, and for the requester deciding their own request."""
+        async with self._lock:
+            if decision.request_id and decision.request_id in self._applied:
+                return self._applied[decision.request_id]
+            try:
+                check_decision(self._state, decision.actor)
+            except GateRefusal as refusal:
+                # The state can close between validation and this handler (a concurrent
+                # decision won the lock): refuse the same way the validator would have.
+                raise ApplicationError(
+                    refusal.message, type=refusal.code, non_retryable=True
+                ) from None
+            await self._apply(decision)
+            return self._state
+
+    @decide.validator
+    def _validate_decide(self, decision: GateDecision) -> None:
+        if decision.request_id and decision.request_id in self._applied:
+            return
+        try:
+            check_decision(self._state, decision.actor)
+        except GateRefusal as refusal:
+            raise ApplicationError(refusal.message, type=refusal.code, non_retryable=True) from None
+
+    @workflow.signal(name="decide_signal")
+    async def decide_signal(self, decision: GateDecision) -> None:
+        """Signal form of ``decide`` for ``temporal workflow signal``; refusals are recorded."""
+        async with self._lock:
+            if decision.request_id and decision.request_id in self._applied:
+                return
+            try:
+                check_decision(self._state, decision.actor)
+            except GateRefusal as refusal:
+                self._state.refused.append(
+                    RefusedDecision(
+                        actor=decision.actor,
+                        decision=decision.decision,
+                        reason=refusal.code,
+                        at=workflow.now(),
+                    )
+                )
+                await self._audit(
+                    "refused",
+                    actor=decision.actor,
+                    comment=decision.comment,
+                    request_id=decision.request_id or None,
+                    details={"reason": refusal.code, "decision": decision.decision},
+                )
+                return
+            await self._apply(decision)
+
+    async def _apply(self, decision: GateDecision) -> None:
+        # State changes before the await so the run loop sees the gate closed at once.
+        self._state.status = (
+            GateStatus.APPROVED if decision.decision == "approve" else GateStatus.REJECTED
+        )
+        self._state.decided_by = decision.actor
+        self._state.decided_at = workflow.now()
+        self._state.decision_comment = decision.comment
+        if decision.request_id:
+            self._applied[decision.request_id] = self._state.model_copy(deep=True)
+        await self._audit(
+            "approved" if decision.decision == "approve" else "rejected",
+            actor=decision.actor,
+            comment=decision.comment,
+            request_id=decision.request_id or None,
+        )
+        self._notify("gate.decided")
+
+    # -- comments and state ------------------------------------------------------------
+
+    @workflow.update(name="comment")
+    async def comment(self, entry: GateComment) -> GateState:
+        async with self._lock:
+            if entry.request_id and entry.request_id in self._applied:
+                return self._applied[entry.request_id]
+            self._state.comments.append(
+                CommentEntry(actor=entry.actor, comment=entry.comment, at=workflow.now())
+            )
+            if entry.request_id:
+                self._applied[entry.request_id] = self._state.model_copy(deep=True)
+            await self._audit(
+                "comment",
+                actor=entry.actor,
+                comment=entry.comment,
+                request_id=entry.request_id or None,
+            )
+            return self._state
+
+    @comment.validator
+    def _validate_comment(self, entry: GateComment) -> None:
+        if entry.request_id and entry.request_id in self._applied:
+            return
+        if self._state.closed:
+            raise ApplicationError(
+                f"gate {self._state.gate_id} is already {self._state.status.value}",
+                type="gate_closed",
+                non_retryable=True,
+            )
+
+    @workflow.query(name="state")
+    def state(self) -> GateState:
+        return self._state
+
+    # -- side effects --------------------------------------------------------------------
+
+    async def _remind(self, every_s: float) -> None:
+        while self._state.reminders_sent < self._request.max_reminders:
+            try:
+                await workflow.wait_condition(
+                    lambda: self._state.closed, timeout=timedelta(seconds=every_s)
+                )
+                return
+            except TimeoutError:
+                pass
+            self._state.reminders_sent += 1
+            await self._audit("reminder", actor=None)
+            self._notify("gate.reminder")
+
+    async def _audit(
+        self,
+        event: str,
+        *,
+        actor: str | None,
+        comment: str = "",
+        request_id: str | None = None,
+        details: dict[str, object] | None = None,
+    ) -> None:
+        self._event_seq += 1
+        info = workflow.info()
+        await workflow.execute_activity_method(
+            RecordActivities.gate_event,
+            GateAuditEvent(
+                gate_id=info.workflow_id,
+                gate_name=self._request.name,
+                event=event,  # type: ignore[arg-type]
+                actor=actor,
+                comment=comment,
+                request_id=request_id,
+                event_key=f"{info.run_id}:{self._event_seq}",
+                at=workflow.now(),
+                details=details or {},
+            ),
+            start_to_close_timeout=RECORD_TIMEOUT,
+            retry_policy=RECORD_RETRY,
+        )
+
+    def _notify(self, event: str) -> None:
+        self._notices.append(asyncio.create_task(self._deliver(event)))
+
+    async def _deliver(self, event: str) -> None:
+        info = workflow.info()
+        notice = GateNotice(
+            event=event,  # type: ignore[arg-type]
+            gate_id=info.workflow_id,
+            name=self._request.name,
+            status=self._state.status,
+            subject=self._request.subject,
+            requester=self._request.requester,
+            expires_at=self._state.expires_at,
+            reminder=self._state.reminders_sent,
+            at=workflow.now(),
+        )
+        try:
+            await workflow.execute_activity_method(
+                NotifyActivities.webhook,
+                WebhookDelivery(
+                    url=self._request.webhook_url or "",
+                    notice=notice,
+                    idempotency_key=f"{info.run_id}:{event}:{self._state.reminders_sent}",
+                ),
+                start_to_close_timeout=WEBHOOK_TIMEOUT,
+                retry_policy=WEBHOOK_RETRY,
+            )
+        except ActivityError as err:
+            # A notice that cannot be delivered must not decide the gate.
+            workflow.logger.warning("gate notice %s not delivered: %s", event, err.cause)
+
+
+async def open_gate(request: GateRequest) -> GateState:
+    """Open gate ``request.name`` as a child of the calling workflow and wait for its outcome.
+
+    The child's id is ``<parent id>/gate/<name>``, so people and tools can find it.
+    """
+    info = workflow.info()
+    return await workflow.execute_child_workflow(
+        ApprovalGate.run,
+        request,
+        id=gate_workflow_id(info.workflow_id, request.name),
+        task_queue=info.task_queue,
+    )
