@@ -1,0 +1,433 @@
+"""The LLM gateway activity: every model call in Keel goes through ``llm.complete``.
+
+LiteLLM does the provider work with its own retries off; Temporal owns retries. Failures
+become ``ApplicationError`` with a stable ``type`` and the retryability of their HTTP
+status (see docs/llm.md). Each call, good or bad, is recorded: an ``LLMCallLog`` through
+the injected ``on_call`` callback, and Temporal metrics through ``activity.metric_meter()``.
+
+API keys come from the environment variable a model's ``api_key_env`` names, read at call
+time; their values are replaced by ``***`` in every message, detail and log line we emit.
+"""
+
+from __future__ import annotations
+
+import os
+
+# LiteLLM fetches its price table from the network at import unless told otherwise; this
+# must be set before the first ``import litellm`` anywhere in the process.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+from typing import Any, Literal
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from keel.llm import (
+    LLMRequest,
+    LLMResponse,
+    LLMUsage,
+    ModelsConfig,
+    ModelSpec,
+    UnknownModelError,
+)
+from keel.records import LLMCallLog
+from keel.retry import is_retryable_status, parse_retry_after
+
+logger = logging.getLogger(__name__)
+
+OnCall = Callable[[LLMCallLog], Awaitable[None]]
+
+# Stable ApplicationError types. Workflows and retry policies match on these strings.
+LLM_RATE_LIMITED = "LLMRateLimited"
+LLM_BAD_REQUEST = "LLMBadRequest"
+LLM_CONTEXT_WINDOW = "LLMContextWindowExceeded"
+LLM_AUTH_ERROR = "LLMAuthError"
+LLM_CONFLICT = "LLMConflict"
+LLM_SERVER_ERROR = "LLMServerError"
+LLM_TIMEOUT = "LLMTimeout"
+LLM_CONNECTION_ERROR = "LLMConnectionError"
+LLM_UNKNOWN_MODEL = "LLMUnknownModel"
+LLM_CONFIG_ERROR = "LLMConfigError"
+LLM_ERROR = "LLMError"
+
+# Sent when a model has an api_base but no api_key_env: the OpenAI client refuses to run
+# without some key, and unauthenticated local servers ignore it.
+NO_KEY_PLACEHOLDER = "no-key"
+
+_MAX_MESSAGE_CHARS = 2000
+_LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+class _SecretScrubber(logging.Filter):
+    """Replaces known secret values with ``***`` in log records and strings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, secret: str) -> None:
+        # Very short values would blank out ordinary words; no real key is that short.
+        if len(secret) >= 4:
+            with self._lock:
+                self._secrets.add(secret)
+
+    def scrub(self, text: str, extra: str | None = None) -> str:
+        with self._lock:
+            secrets = set(self._secrets)
+        if extra and len(extra) >= 4:
+            secrets.add(extra)
+        # Longest first, so a key that contains another is replaced whole.
+        for s in sorted(secrets, key=len, reverse=True):
+            text = text.replace(s, "***")
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._secrets:
+            record.msg = self.scrub(record.getMessage())
+            record.args = None
+        return True
+
+
+_scrubber = _SecretScrubber()
+_litellm_lock = threading.Lock()
+
+
+def load_litellm() -> ModuleType:
+    """Import and configure LiteLLM once per process.
+
+    The import takes seconds, so it happens here, on the first call or when a worker
+    calls this at start, never on a CLI's start-up path.
+    """
+    with _litellm_lock:
+        import litellm
+
+        if not getattr(litellm, "_keel_configured", False):
+            # No stdout banners, no prompts in LiteLLM's logs or exception texts.
+            litellm.suppress_debug_info = True
+            litellm.set_verbose = False
+            litellm.turn_off_message_logging = True
+            litellm.redact_messages_in_exceptions = True
+            for name in _LITELLM_LOGGERS:
+                logging.getLogger(name).addFilter(_scrubber)
+            litellm._keel_configured = True
+        return litellm
+
+
+def _headers_of(exc: BaseException) -> Mapping[str, str]:
+    """Response headers of a failed call, lower-cased; LiteLLM keeps them in one of three places."""
+    candidates = (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+        getattr(exc, "headers", None),
+    )
+    for h in candidates:
+        if h:
+            try:
+                return {str(k).lower(): str(v) for k, v in h.items()}
+            except AttributeError:
+                continue
+    return {}
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    return parse_retry_after(headers.get("retry-after"))
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes, outermost first."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(seen) < 16 and all(cur is not s for s in seen):
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+def _transport_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeout classes, connection classes) of the clients under LiteLLM."""
+    import httpx
+    import openai
+
+    timeouts: list[type[BaseException]] = [
+        openai.APITimeoutError,
+        httpx.TimeoutException,
+        TimeoutError,
+    ]
+    connections: list[type[BaseException]] = [
+        openai.APIConnectionError,
+        httpx.TransportError,
+        ConnectionError,
+    ]
+    try:
+        import aiohttp
+
+        timeouts.append(aiohttp.ServerTimeoutError)
+        connections.append(aiohttp.ClientConnectionError)
+    except ImportError:
+        pass
+    return tuple(timeouts), tuple(connections)
+
+
+def classify(exc: BaseException) -> tuple[str, bool, int | None]:
+    """Map a LiteLLM/OpenAI/httpx exception to ``(error type, retryable, HTTP status)``.
+
+    By exception class and status code only: provider messages change without notice.
+    """
+    litellm = load_litellm()
+    timeouts, connections = _transport_classes()
+    # LiteLLM re-raises a refused connection as InternalServerError (status 500); the
+    # transport error is still in the cause chain and decides. Timeouts first:
+    # APITimeoutError subclasses APIConnectionError.
+    for link in _chain(exc):
+        if isinstance(link, timeouts):
+            return LLM_TIMEOUT, True, None
+        if isinstance(link, connections):
+            return LLM_CONNECTION_ERROR, True, None
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int):
+        return LLM_ERROR, True, None
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return LLM_CONTEXT_WINDOW, False, status
+    if status in (401, 403):
+        return LLM_AUTH_ERROR, False, status
+    if status == 429:
+        return LLM_RATE_LIMITED, True, status
+    if status == 408:
+        return LLM_TIMEOUT, True, status
+    if status == 409:
+        return LLM_CONFLICT, True, status
+    if status >= 500:
+        return LLM_SERVER_ERROR, True, status
+    if 400 <= status < 500:
+        return LLM_BAD_REQUEST, is_retryable_status(status), status
+    return LLM_ERROR, True, status
+
+
+def _provider(spec: ModelSpec | None) -> str:
+    if spec is None:
+        return ""
+    if spec.provider:
+        return spec.provider
+    # A bare model name ("gpt-4o"): LiteLLM infers the provider from its model list.
+    try:
+        return str(load_litellm().get_llm_provider(spec.litellm_model)[1])
+    except Exception:
+        return ""
+
+
+class LLMGateway:
+    """Holds the models config and the call recorder; exposes the ``llm.complete`` activity.
+
+    Args:
+        models: the loaded models config.
+        on_call: awaited with an ``LLMCallLog`` after every call, success or failure. Its
+            own failures are logged and do not fail the call: a lost log row is cheaper
+            than paying for the model call again.
+    """
+
+    def __init__(self, models: ModelsConfig, on_call: OnCall | None = None) -> None:
+        self.models = models
+        self.on_call = on_call
+
+    @activity.defn(name="llm.complete")
+    async def complete(self, req: LLMRequest) -> LLMResponse:
+        """Call the model named in ``req`` (or the default) once and return its reply.
+
+        Raises:
+            ApplicationError: with a ``type`` from this module's ``LLM_*`` constants;
+                retryable or not as docs/llm.md tables; ``next_retry_delay`` follows the
+                server's ``Retry-After``.
+        """
+        info = activity.info()
+        call_key = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+        model_name = req.model or self.models.default
+        spec: ModelSpec | None = None
+        key: str | None = None
+        started = time.monotonic()
+        failure: ApplicationError | None = None
+        try:
+            model_name, spec = self.models.resolve(req.model)
+            key = self._api_key(model_name, spec)
+            kwargs = self._call_kwargs(req, spec, key)
+            litellm = load_litellm()
+            started = time.monotonic()
+            raw = await litellm.acompletion(**kwargs)
+            latency_ms = (time.monotonic() - started) * 1000.0
+            result = self._response(litellm, raw, model_name, spec, latency_ms)
+        except ApplicationError as e:
+            failure = e
+        except UnknownModelError as e:
+            failure = ApplicationError(str(e), type=LLM_UNKNOWN_MODEL, non_retryable=True)
+        except Exception as e:
+            failure = self._failure(e, model_name, spec, key)
+
+        if failure is not None:
+            latency_ms = (time.monotonic() - started) * 1000.0
+            activity.logger.warning("LLM call failed: %s: %s", failure.type, failure.message)
+            await self._record(
+                call_key, model_name, spec, "error", failure.type, LLMUsage(), latency_ms, None
+            )
+            # "from None": the original exception would otherwise travel to history as the
+            # failure's cause, with its unscrubbed text.
+            raise failure from None
+
+        await self._record(
+            call_key, model_name, spec, "ok", None, result.usage, latency_ms, result.cost_usd
+        )
+        return result
+
+    # -- helpers -----------------------------------------------------------------------
+    def _api_key(self, model_name: str, spec: ModelSpec) -> str | None:
+        if spec.api_key_env:
+            value = os.environ.get(spec.api_key_env)
+            if not value:
+                raise ApplicationError(
+                    f"model {model_name!r}: environment variable {spec.api_key_env} is not set "
+                    "on the worker",
+                    type=LLM_CONFIG_ERROR,
+                    non_retryable=True,
+                )
+            _scrubber.add(value)
+            return value
+        return NO_KEY_PLACEHOLDER if spec.api_base else None
+
+    def _call_kwargs(self, req: LLMRequest, spec: ModelSpec, key: str | None) -> dict[str, Any]:
+        params: dict[str, Any] = {**spec.params, **req.params}
+        if req.json_mode:
+            params["response_format"] = {"type": "json_object"}
+        kwargs: dict[str, Any] = {
+            **params,
+            "model": spec.litellm_model,
+            "messages": [m.model_dump() for m in req.messages],
+            "timeout": req.timeout_s,
+            # Temporal owns retries: none in LiteLLM, none in the OpenAI client under it.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if spec.api_base:
+            kwargs["api_base"] = spec.api_base
+        if key is not None:
+            kwargs["api_key"] = key
+        return kwargs
+
+    def _response(
+        self,
+        litellm: ModuleType,
+        raw: Any,
+        model_name: str,
+        spec: ModelSpec,
+        latency_ms: float,
+    ) -> LLMResponse:
+        choice = raw.choices[0]
+        u = getattr(raw, "usage", None)
+        prompt = int(getattr(u, "prompt_tokens", 0) or 0)
+        completion = int(getattr(u, "completion_tokens", 0) or 0)
+        total = int(getattr(u, "total_tokens", 0) or 0) or prompt + completion
+        usage = LLMUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+        cost = spec.cost(usage)
+        if cost is None:
+            try:
+                cost = float(litellm.completion_cost(completion_response=raw))
+            except Exception:
+                cost = None  # not in LiteLLM's price table: unknown, not an error
+        return LLMResponse(
+            content=choice.message.content or "",
+            model_name=model_name,
+            litellm_model=spec.litellm_model,
+            usage=usage,
+            latency_ms=latency_ms,
+            cost_usd=cost,
+            finish_reason=getattr(choice, "finish_reason", None),
+        )
+
+    def _failure(
+        self, exc: Exception, model_name: str, spec: ModelSpec | None, key: str | None
+    ) -> ApplicationError:
+        err_type, retryable, status = classify(exc)
+        text = str(getattr(exc, "message", None) or exc) or type(exc).__name__
+        text = _scrubber.scrub(text, key)
+        if len(text) > _MAX_MESSAGE_CHARS:
+            text = text[:_MAX_MESSAGE_CHARS] + "..."
+        where = f"{model_name} ({spec.litellm_model})" if spec else model_name
+        prefix = f"HTTP {status}: " if status else ""
+        delay: timedelta | None = None
+        retry_after_s: float | None = None
+        if retryable:
+            retry_after_s = _retry_after(_headers_of(exc))
+            if retry_after_s is not None:
+                delay = timedelta(seconds=retry_after_s)
+        details = {
+            "model_name": model_name,
+            "litellm_model": spec.litellm_model if spec else None,
+            "status_code": status,
+            "exception": type(exc).__name__,
+            "retry_after_s": retry_after_s,
+        }
+        return ApplicationError(
+            f"{where}: {prefix}{text}",
+            details,
+            type=err_type,
+            non_retryable=not retryable,
+            next_retry_delay=delay,
+        )
+
+    async def _record(
+        self,
+        call_key: str,
+        model_name: str,
+        spec: ModelSpec | None,
+        status: Literal["ok", "error"],
+        error_code: str | None,
+        usage: LLMUsage,
+        latency_ms: float,
+        cost: float | None,
+    ) -> None:
+        info = activity.info()
+        meter = activity.metric_meter()
+        attrs = {"model": model_name, "status": status}
+        meter.create_counter("keel_llm_calls", "LLM calls by model and outcome").add(1, attrs)
+        meter.create_histogram("keel_llm_latency_ms", "LLM call latency", "ms").record(
+            round(latency_ms), attrs
+        )
+        tokens = meter.create_counter("keel_llm_tokens", "LLM tokens by model and kind")
+        if usage.prompt_tokens:
+            tokens.add(usage.prompt_tokens, {"model": model_name, "kind": "prompt"})
+        if usage.completion_tokens:
+            tokens.add(usage.completion_tokens, {"model": model_name, "kind": "completion"})
+
+        if self.on_call is None:
+            return
+        log = LLMCallLog(
+            call_key=call_key,
+            workflow_id=info.workflow_id,
+            model_name=model_name,
+            litellm_model=spec.litellm_model if spec else "",
+            provider=_provider(spec),
+            status=status,
+            error_code=error_code,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+            latency_ms=latency_ms,
+            cost_usd=cost,
+            created_at=datetime.now(UTC),
+        )
+        try:
+            await self.on_call(log)
+        except Exception as e:
+            activity.logger.warning(
+                "recording LLM call %s failed: %s", call_key, _scrubber.scrub(repr(e))
+            )

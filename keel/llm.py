@@ -1,0 +1,237 @@
+"""LLM call models and the models config (``configs/models.yaml``).
+
+Pure domain: workflows import these models to build activity inputs and read results.
+The only I/O is :func:`load_models_config`, which reads the YAML file (and environment
+variables named in ``${...}`` placeholders of ``api_base``).
+
+Secrets never live here: a :class:`ModelSpec` names the environment variable that
+holds a key (``api_key_env``), and the gateway activity reads it at call time, so no key
+reaches workflow history, configs or results.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Keys the gateway sets itself. Allowing them in ``params`` would let a request (which is
+# stored in history) carry a key, point the call elsewhere, or turn LiteLLM retries on.
+RESERVED_PARAMS = frozenset(
+    {
+        "model",
+        "messages",
+        "api_key",
+        "api_base",
+        "base_url",
+        "api_version",
+        "num_retries",
+        "max_retries",
+        "timeout",
+        "request_timeout",
+        "stream",
+        "fallbacks",
+        "mock_response",
+    }
+)
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _check_params(params: dict[str, Any]) -> dict[str, Any]:
+    bad = sorted(RESERVED_PARAMS.intersection(params))
+    if bad:
+        raise ValueError(f"params may not set {', '.join(bad)}: the gateway owns them")
+    return params
+
+
+class LLMMessage(BaseModel):
+    """One chat message."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class LLMRequest(BaseModel):
+    """Input of the ``llm.complete`` activity.
+
+    ``model`` is a name from the models config; empty means the config's default.
+    ``params`` go to the provider as is (temperature, max_tokens, seed, response_format,
+    ...) on top of the model's defaults. ``json_mode`` asks for a JSON object reply.
+    """
+
+    model: str = ""
+    messages: list[LLMMessage] = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+    json_mode: bool = False
+    timeout_s: float = Field(default=60.0, gt=0)
+
+    @field_validator("params")
+    @classmethod
+    def _reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_params(v)
+
+
+class LLMUsage(BaseModel):
+    """Token counts as the provider reported them (0 when it reported none)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class LLMResponse(BaseModel):
+    """Output of the ``llm.complete`` activity."""
+
+    content: str
+    model_name: str
+    litellm_model: str
+    usage: LLMUsage
+    latency_ms: float
+    cost_usd: float | None = None
+    finish_reason: str | None = None
+
+
+class ModelSpec(BaseModel):
+    """How to reach one model through LiteLLM.
+
+    ``litellm_model`` is LiteLLM's ``provider/model`` string (``openai/smollm2``,
+    ``hosted_vllm/Qwen/Qwen2.5-7B-Instruct``, ``anthropic/claude-...``).
+    ``api_key_env`` is the NAME of the environment variable holding the key, never the
+    key. Costs per token override LiteLLM's price table (needed for local models).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    litellm_model: str = Field(min_length=1)
+    api_base: str | None = None
+    api_key_env: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    input_cost_per_token: float | None = Field(default=None, ge=0)
+    output_cost_per_token: float | None = Field(default=None, ge=0)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        # Reject anything that is not a variable name: a pasted key would fail here, and
+        # the message must not repeat it.
+        if v is not None and not _ENV_NAME.match(v):
+            raise ValueError("must be the name of an environment variable, not a key")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_params(v)
+
+    @property
+    def provider(self) -> str:
+        """The provider prefix of ``litellm_model`` (``openai``, ``anthropic``...), or ''."""
+        head, sep, _ = self.litellm_model.partition("/")
+        return head if sep else ""
+
+    def cost(self, usage: LLMUsage) -> float | None:
+        """Cost from the per-token overrides, or None when the config sets none."""
+        if self.input_cost_per_token is None and self.output_cost_per_token is None:
+            return None
+        return usage.prompt_tokens * (self.input_cost_per_token or 0.0) + (
+            usage.completion_tokens * (self.output_cost_per_token or 0.0)
+        )
+
+
+class UnknownModelError(KeyError):
+    """A model name that the models config does not define."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+class ModelsConfigError(ValueError):
+    """The models config file is missing, not YAML, or does not validate."""
+
+
+class ModelsConfig(BaseModel):
+    """Named models and the default one (the whole of ``configs/models.yaml``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    default: str
+    models: dict[str, ModelSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> ModelsConfig:
+        if self.default not in self.models:
+            raise ValueError(
+                f"default {self.default!r} is not one of the models: {', '.join(sorted(self.models))}"
+            )
+        return self
+
+    def resolve(self, name: str = "") -> tuple[str, ModelSpec]:
+        """Return ``(name, spec)`` for ``name``, or for the default when ``name`` is empty.
+
+        Raises:
+            UnknownModelError: ``name`` is not defined; the message lists the known names.
+        """
+        name = name or self.default
+        spec = self.models.get(name)
+        if spec is None:
+            raise UnknownModelError(
+                f"unknown model {name!r}; known models: {', '.join(sorted(self.models))}"
+            )
+        return name, spec
+
+
+def _expand(value: str, env: Mapping[str, str], where: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ModelsConfigError(f"{where}: environment variable {name} is not set")
+
+    return _PLACEHOLDER.sub(sub, value)
+
+
+def load_models_config(path: str | Path, env: Mapping[str, str] | None = None) -> ModelsConfig:
+    """Read and validate a models config file.
+
+    ``${NAME}`` and ``${NAME:-default}`` in ``api_base`` are replaced from ``env``
+    (default ``os.environ``), so ``${KEEL_MODEL_SERVER_PORT:-8089}`` follows the port the
+    local model server was started on.
+
+    Raises:
+        ModelsConfigError: the message names the file and the offending key.
+    """
+    path = Path(path)
+    env = os.environ if env is None else env
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ModelsConfigError(f"{path}: cannot read models config: {e.strerror or e}") from e
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ModelsConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ModelsConfigError(f"{path}: expected a mapping with 'default' and 'models'")
+    models = raw.get("models")
+    if isinstance(models, dict):
+        for name, spec in models.items():
+            if isinstance(spec, dict) and isinstance(spec.get("api_base"), str):
+                spec["api_base"] = _expand(spec["api_base"], env, f"{path}: models.{name}.api_base")
+    try:
+        return ModelsConfig.model_validate(raw)
+    except ValidationError as e:
+        # include_input=False: a value in the wrong place may be a secret.
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+            for err in e.errors(include_input=False, include_url=False)
+        )
+        raise ModelsConfigError(f"{path}: invalid models config: {problems}") from None

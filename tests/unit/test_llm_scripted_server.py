@@ -1,0 +1,60 @@
+"""The scripted OpenAI-compatible server that other tests rely on."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, echo_last_user
+
+
+def test_models_queue_default_and_records() -> None:
+    with ScriptedOpenAIServer(
+        [ScriptedReply(content="first"), ScriptedReply(body="not json", status=200)],
+        default=echo_last_user,
+        model_ids=["m1"],
+    ) as srv:
+        assert srv.base_url.startswith("http://127.0.0.1:")
+        models = httpx.get(f"{srv.base_url}/models").json()
+        assert [m["id"] for m in models["data"]] == ["m1"]
+
+        body = {"model": "m1", "messages": [{"role": "user", "content": "echo me"}]}
+        first = httpx.post(f"{srv.base_url}/chat/completions", json=body).json()
+        assert first["choices"][0]["message"]["content"] == "first"
+        assert first["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+        assert httpx.post(f"{srv.base_url}/chat/completions", json=body).text == "not json"
+        # Queue empty: the default echoes; the path without /v1 works too.
+        root = srv.base_url.removesuffix("/v1")
+        echoed = httpx.post(f"{root}/chat/completions", json=body).json()
+        assert echoed["choices"][0]["message"]["content"] == "echo me"
+
+        tagged = httpx.post(f"{srv.base_url}/chat/completions", json=body, headers={"X-A": "1"})
+        assert tagged.status_code == 200
+        srv.enqueue(ScriptedReply(status=503, content="down", headers={"Retry-After": "2"}))
+        down = httpx.post(f"{srv.base_url}/chat/completions", json=body)
+        assert down.status_code == 503
+        assert down.headers["retry-after"] == "2"
+        assert down.json()["error"]["message"] == "down"
+
+        assert [r.method for r in srv.requests] == ["GET", "POST", "POST", "POST", "POST", "POST"]
+        assert len(srv.chat_requests) == 5
+        assert srv.chat_requests[0].json == body
+        assert srv.chat_requests[3].headers["x-a"] == "1"
+
+
+def test_stop_wakes_delayed_handlers_and_joins_threads() -> None:
+    before = set(threading.enumerate())
+    srv = ScriptedOpenAIServer([ScriptedReply(delay_s=60)]).start()
+    url = srv.base_url
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/chat/completions", json={"messages": []}, timeout=0.3)
+    t0 = time.monotonic()
+    srv.stop()
+    assert time.monotonic() - t0 < 5
+    time.sleep(0.05)
+    assert set(threading.enumerate()) - before == set()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/models", timeout=1)
