@@ -17,6 +17,7 @@ import os
 # must be set before the first ``import litellm`` anywhere in the process.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import asyncio
 import logging
 import threading
 import time
@@ -90,13 +91,17 @@ class _SecretScrubber(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self._secrets:
-            record.msg = self.scrub(record.getMessage())
-            record.args = None
+            try:
+                record.msg = self.scrub(record.getMessage())
+                record.args = None
+            except Exception:
+                pass  # a record that cannot format is left for logging to report
         return True
 
 
 _scrubber = _SecretScrubber()
 _litellm_lock = threading.Lock()
+_loaded: ModuleType | None = None
 
 
 def load_litellm() -> ModuleType:
@@ -105,6 +110,7 @@ def load_litellm() -> ModuleType:
     The import takes seconds, so it happens here, on the first call or when a worker
     calls this at start, never on a CLI's start-up path.
     """
+    global _loaded
     with _litellm_lock:
         import litellm
 
@@ -117,7 +123,16 @@ def load_litellm() -> ModuleType:
             for name in _LITELLM_LOGGERS:
                 logging.getLogger(name).addFilter(_scrubber)
             litellm._keel_configured = True
+        _loaded = litellm
         return litellm
+
+
+async def load_litellm_async() -> ModuleType:
+    """:func:`load_litellm` off the event loop: a first import inside an activity must not
+    stall the worker's other activities and heartbeats for seconds."""
+    if _loaded is not None:
+        return _loaded
+    return await asyncio.to_thread(load_litellm)
 
 
 def _headers_of(exc: BaseException) -> Mapping[str, str]:
@@ -262,7 +277,7 @@ class LLMGateway:
             model_name, spec = self.models.resolve(req.model)
             key = self._api_key(model_name, spec)
             kwargs = self._call_kwargs(req, spec, key)
-            litellm = load_litellm()
+            litellm = await load_litellm_async()
             started = time.monotonic()
             raw = await litellm.acompletion(**kwargs)
             latency_ms = (time.monotonic() - started) * 1000.0
