@@ -1,0 +1,119 @@
+"""SQLAlchemy models of Keel's tables.
+
+The schema itself is created by the Alembic migrations in ``store/migrations``; these
+classes must stay in step with them (``tests/unit/test_store.py`` compares the two).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, Integer, MetaData, String, Text, TypeDecorator
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored
+    as naive UTC and the zone is put back on read. Naive datetimes are refused on write
+    because their meaning depends on the writer's local clock.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: store timezone-aware datetimes only")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every Keel table."""
+
+    # Explicit constraint names, identical on every database, so later migrations can
+    # drop or alter them by name (the migrations use the same names).
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class GateAuditRow(Base):
+    """One row of a gate's audit trail (see ``keel.records.GateAuditEvent``)."""
+
+    __tablename__ = "gate_audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    gate_id: Mapped[str] = mapped_column(String, index=True)
+    gate_name: Mapped[str] = mapped_column(String)
+    event: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str | None] = mapped_column(String, nullable=True)
+    comment: Mapped[str] = mapped_column(Text, default="")
+    request_id: Mapped[str | None] = mapped_column(String, nullable=True)
+    event_key: Mapped[str] = mapped_column(String, unique=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+
+
+class LLMCallRow(Base):
+    """Usage and outcome of one LLM call (see ``keel.records.LLMCallLog``)."""
+
+    __tablename__ = "llm_calls"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    call_key: Mapped[str] = mapped_column(String, unique=True)
+    workflow_id: Mapped[str | None] = mapped_column(String, nullable=True, index=True)
+    model_name: Mapped[str] = mapped_column(String)
+    litellm_model: Mapped[str] = mapped_column(String)
+    provider: Mapped[str] = mapped_column(String)
+    status: Mapped[str] = mapped_column(String(16))
+    error_code: Mapped[str | None] = mapped_column(String, nullable=True)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    total_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    cost_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class ApiIdempotencyRow(Base):
+    """The stored response of an API request made with an ``Idempotency-Key``.
+
+    The key is scoped to the caller: two actors may use the same key independently.
+    """
+
+    __tablename__ = "api_idempotency"
+
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    actor: Mapped[str] = mapped_column(String, primary_key=True)
+    method: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(String)
+    body_digest: Mapped[str] = mapped_column(String)
+    status_code: Mapped[int] = mapped_column(Integer)
+    response_body: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
