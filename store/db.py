@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,9 @@ def alembic_config(url: str | URL | None = None) -> Config:
     without a connection in ``config.attributes["connection"]`` (then ``env.py`` falls
     back to it, or to ``KEEL_DATABASE_URL``).
     """
+    # Imported here: alembic costs ~0.3 s to import and most callers never migrate.
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if url is not None:
@@ -126,6 +130,8 @@ def init_db(url: str | URL) -> None:
     transaction that first takes a lock (an advisory lock on PostgreSQL, the SQLite
     write lock), so the second caller finds the schema current and does nothing.
     """
+    from alembic import command
+
     engine = get_engine(url)
     cfg = alembic_config()
     with engine.connect() as conn:

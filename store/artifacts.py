@@ -1,0 +1,326 @@
+"""Content-addressed artifact store: local directory (default) or S3.
+
+An artifact's name is its digest, ``blake3:<64 hex>`` (``keel.digest``), so a put of
+content that is already stored is a no-op, a retried activity cannot write two
+versions, and a read proves its content by hashing it again. Digests are validated
+before they touch a path or an object key.
+
+Layout:
+- local: ``<root>/<hex[:2]>/<hex[2:4]>/<hex>``
+- S3:    ``s3://<bucket>/blake3/<hex>``
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from keel.digest import DIGEST_PREFIX, canonical_json, digest_bytes, is_digest
+from keel.settings import Settings
+
+if TYPE_CHECKING:
+    from botocore.exceptions import ClientError
+
+log = logging.getLogger(__name__)
+
+
+class ArtifactError(Exception):
+    """Base class of artifact store errors."""
+
+
+class InvalidDigest(ArtifactError, ValueError):
+    """The string given as a digest is not ``blake3:<64 lowercase hex>``."""
+
+
+class ArtifactNotFound(ArtifactError, LookupError):
+    """No artifact is stored under this digest."""
+
+    def __init__(self, digest: str, where: str) -> None:
+        super().__init__(f"artifact {digest} not found in {where}")
+        self.digest = digest
+
+
+class ArtifactCorrupted(ArtifactError):
+    """The stored bytes do not hash to the digest they are stored under."""
+
+    def __init__(self, digest: str, actual: str, where: str) -> None:
+        super().__init__(
+            f"artifact {digest} in {where} is corrupted: its content hashes to {actual}"
+        )
+        self.digest = digest
+        self.actual = actual
+
+
+def _hex_of(digest: str) -> str:
+    """The hex part of a valid digest; refuses anything else (no path or key tricks)."""
+    if not isinstance(digest, str) or not is_digest(digest):
+        raise InvalidDigest(f"not a blake3 digest: {digest!r}")
+    return digest.removeprefix(DIGEST_PREFIX)
+
+
+class ArtifactStore(ABC):
+    """Where Keel keeps immutable blobs, named by their BLAKE3 digest.
+
+    Subclasses store and fetch raw bytes; this class names, validates and verifies.
+    All methods are blocking: async callers run them in a thread.
+    """
+
+    @abstractmethod
+    def _write(self, hexdigest: str, data: bytes) -> None:
+        """Store ``data`` under ``hexdigest`` unless already there."""
+
+    @abstractmethod
+    def _read(self, hexdigest: str, digest: str) -> bytes:
+        """The stored bytes; raises ``ArtifactNotFound``."""
+
+    @abstractmethod
+    def _exists(self, hexdigest: str) -> bool:
+        """Whether something is stored under ``hexdigest``."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where this store keeps its artifacts, for messages."""
+
+    def put_bytes(self, data: bytes) -> str:
+        """Store ``data``; returns its digest. Storing known content again does nothing."""
+        data = bytes(data)
+        digest = digest_bytes(data)
+        self._write(_hex_of(digest), data)
+        return digest
+
+    def put_json(self, value: Any) -> str:
+        """Store the canonical JSON form of ``value``; returns ``digest_json(value)``."""
+        return self.put_bytes(canonical_json(value))
+
+    def get_bytes(self, digest: str) -> bytes:
+        """The content stored under ``digest``, verified against it.
+
+        Raises ``InvalidDigest``, ``ArtifactNotFound`` or ``ArtifactCorrupted``.
+        """
+        hexdigest = _hex_of(digest)
+        data = self._read(hexdigest, digest)
+        actual = digest_bytes(data)
+        if actual != digest:
+            raise ArtifactCorrupted(digest, actual, self.describe())
+        return data
+
+    def get_json(self, digest: str) -> Any:
+        """The JSON value stored under ``digest`` (see ``get_bytes`` for errors)."""
+        return json.loads(self.get_bytes(digest))
+
+    def exists(self, digest: str) -> bool:
+        """Whether an artifact is stored under ``digest`` (its content is not verified)."""
+        return self._exists(_hex_of(digest))
+
+
+class LocalArtifactStore(ArtifactStore):
+    """Artifacts as read-only files under ``root``, sharded two levels deep by digest."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def describe(self) -> str:
+        return f"local store {self.root}"
+
+    def path_for(self, digest: str) -> Path:
+        """The file an artifact lives in (whether or not it exists)."""
+        return self._path(_hex_of(digest))
+
+    def _path(self, hexdigest: str) -> Path:
+        return self.root / hexdigest[:2] / hexdigest[2:4] / hexdigest
+
+    def _write(self, hexdigest: str, data: bytes) -> None:
+        path = self._path(hexdigest)
+        try:
+            # Same name and same size means the same content (the name is its hash);
+            # a truncated leftover is rewritten below.
+            if path.stat().st_size == len(data):
+                return
+            log.warning("rewriting artifact %s: stored size differs", path)
+        except FileNotFoundError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{hexdigest[:8]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o444)
+            # Readers see either no file or the whole file, never a partial one.
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        self._fsync_dir(path.parent)
+
+    @staticmethod
+    def _fsync_dir(directory: Path) -> None:
+        # The rename is durable only once the directory entry is on disk.
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _read(self, hexdigest: str, digest: str) -> bytes:
+        try:
+            return self._path(hexdigest).read_bytes()
+        except FileNotFoundError:
+            raise ArtifactNotFound(digest, self.describe()) from None
+
+    def _exists(self, hexdigest: str) -> bool:
+        return self._path(hexdigest).is_file()
+
+
+_NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
+
+
+def _client_error() -> type[ClientError]:
+    from botocore.exceptions import ClientError
+
+    return ClientError
+
+
+def _error_code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+class S3ArtifactStore(ArtifactStore):
+    """Artifacts as objects ``blake3/<hex>`` in one S3 (or S3-compatible) bucket.
+
+    The bucket is created on the first write if it does not exist. Credentials left as
+    None come from boto3's usual chain (environment, profile, instance role).
+    """
+
+    KEY_PREFIX = "blake3/"
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        max_attempts: int = 3,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 60.0,
+    ) -> None:
+        # boto3 takes ~0.5 s to import; only S3 users pay for it.
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.region = region
+        self.endpoint_url = endpoint_url or None
+        config = Config(
+            # A few quick SDK retries absorb connection blips; anything longer is the
+            # calling activity's retry policy's business (Temporal owns retries).
+            retries={"max_attempts": max_attempts, "mode": "standard"},
+            connect_timeout=connect_timeout_s,
+            read_timeout=read_timeout_s,
+            # S3-compatible servers on a plain host:port cannot do virtual-host buckets.
+            s3={"addressing_style": "path" if self.endpoint_url else "auto"},
+        )
+        self._client: Any = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=region or None,
+            aws_access_key_id=access_key_id or None,
+            aws_secret_access_key=secret_access_key or None,
+            config=config,
+        )
+        self._bucket_ready = False
+        self._bucket_lock = threading.Lock()
+
+    def describe(self) -> str:
+        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        return f"s3://{self.bucket}{where}"
+
+    def key_for(self, digest: str) -> str:
+        """The object key an artifact lives under."""
+        return self.KEY_PREFIX + _hex_of(digest)
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket if it does not exist (done once per store object)."""
+        if self._bucket_ready:
+            return
+        with self._bucket_lock:
+            if self._bucket_ready:
+                return
+            try:
+                self._client.head_bucket(Bucket=self.bucket)
+            except _client_error() as e:
+                if _error_code(e) not in _NOT_FOUND_CODES:
+                    raise
+                self._create_bucket()
+            self._bucket_ready = True
+
+    def _create_bucket(self) -> None:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket}
+        # us-east-1 is the one region that refuses an explicit LocationConstraint.
+        if self.region and self.region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
+        try:
+            self._client.create_bucket(**kwargs)
+            log.info("created artifact bucket %s", self.describe())
+        except _client_error() as e:
+            # Another process created it between our head and create.
+            if _error_code(e) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+
+    def _write(self, hexdigest: str, data: bytes) -> None:
+        self.ensure_bucket()
+        if self._exists(hexdigest):
+            return
+        self._client.put_object(
+            Bucket=self.bucket,
+            Key=self.KEY_PREFIX + hexdigest,
+            Body=data,
+            ContentType="application/octet-stream",
+        )
+
+    def _read(self, hexdigest: str, digest: str) -> bytes:
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=self.KEY_PREFIX + hexdigest)
+        except _client_error() as e:
+            if _error_code(e) in _NOT_FOUND_CODES:
+                raise ArtifactNotFound(digest, self.describe()) from None
+            raise
+        body = response["Body"]
+        try:
+            data: bytes = body.read()
+        finally:
+            body.close()
+        return data
+
+    def _exists(self, hexdigest: str) -> bool:
+        try:
+            self._client.head_object(Bucket=self.bucket, Key=self.KEY_PREFIX + hexdigest)
+        except _client_error() as e:
+            if _error_code(e) in _NOT_FOUND_CODES:
+                return False
+            raise
+        return True
+
+
+def artifact_store_from_settings(settings: Settings) -> ArtifactStore:
+    """The artifact store ``settings`` ask for (``KEEL_ARTIFACT_BACKEND``: local or s3)."""
+    if settings.artifact_backend == "s3":
+        return S3ArtifactStore(
+            settings.s3_bucket,
+            endpoint_url=settings.s3_endpoint_url or None,
+            region=settings.s3_region or None,
+            access_key_id=settings.s3_access_key_id.get_secret_value() or None,
+            secret_access_key=settings.s3_secret_access_key.get_secret_value() or None,
+        )
+    return LocalArtifactStore(settings.artifacts_dir)
