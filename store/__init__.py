@@ -1,0 +1,1 @@
+"""Persistence: SQL records (SQLAlchemy + Alembic) and the content-addressed artifact store."""
