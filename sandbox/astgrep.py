@@ -1,0 +1,172 @@
+"""ast-grep rewrite actions (the SRL agent's actions) applied inside the jail.
+
+The files are copied into a fresh workspace, ast-grep rewrites them in place inside
+the jail, and the host reads them back (never following links) and diffs them. A bad
+action (unknown language, broken rule) is a result with ``error`` set, not an
+exception: in SRL it is the model's mistake and becomes part of the trajectory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, Field, model_validator
+
+from sandbox.errors import SandboxError, SandboxUnavailable
+from sandbox.jail import Bind, _no_running_loop, run_async
+from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
+from sandbox.workspace import validate_relpath
+
+JAIL_BINARY = "/opt/keel/bin/ast-grep"
+
+
+class AstGrepAction(BaseModel):
+    """One rewrite: an inline pattern + rewrite + language, or a YAML rule with a ``fix``."""
+
+    pattern: str | None = None
+    rewrite: str | None = None
+    language: str | None = None
+    rule: str | None = Field(None, description="YAML rule text (id, language, rule, fix)")
+    paths: list[str] | None = Field(
+        None, description="files to apply it to; default: every file given"
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AstGrepAction:
+        inline = (self.pattern, self.rewrite, self.language)
+        if self.rule is not None:
+            if any(v is not None for v in inline):
+                raise ValueError("give either rule or pattern/rewrite/language, not both")
+        elif any(v is None for v in inline):
+            raise ValueError("an inline action needs pattern, rewrite and language")
+        return self
+
+
+class AstGrepResult(BaseModel):
+    """Files whose text changed (new contents), their unified diff, and the raw run."""
+
+    ok: bool
+    changed_files: dict[str, str] = Field(default_factory=dict)
+    diff: str = ""
+    error: str | None = None
+    run: SandboxResult
+
+
+def astgrep_binary(config: SandboxConfig | None = None) -> str:
+    """The ast-grep executable: config, else next to this interpreter, else PATH.
+
+    Only the name ``ast-grep``: ``sg`` on PATH is often shadow-utils' switch-group.
+    """
+    cfg = config or default_config()
+    if cfg.astgrep.binary:
+        candidates = [cfg.astgrep.binary]
+    else:
+        candidates = [str(Path(sys.executable).parent / "ast-grep")]
+        found = shutil.which("ast-grep")
+        if found:
+            candidates.append(found)
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.realpath(c)
+    raise SandboxUnavailable(f"ast-grep not found (looked at {candidates}); install ast-grep-cli")
+
+
+def unified_diff(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    """A ``git diff``-style unified diff of the files whose text differs."""
+    out: list[str] = []
+    for path in sorted(set(before) | set(after)):
+        a, b = before.get(path, ""), after.get(path, "")
+        if a == b:
+            continue
+        lines = difflib.unified_diff(_lines(a), _lines(b), fromfile=f"a/{path}", tofile=f"b/{path}")
+        out.extend(lines)
+    return "".join(out)
+
+
+def _lines(text: str) -> list[str]:
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        # Same marker as diff(1), so a patch tool applies the diff exactly.
+        lines[-1] += "\n\\ No newline at end of file\n"
+    return lines
+
+
+async def apply_astgrep_async(
+    action: AstGrepAction,
+    files: Mapping[str, str],
+    *,
+    limits: SandboxLimits | None = None,
+    config: SandboxConfig | None = None,
+) -> AstGrepResult:
+    """Apply ``action`` to ``files`` (relative path -> text) inside the jail.
+
+    Paths that escape the workspace raise ``SandboxError`` before anything runs.
+    """
+    cfg = config or default_config()
+    clean = {validate_relpath(p).as_posix(): text for p, text in files.items()}
+    targets = [validate_relpath(p).as_posix() for p in (action.paths or list(clean))]
+    unknown = [p for p in targets if p not in clean]
+    if unknown:
+        raise SandboxError(f"action names files not in the workspace: {unknown}")
+    threads = str(cfg.astgrep.threads)
+    readonly: dict[str, str] = {}
+    if action.rule is not None:
+        readonly["rule.yml"] = action.rule
+        argv = [JAIL_BINARY, "scan", "--rule", "/keel/rule.yml"]
+    else:
+        assert action.pattern is not None and action.rewrite is not None
+        assert action.language is not None
+        argv = [JAIL_BINARY, "run", "--pattern", action.pattern, "--rewrite", action.rewrite]
+        argv += ["--lang", action.language]
+    # "./" keeps a file named like a flag from being read as one.
+    argv += ["--update-all", "--threads", threads, *(f"./{p}" for p in targets)]
+    run = await run_async(
+        argv,
+        limits=limits,
+        workspace_files=clean,
+        readonly_files=readonly,
+        # Few malloc arenas: RLIMIT_AS counts their reserved address space.
+        env={"MALLOC_ARENA_MAX": "2", "NO_COLOR": "1"},
+        output_files=targets,
+        binds=[Bind(astgrep_binary(cfg), JAIL_BINARY)],
+        config=cfg,
+    )
+    error: str | None = None
+    # ast-grep exits 1 when nothing matched; that is a valid, empty rewrite.
+    if run.timed_out or run.killed_by_signal is not None or run.exit_code not in (0, 1):
+        error = (
+            f"ast-grep failed (exit {run.exit_code}, signal {run.killed_by_signal}, "
+            f"timed out {run.timed_out}): {run.stderr.strip()[-2000:]}"
+        )
+    elif run.refused_files:
+        error = f"could not read back rewritten files: {run.refused_files}"
+    after: dict[str, str] = {}
+    if error is None:
+        for p in targets:
+            after[p] = run.files[p].decode("utf-8", errors="replace")
+    changed = {p: t for p, t in after.items() if t != clean[p]}
+    return AstGrepResult(
+        ok=error is None,
+        changed_files=changed,
+        diff=unified_diff({p: clean[p] for p in changed}, changed),
+        error=error,
+        run=run,
+    )
+
+
+def apply_astgrep(
+    action: AstGrepAction,
+    files: Mapping[str, str],
+    *,
+    limits: SandboxLimits | None = None,
+    config: SandboxConfig | None = None,
+) -> AstGrepResult:
+    """Blocking form of ``apply_astgrep_async``."""
+    _no_running_loop("apply_astgrep")
+    return asyncio.run(apply_astgrep_async(action, files, limits=limits, config=config))

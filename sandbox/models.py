@@ -1,0 +1,168 @@
+"""Models of the sandbox: limits, results, and the configuration in ``configs/sandbox.yaml``.
+
+Everything here is plain data; nothing touches the system. Defaults are deliberately
+small: a caller that needs more asks for it per run with ``limits.model_copy(update=...)``.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Default location of the YAML file; ``KEEL_SANDBOX_CONFIG`` points elsewhere.
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "sandbox.yaml"
+CONFIG_ENV = "KEEL_SANDBOX_CONFIG"
+
+
+class SandboxLimits(BaseModel):
+    """Resource limits of one jailed run.
+
+    ``memory_mb`` is RLIMIT_AS (address space, per process), the one memory bound that
+    works without a delegated cgroup; ``max_processes`` is RLIMIT_NPROC counted inside
+    the jail's own user namespace, so concurrent jails do not share it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    wall_time_s: float = Field(10.0, gt=0, le=3600, description="wall-clock limit of the run")
+    cpu_time_s: int = Field(10, ge=1, le=3600, description="RLIMIT_CPU per process, seconds")
+    memory_mb: int = Field(512, ge=16, le=262_144, description="RLIMIT_AS per process, MiB")
+    max_processes: int = Field(32, ge=1, le=4096, description="RLIMIT_NPROC inside the jail")
+    max_file_size_mb: int = Field(16, ge=1, le=65_536, description="RLIMIT_FSIZE, MiB")
+    max_open_files: int = Field(64, ge=8, le=65_536, description="RLIMIT_NOFILE")
+    max_output_bytes: int = Field(
+        1_000_000, ge=1024, le=1 << 30, description="cap on each of stdout and stderr"
+    )
+    tmpfs_size_mb: int = Field(16, ge=1, le=65_536, description="size of /tmp inside the jail")
+    workspace_size_mb: int = Field(
+        64, ge=1, le=65_536, description="size of the workspace when it is a tmpfs"
+    )
+
+
+class SandboxResult(BaseModel):
+    """What came back from one jailed run.
+
+    ``timed_out`` is true when the run was killed for time: the wall-clock limit (ours or
+    nsjail's) or the CPU limit (the kernel's SIGKILL at RLIMIT_CPU). ``killed_by_signal``
+    is the signal that ended the jailed program, if one did. ``files`` holds the declared
+    output files that could be collected; ``refused_files`` says why others could not
+    (missing, a symlink, not a regular file, too large).
+    """
+
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    killed_by_signal: int | None = None
+    output_truncated: bool = False
+    duration_ms: int = 0
+    files: dict[str, bytes] = Field(default_factory=dict)
+    refused_files: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the program exited by itself with status 0."""
+        return (
+            self.exit_code == 0
+            and not self.timed_out
+            and self.killed_by_signal is None
+            and not self.output_truncated
+        )
+
+
+class JailSettings(BaseModel):
+    """How the jail is built. Changing these weakens or strengthens every run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Host uid/gid the jailed uid 1000 maps to when the host process is root. When it
+    #: is not root, the kernel only allows mapping one's own ids, so those are used.
+    outside_uid: int = Field(99999, ge=1)
+    outside_gid: int = Field(99999, ge=1)
+    hostname: str = "keel-sandbox"
+    #: System directories bound read-only. A host path that is a symlink (merged /usr)
+    #: becomes the same symlink inside; a missing one is skipped.
+    system_mounts: list[str] = Field(
+        default_factory=lambda: ["/usr", "/lib", "/lib64", "/bin", "/sbin"]
+    )
+    #: The only host files of /etc the jail sees (passwd and group are synthetic).
+    etc_files: list[str] = Field(
+        default_factory=lambda: ["/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"]
+    )
+    #: Deny-list seccomp policy (namespaces, mount, ptrace, bpf, keyrings, ...).
+    seccomp: bool = True
+    #: The workspace as a size-limited tmpfs mounted on the host (needs root):
+    #: "auto" uses it when possible, "always" fails closed without it, "never" uses a
+    #: plain directory (then only RLIMIT_FSIZE bounds what a run may write).
+    workspace_tmpfs: Literal["auto", "always", "never"] = "auto"
+    #: Where run directories are made; default: the system temp dir.
+    base_dir: str | None = None
+
+
+class PythonSettings(BaseModel):
+    """Which interpreter runs Python inside the jail."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Explicit interpreter; default: this process's interpreter when the jail can
+    #: reach it, else the first usable fallback.
+    interpreter: str | None = None
+    #: Also mount this process's virtual environment (read-only) so blocks can import
+    #: its packages. Only used with this process's own interpreter.
+    include_venv: bool = True
+    fallback_interpreters: list[str] = Field(default_factory=lambda: ["/usr/bin/python3"])
+
+
+class AstGrepSettings(BaseModel):
+    """Where the ast-grep binary is; default: next to this interpreter, else PATH."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    binary: str | None = None
+    threads: int = Field(1, ge=1, le=64)
+
+
+class SandboxConfig(BaseModel):
+    """The whole of ``configs/sandbox.yaml``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nsjail_path: str | None = None
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    jail: JailSettings = Field(default_factory=JailSettings)
+    python: PythonSettings = Field(default_factory=PythonSettings)
+    astgrep: AstGrepSettings = Field(default_factory=AstGrepSettings)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> SandboxConfig:
+    """Read a sandbox config file; built-in defaults when the default file is absent.
+
+    An explicitly named file that does not exist is an error rather than a silent
+    fall-back to defaults: a typo in the path must not quietly change the limits.
+    """
+    explicit = path is not None or bool(os.environ.get(CONFIG_ENV))
+    target = Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    if not target.is_file():
+        if explicit:
+            raise FileNotFoundError(f"sandbox config not found: {target}")
+        return SandboxConfig()
+    # PyYAML is imported here, not at module top, so the rest of sandbox/ stays
+    # stdlib + pydantic; it is a declared project dependency used only as a parser.
+    import yaml
+
+    data: Any = yaml.safe_load(target.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{target}: expected a mapping at the top level")
+    return SandboxConfig.model_validate(data)
+
+
+@lru_cache(maxsize=1)
+def default_config() -> SandboxConfig:
+    """The process-wide config (read once)."""
+    return load_config()

@@ -1,0 +1,233 @@
+"""Python blocks (``.rllm`` pre/post transforms and similar) run inside the jail.
+
+The host never executes the block: it writes the inputs as JSON and the block's source
+into the jail's read-only /keel, and a small runner (``_block_runner.py``) inside the
+jail executes the block with only those inputs bound, then writes the declared outputs
+as JSON. Undeclared variables are ignored; a declared output that is missing or not
+JSON-serialisable is a structured error, as is any exception the block raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import keyword
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from sandbox.errors import SandboxUnavailable
+from sandbox.jail import Bind, _no_running_loop, run_async, unreachable_reason
+from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
+
+RESULT_FILE = ".keel_block_result.json"
+_RUNNER_SOURCE = (Path(__file__).with_name("_block_runner.py")).read_text(encoding="utf-8")
+
+
+class PythonBlockError(BaseModel):
+    """Why a block did not produce its outputs."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+
+class PythonBlockResult(BaseModel):
+    """Outputs of a block (declared names only), or the error, plus what the jail saw."""
+
+    ok: bool
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    error: PythonBlockError | None = None
+    stdout: str = ""
+    stderr: str = ""
+    run: SandboxResult
+
+
+@dataclass(frozen=True)
+class PythonRuntime:
+    """An interpreter the jail can run, with the host paths it needs bound."""
+
+    executable: str
+    binds: list[Bind] = field(default_factory=list)
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def python_runtime(config: SandboxConfig | None = None) -> PythonRuntime:
+    """Pick the interpreter for jailed Python.
+
+    1. ``python.interpreter`` from the config, if set (must be usable, no fall-back);
+    2. this process's interpreter, with its install prefix (and, if configured, the
+       virtual environment) bound read-only, when the jail can reach them; an
+       interpreter under a directory such as /root (mode 700) cannot be reached;
+    3. the first of ``python.fallback_interpreters`` that exists (stdlib only).
+    """
+    cfg = config or default_config()
+    system = [os.path.realpath(d) for d in cfg.jail.system_mounts if os.path.exists(d)]
+
+    def runtime_for(executable: str, prefixes: Sequence[str]) -> PythonRuntime | None:
+        if not os.path.isfile(executable):
+            return None
+        binds = []
+        for prefix in dict.fromkeys(prefixes):
+            if _under(prefix, system):
+                continue  # already visible through the system mounts
+            if unreachable_reason(prefix):
+                return None
+            binds.append(Bind(prefix, prefix))
+        if not _under(executable, system) and not any(_under(executable, [b.src]) for b in binds):
+            return None
+        return PythonRuntime(executable, binds)
+
+    if cfg.python.interpreter:
+        exe = cfg.python.interpreter
+        prefix = str(Path(os.path.realpath(exe)).parent.parent)
+        rt = runtime_for(exe, [prefix])
+        if rt is None:
+            raise SandboxUnavailable(
+                f"python.interpreter {exe!r} is missing or not reachable from the jail"
+            )
+        return rt
+    prefixes = [sys.base_prefix]
+    if cfg.python.include_venv and sys.prefix != sys.base_prefix:
+        prefixes.append(sys.prefix)
+        rt = runtime_for(sys.executable, prefixes)
+    else:
+        rt = runtime_for(os.path.realpath(sys.executable), prefixes)
+    if rt is not None:
+        return rt
+    for exe in cfg.python.fallback_interpreters:
+        rt = runtime_for(exe, [str(Path(os.path.realpath(exe)).parent.parent)])
+        if rt is not None:
+            return rt
+    raise SandboxUnavailable(
+        f"no Python interpreter is reachable from the jail ({sys.executable} lives under "
+        "a directory the jail cannot traverse, and no fallback exists); set "
+        "python.interpreter in configs/sandbox.yaml"
+    )
+
+
+def _check_name(name: str, what: str) -> None:
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"{what} name {name!r} is not a Python identifier")
+    if name.startswith("__"):
+        raise ValueError(f"{what} name {name!r}: dunder names are reserved")
+
+
+def _interpret(run: SandboxResult, outputs: Sequence[str]) -> PythonBlockResult:
+    base: dict[str, Any] = {"stdout": run.stdout, "stderr": run.stderr, "run": run}
+    raw = run.files.get(RESULT_FILE)
+    if raw is None:
+        if run.timed_out:
+            err = PythonBlockError(type="Timeout", message="the block ran out of time")
+        elif run.output_truncated:
+            err = PythonBlockError(
+                type="OutputLimitExceeded", message="the block printed more than allowed"
+            )
+        elif run.killed_by_signal is not None:
+            err = PythonBlockError(
+                type="Killed", message=f"the block was killed by signal {run.killed_by_signal}"
+            )
+        else:
+            err = PythonBlockError(
+                type="NoResult",
+                message=f"the block left no result (exit code {run.exit_code}): "
+                + (run.refused_files.get(RESULT_FILE) or "missing"),
+                traceback=run.stderr[-4000:],
+            )
+        return PythonBlockResult(ok=False, error=err, **base)
+    # The result file was written inside the jail, so it is as untrusted as the block.
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        if data.get("ok") is True:
+            produced = data.get("outputs")
+            if not isinstance(produced, dict):
+                raise ValueError("outputs is not an object")
+            missing = [n for n in outputs if n not in produced]
+            if missing:
+                raise ValueError(f"declared outputs missing: {missing}")
+            return PythonBlockResult(ok=True, outputs={n: produced[n] for n in outputs}, **base)
+        error = PythonBlockError.model_validate(data.get("error"))
+    except (ValueError, TypeError) as exc:
+        error = PythonBlockError(type="InvalidResult", message=f"unreadable block result: {exc}")
+    return PythonBlockResult(ok=False, error=error, **base)
+
+
+async def run_python_block_async(
+    code: str,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    outputs: Sequence[str] = (),
+    limits: SandboxLimits | None = None,
+    config: SandboxConfig | None = None,
+) -> PythonBlockResult:
+    """Run a Python block in the jail with ``inputs`` bound; return declared ``outputs``.
+
+    ``inputs`` must be JSON-serialisable (``TypeError``/``ValueError`` otherwise) and
+    both inputs' and outputs' names must be identifiers. The block may print; stdout
+    and stderr come back capped. Raises ``SandboxUnavailable`` if no jail can start.
+    """
+    cfg = config or default_config()
+    inputs = dict(inputs or {})
+    for name in inputs:
+        _check_name(name, "input")
+    for name in outputs:
+        _check_name(name, "output")
+    if len(set(outputs)) != len(outputs):
+        raise ValueError("output names repeat")
+    spec = {
+        "inputs": inputs,
+        "outputs": list(outputs),
+        "result_path": f"/work/{RESULT_FILE}",
+    }
+    try:
+        spec_json = json.dumps(spec, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"block inputs are not JSON-serialisable: {exc}") from exc
+    runtime = python_runtime(cfg)
+    run = await run_async(
+        # -I: ignore PYTHON* variables and user site; -B: no .pyc (mounts are read-only
+        # anyway); -X utf8: the same text encoding whatever the jail's locale.
+        [runtime.executable, "-I", "-B", "-X", "utf8", "/keel/runner.py"],
+        limits=limits,
+        readonly_files={"runner.py": _RUNNER_SOURCE, "block.py": code, "spec.json": spec_json},
+        output_files=[RESULT_FILE],
+        binds=runtime.binds,
+        config=cfg,
+    )
+    return _interpret(run, outputs)
+
+
+def run_python_block(
+    code: str,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    outputs: Sequence[str] = (),
+    limits: SandboxLimits | None = None,
+    config: SandboxConfig | None = None,
+) -> PythonBlockResult:
+    """Blocking form of ``run_python_block_async``."""
+    _no_running_loop("run_python_block")
+    return asyncio.run(
+        run_python_block_async(code, inputs=inputs, outputs=outputs, limits=limits, config=config)
+    )
+
+
+__all__ = [
+    "PythonBlockError",
+    "PythonBlockResult",
+    "PythonRuntime",
+    "python_runtime",
+    "run_python_block",
+    "run_python_block_async",
+]
