@@ -61,14 +61,27 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def _prefixes_of(executable: str) -> list[str]:
+    """Install prefixes an interpreter needs: where it is called from and where it lives.
+
+    For a venv's ``bin/python`` (a symlink) that is the venv and the base install.
+    """
+    given = Path(os.path.abspath(executable)).parent.parent
+    real = Path(os.path.realpath(executable)).parent.parent
+    return [str(real), str(given)]
+
+
 def python_runtime(config: SandboxConfig | None = None) -> PythonRuntime:
     """Pick the interpreter for jailed Python.
 
     1. ``python.interpreter`` from the config, if set (must be usable, no fall-back);
-    2. this process's interpreter, with its install prefix (and, if configured, the
-       virtual environment) bound read-only, when the jail can reach them; an
-       interpreter under a directory such as /root (mode 700) cannot be reached;
-    3. the first of ``python.fallback_interpreters`` that exists (stdlib only).
+    2. this process's interpreter with its virtual environment (``include_venv``),
+       both bound read-only, when the jail can reach them;
+    3. this process's base interpreter without the venv, if the jail can reach it;
+    4. the first of ``python.fallback_interpreters`` that is usable (stdlib only).
+
+    "Reach": the jail's mount setup cannot traverse directories such as /root
+    (mode 700), so an interpreter installed under one is skipped.
     """
     cfg = config or default_config()
     system = [os.path.realpath(d) for d in cfg.jail.system_mounts if os.path.exists(d)]
@@ -77,35 +90,33 @@ def python_runtime(config: SandboxConfig | None = None) -> PythonRuntime:
         if not os.path.isfile(executable):
             return None
         binds = []
-        for prefix in dict.fromkeys(prefixes):
+        for prefix in dict.fromkeys(os.path.realpath(p) for p in prefixes):
             if _under(prefix, system):
                 continue  # already visible through the system mounts
             if unreachable_reason(prefix):
                 return None
             binds.append(Bind(prefix, prefix))
-        if not _under(executable, system) and not any(_under(executable, [b.src]) for b in binds):
+        visible = [*system, *(b.src for b in binds)]
+        if not _under(executable, visible) or not _under(os.path.dirname(executable), visible):
             return None
         return PythonRuntime(executable, binds)
 
     if cfg.python.interpreter:
         exe = cfg.python.interpreter
-        prefix = str(Path(os.path.realpath(exe)).parent.parent)
-        rt = runtime_for(exe, [prefix])
+        rt = runtime_for(exe, _prefixes_of(exe))
         if rt is None:
             raise SandboxUnavailable(
                 f"python.interpreter {exe!r} is missing or not reachable from the jail"
             )
         return rt
-    prefixes = [sys.base_prefix]
+    candidates: list[tuple[str, list[str]]] = []
     if cfg.python.include_venv and sys.prefix != sys.base_prefix:
-        prefixes.append(sys.prefix)
-        rt = runtime_for(sys.executable, prefixes)
-    else:
-        rt = runtime_for(os.path.realpath(sys.executable), prefixes)
-    if rt is not None:
-        return rt
-    for exe in cfg.python.fallback_interpreters:
-        rt = runtime_for(exe, [str(Path(os.path.realpath(exe)).parent.parent)])
+        candidates.append((sys.executable, [sys.base_prefix, sys.prefix]))
+    base_exe = getattr(sys, "_base_executable", None) or os.path.realpath(sys.executable)
+    candidates.append((base_exe, [sys.base_prefix]))
+    candidates += [(exe, _prefixes_of(exe)) for exe in cfg.python.fallback_interpreters]
+    for exe, prefixes in candidates:
+        rt = runtime_for(exe, prefixes)
         if rt is not None:
             return rt
     raise SandboxUnavailable(

@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -35,7 +36,7 @@ from sandbox import (
     run_python_block,
 )
 from sandbox.jail import find_nsjail
-from sandbox.models import JailSettings
+from sandbox.models import JailSettings, PythonSettings
 from sandbox.python_block import python_runtime
 
 pytestmark = pytest.mark.timeout(60)
@@ -462,6 +463,20 @@ async def test_concurrent_jails_are_independent() -> None:
     assert all(r.ok for r in results)
 
 
+def test_blocking_run_from_worker_threads() -> None:
+    """Sync Temporal activities call ``run`` from a thread pool, each without a loop."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outs = list(pool.map(lambda i: run(["/bin/echo", str(i)], limits=SMALL), range(3)))
+    assert [r.stdout for r in outs] == ["0\n", "1\n", "2\n"]
+
+
+async def test_blocking_run_refused_inside_event_loop() -> None:
+    with pytest.raises(RuntimeError, match="await"):
+        run(["/bin/true"], limits=SMALL)
+
+
 def test_no_run_directories_left_behind() -> None:
     base = Path(SandboxConfig().jail.base_dir or "/tmp") / f"keel-sandbox-{os.geteuid()}"
     run(["/bin/true"], limits=SMALL)
@@ -623,8 +638,6 @@ def test_astgrep_refuses_escaping_paths() -> None:
 
 
 def test_self_check_entry_point() -> None:
-    import subprocess
-
     proc = subprocess.run(
         [sys.executable, "-m", "sandbox"],
         capture_output=True,
@@ -658,3 +671,25 @@ def test_unreachable_base_dir_fails_closed(tmp_path: Path) -> None:
     cfg = SandboxConfig(jail=JailSettings(base_dir=str(closed)))
     with pytest.raises(SandboxUnavailable, match="base dir"):
         run(["/bin/true"], config=cfg, limits=SMALL)
+
+
+def test_python_block_in_a_virtualenv(open_base_dir: Path) -> None:
+    """A venv interpreter gets its venv and its base install bound read-only."""
+    base_python = "/usr/bin/python3"
+    if not os.path.exists(base_python):
+        pytest.skip("needs a system python3 to build a throwaway venv")
+    venv = open_base_dir / "venv"
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    cfg = SandboxConfig(python=PythonSettings(interpreter=str(venv / "bin" / "python")))
+    rt = python_runtime(cfg)
+    assert [b.src for b in rt.binds] == [str(venv)] and not any(b.rw for b in rt.binds)
+    r = run_python_block(
+        "import sys, os\nprefix = sys.prefix\n"
+        "try:\n    open(os.path.join(sys.prefix, 'x'), 'w'); w = 'wrote'\n"
+        "except OSError as e:\n    w = type(e).__name__\n",
+        outputs=["prefix", "w"],
+        limits=SMALL,
+        config=cfg,
+    )
+    assert r.ok, r.error
+    assert r.outputs == {"prefix": str(venv), "w": "OSError"}  # EROFS: read-only bind
