@@ -37,6 +37,7 @@ MNT_DETACH = 0x2
 _MAX_PATH_LEN = 1024
 _RUN_DIR_RE = re.compile(r"^run-(\d+)-")
 _swept_bases: set[str] = set()
+_warned_plain = [False]  # warn once per process, not once per run
 
 
 def validate_relpath(path: str) -> PurePosixPath:
@@ -215,6 +216,12 @@ class Workspace:
         elif mode == "always":
             raise SandboxUnavailable(
                 "workspace_tmpfs=always needs a root host process to mount the tmpfs"
+            )
+        elif mode == "auto" and not _warned_plain[0]:
+            _warned_plain[0] = True
+            log.warning(
+                "sandbox workspace is a plain directory (host process is not root): "
+                "only RLIMIT_FSIZE bounds what a run writes there"
             )
         if self.is_root:
             os.chown(self.work, self.outside_uid, self.outside_gid)
