@@ -63,6 +63,7 @@ class ApprovalGate:
         # request_id → the state that request produced, so a retried decision applies once.
         self._applied: dict[str, GateState] = {}
         self._event_seq = 0
+        self._opened = False  # the "opened" record is written: decisions come after it
         self._lock = asyncio.Lock()
         # Notices run beside the gate: a slow or failing webhook never delays a decision.
         self._notices: list[asyncio.Task[None]] = []
@@ -73,6 +74,7 @@ class ApprovalGate:
             [STATUS_KEY.value_set(GateStatus.PENDING.value), NAME_KEY.value_set(request.name)]
         )
         await self._audit("opened", actor=request.requester, comment=request.subject)
+        self._opened = True
         self._notify("gate.waiting")
 
         reminders = None
@@ -104,6 +106,7 @@ class ApprovalGate:
     async def decide(self, decision: GateDecision) -> GateState:
         """Approve or reject. Refused (by the validator) on a closed gate, for an actor who
         is not an approver, and for the requester deciding their own request."""
+        await workflow.wait_condition(lambda: self._opened)
         async with self._lock:
             if decision.request_id and decision.request_id in self._applied:
                 return self._applied[decision.request_id]
@@ -130,6 +133,7 @@ class ApprovalGate:
     @workflow.signal(name="decide_signal")
     async def decide_signal(self, decision: GateDecision) -> None:
         """Signal form of ``decide`` for ``temporal workflow signal``; refusals are recorded."""
+        await workflow.wait_condition(lambda: self._opened)
         async with self._lock:
             if decision.request_id and decision.request_id in self._applied:
                 return
@@ -176,6 +180,7 @@ class ApprovalGate:
 
     @workflow.update(name="comment")
     async def comment(self, entry: GateComment) -> GateState:
+        await workflow.wait_condition(lambda: self._opened)
         async with self._lock:
             if entry.request_id and entry.request_id in self._applied:
                 return self._applied[entry.request_id]

@@ -9,14 +9,15 @@ import time
 import uuid
 
 import pytest
-from store.records import list_gate_events
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from keel.gates import GateComment, GateDecision, GateRequest, GateState, GateStatus
 from keel.settings import Settings
 from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from store.db import make_engine, make_sessionmaker
+from store.records import list_gate_events
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.services import find_binary
 from workflows.gate import ApprovalGate
@@ -84,12 +85,18 @@ async def test_forged_and_duplicate_decisions_refused(client, settings, worker):
     assert [(r.actor, r.reason) for r in state.refused] == [("eve", "not_an_approver")]
 
     ok = GateDecision(decision="approve", actor="bob", request_id="req-1")
-    first = await handle.execute_update(ApprovalGate.decide, ok)
-    again = await handle.execute_update(ApprovalGate.decide, ok)  # same request: same answer
+    # The same request delivered twice at once (a client retry): applied once, same answer.
+    first, again = await asyncio.gather(
+        handle.execute_update(ApprovalGate.decide, ok),
+        handle.execute_update(ApprovalGate.decide, ok),
+    )
     assert first == again
-    other = GateDecision(decision="reject", actor="bob", request_id="req-2")
-    assert await refusal(handle, other) == "gate_closed"
     await handle.result()
+    # The gate is closed: the server itself refuses any further decision.
+    with pytest.raises(RPCError, match="already completed"):
+        await handle.execute_update(
+            ApprovalGate.decide, GateDecision(decision="reject", actor="bob", request_id="r2")
+        )
     assert audit_events(settings, handle.id) == ["opened", "refused", "approved"]
 
 

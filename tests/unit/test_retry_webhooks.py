@@ -9,8 +9,19 @@ from keel.webhooks import sign, verify
 
 @pytest.mark.parametrize(
     ("status", "retryable"),
-    [(400, False), (401, False), (403, False), (404, False), (422, False), (408, True),
-     (409, True), (429, True), (500, True), (502, True), (503, True)],
+    [
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (422, False),
+        (408, True),
+        (409, True),
+        (429, True),
+        (500, True),
+        (502, True),
+        (503, True),
+    ],
 )
 def test_status_classification(status, retryable):
     assert is_retryable_status(status) is retryable
