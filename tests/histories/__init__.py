@@ -1,0 +1,21 @@
+"""The replay corpus: recorded histories of every Keel workflow family.
+
+``tests/test_replay.py`` replays each ``*.json`` here against the current workflow code;
+``tests/histories/record.py`` records them. See docs/replay.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HISTORIES_DIR = Path(__file__).resolve().parent
+
+# Every history the recorder writes, by file stem. The replay test fails if one is missing.
+CORPUS: tuple[str, ...] = (
+    "gate_approved_update",
+    "gate_rejected_signal",
+    "gate_expired_with_reminders",
+    "gate_duplicate_request",
+    "demo_approved",
+    "demo_approved_gate",
+)

@@ -1,0 +1,300 @@
+"""Record the replay corpus: ``uv run python -m tests.histories.record``.
+
+WHEN TO RE-RECORD. ``tests/test_replay.py`` replays every history here against the
+current workflow code. If you change a workflow on purpose and that test fails with a
+``NondeterminismError``, the change alters the commands the workflow issues (an activity,
+timer, child workflow, search attribute upsert added, removed or reordered). Then:
+
+* if runs started on the old code may still be open anywhere (any deployed worker), keep
+  the old path behind ``workflow.patched("<change-id>")`` and do NOT re-record: the old
+  histories are exactly what proves the patch keeps those runs replayable. Re-record
+  only later, when ``workflow.deprecate_patch`` is used and no old run can remain;
+* if no such run can exist (the workflow was never deployed, or every old run is
+  closed and past retention), re-record with this script and commit the new JSON files
+  with the workflow change, saying so in the commit message.
+
+Never re-record just to make a red replay test green: that deletes the evidence of the
+break. Also re-record when you add a scenario (append its name to ``CORPUS`` in
+``tests/histories/__init__.py``). See docs/replay.md.
+
+WHAT IT DOES. Starts its own Temporal dev server (loopback, free ports, a temp dir), a
+scripted OpenAI-compatible server and a webhook receiver (both loopback, in-process), runs
+a Keel worker, drives each scenario, checks it ended as intended, and writes each
+workflow's history (``handle.fetch_history().to_json()``) to ``tests/histories/<name>.json``.
+Everything it starts is stopped before it exits: the dev server by its PID (process
+group), the HTTP servers by shutdown. It takes about 20 s.
+
+Options: ``--only NAME`` (repeatable) records some scenarios; ``--out DIR`` writes elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+
+from keel.gates import (
+    GateComment,
+    GateDecision,
+    GateRequest,
+    GateState,
+    GateStatus,
+    gate_workflow_id,
+)
+from keel.settings import Settings
+from tests.histories import CORPUS, HISTORIES_DIR
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
+from tests.support.webhook_receiver import WebhookReceiver
+from workers.client import connect
+from workers.main import build_worker
+from workers.services import TemporalDevServer, free_port
+from workflows.demo import DemoInput, DemoResult, KeelDemo
+from workflows.gate import ApprovalGate
+
+log = logging.getLogger("tests.histories.record")
+
+# Fixed ids (each recording runs on a fresh server) keep re-recorded files easy to diff.
+ID_PREFIX = "replay"
+DEMO_DRAFT = "Durable workflows let AI work survive crashes and wait for people."
+
+
+@dataclass
+class Ctx:
+    client: Client
+    task_queue: str
+    webhook_url: str
+
+
+Histories = dict[str, str]  # file stem -> history JSON
+Scenario = Callable[[Ctx], Awaitable[Histories]]
+
+
+class ScenarioFailed(RuntimeError):
+    """A scenario did not end as intended; its history would be the wrong evidence."""
+
+
+def expect(ok: bool, what: str) -> None:
+    if not ok:
+        raise ScenarioFailed(what)
+
+
+async def history_json(handle: WorkflowHandle) -> str:
+    history = await handle.fetch_history()
+    return history.to_json() + "\n"
+
+
+async def start_gate(ctx: Ctx, scenario: str, **kw: object) -> WorkflowHandle:
+    request = GateRequest(name="deploy", requester="alice", approvers=["bob"], **kw)  # type: ignore[arg-type]
+    return await ctx.client.start_workflow(
+        ApprovalGate.run,
+        request,
+        id=gate_workflow_id(f"{ID_PREFIX}/{scenario}", request.name),
+        task_queue=ctx.task_queue,
+    )
+
+
+async def poll(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 30) -> None:
+    for _ in range(int(timeout_s / 0.1)):
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    raise ScenarioFailed(f"timed out waiting for {what}")
+
+
+# -- scenarios -----------------------------------------------------------------------------
+
+
+async def gate_approved_update(ctx: Ctx) -> Histories:
+    """A comment (update), a forged decision (signal, refused and audited), then approval."""
+    handle = await start_gate(ctx, "gate_approved_update", subject="ship v2")
+    state = await handle.execute_update(
+        ApprovalGate.comment,
+        GateComment(actor="carol", comment="what about rollback?", request_id="c-1"),
+    )
+    expect(len(state.comments) == 1, "comment applied")
+    await handle.signal(ApprovalGate.decide_signal, GateDecision(decision="approve", actor="eve"))
+
+    async def refused() -> bool:
+        return bool((await handle.query(ApprovalGate.state)).refused)
+
+    # The refusal must be in history before the approval, or the scenario is a race.
+    await poll(refused, "the forged signal to be refused")
+    await handle.execute_update(
+        ApprovalGate.decide,
+        GateDecision(decision="approve", actor="bob", comment="lgtm", request_id="r-1"),
+    )
+    result = await handle.result()
+    expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
+    expect([r.actor for r in result.refused] == ["eve"], "eve's signal refused")
+    return {"gate_approved_update": await history_json(handle)}
+
+
+async def gate_rejected_signal(ctx: Ctx) -> Histories:
+    handle = await start_gate(ctx, "gate_rejected_signal")
+    await handle.signal(
+        ApprovalGate.decide_signal, GateDecision(decision="reject", actor="bob", comment="no")
+    )
+    result = await handle.result()
+    expect(result.status == GateStatus.REJECTED, f"rejected, got {result.status}")
+    return {"gate_rejected_signal": await history_json(handle)}
+
+
+async def gate_expired_with_reminders(ctx: Ctx) -> Histories:
+    """Real time, kept short: reminders at ~1 s and ~2 s, expiry at 3 s, webhooks delivered."""
+    handle = await start_gate(
+        ctx,
+        "gate_expired_with_reminders",
+        expires_in_s=3,
+        remind_every_s=1,
+        max_reminders=2,
+        webhook_url=ctx.webhook_url,
+    )
+    result = await handle.result()
+    expect(result.status == GateStatus.EXPIRED, f"expired, got {result.status}")
+    expect(result.reminders_sent == 2, f"2 reminders, got {result.reminders_sent}")
+    return {"gate_expired_with_reminders": await history_json(handle)}
+
+
+async def gate_duplicate_request(ctx: Ctx) -> Histories:
+    """The same decision twice at once (a client retry): applied once, same answer twice."""
+    handle = await start_gate(ctx, "gate_duplicate_request")
+    decision = GateDecision(decision="approve", actor="bob", request_id="req-1")
+    first, again = await asyncio.gather(
+        handle.execute_update(ApprovalGate.decide, decision),
+        handle.execute_update(ApprovalGate.decide, decision),
+    )
+    expect(first == again, "both updates answered with the same state")
+    result = await handle.result()
+    expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
+    return {"gate_duplicate_request": await history_json(handle)}
+
+
+async def demo_approved(ctx: Ctx) -> Histories:
+    """KeelDemo end to end: scripted LLM call, then its publish gate approved by update."""
+    wid = f"{ID_PREFIX}/demo_approved"
+    handle = await ctx.client.start_workflow(
+        KeelDemo.run,
+        DemoInput(requester="alice", approvers=["bob"], expires_in_s=600),
+        id=wid,
+        task_queue=ctx.task_queue,
+    )
+    gate = ctx.client.get_workflow_handle(gate_workflow_id(wid, "publish"), result_type=GateState)
+
+    async def gate_started() -> bool:
+        try:
+            await gate.describe()
+        except RPCError:
+            return False
+        return True
+
+    await poll(gate_started, "the publish gate to start")
+    await gate.execute_update(
+        ApprovalGate.decide,
+        GateDecision(decision="approve", actor="bob", comment="ship it", request_id="pub-1"),
+    )
+    result = await handle.result()
+    expect(isinstance(result, DemoResult), "a DemoResult")
+    expect(result.published and result.draft == DEMO_DRAFT, f"published draft, got {result}")
+    return {
+        "demo_approved": await history_json(handle),
+        "demo_approved_gate": await history_json(gate),
+    }
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "gate_approved_update": gate_approved_update,
+    "gate_rejected_signal": gate_rejected_signal,
+    "gate_expired_with_reminders": gate_expired_with_reminders,
+    "gate_duplicate_request": gate_duplicate_request,
+    "demo_approved": demo_approved,
+}
+
+
+# -- driver --------------------------------------------------------------------------------
+
+
+def write_models_config(path: Path, base_url: str) -> None:
+    path.write_text(
+        "default: local\n"
+        "models:\n"
+        "  local:\n"
+        "    litellm_model: openai/scripted\n"
+        f"    api_base: {base_url}\n"
+        "    input_cost_per_token: 0.0\n"
+        "    output_cost_per_token: 0.0\n"
+    )
+
+
+async def record(names: list[str], out: Path) -> list[Path]:
+    """Run ``names`` on a fresh dev server and write their histories under ``out``."""
+    written: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="keel-record-") as tmp_s:
+        tmp = Path(tmp_s)
+        server = TemporalDevServer(
+            db_file=tmp / "temporal.db",
+            log_path=tmp / "temporal.log",
+            port=free_port(),
+            ui_port=None,
+        )
+        pid = server.start()
+        log.info("dev server pid %d on %s", pid, server.address)
+        try:
+            with (
+                ScriptedOpenAIServer(default=ScriptedReply(content=DEMO_DRAFT)) as llm,
+                WebhookReceiver() as hooks,
+            ):
+                write_models_config(tmp / "models.yaml", llm.base_url)
+                settings = Settings(
+                    env="test",
+                    data_dir=tmp / "keel",
+                    temporal_address=server.address,
+                    task_queue="keel-replay-corpus",  # a fresh server: a fixed name diffs cleanly
+                    webhook_url="",
+                    metrics_port=0,
+                    models_config=tmp / "models.yaml",
+                )
+                client = await connect(settings)
+                ctx = Ctx(client=client, task_queue=settings.task_queue, webhook_url=hooks.url)
+                async with build_worker(client, settings):
+                    for name in names:
+                        log.info("recording %s", name)
+                        histories = await asyncio.wait_for(SCENARIOS[name](ctx), timeout=120)
+                        for stem, text in histories.items():
+                            path = out / f"{stem}.json"
+                            path.write_text(text)
+                            written.append(path)
+                            log.info("wrote %s (%d bytes)", path, len(text))
+        finally:
+            server.stop()
+            log.info("dev server pid %d stopped", pid)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--only", action="append", choices=sorted(SCENARIOS), default=None)
+    parser.add_argument("--out", type=Path, default=HISTORIES_DIR)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
+    names = args.only or list(SCENARIOS)
+    args.out.mkdir(parents=True, exist_ok=True)
+    written = asyncio.run(record(names, args.out))
+    if not args.only:
+        missing = set(CORPUS) - {p.stem for p in written}
+        if missing:
+            log.error("CORPUS names not recorded by any scenario: %s", sorted(missing))
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

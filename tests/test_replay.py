@@ -1,0 +1,73 @@
+"""Replay the recorded corpus (``tests/histories/*.json``) against today's workflow code.
+
+No server is needed. A failure here means a workflow change would break runs that are
+open in production: guard it with ``workflow.patched`` or, if no old run can exist,
+re-record (docs/replay.md says which). The last test proves the check has teeth.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from temporalio import workflow
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+with workflow.unsafe.imports_passed_through():
+    from keel.gates import GATE_WORKFLOW_TYPE, GateRequest, GateState
+    from tests.histories import CORPUS, HISTORIES_DIR
+    from workflows.demo import KeelDemo
+    from workflows.gate import ApprovalGate
+
+# The expected names plus anything else committed there, so a new file is replayed too
+# and a missing one is a failing test of its own rather than a silently shorter run.
+NAMES = sorted(set(CORPUS) | {p.stem for p in HISTORIES_DIR.glob("*.json")})
+
+
+def load(name: str) -> WorkflowHistory:
+    path = HISTORIES_DIR / f"{name}.json"
+    assert path.is_file(), f"{path} is missing: run `uv run python -m tests.histories.record`"
+    history = WorkflowHistory.from_json(name, path.read_text())
+    started = history.events[0].workflow_execution_started_event_attributes
+    # The id the workflow saw when recorded (child ids are derived from it).
+    return WorkflowHistory(started.workflow_id or name, history.events)
+
+
+def test_corpus_is_complete() -> None:
+    present = {p.stem for p in HISTORIES_DIR.glob("*.json")}
+    assert set(CORPUS) <= present, f"missing histories: {sorted(set(CORPUS) - present)}"
+    # Every workflow family registered on the worker has at least one history.
+    types = {
+        load(name).events[0].workflow_execution_started_event_attributes.workflow_type.name
+        for name in present
+    }
+    assert types >= {GATE_WORKFLOW_TYPE, "KeelDemo"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_history_replays(name: str) -> None:
+    history = load(name)
+    replayer = Replayer(workflows=[ApprovalGate, KeelDemo], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{name}: {result.replay_failure!r}"
+
+
+@workflow.defn(name=GATE_WORKFLOW_TYPE)
+class ChangedApprovalGate(ApprovalGate):
+    """ApprovalGate with a timer added before its first command: not replay-safe."""
+
+    @workflow.run
+    async def run(self, request: GateRequest) -> GateState:
+        await workflow.sleep(timedelta(seconds=1))
+        return await super().run(request)
+
+
+async def test_changed_gate_is_nondeterministic() -> None:
+    replayer = Replayer(workflows=[ChangedApprovalGate], data_converter=pydantic_data_converter)
+    with pytest.raises(workflow.NondeterminismError) as info:
+        await replayer.replay_workflow(load("gate_approved_update"), raise_on_replay_failure=True)
+    # Core names the mismatch: the new timer against the history's search attribute upsert.
+    message = str(info.value)
+    assert "TMPRL1100" in message and "Timer" in message, message
