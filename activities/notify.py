@@ -25,9 +25,17 @@ log = logging.getLogger(__name__)
 class NotifyActivities:
     """Activities that tell the outside world something happened."""
 
-    def __init__(self, *, default_url: str, secret: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        default_url: str,
+        secret: str,
+        allowed_prefixes: list[str] | tuple[str, ...] = (),
+        timeout_s: float = 10.0,
+    ) -> None:
         self._default_url = default_url
         self._secret = secret
+        self._allowed_prefixes = tuple(allowed_prefixes)
         self._timeout_s = timeout_s
 
     @activity.defn(name="notify.webhook")
@@ -38,6 +46,14 @@ class NotifyActivities:
         if not url.startswith(("http://", "https://")):
             raise ApplicationError(
                 "webhook url must be http(s)", type="WebhookMisconfigured", non_retryable=True
+            )
+        allowed = url == self._default_url or any(url.startswith(p) for p in self._allowed_prefixes)
+        if not allowed:
+            # Workflow inputs come from users: never let one aim the worker at any host.
+            raise ApplicationError(
+                "webhook url is not under KEEL_WEBHOOK_ALLOWED_PREFIXES",
+                type="WebhookMisconfigured",
+                non_retryable=True,
             )
         body = canonical_json(delivery.notice)
         ts = int(time.time())

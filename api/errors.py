@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from temporalio.service import RPCError, RPCStatusCode
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,16 @@ def install_error_handlers(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         return error_response(422, "validation_failed", "request is not valid", details)
+
+    @app.exception_handler(RPCError)
+    async def _temporal_error(_: Request, exc: RPCError) -> JSONResponse:
+        if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            return error_response(
+                503, "temporal_unavailable", "the Temporal server did not answer",
+                headers={"Retry-After": "5"},
+            )  # fmt: skip
+        log.error("Temporal RPC error %s: %s", exc.status.name, exc.message)
+        return error_response(502, "temporal_error", f"Temporal answered {exc.status.name}")
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     # Webhooks (gate notices and reminders). The secret signs bodies with HMAC-SHA256.
     webhook_url: str = ""
     webhook_secret: SecretStr = SecretStr(DEV_WEBHOOK_SECRET)
+    # Besides webhook_url, gates may name their own webhook only under these URL prefixes
+    # (e.g. "https://hooks.example.com/"): the worker never posts anywhere else.
+    webhook_allowed_prefixes: list[str] = Field(default_factory=list)
 
     # Observability
     metrics_port: int = 0  # 0: no Prometheus endpoint
@@ -76,7 +79,7 @@ class Settings(BaseSettings):
     models_config: Path = Path(__file__).resolve().parent.parent / "configs" / "models.yaml"
     model_server_port: int = 8089
 
-    @field_validator("api_tokens", mode="before")
+    @field_validator("api_tokens", "webhook_allowed_prefixes", mode="before")
     @classmethod
     def _tokens_from_json(cls, v: object) -> object:
         if isinstance(v, str):

@@ -46,6 +46,7 @@ def settings(tmp_path: Path, temporal_address: str) -> Settings:
         temporal_address=temporal_address,
         task_queue=f"keel-test-{uuid.uuid4()}",
         webhook_url="",
+        webhook_allowed_prefixes=["http://127.0.0.1:"],
         metrics_port=0,
     )
 

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from store.records import record_llm_call
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -24,6 +23,7 @@ from keel.llm import load_models_config
 from keel.records import LLMCallLog
 from keel.settings import Settings
 from store.db import init_db, make_engine, make_sessionmaker
+from store.records import record_llm_call
 from workers.services import SEARCH_ATTRIBUTES
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
@@ -42,7 +42,9 @@ def build_activities(settings: Settings) -> list[Any]:
         await asyncio.to_thread(record_llm_call, sessions, entry)
 
     notify = NotifyActivities(
-        default_url=settings.webhook_url, secret=settings.webhook_secret.get_secret_value()
+        default_url=settings.webhook_url,
+        secret=settings.webhook_secret.get_secret_value(),
+        allowed_prefixes=settings.webhook_allowed_prefixes,
     )
     records = RecordActivities(sessions)
     llm = LLMGateway(load_models_config(settings.models_config), on_call=log_llm_call)

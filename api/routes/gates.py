@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.deps import ApproverDep, CallerDep, ClientDep, RequesterDep, SessionsDep
@@ -37,6 +37,9 @@ IdempotencyKey = Annotated[
 ]
 GateIdPath = Annotated[str, "gate workflow id, e.g. design/p1/ds3/gate/pre-codegen"]
 
+# A gate answers queries and updates only while a worker runs; past this, 503 not a hang.
+GATE_RPC_TIMEOUT = timedelta(seconds=10)
+
 _REFUSAL_STATUS = {"gate_closed": 409, "self_approval": 403, "not_an_approver": 403}
 
 
@@ -63,7 +66,8 @@ class OpenGateBody(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
     expires_in_s: float = Field(default=24 * 3600, gt=0, le=365 * 24 * 3600)
     remind_every_s: float | None = Field(default=None, ge=1)
-    webhook_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
+    # No webhook_url here: notices from API-opened gates go to the worker's configured
+    # KEEL_WEBHOOK_URL, so an API caller cannot point the worker at arbitrary hosts.
 
 
 class DecisionBody(BaseModel):
@@ -98,10 +102,27 @@ async def _gate_handle(client: ClientDep, gate_id: str):  # type: ignore[no-unty
     return handle, desc
 
 
+async def _send_update(handle: Any, gate_id: str, update: Any, arg: Any) -> GateState:
+    """Run a gate Update, mapping the gate's refusals and a gate that closed meanwhile."""
+    try:
+        state: GateState = await handle.execute_update(update, arg, rpc_timeout=GATE_RPC_TIMEOUT)
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        if isinstance(cause, ApplicationError) and cause.type in _REFUSAL_STATUS:
+            raise ApiError(_REFUSAL_STATUS[cause.type], cause.type, cause.message) from None
+        raise
+    except RPCError as err:
+        # The gate closed between our check and the update reaching it.
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed") from None
+        raise
+    return state
+
+
 async def _read_state(client: ClientDep, gate_id: str) -> GateState:
     handle, desc = await _gate_handle(client, gate_id)
     if desc.status == WorkflowExecutionStatus.RUNNING:
-        return await handle.query(ApprovalGate.state)
+        return await handle.query(ApprovalGate.state, rpc_timeout=GATE_RPC_TIMEOUT)
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
     raise ApiError(409, "gate_not_running", f"gate {gate_id!r} ended as {desc.status.name.lower()}")
@@ -155,11 +176,9 @@ async def open_gate(
                 id=gate_id,
                 task_queue=request.app.state.settings.task_queue,
             )
-        except RPCError as err:
-            if err.status == RPCStatusCode.ALREADY_EXISTS:
-                raise ApiError(409, "conflict", f"gate {gate_id!r} already exists") from None
-            raise
-        state = await handle.query(ApprovalGate.state)
+        except WorkflowAlreadyStartedError:
+            raise ApiError(409, "conflict", f"gate {gate_id!r} already exists") from None
+        state = await handle.query(ApprovalGate.state, rpc_timeout=GATE_RPC_TIMEOUT)
         return 201, state.model_dump(mode="json")
 
     return await idempotent(
@@ -188,21 +207,17 @@ async def _decide(
         handle, desc = await _gate_handle(client, gate_id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
-        try:
-            state = await handle.execute_update(
-                ApprovalGate.decide,
-                GateDecision(
-                    decision=decision,  # type: ignore[arg-type]
-                    actor=caller.actor,
-                    comment=body.comment,
-                    request_id=idempotency_key or str(uuid.uuid4()),
-                ),
-            )
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.type in _REFUSAL_STATUS:
-                raise ApiError(_REFUSAL_STATUS[cause.type], cause.type, cause.message) from None
-            raise
+        state = await _send_update(
+            handle,
+            gate_id,
+            ApprovalGate.decide,
+            GateDecision(
+                decision=decision,  # type: ignore[arg-type]
+                actor=caller.actor,
+                comment=body.comment,
+                request_id=idempotency_key or str(uuid.uuid4()),
+            ),
+        )
         return 200, state.model_dump(mode="json")
 
     return await idempotent(
@@ -259,20 +274,16 @@ async def comment_gate(
         handle, desc = await _gate_handle(client, gate_id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
-        try:
-            state = await handle.execute_update(
-                ApprovalGate.comment,
-                GateComment(
-                    actor=caller.actor,
-                    comment=body.comment,
-                    request_id=idempotency_key or str(uuid.uuid4()),
-                ),
-            )
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.type == "gate_closed":
-                raise ApiError(409, "gate_closed", cause.message) from None
-            raise
+        state = await _send_update(
+            handle,
+            gate_id,
+            ApprovalGate.comment,
+            GateComment(
+                actor=caller.actor,
+                comment=body.comment,
+                request_id=idempotency_key or str(uuid.uuid4()),
+            ),
+        )
         return 200, state.model_dump(mode="json")
 
     return await idempotent(

@@ -1,0 +1,194 @@
+"""The HTTP API against the real dev server: auth matrix, idempotency keys, error shape, fuzz."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from api.app import create_app
+from api.idempotency import REPLAY_HEADER
+from keel.settings import ApiToken, Settings
+from store.db import make_engine, make_sessionmaker
+from store.records import list_gate_events
+from workers.services import ManagedProcess, find_binary, free_port
+
+TOKENS = {
+    "alice": ["requester", "approver"],  # opens gates, approves others' gates
+    "bob": ["approver"],
+    "carol": ["requester"],
+    "dave": ["approver"],  # an approver, but not of the gates in these tests
+}
+
+
+def token(actor: str) -> str:
+    return f"tok-{actor}-0123456789"
+
+
+def auth(actor: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(actor)}"}
+
+
+@pytest.fixture
+def api_settings(settings: Settings) -> Settings:
+    tokens = [
+        ApiToken(token=SecretStr(token(a)), actor=a, roles=roles)  # type: ignore[arg-type]
+        for a, roles in TOKENS.items()
+    ]
+    return settings.model_copy(update={"api_tokens": tokens})
+
+
+@pytest.fixture
+async def http(api_settings, client, worker) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(api_settings, client=client)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://keel.test") as c:
+        yield c
+
+
+async def open_gate(http: httpx.AsyncClient, **body: object) -> dict:
+    resp = await http.post(
+        "/gates",
+        json={"name": "deploy", "approvers": ["bob"], "subject": "ship it", **body},
+        headers=auth("alice"),
+    )
+    assert resp.status_code == 201, resp.text
+    return resp.json()
+
+
+def assert_error(resp: httpx.Response, status: int, code: str) -> None:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"}
+    assert body["error"]["code"] == code
+    assert body["error"]["message"]
+
+
+async def test_health(http):
+    resp = await http.get("/health")
+    assert resp.json() == {"status": "ok", "temporal": True}
+
+
+async def test_auth_matrix(http, api_settings):
+    gate = await open_gate(http)
+    gid = gate["gate_id"]
+    url = f"/gates/{gid}/approve"
+    assert_error(await http.post(url, json={}), 401, "unauthorized")
+    assert_error(await http.post(url, json={}, headers=auth("nobody")), 401, "unauthorized")
+    assert_error(
+        await http.post(url, json={}, headers={"Authorization": "Basic Ym9iOnB3"}),
+        401,
+        "unauthorized",
+    )
+    assert_error(await http.get("/gates"), 401, "unauthorized")
+    # carol holds no approver role
+    assert_error(await http.post(url, json={}, headers=auth("carol")), 403, "forbidden")
+    # alice requested this gate: no self-approval, even with the approver role
+    assert_error(await http.post(url, json={}, headers=auth("alice")), 403, "self_approval")
+    # dave is an approver, but not of this gate
+    assert_error(await http.post(url, json={}, headers=auth("dave")), 403, "not_an_approver")
+    # carol cannot open gates? she can: she is a requester. bob cannot.
+    resp = await http.post("/gates", json={"name": "x"}, headers=auth("bob"))
+    assert_error(resp, 403, "forbidden")
+
+    ok = await http.post(url, json={"comment": "fine"}, headers=auth("bob"))
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["status"] == "approved" and ok.json()["decided_by"] == "bob"
+    # closed now
+    again = await http.post(f"/gates/{gid}/reject", json={}, headers=auth("bob"))
+    assert again.status_code == 409 and again.json()["error"]["code"] in {
+        "gate_closed",
+        "gate_not_running",
+    }
+    sessions = make_sessionmaker(make_engine(api_settings.resolved_database_url))
+    events = [e.event for e in list_gate_events(sessions, gid)]
+    assert events == ["opened", "approved"]
+
+
+async def test_idempotency_keys(http, api_settings):
+    gate = await open_gate(http)
+    url = f"/gates/{gate['gate_id']}/approve"
+    headers = {**auth("bob"), "Idempotency-Key": "approve-1"}
+    first = await http.post(url, json={"comment": "yes"}, headers=headers)
+    assert first.status_code == 200 and REPLAY_HEADER not in first.headers
+    second = await http.post(url, json={"comment": "yes"}, headers=headers)
+    assert second.status_code == 200 and second.headers[REPLAY_HEADER] == "true"
+    assert second.json() == first.json()
+    other = await http.post(url, json={"comment": "different"}, headers=headers)
+    assert_error(other, 422, "idempotency_key_reused")
+    # Opening a gate twice with one key starts one workflow.
+    open_headers = {**auth("alice"), "Idempotency-Key": "open-1"}
+    body = {"name": "release", "approvers": ["bob"]}
+    a = await http.post("/gates", json=body, headers=open_headers)
+    b = await http.post("/gates", json=body, headers=open_headers)
+    assert a.status_code == b.status_code == 201
+    assert a.json()["gate_id"] == b.json()["gate_id"]
+    sessions = make_sessionmaker(make_engine(api_settings.resolved_database_url))
+    events = [e.event for e in list_gate_events(sessions, gate["gate_id"])]
+    assert events.count("approved") == 1
+
+
+async def test_read_list_comment_and_errors(http):
+    gate = await open_gate(http, parent_id="design/p1/ds7", name="pre-codegen")
+    gid = gate["gate_id"]
+    assert gid == "design/p1/ds7/gate/pre-codegen"
+    got = await http.get(f"/gates/{gid}", headers=auth("carol"))
+    assert got.status_code == 200 and got.json()["status"] == "pending"
+    for _ in range(100):
+        listed = (await http.get("/gates", headers=auth("carol"))).json()["gates"]
+        if any(g["gate_id"] == gid for g in listed):
+            break
+        await asyncio.sleep(0.1)
+    assert any(g["gate_id"] == gid and g["name"] == "pre-codegen" for g in listed)
+    c = await http.post(f"/gates/{gid}/comments", json={"comment": "why?"}, headers=auth("dave"))
+    assert c.status_code == 200 and c.json()["comments"][0]["actor"] == "dave"
+
+    assert_error(await http.get("/gates/no/such/gate/x", headers=auth("bob")), 404, "not_found")
+    assert_error(await http.get("/gates/plain-id", headers=auth("bob")), 404, "not_found")
+    bad = await http.post(f"/gates/{gid}/approve", json={"comment": 5}, headers=auth("bob"))
+    assert_error(bad, 422, "validation_failed")
+    assert bad.json()["error"]["details"][0]["loc"] == ["body", "comment"]
+    bad = await http.post("/gates", json={"name": "bad name!"}, headers=auth("alice"))
+    assert_error(bad, 422, "validation_failed")
+    await http.post(f"/gates/{gid}/reject", json={}, headers=auth("bob"))
+
+
+@pytest.mark.slow
+async def test_openapi_fuzz_has_no_server_errors(api_settings, temporal_address, worker, tmp_path):
+    """schemathesis against a live `keel api` process: no 5xx for any generated request."""
+    port = free_port()
+    env = {
+        "KEEL_TEMPORAL_ADDRESS": temporal_address,
+        "KEEL_API_PORT": str(port),
+        "KEEL_DATA_DIR": str(api_settings.data_dir),
+        "KEEL_TASK_QUEUE": api_settings.task_queue,
+        "KEEL_API_TOKENS": "["
+        + ",".join(
+            f'{{"token":"{token(a)}","actor":"{a}","roles":{list(r)!r}}}'.replace("'", '"')
+            for a, r in TOKENS.items()
+        )
+        + "]",
+    }
+    server = ManagedProcess(
+        "api", [sys.executable, "-m", "cli.keel", "api"], tmp_path / "api.log", env=env
+    )
+    server.start()
+    try:
+        await asyncio.to_thread(server.wait_port, port, 60)
+        for actor in ("bob", "alice"):
+            # Async subprocess: this test's in-process worker keeps polling meanwhile.
+            proc = await asyncio.create_subprocess_exec(
+                find_binary("st"), "run", f"http://127.0.0.1:{port}/openapi.json",
+                "--checks", "not_a_server_error", "--max-examples", "15", "--seed", "7",
+                "--phases", "coverage,fuzzing", "--suppress-health-check", "all",
+                "-H", f"Authorization: Bearer {token(actor)}", "--request-timeout", "30",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )  # fmt: skip
+            out, _ = await asyncio.wait_for(proc.communicate(), 600)
+            assert proc.returncode == 0, out.decode()[-6000:]
+    finally:
+        server.stop()
