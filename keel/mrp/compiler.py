@@ -1,0 +1,300 @@
+"""``compile_job``: job YAML -> IR, manifest and policy report, failing closed.
+
+The steps, each pure:
+
+1. parse and validate the YAML (:func:`keel.mrp.dsl.parse_job`), errors with lines;
+2. normalise: canonical inputs, shards, digests (:func:`keel.mrp.normalize.normalize_job`);
+3. admit against the registry and caps (:func:`keel.mrp.policy.admit`); any violation
+   raises :class:`~keel.mrp.errors.PolicyViolation`;
+4. check inline items and params against the operators' JSON Schemas;
+5. derive seeds and checkpoint keys and build the IR and the manifest.
+
+The compile activity calls this with the files it resolved and stores ``IR.json``,
+``manifest.json`` and the shard payloads in the artifact store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+from keel.digest import canonical_json
+from keel.mrp.budget import kill_limits
+from keel.mrp.dsl import JobSpec, ParsedJob, parse_job
+from keel.mrp.errors import DslError, DslIssue, PolicyViolation
+from keel.mrp.ir import (
+    ApprovalTask,
+    BudgetPlan,
+    EvaluateTask,
+    JobIR,
+    Manifest,
+    ManifestOperator,
+    ManifestSeeds,
+    MapTask,
+    OperatorBinding,
+    ProduceTask,
+    ReduceTask,
+    RuntimeLimits,
+    checkpoint_key,
+    operator_digest,
+    shard_id,
+)
+from keel.mrp.normalize import (
+    FileRef,
+    NormalizedJob,
+    ShardInput,
+    derive_job_seed,
+    derive_seed,
+    normalize_job,
+    shard_seed,
+)
+from keel.mrp.policy import ROLE_PATHS, Caps, PolicyReport, admit
+from keel.mrp.registry import OperatorSpec, Registry
+
+
+class CompileResult(BaseModel):
+    """The compiler's output: IR, manifest, policy report and the shard payloads.
+
+    ``shard_inputs`` maps each map task's ``input_digest`` to its payload; identical shards
+    share one entry.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ir: JobIR
+    manifest: Manifest
+    policy_report: PolicyReport
+    shard_inputs: dict[str, ShardInput]
+
+    def ir_json(self) -> bytes:
+        """``IR.json`` bytes (canonical JSON)."""
+        return self.ir.to_json()
+
+    def manifest_json(self) -> bytes:
+        """``manifest.json`` bytes (canonical JSON)."""
+        return self.manifest.to_json()
+
+    def policy_report_json(self) -> bytes:
+        """``policy_report.json`` bytes (canonical JSON)."""
+        return canonical_json(self.policy_report)
+
+
+def _params(spec: JobSpec, role: str) -> dict[str, JsonValue]:
+    call = {
+        "map": spec.map,
+        "reduce": spec.reduce,
+        "evaluate": spec.evaluator,
+        "produce": spec.produce,
+    }[role]
+    if call is None:
+        raise ValueError(f"the job has no {role} step")
+    return dict(call.params)
+
+
+def check_schemas(parsed: ParsedJob, specs: dict[str, OperatorSpec]) -> None:
+    """Validate params against each operator's params schema and inline items against the
+    map operator's input schema; :class:`DslError` with lines for every mismatch."""
+    issues: list[DslIssue] = []
+    spec = parsed.spec
+    for role, op in specs.items():
+        for problem in op.schema_errors("params", _params(spec, role)):
+            path = f"{ROLE_PATHS[role]}.params"
+            issues.append(DslIssue(path=path, line=parsed.line(path), message=problem))
+    items = spec.inputs.items
+    if items is not None:
+        mapper = specs["map"]
+        for i, item in enumerate(items):
+            path = f"inputs.items[{i}]"
+            for problem in mapper.schema_errors("input", item, limit=3):
+                issues.append(
+                    DslIssue(
+                        path=path,
+                        line=parsed.line(path),
+                        message=f"does not match {mapper.ref} input schema: {problem}",
+                    )
+                )
+            if len(issues) >= 50:
+                # A wholly wrong item list would otherwise report every item.
+                break
+    if issues:
+        raise DslError(issues, parsed.source)
+
+
+def build_ir(
+    job: NormalizedJob, specs: dict[str, OperatorSpec], caps: Caps, report: PolicyReport
+) -> JobIR:
+    """Build the IR of an admitted job."""
+    if report.estimate is None or not report.admitted:
+        raise ValueError("build_ir needs an admitted job with an estimate")
+    spec = job.spec
+    job_seed = derive_job_seed(
+        spec.dsl_version, spec.job_id, job.inputs_digest, spec.operator_refs()
+    )
+    bindings = {
+        role: OperatorBinding(
+            role=role,  # type: ignore[arg-type]
+            ref=op.ref,
+            kind=op.kind,
+            entrypoint=op.entrypoint,
+            code_digest=op.code_digest,
+            operator_digest=operator_digest(op, _params(spec, role)),
+            params=_params(spec, role),
+            egress=list(op.egress),
+        )
+        for role, op in specs.items()
+    }
+    mapper = bindings["map"]
+    map_tasks = []
+    for shard in job.shards:
+        seed = shard_seed(job_seed, shard.input_digest)
+        map_tasks.append(
+            MapTask(
+                shard_index=shard.index,
+                shard_id=shard_id(shard.index),
+                input_digest=shard.input_digest,
+                item_count=shard.input.item_count,
+                operator_ref=mapper.ref,
+                operator_digest=mapper.operator_digest,
+                seed=seed,
+                checkpoint_key=checkpoint_key(mapper.operator_digest, shard.input_digest, seed),
+            )
+        )
+    reduce = ReduceTask(
+        operator_ref=bindings["reduce"].ref,
+        operator_digest=bindings["reduce"].operator_digest,
+        seed=derive_seed(job_seed, "reduce"),
+        shard_count=len(map_tasks),
+    )
+    evaluate = None
+    if spec.evaluator is not None:
+        evaluate = EvaluateTask(
+            operator_ref=bindings["evaluate"].ref,
+            operator_digest=bindings["evaluate"].operator_digest,
+            seed=derive_seed(job_seed, "evaluate"),
+            min_score=spec.evaluator.min_score,
+        )
+    approval = None
+    if spec.approval is not None:
+        approval = ApprovalTask(
+            gate=spec.approval.gate,
+            approvers=list(spec.approval.approvers),
+            expires_in_s=spec.approval.expires_in_s,
+        )
+    produce = ProduceTask(
+        operator_ref=bindings["produce"].ref,
+        operator_digest=bindings["produce"].operator_digest,
+        seed=derive_seed(job_seed, "produce"),
+        sink=spec.produce.sink,
+    )
+    policy = spec.policy
+    return JobIR(
+        dsl_version=spec.dsl_version,
+        job_id=spec.job_id,
+        job_digest=job.job_digest,
+        inputs_digest=job.inputs_digest,
+        job_seed=job_seed,
+        operators=bindings,
+        map_tasks=map_tasks,
+        reduce=reduce,
+        evaluate=evaluate,
+        approval=approval,
+        produce=produce,
+        limits=RuntimeLimits(
+            max_workers=policy.max_workers,
+            shard_timeout_s=policy.shard_timeout_s,
+            shard_memory_mb=policy.shard_memory_mb,
+            max_shard_retries=policy.max_shard_retries,
+            egress=list(policy.egress),
+        ),
+        budget=BudgetPlan(
+            estimate=report.estimate,
+            limits=kill_limits(
+                report.estimate,
+                budget_units=policy.budget_units,
+                budget_usd=policy.budget_usd,
+                kill_ratio=caps.kill_ratio,
+            ),
+            budget_units=policy.budget_units,
+            budget_usd=policy.budget_usd,
+        ),
+    )
+
+
+def build_manifest(ir: JobIR, specs: dict[str, OperatorSpec], report: PolicyReport) -> Manifest:
+    """Build the manifest of a compiled job."""
+    operators = [
+        ManifestOperator(
+            role=binding.role,
+            ref=binding.ref,
+            name=specs[role].name,
+            version=specs[role].version,
+            kind=binding.kind,
+            code_digest=binding.code_digest,
+            spec_digest=specs[role].spec_digest(),
+            operator_digest=binding.operator_digest,
+            signed=specs[role].signature is not None,
+        )
+        for role, binding in sorted(ir.operators.items())
+    ]
+    return Manifest(
+        dsl_version=ir.dsl_version,
+        ir_version=ir.ir_version,
+        job_id=ir.job_id,
+        job_digest=ir.job_digest,
+        inputs_digest=ir.inputs_digest,
+        input_digests=[t.input_digest for t in ir.map_tasks],
+        operators=operators,
+        seeds=ManifestSeeds(
+            job=ir.job_seed,
+            reduce=ir.reduce.seed,
+            evaluate=ir.evaluate.seed if ir.evaluate is not None else None,
+            produce=ir.produce.seed,
+            shards=[t.seed for t in ir.map_tasks],
+        ),
+        ir_digest=ir.digest(),
+        policy_report_digest=report.digest(),
+    )
+
+
+def compile_parsed(
+    parsed: ParsedJob,
+    registry: Registry,
+    caps: Caps,
+    *,
+    resolved_files: Iterable[FileRef] | None = None,
+) -> CompileResult:
+    """:func:`compile_job` for a job that is already parsed."""
+    job = normalize_job(parsed, resolved_files)
+    report = admit(job, registry, caps, parsed.lines)
+    if not report.admitted:
+        raise PolicyViolation(report)
+    specs = {role: registry.get(ref) for role, ref in job.spec.operator_refs().items()}
+    check_schemas(parsed, specs)
+    ir = build_ir(job, specs, caps, report)
+    manifest = build_manifest(ir, specs, report)
+    return CompileResult(
+        ir=ir,
+        manifest=manifest,
+        policy_report=report,
+        shard_inputs={s.input_digest: s.input for s in job.shards},
+    )
+
+
+def compile_job(
+    yaml_text: str,
+    registry: Registry,
+    caps: Caps,
+    *,
+    resolved_files: Iterable[FileRef] | None = None,
+    source: str = "",
+) -> CompileResult:
+    """Compile a job file; fails closed.
+
+    Raises :class:`~keel.mrp.errors.DslError` (bad YAML, schema or item, with lines) or
+    :class:`~keel.mrp.errors.PolicyViolation` (naming every rule that fired). ``source``
+    names the file in error messages; ``resolved_files`` is required for ``inputs.files``.
+    """
+    return compile_parsed(
+        parse_job(yaml_text, source), registry, caps, resolved_files=resolved_files
+    )

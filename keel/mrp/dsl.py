@@ -1,0 +1,570 @@
+"""The MRP job DSL, version 0.1: pydantic models and a line-tracking YAML parser.
+
+A job file is one YAML mapping. :func:`parse_job` loads it with a ``SafeLoader`` subclass
+that refuses duplicate and non-string keys and keeps dates as strings, records the line of
+every key and list item, validates the data against :class:`JobSpec` (unknown fields are
+refused everywhere), and reports each problem as a :class:`~keel.mrp.errors.DslIssue`
+with its dotted path and line. ``docs/mrp-dsl.md`` is the reference.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from keel.mrp.errors import DslError, DslIssue
+
+DSL_VERSION = "0.1"
+SUPPORTED_DSL_VERSIONS = frozenset({DSL_VERSION})
+
+NAME_PATTERN = r"[a-z][a-z0-9_.-]{0,63}"
+VERSION_PATTERN = r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?"
+OPERATOR_REF_RE = re.compile(rf"^(?P<name>{NAME_PATTERN})@(?P<version>{VERSION_PATTERN})$")
+JOB_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+EGRESS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+GATE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+URI_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<rest>.+)$")
+
+# A YAML alias can make a small file expand into a huge tree ("billion laughs"). The
+# compiler walks every node once per path, so this caps its work before anything else.
+MAX_YAML_NODES = 200_000
+MAX_YAML_DEPTH = 64
+MAX_JOB_BYTES = 16 * 1024 * 1024
+
+
+class SinkKind(StrEnum):
+    """Formats a produce step can write."""
+
+    JSON = "json"
+    PARQUET = "parquet"
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """Split ``name@version`` into its parts; :class:`ValueError` if it is not pinned."""
+    m = OPERATOR_REF_RE.match(ref)
+    if m is None:
+        raise ValueError(
+            f"operator {ref!r} must be pinned as name@version (for example sentiment@1.2.0)"
+        )
+    return m.group("name"), m.group("version")
+
+
+def _check_ref(ref: str) -> str:
+    split_ref(ref)
+    return ref
+
+
+def _check_finite(value: JsonValue) -> JsonValue:
+    # NaN and infinities have no canonical JSON form, so no digest could name them.
+    stack: list[Any] = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError("NaN and infinite numbers are not allowed (no canonical JSON form)")
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return value
+
+
+def _check_relative_path(path: str, what: str) -> None:
+    # Paths are resolved by activities under a root they choose; refusing absolute paths,
+    # backslashes and ``..`` means a job can never name a file outside that root.
+    if not path or path != path.strip():
+        raise ValueError(f"{what} must be a non-empty path without surrounding spaces")
+    if "\\" in path or "\x00" in path:
+        raise ValueError(f"{what} {path!r} must use '/' separators")
+    pure = PurePosixPath(path)
+    if pure.is_absolute():
+        raise ValueError(f"{what} {path!r} must be relative to the job's root")
+    if ".." in pure.parts:
+        raise ValueError(f"{what} {path!r} must not contain '..'")
+    if str(pure) != path:
+        # PurePosixPath drops "./", "//" and a trailing "/"; insisting on that form keeps
+        # one spelling per path, so patterns and resolved paths compare as text.
+        raise ValueError(f"{what} {path!r} must be written as {str(pure)!r}")
+
+
+def _check_pattern(pattern: str) -> str:
+    _check_relative_path(pattern, "input pattern")
+    return pattern
+
+
+def _check_destination(destination: str) -> str:
+    if URI_RE.match(destination):
+        return destination
+    _check_relative_path(destination, "sink destination")
+    return destination
+
+
+def _check_egress(name: str) -> str:
+    if not EGRESS_RE.match(name):
+        raise ValueError(f"egress name {name!r} must match {EGRESS_RE.pattern}")
+    return name
+
+
+OperatorRefStr = Annotated[str, AfterValidator(_check_ref)]
+FiniteJson = Annotated[JsonValue, AfterValidator(_check_finite)]
+InputPattern = Annotated[str, AfterValidator(_check_pattern)]
+EgressName = Annotated[str, AfterValidator(_check_egress)]
+
+
+class _Spec(BaseModel):
+    # Unknown fields are refused everywhere: a typo must never silently mean "default".
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputsSpec(_Spec):
+    """Where the job's items come from and how they are cut into shards.
+
+    Exactly one of ``items`` (inline JSON values) or ``files`` (relative paths or globs;
+    each matched file is one item), and exactly one of ``shard_size`` (items per shard) or
+    ``by: item`` (one item per shard).
+    """
+
+    items: list[FiniteJson] | None = None
+    files: list[InputPattern] | None = None
+    shard_size: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
+    by: Literal["item"] | None = None
+
+    @model_validator(mode="after")
+    def _one_source_one_mode(self) -> InputsSpec:
+        if (self.items is None) == (self.files is None):
+            raise ValueError("give exactly one of 'items' or 'files'")
+        if (self.shard_size is None) == (self.by is None):
+            raise ValueError("give exactly one of 'shard_size' or 'by: item'")
+        if self.items is not None and not self.items:
+            raise ValueError("'items' must not be empty")
+        if self.files is not None and not self.files:
+            raise ValueError("'files' must not be empty")
+        return self
+
+    @property
+    def items_per_shard(self) -> int:
+        """How many items go in each shard (the last shard may hold fewer)."""
+        return 1 if self.by == "item" else int(self.shard_size or 1)
+
+
+class OperatorCall(_Spec):
+    """A pinned operator and the parameters it is called with."""
+
+    operator: OperatorRefStr
+    params: dict[str, FiniteJson] = Field(default_factory=dict)
+
+
+class MapSpec(OperatorCall):
+    """The map step: ``operator`` runs once per shard."""
+
+
+class ReduceSpec(OperatorCall):
+    """The reduce step: ``operator`` runs once over all shard outputs in shard order."""
+
+
+class SinkSpec(_Spec):
+    """Where the produce step writes: a format and a destination.
+
+    ``destination`` is a relative path under the run's output root, or a URI
+    (``s3://bucket/prefix``) that policy must allow explicitly.
+    """
+
+    kind: SinkKind
+    destination: Annotated[str, AfterValidator(_check_destination)]
+
+
+class ProduceSpec(OperatorCall):
+    """The produce step: the only step that may write outside the artifact store."""
+
+    sink: SinkSpec
+
+
+class EvaluatorSpec(OperatorCall):
+    """Optional evaluation of the reduced output; produce runs only if score >= min_score."""
+
+    min_score: Decimal = Field(ge=0, le=1)
+
+
+class ApprovalSpec(_Spec):
+    """Optional human gate before produce (an ``ApprovalGate`` child workflow)."""
+
+    gate: str
+    approvers: list[str] = Field(default_factory=list)
+    expires_in_s: float = Field(default=24 * 3600, gt=0, le=365 * 24 * 3600)
+
+    @field_validator("gate")
+    @classmethod
+    def _gate_name(cls, v: str) -> str:
+        if not GATE_NAME_RE.match(v):
+            raise ValueError(f"gate name {v!r} must match {GATE_NAME_RE.pattern}")
+        return v
+
+    @field_validator("approvers")
+    @classmethod
+    def _approvers(cls, v: list[str]) -> list[str]:
+        if any(not a.strip() for a in v):
+            raise ValueError("approvers must be non-empty names")
+        # Order carries no meaning, so the canonical form is sorted and unique.
+        return sorted(set(v))
+
+
+class PolicySpec(_Spec):
+    """What the job asks for. Admission checks each value against the service's caps."""
+
+    max_workers: int = Field(default=4, ge=1, le=1_000_000, strict=True)
+    shard_timeout_s: float = Field(default=300, gt=0, le=7 * 24 * 3600)
+    shard_memory_mb: int = Field(default=1024, ge=16, le=16 * 1024 * 1024, strict=True)
+    max_shard_retries: int = Field(default=3, ge=0, le=1000, strict=True)
+    budget_usd: Decimal | None = Field(default=None, ge=0)
+    budget_units: Decimal | None = Field(default=None, ge=0)
+    egress: list[EgressName] = Field(default_factory=list)
+    allowed_operators: list[OperatorRefStr] | None = None
+    allowed_sinks: list[SinkKind] | None = None
+
+    @field_validator("egress")
+    @classmethod
+    def _sorted_egress(cls, v: list[str]) -> list[str]:
+        return sorted(set(v))
+
+    @field_validator("allowed_operators")
+    @classmethod
+    def _sorted_operators(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else sorted(set(v))
+
+    @field_validator("allowed_sinks")
+    @classmethod
+    def _sorted_sinks(cls, v: list[SinkKind] | None) -> list[SinkKind] | None:
+        return None if v is None else sorted(set(v))
+
+    @model_validator(mode="after")
+    def _has_budget(self) -> PolicySpec:
+        # Every job carries a quota: a job without one could never be killed for spending.
+        if self.budget_usd is None and self.budget_units is None:
+            raise ValueError("give 'budget_usd' or 'budget_units' (or both)")
+        return self
+
+
+class JobSpec(_Spec):
+    """A whole MRP job file (DSL v0.1)."""
+
+    dsl_version: str
+    job_id: str
+    description: str = Field(default="", max_length=4000)
+    inputs: InputsSpec
+    map: MapSpec
+    reduce: ReduceSpec
+    produce: ProduceSpec
+    policy: PolicySpec
+    evaluator: EvaluatorSpec | None = None
+    approval: ApprovalSpec | None = None
+
+    @field_validator("dsl_version", mode="before")
+    @classmethod
+    def _version(cls, v: Any) -> Any:
+        if isinstance(v, int | float):
+            # YAML reads 0.1 as a float, and 0.10 would read the same: versions are text.
+            raise ValueError(f'dsl_version must be a quoted string, e.g. dsl_version: "{v}"')
+        if v not in SUPPORTED_DSL_VERSIONS:
+            raise ValueError(
+                f"unsupported dsl_version {v!r}; supported: {sorted(SUPPORTED_DSL_VERSIONS)}"
+            )
+        return v
+
+    @field_validator("job_id")
+    @classmethod
+    def _job_id(cls, v: str) -> str:
+        if not JOB_ID_RE.match(v):
+            raise ValueError(
+                f"job_id {v!r} must be lowercase letters, digits, '.', '_' or '-' "
+                "(at most 128, starting with a letter or digit)"
+            )
+        return v
+
+    def operator_refs(self) -> dict[str, str]:
+        """``role -> name@version`` for every operator the job uses, roles sorted."""
+        refs = {
+            "map": self.map.operator,
+            "reduce": self.reduce.operator,
+            "produce": self.produce.operator,
+        }
+        if self.evaluator is not None:
+            refs["evaluate"] = self.evaluator.operator
+        return dict(sorted(refs.items()))
+
+
+# ---------------------------------------------------------------------------------------
+# YAML with line numbers
+
+
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate and non-string keys and keeps dates as text.
+
+    Duplicate keys are silently "last one wins" in PyYAML; in a job file that hides a
+    mistake, so they are errors. Dates would load as ``datetime.date`` objects, which have
+    no JSON form: they stay strings.
+    """
+
+    def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                line = key_node.start_mark.line + 1
+                if not isinstance(key_node, ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+                    raise _YamlIssue(line, "mapping keys must be strings")
+                key = key_node.value
+                if key in seen:
+                    raise _YamlIssue(line, f"duplicate key {key!r} (first on line {seen[key]})")
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
+
+
+_LineLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _TIMESTAMP_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+class _YamlIssue(Exception):
+    def __init__(self, line: int, message: str) -> None:
+        self.line = line
+        self.message = message
+        super().__init__(message)
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _record_lines(root: Node, lines: dict[str, int]) -> None:
+    """Record the 1-based line of every mapping key and list item, by dotted path."""
+    visited = 0
+    stack: list[tuple[Node, str, int]] = [(root, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        visited += 1
+        if visited > MAX_YAML_NODES:
+            raise _YamlIssue(1, f"document too large (more than {MAX_YAML_NODES} nodes)")
+        if depth > MAX_YAML_DEPTH:
+            raise _YamlIssue(
+                node.start_mark.line + 1, f"nesting deeper than {MAX_YAML_DEPTH} levels"
+            )
+        if isinstance(node, MappingNode):
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, ScalarNode):
+                    continue
+                child = _join(path, key_node.value)
+                lines.setdefault(child, key_node.start_mark.line + 1)
+                stack.append((value_node, child, depth + 1))
+        elif isinstance(node, SequenceNode):
+            for i, item in enumerate(node.value):
+                child = _join(path, i)
+                lines.setdefault(child, item.start_mark.line + 1)
+                stack.append((item, child, depth + 1))
+
+
+def load_yaml_with_lines(text: str, source: str = "") -> tuple[Any, dict[str, int]]:
+    """Load one YAML document; return the data and ``{dotted path: line}``.
+
+    Raises :class:`DslError` for syntax errors, several documents, duplicate or
+    non-string keys and oversized documents, each with the line where it happened.
+    """
+    if len(text.encode("utf-8", errors="replace")) > MAX_JOB_BYTES:
+        raise DslError(
+            [DslIssue(path="", line=None, message="job file larger than 16 MiB")], source
+        )
+    lines: dict[str, int] = {"": 1}
+    loader = _LineLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise DslError([DslIssue(path="", line=1, message="job file is empty")], source)
+        _record_lines(node, lines)
+        data = loader.construct_document(node)
+    except _YamlIssue as e:
+        raise DslError([DslIssue(path="", line=e.line, message=e.message)], source) from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else None
+        message = " ".join(p for p in (e.context, e.problem) if p) or "invalid YAML"
+        raise DslError([DslIssue(path="", line=line, message=message)], source) from None
+    except yaml.YAMLError as e:
+        raise DslError([DslIssue(path="", line=None, message=str(e))], source) from None
+    finally:
+        loader.dispose()
+    return data, lines
+
+
+# ---------------------------------------------------------------------------------------
+# Pydantic errors -> DSL issues
+
+
+def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
+    """The model class inside ``X``, ``X | None``, ``list[X]`` or ``Annotated[X, ...]``."""
+    stack = [annotation]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+        origin = get_origin(a)
+        if origin in (Union, types.UnionType, list, Annotated):
+            stack.extend(get_args(a)[:1] if origin is Annotated else get_args(a))
+    return None
+
+
+def _model_at(parts: list[str | int]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = JobSpec
+    for part in parts:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        model = _unwrap_model(info.annotation)
+    return model
+
+
+def _child(container: Any, part: str | int) -> tuple[bool, Any]:
+    if isinstance(container, dict) and part in container:
+        return True, container[part]
+    if isinstance(container, list) and isinstance(part, int) and 0 <= part < len(container):
+        return True, container[part]
+    return False, None
+
+
+def _data_path(data: Any, loc: tuple[str | int, ...]) -> list[str | int]:
+    """Keep the parts of a pydantic ``loc`` that name real keys or indexes in ``data``.
+
+    Pydantic puts type tags in a ``loc`` for unions and JSON values (``'dict'``,
+    ``'list[...]'``); those are not in the document and would make a confusing path. The
+    last part stays even when absent: it names a missing field.
+    """
+    kept: list[str | int] = []
+    current = data
+    for i, part in enumerate(loc):
+        found, child = _child(current, part)
+        if found:
+            kept.append(part)
+            current = child
+        elif i == len(loc) - 1 and isinstance(part, str) and "[" not in part:
+            kept.append(part)
+            current = None
+        else:
+            current = None
+    return kept
+
+
+def path_of(parts: list[str | int]) -> str:
+    """``['inputs', 'items', 3, 'text']`` -> ``'inputs.items[3].text'``."""
+    path = ""
+    for part in parts:
+        path = _join(path, part)
+    return path
+
+
+def line_of(parts: list[str | int], lines: dict[str, int]) -> int | None:
+    """The line of the longest prefix of ``parts`` that the document has."""
+    for n in range(len(parts), -1, -1):
+        line = lines.get(path_of(parts[:n]))
+        if line is not None:
+            return line
+    return None
+
+
+def _message(err: Any, parts: list[str | int]) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = str(parts[-1]) if parts else ""
+        model = _model_at(parts[:-1])
+        hint = ""
+        if model is not None:
+            close = difflib.get_close_matches(key, list(model.model_fields), n=1)
+            if close:
+                hint = f"; did you mean {close[0]!r}?"
+        return f"unknown field {key!r}{hint}"
+    if kind == "missing":
+        return "required field is missing"
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+def issues_from_validation(
+    error: ValidationError, data: Any, lines: dict[str, int]
+) -> list[DslIssue]:
+    """Turn pydantic errors into :class:`DslIssue` objects with paths and lines."""
+    issues: list[DslIssue] = []
+    for err in error.errors():
+        parts = _data_path(data, tuple(err["loc"]))
+        issues.append(
+            DslIssue(path=path_of(parts), line=line_of(parts, lines), message=_message(err, parts))
+        )
+    # Report in document order, so the first issue is the first thing to fix.
+    issues.sort(key=lambda i: (i.line if i.line is not None else 0, i.path))
+    return issues
+
+
+@dataclass(frozen=True)
+class ParsedJob:
+    """A validated job and the line of each key path in its file."""
+
+    spec: JobSpec
+    lines: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+
+    def line(self, path: str) -> int | None:
+        """Line of ``path`` or of its nearest enclosing key that the file has."""
+        return nearest_line(self.lines, path)
+
+
+def nearest_line(lines: Mapping[str, int], path: str) -> int | None:
+    """Line of dotted ``path`` in ``lines``, else of its nearest enclosing path."""
+    while True:
+        if path in lines:
+            return lines[path]
+        if not path:
+            return None
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[: max(cut, 0)]
+
+
+def parse_job(text: str, source: str = "") -> ParsedJob:
+    """Parse and validate a job file; :class:`DslError` lists every problem with its line."""
+    data, lines = load_yaml_with_lines(text, source)
+    if not isinstance(data, dict):
+        raise DslError(
+            [DslIssue(path="", line=1, message="a job file must be a YAML mapping")], source
+        )
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as e:
+        raise DslError(issues_from_validation(e, data, lines), source) from None
+    return ParsedJob(spec=spec, lines=lines, source=source)

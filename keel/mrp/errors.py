@@ -1,0 +1,80 @@
+"""Errors of the MRP compiler, registry, policy and budget.
+
+Every error is a plain exception with structured fields, so the compile activity can turn
+it into a non-retryable ``ApplicationError`` carrying the same fields as details, and the
+CLI can print one line per issue.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from keel.mrp.policy import PolicyReport
+
+
+class MrpError(Exception):
+    """Base class of every MRP error."""
+
+
+class DslIssue(BaseModel):
+    """One problem in a job file, located by its dotted key path and 1-based line."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    line: int | None = None
+    message: str
+
+    def render(self, source: str = "") -> str:
+        """``source:line: path: message``, leaving out the parts that are unknown."""
+        where = source
+        if self.line is not None:
+            where = f"{where}:{self.line}" if where else f"line {self.line}"
+        head = f"{where}: " if where else ""
+        path = f"{self.path}: " if self.path else ""
+        return f"{head}{path}{self.message}"
+
+
+class DslError(MrpError, ValueError):
+    """The job file is not valid YAML or not a valid DSL document."""
+
+    def __init__(self, issues: list[DslIssue], source: str = "") -> None:
+        self.issues = issues
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        lines = [issue.render(self.source) for issue in self.issues]
+        return "invalid MRP job:\n  " + "\n  ".join(lines)
+
+
+class RegistryError(MrpError, LookupError):
+    """An operator reference cannot be resolved, or the registry itself is inconsistent."""
+
+
+class PolicyViolation(MrpError):
+    """Admission refused the job: at least one policy rule fired.
+
+    ``rule_ids`` names every rule that fired, in rule order; ``report`` is the full
+    :class:`~keel.mrp.policy.PolicyReport`, so a caller can show every violation at once.
+    """
+
+    def __init__(self, report: PolicyReport) -> None:
+        self.report = report
+        self.rule_ids = [v.rule_id for v in report.violations]
+        lines = [v.render() for v in report.violations]
+        super().__init__("job refused by policy:\n  " + "\n  ".join(lines))
+
+
+class BudgetExceeded(MrpError):
+    """The running job spent more than its kill limit in one dimension (units or USD)."""
+
+    def __init__(self, dimension: str, spent: Decimal, limit: Decimal) -> None:
+        self.dimension = dimension
+        self.spent = spent
+        self.limit = limit
+        super().__init__(f"budget exceeded: spent {spent} {dimension}, kill limit is {limit}")
