@@ -209,6 +209,30 @@ def status() -> None:
 
 
 @app.command()
+def ping() -> None:
+    """Check that the configured Temporal server answers."""
+    settings = get_settings()
+
+    async def check() -> str:
+        from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+
+        from workers.client import connect
+
+        client = await connect(settings)
+        info = await client.workflow_service.get_system_info(GetSystemInfoRequest())
+        return info.server_version
+
+    try:
+        version = asyncio.run(check())
+    except Exception as err:
+        typer.echo(
+            f"Temporal at {settings.resolved_temporal_address} does not answer: {err}", err=True
+        )
+        raise typer.Exit(1) from None
+    typer.echo(f"Temporal answers at {settings.resolved_temporal_address} (server {version})")
+
+
+@app.command()
 def worker() -> None:
     """Run one worker on the configured Temporal server until SIGTERM or Ctrl-C."""
     _setup_logging()

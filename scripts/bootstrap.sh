@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Make sure `uv` is on PATH, installing it from PyPI if needed. Sourced by demo.sh and
+# test.sh. Works on a fresh Debian/Ubuntu machine that has only Python 3.11+.
+set -euo pipefail
+
+export PATH="$HOME/.local/bin:$PATH"
+if ! command -v uv >/dev/null 2>&1; then
+  echo "keel: installing uv from PyPI ..." >&2
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+    else
+      echo "keel: need pip for python3 (apt-get install python3-pip) or uv on PATH" >&2
+      exit 1
+    fi
+  fi
+  python3 -m pip install --user --quiet uv 2>/dev/null \
+    || python3 -m pip install --user --quiet --break-system-packages uv
+fi
+
+# llama-cpp-python (the embedded model server) compiles from source on first install:
+# it needs a C/C++ compiler. uv caches the built wheel, so this happens once.
+if ! command -v c++ >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "keel: installing a C/C++ compiler (build-essential) ..." >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential >/dev/null
+  else
+    echo "keel: need a C/C++ compiler to build llama-cpp-python (apt-get install build-essential)" >&2
+    exit 1
+  fi
+fi
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ ! -x .venv/bin/python ] || ! uv sync --frozen --all-extras --check >/dev/null 2>&1; then
+  echo "keel: installing Python packages with uv (first run builds llama-cpp-python: minutes) ..." >&2
+  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" uv sync --frozen --all-extras
+fi

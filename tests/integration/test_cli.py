@@ -1,0 +1,98 @@
+"""The `keel` CLI as a user runs it: up (and a second up refused), status, down, demo, clean exits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workers.model_server import unavailable_reason
+from workers.services import free_port, pid_alive
+
+KEEL = [sys.executable, "-m", "cli.keel"]
+
+
+def keel_env(data_dir: Path) -> dict[str, str]:
+    """A private instance: its own data dir and ports, so tests never meet a user's Keel."""
+    return {
+        **os.environ,
+        "KEEL_DATA_DIR": str(data_dir),
+        "KEEL_DEV_SERVER_PORT": str(free_port()),
+        "KEEL_DEV_SERVER_UI_PORT": str(free_port()),
+        "KEEL_API_PORT": str(free_port()),
+        "KEEL_MODEL_SERVER_PORT": str(free_port()),
+        "KEEL_TEMPORAL_ADDRESS": "",
+    }
+
+
+def run(
+    args: list[str], env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(KEEL + args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_is_fast_and_clean():
+    start = time.monotonic()
+    proc = subprocess.run([*KEEL, "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "demo" in proc.stdout
+    assert time.monotonic() - start < 10  # no LiteLLM or worker import on this path
+
+
+def test_up_status_second_up_and_down(tmp_path):
+    env = keel_env(tmp_path / "keel")
+    up = subprocess.Popen(
+        [*KEEL, "up", "--no-model"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "keel" / "run" / "up.json").exists():
+            assert up.poll() is None, up.stderr.read() if up.stderr else ""
+            assert time.monotonic() < deadline, "keel up did not come up"
+            time.sleep(0.2)
+        status = run(["status"], env)
+        assert status.returncode == 0, status.stderr
+        for name in ("temporal", "worker", "api"):
+            assert name in status.stdout
+        assert "DEAD" not in status.stdout
+        twin = run(["up", "--no-model"], env)
+        assert twin.returncode == 1 and "already running" in twin.stderr
+        pids = [int(line.split()[2]) for line in status.stdout.splitlines()[1:]]
+        down = run(["down"], env)
+        assert down.returncode == 0 and "down" in down.stdout
+        up.wait(timeout=60)
+        assert all(not pid_alive(p) for p in pids), "a service outlived keel down"
+        assert run(["status"], env).returncode == 3
+    finally:
+        if up.poll() is None:
+            up.kill()
+
+
+def test_cli_exits_cleanly_after_using_the_temporal_client(tmp_path, temporal_address):
+    """sdk-python issue 300: exit crashes after client use; os._exit in main() avoids them."""
+    env = {**keel_env(tmp_path / "keel"), "KEEL_TEMPORAL_ADDRESS": temporal_address}
+    for _ in range(8):
+        proc = run(["ping"], env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "Temporal answers" in proc.stdout
+        assert "PyGILState" not in proc.stderr and "Fatal Python error" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path):
+    """The README's first command: gate opened, approved through the API, workflow done."""
+    if unavailable_reason():
+        pytest.skip(f"local model not installed: {unavailable_reason()}")
+    env = keel_env(tmp_path / "keel")
+    proc = run(["demo"], env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "Gate opened: demo/" in out
+    assert "Approved through the API" in out
+    assert "Workflow completed: published=True" in out
+    assert "/namespaces/default/workflows/demo%2F" in out
+    assert not (tmp_path / "keel" / "run" / "up.json").exists()  # the demo stopped what it started
