@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 from sqlalchemy.orm import Session, sessionmaker
-from store.records import record_gate_event
 from temporalio import activity
 
 from keel.records import GateAuditEvent
+from store.records import record_gate_event
 
 
 class RecordActivities:

@@ -14,11 +14,11 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
-from store.records import get_idempotent, save_idempotent
 
 from api.deps import Caller
 from api.errors import ApiError
 from keel.digest import digest_json
+from store.records import get_idempotent, save_idempotent
 
 REPLAY_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 255
