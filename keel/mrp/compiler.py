@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 from keel.digest import canonical_json
 from keel.mrp.budget import kill_limits
-from keel.mrp.dsl import JobSpec, ParsedJob, parse_job
+from keel.mrp.dsl import JobSpec, ParsedJob, parse_job, path_of
 from keel.mrp.errors import DslError, DslIssue, PolicyViolation
 from keel.mrp.ir import (
     ApprovalTask,
@@ -97,22 +97,23 @@ def check_schemas(parsed: ParsedJob, specs: dict[str, OperatorSpec]) -> None:
     map operator's input schema; :class:`DslError` with lines for every mismatch."""
     issues: list[DslIssue] = []
     spec = parsed.spec
+
+    def add(base: str, where: tuple[str | int, ...], message: str) -> None:
+        path = path_of([*base.split("."), *where])
+        issues.append(DslIssue(path=path, line=parsed.line(path), message=message))
+
     for role, op in specs.items():
         for problem in op.schema_errors("params", _params(spec, role)):
-            path = f"{ROLE_PATHS[role]}.params"
-            issues.append(DslIssue(path=path, line=parsed.line(path), message=problem))
+            add(f"{ROLE_PATHS[role]}.params", problem.path, problem.message)
     items = spec.inputs.items
     if items is not None:
         mapper = specs["map"]
         for i, item in enumerate(items):
-            path = f"inputs.items[{i}]"
             for problem in mapper.schema_errors("input", item, limit=3):
-                issues.append(
-                    DslIssue(
-                        path=path,
-                        line=parsed.line(path),
-                        message=f"does not match {mapper.ref} input schema: {problem}",
-                    )
+                add(
+                    f"inputs.items[{i}]",
+                    problem.path,
+                    f"does not match the {mapper.ref} input schema: {problem.message}",
                 )
             if len(issues) >= 50:
                 # A wholly wrong item list would otherwise report every item.

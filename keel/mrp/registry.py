@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jsonschema
 from pydantic import (
@@ -46,6 +46,13 @@ SIGNATURE_RE = re.compile(r"^[0-9a-f]{128}$")
 
 # The JSON Schema dialect used for input, output and params schemas.
 SchemaValidator = jsonschema.Draft202012Validator
+
+
+class SchemaProblem(NamedTuple):
+    """One JSON Schema failure: where in the value (keys and indexes) and what."""
+
+    path: tuple[str | int, ...]
+    message: str
 
 
 class OperatorKind(StrEnum):
@@ -164,8 +171,11 @@ class OperatorSpec(BaseModel):
 
     def schema_errors(
         self, which: Literal["input", "output", "params"], value: Any, limit: int = 5
-    ) -> list[str]:
-        """Problems of ``value`` against one of this operator's schemas (empty: valid)."""
+    ) -> list[SchemaProblem]:
+        """Problems of ``value`` against one of this operator's schemas (empty: valid).
+
+        At most ``limit`` problems, in path order, each with the path inside ``value``.
+        """
         schema = {
             "input": self.input_schema,
             "output": self.output_schema,
@@ -174,13 +184,9 @@ class OperatorSpec(BaseModel):
         if not schema:
             return []
         errors = sorted(
-            SchemaValidator(schema).iter_errors(value), key=lambda e: list(e.absolute_path)
+            SchemaValidator(schema).iter_errors(value), key=lambda e: [str(p) for p in e.path]
         )
-        out: list[str] = []
-        for e in errors[:limit]:
-            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path)
-            out.append(f"{where.lstrip('.') or '(value)'}: {e.message}")
-        return out
+        return [SchemaProblem(tuple(e.absolute_path), e.message) for e in errors[:limit]]
 
 
 class AllowEntry(BaseModel):
