@@ -317,7 +317,8 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
             body = body.replace("\\", "\\\\")
             if body.startswith("^"):
                 body = "\\" + body
-            out.append("[" + ("^" if negate else "") + body + "]")
+            # A class never matches "/", as in glob: it stays within one path segment.
+            out.append("[^/" + body + "]" if negate else "(?!/)[" + body + "]")
             i = end + 1
         else:
             out.append(re.escape(c))
