@@ -272,8 +272,8 @@ class Shard(BaseModel):
     input_digest: str
 
 
-def make_shards(units: Sequence[JsonValue] | Sequence[FileRef], per_shard: int) -> list[Shard]:
-    """Cut ``units`` (items or files, already in canonical order) into shards."""
+def make_shards(units: Sequence[Any], per_shard: int) -> list[Shard]:
+    """Cut ``units`` (JSON items or :class:`FileRef` files, in canonical order) into shards."""
     if per_shard < 1:
         raise ValueError("per_shard must be >= 1")
     shards: list[Shard] = []
@@ -282,7 +282,7 @@ def make_shards(units: Sequence[JsonValue] | Sequence[FileRef], per_shard: int) 
         if chunk and isinstance(chunk[0], FileRef):
             si = ShardInput(files=[f for f in chunk if isinstance(f, FileRef)])
         else:
-            si = ShardInput(items=chunk)  # type: ignore[arg-type]
+            si = ShardInput(items=chunk)
         shards.append(Shard(index=index, input=si, input_digest=si.digest()))
     return shards
 
@@ -379,8 +379,9 @@ def resolve_files(
     return [by_path[p] for p in sorted(by_path)]
 
 
-def inputs_digest_of(units: Sequence[JsonValue] | Sequence[FileRef]) -> str:
-    """Digest of the job's inputs, independent of how they are sharded."""
+def inputs_digest_of(units: Sequence[Any]) -> str:
+    """Digest of the job's inputs (JSON items or :class:`FileRef` files), whatever the
+    sharding."""
     if units and isinstance(units[0], FileRef):
         return digest_json(
             {"files": [f.model_dump(mode="json") for f in units if isinstance(f, FileRef)]}

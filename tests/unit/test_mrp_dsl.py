@@ -190,3 +190,20 @@ def test_refs_must_be_exact_versions(ref: str):
 
 def test_ref_split():
     assert split_ref("llm.classify@1.2.3-rc.1") == ("llm.classify", "1.2.3-rc.1")
+
+
+def test_json_schema_export_refuses_unknown_fields_too():
+    schema = JobSpec.model_json_schema()
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == {
+        "dsl_version",
+        "job_id",
+        "inputs",
+        "map",
+        "reduce",
+        "produce",
+        "policy",
+    }
+    models = {k: v for k, v in schema["$defs"].items() if k.endswith("Spec")}
+    assert len(models) == 8
+    assert all(d["additionalProperties"] is False for d in models.values())
