@@ -11,6 +11,7 @@ The format is specified in docs/rllm-spec.md, the errors in docs/rllm-errors.md.
 
 from keel.rllm.contracts import (
     apply_block_outputs,
+    block_failed,
     block_inputs,
     child_input,
     coerce_input,
@@ -43,6 +44,7 @@ from keel.rllm.errors import (
     RllmError,
     RllmErrorPayload,
     error_from_payload,
+    ollama_model_missing,
 )
 from keel.rllm.estimate import check_context_window, estimate_prompt_tokens, estimate_tokens
 from keel.rllm.model import LLMSpec, PythonBlock, RllmProgram, UseSpec
@@ -83,6 +85,7 @@ __all__ = [
     "UseSpec",
     "ValidationIssue",
     "apply_block_outputs",
+    "block_failed",
     "block_inputs",
     "check_context_window",
     "check_output",
@@ -96,6 +99,7 @@ __all__ = [
     "load",
     "load_app",
     "merge_output",
+    "ollama_model_missing",
     "parse_output",
     "parse_text",
     "render",

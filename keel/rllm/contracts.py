@@ -141,6 +141,33 @@ def apply_block_outputs(
     return out
 
 
+def block_failed(
+    block: PythonBlock,
+    error_type: str,
+    message: str,
+    *,
+    traceback: str = "",
+    inputs: Mapping[str, Any] | None = None,
+) -> PythonBlockExecutionError:
+    """The error for a block the sandbox reported as failed (its ``PythonBlockError``).
+
+    ``inputs`` become the ``received_payload`` so the failure can be replayed by hand;
+    the traceback is cut to its last 4000 characters to keep payloads small.
+    """
+    return PythonBlockExecutionError(
+        f"python block {block.name!r} ({block.stage}) failed: {error_type}: {message}",
+        details={
+            "block": block.name,
+            "stage": block.stage,
+            "line": block.line,
+            "type": error_type,
+            "message": message,
+            "traceback": traceback[-4000:],
+        },
+        received_payload=dict(inputs or {}),
+    )
+
+
 def merge_output(
     program: RllmProgram,
     llm_output: Mapping[str, Any] | None,

@@ -234,6 +234,17 @@ def redact_secrets(value: Any) -> Any:
     return value
 
 
+def ollama_model_missing(model: str, *, app: str | None = None) -> OllamaModelMissingError:
+    """The error for an Ollama model that is not installed while auto-pull is off."""
+    return OllamaModelMissingError(
+        f"the Ollama model {model!r} is not installed"
+        + (f" (recommended by {app!r})" if app else "")
+        + " and automatic pulls are off",
+        details={"model": model, **({"app": app} if app else {})},
+        recovery_hint=f"Run 'ollama pull {model}', or rerun with --ollama-auto-pull.",
+    )
+
+
 def error_from_payload(payload: RllmErrorPayload | dict[str, Any]) -> RllmError:
     """Rebuild the exception from its payload (e.g. read back from a workflow failure).
 

@@ -3,11 +3,13 @@ from pathlib import Path
 import pytest
 
 from keel.rllm import (
+    EXIT_CODES,
     ContextWindowExceededError,
     InputSchemaError,
     OutputSchemaError,
     PythonBlockExecutionError,
     apply_block_outputs,
+    block_failed,
     block_inputs,
     check_context_window,
     check_output,
@@ -16,6 +18,7 @@ from keel.rllm import (
     exposed_output,
     load,
     merge_output,
+    ollama_model_missing,
     render_prompt,
     render_recovery,
     template_variables,
@@ -177,3 +180,29 @@ def test_child_input_leaves_out_absent_optional_values(compose):
     use = compose.uses[0].model_copy(update={"input_map": {"text": "text", "max_sentences": "n"}})
     assert child_input(use, {"text": "x"}) == {"text": "x"}
     assert child_input(use, {"text": "x", "n": 3}) == {"text": "x", "max_sentences": 3}
+
+
+def test_block_failure_payload(keywords):
+    err = block_failed(
+        keywords.pre_blocks[0],
+        "NameError",
+        "name 'txt' is not defined",
+        traceback="Traceback...\n" + "x" * 5000,
+        inputs={"text": "a"},
+    )
+    p = err.to_payload()
+    assert p.error_code == "RLLM_PYTHON_BLOCK_FAILED"
+    assert p.message == (
+        "python block 'squash_whitespace' (pre) failed: NameError: name 'txt' is not defined"
+    )
+    assert p.details["block"] == "squash_whitespace" and p.details["stage"] == "pre"
+    assert len(p.details["traceback"]) == 4000
+    assert p.received_payload == {"text": "a"}
+
+
+def test_ollama_missing_payload(summary):
+    err = ollama_model_missing(summary.ollama_models()[0], app=summary.name)
+    p = err.to_payload()
+    assert p.details == {"model": "smollm2:135m", "app": "summary"}
+    assert "ollama pull smollm2:135m" in p.recovery_hint
+    assert EXIT_CODES[type(err)] == 19
