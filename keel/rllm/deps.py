@@ -78,10 +78,11 @@ class DependencyGraph(BaseModel):
         seen: list[str] = []
 
         def visit(key: str) -> None:
+            if key in seen:  # a child shared by several parents is listed once
+                return
             for e in self.children(key):
                 visit(e.child)
-            if key not in seen:
-                seen.append(key)
+            seen.append(key)
 
         visit(self.root)
         return seen

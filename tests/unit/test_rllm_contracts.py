@@ -85,8 +85,8 @@ def test_summary_prompt_renders_exactly(summary):
     prompt = render_prompt(summary, template_variables(summary, inputs))
     assert prompt == (
         "Summarise the text in at most 2 sentences.\n"
-        "Reply with only a JSON object, for example:\n"
-        '{"summary": "The cat sat on the mat.", "sentences": 1}\n'
+        "Reply with only a JSON object in this form:\n"
+        '{"summary": "...", "sentences": 1}\n'
         "\n"
         "Text:\n"
         "The cat sat.\nIt purred.\n"
