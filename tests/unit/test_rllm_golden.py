@@ -73,6 +73,14 @@ def test_composition_failure_payload(name: str, monkeypatch: pytest.MonkeyPatch)
     assert_golden(f"compose/{name}.json", payload)
 
 
+@pytest.mark.parametrize("name", ["summary", "extract_keywords", "compose_summary_keywords"])
+def test_example_parse_tree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parsed form of each example, so a parser change shows up as a reviewable diff."""
+    monkeypatch.chdir(EXAMPLES)
+    program = load(f"{name}.rllm").model_dump(mode="json", exclude={"source_digest"})
+    assert_golden(f"programs/{name}.json", program)
+
+
 def test_runtime_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(EXAMPLES)
     summary = load("summary.rllm")
@@ -104,7 +112,9 @@ def test_runtime_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_golden_files_cover_every_file_error_class() -> None:
     """The goldens exercise each class that loading and running can raise."""
     seen = {
-        json.loads(p.read_text())["error_type"] for p in GOLDEN.glob("**/*.json") if p.is_file()
+        json.loads(p.read_text())["error_type"]
+        for p in GOLDEN.glob("**/*.json")
+        if p.parent.name != "programs"
     }
     runtime_only = {"PythonBlockExecutionError", "OllamaModelMissingError"}
     assert {c.__name__ for c in ERROR_CLASSES} - runtime_only <= seen
@@ -116,3 +126,5 @@ def test_no_golden_without_a_case() -> None:
         assert (p.with_suffix(".rllm")).exists(), p
     for p in (GOLDEN / "compose").glob("*.json"):
         assert p.stem in COMPOSE_FAILURES, p
+    for p in (GOLDEN / "programs").glob("*.json"):
+        assert (EXAMPLES / f"{p.stem}.rllm").exists(), p
