@@ -737,8 +737,8 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
         raise LLMParamValidationError(
             f"{f.name}:{line}:{column}: llm_params.{pname} ({max_tokens}) leaves no room "
             f"for the prompt in max_context_window ({window})",
-            details={"file": f.path, "line": line, "param": pname},
-            received_payload=params,
+            details={"file": f.path, "line": line, "column": column, "param": pname},
+            received_payload=redact_secrets(params),
             recovery_hint=f"Lower {pname} well below max_context_window.",
         )
 
