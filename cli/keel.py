@@ -242,11 +242,14 @@ def worker() -> None:
 
 
 async def _run_worker(settings: Settings) -> None:
+    from activities.llm import load_litellm_async
     from workers.client import connect
     from workers.main import build_worker, ensure_search_attributes
     from workers.telemetry import init_tracing, make_runtime
 
     init_tracing(settings)
+    # LiteLLM's import takes seconds: pay it at start, not inside the first LLM call.
+    await load_litellm_async()
     client = await connect(settings, runtime=make_runtime(settings))
     await ensure_search_attributes(client, settings.temporal_namespace)
     stop = asyncio.Event()
