@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import traceback
 from collections.abc import Callable
 
 import click
@@ -34,6 +35,12 @@ def run_and_exit(app: typer.Typer, argv: list[str] | None = None) -> None:
         code = 130
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:
+        # Bad settings, unreachable servers...: one clear line, the traceback on request.
+        if os.environ.get("KEEL_DEBUG"):
+            traceback.print_exc()
+        sys.stderr.write(f"error: {type(e).__name__}: {e}\n(set KEEL_DEBUG=1 for a traceback)\n")
+        code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):

@@ -283,11 +283,16 @@ def demo(
     stay: Annotated[bool, typer.Option(help="Keep the services up after the demo")] = False,
 ) -> None:
     """Run the main job end to end: LLM call → approval gate → approved through the API."""
+    from workers.model_server import unavailable_reason
     from workers.services import pid_alive, stop_pid
 
     settings = get_settings()
     started_here = None
     if _read_state(settings) is None:
+        reason = unavailable_reason()
+        if reason:
+            typer.echo(f"the demo needs the embedded local model: {reason}", err=True)
+            raise typer.Exit(1)
         typer.echo("Starting Keel (keel up) ...")
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         with open(settings.data_dir / "up.log", "ab") as up_log:
@@ -327,6 +332,8 @@ def demo(
 
 async def _run_demo(settings: Settings) -> None:
     import httpx
+    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+    from temporalio.exceptions import ActivityError
 
     from keel.gates import gate_workflow_id
     from workers.client import connect
@@ -344,13 +351,25 @@ async def _run_demo(settings: Settings) -> None:
     base = f"http://127.0.0.1:{settings.api_port}"
     headers = {"Authorization": f"Bearer {approver.token.get_secret_value()}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
-        for _ in range(1200):
+        deadline = time.monotonic() + 600
+        while True:
             resp = await http.get(f"/gates/{gate_id}")
             if resp.status_code == 200:
                 break
+            desc = await handle.describe()
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                # The LLM step failed for good (e.g. no model server): say why, don't wait.
+                try:
+                    await handle.result()
+                except WorkflowFailureError as err:
+                    cause = err.cause
+                    # ActivityError wraps the activity's own error, which says what broke.
+                    if isinstance(cause, ActivityError) and cause.cause is not None:
+                        cause = cause.cause
+                    raise RuntimeError(f"the demo workflow {wid} failed: {cause}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gate {gate_id} did not open in 10 minutes: {resp.text}")
             await asyncio.sleep(0.25)
-        else:
-            raise RuntimeError(f"gate {gate_id} did not open: {resp.text}")
         gate = resp.json()
         typer.echo(f"3. Gate opened: {gate_id}\n   {gate['subject']}")
         resp = await http.post(

@@ -20,7 +20,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import Self
+
+from workers.services import ManagedProcess
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +145,7 @@ class LocalModelServer:
         self.log_path = Path(log_path)
         self.python = python
         self.model_path = model_path
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self._proc: ManagedProcess | None = None
 
     @property
     def base_url(self) -> str:
@@ -154,7 +155,7 @@ class LocalModelServer:
     @property
     def pid(self) -> int | None:
         """PID of the running server process, or None."""
-        return self._proc.pid if self._proc is not None else None
+        return self._proc.pid if self._proc is not None and self._proc.running() else None
 
     def is_available(self) -> bool:
         """Whether llama_cpp (with its server deps) and the weights are installed.
@@ -191,30 +192,31 @@ class LocalModelServer:
                 f"something already answers on 127.0.0.1:{self.port}; "
                 "stop it or set KEEL_MODEL_SERVER_PORT"
             )
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        cmd = [
-            self.python, "-m", "llama_cpp.server",
-            "--model", str(model),
-            "--model_alias", self.alias,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--n_threads", str(self.threads),
-            "--n_ctx", str(self.ctx),
-        ]  # fmt: skip
+        self._proc = ManagedProcess(
+            "local model server",
+            [
+                self.python, "-m", "llama_cpp.server",
+                "--model", str(model),
+                "--model_alias", self.alias,
+                "--host", "127.0.0.1",
+                "--port", str(self.port),
+                "--n_threads", str(self.threads),
+                "--n_ctx", str(self.ctx),
+            ],
+            self.log_path,
+        )  # fmt: skip
         logger.info("starting local model server on %s (log %s)", self.base_url, self.log_path)
-        self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
-        )
+        self._proc.start()
         deadline = time.monotonic() + timeout_s
         while True:
-            code = self._proc.poll()
-            if code is not None:
+            if not self._proc.running():
+                code = self._proc.proc.returncode if self._proc.proc else None
                 self.stop()
                 raise ModelServerError(
                     f"local model server exited with code {code} during start-up; "
                     f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
                 )
+            # The port opens only after the model loaded; /v1/models proves it serves.
             if self._answers():
                 logger.info("local model server up (pid %s)", self._proc.pid)
                 return self
@@ -227,18 +229,10 @@ class LocalModelServer:
             time.sleep(0.25)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the server by its PID: SIGTERM, wait, then SIGKILL. Idempotent."""
+        """Stop the server by its PID (its whole process group): SIGTERM, then SIGKILL."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=timeout_s)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        if proc is not None:
+            proc.stop(timeout_s)
 
     def __enter__(self) -> Self:
         return self.start()

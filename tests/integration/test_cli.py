@@ -96,3 +96,11 @@ def test_demo_end_to_end(tmp_path):
     assert "Workflow completed: published=True" in out
     assert "/namespaces/default/workflows/demo%2F" in out
     assert not (tmp_path / "keel" / "run" / "up.json").exists()  # the demo stopped what it started
+
+
+def test_bad_settings_give_one_clear_line(tmp_path):
+    env = {**keel_env(tmp_path / "keel"), "KEEL_API_TOKENS": "not json"}
+    proc = run(["status"], env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: SettingsError") and "api_tokens" in proc.stderr
+    assert "Traceback" not in proc.stderr
