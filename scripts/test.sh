@@ -6,7 +6,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy keel store activities workflows workers api cli sandbox
+.venv/bin/mypy keel store activities workflows workers api cli sandbox operators
 # One run of the whole suite with PostgreSQL beside it: store tests run on SQLite and
 # PostgreSQL; the CLI and demo tests use the default SQLite file.
 exec bash scripts/with-postgres.sh .venv/bin/pytest "$@"
