@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     models_config: Path = Path(__file__).resolve().parent.parent / "configs" / "models.yaml"
     model_server_port: int = 8089
 
+    # Ollama assist for .rllm apps (docs/rllm-ollama.md): where the local Ollama server
+    # answers, and whether runs pull missing Ollama models without --ollama-auto-pull.
+    ollama_base_url: str = "http://127.0.0.1:11434"
+    ollama_auto_pull: bool = False
+
     @field_validator("api_tokens", "webhook_allowed_prefixes", mode="before")
     @classmethod
     def _tokens_from_json(cls, v: object) -> object:
