@@ -1,0 +1,277 @@
+"""The ``MRPJob`` workflow's contract: its input, its result and the run manifest.
+
+Pure models shared by the workflow (``workflows/mrp.py``), its activities
+(``activities/mrp.py``), the ``mrp`` CLI and the API. Nothing here does I/O.
+
+- :class:`MRPJobInput` starts a run. Workflow id: :func:`workflow_id_for` ->
+  ``mrp/<job_id>/<run_id>``; when ``run_id`` is empty the workflow takes the last segment of
+  its workflow id.
+- :class:`MRPJobResult` is what the workflow returns for every *decided* end (succeeded,
+  budget_exceeded, rejected, expired, evaluation_failed). A compile failure, a shard over
+  its retry cap or a replay mismatch fails the workflow with a non-retryable
+  ``ApplicationError`` whose message names the rule, operator or shard; ``type`` is one of
+  :data:`ERROR_TYPES`.
+- :class:`RunManifest` (``run-manifest.json`` in the artifact store) lists every digest of a
+  run: IR, compile manifest, policy report, each shard's input and output, the reduce
+  output, the evaluation, the produced files. Partial for runs that stopped early.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from keel.digest import canonical_json, digest_json
+
+#: Temporal workflow type name of the runtime.
+WORKFLOW_TYPE = "MRPJob"
+#: Shards per map window (one heartbeating activity) when neither input nor config says.
+DEFAULT_WINDOW_SIZE = 100
+#: Largest accepted window.
+MAX_WINDOW_SIZE = 10_000
+RUN_MANIFEST_VERSION: Literal["mrp-run/0.1"] = "mrp-run/0.1"
+
+Backend = Literal["ray", "threads"]
+RunStatus = Literal[
+    "succeeded", "failed", "budget_exceeded", "rejected", "expired", "evaluation_failed"
+]
+Phase = Literal["compile", "map", "reduce", "evaluate", "approval", "produce", "finalise"]
+ShardState = Literal["succeeded", "skipped", "failed", "cancelled"]
+
+#: ``ApplicationError.type`` values the workflow fails with.
+ERROR_COMPILE = "MrpCompileError"  # DSL error, policy violation, operator refused
+ERROR_SHARD = "MrpShardFailed"  # a shard passed its retry cap or failed non-retryably
+ERROR_REPLAY_MISMATCH = "MrpReplayMismatch"  # replay produced a different digest
+ERROR_REPLAY_SOURCE = "MrpReplaySourceMissing"  # replay_of names no stored run
+ERROR_PHASE = "MrpPhaseFailed"  # reduce/evaluate/produce operator raised
+ERROR_TYPES = (ERROR_COMPILE, ERROR_SHARD, ERROR_REPLAY_MISMATCH, ERROR_REPLAY_SOURCE, ERROR_PHASE)
+
+
+def workflow_id_for(job_id: str, run_id: str) -> str:
+    """The workflow id of a run: ``mrp/<job_id>/<run_id>``."""
+    return f"mrp/{job_id}/{run_id}"
+
+
+def run_id_from_workflow_id(workflow_id: str) -> str:
+    """``run_id`` of ``mrp/<job_id>/<run_id>``; any other id is its own run id."""
+    if workflow_id.startswith("mrp/") and workflow_id.count("/") >= 2:
+        return workflow_id.rsplit("/", 1)[1]
+    return workflow_id
+
+
+class _RunModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MRPJobInput(_RunModel):
+    """Input of the ``MRPJob`` workflow (plain JSON works with ``temporal workflow start``).
+
+    ``base_dir`` is where ``inputs.files`` patterns resolve, on the worker (empty: the
+    worker's current directory). ``backend`` None means the configured default (``ray``).
+    ``replay_of`` names a finished run whose stored IR, inputs and LLM answers are re-used;
+    the run then recomputes every shard and fails on the first digest that differs.
+    ``llm_replay_only`` answers LLM calls from the cache only (implied by ``replay_of``).
+    """
+
+    job_yaml: str = ""
+    source: str = ""
+    base_dir: str = ""
+    run_id: str = ""
+    backend: Backend | None = None
+    window_size: int | None = Field(default=None, ge=1, le=MAX_WINDOW_SIZE)
+    replay_of: str | None = None
+    llm_replay_only: bool = False
+
+
+class ShardCounters(_RunModel):
+    """What the map phase did. ``run`` counts operator executions that finished (first
+    try or retry); ``skipped`` shards were found in the checkpoint index; ``retried`` counts
+    extra attempts; ``failed`` shards passed their retry cap."""
+
+    total: int = 0
+    run: int = 0
+    skipped: int = 0
+    retried: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
+class RunCost(_RunModel):
+    """Spend against the budget (units from operators' ``cost_weight``, USD from LLM calls)."""
+
+    units: Decimal = Decimal(0)
+    usd: Decimal = Decimal(0)
+    llm_usd: Decimal = Decimal(0)
+    limit_units: Decimal = Decimal(0)
+    limit_usd: Decimal = Decimal(0)
+    estimate_units: Decimal = Decimal(0)
+    estimate_usd: Decimal = Decimal(0)
+    tripped: str | None = None
+    llm_calls: int = 0
+    llm_cached: int = 0
+
+
+class ProducedFileRecord(_RunModel):
+    """A file the produce phase wrote, relative to the run's output directory."""
+
+    path: str
+    digest: str
+    size: int = Field(ge=0)
+
+
+class ShardOutputRecord(_RunModel):
+    """One shard of the run manifest."""
+
+    shard_index: int = Field(ge=0)
+    shard_id: str
+    input_digest: str
+    checkpoint_key: str
+    output_digest: str | None = None
+    state: ShardState = "succeeded"
+    attempts: int = 0
+
+
+class EvaluationRecord(_RunModel):
+    """The evaluator's verdict."""
+
+    score: Decimal
+    min_score: Decimal
+    passed: bool
+    reasons: list[str] = Field(default_factory=list)
+    digest: str
+
+
+class RunManifest(_RunModel):
+    """``run-manifest.json``: every digest of one run (stored in the artifact store)."""
+
+    run_manifest_version: Literal["mrp-run/0.1"] = RUN_MANIFEST_VERSION
+    run_id: str
+    job_id: str
+    workflow_id: str
+    status: RunStatus
+    partial: bool = False
+    backend: Backend
+    replay_of: str | None = None
+    ir_digest: str
+    manifest_digest: str
+    policy_report_digest: str
+    job_yaml_digest: str
+    input_file_digests: dict[str, str] = Field(default_factory=dict)
+    shards: list[ShardOutputRecord] = Field(default_factory=list)
+    reduce_digest: str | None = None
+    evaluation: EvaluationRecord | None = None
+    output_root: str | None = None
+    sink_destination: str | None = None
+    produced: list[ProducedFileRecord] = Field(default_factory=list)
+    produce_result_digest: str | None = None
+    counters: ShardCounters = Field(default_factory=ShardCounters)
+    cost: RunCost = Field(default_factory=RunCost)
+    phase_timings: dict[str, float] = Field(default_factory=dict)
+    error: str | None = None
+
+    def digest(self) -> str:
+        """BLAKE3 digest of ``run-manifest.json``."""
+        return digest_json(self)
+
+    def to_json(self) -> bytes:
+        """``run-manifest.json``: canonical JSON bytes."""
+        return canonical_json(self)
+
+    def output_digests(self) -> dict[str, str]:
+        """What replay compares: ``shard-NNNNNN`` -> output digest, ``reduce``, and
+        ``produced:<path>`` per file."""
+        out: dict[str, str] = {
+            s.shard_id: s.output_digest for s in self.shards if s.output_digest is not None
+        }
+        if self.reduce_digest is not None:
+            out["reduce"] = self.reduce_digest
+        for f in self.produced:
+            out[f"produced:{f.path}"] = f.digest
+        return out
+
+
+def run_manifest_from_json(data: bytes | str) -> RunManifest:
+    """Parse ``run-manifest.json``."""
+    return RunManifest.model_validate_json(data)
+
+
+class MRPJobResult(_RunModel):
+    """Result of the ``MRPJob`` workflow.
+
+    ``output_digests`` is :meth:`RunManifest.output_digests` (shard outputs, ``reduce``,
+    ``produced:<path>``); ``run_manifest_digest`` names the stored run manifest
+    (``None`` only if the run ended before compile finished).
+    """
+
+    run_id: str
+    job_id: str
+    workflow_id: str
+    status: RunStatus
+    backend: Backend
+    run_manifest_digest: str | None = None
+    ir_digest: str | None = None
+    manifest_digest: str | None = None
+    reduce_digest: str | None = None
+    output_digests: dict[str, str] = Field(default_factory=dict)
+    produced: list[ProducedFileRecord] = Field(default_factory=list)
+    output_root: str | None = None
+    counters: ShardCounters = Field(default_factory=ShardCounters)
+    cost: RunCost = Field(default_factory=RunCost)
+    phase_timings: dict[str, float] = Field(default_factory=dict)
+    evaluation: EvaluationRecord | None = None
+    replay_of: str | None = None
+    replay_matched: bool | None = None
+    message: str = ""
+
+
+class ReplayMismatch(_RunModel):
+    """The first digest a replay did not reproduce (``where`` is a shard id, ``reduce`` or
+    ``produced:<path>``)."""
+
+    where: str
+    expected: str | None
+    got: str | None
+
+
+def first_mismatch(
+    original: dict[str, str], replayed: dict[str, str], shard_order: list[str]
+) -> ReplayMismatch | None:
+    """Compare output digests in canonical order: shards by index, then ``reduce``, then
+    produced files by path. ``None`` when every digest matches."""
+    keys = [*shard_order, "reduce"]
+    keys += sorted(k for k in set(original) | set(replayed) if k.startswith("produced:"))
+    for key in keys:
+        a, b = original.get(key), replayed.get(key)
+        if a != b:
+            return ReplayMismatch(where=key, expected=a, got=b)
+    return None
+
+
+__all__ = [
+    "DEFAULT_WINDOW_SIZE",
+    "ERROR_COMPILE",
+    "ERROR_PHASE",
+    "ERROR_REPLAY_MISMATCH",
+    "ERROR_REPLAY_SOURCE",
+    "ERROR_SHARD",
+    "ERROR_TYPES",
+    "WORKFLOW_TYPE",
+    "Backend",
+    "EvaluationRecord",
+    "MRPJobInput",
+    "MRPJobResult",
+    "Phase",
+    "ProducedFileRecord",
+    "ReplayMismatch",
+    "RunCost",
+    "RunManifest",
+    "RunStatus",
+    "ShardCounters",
+    "ShardOutputRecord",
+    "first_mismatch",
+    "run_id_from_workflow_id",
+    "run_manifest_from_json",
+    "workflow_id_for",
+]
