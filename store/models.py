@@ -9,7 +9,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, Integer, MetaData, String, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -117,3 +128,37 @@ class ApiIdempotencyRow(Base):
     status_code: Mapped[int] = mapped_column(Integer)
     response_body: Mapped[Any] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class RllmRunRow(Base):
+    """One finished ``.rllm`` app run (see ``keel.rllm.stats.RllmRunRecord``).
+
+    Stats are aggregated from these rows on read; ``schema_version`` is the record
+    layout version (``keel.rllm.stats.STATS_SCHEMA_VERSION``) the row was written with.
+    """
+
+    __tablename__ = "rllm_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_key: Mapped[str] = mapped_column(String, unique=True)
+    workflow_id: Mapped[str] = mapped_column(String, default="")
+    app: Mapped[str] = mapped_column(String)
+    app_version: Mapped[str] = mapped_column(String)
+    model: Mapped[str] = mapped_column(String)
+    status: Mapped[str] = mapped_column(String(16))
+    error_type: Mapped[str | None] = mapped_column(String, nullable=True)
+    input_valid: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    output_valid: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    total_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    max_completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    llm_latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    total_latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    own_latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    schema_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_rllm_runs_app_model", "app", "model"),)

@@ -1,0 +1,213 @@
+"""The ``RllmApp`` workflow's contract: its input, its result and the per-attempt record.
+
+Pure models shared by the workflow (workflows/rllm.py), its activities
+(activities/rllm.py), the ``runllm`` CLI and the API. A client that runs an app on a
+remote worker sends every file the app needs in :attr:`RllmRunInput.files`
+(:func:`bundle_files` builds that mapping), so the worker never needs the client's disk.
+
+Failures are not part of :class:`RllmRunResult`: the workflow fails with
+``ApplicationError(message, payload, type=<error class name>, non_retryable=True)``
+whose first detail is an :class:`keel.rllm.errors.RllmErrorPayload` as JSON;
+:func:`keel.rllm.errors.error_from_payload` turns it back into the exception.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from keel.llm import LLMUsage, ModelsConfig
+from keel.rllm.errors import DependencyResolutionError, MetadataValidationError, ParseError
+from keel.rllm.model import LLMSpec
+
+#: Temporal workflow type name of the runner.
+WORKFLOW_TYPE = "RllmApp"
+#: Recovery retries after the first attempt when neither the input nor the app says.
+DEFAULT_MAX_RETRIES = 2
+#: Highest ``max_retries`` accepted (each retry is a paid model call).
+MAX_RETRIES_LIMIT = 10
+
+
+def workflow_id_for(app_name: str, unique: str) -> str:
+    """The workflow id clients use: ``rllm/<app name>/<unique>`` (a uuid4 in practice)."""
+    return f"rllm/{app_name}/{unique}"
+
+
+class RllmRunInput(BaseModel):
+    """Input of the ``RllmApp`` workflow.
+
+    ``path`` is the root app: a key of ``files`` when ``files`` is given, else a path
+    the worker can read. ``files`` maps relative paths (``/`` separated, relative to the
+    root file's directory, like ``uses`` paths) to file texts. ``input`` is a dict, a
+    JSON or YAML text of one, or a bare string for an app with one required string
+    input (see :func:`keel.rllm.contracts.coerce_input`). ``model`` overrides the app's
+    ``llm`` with a name from the models config; it applies to children as well.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1)
+    files: dict[str, str] = Field(default_factory=dict)
+    input: Any = None
+    model: str | None = None
+    max_retries: int | None = Field(default=None, ge=0, le=MAX_RETRIES_LIMIT)
+    ollama_auto_pull: bool = False
+    record_stats: bool = True
+
+
+class RllmAttempt(BaseModel):
+    """One model call of a run: the first answer or a recovery retry.
+
+    ``errors`` are the validation issues exactly as the model was shown them
+    (``path: message`` lines; empty when ``ok``); ``raw`` is the model's whole answer.
+    """
+
+    attempt: int = Field(ge=1)
+    ok: bool
+    errors: list[str] = Field(default_factory=list)
+    raw: str = ""
+    usage: LLMUsage = Field(default_factory=LLMUsage)
+    latency_ms: float = 0.0
+    model_name: str = ""
+    finish_reason: str | None = None
+
+
+class RllmRunResult(BaseModel):
+    """Result of the ``RllmApp`` workflow.
+
+    ``model`` is the models-config name the app ran on (for a pure composition, which
+    makes no call itself, the name it resolved to). ``attempts`` are this app's own calls; ``children`` the
+    results of its ``uses`` entries by alias. ``usage`` and ``llm_latency_ms`` include
+    the children; ``retries`` counts this app's recovery retries only.
+    """
+
+    app: str
+    version: str
+    model: str
+    output: dict[str, Any]
+    attempts: list[RllmAttempt] = Field(default_factory=list)
+    retries: int = 0
+    children: dict[str, RllmRunResult] = Field(default_factory=dict)
+    usage: LLMUsage = Field(default_factory=LLMUsage)
+    llm_latency_ms: float = 0.0
+    total_latency_ms: float = 0.0
+
+
+def resolve_model_name(llm: LLMSpec, override: str | None, models: ModelsConfig) -> str:
+    """The models-config name an app runs on.
+
+    ``override`` (``--model``) wins and must be a name in ``models``. Otherwise
+    ``provider: keel`` names a models-config entry directly, and any other provider
+    picks the first entry (by name) whose ``litellm_model`` is ``provider/model``:
+    every call goes through the gateway, which only knows configured models.
+
+    Raises:
+        MetadataValidationError: the name is not configured (``details.known`` lists the
+            configured names).
+    """
+    known = sorted(models.models)
+    if override:
+        if override in models.models:
+            return override
+        raise MetadataValidationError(
+            f"model {override!r} is not in the models config (known: {', '.join(known)})",
+            details={"key": "model", "model": override, "known": known},
+            recovery_hint="Pass --model with one of details.known, or add the model to "
+            "the models config (configs/models.yaml).",
+        )
+    if llm.is_config_name:
+        if llm.model in models.models:
+            return llm.model
+        raise MetadataValidationError(
+            f"llm.model {llm.model!r} is not in the models config (known: {', '.join(known)})",
+            details={"key": "llm.model", "model": llm.model, "known": known},
+            recovery_hint="Use one of details.known as llm.model, pass --model, or add "
+            "the model to the models config (configs/models.yaml).",
+        )
+    wanted = llm.litellm_model
+    for name in known:
+        if models.models[name].litellm_model == wanted:
+            return name
+    raise MetadataValidationError(
+        f"llm {wanted!r} is not served by any entry of the models config "
+        f"(known: {', '.join(known)})",
+        details={"key": "llm", "model": wanted, "known": known},
+        recovery_hint=f"Add an entry with litellm_model: {wanted} to the models config "
+        "(configs/models.yaml), or pass --model with one of details.known.",
+    )
+
+
+def add_usage(*usages: LLMUsage) -> LLMUsage:
+    """The sum of several token counts."""
+    return LLMUsage(
+        prompt_tokens=sum(u.prompt_tokens for u in usages),
+        completion_tokens=sum(u.completion_tokens for u in usages),
+        total_tokens=sum(u.total_tokens for u in usages),
+    )
+
+
+def _uses_paths(text: str) -> list[str]:
+    """The ``uses[].path`` values of a file's frontmatter (empty when there are none)."""
+    import yaml
+
+    lines = text.removeprefix("\ufeff").replace("\r\n", "\n").split("\n")
+    if not lines or lines[0].strip() != "---":
+        return []
+    try:
+        end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
+    except StopIteration:
+        return []
+    try:
+        data = yaml.safe_load("\n".join(lines[1:end]))
+    except yaml.YAMLError:
+        return []
+    uses = data.get("uses") if isinstance(data, dict) else None
+    if not isinstance(uses, list):
+        return []
+    return [u["path"] for u in uses if isinstance(u, dict) and isinstance(u.get("path"), str)]
+
+
+def bundle_files(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read an app file and every file it ``uses``, transitively, for :class:`RllmRunInput`.
+
+    Keys are paths relative to the root file's directory with ``/`` separators; the root
+    is under its own file name. Files that do not parse are still bundled (the worker
+    reports their errors with positions); a cycle simply stops where a file repeats.
+
+    Raises:
+        ParseError: the root file cannot be read or is not UTF-8.
+        DependencyResolutionError: a used file cannot be read, or lies outside the root
+            file's directory tree (``../x.rllm``), which a bundle cannot name.
+    """
+    root = Path(path)
+    base = root.resolve().parent
+    out: dict[str, str] = {}
+    todo: list[tuple[Path, str | None]] = [(root.resolve(), None)]
+    while todo:
+        file, parent = todo.pop(0)
+        try:
+            rel = file.relative_to(base).as_posix()
+        except ValueError:
+            raise DependencyResolutionError(
+                f"{parent}: uses {file}, which is outside {base}",
+                details={"file": parent, "child": str(file)},
+                recovery_hint="Keep every used file in the root app's directory or below it.",
+            ) from None
+        if rel in out:
+            continue
+        try:
+            text = file.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            msg = f"cannot read {file}: {getattr(e, 'strerror', None) or e}"
+            if parent is None:
+                raise ParseError(msg, details={"file": str(file)}) from None
+            raise DependencyResolutionError(
+                f"{parent}: {msg}", details={"file": parent, "child": rel}
+            ) from None
+        out[rel] = text
+        for child in _uses_paths(text):
+            todo.append((Path(os.path.normpath(file.parent / child)), rel))
+    return out
