@@ -278,6 +278,33 @@ def api() -> None:
     )
 
 
+def start_up_in_background(settings: Settings, timeout_s: float = 300) -> subprocess.Popen[bytes]:
+    """Start ``keel up`` as a detached child (output in ``<data_dir>/up.log``) and wait until
+    it is up; ``keel demo`` and ``mrp run`` use it when no Keel runs. Exits 1 if it fails."""
+    from workers.services import stop_pid
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with open(settings.data_dir / "up.log", "ab") as up_log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.keel", "up"],
+            stdout=up_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout_s
+    while _read_state(settings) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_pid(proc.pid, 30)
+            typer.echo(
+                f"keel up did not start; see {settings.data_dir / 'up.log'}:\n"
+                + (settings.data_dir / "up.log").read_text()[-2000:],
+                err=True,
+            )
+            raise typer.Exit(1)
+        time.sleep(0.2)
+    return proc
+
+
 @app.command()
 def demo(
     stay: Annotated[bool, typer.Option(help="Keep the services up after the demo")] = False,
@@ -294,24 +321,7 @@ def demo(
             typer.echo(f"the demo needs the embedded local model: {reason}", err=True)
             raise typer.Exit(1)
         typer.echo("Starting Keel (keel up) ...")
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(settings.data_dir / "up.log", "ab") as up_log:
-            started_here = subprocess.Popen(
-                [sys.executable, "-m", "cli.keel", "up"],
-                stdout=up_log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 300
-        while _read_state(settings) is None:
-            if started_here.poll() is not None or time.monotonic() > deadline:
-                typer.echo(
-                    f"keel up did not start; see {settings.data_dir / 'up.log'}:\n"
-                    + (settings.data_dir / "up.log").read_text()[-2000:],
-                    err=True,
-                )
-                raise typer.Exit(1)
-            time.sleep(0.2)
+        started_here = start_up_in_background(settings)
     try:
         asyncio.run(_run_demo(settings))
     finally:
