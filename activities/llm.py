@@ -323,6 +323,8 @@ class LLMGateway:
         params: dict[str, Any] = {**spec.params, **req.params}
         if req.json_mode:
             params["response_format"] = {"type": "json_object"}
+            if req.json_schema is not None:
+                params["response_format"]["schema"] = req.json_schema
         kwargs: dict[str, Any] = {
             **params,
             "model": spec.litellm_model,

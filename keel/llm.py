@@ -63,13 +63,17 @@ class LLMRequest(BaseModel):
 
     ``model`` is a name from the models config; empty means the config's default.
     ``params`` go to the provider as is (temperature, max_tokens, seed, response_format,
-    ...) on top of the model's defaults. ``json_mode`` asks for a JSON object reply.
+    ...) on top of the model's defaults. ``json_mode`` asks for a JSON object reply;
+    with ``json_schema`` as well, the schema goes along in
+    ``response_format: {"type": "json_object", "schema": ...}``, which llama-cpp-python's
+    server enforces by grammar; other servers may ignore or refuse the extra key.
     """
 
     model: str = ""
     messages: list[LLMMessage] = Field(min_length=1)
     params: dict[str, Any] = Field(default_factory=dict)
     json_mode: bool = False
+    json_schema: dict[str, Any] | None = None
     timeout_s: float = Field(default=60.0, gt=0)
 
     @field_validator("params")
