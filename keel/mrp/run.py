@@ -21,7 +21,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from keel.digest import canonical_json, digest_json
 
@@ -73,6 +73,7 @@ class MRPJobInput(_RunModel):
     ``replay_of`` names a finished run whose stored IR, inputs and LLM answers are re-used;
     the run then recomputes every shard and fails on the first digest that differs.
     ``llm_replay_only`` answers LLM calls from the cache only (implied by ``replay_of``).
+    ``requester`` opens the approval gate (and so may not decide it).
     """
 
     job_yaml: str = ""
@@ -83,6 +84,7 @@ class MRPJobInput(_RunModel):
     window_size: int | None = Field(default=None, ge=1, le=MAX_WINDOW_SIZE)
     replay_of: str | None = None
     llm_replay_only: bool = False
+    requester: str = "mrp"
 
 
 class ShardCounters(_RunModel):
@@ -179,17 +181,37 @@ class RunManifest(_RunModel):
         """``run-manifest.json``: canonical JSON bytes."""
         return canonical_json(self)
 
+    def shard_output_digests(self) -> dict[str, str]:
+        """``shard-NNNNNN`` -> output digest, for every shard that has an output."""
+        return {s.shard_id: s.output_digest for s in self.shards if s.output_digest is not None}
+
+    def shard_outputs_digest(self) -> str:
+        """One digest over every shard's output digest in shard order (``None`` for a
+        shard without output), so two runs' map phases compare in one string."""
+        return digest_json([s.output_digest for s in sorted(self.shards, key=_index)])
+
     def output_digests(self) -> dict[str, str]:
-        """What replay compares: ``shard-NNNNNN`` -> output digest, ``reduce``, and
-        ``produced:<path>`` per file."""
-        out: dict[str, str] = {
-            s.shard_id: s.output_digest for s in self.shards if s.output_digest is not None
-        }
+        """The compact digests a result carries: ``shards`` (:meth:`shard_outputs_digest`),
+        ``reduce`` and ``produced:<path>`` per file."""
+        out: dict[str, str] = {"shards": self.shard_outputs_digest()}
         if self.reduce_digest is not None:
             out["reduce"] = self.reduce_digest
         for f in self.produced:
             out[f"produced:{f.path}"] = f.digest
         return out
+
+    def comparable_digests(self) -> dict[str, str]:
+        """What replay compares: every shard's output, ``reduce`` and produced files."""
+        out = self.shard_output_digests()
+        if self.reduce_digest is not None:
+            out["reduce"] = self.reduce_digest
+        for f in self.produced:
+            out[f"produced:{f.path}"] = f.digest
+        return out
+
+
+def _index(s: ShardOutputRecord) -> int:
+    return s.shard_index
 
 
 def run_manifest_from_json(data: bytes | str) -> RunManifest:
@@ -200,9 +222,10 @@ def run_manifest_from_json(data: bytes | str) -> RunManifest:
 class MRPJobResult(_RunModel):
     """Result of the ``MRPJob`` workflow.
 
-    ``output_digests`` is :meth:`RunManifest.output_digests` (shard outputs, ``reduce``,
-    ``produced:<path>``); ``run_manifest_digest`` names the stored run manifest
-    (``None`` only if the run ended before compile finished).
+    ``output_digests`` is :meth:`RunManifest.output_digests`: ``shards`` (one digest over
+    every shard output digest in order, so the result stays small for 10k shards),
+    ``reduce`` and ``produced:<path>``; the per-shard digests are in the stored run
+    manifest that ``run_manifest_digest`` names (``None`` only if compile failed).
     """
 
     run_id: str
@@ -267,11 +290,70 @@ __all__ = [
     "ReplayMismatch",
     "RunCost",
     "RunManifest",
+    "RunRecord",
     "RunStatus",
     "ShardCounters",
     "ShardOutputRecord",
+    "ShardRecord",
+    "ShardSource",
     "first_mismatch",
     "run_id_from_workflow_id",
     "run_manifest_from_json",
     "workflow_id_for",
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# SQL records (store/mrp_runs.py reads and writes these)
+
+ShardSource = Literal["computed", "checkpoint", "none"]
+
+
+class RunRecord(_RunModel):
+    """A row of ``mrp_runs``: what ``mrp inspect`` shows first."""
+
+    run_id: str
+    workflow_id: str
+    job_id: str
+    status: RunStatus | Literal["running"]
+    backend: Backend
+    replay_of: str | None = None
+    ir_digest: str | None = None
+    manifest_digest: str | None = None
+    policy_report_digest: str | None = None
+    job_yaml_digest: str | None = None
+    run_manifest_digest: str | None = None
+    reduce_digest: str | None = None
+    output_root: str | None = None
+    shard_count: int = 0
+    counters: ShardCounters = Field(default_factory=ShardCounters)
+    cost: RunCost = Field(default_factory=RunCost)
+    phase_timings: dict[str, float] = Field(default_factory=dict)
+    error: str | None = None
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+
+
+class ShardRecord(_RunModel):
+    """A row of ``mrp_shards``: one map shard of one run.
+
+    ``source`` is ``computed`` (the operator ran in this run), ``checkpoint`` (the output
+    came from the checkpoint index) or ``none`` (no output: failed). ``executions`` counts
+    operator runs that finished in this run; ``attempts`` counts every try, failed ones too.
+    """
+
+    run_id: str
+    shard_index: int = Field(ge=0)
+    shard_id: str
+    input_digest: str
+    checkpoint_key: str
+    output_digest: str | None = None
+    state: Literal["succeeded", "failed"]
+    source: ShardSource
+    attempts: int = 0
+    executions: int = 0
+    latency_ms: float = 0.0
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+    error: str | None = None
+    updated_at: AwareDatetime
