@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     ollama_base_url: str = "http://127.0.0.1:11434"
     ollama_auto_pull: bool = False
 
+    # MRP jobs: operator search paths, trusted signing keys, allow-list and caps
+    # (docs/mrp-operators.md).
+    mrp_config: Path = Path(__file__).resolve().parent.parent / "configs" / "mrp.yaml"
+
     @field_validator("api_tokens", "webhook_allowed_prefixes", mode="before")
     @classmethod
     def _tokens_from_json(cls, v: object) -> object:
