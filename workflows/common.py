@@ -30,3 +30,29 @@ LLM_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
     maximum_attempts=5,
 )
+
+# .rllm apps (workflows/rllm.py). Loading reads files and imports nothing slow.
+RLLM_LOAD_TIMEOUT = timedelta(seconds=60)
+RLLM_LOAD_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=3,
+)
+# A block's own limits (configs/sandbox.yaml) end it well before this.
+RLLM_BLOCK_TIMEOUT = timedelta(minutes=2)
+RLLM_BLOCK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=3,
+)
+# Pulling an Ollama model can take many minutes; progress comes as heartbeats.
+RLLM_OLLAMA_TIMEOUT = timedelta(hours=1)
+RLLM_OLLAMA_HEARTBEAT = timedelta(minutes=2)
+RLLM_OLLAMA_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=3,
+)
