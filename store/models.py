@@ -162,3 +162,69 @@ class RllmRunRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_rllm_runs_app_model", "app", "model"),)
+
+
+class MrpRunRow(Base):
+    """One MRP run (``MRPJob`` workflow): status, digests, counters, cost, timings.
+
+    Written when compile finishes (status ``running``) and again by finalise; see
+    ``store/mrp_runs.py``. Amounts inside ``cost`` are Decimal text.
+    """
+
+    __tablename__ = "mrp_runs"
+
+    run_id: Mapped[str] = mapped_column(String, primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(String)
+    job_id: Mapped[str] = mapped_column(String, index=True)
+    status: Mapped[str] = mapped_column(String(32))
+    backend: Mapped[str] = mapped_column(String(16))
+    replay_of: Mapped[str | None] = mapped_column(String, nullable=True)
+    ir_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    manifest_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    policy_report_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    job_yaml_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    run_manifest_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    reduce_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    output_root: Mapped[str | None] = mapped_column(String, nullable=True)
+    shard_count: Mapped[int] = mapped_column(Integer, default=0)
+    counters: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    cost: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    phase_timings: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class MrpShardRow(Base):
+    """One map shard of one run: where its output came from and what it cost."""
+
+    __tablename__ = "mrp_shards"
+
+    run_id: Mapped[str] = mapped_column(String, primary_key=True)
+    shard_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    shard_id: Mapped[str] = mapped_column(String)
+    input_digest: Mapped[str] = mapped_column(String)
+    checkpoint_key: Mapped[str] = mapped_column(String)
+    output_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    executions: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    cost_units: Mapped[str] = mapped_column(String, default="0")
+    cost_usd: Mapped[str] = mapped_column(String, default="0")
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class MrpCheckpointRow(Base):
+    """The checkpoint index: a map shard's checkpoint key -> its stored output digest."""
+
+    __tablename__ = "mrp_checkpoints"
+
+    checkpoint_key: Mapped[str] = mapped_column(String, primary_key=True)
+    output_digest: Mapped[str] = mapped_column(String)
+    operator_digest: Mapped[str] = mapped_column(String)
+    input_digest: Mapped[str] = mapped_column(String)
+    run_id: Mapped[str] = mapped_column(String)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

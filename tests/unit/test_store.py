@@ -47,6 +47,7 @@ from store.records import (
 
 POSTGRES_URL = os.environ.get("KEEL_TEST_POSTGRES_URL", "")
 TABLES = {"gate_audit", "llm_calls", "api_idempotency", "rllm_runs"}
+TABLES |= {"mrp_runs", "mrp_shards", "mrp_checkpoints"}
 T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 
 _backends: list[Any] = ["sqlite"]

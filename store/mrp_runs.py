@@ -1,0 +1,351 @@
+"""MRP run records, per-shard status and the checkpoint index (tables from migration 0003).
+
+Callers are Temporal activities (which may run more than once) and the ``mrp`` CLI and API
+(``mrp inspect``), so every write is idempotent:
+
+- ``mrp_runs``: one row per run, upserted by :func:`start_run` (after compile) and
+  :func:`finish_run` (finalise).
+- ``mrp_shards``: one row per (run, shard), upserted by :func:`record_shard` as each shard
+  finishes. A row that already holds an output is never overwritten by a later attempt.
+- ``mrp_checkpoints``: checkpoint key -> output digest; the first writer wins
+  (:func:`record_shard` with ``checkpoint=True``), so a key never changes meaning.
+
+All functions are blocking (SQLAlchemy sync); async callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, cast
+
+from sqlalchemy import Table, case, delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+from keel.mrp.run import (
+    RunCost,
+    RunManifest,
+    RunRecord,
+    ShardCounters,
+    ShardRecord,
+    run_manifest_from_json,
+)
+from store.artifacts import ArtifactStore
+from store.models import MrpCheckpointRow, MrpRunRow, MrpShardRow
+from store.records import _insert_ignoring_conflict
+
+# SQLite limits bound parameters per statement; IN lists are cut into chunks of this size.
+_CHUNK = 500
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _upsert(
+    session: Session,
+    model: type[Any],
+    values: dict[str, Any],
+    keys: Sequence[str],
+    update: dict[str, Any],
+) -> None:
+    table = cast(Table, model.__table__)
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        pg = postgresql.insert(table).values(values)
+        session.execute(pg.on_conflict_do_update(index_elements=list(keys), set_=update))
+    elif dialect == "sqlite":
+        sq = sqlite.insert(table).values(values)
+        session.execute(sq.on_conflict_do_update(index_elements=list(keys), set_=update))
+    else:  # pragma: no cover - Keel runs on SQLite and PostgreSQL
+        row = session.get(model, tuple(values[k] for k in keys))
+        if row is None:
+            session.add(model(**values))
+        else:
+            for k, v in update.items():
+                setattr(row, k, v)
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+def start_run(
+    sm: sessionmaker[Session],
+    *,
+    run_id: str,
+    workflow_id: str,
+    job_id: str,
+    backend: str,
+    replay_of: str | None,
+    ir_digest: str,
+    manifest_digest: str,
+    policy_report_digest: str,
+    job_yaml_digest: str,
+    shard_count: int,
+    output_root: str | None,
+) -> None:
+    """Create (or, for a retried compile, refresh) the run's row with status ``running``."""
+    now = _now()
+    values = {
+        "run_id": run_id,
+        "workflow_id": workflow_id,
+        "job_id": job_id,
+        "status": "running",
+        "backend": backend,
+        "replay_of": replay_of,
+        "ir_digest": ir_digest,
+        "manifest_digest": manifest_digest,
+        "policy_report_digest": policy_report_digest,
+        "job_yaml_digest": job_yaml_digest,
+        "run_manifest_digest": None,
+        "reduce_digest": None,
+        "output_root": output_root,
+        "shard_count": shard_count,
+        "counters": ShardCounters(total=shard_count).model_dump(mode="json"),
+        "cost": RunCost().model_dump(mode="json"),
+        "phase_timings": {},
+        "error": None,
+        "created_at": now,
+        "updated_at": now,
+    }
+    update = {k: v for k, v in values.items() if k not in ("run_id", "created_at")}
+    with sm.begin() as session:
+        _upsert(session, MrpRunRow, values, ["run_id"], update)
+
+
+def finish_run(sm: sessionmaker[Session], manifest: RunManifest, run_manifest_digest: str) -> None:
+    """Write the run's end: status, run manifest digest, counters, cost, timings, error."""
+    now = _now()
+    values = {
+        "run_id": manifest.run_id,
+        "workflow_id": manifest.workflow_id,
+        "job_id": manifest.job_id,
+        "status": manifest.status,
+        "backend": manifest.backend,
+        "replay_of": manifest.replay_of,
+        "ir_digest": manifest.ir_digest,
+        "manifest_digest": manifest.manifest_digest,
+        "policy_report_digest": manifest.policy_report_digest,
+        "job_yaml_digest": manifest.job_yaml_digest,
+        "run_manifest_digest": run_manifest_digest,
+        "reduce_digest": manifest.reduce_digest,
+        "output_root": manifest.output_root,
+        "shard_count": len(manifest.shards),
+        "counters": manifest.counters.model_dump(mode="json"),
+        "cost": manifest.cost.model_dump(mode="json"),
+        "phase_timings": dict(manifest.phase_timings),
+        "error": manifest.error,
+        "created_at": now,
+        "updated_at": now,
+    }
+    update = {k: v for k, v in values.items() if k not in ("run_id", "created_at")}
+    with sm.begin() as session:
+        _upsert(session, MrpRunRow, values, ["run_id"], update)
+
+
+def _run_record(row: MrpRunRow) -> RunRecord:
+    return RunRecord.model_validate(row, from_attributes=True)
+
+
+def get_run(sm: sessionmaker[Session], run_id: str) -> RunRecord | None:
+    """The run's record, or None for an unknown run id."""
+    with sm() as session:
+        row = session.get(MrpRunRow, run_id)
+        return _run_record(row) if row is not None else None
+
+
+def list_runs(
+    sm: sessionmaker[Session], *, job_id: str | None = None, limit: int = 50
+) -> list[RunRecord]:
+    """Runs, newest first, optionally of one job."""
+    stmt = select(MrpRunRow).order_by(MrpRunRow.created_at.desc(), MrpRunRow.run_id)
+    if job_id is not None:
+        stmt = stmt.where(MrpRunRow.job_id == job_id)
+    with sm() as session:
+        return [_run_record(r) for r in session.scalars(stmt.limit(limit))]
+
+
+def get_manifest(
+    sm: sessionmaker[Session], store: ArtifactStore, run_id: str
+) -> RunManifest | None:
+    """The stored run manifest of a finished run (None while running or unknown)."""
+    run = get_run(sm, run_id)
+    if run is None or run.run_manifest_digest is None:
+        return None
+    return run_manifest_from_json(store.get_bytes(run.run_manifest_digest))
+
+
+# -- shards --------------------------------------------------------------------------------
+
+
+def record_shard(
+    sm: sessionmaker[Session],
+    record: ShardRecord,
+    *,
+    operator_digest: str,
+    checkpoint: bool,
+) -> None:
+    """Upsert one shard row; with ``checkpoint``, also index its output (first writer wins).
+
+    ``executions`` and ``attempts`` add up over calls for the same (run, shard), so a
+    window that is retried after a crash leaves the true totals. A row that already holds
+    an output keeps it: a later call can only add counts.
+    """
+    values = record.model_dump()
+    values["cost_units"] = str(record.cost_units)
+    values["cost_usd"] = str(record.cost_usd)
+    table = cast(Table, MrpShardRow.__table__)
+    with sm.begin() as session:
+        dialect = session.get_bind().dialect.name
+        ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+        has_output = table.c.output_digest.isnot(None)
+
+        def keep(col: str) -> Any:
+            return case((has_output, table.c[col]), else_=ins.excluded[col])
+
+        stmt = ins.values(values).on_conflict_do_update(
+            index_elements=["run_id", "shard_index"],
+            set_={
+                "attempts": table.c.attempts + ins.excluded.attempts,
+                "executions": table.c.executions + ins.excluded.executions,
+                "output_digest": keep("output_digest"),
+                "state": keep("state"),
+                "source": keep("source"),
+                "latency_ms": keep("latency_ms"),
+                "cost_units": keep("cost_units"),
+                "cost_usd": keep("cost_usd"),
+                "error": keep("error"),
+                "updated_at": ins.excluded.updated_at,
+            },
+        )
+        session.execute(stmt)
+        if checkpoint and record.output_digest is not None:
+            _insert_ignoring_conflict(
+                session,
+                MrpCheckpointRow,
+                {
+                    "checkpoint_key": record.checkpoint_key,
+                    "output_digest": record.output_digest,
+                    "operator_digest": operator_digest,
+                    "input_digest": record.input_digest,
+                    "run_id": record.run_id,
+                    "created_at": record.updated_at,
+                },
+                ["checkpoint_key"],
+            )
+
+
+def _shard_record(row: MrpShardRow) -> ShardRecord:
+    return ShardRecord(
+        run_id=row.run_id,
+        shard_index=row.shard_index,
+        shard_id=row.shard_id,
+        input_digest=row.input_digest,
+        checkpoint_key=row.checkpoint_key,
+        output_digest=row.output_digest,
+        state=row.state,  # type: ignore[arg-type]
+        source=row.source,  # type: ignore[arg-type]
+        attempts=row.attempts,
+        executions=row.executions,
+        latency_ms=row.latency_ms,
+        cost_units=Decimal(row.cost_units),
+        cost_usd=Decimal(row.cost_usd),
+        error=row.error,
+        updated_at=row.updated_at,
+    )
+
+
+def list_shards(
+    sm: sessionmaker[Session],
+    run_id: str,
+    *,
+    state: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+) -> list[ShardRecord]:
+    """The run's shard rows in shard order (optionally one ``state``, paged)."""
+    stmt = select(MrpShardRow).where(MrpShardRow.run_id == run_id)
+    if state is not None:
+        stmt = stmt.where(MrpShardRow.state == state)
+    stmt = stmt.order_by(MrpShardRow.shard_index).offset(offset)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    with sm() as session:
+        return [_shard_record(r) for r in session.scalars(stmt)]
+
+
+def shard_counts(sm: sessionmaker[Session], run_id: str) -> dict[str, int]:
+    """``{state: count}`` of the run's shard rows."""
+    stmt = (
+        select(MrpShardRow.state, func.count())
+        .where(MrpShardRow.run_id == run_id)
+        .group_by(MrpShardRow.state)
+    )
+    with sm() as session:
+        return {state: int(n) for state, n in session.execute(stmt)}
+
+
+def shards_with_output(
+    sm: sessionmaker[Session], run_id: str, indexes: Iterable[int] | None = None
+) -> dict[int, ShardRecord]:
+    """The run's shard rows that hold an output, by shard index (optionally some only)."""
+    base = select(MrpShardRow).where(
+        MrpShardRow.run_id == run_id, MrpShardRow.output_digest.isnot(None)
+    )
+    out: dict[int, ShardRecord] = {}
+    with sm() as session:
+        if indexes is None:
+            for row in session.scalars(base):
+                out[row.shard_index] = _shard_record(row)
+            return out
+        wanted = sorted(set(indexes))
+        for i in range(0, len(wanted), _CHUNK):
+            chunk = wanted[i : i + _CHUNK]
+            for row in session.scalars(base.where(MrpShardRow.shard_index.in_(chunk))):
+                out[row.shard_index] = _shard_record(row)
+    return out
+
+
+def lookup_checkpoints(sm: sessionmaker[Session], keys: Iterable[str]) -> dict[str, str]:
+    """``{checkpoint key: output digest}`` for the keys that are in the index."""
+    wanted = sorted(set(keys))
+    out: dict[str, str] = {}
+    with sm() as session:
+        for i in range(0, len(wanted), _CHUNK):
+            chunk = wanted[i : i + _CHUNK]
+            stmt = select(MrpCheckpointRow.checkpoint_key, MrpCheckpointRow.output_digest).where(
+                MrpCheckpointRow.checkpoint_key.in_(chunk)
+            )
+            out.update({k: d for k, d in session.execute(stmt)})
+    return out
+
+
+def delete_checkpoints(sm: sessionmaker[Session], keys: Iterable[str]) -> int:
+    """Drop checkpoint entries (forces recompute); returns how many were removed."""
+    wanted = sorted(set(keys))
+    removed = 0
+    with sm.begin() as session:
+        for i in range(0, len(wanted), _CHUNK):
+            chunk = wanted[i : i + _CHUNK]
+            res = session.execute(
+                delete(MrpCheckpointRow).where(MrpCheckpointRow.checkpoint_key.in_(chunk))
+            )
+            removed += int(getattr(res, "rowcount", 0) or 0)
+    return removed
+
+
+__all__ = [
+    "delete_checkpoints",
+    "finish_run",
+    "get_manifest",
+    "get_run",
+    "list_runs",
+    "list_shards",
+    "lookup_checkpoints",
+    "record_shard",
+    "shard_counts",
+    "shards_with_output",
+    "start_run",
+]

@@ -1,0 +1,140 @@
+"""store/mrp_runs.py on SQLite: run rows, shard rows that add up, a first-writer-wins index."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from keel.digest import digest_json
+from keel.mrp.run import RunManifest, ShardOutputRecord, ShardRecord
+from store.artifacts import LocalArtifactStore
+from store.db import init_db, make_engine, make_sessionmaker
+from store.mrp_runs import (
+    finish_run,
+    get_manifest,
+    get_run,
+    list_runs,
+    list_shards,
+    lookup_checkpoints,
+    record_shard,
+    shard_counts,
+    shards_with_output,
+    start_run,
+)
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def _sm(tmp_path: Path) -> sessionmaker[Session]:
+    url = f"sqlite:///{tmp_path / 'keel.db'}"
+    init_db(url)
+    return make_sessionmaker(make_engine(url))
+
+
+def _shard(i: int, **kw: object) -> ShardRecord:
+    base: dict[str, object] = {
+        "run_id": "r1",
+        "shard_index": i,
+        "shard_id": f"shard-{i:06d}",
+        "input_digest": digest_json({"in": i}),
+        "checkpoint_key": digest_json({"key": i}),
+        "output_digest": digest_json({"out": i}),
+        "state": "succeeded",
+        "source": "computed",
+        "attempts": 1,
+        "executions": 1,
+        "latency_ms": 1.5,
+        "cost_units": Decimal("1.000000"),
+        "updated_at": T0,
+    }
+    base.update(kw)
+    return ShardRecord.model_validate(base)
+
+
+def test_run_lifecycle_and_manifest(tmp_path: Path) -> None:
+    sm = _sm(tmp_path)
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    d = digest_json("x")
+    start_run(
+        sm,
+        run_id="r1",
+        workflow_id="mrp/job/r1",
+        job_id="job",
+        backend="threads",
+        replay_of=None,
+        ir_digest=d,
+        manifest_digest=d,
+        policy_report_digest=d,
+        job_yaml_digest=d,
+        shard_count=2,
+        output_root="/tmp/out",
+    )
+    run = get_run(sm, "r1")
+    assert run is not None and run.status == "running" and run.counters.total == 2
+    assert get_manifest(sm, store, "r1") is None  # not finished
+    manifest = RunManifest(
+        run_id="r1",
+        job_id="job",
+        workflow_id="mrp/job/r1",
+        status="succeeded",
+        backend="threads",
+        ir_digest=d,
+        manifest_digest=d,
+        policy_report_digest=d,
+        job_yaml_digest=d,
+        shards=[
+            ShardOutputRecord(
+                shard_index=0,
+                shard_id="shard-000000",
+                input_digest=d,
+                checkpoint_key=d,
+                output_digest=d,
+            )
+        ],
+        reduce_digest=d,
+    )
+    digest = store.put_bytes(manifest.to_json())
+    assert digest == manifest.digest()
+    finish_run(sm, manifest, digest)
+    run = get_run(sm, "r1")
+    assert run is not None and run.status == "succeeded" and run.run_manifest_digest == digest
+    assert get_manifest(sm, store, "r1") == manifest
+    assert [r.run_id for r in list_runs(sm, job_id="job")] == ["r1"]
+    assert get_run(sm, "nope") is None
+
+
+def test_shard_rows_add_up_and_keep_their_output(tmp_path: Path) -> None:
+    sm = _sm(tmp_path)
+    first = _shard(0)
+    record_shard(sm, first, operator_digest="op", checkpoint=True)
+    # A later attempt of the same shard in the same run (a retried window) adds counts
+    # but cannot replace the output that is already there.
+    record_shard(
+        sm,
+        _shard(0, output_digest=digest_json("other"), attempts=2, executions=1),
+        operator_digest="op",
+        checkpoint=True,
+    )
+    record_shard(
+        sm,
+        _shard(1, output_digest=None, state="failed", source="none", error="boom"),
+        operator_digest="op",
+        checkpoint=True,
+    )
+    rows = list_shards(sm, "r1")
+    assert [(r.shard_index, r.state, r.attempts, r.executions) for r in rows] == [
+        (0, "succeeded", 3, 2),
+        (1, "failed", 1, 1),
+    ]
+    assert rows[0].output_digest == first.output_digest
+    assert rows[0].cost_units == Decimal("1.000000")
+    assert shard_counts(sm, "r1") == {"succeeded": 1, "failed": 1}
+    assert set(shards_with_output(sm, "r1")) == {0}
+    assert set(shards_with_output(sm, "r1", [1])) == set()
+    # The index holds the first output only, and nothing for the failed shard.
+    assert lookup_checkpoints(sm, [first.checkpoint_key, _shard(1).checkpoint_key]) == {
+        first.checkpoint_key: first.output_digest
+    }
