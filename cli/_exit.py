@@ -18,7 +18,17 @@ import click
 import typer
 
 
-def run_and_exit(app: typer.Typer, argv: list[str] | None = None) -> None:
+def run_and_exit(
+    app: typer.Typer,
+    argv: list[str] | None = None,
+    *,
+    on_error: Callable[[BaseException], int] | None = None,
+) -> None:
+    """Run ``app`` and leave with its exit code.
+
+    ``on_error`` (optional) reports usage errors and unexpected exceptions itself and
+    returns the exit code; ``runllm`` uses it to print them as JSON payloads.
+    """
     code = 0
     try:
         result = app(args=argv, standalone_mode=False)
@@ -29,8 +39,11 @@ def run_and_exit(app: typer.Typer, argv: list[str] | None = None) -> None:
         sys.stderr.write("Aborted.\n")
         code = 130
     except click.ClickException as e:
-        e.show()
-        code = e.exit_code
+        if on_error is not None:
+            code = on_error(e)
+        else:
+            e.show()
+            code = e.exit_code
     except KeyboardInterrupt:
         code = 130
     except SystemExit as e:
@@ -39,8 +52,13 @@ def run_and_exit(app: typer.Typer, argv: list[str] | None = None) -> None:
         # Bad settings, unreachable servers...: one clear line, the traceback on request.
         if os.environ.get("KEEL_DEBUG"):
             traceback.print_exc()
-        sys.stderr.write(f"error: {type(e).__name__}: {e}\n(set KEEL_DEBUG=1 for a traceback)\n")
-        code = 1
+        if on_error is not None:
+            code = on_error(e)
+        else:
+            sys.stderr.write(
+                f"error: {type(e).__name__}: {e}\n(set KEEL_DEBUG=1 for a traceback)\n"
+            )
+            code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):

@@ -1,0 +1,876 @@
+"""``runllm``: run ``.rllm`` apps like scripts, as durable ``RllmApp`` workflows.
+
+``runllm run app.rllm --input-file in.yaml`` checks the app and the input locally, then
+runs it on the configured Temporal server, or on the embedded one started on demand
+(``keel up`` in the background, stopped afterwards), with a worker started when none
+polls the task queue. ``validate``, ``inspect``, ``stats`` and ``exectime`` need no
+server and import neither Temporal nor LiteLLM, so they start fast.
+
+Output: one JSON document on stdout by default; human-readable text with ``--verbose``
+or when stdout is a terminal (``--json`` forces JSON). Every failure is one
+``RllmErrorPayload`` on stdout (the same JSON document a success would have been) with
+a one-line summary on stderr, and the exit code of its class (docs/rllm-errors.md).
+Reference: docs/runllm-cli.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import click
+import typer
+
+from cli._exit import run_and_exit
+from keel.rllm.errors import RllmError, RllmErrorPayload
+from keel.rllm.failures import RunnerFailure, internal_failure, usage_failure
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from keel.rllm.deps import ResolvedApp
+    from keel.rllm.model import RllmProgram
+    from keel.settings import Settings
+
+app = typer.Typer(
+    help="Run .rllm apps (typed single-shot LLM programs) as durable Temporal workflows.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+FileArg = Annotated[Path, typer.Argument(help="The .rllm file", dir_okay=False, show_default=False)]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Human-readable output with details")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON output even on a terminal")]
+InputOpt = Annotated[
+    str | None,
+    typer.Option("--input", "-i", help="The input: JSON, YAML, or plain text for a one-string app"),
+]
+InputFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--input-file",
+        "-f",
+        help="Read the input from a file (.json, .yaml/.yml; any other file is plain text; - is stdin)",
+        dir_okay=False,
+    ),
+]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="A model name from the models config")
+]
+
+
+class _Mode:
+    human = False
+
+
+_mode = _Mode()
+
+
+def _set_mode(verbose: bool, force_json: bool) -> bool:
+    _mode.human = not force_json and (verbose or sys.stdout.isatty())
+    return _mode.human
+
+
+def _dump(obj: Any) -> str:
+    if _mode.human:
+        return json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+    return json.dumps(obj, ensure_ascii=False, default=str)
+
+
+def _note(text: str) -> None:
+    """Progress for people, on stderr (never mixed into the JSON on stdout)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def report_failure(payload: RllmErrorPayload, code: int) -> int:
+    """Print a failure: the payload on stdout, one summary line (and the hint) on stderr."""
+    sys.stdout.write(_dump(payload.model_dump(mode="json")) + "\n")
+    sys.stdout.flush()
+    sys.stderr.write(f"error: {payload.error_type}: {payload.message}\n")
+    if _mode.human:
+        sys.stderr.write(f"hint: {payload.recovery_hint}\n")
+    sys.stderr.flush()
+    return code
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    """Turn the errors of a command into their payload and exit code."""
+    try:
+        yield
+    except RllmError as e:
+        raise typer.Exit(report_failure(e.to_payload(), e.exit_code)) from None
+    except RunnerFailure as e:
+        raise typer.Exit(report_failure(e.payload, e.exit_code)) from None
+
+
+def _on_error(err: BaseException) -> int:
+    """Usage errors from the command line parser and unexpected exceptions, as payloads."""
+    if "--verbose" in sys.argv or "-v" in sys.argv:
+        _mode.human = True
+    # Typer 0.29 raises its own copy of click's exceptions (typer.exceptions.TyperException).
+    if isinstance(err, click.ClickException | typer.exceptions.TyperException) and hasattr(
+        err, "format_message"
+    ):
+        failure = usage_failure(err.format_message())
+    elif isinstance(err, RllmError):
+        return report_failure(err.to_payload(), err.exit_code)
+    elif isinstance(err, RunnerFailure):
+        failure = err
+    else:
+        failure = internal_failure(
+            f"{type(err).__name__}: {err}",
+            error_type=type(err).__name__,
+            details={"exception": type(err).__name__},
+        )
+    return report_failure(failure.payload, failure.exit_code)
+
+
+def _settings() -> Settings:
+    from pydantic import ValidationError
+
+    from keel.settings import get_settings
+
+    try:
+        return get_settings()
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            for err in e.errors(include_input=False, include_url=False)
+        )
+        raise internal_failure(
+            f"the KEEL_* settings are not valid: {problems}",
+            error_type="SettingsError",
+            hint="Fix the KEEL_* environment variables (or .env) named in the message.",
+        ) from None
+
+
+def _load(path: Path) -> ResolvedApp:
+    from keel.rllm.deps import load_app
+
+    return load_app(path)
+
+
+def _models(settings: Settings) -> Any:
+    from keel.llm import ModelsConfigError, load_models_config
+
+    try:
+        return load_models_config(settings.models_config)
+    except ModelsConfigError as e:
+        raise internal_failure(
+            str(e),
+            error_type="ModelsConfigError",
+            hint="Fix the models config (KEEL_MODELS_CONFIG, default configs/models.yaml).",
+        ) from None
+
+
+def _sessions(settings: Settings) -> Any:
+    from store.db import init_db, make_engine, make_sessionmaker
+
+    url = settings.resolved_database_url
+    init_db(url)
+    return make_sessionmaker(make_engine(url))
+
+
+# -- input ---------------------------------------------------------------------------
+
+
+def _parse_text_input(program: RllmProgram, text: str) -> Any:
+    """JSON, a YAML mapping of the app's inputs, or else the text itself."""
+    import yaml
+
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return json.loads(stripped)
+        except ValueError:
+            pass
+        try:
+            return yaml.safe_load(stripped)
+        except yaml.YAMLError:
+            return text
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    props = program.input_schema.get("properties", {})
+    # "Note: read this" is YAML for {"Note": "read this"}: only a mapping of the app's
+    # own input names is taken as structured input, anything else is text.
+    if isinstance(value, dict) and value and all(k in props for k in value):
+        return value
+    return text
+
+
+def read_input(program: RllmProgram, text: str | None, file: Path | None) -> Any:
+    """The input as given on the command line (before defaults and the schema check)."""
+    import yaml
+
+    if text is not None and file is not None:
+        raise usage_failure("give the input with --input or --input-file, not both")
+    if file is not None:
+        try:
+            raw = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise usage_failure(
+                f"cannot read the input file {file}: {getattr(e, 'strerror', None) or e}",
+                details={"input_file": str(file)},
+            ) from None
+        suffix = file.suffix.lower()
+        try:
+            if suffix == ".json":
+                return json.loads(raw)
+            if suffix in (".yaml", ".yml"):
+                return yaml.safe_load(raw)
+        except (ValueError, yaml.YAMLError) as e:
+            raise usage_failure(
+                f"the input file {file} is not valid {suffix[1:].upper()}: {e}",
+                details={"input_file": str(file)},
+            ) from None
+        return _parse_text_input(program, raw)
+    if text is None:
+        return {}
+    return _parse_text_input(program, text)
+
+
+def checked_input(program: RllmProgram, value: Any) -> dict[str, Any]:
+    """The input coerced and checked against ``input_schema`` (defaults filled in)."""
+    from keel.rllm.contracts import coerce_input, validate_input
+
+    return validate_input(program, coerce_input(program, value))
+
+
+# -- validate / inspect ----------------------------------------------------------------
+
+
+def _model_names(resolved: ResolvedApp, settings: Settings, override: str | None) -> dict[str, str]:
+    from keel.rllm.run import resolve_model_name
+
+    models = _models(settings)
+    return {
+        key: resolve_model_name(p.llm, override, models)
+        for key, p in resolved.programs.items()
+        if p.needs_llm
+    }
+
+
+@app.command()
+def validate(
+    file: FileArg,
+    models: Annotated[
+        bool,
+        typer.Option(help="Also check each app's model against the models config"),
+    ] = True,
+    verbose: VerboseOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a file, everything it uses, its llm_params and contracts (no server needed)."""
+    human = _set_mode(verbose, json_out)
+    with _reported():
+        resolved = _load(file)
+        root = resolved.root
+        names = _model_names(resolved, _settings(), None) if models else {}
+        out = {
+            "ok": True,
+            "app": root.name,
+            "version": root.version,
+            "format_version": root.format_version,
+            "files": resolved.graph.order(),
+            "graph_digest": resolved.graph.digest(),
+            "models": names,
+        }
+        if not human:
+            typer.echo(_dump(out))
+            return
+        typer.echo(f"{file}: ok: {root.name} {root.version} (format {root.format_version})")
+        for key in resolved.graph.order():
+            p = resolved.programs[key]
+            model = names.get(
+                key, "no model call" if not p.needs_llm else f"{p.llm.provider}/{p.llm.model}"
+            )
+            typer.echo(f"  {key}: {p.name} {p.version}, model {model}")
+
+
+def _inspect_tree(resolved: ResolvedApp) -> dict[str, Any]:
+    from keel.rllm.render import template_refs
+
+    root = resolved.root
+    return {
+        "app": {
+            "name": root.name,
+            "version": root.version,
+            "format_version": root.format_version,
+            "description": root.description,
+            "author": root.author,
+            "tags": root.tags,
+            "metadata": root.metadata,
+            "source_path": root.source_path,
+            "source_digest": root.source_digest,
+        },
+        "llm": {
+            "provider": root.llm.provider,
+            "model": root.llm.model,
+            "llm_params": root.llm_params,
+            "max_context_window": root.max_context_window,
+            "max_tokens": root.max_tokens,
+            "needs_llm": root.needs_llm,
+            "recommended_models": [m.litellm_model for m in root.recommended_models],
+        },
+        "contracts": {
+            "input_schema": root.input_schema,
+            "output_schema": root.output_schema,
+            "llm_output_schema": root.llm_output_schema() if root.needs_llm else None,
+            "output_map": root.output_map,
+            "output_format": root.output_format,
+        },
+        "templates": {
+            "prompt": root.prompt_template,
+            "prompt_variables": sorted({r.name for r in template_refs(root.prompt_template)}),
+            "recovery": root.recovery_template,
+        },
+        "python_blocks": [
+            b.model_dump(include={"name", "stage", "inputs", "outputs", "line"})
+            for b in root.python_blocks
+        ],
+        "uses": [u.model_dump() for u in root.uses],
+        "graph": {
+            "root": resolved.graph.root,
+            "order": resolved.graph.order(),
+            "digest": resolved.graph.digest(),
+            "nodes": {
+                k: {
+                    "name": n.name,
+                    "version": n.version,
+                    "needs_llm": n.needs_llm,
+                    "llm": f"{n.llm.provider}/{n.llm.model}",
+                    "source_digest": n.source_digest,
+                }
+                for k, n in resolved.graph.nodes.items()
+            },
+            "edges": [e.model_dump() for e in resolved.graph.edges],
+        },
+    }
+
+
+def _print_inspect(tree: dict[str, Any]) -> None:
+    a, llm, c = tree["app"], tree["llm"], tree["contracts"]
+    typer.echo(f"{a['name']} {a['version']} (format {a['format_version']}) by {a['author']}")
+    typer.echo(f"  {a['description']}")
+    if llm["needs_llm"]:
+        typer.echo(
+            f"model: {llm['provider']}/{llm['model']}  window {llm['max_context_window']}, "
+            f"max_tokens {llm['max_tokens']}  params {json.dumps(llm['llm_params'])}"
+        )
+    else:
+        typer.echo("model: none (every output field comes from output_map)")
+    if llm["recommended_models"]:
+        typer.echo(f"recommended: {', '.join(llm['recommended_models'])}")
+    typer.echo("input:")
+    _print_schema(c["input_schema"])
+    typer.echo("output:")
+    _print_schema(c["output_schema"], c["output_map"])
+    if tree["templates"]["prompt_variables"]:
+        typer.echo(f"prompt variables: {', '.join(tree['templates']['prompt_variables'])}")
+    if llm["needs_llm"]:
+        typer.echo(f"recovery prompt: {'own' if tree['templates']['recovery'] else 'default'}")
+    for b in tree["python_blocks"]:
+        typer.echo(
+            f"python {b['stage']} block {b['name']} (line {b['line']}): "
+            f"{', '.join(b['inputs']) or '-'} -> {', '.join(b['outputs'])}"
+        )
+    g = tree["graph"]
+    if g["edges"]:
+        typer.echo("dependency graph:")
+        _print_graph(g, g["root"], "  ", set())
+        typer.echo(f"run order: {' -> '.join(g['order'])}")
+
+
+def _print_schema(schema: dict[str, Any], output_map: dict[str, str] | None = None) -> None:
+    required = set(schema.get("required", []))
+    for name, prop in schema.get("properties", {}).items():
+        kind = prop.get("type", "any")
+        kind = "/".join(kind) if isinstance(kind, list) else kind
+        if kind == "array" and isinstance(prop.get("items"), dict):
+            kind = f"array of {prop['items'].get('type', 'any')}"
+        extra = []
+        if name in required:
+            extra.append("required")
+        if "default" in prop:
+            extra.append(f"default {json.dumps(prop['default'])}")
+        if output_map and name in output_map:
+            extra.append(f"from {output_map[name]}")
+        desc = f"  {prop['description']}" if prop.get("description") else ""
+        typer.echo(f"  {name}: {kind}{' (' + ', '.join(extra) + ')' if extra else ''}{desc}")
+
+
+def _print_graph(g: dict[str, Any], key: str, indent: str, seen: set[str]) -> None:
+    node = g["nodes"][key]
+    typer.echo(
+        f"{indent}{key} ({node['name']} {node['version']}, {node['llm'] if node['needs_llm'] else 'no model call'})"
+    )
+    if key in seen:
+        return
+    seen.add(key)
+    for e in g["edges"]:
+        if e["parent"] == key:
+            maps = ", ".join(f"{k} <- {v}" for k, v in e["input_map"].items())
+            after = f", after {', '.join(e['after'])}" if e["after"] else ""
+            typer.echo(
+                f"{indent}  as {e['alias']}: exposes {', '.join(e['exposes'])}; {maps}{after}"
+            )
+            _print_graph(g, e["child"], indent + "    ", seen)
+
+
+@app.command()
+def inspect(file: FileArg, verbose: VerboseOpt = False, json_out: JsonOpt = False) -> None:
+    """Show the parsed app: metadata, contracts, templates, blocks, dependency graph."""
+    human = _set_mode(verbose, json_out)
+    with _reported():
+        tree = _inspect_tree(_load(file))
+        if human:
+            _print_inspect(tree)
+        else:
+            typer.echo(_dump(tree))
+
+
+# -- stats / exectime ------------------------------------------------------------------
+
+
+@app.command()
+def stats(
+    file: FileArg,
+    model: ModelOpt = None,
+    verbose: VerboseOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Recorded run statistics of an app and the apps it uses (per version and model)."""
+    from store.rllm_stats import get_stats
+
+    human = _set_mode(verbose, json_out)
+    with _reported():
+        resolved = _load(file)
+        settings = _settings()
+        sessions = _sessions(settings)
+        apps: list[dict[str, Any]] = []
+        for key in reversed(resolved.graph.order()):  # root first
+            p = resolved.programs[key]
+            rows = get_stats(sessions, p.name, model)
+            apps.append(
+                {
+                    "key": key,
+                    "app": p.name,
+                    "version": p.version,
+                    "stats": [s.model_dump(mode="json") for s in rows],
+                }
+            )
+        out = {"app": resolved.root.name, "model": model, "apps": apps}
+        if not human:
+            typer.echo(_dump(out))
+            return
+        for entry in apps:
+            typer.echo(f"{entry['key']} ({entry['app']}, file version {entry['version']}):")
+            if not entry["stats"]:
+                typer.echo("  no recorded runs" + (f" on {model}" if model else ""))
+            for s in entry["stats"]:
+                typer.echo(
+                    f"  v{s['app_version']} on {s['model']}: {s['runs']} runs, "
+                    f"{s['successes']} ok, {s['failures']} failed; input compliance "
+                    f"{_pct(s['input_compliance_pct'])}, output {_pct(s['output_compliance_pct'])}"
+                )
+                typer.echo(
+                    f"    avg {s['avg_latency_ms']:.0f} ms (model {s['avg_llm_latency_ms']:.0f} ms), "
+                    f"tokens {s['avg_prompt_tokens']:.0f} in / {s['avg_completion_tokens']:.0f} out "
+                    f"(max out {s['max_completion_tokens']}), {_num(s['ms_per_1k_tokens'])} ms/1k tokens, "
+                    f"{s['avg_retries']:.2f} retries, {_num(s['tokens_per_attempt'])} tokens/attempt"
+                )
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f}%"
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}"
+
+
+def prompt_tokens_for(program: RllmProgram, value: dict[str, Any]) -> int | None:
+    """Estimated prompt tokens of the root app for an input (None without a model call).
+
+    Pre-block outputs are not known before the run: each is taken to be as long as the
+    block's inputs together (a cleaning block keeps the text's size). Child outputs read
+    by the template are left out.
+    """
+    from keel.rllm.contracts import render_prompt, template_variables
+    from keel.rllm.estimate import estimate_prompt_tokens
+
+    if not program.needs_llm:
+        return None
+    pre: dict[str, Any] = {}
+    scope = dict(value)
+    for block in program.pre_blocks:
+        guess = " ".join(
+            v if isinstance(v, str) else json.dumps(v)
+            for n in block.inputs
+            if (v := scope.get(n)) is not None
+        )
+        for out in block.outputs:
+            pre[out] = guess
+        scope.update(pre)
+    return estimate_prompt_tokens(
+        render_prompt(program, template_variables(program, value, pre_outputs=pre))
+    )
+
+
+@app.command()
+def exectime(
+    file: FileArg,
+    model: ModelOpt = None,
+    input_text: InputOpt = None,
+    input_file: InputFileOpt = None,
+    verbose: VerboseOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Predict a run's wall time from recorded stats, summed over the apps it uses."""
+    from store.rllm_stats import predict_exectime
+
+    human = _set_mode(verbose, json_out)
+    with _reported():
+        resolved = _load(file)
+        settings = _settings()
+        tokens = None
+        if input_text is not None or input_file is not None:
+            value = checked_input(resolved.root, read_input(resolved.root, input_text, input_file))
+            tokens = prompt_tokens_for(resolved.root, value)
+        pred = predict_exectime(
+            _sessions(settings), resolved, _models(settings), model=model, prompt_tokens=tokens
+        )
+        out = {**pred.model_dump(mode="json"), "prompt_tokens": tokens}
+        if not human:
+            typer.echo(_dump(out))
+            return
+        total = out["predicted_ms"]
+        typer.echo(
+            f"{pred.app}: "
+            + (f"about {total / 1000:.2f} s" if total is not None else "no prediction")
+            + (f" for a prompt of ~{tokens} tokens" if tokens is not None else "")
+        )
+        for part in out["parts"]:
+            ms = part["predicted_ms"]
+            typer.echo(
+                f"  {part['key']}: {part['app']} v{part['app_version']} on {part['model']}: "
+                + (
+                    f"{ms:.0f} ms from {part['runs']} runs ({part['basis']})"
+                    if ms is not None
+                    else "no recorded runs"
+                )
+            )
+        if out["missing"]:
+            typer.echo(f"run these first: {', '.join(out['missing'])}")
+
+
+# -- run -------------------------------------------------------------------------------
+
+
+def _reachable(address: str) -> bool:
+    from workers.services import port_open
+
+    host, _, port = address.rpartition(":")
+    try:
+        return port_open(int(port), host or "127.0.0.1")
+    except (ValueError, OSError):
+        return False
+
+
+async def _has_pollers(client: Client, settings: Settings) -> bool:
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    resp = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=settings.temporal_namespace,
+            task_queue=TaskQueue(name=settings.task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return bool(resp.pollers)
+
+
+class _Services:
+    """What ``runllm run`` started for one run, stopped afterwards (unless ``--stay``)."""
+
+    def __init__(self) -> None:
+        self.up: Any = None  # the `keel up` process
+        self.worker: Any = None  # a ManagedProcess running `keel worker`
+        self.embedded = False
+
+    def dead(self) -> str | None:
+        if self.worker is not None and not self.worker.running():
+            return f"the worker this run started exited (log {self.worker.log_path})"
+        if self.up is not None and self.up.poll() is not None:
+            return "the keel up this run started exited (log .keel/up.log)"
+        return None
+
+    def stop(self, stay: bool) -> None:
+        from workers.services import stop_pid
+
+        if self.worker is not None:
+            self.worker.stop()
+        if self.up is not None:
+            if stay:
+                _note("Keel stays up; stop it with `keel down`.")
+            else:
+                stop_pid(self.up.pid, 30)
+                with contextlib.suppress(Exception):
+                    self.up.wait(timeout=30)
+
+
+async def _connect(settings: Settings, services: _Services) -> Client:
+    """A client for the configured server, or the embedded one; a worker on the queue."""
+    from workers.client import connect
+    from workers.services import ManagedProcess
+
+    address = settings.resolved_temporal_address
+    if not _reachable(address):
+        if settings.temporal_address:
+            raise internal_failure(
+                f"the Temporal server at {address} (KEEL_TEMPORAL_ADDRESS) does not answer",
+                error_type="TemporalUnavailable",
+                details={"address": address},
+                hint="Start that server, or unset KEEL_TEMPORAL_ADDRESS to use the embedded one.",
+            )
+        from cli.keel import start_up_in_background
+
+        _note(f"No Temporal server at {address}; starting the embedded one (keel up) ...")
+        try:
+            services.up = await asyncio.to_thread(start_up_in_background, settings)
+        except click.exceptions.Exit:
+            raise internal_failure(
+                f"keel up did not start (log {settings.data_dir / 'up.log'})",
+                error_type="EmbeddedStartFailed",
+                details={"log": str(settings.data_dir / "up.log")},
+                hint="Read the log; `keel up` alone shows the same error.",
+            ) from None
+        services.embedded = True
+    try:
+        client = await connect(settings)
+    except Exception as e:
+        raise internal_failure(
+            f"cannot connect to Temporal at {address}: {e}",
+            error_type="TemporalUnavailable",
+            details={"address": address},
+        ) from None
+    if services.up is None and not await _has_pollers(client, settings):
+        log = settings.data_dir / "logs" / "runllm-worker.log"
+        _note(f"No worker polls task queue {settings.task_queue!r}; starting one (log {log}) ...")
+        services.worker = ManagedProcess(
+            "worker", [sys.executable, "-m", "cli.keel", "worker"], log
+        )
+        services.worker.start()
+    return client
+
+
+async def _watch(client: Client, workflow_id: str, services: _Services, show_pulls: bool) -> None:
+    """Runs beside the result wait: fails when a service we started dies; prints pulls."""
+    from keel.rllm.ollama import OLLAMA_ENSURE_ACTIVITY, OllamaProgress
+
+    handle = client.get_workflow_handle(workflow_id)
+    last = ""
+    while True:
+        await asyncio.sleep(0.5)
+        dead = services.dead()
+        if dead:
+            raise internal_failure(dead, error_type="WorkerExited")
+        if not show_pulls:
+            continue
+        with contextlib.suppress(Exception):
+            desc = await handle.describe()
+            for pa in desc.raw_description.pending_activities:
+                if pa.activity_type.name != OLLAMA_ENSURE_ACTIVITY:
+                    continue
+                if not pa.heartbeat_details.payloads:
+                    continue
+                [raw] = await client.data_converter.decode(pa.heartbeat_details.payloads, [dict])
+                line = OllamaProgress.model_validate(raw).line()
+                if line != last:
+                    _note(f"ollama: {line}")
+                    last = line
+
+
+async def _run_workflow(
+    settings: Settings,
+    resolved: ResolvedApp,
+    file: Path,
+    value: Any,
+    *,
+    model: str | None,
+    max_retries: int | None,
+    auto_pull: bool,
+    timeout_s: float | None,
+    stay: bool,
+) -> tuple[str, Any]:
+    from temporalio.client import WorkflowFailureError
+
+    from keel.rllm.run import RllmRunInput, bundle_files, workflow_id_for
+    from workers.rllm_client import failure_payload, start_run
+
+    inp = RllmRunInput(
+        path=file.name,
+        files=bundle_files(file),
+        input=value,
+        model=model,
+        max_retries=max_retries,
+        ollama_auto_pull=auto_pull,
+    )
+    services = _Services()
+    try:
+        client = await _connect(settings, services)
+        wid = workflow_id_for(resolved.root.name, str(uuid.uuid4()))
+        handle = await start_run(
+            client,
+            inp,
+            workflow_id=wid,
+            task_queue=settings.task_queue,
+            timeout=timedelta(seconds=timeout_s) if timeout_s else None,
+        )
+        if _mode.human:
+            _note(f"Started {wid} on task queue {settings.task_queue!r}")
+        result_task = asyncio.ensure_future(handle.result())
+        watch_task = asyncio.ensure_future(_watch(client, wid, services, auto_pull))
+        try:
+            await asyncio.wait({result_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watch_task
+        if not result_task.done():
+            result_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await result_task
+            watch_task.result()  # raises the watcher's failure
+        try:
+            return wid, result_task.result()
+        except WorkflowFailureError as err:
+            payload, code = failure_payload(err, workflow_id=wid)
+            raise RunnerFailure(payload, code) from None
+    finally:
+        await asyncio.to_thread(services.stop, stay)
+
+
+def _print_result(wid: str, result: Any, settings: Settings, verbose: bool) -> None:
+    r = result
+    attempts = len(r.attempts)
+    head = f"{r.app} {r.version}" + (f" on {r.model}" if r.model else "")
+    typer.echo(
+        f"{head}: ok after {attempts} attempt{'s' if attempts != 1 else ''} "
+        f"({r.retries} retr{'ies' if r.retries != 1 else 'y'}), {r.usage.total_tokens} tokens, "
+        f"model {r.llm_latency_ms:.0f} ms, total {r.total_latency_ms:.0f} ms"
+    )
+    typer.echo(json.dumps(r.output, indent=2, ensure_ascii=False))
+    if verbose:
+        _print_attempts(r, "")
+        typer.echo(f"workflow {wid}")
+        if not settings.temporal_address:
+            from cli.keel import _ui_link
+
+            typer.echo(f"  {_ui_link(settings, wid)}  (while keel up runs)")
+
+
+def _print_attempts(r: Any, indent: str) -> None:
+    for a in r.attempts:
+        state = "ok" if a.ok else "invalid"
+        typer.echo(
+            f"{indent}attempt {a.attempt} ({a.model_name}): {state}, "
+            f"{a.usage.prompt_tokens}+{a.usage.completion_tokens} tokens, {a.latency_ms:.0f} ms"
+        )
+        for e in a.errors:
+            typer.echo(f"{indent}  - {e}")
+    for alias, child in r.children.items():
+        typer.echo(
+            f"{indent}uses {alias}: {child.app} {child.version}: {len(child.attempts)} attempts, "
+            f"{child.usage.total_tokens} tokens"
+        )
+        _print_attempts(child, indent + "  ")
+
+
+@app.command()
+def run(
+    file: FileArg,
+    input_text: InputOpt = None,
+    input_file: InputFileOpt = None,
+    model: ModelOpt = None,
+    max_retries: Annotated[
+        int | None,
+        typer.Option(
+            "--max-retries",
+            min=0,
+            max=10,
+            help="Recovery retries after the first answer (default 2)",
+        ),
+    ] = None,
+    ollama_auto_pull: Annotated[
+        bool,
+        typer.Option(
+            "--ollama-auto-pull", help="Pull missing Ollama models (KEEL_OLLAMA_AUTO_PULL)"
+        ),
+    ] = False,
+    output_only: Annotated[
+        bool, typer.Option("--output-only", help="Print only the app's output object")
+    ] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=1, help="Fail the run after this many seconds")
+    ] = None,
+    stay: Annotated[
+        bool, typer.Option("--stay", help="Keep an embedded Keel this command started running")
+    ] = False,
+    verbose: VerboseOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run an app on an input and print its output (a durable RllmApp workflow)."""
+    human = _set_mode(verbose, json_out)
+    with _reported():
+        resolved = _load(file)
+        value = read_input(resolved.root, input_text, input_file)
+        checked_input(resolved.root, value)  # fail fast, before any server starts
+        settings = _settings()
+        start = time.monotonic()
+        wid, result = asyncio.run(
+            _run_workflow(
+                settings,
+                resolved,
+                file,
+                value,
+                model=model,
+                max_retries=max_retries,
+                auto_pull=ollama_auto_pull or settings.ollama_auto_pull,
+                timeout_s=timeout,
+                stay=stay,
+            )
+        )
+        if output_only:
+            typer.echo(_dump(result.output))
+        elif human:
+            _print_result(wid, result, settings, verbose)
+            if verbose:
+                _note(f"runllm: {time.monotonic() - start:.2f} s wall")
+        else:
+            typer.echo(_dump({"workflow_id": wid, **result.model_dump(mode="json")}))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_and_exit(app, argv, on_error=_on_error)
+
+
+if __name__ == "__main__":
+    main()
