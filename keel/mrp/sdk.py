@@ -64,11 +64,14 @@ __all__ = [
     "ProducerBase",
     "ReducerBase",
     "SchemaViolation",
+    "audit_log_bytes",
     "invoke_evaluate",
     "invoke_map",
     "invoke_produce",
     "invoke_reduce",
     "load_operator",
+    "sink_file_name",
+    "write_output",
 ]
 
 
@@ -204,12 +207,23 @@ class OperatorContext:
         self.llm: LLMClient = llm if llm is not None else NoLLM(operator)
         self.operator = operator
         self.logs: list[str] = []
+        self.charged_units = Decimal(0)
         self._file_reader = file_reader or _no_files
         self._log_sink = log_sink
 
     def read_file(self, ref: FileRef) -> bytes:
         """The bytes of one input file of this shard."""
         return self._file_reader(ref)
+
+    def charge(self, units: Decimal | int | str, reason: str = "") -> None:
+        """Report cost units spent beyond ``cost_weight`` (a metered tool, say). The
+        runtime adds :attr:`charged_units` to the call's cost, so the budget sees it."""
+        amount = Decimal(units)
+        if not amount.is_finite() or amount < 0:
+            raise ValueError("charged units must be a finite number >= 0")
+        self.charged_units += amount
+        if reason:
+            self.log(f"charged {amount} units: {reason}")
 
     def log(self, msg: str) -> None:
         """Record a log line (kept with the call's result; no secrets, no PII)."""
@@ -316,6 +330,42 @@ class ProducerBase(OperatorBase):
         self, reduced: JsonValue, sink: SinkSpec, out_dir: Path, ctx: OperatorContext
     ) -> ProduceResult:
         """Write the files; return them with their digests."""
+
+
+def sink_file_name(sink: SinkSpec) -> str:
+    """The file a producer writes for ``sink``, relative to ``out_dir``: the destination
+    itself when it is a relative path, else the last segment of the URI's path (the
+    runtime copies ``out_dir`` to the URI)."""
+    dest = sink.destination
+    if "://" in dest:
+        tail = dest.rstrip("/").rsplit("/", 1)[-1]
+        return tail if _SAFE_REL.match(tail) and "://" not in tail else f"output.{sink.kind.value}"
+    return dest
+
+
+def write_output(out_dir: Path, rel_path: str, data: bytes) -> ProducedFile:
+    """Write ``data`` to ``out_dir/rel_path`` atomically (temp file + rename); return the
+    :class:`ProducedFile` with its digest and size."""
+    import os
+
+    from keel.digest import digest_bytes
+
+    produced = ProducedFile(path=rel_path, digest=digest_bytes(data), size=len(data))
+    target = out_dir / rel_path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    return produced
+
+
+def audit_log_bytes(records: list[dict[str, JsonValue]]) -> bytes:
+    """JSON Lines of ``records``, each canonical JSON: the same records give the same bytes
+    (so audit logs carry no wall-clock time; the run manifest records when)."""
+    return b"".join(canonical_json(r) + b"\n" for r in records)
 
 
 _BASES: dict[OperatorKind, type[OperatorBase]] = {

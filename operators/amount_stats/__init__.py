@@ -1,0 +1,1 @@
+"""amount-stats: a pure numeric map agent (Decimal count/sum/min/max per shard)."""

@@ -1,0 +1,1 @@
+"""numeric-sum: a Decimal reducer (totals and means, canonical order)."""

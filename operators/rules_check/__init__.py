@@ -1,0 +1,1 @@
+"""rules-check: an evaluator that scores the reduced value against declared rules."""

@@ -1,0 +1,1 @@
+"""word-count: a pure map agent (no LLM, no network)."""

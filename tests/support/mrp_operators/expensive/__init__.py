@@ -1,0 +1,1 @@
+"""expensive: a map agent with a high cost weight that also charges metered units."""

@@ -1,0 +1,1 @@
+"""flaky: a map agent that fails a set number of times per shard, then succeeds."""

@@ -1,0 +1,1 @@
+"""slow: a map agent that sleeps per shard (for kill and timeout tests)."""
