@@ -18,7 +18,9 @@ from temporalio.worker import Worker
 
 from activities.llm import LLMGateway
 from activities.notify import NotifyActivities
+from activities.ollama import OllamaActivities
 from activities.records import RecordActivities
+from activities.rllm import RllmActivities
 from keel.llm import load_models_config
 from keel.records import LLMCallLog
 from keel.settings import Settings
@@ -27,10 +29,11 @@ from store.records import record_llm_call
 from workers.services import SEARCH_ATTRIBUTES
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
+from workflows.rllm import RllmApp
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo)
+WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo, RllmApp)
 
 
 def build_activities(settings: Settings) -> list[Any]:
@@ -47,8 +50,11 @@ def build_activities(settings: Settings) -> list[Any]:
         allowed_prefixes=settings.webhook_allowed_prefixes,
     )
     records = RecordActivities(sessions)
-    llm = LLMGateway(load_models_config(settings.models_config), on_call=log_llm_call)
-    return [notify.webhook, records.gate_event, llm.complete]
+    models = load_models_config(settings.models_config)
+    llm = LLMGateway(models, on_call=log_llm_call)
+    rllm = RllmActivities(llm, sessions)
+    ollama = OllamaActivities(settings.ollama_base_url, models)
+    return [notify.webhook, records.gate_event, llm.complete, *rllm.all(), ollama.ensure]
 
 
 def build_worker(

@@ -13,15 +13,26 @@ whose first detail is an :class:`keel.rllm.errors.RllmErrorPayload` as JSON;
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from keel.llm import LLMUsage, ModelsConfig
-from keel.rllm.errors import DependencyResolutionError, MetadataValidationError, ParseError
-from keel.rllm.model import LLMSpec
+from keel.rllm.contracts import coerce_input
+from keel.rllm.deps import ResolvedApp
+from keel.rllm.errors import (
+    DependencyResolutionError,
+    MetadataValidationError,
+    ParseError,
+    RllmError,
+    RllmErrorPayload,
+)
+from keel.rllm.model import LLMSpec, PythonBlock, RllmProgram
+from keel.rllm.output import OutputCheck
 
 #: Temporal workflow type name of the runner.
 WORKFLOW_TYPE = "RllmApp"
@@ -29,6 +40,13 @@ WORKFLOW_TYPE = "RllmApp"
 DEFAULT_MAX_RETRIES = 2
 #: Highest ``max_retries`` accepted (each retry is a paid model call).
 MAX_RETRIES_LIMIT = 10
+
+
+#: Activity names of the runner (workflows/rllm.py calls them, activities/rllm.py defines them).
+LOAD_ACTIVITY = "rllm.load"
+GENERATE_ACTIVITY = "rllm.generate"
+BLOCK_ACTIVITY = "rllm.block"
+RECORD_STATS_ACTIVITY = "rllm.record_stats"
 
 
 def workflow_id_for(app_name: str, unique: str) -> str:
@@ -151,8 +169,6 @@ def add_usage(*usages: LLMUsage) -> LLMUsage:
 
 def _uses_paths(text: str) -> list[str]:
     """The ``uses[].path`` values of a file's frontmatter (empty when there are none)."""
-    import yaml
-
     lines = text.removeprefix("\ufeff").replace("\r\n", "\n").split("\n")
     if not lines or lines[0].strip() != "---":
         return []
@@ -211,3 +227,137 @@ def bundle_files(path: str | os.PathLike[str]) -> dict[str, str]:
         for child in _uses_paths(text):
             todo.append((Path(os.path.normpath(file.parent / child)), rel))
     return out
+
+
+def error_type_and_payload(err: RllmError) -> tuple[str, dict[str, Any]]:
+    """What an ``ApplicationError`` for ``err`` carries: its ``type`` and first detail."""
+    return type(err).__name__, err.to_payload().model_dump(mode="json")
+
+
+def decode_input(program: RllmProgram, value: Any) -> Any:
+    """Turn a run's ``input`` into the value :func:`keel.rllm.contracts.validate_input` checks.
+
+    A dict is taken as is. A string is, in order: a JSON object (when it parses as one);
+    a YAML mapping whose keys are all input properties (so prose such as
+    ``"Note: this is text"`` is not mistaken for a mapping); else a bare string, which
+    :func:`keel.rllm.contracts.coerce_input` turns into the app's single required
+    string input when it has one. Anything else is returned unchanged for the schema
+    check to refuse.
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    props = program.input_schema.get("properties", {})
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError:
+        loaded = None
+    if isinstance(loaded, dict) and loaded and all(k in props for k in loaded):
+        return loaded
+    return coerce_input(program, value)
+
+
+# --------------------------------------------------------------- activity contracts
+
+
+class LoadRequest(BaseModel):
+    """Input of ``rllm.load``: the app to load (as in :class:`RllmRunInput`) and the override."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    files: dict[str, str] = Field(default_factory=dict)
+    model: str | None = None
+
+
+class LoadedApp(BaseModel):
+    """Result of ``rllm.load``: the resolved app and what its root runs on.
+
+    ``model`` is the models-config name, ``litellm_model`` its LiteLLM string and
+    ``supported_params`` what LiteLLM accepts for it (None when LiteLLM does not say).
+    ``path`` is the root's path as given (children are found from it).
+    """
+
+    resolved: ResolvedApp
+    path: str
+    model: str
+    litellm_model: str
+    supported_params: list[str] | None = None
+
+
+class GenerateRequest(BaseModel):
+    """Input of ``rllm.generate``: one prompt, one model call, one verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    app: str
+    attempt: int = Field(ge=1)
+    model: str
+    prompt: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    output_schema: dict[str, Any]
+    timeout_s: float = Field(default=120.0, gt=0)
+
+
+class GenerateResult(BaseModel):
+    """Result of ``rllm.generate``: the attempt record and the parsed verdict.
+
+    An answer that does not match the schema is a normal result (``check.ok`` False),
+    not an error: the workflow decides whether to retry.
+    """
+
+    attempt: RllmAttempt
+    check: OutputCheck
+
+
+class BlockRequest(BaseModel):
+    """Input of ``rllm.block``: one Python block and the values of its declared inputs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    app: str
+    block: PythonBlock
+    inputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class BlockResult(BaseModel):
+    """Result of ``rllm.block``: the declared outputs, and what the block printed."""
+
+    outputs: dict[str, Any]
+    stdout: str = ""
+    stderr: str = ""
+    duration_ms: int = 0
+
+
+__all__ = [
+    "BLOCK_ACTIVITY",
+    "DEFAULT_MAX_RETRIES",
+    "GENERATE_ACTIVITY",
+    "LOAD_ACTIVITY",
+    "MAX_RETRIES_LIMIT",
+    "RECORD_STATS_ACTIVITY",
+    "WORKFLOW_TYPE",
+    "BlockRequest",
+    "BlockResult",
+    "GenerateRequest",
+    "GenerateResult",
+    "LoadRequest",
+    "LoadedApp",
+    "RllmAttempt",
+    "RllmErrorPayload",
+    "RllmRunInput",
+    "RllmRunResult",
+    "add_usage",
+    "bundle_files",
+    "decode_input",
+    "error_type_and_payload",
+    "resolve_model_name",
+    "workflow_id_for",
+]
