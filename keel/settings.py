@@ -87,8 +87,10 @@ class Settings(BaseSettings):
     # MRP jobs: operator search paths, trusted signing keys, allow-list and caps
     # (docs/mrp-operators.md).
     mrp_config: Path = Path(__file__).resolve().parent.parent / "configs" / "mrp.yaml"
+    # Folders whose job files POST /mrp/jobs may name by path (JSON list); empty: none.
+    mrp_job_roots: list[Path] = Field(default_factory=list)
 
-    @field_validator("api_tokens", "webhook_allowed_prefixes", mode="before")
+    @field_validator("api_tokens", "webhook_allowed_prefixes", "mrp_job_roots", mode="before")
     @classmethod
     def _tokens_from_json(cls, v: object) -> object:
         if isinstance(v, str):
