@@ -1,0 +1,190 @@
+"""MRP jobs over HTTP: start one (``POST /mrp/jobs``), read it (``GET /mrp/jobs/{run_id}``).
+
+A job runs as the ``MRPJob`` workflow on the API's task queue. The body carries the job
+YAML (``job_yaml``) or names a job file on the server (``path``) inside one of the folders
+``KEEL_MRP_JOB_ROOTS`` lists; ``inputs.files`` resolve beside that file, or under
+``base_dir`` (also inside a root) for inline YAML. The YAML is parsed before the run
+starts, so a document that is not a valid job is a 422 naming the key and line; policy
+and operator checks happen in the run's compile step (``GET`` then shows it failed, with
+the rule). Opening runs needs the ``requester`` role, as opening gates does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep
+from api.errors import ERROR_RESPONSES, ApiError
+from api.idempotency import idempotent
+from keel.digest import digest_json
+from keel.mrp.dsl import parse_job
+from keel.mrp.errors import DslError
+from keel.mrp.run import MAX_WINDOW_SIZE, Backend, MRPJobInput, workflow_id_for
+from workers.mrp_client import MrpJobView, job_view, start_job
+
+router = APIRouter(prefix="/mrp", tags=["mrp"], responses=ERROR_RESPONSES)
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", max_length=255, description="Repeat-safe retries"),
+]
+
+MAX_JOB_BYTES = 1_000_000
+_RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class SubmitJobBody(BaseModel):
+    """Start a job: its YAML, or a job file on the server; plus run options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_yaml: str | None = Field(
+        default=None,
+        max_length=MAX_JOB_BYTES,
+        description="The job file's text (DSL v0.1)",
+        examples=[None],
+    )
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="A job file on the server, inside a KEEL_MRP_JOB_ROOTS folder",
+        examples=["examples/mrp/wordcount.yaml"],
+    )
+    base_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="Where inputs.files resolve for inline YAML (inside a root)",
+    )
+    run_id: str | None = Field(default=None, pattern=_RUN_ID, description="Default: generated")
+    backend: Backend | None = Field(default=None, description="ray (default) or threads")
+    window_size: int | None = Field(default=None, ge=1, le=MAX_WINDOW_SIZE)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SubmitJobBody:
+        if (self.job_yaml is None) == (self.path is None):
+            raise ValueError("give exactly one of job_yaml and path")
+        if self.path is not None and self.base_dir is not None:
+            raise ValueError("base_dir goes with job_yaml; a path resolves beside its file")
+        return self
+
+
+class SubmittedJob(BaseModel):
+    """The answer to ``POST /mrp/jobs``: where to follow the run."""
+
+    run_id: str
+    workflow_id: str
+    job_id: str
+    status: str = "running"
+
+
+def _inside_roots(request: Request, raw: str, what: str) -> Path:
+    """``raw`` resolved (symlinks too); 403 unless it lies inside a configured root."""
+    roots = [Path(r).resolve() for r in request.app.state.settings.mrp_job_roots]
+    if not roots:
+        raise ApiError(
+            403, "path_not_allowed", f"{what} is refused: no KEEL_MRP_JOB_ROOTS are configured"
+        )
+    candidate = Path(raw)
+    resolved = (candidate if candidate.is_absolute() else roots[0] / candidate).resolve()
+    if not candidate.is_absolute():
+        # A relative path may name a file in any root: the first that has it wins.
+        for root in roots:
+            if (root / candidate).resolve().exists():
+                resolved = (root / candidate).resolve()
+                break
+    if not any(resolved == root or root in resolved.parents for root in roots):
+        raise ApiError(403, "path_not_allowed", f"{what} {raw!r} is outside KEEL_MRP_JOB_ROOTS")
+    return resolved
+
+
+def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str]:
+    """The workflow input and the job id; 422 for YAML that is not a valid job."""
+    if body.path is not None:
+        job_file = _inside_roots(request, body.path, "path")
+        if not job_file.is_file():
+            raise ApiError(404, "not_found", f"no job file {body.path!r}")
+        text = job_file.read_text(encoding="utf-8")
+        source, base_dir = job_file.name, str(job_file.parent)
+    else:
+        text = body.job_yaml or ""
+        source = "job.yaml"
+        base_dir = str(_inside_roots(request, body.base_dir, "base_dir")) if body.base_dir else ""
+    try:
+        job_id = parse_job(text, source).spec.job_id
+    except DslError as e:
+        raise ApiError(
+            422,
+            "invalid_job",
+            f"not a valid MRP job: {e.issues[0].render(source)}",
+            [issue.model_dump() for issue in e.issues],
+        ) from None
+    return (
+        MRPJobInput(
+            job_yaml=text,
+            source=source,
+            base_dir=base_dir,
+            run_id=body.run_id or "",
+            backend=body.backend,
+            window_size=body.window_size,
+        ),
+        job_id,
+    )
+
+
+@router.post("/jobs", status_code=202, response_model=SubmittedJob)
+async def submit_job(
+    request: Request,
+    body: SubmitJobBody,
+    client: ClientDep,
+    sessions: SessionsDep,
+    caller: RequesterDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """Start a job; 202 with the run id and workflow id to follow it by."""
+
+    async def run() -> tuple[int, Any]:
+        inp, job_id = _job_input(request, body)
+        run_id = body.run_id or (
+            digest_json(["mrp", caller.actor, idempotency_key])[7:31]
+            if idempotency_key
+            else uuid.uuid4().hex[:24]
+        )
+        inp = inp.model_copy(update={"run_id": run_id, "requester": caller.actor})
+        wid = workflow_id_for(job_id, run_id)
+        try:
+            await start_job(
+                client,
+                inp,
+                workflow_id=wid,
+                task_queue=request.app.state.settings.task_queue,
+                reject_duplicate=True,
+            )
+        except WorkflowAlreadyStartedError:
+            if idempotency_key is None:
+                raise ApiError(409, "conflict", f"run {run_id!r} of {job_id} exists") from None
+            # The same key after an answer that was not stored (a 5xx): the same run.
+        return 202, SubmittedJob(run_id=run_id, workflow_id=wid, job_id=job_id).model_dump()
+
+    return await idempotent(
+        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
+        path=request.url.path, body=body, run=run,
+    )  # fmt: skip
+
+
+@router.get("/jobs/{run_id:path}", response_model=MrpJobView)
+async def get_job(
+    run_id: str, client: ClientDep, sessions: SessionsDep, caller: CallerDep
+) -> MrpJobView:
+    """A run's status, shard counters, cost and digests (run id or workflow id)."""
+    view = await job_view(client, sessions, run_id)
+    if view is None:
+        raise ApiError(404, "not_found", f"no MRP run {run_id!r}")
+    return view

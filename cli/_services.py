@@ -1,0 +1,136 @@
+"""A Temporal client with a worker behind it, for CLI commands that run workflows.
+
+``mrp run`` (and ``mrp replay``) need no manual step: with no server configured and
+none answering on the embedded address, they start ``keel up`` in the background
+(:func:`cli.keel.start_up_in_background`); with a server but no worker polling the task
+queue, they start one ``keel worker``. What they started is stopped afterwards unless
+the caller keeps it (``--stay``, or a run that is not waited for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from keel.settings import Settings
+    from workers.services import ManagedProcess
+
+
+class ServiceUnavailable(RuntimeError):
+    """Temporal (or a worker for it) cannot be reached or started; the message says why."""
+
+
+def reachable(address: str) -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    from workers.services import port_open
+
+    host, _, port = address.rpartition(":")
+    try:
+        return port_open(int(port), host or "127.0.0.1")
+    except (ValueError, OSError):
+        return False
+
+
+async def has_pollers(client: Client, namespace: str, task_queue: str) -> bool:
+    """Whether any worker polls ``task_queue`` for workflow tasks right now."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    resp = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return bool(resp.pollers)
+
+
+@dataclass
+class LocalServices:
+    """What one command started: ``keel up`` and/or one worker; :meth:`stop` ends them."""
+
+    settings: Settings
+    note: Callable[[str], None]
+    up: subprocess.Popen[bytes] | None = None
+    worker: ManagedProcess | None = None
+    _client: Client | None = field(default=None, repr=False)
+
+    @property
+    def started_any(self) -> bool:
+        return self.up is not None or self.worker is not None
+
+    def dead(self) -> str | None:
+        """Why a service this command started is gone, or None."""
+        if self.worker is not None and not self.worker.running():
+            return f"the worker this command started exited (log {self.worker.log_path})"
+        if self.up is not None and self.up.poll() is not None:
+            return f"the keel up this command started exited (log {self.settings.data_dir / 'up.log'})"
+        return None
+
+    async def connect(self, worker_log_name: str = "cli-worker.log") -> Client:
+        """A client for the configured (or embedded) server, with a worker on the queue."""
+        from workers.client import connect
+        from workers.services import ManagedProcess
+
+        settings = self.settings
+        address = settings.resolved_temporal_address
+        if not reachable(address):
+            if settings.temporal_address:
+                raise ServiceUnavailable(
+                    f"the Temporal server at {address} (KEEL_TEMPORAL_ADDRESS) does not answer"
+                )
+            from cli.keel import start_up_in_background
+
+            self.note(f"No Temporal server at {address}; starting Keel (keel up) ...")
+            try:
+                self.up = await asyncio.to_thread(start_up_in_background, settings)
+            except click.exceptions.Exit:
+                raise ServiceUnavailable(
+                    f"keel up did not start (log {settings.data_dir / 'up.log'})"
+                ) from None
+        try:
+            client = await connect(settings)
+        except Exception as e:
+            raise ServiceUnavailable(f"cannot connect to Temporal at {address}: {e}") from None
+        if self.up is None and not await has_pollers(
+            client, settings.temporal_namespace, settings.task_queue
+        ):
+            log = settings.data_dir / "logs" / worker_log_name
+            self.note(
+                f"No worker polls task queue {settings.task_queue!r}; starting one (log {log}) ..."
+            )
+            self.worker = ManagedProcess(
+                "worker", [sys.executable, "-m", "cli.keel", "worker"], log
+            )
+            self.worker.start()
+        self._client = client
+        return client
+
+    def stop(self, stay: bool = False) -> None:
+        """Stop what this command started; with ``stay`` leave it running and say how to stop it."""
+        from workers.services import stop_pid
+
+        if stay:
+            if self.up is not None:
+                self.note("Keel stays up; stop it with `keel down`.")
+            if self.worker is not None:
+                self.note(f"The worker stays up (pid {self.worker.pid}); stop it with kill.")
+            return
+        if self.worker is not None:
+            self.worker.stop()
+        if self.up is not None:
+            stop_pid(self.up.pid, 30)
+            with contextlib.suppress(Exception):
+                self.up.wait(timeout=30)

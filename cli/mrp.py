@@ -1,0 +1,870 @@
+"""``mrp``: compile, run, replay and inspect MRP jobs (Map -> Reduce -> Produce).
+
+``mrp compile job.yaml`` checks a job against ``configs/mrp.yaml`` and writes ``IR.json``,
+``manifest.json`` and ``policy_report.json``; ``mrp run job.yaml`` runs it as an ``MRPJob``
+workflow on the configured Temporal server, or on the embedded one started on demand
+(``keel up`` in the background), with a worker started when none polls the task queue;
+``mrp replay --run-id X`` re-runs a finished run from its stored artifacts and compares
+every digest; ``mrp inspect --run-id X`` shows a run and downloads its outputs;
+``mrp operators`` lists, lints and signs operators (``cli/mrp_operators.py``).
+
+Output: readable text on a terminal, one JSON document on stdout otherwise (``--json``
+and ``--text`` force either). Errors are one line each on stderr (``error: ...``), and in
+JSON mode also ``{"error": {"code", "message", "details"}}`` on stdout. Exit codes are in
+:data:`EXIT_CODES` (docs/mrp-cli.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+from cli._exit import run_and_exit
+from cli.mrp_operators import app as operators_app
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+    from temporalio.client import Client
+
+    from keel.mrp.normalize import FileRef
+    from keel.mrp.run import MRPJobInput, MRPJobResult, RunManifest
+    from keel.settings import Settings
+    from store.artifacts import ArtifactStore
+
+app = typer.Typer(
+    help="MRP jobs: compile, run, replay and inspect Map -> Reduce -> Produce jobs "
+    "(docs/mrp-quickstart.md).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(operators_app, name="operators")
+
+#: Exit codes (stable; docs/mrp-cli.md).
+EXIT_OK = 0
+EXIT_ERROR = 1  # unexpected error, Temporal or the worker unavailable
+EXIT_USAGE = 2  # bad command line (click)
+EXIT_INVALID_JOB = 3  # the YAML is not a valid job (DSL error, with lines)
+EXIT_REFUSED = 4  # policy refused the job, or an operator was refused (pin, signature)
+EXIT_RUN_FAILED = 5  # the run ended but did not succeed (failed, budget_exceeded, ...)
+EXIT_REPLAY_MISMATCH = 6  # a replay produced a different digest
+EXIT_NOT_FOUND = 7  # no run with that id
+EXIT_CODES = {
+    "ok": EXIT_OK,
+    "error": EXIT_ERROR,
+    "usage": EXIT_USAGE,
+    "invalid_job": EXIT_INVALID_JOB,
+    "refused": EXIT_REFUSED,
+    "run_failed": EXIT_RUN_FAILED,
+    "replay_mismatch": EXIT_REPLAY_MISMATCH,
+    "not_found": EXIT_NOT_FOUND,
+}
+
+JobArg = Annotated[
+    Path,
+    typer.Argument(
+        help="The job file (YAML, DSL v0.1)", exists=True, dir_okay=False, show_default=False
+    ),
+]
+RunIdOpt = Annotated[str, typer.Option("--run-id", "-r", help="The run id", show_default=False)]
+JsonOpt = Annotated[
+    bool | None,
+    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
+]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option("--backend", "-b", help="Map backend: ray (default) or threads"),
+]
+StayOpt = Annotated[
+    bool, typer.Option("--stay", help="Keep a Keel (or worker) this command started running")
+]
+
+
+class _Mode:
+    json = False
+
+
+_mode = _Mode()
+
+
+def _set_mode(json_out: bool | None) -> None:
+    _mode.json = (not sys.stdout.isatty()) if json_out is None else json_out
+
+
+def _note(text: str) -> None:
+    """Progress for people, on stderr (never mixed into the JSON on stdout)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _emit(doc: dict[str, Any], text: str) -> None:
+    """One JSON document, or the text for people."""
+    if _mode.json:
+        typer.echo(json.dumps(doc, ensure_ascii=False, indent=2, default=str))
+    else:
+        typer.echo(text)
+
+
+class CliFailure(Exception):
+    """A failure the CLI reports as ``error: <line>`` (one per line) and an exit code."""
+
+    def __init__(
+        self, code: str, lines: list[str] | str, exit_code: int, details: Any = None
+    ) -> None:
+        self.code = code
+        self.lines = [lines] if isinstance(lines, str) else lines
+        self.exit_code = exit_code
+        self.details = details
+        super().__init__("; ".join(self.lines))
+
+
+def _fail(code: str, lines: list[str] | str, exit_code: int, details: Any = None) -> NoReturn:
+    raise CliFailure(code, lines, exit_code, details)
+
+
+def _report(failure: CliFailure) -> int:
+    if _mode.json:
+        doc = {
+            "error": {
+                "code": failure.code,
+                "message": "; ".join(failure.lines),
+                "details": failure.details,
+            }
+        }
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
+        sys.stdout.flush()
+    for line in failure.lines:
+        sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
+    return failure.exit_code
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    """Turn a command's failures into their lines and exit code."""
+    from cli._services import ServiceUnavailable
+    from keel.mrp.errors import DslError, PolicyViolation, RegistryError
+    from keel.mrp.operators_io import MrpConfigError
+
+    try:
+        yield
+    except CliFailure as f:
+        raise typer.Exit(_report(f)) from None
+    except DslError as e:
+        lines = [issue.render(e.source) for issue in e.issues]
+        details = [issue.model_dump() for issue in e.issues]
+        raise typer.Exit(
+            _report(CliFailure("invalid_job", lines, EXIT_INVALID_JOB, details))
+        ) from None
+    except PolicyViolation as e:
+        raise typer.Exit(
+            _report(CliFailure("refused", _violation_lines(e), EXIT_REFUSED, e.report.violations))
+        ) from None
+    except RegistryError as e:  # OperatorRefused (pin, signature) is a RegistryError
+        raise typer.Exit(_report(CliFailure("refused", str(e), EXIT_REFUSED))) from None
+    except MrpConfigError as e:
+        raise typer.Exit(_report(CliFailure("config", str(e), EXIT_ERROR))) from None
+    except ServiceUnavailable as e:
+        raise typer.Exit(_report(CliFailure("unavailable", str(e), EXIT_ERROR))) from None
+
+
+def _violation_lines(e: Any, source: str | None = None) -> list[str]:
+    """``job.yaml:26: MRP-P001 max_workers over cap at policy.max_workers: ...``."""
+    lines = []
+    for v in e.report.violations:
+        where = source or ""
+        if v.line is not None:
+            where = f"{where}:{v.line}" if where else f"line {v.line}"
+        head = f"{where}: " if where else ""
+        path = f" at {v.path}" if v.path else ""
+        lines.append(f"{head}{v.rule_id} {v.title}{path}: {v.message}")
+    return lines
+
+
+def _short(digest: str | None, n: int = 16) -> str:
+    return "-" if not digest else digest.removeprefix("blake3:")[:n]
+
+
+def _settings() -> Settings:
+    from keel.settings import get_settings
+
+    return get_settings()
+
+
+def _sessions(settings: Settings) -> sessionmaker[Session]:
+    from store.db import init_db, make_engine, make_sessionmaker
+
+    init_db(settings.resolved_database_url)
+    return make_sessionmaker(make_engine(settings.resolved_database_url))
+
+
+def _artifacts(settings: Settings) -> ArtifactStore:
+    from store.artifacts import artifact_store_from_settings
+
+    return artifact_store_from_settings(settings)
+
+
+def _read_job(job: Path) -> str:
+    try:
+        return job.read_text(encoding="utf-8")
+    except OSError as e:
+        _fail("not_found", f"cannot read {job}: {e.strerror or e}", EXIT_INVALID_JOB)
+
+
+# -- compile -------------------------------------------------------------------------------
+
+
+def resolve_job_files(patterns: list[str], base_dir: Path) -> list[FileRef]:
+    """List and hash the files under ``base_dir`` that ``patterns`` match, as the compile
+    activity does on the worker (relative POSIX paths, BLAKE3 of the bytes)."""
+    from activities.mrp import _resolve_files
+
+    refs, _ = _resolve_files(patterns, base_dir, _HashOnlyStore())  # type: ignore[arg-type]
+    return refs
+
+
+def _compile(settings: Settings, job: Path, text: str) -> Any:
+    """Compile ``job`` against the configured registry and caps (files resolved beside it)."""
+    from keel.mrp.dsl import parse_job
+    from keel.mrp.operators_io import load_mrp_config
+
+    source = str(job)
+    parsed = parse_job(text, source)
+    files = None
+    if parsed.spec.inputs.files is not None:
+        files = resolve_job_files(list(parsed.spec.inputs.files), job.resolve().parent)
+    config = load_mrp_config(settings)
+    return config.compile_job(text, resolved_files=files, source=source)
+
+
+@app.command("compile")
+def compile_cmd(
+    job: JobArg,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Where to write IR.json, manifest.json, policy_report.json "
+            "(default: <data dir>/mrp/compiled/<job id>)",
+            file_okay=False,
+        ),
+    ] = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Check a job and write its IR, manifest and policy report; refusals name rule and line."""
+    from keel.mrp.dsl import parse_job
+    from keel.mrp.errors import PolicyViolation
+
+    _set_mode(json_out)
+    with _reported():
+        settings = _settings()
+        text = _read_job(job)
+        job_id = parse_job(text, str(job)).spec.job_id
+        out_dir = out or settings.data_dir / "mrp" / "compiled" / job_id
+        try:
+            result = _compile(settings, job, text)
+        except PolicyViolation as e:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            from keel.digest import canonical_json
+
+            (out_dir / "policy_report.json").write_bytes(canonical_json(e.report))
+            lines = _violation_lines(e, str(job))
+            lines.append(f"policy report written to {out_dir / 'policy_report.json'}")
+            _fail("refused", lines, EXIT_REFUSED, [v.model_dump() for v in e.report.violations])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files = {
+            "IR.json": result.ir_json(),
+            "manifest.json": result.manifest_json(),
+            "policy_report.json": result.policy_report_json(),
+        }
+        for name, data in files.items():
+            (out_dir / name).write_bytes(data)
+        ir = result.ir
+        est = ir.budget.estimate
+        doc = {
+            "job_id": ir.job_id,
+            "out_dir": str(out_dir),
+            "files": sorted(files),
+            "shards": len(ir.map_tasks),
+            "operators": {role: b.ref for role, b in sorted(ir.operators.items())},
+            "estimate": {"units": str(est.units), "usd": str(est.usd)},
+            "ir_digest": ir.digest(),
+            "manifest_digest": result.manifest.digest(),
+            "policy_report_digest": result.policy_report.digest(),
+            "rules": {
+                "passed": sum(r.status == "passed" for r in result.policy_report.rules_evaluated),
+                "skipped": sum(r.status == "skipped" for r in result.policy_report.rules_evaluated),
+            },
+        }
+        ops = ", ".join(f"{role} {ref}" for role, ref in doc["operators"].items())
+        text_out = "\n".join(
+            [
+                f"{ir.job_id}: compiled, {len(ir.map_tasks)} shards; admitted "
+                f"({doc['rules']['passed']} rules passed, {doc['rules']['skipped']} skipped)",
+                f"  operators  {ops}",
+                f"  estimate   {est.units} units, ${est.usd}",
+                f"  IR         {doc['ir_digest']}",
+                f"  manifest   {doc['manifest_digest']}",
+                f"  written    {out_dir}/{{IR.json, manifest.json, policy_report.json}}",
+            ]
+        )
+        _emit(doc, text_out)
+
+
+# -- run -----------------------------------------------------------------------------------
+
+
+class _HashOnlyStore:
+    """Stand-in artifact store for ``mrp compile``: digests file bytes, keeps nothing."""
+
+    def put_bytes(self, data: bytes) -> str:
+        from keel.digest import digest_bytes
+
+        return digest_bytes(data)
+
+
+def _progress_line(view: Any) -> str:
+    if view.status != "running":
+        return f"[{view.status}]"
+    if not view.shards_total:
+        phase = "compile"
+    elif view.shards_done < view.shards_total:
+        phase = "map"
+    else:
+        phase = "reduce/produce"
+    cost = view.cost
+    return (
+        f"[{phase}] shards {view.shards_done}/{view.shards_total or '?'}"
+        f"  cost {cost.units} units, ${cost.usd}"
+    )
+
+
+async def _watch(
+    client: Client,
+    sessions: sessionmaker[Session],
+    run_id: str,
+    workflow_id: str,
+    services: Any,
+    show: bool,
+) -> None:
+    """Beside the result wait: progress on stderr (terminal only); fails when a service
+    this command started dies."""
+    from workers.mrp_client import job_view
+
+    last = ""
+    while True:
+        await asyncio.sleep(0.5)
+        dead = services.dead()
+        if dead:
+            _fail("unavailable", dead, EXIT_ERROR)
+        if not show:
+            continue
+        with contextlib.suppress(Exception):
+            view = await job_view(None, sessions, run_id)
+            line = _progress_line(view) if view is not None else "[compile] starting"
+            if line != last:
+                sys.stderr.write("\r\033[K" + line)
+                sys.stderr.flush()
+                last = line
+
+
+def _run_failure(err: BaseException, workflow_id: str) -> CliFailure:
+    from keel.mrp.run import ERROR_COMPILE, ERROR_REPLAY_MISMATCH, ERROR_REPLAY_SOURCE
+    from workers.mrp_client import failure_of
+
+    kind, message = failure_of(err)
+    first = message.strip().splitlines() or [""]
+    if kind == ERROR_COMPILE:
+        lines = [ln.strip() for ln in message.splitlines()[1:] if ln.strip()] or first
+        return CliFailure(
+            "refused", lines, EXIT_REFUSED, {"type": kind, "workflow_id": workflow_id}
+        )
+    if kind == ERROR_REPLAY_MISMATCH:
+        return CliFailure("replay_mismatch", first[0], EXIT_REPLAY_MISMATCH, {"type": kind})
+    if kind == ERROR_REPLAY_SOURCE:
+        return CliFailure("not_found", first[0], EXIT_NOT_FOUND, {"type": kind})
+    return CliFailure(
+        "run_failed",
+        f"run {workflow_id} failed: {kind}: {first[0]}",
+        EXIT_RUN_FAILED,
+        {"type": kind, "message": message, "workflow_id": workflow_id},
+    )
+
+
+async def _start_and_wait(
+    settings: Settings,
+    inp: MRPJobInput,
+    job_id: str,
+    *,
+    wait: bool,
+    stay: bool,
+) -> tuple[str, MRPJobResult | None, BaseException | None]:
+    """Start ``MRPJob`` (services on demand) and, with ``wait``, its result or failure."""
+    from temporalio.client import WorkflowFailureError
+
+    from cli._services import LocalServices
+    from keel.mrp.run import workflow_id_for
+    from workers.mrp_client import start_job
+
+    services = LocalServices(settings, _note)
+    keep = stay or not wait
+    try:
+        client = await services.connect("mrp-worker.log")
+        wid = workflow_id_for(job_id, inp.run_id)
+        handle = await start_job(client, inp, workflow_id=wid, task_queue=settings.task_queue)
+        if not _mode.json:
+            _note(f"Started {wid} (run id {inp.run_id}) on task queue {settings.task_queue!r}")
+        if not wait:
+            return wid, None, None
+        sessions = _sessions(settings)
+        show = sys.stderr.isatty()
+        result_task = asyncio.ensure_future(handle.result())
+        watch_task = asyncio.ensure_future(
+            _watch(client, sessions, inp.run_id, wid, services, show)
+        )
+        try:
+            await asyncio.wait({result_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watch_task
+            if show:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+        if not result_task.done():
+            result_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await result_task
+            watch_task.result()  # raises the watcher's failure
+        try:
+            return wid, result_task.result(), None
+        except WorkflowFailureError as err:
+            return wid, None, err
+    finally:
+        await asyncio.to_thread(services.stop, keep)
+
+
+def _result_doc(result: MRPJobResult) -> dict[str, Any]:
+    return result.model_dump(mode="json")
+
+
+def _result_text(result: MRPJobResult) -> str:
+    c = result.counters
+    cost = result.cost
+    lines = [
+        f"{result.job_id}: {result.status} (run {result.run_id}, backend {result.backend})",
+        f"  shards     {c.total} total: {c.run} run, {c.skipped} from checkpoints, "
+        f"{c.retried} retried, {c.failed} failed, {c.cancelled} cancelled",
+        f"  cost       {cost.units} units (limit {cost.limit_units}), ${cost.usd} "
+        f"(limit ${cost.limit_usd}); {cost.llm_calls} LLM calls, {cost.llm_cached} cached",
+    ]
+    if result.phase_timings:
+        timings = ", ".join(f"{k} {v:.2f}s" for k, v in result.phase_timings.items())
+        lines.append(f"  phases     {timings}")
+    if result.evaluation is not None:
+        ev = result.evaluation
+        lines.append(
+            f"  evaluation score {ev.score} (min {ev.min_score}): {'passed' if ev.passed else 'failed'}"
+        )
+    lines.append(f"  manifest   {result.manifest_digest}")
+    lines.append(f"  run manifest {result.run_manifest_digest}")
+    for key, digest in result.output_digests.items():
+        lines.append(f"  {key:<10} {digest}")
+    if result.output_root:
+        lines.append(f"  output     {result.output_root}")
+    if result.message:
+        lines.append(f"  note       {result.message}")
+    return "\n".join(lines)
+
+
+@app.command()
+def run(
+    job: JobArg,
+    backend: BackendOpt = None,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Wait for the result (progress on stderr)")
+    ] = True,
+    window_size: Annotated[
+        int | None, typer.Option("--window-size", min=1, help="Shards per map window")
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="Run id (default: generated)")
+    ] = None,
+    stay: StayOpt = False,
+    json_out: JsonOpt = None,
+) -> None:
+    """Run a job as an MRPJob workflow; checks it locally first (as `mrp compile`)."""
+    from keel.mrp.run import MRPJobInput
+
+    _set_mode(json_out)
+    if backend not in (None, "ray", "threads"):
+        _fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
+    with _reported():
+        settings = _settings()
+        text = _read_job(job)
+        compiled = _compile(settings, job, text)  # fail fast, before any server starts
+        job_id = compiled.ir.job_id
+        inp = MRPJobInput(
+            job_yaml=text,
+            source=job.name,
+            base_dir=str(job.resolve().parent),
+            run_id=run_id or uuid.uuid4().hex[:16],
+            backend=backend,  # type: ignore[arg-type]
+            window_size=window_size,
+            requester=_requester(),
+        )
+        wid, result, err = asyncio.run(_start_and_wait(settings, inp, job_id, wait=wait, stay=stay))
+        if err is not None:
+            raise _run_failure(err, wid)
+        if result is None:
+            doc = {"run_id": inp.run_id, "workflow_id": wid, "job_id": job_id, "status": "running"}
+            _emit(
+                doc,
+                f"{job_id}: started run {inp.run_id} (workflow {wid}); follow it with "
+                f"`mrp inspect --run-id {inp.run_id}`",
+            )
+            return
+        _emit(_result_doc(result), _result_text(result))
+        if result.status != "succeeded":
+            raise typer.Exit(EXIT_RUN_FAILED)
+
+
+def _requester() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser() or "mrp"
+    except Exception:
+        return "mrp"
+
+
+def _fail_now(code: str, line: str, exit_code: int) -> NoReturn:
+    raise typer.Exit(_report(CliFailure(code, line, exit_code)))
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+def _comparison(original: RunManifest, replayed: RunManifest | None) -> list[dict[str, Any]]:
+    """One row per digest replay compares, in canonical order (shards, reduce, files)."""
+    a = original.comparable_digests()
+    b = replayed.comparable_digests() if replayed is not None else {}
+    order = [s.shard_id for s in sorted(original.shards, key=lambda s: s.shard_index)]
+    keys = [k for k in order if k in a or k in b]
+    keys += ["reduce"] if "reduce" in a or "reduce" in b else []
+    keys += sorted(k for k in set(a) | set(b) if k.startswith("produced:"))
+    return [
+        {"what": k, "original": a.get(k), "replay": b.get(k), "same": a.get(k) == b.get(k)}
+        for k in keys
+    ]
+
+
+@app.command()
+def replay(
+    run_id: RunIdOpt,
+    backend: BackendOpt = None,
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="List every digest, not only the differing ones")
+    ] = False,
+    stay: StayOpt = False,
+    json_out: JsonOpt = None,
+) -> None:
+    """Re-run a finished run from its stored artifacts and compare every output digest.
+
+    LLM answers come from the request-digest cache (no model call). Exits 6 naming the
+    first digest that differs.
+    """
+    from keel.mrp.run import MRPJobInput
+    from store.mrp_runs import get_manifest, get_run
+
+    _set_mode(json_out)
+    if backend not in (None, "ray", "threads"):
+        _fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
+    with _reported():
+        settings = _settings()
+        sessions = _sessions(settings)
+        store = _artifacts(settings)
+        record = get_run(sessions, run_id)
+        if record is None:
+            _fail(
+                "not_found",
+                f"no MRP run {run_id!r} in {settings.resolved_database_url}",
+                EXIT_NOT_FOUND,
+            )
+        original = get_manifest(sessions, store, run_id)
+        if original is None:
+            _fail(
+                "not_found",
+                f"run {run_id} has not finished (status {record.status})",
+                EXIT_NOT_FOUND,
+            )
+        new_id = f"{run_id[:40]}-replay-{uuid.uuid4().hex[:8]}"
+        inp = MRPJobInput(
+            run_id=new_id,
+            backend=backend or record.backend,  # type: ignore[arg-type]
+            replay_of=run_id,
+            llm_replay_only=True,
+            requester=_requester(),
+        )
+        wid, result, err = asyncio.run(
+            _start_and_wait(settings, inp, record.job_id, wait=True, stay=stay)
+        )
+        replayed = get_manifest(sessions, store, new_id)
+        rows = _comparison(original, replayed)
+        differing = [r for r in rows if not r["same"]]
+        doc: dict[str, Any] = {
+            "run_id": run_id,
+            "replay_run_id": new_id,
+            "workflow_id": wid,
+            "compared": len(rows),
+            "matched": len(rows) - len(differing),
+            "first_difference": differing[0]["what"] if differing else None,
+            "digests": rows,
+        }
+        lines = [
+            f"replay of {run_id} as {new_id}: {len(rows) - len(differing)}/{len(rows)} digests equal"
+        ]
+        for r in rows if all_rows else differing:
+            mark = "same" if r["same"] else "DIFFERENT"
+            lines.append(
+                f"  {r['what']:<28} {mark:<9} original {_short(r['original'])}  replay {_short(r['replay'])}"
+            )
+        if not all_rows and not differing:
+            for r in rows:
+                if r["what"] == "reduce" or r["what"].startswith("produced:"):
+                    lines.append(f"  {r['what']:<28} same      {r['original']}")
+        if err is not None and not differing:
+            failure = _run_failure(err, wid)
+            doc["error"] = {"code": failure.code, "message": "; ".join(failure.lines)}
+            _emit(doc, "\n".join(lines))
+            raise failure
+        _emit(doc, "\n".join(lines))
+        if differing:
+            first = differing[0]
+            _fail(
+                "replay_mismatch",
+                f"replay of {run_id} differs first at {first['what']}: original "
+                f"{first['original']}, replay {first['replay']}",
+                EXIT_REPLAY_MISMATCH,
+                first,
+            )
+        if result is not None and result.status != "succeeded":
+            raise typer.Exit(EXIT_RUN_FAILED)
+
+
+# -- inspect -------------------------------------------------------------------------------
+
+
+def _download(manifest: RunManifest, store: ArtifactStore, dest: Path) -> list[dict[str, Any]]:
+    """Copy the run's produced files (verified by digest) and its manifests into ``dest``."""
+    from keel.digest import digest_bytes
+
+    dest.mkdir(parents=True, exist_ok=True)
+    got: list[dict[str, Any]] = []
+    if manifest.produced and manifest.output_root is None:
+        _fail("not_found", "the run manifest has no output root", EXIT_NOT_FOUND)
+    for f in manifest.produced:
+        src = Path(manifest.output_root or "") / f.path
+        try:
+            data = src.read_bytes()
+        except OSError as e:
+            _fail("not_found", f"cannot read output {src}: {e.strerror or e}", EXIT_NOT_FOUND)
+        if digest_bytes(data) != f.digest:
+            _fail("corrupted", f"output {src} no longer has digest {f.digest}", EXIT_ERROR)
+        target = dest / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        got.append({"path": str(target), "digest": f.digest, "size": f.size})
+    for name, digest in (
+        ("IR.json", manifest.ir_digest),
+        ("manifest.json", manifest.manifest_digest),
+        ("policy_report.json", manifest.policy_report_digest),
+    ):
+        (dest / name).write_bytes(store.get_bytes(digest))
+        got.append({"path": str(dest / name), "digest": digest})
+    (dest / "run-manifest.json").write_bytes(manifest.to_json())
+    got.append({"path": str(dest / "run-manifest.json"), "digest": manifest.digest()})
+    return got
+
+
+@app.command()
+def inspect(
+    run_id: RunIdOpt,
+    download: Annotated[
+        Path | None,
+        typer.Option(
+            "--download",
+            "-d",
+            help="Copy the outputs and manifests into this folder",
+            file_okay=False,
+        ),
+    ] = None,
+    shards: Annotated[
+        int, typer.Option("--shards", min=0, help="Shards to list (text output; JSON lists all)")
+    ] = 20,
+    json_out: JsonOpt = None,
+) -> None:
+    """Show a run: manifest, phase timings, per-shard status, cost; download its outputs."""
+    from keel.mrp.ir import manifest_from_json
+    from store.mrp_runs import get_manifest, get_run, list_shards
+
+    _set_mode(json_out)
+    with _reported():
+        settings = _settings()
+        sessions = _sessions(settings)
+        store = _artifacts(settings)
+        record = get_run(sessions, run_id)
+        if record is None:
+            _fail(
+                "not_found",
+                f"no MRP run {run_id!r} in {settings.resolved_database_url}",
+                EXIT_NOT_FOUND,
+            )
+        run_manifest = get_manifest(sessions, store, run_id)
+        compile_manifest = (
+            manifest_from_json(store.get_bytes(record.manifest_digest))
+            if record.manifest_digest
+            else None
+        )
+        rows = list_shards(sessions, run_id)
+        by_state: dict[str, int] = {}
+        for r in rows:
+            key = r.state if r.source != "checkpoint" else "skipped"
+            by_state[key] = by_state.get(key, 0) + 1
+        downloaded = None
+        if download is not None:
+            if run_manifest is None:
+                _fail(
+                    "not_found",
+                    f"run {run_id} has not finished (status {record.status})",
+                    EXIT_NOT_FOUND,
+                )
+            downloaded = _download(run_manifest, store, download)
+        doc: dict[str, Any] = {
+            "run": record.model_dump(mode="json"),
+            "manifest": compile_manifest.model_dump(mode="json") if compile_manifest else None,
+            "run_manifest": run_manifest.model_dump(mode="json") if run_manifest else None,
+            "shards": [r.model_dump(mode="json") for r in rows],
+            "shard_states": by_state,
+        }
+        if downloaded is not None:
+            doc["downloaded"] = downloaded
+        _emit(
+            doc,
+            _inspect_text(
+                record, compile_manifest, run_manifest, rows, by_state, shards, downloaded
+            ),
+        )
+
+
+def _inspect_text(
+    record: Any,
+    manifest: Any,
+    run_manifest: RunManifest | None,
+    rows: list[Any],
+    by_state: dict[str, int],
+    limit: int,
+    downloaded: list[dict[str, Any]] | None,
+) -> str:
+    lines = [
+        f"{record.job_id} run {record.run_id}: {record.status} (backend {record.backend}"
+        + (f", replay of {record.replay_of}" if record.replay_of else "")
+        + ")",
+        f"  workflow     {record.workflow_id}",
+        f"  created      {record.created_at:%Y-%m-%d %H:%M:%S %Z}, updated "
+        f"{record.updated_at:%Y-%m-%d %H:%M:%S %Z}",
+    ]
+    if record.error:
+        lines.append(f"  error        {record.error}")
+    if manifest is not None:
+        lines.append("manifest")
+        lines.append(f"  digest       {record.manifest_digest}")
+        lines.append(f"  IR           {manifest.ir_digest}")
+        lines.append(f"  job          {manifest.job_digest} (DSL {manifest.dsl_version})")
+        lines.append(
+            f"  inputs       {manifest.inputs_digest}, {len(manifest.input_digests)} shards"
+        )
+        for op in manifest.operators:
+            lines.append(
+                f"  {op.role:<12} {op.ref} ({op.kind}, code {_short(op.code_digest, 12)}, "
+                f"{'signed' if op.signed else 'unsigned'})"
+            )
+        lines.append(f"  seeds        job {manifest.seeds.job}")
+    timings = (run_manifest.phase_timings if run_manifest else None) or record.phase_timings
+    if timings:
+        lines.append("phases       " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
+    cost = record.cost
+    lines.append(
+        f"cost         {cost.units} units (estimate {cost.estimate_units}, kill limit "
+        f"{cost.limit_units}), ${cost.usd} (limit ${cost.limit_usd})"
+        + (f", tripped on {cost.tripped}" if cost.tripped else "")
+    )
+    lines.append(f"             {cost.llm_calls} LLM calls, {cost.llm_cached} from the cache")
+    states = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none recorded yet"
+    c = record.counters
+    lines.append(
+        f"shards       {record.shard_count} total: {states}; counters run {c.run}, "
+        f"skipped {c.skipped}, retried {c.retried}, failed {c.failed}"
+    )
+    for r in rows[:limit]:
+        out = _short(r.output_digest) if r.output_digest else (r.error or "-")[:60]
+        lines.append(
+            f"  {r.shard_id} {r.state:<9} {r.source:<10} attempts {r.attempts} "
+            f"{r.latency_ms:7.0f} ms  {out}"
+        )
+    if len(rows) > limit:
+        lines.append(f"  ... {len(rows) - limit} more (--shards N, or --json)")
+    if run_manifest is not None:
+        lines.append(f"run manifest {record.run_manifest_digest}")
+        if run_manifest.reduce_digest:
+            lines.append(f"  reduce       {run_manifest.reduce_digest}")
+        if run_manifest.evaluation is not None:
+            ev = run_manifest.evaluation
+            lines.append(
+                f"  evaluation   score {ev.score} (min {ev.min_score}), {'passed' if ev.passed else 'failed'}"
+            )
+        if run_manifest.produced:
+            lines.append(f"outputs      {run_manifest.output_root}")
+            for f in run_manifest.produced:
+                lines.append(f"  {f.path:<28} {f.size:>8} bytes  {f.digest}")
+    if downloaded is not None:
+        lines.append(f"downloaded   {len(downloaded)} files")
+        for d in downloaded:
+            lines.append(f"  {d['path']}")
+    return "\n".join(lines)
+
+
+def _on_error(err: BaseException) -> int:
+    """Command-line errors (exit 2) and unexpected exceptions (exit 1), one line each."""
+    import os
+    import traceback
+
+    import click
+
+    if "--json" in sys.argv:
+        _mode.json = True
+    # Typer raises its own copy of click's exceptions (typer.exceptions.TyperException).
+    if isinstance(err, click.ClickException | typer.exceptions.TyperException) and hasattr(
+        err, "format_message"
+    ):
+        return _report(CliFailure("usage", err.format_message(), EXIT_USAGE))
+    if os.environ.get("KEEL_DEBUG"):
+        traceback.print_exc()
+    return _report(CliFailure("error", f"{type(err).__name__}: {err}", EXIT_ERROR))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_and_exit(app, argv, on_error=_on_error)
+
+
+if __name__ == "__main__":
+    main()

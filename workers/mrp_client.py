@@ -1,0 +1,218 @@
+"""Client side of the ``MRPJob`` workflow, shared by the ``mrp`` CLI and ``/mrp/jobs``.
+
+Starting a run by type name (no workflow code imported on the client), reading why a run
+failed (the workflow fails with an ``ApplicationError`` whose ``type`` is one of
+:data:`keel.mrp.run.ERROR_TYPES`), and one :class:`MrpJobView` of a run built from the SQL
+run records (``store/mrp_runs.py``) and, for what they do not hold yet, from Temporal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from keel.mrp.run import (
+    ERROR_TYPES,
+    WORKFLOW_TYPE,
+    MRPJobInput,
+    MRPJobResult,
+    RunCost,
+    ShardCounters,
+    run_id_from_workflow_id,
+)
+from store.mrp_runs import get_run, shard_counts
+
+ViewStatus = Literal[
+    "running",
+    "succeeded",
+    "failed",
+    "budget_exceeded",
+    "rejected",
+    "expired",
+    "evaluation_failed",
+    "canceled",
+    "terminated",
+    "timed_out",
+]
+
+_ENDED: dict[WorkflowExecutionStatus, ViewStatus] = {
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "canceled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+}
+
+
+class MrpJobView(BaseModel):
+    """A run as clients see it (``GET /mrp/jobs/{run_id}``, ``mrp run`` progress)."""
+
+    run_id: str
+    workflow_id: str
+    job_id: str
+    status: ViewStatus
+    backend: str | None = None
+    shards_total: int = 0
+    shards_done: int = 0
+    counters: ShardCounters = Field(default_factory=ShardCounters)
+    cost: RunCost = Field(default_factory=RunCost)
+    manifest_digest: str | None = None
+    run_manifest_digest: str | None = None
+    ir_digest: str | None = None
+    reduce_digest: str | None = None
+    output_digests: dict[str, str] = Field(default_factory=dict)
+    phase_timings: dict[str, float] = Field(default_factory=dict)
+    replay_of: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+async def start_job(
+    client: Client,
+    inp: MRPJobInput,
+    *,
+    workflow_id: str,
+    task_queue: str,
+    reject_duplicate: bool = False,
+) -> WorkflowHandle[Any, MRPJobResult]:
+    """Start ``MRPJob`` by type name; the same JSON ``temporal workflow start`` sends."""
+    return await client.start_workflow(
+        WORKFLOW_TYPE,
+        inp,
+        id=workflow_id,
+        task_queue=task_queue,
+        result_type=MRPJobResult,
+        id_reuse_policy=(
+            WorkflowIDReusePolicy.REJECT_DUPLICATE
+            if reject_duplicate
+            else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+        ),
+    )
+
+
+def failure_of(err: BaseException) -> tuple[str, str]:
+    """``(type, message)`` of a failed run: the first ``ApplicationError`` in the cause chain
+    whose type is one of :data:`ERROR_TYPES`, else the innermost error."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = err
+    while cur is not None and len(chain) < 16:
+        chain.append(cur)
+        cur = getattr(cur, "cause", None) or cur.__cause__
+    for e in chain:
+        if isinstance(e, ApplicationError) and e.type in ERROR_TYPES:
+            return str(e.type), e.message
+    inner = [e for e in chain if not isinstance(e, WorkflowFailureError)] or chain
+    last = inner[-1]
+    kind = last.type if isinstance(last, ApplicationError) and last.type else type(last).__name__
+    return str(kind), str(getattr(last, "message", "") or last)
+
+
+async def describe(client: Client, workflow_id: str) -> Any | None:
+    """``describe()`` of an ``MRPJob`` run, or None when there is none with that id."""
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as err:
+        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            return None
+        raise
+    return desc if desc.workflow_type == WORKFLOW_TYPE else None
+
+
+async def find_workflow_id(client: Client, run_id: str, limit: int = 2000) -> str | None:
+    """The workflow id of a run the SQL records do not know yet (compile not finished, or
+    compile failed): the newest ``MRPJob`` whose id ends with ``/<run_id>``."""
+    query = f'WorkflowType = "{WORKFLOW_TYPE}"'
+    async for wf in client.list_workflows(query, limit=limit):
+        if run_id_from_workflow_id(wf.id) == run_id:
+            return str(wf.id)
+    return None
+
+
+async def job_view(
+    client: Client | None, sessions: sessionmaker[Session], ref: str
+) -> MrpJobView | None:
+    """The run named by ``ref`` (a run id, or a workflow id ``mrp/<job>/<run>``), or None.
+
+    The SQL record gives digests, counters and cost; while it is running the shard rows
+    give progress; Temporal (when ``client`` is given) gives the outcome of runs the
+    records do not cover (a compile failure, a termination).
+    """
+    run_id = run_id_from_workflow_id(ref)
+    record = await asyncio.to_thread(get_run, sessions, run_id)
+    workflow_id = record.workflow_id if record is not None else None
+    if workflow_id is None and ref.startswith("mrp/"):
+        workflow_id = ref
+    if workflow_id is None and client is not None:
+        workflow_id = await find_workflow_id(client, run_id)
+    if record is None and workflow_id is None:
+        return None
+    desc = await describe(client, workflow_id) if client is not None and workflow_id else None
+    if record is None and desc is None:
+        return None
+    job_id = workflow_id.split("/")[1] if workflow_id and workflow_id.count("/") >= 2 else ""
+    view = MrpJobView(
+        run_id=run_id, workflow_id=workflow_id or "", job_id=job_id, status="running"
+    )
+    if record is not None:
+        view = MrpJobView(
+            run_id=record.run_id,
+            workflow_id=record.workflow_id,
+            job_id=record.job_id,
+            status=record.status,
+            backend=record.backend,
+            shards_total=record.shard_count,
+            counters=record.counters,
+            cost=record.cost,
+            manifest_digest=record.manifest_digest,
+            run_manifest_digest=record.run_manifest_digest,
+            ir_digest=record.ir_digest,
+            reduce_digest=record.reduce_digest,
+            phase_timings=record.phase_timings,
+            replay_of=record.replay_of,
+            error=record.error,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+        )
+        if record.status == "running":
+            counts = await asyncio.to_thread(shard_counts, sessions, record.run_id)
+            view.shards_done = sum(counts.values())
+        else:
+            view.shards_done = record.shard_count
+    if desc is not None and desc.status is not None:
+        ended = _ENDED.get(desc.status)
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            handle = client.get_workflow_handle(  # type: ignore[union-attr]
+                view.workflow_id, result_type=MRPJobResult
+            )
+            result: MRPJobResult = await handle.result()
+            view.status = result.status
+            view.output_digests = dict(result.output_digests)
+            view.run_manifest_digest = result.run_manifest_digest or view.run_manifest_digest
+            view.manifest_digest = result.manifest_digest or view.manifest_digest
+            view.counters = result.counters
+            view.cost = result.cost
+            view.phase_timings = dict(result.phase_timings) or view.phase_timings
+            view.shards_total = result.counters.total or view.shards_total
+        elif ended is not None:
+            view.status = ended
+            if ended == "failed":
+                try:
+                    await client.get_workflow_handle(view.workflow_id).result()  # type: ignore[union-attr]
+                except WorkflowFailureError as err:
+                    view.error_type, view.error = failure_of(err)
+    return view
