@@ -389,3 +389,30 @@ async def test_cli_starts_the_embedded_server_and_stops_it(settings, model_serve
     up = (data / "up.log").read_text()
     assert "Keel is down." in up, up
     print(f"embedded cold run: {time.monotonic() - start:.1f} s")
+
+
+async def test_temporal_cli_starts_rllm_app_with_plain_json(settings, worker, model_server):
+    """docs/runllm-cli.md: `temporal workflow start --type RllmApp` with a worker-relative path."""
+    from workers.services import find_binary
+
+    temporal = find_binary("temporal")
+    addr = ["--address", settings.resolved_temporal_address]
+    wid = f"rllm/summary/cli-{time.time_ns()}"
+    body = {"path": "examples/summary.rllm", "input": {"text": TEXT, "max_sentences": 1}}
+    start = await asyncio.to_thread(
+        subprocess.run,
+        [temporal, "workflow", "start", "--type", "RllmApp", "--task-queue", settings.task_queue,
+         "--workflow-id", wid, "--input", json.dumps(body), *addr],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert start.returncode == 0, start.stderr
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [temporal, "workflow", "result", "--workflow-id", wid, "--output", "json", *addr],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "COMPLETED", doc
+    assert doc["result"]["output"] == GOOD and doc["result"]["app"] == "summary"
+    assert "at most 1 sentences" in model_server.chat_requests[-1].json["messages"][-1]["content"]
