@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.llm import LLMGateway
+from activities.mrp import MrpActivities
 from activities.notify import NotifyActivities
 from activities.ollama import OllamaActivities
 from activities.records import RecordActivities
@@ -29,11 +30,12 @@ from store.records import record_llm_call
 from workers.services import SEARCH_ATTRIBUTES
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
+from workflows.mrp import MRPJob
 from workflows.rllm import RllmApp
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo, RllmApp)
+WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo, RllmApp, MRPJob)
 
 
 def build_activities(settings: Settings) -> list[Any]:
@@ -54,7 +56,15 @@ def build_activities(settings: Settings) -> list[Any]:
     llm = LLMGateway(models, on_call=log_llm_call)
     rllm = RllmActivities(llm, sessions)
     ollama = OllamaActivities(settings.ollama_base_url, models)
-    return [notify.webhook, records.gate_event, llm.complete, *rllm.all(), ollama.ensure]
+    mrp = MrpActivities(settings)
+    return [
+        notify.webhook,
+        records.gate_event,
+        llm.complete,
+        *rllm.all(),
+        ollama.ensure,
+        *mrp.all(),
+    ]
 
 
 def build_worker(

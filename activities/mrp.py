@@ -1,0 +1,1071 @@
+"""The ``MRPJob`` activities: compile, map windows, reduce, evaluate, produce, finalise.
+
+Only digests cross into workflow history: the IR, shard inputs and outputs, reduced value,
+evaluation and run manifest live in the artifact store; per-shard status and the checkpoint
+index live in SQL (``store/mrp_runs.py``).
+
+- ``mrp.compile``: parse and admit the job against ``configs/mrp.yaml`` (operators whose
+  code no longer matches their pin are refused), resolve ``inputs.files`` under
+  ``base_dir`` and store their bytes, store every shard input, ``IR.json``,
+  ``manifest.json``, the policy report and the job file; record the run. For a replay,
+  load the original run's IR instead. Failures are non-retryable
+  ``ApplicationError(type="MrpCompileError")`` naming the rule or operator.
+- ``mrp.map_window``: run shards ``[start, end)`` on the backend, heartbeating the number
+  done. A shard whose checkpoint key is indexed (or that this run already finished) is
+  skipped; others run with the policy's timeout and retry cap. Over the cap the window
+  fails non-retryably (``MrpShardFailed``) naming the shard. With a remaining budget the
+  window stops starting shards once it has spent it.
+- ``mrp.reduce`` / ``mrp.evaluate`` / ``mrp.produce``: one operator call each; produce is
+  the only phase that writes outside the store (under the run's output root).
+- ``mrp.finalise``: the run manifest (every digest) into the store, the run row into SQL,
+  and for a replay the comparison with the original (first differing digest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.mrp_backends import (
+    AttemptTimeout,
+    BackendName,
+    RayBackend,
+    ShardAttempt,
+    ShardTask,
+    get_backend,
+    llm_client_for,
+    store_for,
+)
+from keel.digest import digest_bytes
+from keel.mrp.dsl import SinkSpec
+from keel.mrp.errors import DslError, MrpError, PolicyViolation, RegistryError
+from keel.mrp.ir import (
+    ApprovalTask,
+    BudgetPlan,
+    EvaluateTask,
+    JobIR,
+    MapTask,
+    RuntimeLimits,
+    ir_from_json,
+)
+from keel.mrp.ir import checkpoint_key as make_checkpoint_key
+from keel.mrp.normalize import FileRef, glob_regex, in_shard_order
+from keel.mrp.operators_io import MrpConfig, OperatorHandle, OperatorRefused, load_mrp_config
+from keel.mrp.run import (
+    ERROR_COMPILE,
+    ERROR_PHASE,
+    ERROR_REPLAY_SOURCE,
+    ERROR_SHARD,
+    EvaluationRecord,
+    ProducedFileRecord,
+    ReplayMismatch,
+    RunCost,
+    RunManifest,
+    RunStatus,
+    ShardCounters,
+    ShardOutputRecord,
+    ShardRecord,
+    first_mismatch,
+    run_manifest_from_json,
+)
+from keel.settings import Settings
+from store.artifacts import ArtifactStore
+from store.db import get_sessionmaker
+from store.mrp_runs import (
+    finish_run,
+    get_run,
+    list_shards,
+    lookup_checkpoints,
+    record_shard,
+    shards_with_output,
+    start_run,
+)
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("keel.mrp")
+
+# Heartbeat at least this often while shards run (the window's heartbeat timeout is longer).
+HEARTBEAT_EVERY_S = 2.0
+# Backoff between attempts of one shard: 0.2 s, 0.4 s, ... at most 5 s.
+RETRY_BACKOFF_S = 0.2
+RETRY_BACKOFF_MAX_S = 5.0
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------
+# Activity inputs and outputs
+
+
+class CompileInput(_Model):
+    job_yaml: str
+    source: str = ""
+    base_dir: str = ""
+    run_id: str
+    workflow_id: str
+    backend: BackendName
+    replay_of: str | None = None
+
+
+class CompiledJob(_Model):
+    """What the workflow needs from compile: digests, limits, budget, the steps it has."""
+
+    run_id: str
+    job_id: str
+    ir_digest: str
+    manifest_digest: str
+    policy_report_digest: str
+    job_yaml_digest: str
+    shard_count: int
+    limits: RuntimeLimits
+    budget: BudgetPlan
+    evaluate: EvaluateTask | None
+    approval: ApprovalTask | None
+    sink: SinkSpec
+    output_root: str
+    input_file_digests: dict[str, str] = Field(default_factory=dict)
+    replay_of: str | None = None
+    map_operator: str
+
+
+class MapWindowInput(_Model):
+    run_id: str
+    workflow_id: str
+    ir_digest: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    backend: BackendName
+    parallelism: int = Field(ge=1)
+    remaining_units: Decimal | None = None
+    remaining_usd: Decimal | None = None
+    use_checkpoints: bool = True
+    llm_replay_only: bool = False
+
+
+class MapWindowResult(_Model):
+    start: int
+    end: int
+    counters: ShardCounters
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+    llm_calls: int = 0
+    llm_cached: int = 0
+    stopped_by_budget: bool = False
+    elapsed_s: float = 0.0
+
+
+class PhaseInput(_Model):
+    run_id: str
+    workflow_id: str
+    ir_digest: str
+    llm_replay_only: bool = False
+
+
+class ReduceResult(_Model):
+    reduce_digest: str
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+
+
+class EvaluateInput(PhaseInput):
+    reduce_digest: str
+
+
+class EvaluateResult(_Model):
+    evaluation: EvaluationRecord
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+
+
+class ProduceInput(PhaseInput):
+    reduce_digest: str
+    output_root: str
+
+
+class ProduceOutput(_Model):
+    files: list[ProducedFileRecord]
+    produce_result_digest: str
+    rows: int
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+
+
+class FinaliseInput(_Model):
+    compiled: CompiledJob
+    workflow_id: str
+    backend: BackendName
+    status: RunStatus
+    partial: bool = False
+    counters: ShardCounters
+    cost: RunCost
+    phase_timings: dict[str, float] = Field(default_factory=dict)
+    reduce_digest: str | None = None
+    evaluation: EvaluationRecord | None = None
+    produced: list[ProducedFileRecord] = Field(default_factory=list)
+    produce_result_digest: str | None = None
+    error: str | None = None
+
+
+class FinaliseResult(_Model):
+    run_manifest_digest: str
+    output_digests: dict[str, str]
+    counters: ShardCounters
+    mismatch: ReplayMismatch | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def _output_root(settings: Settings, job_id: str, run_id: str) -> Path:
+    """Where produce writes: ``<data dir>/mrp/output/<job_id>/<run_id>``."""
+    return (settings.data_dir / "mrp" / "output" / job_id / _safe(run_id)).resolve()
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+@contextlib.contextmanager
+def _span(name: str, **attributes: Any) -> Iterator[trace.Span]:
+    clean = {k: v for k, v in attributes.items() if isinstance(v, str | int | float | bool)}
+    with tracer.start_as_current_span(name, attributes=clean) as span:
+        yield span
+
+
+def _compile_error(message: str, **details: Any) -> ApplicationError:
+    return ApplicationError(message, details, type=ERROR_COMPILE, non_retryable=True)
+
+
+def _resolve_files(
+    patterns: list[str], base_dir: Path, store: ArtifactStore
+) -> tuple[list[FileRef], dict[str, str]]:
+    """List files under ``base_dir`` matching ``patterns`` (the compiler's glob rules), store
+    their bytes, and return their refs and ``{path: digest}``."""
+    regexes = [glob_regex(p) for p in patterns]
+    base = base_dir.resolve()
+    refs: list[FileRef] = []
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = Path(dirpath) / name
+            rel = full.relative_to(base).as_posix()
+            if not any(rx.match(rel) for rx in regexes):
+                continue
+            real = full.resolve()
+            if not real.is_file() or not real.is_relative_to(base):
+                continue  # a link out of base_dir is not an input
+            data = real.read_bytes()
+            digest = store.put_bytes(data)
+            refs.append(FileRef(path=rel, digest=digest, size_bytes=len(data)))
+    refs.sort(key=lambda r: r.path)
+    return refs, {r.path: r.digest for r in refs}
+
+
+_ir_cache: dict[str, JobIR] = {}
+
+
+def load_ir(store: ArtifactStore, digest: str) -> JobIR:
+    """The IR stored under ``digest`` (a few parsed IRs are kept per process)."""
+    ir = _ir_cache.get(digest)
+    if ir is None:
+        ir = ir_from_json(store.get_bytes(digest))
+        if len(_ir_cache) >= 8:
+            _ir_cache.pop(next(iter(_ir_cache)))
+        _ir_cache[digest] = ir
+    return ir
+
+
+def _handle(config: MrpConfig, ir: JobIR, role: str) -> OperatorHandle:
+    """The operator of ``role``, refused unless its code is the code the IR was compiled
+    with (a changed operator mid-run or since the original run fails here)."""
+    binding = ir.operators[role]
+    try:
+        handle = config.handle(binding.ref)
+    except RegistryError as e:
+        raise ApplicationError(
+            f"{role} operator {binding.ref} is refused: {e}",
+            {"operator": binding.ref},
+            type=ERROR_COMPILE,
+            non_retryable=True,
+        ) from None
+    if handle.spec.code_digest != binding.code_digest:
+        raise ApplicationError(
+            f"{role} operator {binding.ref}: its code is now {handle.spec.code_digest}, "
+            f"but this run was compiled with {binding.code_digest}",
+            {"operator": binding.ref},
+            type=ERROR_COMPILE,
+            non_retryable=True,
+        )
+    return handle
+
+
+def _meter_add(name: str, description: str, value: int, attrs: dict[str, str]) -> None:
+    with contextlib.suppress(Exception):  # metrics never fail an activity
+        activity.metric_meter().create_counter(name, description).add(value, attrs)
+
+
+def _meter_hist(
+    name: str, description: str, unit: str, value: float, attrs: dict[str, str]
+) -> None:
+    with contextlib.suppress(Exception):
+        activity.metric_meter().create_histogram_float(name, description, unit).record(value, attrs)
+
+
+# ---------------------------------------------------------------------------------------
+# Activities
+
+
+class MrpActivities:
+    """The MRP activities, bound to the worker's settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._sessions: sessionmaker[Session] | None = None
+        self._llm_model = ""
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        if self._sessions is None:
+            self._sessions = get_sessionmaker(self._settings.resolved_database_url)
+        return self._sessions
+
+    @property
+    def store(self) -> ArtifactStore:
+        return store_for(self._settings)
+
+    def config(self) -> MrpConfig:
+        """``configs/mrp.yaml`` (or ``KEEL_MRP_CONFIG``), loaded fresh: operators are
+        re-hashed against their pins on every phase."""
+        try:
+            config = load_mrp_config(self._settings)
+        except MrpError as e:
+            raise _compile_error(str(e), kind="config") from None
+        self._llm_model = config.llm_model
+        return config
+
+    def all(self) -> list[Any]:
+        """Every activity callable, for ``build_activities``."""
+        return [
+            self.compile,
+            self.map_window,
+            self.reduce,
+            self.evaluate,
+            self.produce,
+            self.finalise,
+        ]
+
+    # -- compile ---------------------------------------------------------------------------
+
+    @activity.defn(name="mrp.compile")
+    async def compile(self, inp: CompileInput) -> CompiledJob:
+        """Compile (or, for a replay, load) the job and store everything it needs."""
+        return await asyncio.to_thread(self._compile, inp)
+
+    def _compile(self, inp: CompileInput) -> CompiledJob:
+        with _span("mrp.compile", run_id=inp.run_id, replay=bool(inp.replay_of)):
+            if inp.replay_of:
+                return self._load_replay(inp)
+            store = self.store
+            config = self.config()
+            job_yaml_digest = store.put_bytes(inp.job_yaml.encode("utf-8"))
+            try:
+                from keel.mrp.dsl import parse_job
+
+                parsed = parse_job(inp.job_yaml, inp.source)
+                config.check_refs(parsed.spec.operator_refs().values())
+                resolved: list[FileRef] | None = None
+                file_digests: dict[str, str] = {}
+                if parsed.spec.inputs.files is not None:
+                    base = Path(inp.base_dir or ".")
+                    resolved, file_digests = _resolve_files(
+                        list(parsed.spec.inputs.files), base, store
+                    )
+                result = config.compile_job(
+                    inp.job_yaml, resolved_files=resolved, source=inp.source
+                )
+            except OperatorRefused as e:
+                raise _compile_error(
+                    str(e), kind="operator", operator=e.operator, reason=e.reason
+                ) from None
+            except PolicyViolation as e:
+                raise _compile_error(str(e), kind="policy", rules=e.rule_ids) from None
+            except DslError as e:
+                raise _compile_error(
+                    str(e), kind="dsl", issues=[i.model_dump() for i in e.issues]
+                ) from None
+            except RegistryError as e:
+                raise _compile_error(str(e), kind="registry") from None
+            except MrpError as e:
+                raise _compile_error(str(e), kind="mrp") from None
+            ir = result.ir
+            # Shard payloads go to the store under their digests (the IR names them).
+            payloads = list(result.shard_inputs.items())
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                stored = list(pool.map(lambda kv: store.put_json(kv[1].canonical()), payloads))
+            for (digest, _), got in zip(payloads, stored, strict=True):
+                if digest != got:  # pragma: no cover - the compiler digests canonical()
+                    raise RuntimeError(f"shard input stored as {got}, expected {digest}")
+            ir_digest = store.put_bytes(result.ir_json())
+            manifest_digest = store.put_bytes(result.manifest_json())
+            report_digest = store.put_bytes(result.policy_report_json())
+            if ir_digest != ir.digest():  # pragma: no cover - both are canonical JSON
+                raise RuntimeError("IR digest mismatch")
+            return self._compiled(
+                inp, ir, ir_digest, manifest_digest, report_digest, job_yaml_digest, file_digests
+            )
+
+    def _compiled(
+        self,
+        inp: CompileInput,
+        ir: JobIR,
+        ir_digest: str,
+        manifest_digest: str,
+        report_digest: str,
+        job_yaml_digest: str,
+        file_digests: dict[str, str],
+    ) -> CompiledJob:
+        output_root = _output_root(self._settings, ir.job_id, inp.run_id)
+        start_run(
+            self.sessions,
+            run_id=inp.run_id,
+            workflow_id=inp.workflow_id,
+            job_id=ir.job_id,
+            backend=inp.backend,
+            replay_of=inp.replay_of,
+            ir_digest=ir_digest,
+            manifest_digest=manifest_digest,
+            policy_report_digest=report_digest,
+            job_yaml_digest=job_yaml_digest,
+            shard_count=len(ir.map_tasks),
+            output_root=str(output_root),
+        )
+        return CompiledJob(
+            run_id=inp.run_id,
+            job_id=ir.job_id,
+            ir_digest=ir_digest,
+            manifest_digest=manifest_digest,
+            policy_report_digest=report_digest,
+            job_yaml_digest=job_yaml_digest,
+            shard_count=len(ir.map_tasks),
+            limits=ir.limits,
+            budget=ir.budget,
+            evaluate=ir.evaluate,
+            approval=ir.approval,
+            sink=ir.produce.sink,
+            output_root=str(output_root),
+            input_file_digests=file_digests,
+            replay_of=inp.replay_of,
+            map_operator=ir.operators["map"].ref,
+        )
+
+    def _load_replay(self, inp: CompileInput) -> CompiledJob:
+        """A replay runs the original run's stored IR on its stored inputs."""
+        from keel.mrp.ir import manifest_from_json, verify_manifest
+
+        assert inp.replay_of is not None
+        store = self.store
+        original = get_run(self.sessions, inp.replay_of)
+        if original is None or original.ir_digest is None or original.manifest_digest is None:
+            raise ApplicationError(
+                f"cannot replay run {inp.replay_of}: no such run with a stored IR",
+                type=ERROR_REPLAY_SOURCE,
+                non_retryable=True,
+            )
+        if original.run_manifest_digest is None:
+            raise ApplicationError(
+                f"cannot replay run {inp.replay_of}: it has not finished (status "
+                f"{original.status})",
+                type=ERROR_REPLAY_SOURCE,
+                non_retryable=True,
+            )
+        ir = ir_from_json(store.get_bytes(original.ir_digest))
+        manifest = manifest_from_json(store.get_bytes(original.manifest_digest))
+        try:
+            verify_manifest(ir, manifest)
+        except ValueError as e:
+            raise ApplicationError(
+                f"cannot replay run {inp.replay_of}: {e}",
+                type=ERROR_REPLAY_SOURCE,
+                non_retryable=True,
+            ) from None
+        config = self.config()
+        for role in ir.operators:
+            _handle(config, ir, role)  # refuses operators whose code changed since
+        missing = [t.shard_id for t in ir.map_tasks if not store.exists(t.input_digest)]
+        if missing:
+            raise ApplicationError(
+                f"cannot replay run {inp.replay_of}: shard inputs missing from the store "
+                f"(first: {missing[0]})",
+                type=ERROR_REPLAY_SOURCE,
+                non_retryable=True,
+            )
+        run_manifest = run_manifest_from_json(store.get_bytes(original.run_manifest_digest))
+        return self._compiled(
+            inp,
+            ir,
+            original.ir_digest,
+            original.manifest_digest,
+            original.policy_report_digest or run_manifest.policy_report_digest,
+            original.job_yaml_digest or run_manifest.job_yaml_digest,
+            dict(run_manifest.input_file_digests),
+        )
+
+    # -- map -------------------------------------------------------------------------------
+
+    @activity.defn(name="mrp.map_window")
+    async def map_window(self, inp: MapWindowInput) -> MapWindowResult:
+        """Run shards ``[start, end)``; see the module docstring."""
+        with _span(
+            "mrp.map_window",
+            run_id=inp.run_id,
+            start=inp.start,
+            end=inp.end,
+            backend=inp.backend,
+            attempt=activity.info().attempt,
+        ) as span:
+            result = await _Window(self, inp).run()
+            span.set_attribute("shards.run", result.counters.run)
+            span.set_attribute("shards.skipped", result.counters.skipped)
+            span.set_attribute("shards.retried", result.counters.retried)
+            return result
+
+    # -- reduce, evaluate, produce ---------------------------------------------------------
+
+    def _ctx(self, ir: JobIR, role: str, seed: int, inp: PhaseInput, handle: OperatorHandle) -> Any:
+        from activities.mrp_backends import MeteredLLM, file_reader
+        from keel.mrp.sdk import OperatorContext
+
+        llm = MeteredLLM(
+            llm_client_for(
+                handle.spec,
+                self._settings,
+                replay_only=inp.llm_replay_only,
+                default_model=self._llm_model,
+            )
+        )
+        ctx = OperatorContext(
+            params=dict(ir.operators[role].params),
+            seed=seed,
+            llm=llm,
+            file_reader=file_reader(self.store),
+            operator=handle.spec.ref,
+        )
+        return ctx, llm
+
+    @activity.defn(name="mrp.reduce")
+    async def reduce(self, inp: PhaseInput) -> ReduceResult:
+        """Reduce every shard output of this run, in shard order."""
+        return await asyncio.to_thread(self._reduce, inp)
+
+    def _reduce(self, inp: PhaseInput) -> ReduceResult:
+        from keel.mrp.sdk import OperatorError, invoke_reduce
+
+        with _span("mrp.reduce", run_id=inp.run_id):
+            store = self.store
+            ir = load_ir(store, inp.ir_digest)
+            handle = _handle(self.config(), ir, "reduce")
+            rows = shards_with_output(self.sessions, inp.run_id)
+            by_index = {i: r.output_digest for i, r in rows.items() if r.output_digest}
+            try:
+                digests = in_shard_order(by_index, len(ir.map_tasks))
+            except ValueError as e:
+                raise ApplicationError(
+                    f"cannot reduce run {inp.run_id}: {e}", type=ERROR_PHASE, non_retryable=True
+                ) from None
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                outputs: list[JsonValue] = list(pool.map(store.get_json, digests))
+            ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle)
+            try:
+                reduced = invoke_reduce(handle.spec, handle.load(), outputs, ctx)
+            except OperatorError as e:
+                raise ApplicationError(
+                    str(e), type=ERROR_PHASE, non_retryable=not e.retryable
+                ) from None
+            return ReduceResult(
+                reduce_digest=store.put_json(reduced),
+                cost_units=handle.spec.cost_weight + ctx.charged_units,
+                cost_usd=llm.usd,
+            )
+
+    @activity.defn(name="mrp.evaluate")
+    async def evaluate(self, inp: EvaluateInput) -> EvaluateResult:
+        """Score the reduced value with the job's evaluator."""
+        return await asyncio.to_thread(self._evaluate, inp)
+
+    def _evaluate(self, inp: EvaluateInput) -> EvaluateResult:
+        from keel.mrp.sdk import OperatorError, invoke_evaluate
+
+        with _span("mrp.evaluate", run_id=inp.run_id):
+            store = self.store
+            ir = load_ir(store, inp.ir_digest)
+            assert ir.evaluate is not None
+            handle = _handle(self.config(), ir, "evaluate")
+            reduced = store.get_json(inp.reduce_digest)
+            ctx, llm = self._ctx(ir, "evaluate", ir.evaluate.seed, inp, handle)
+            try:
+                ev = invoke_evaluate(handle.spec, handle.load(), reduced, ctx)
+            except OperatorError as e:
+                raise ApplicationError(
+                    str(e), type=ERROR_PHASE, non_retryable=not e.retryable
+                ) from None
+            digest = store.put_json(ev.model_dump(mode="json"))
+            return EvaluateResult(
+                evaluation=EvaluationRecord(
+                    score=ev.score,
+                    min_score=ir.evaluate.min_score,
+                    passed=ev.score >= ir.evaluate.min_score,
+                    reasons=list(ev.reasons),
+                    digest=digest,
+                ),
+                cost_units=handle.spec.cost_weight + ctx.charged_units,
+                cost_usd=llm.usd,
+            )
+
+    @activity.defn(name="mrp.produce")
+    async def produce(self, inp: ProduceInput) -> ProduceOutput:
+        """Write the reduced value to the sink under the run's output root."""
+        return await asyncio.to_thread(self._produce, inp)
+
+    def _produce(self, inp: ProduceInput) -> ProduceOutput:
+        from keel.mrp.sdk import OperatorError, invoke_produce
+
+        with _span("mrp.produce", run_id=inp.run_id):
+            store = self.store
+            ir = load_ir(store, inp.ir_digest)
+            sink = ir.produce.sink
+            if "://" in sink.destination:
+                raise ApplicationError(
+                    f"sink destination {sink.destination}: this runtime writes relative "
+                    "destinations under the run's output root only",
+                    type=ERROR_PHASE,
+                    non_retryable=True,
+                )
+            handle = _handle(self.config(), ir, "produce")
+            reduced = store.get_json(inp.reduce_digest)
+            out_dir = Path(inp.output_root)
+            ctx, llm = self._ctx(ir, "produce", ir.produce.seed, inp, handle)
+            try:
+                result = invoke_produce(handle.spec, handle.load(), reduced, sink, out_dir, ctx)
+            except OperatorError as e:
+                raise ApplicationError(
+                    str(e), type=ERROR_PHASE, non_retryable=not e.retryable
+                ) from None
+            files = []
+            for f in sorted(result.files, key=lambda f: f.path):
+                data = (out_dir / f.path).read_bytes()  # the SDK checked; record what is there
+                files.append(
+                    ProducedFileRecord(path=f.path, digest=digest_bytes(data), size=len(data))
+                )
+            return ProduceOutput(
+                files=files,
+                produce_result_digest=store.put_json(result.model_dump(mode="json")),
+                rows=result.rows,
+                cost_units=handle.spec.cost_weight + ctx.charged_units,
+                cost_usd=llm.usd,
+            )
+
+    # -- finalise --------------------------------------------------------------------------
+
+    @activity.defn(name="mrp.finalise")
+    async def finalise(self, inp: FinaliseInput) -> FinaliseResult:
+        """Store the run manifest, record the run, compare a replay with its original."""
+        return await asyncio.to_thread(self._finalise, inp)
+
+    def _finalise(self, inp: FinaliseInput) -> FinaliseResult:
+        with _span("mrp.finalise", run_id=inp.compiled.run_id, status=inp.status):
+            store = self.store
+            c = inp.compiled
+            ir = load_ir(store, c.ir_digest)
+            rows = {r.shard_index: r for r in list_shards(self.sessions, c.run_id)}
+            shards: list[ShardOutputRecord] = []
+            counters = inp.counters.model_copy()
+            for t in ir.map_tasks:
+                row = rows.get(t.shard_index)
+                state: Any = "cancelled"
+                if row is not None:
+                    state = (
+                        "failed"
+                        if row.state == "failed"
+                        else ("skipped" if row.source == "checkpoint" else "succeeded")
+                    )
+                shards.append(
+                    ShardOutputRecord(
+                        shard_index=t.shard_index,
+                        shard_id=t.shard_id,
+                        input_digest=t.input_digest,
+                        checkpoint_key=t.checkpoint_key,
+                        output_digest=row.output_digest if row is not None else None,
+                        state=state,
+                        attempts=row.attempts if row is not None else 0,
+                    )
+                )
+            counters.total = len(ir.map_tasks)
+            counters.cancelled = sum(1 for s in shards if s.state == "cancelled")
+            manifest = RunManifest(
+                run_id=c.run_id,
+                job_id=c.job_id,
+                workflow_id=inp.workflow_id,
+                status=inp.status,
+                partial=inp.partial,
+                backend=inp.backend,
+                replay_of=c.replay_of,
+                ir_digest=c.ir_digest,
+                manifest_digest=c.manifest_digest,
+                policy_report_digest=c.policy_report_digest,
+                job_yaml_digest=c.job_yaml_digest,
+                input_file_digests=dict(c.input_file_digests),
+                shards=shards,
+                reduce_digest=inp.reduce_digest,
+                evaluation=inp.evaluation,
+                output_root=c.output_root if inp.produced else None,
+                sink_destination=c.sink.destination,
+                produced=list(inp.produced),
+                produce_result_digest=inp.produce_result_digest,
+                counters=counters,
+                cost=inp.cost,
+                phase_timings=dict(inp.phase_timings),
+                error=inp.error,
+            )
+            digest = store.put_bytes(manifest.to_json())
+            finish_run(self.sessions, manifest, digest)
+            mismatch = None
+            if c.replay_of:
+                mismatch = self._compare(c.replay_of, manifest, ir)
+            attrs = {"job_id": c.job_id, "status": inp.status}
+            _meter_add("keel_mrp_jobs", "MRP runs by status", 1, attrs)
+            _meter_hist(
+                "keel_mrp_job_cost_units", "MRP run cost", "units", float(inp.cost.units), attrs
+            )
+            _meter_hist(
+                "keel_mrp_job_cost_usd", "MRP run LLM cost", "usd", float(inp.cost.usd), attrs
+            )
+            if inp.cost.limit_units > 0:
+                _meter_hist(
+                    "keel_mrp_budget_used_ratio",
+                    "MRP run spend / kill limit (units)",
+                    "1",
+                    float(inp.cost.units / inp.cost.limit_units),
+                    attrs,
+                )
+            return FinaliseResult(
+                run_manifest_digest=digest,
+                output_digests=manifest.output_digests(),
+                counters=counters,
+                mismatch=mismatch,
+            )
+
+    def _compare(
+        self, original_run: str, replayed: RunManifest, ir: JobIR
+    ) -> ReplayMismatch | None:
+        run = get_run(self.sessions, original_run)
+        if run is None or run.run_manifest_digest is None:
+            return ReplayMismatch(where="run", expected=original_run, got=None)
+        original = run_manifest_from_json(self.store.get_bytes(run.run_manifest_digest))
+        order = [t.shard_id for t in ir.map_tasks]
+        return first_mismatch(original.comparable_digests(), replayed.comparable_digests(), order)
+
+
+# ---------------------------------------------------------------------------------------
+# One map window
+
+
+class _Window:
+    """The state of one map window attempt."""
+
+    def __init__(self, acts: MrpActivities, inp: MapWindowInput) -> None:
+        self.acts = acts
+        self.inp = inp
+        self.settings = acts._settings
+        self.counters = ShardCounters()
+        self.units = Decimal(0)
+        self.usd = Decimal(0)
+        self.llm_calls = 0
+        self.llm_cached = 0
+        self.done = 0
+        self.stop = False
+        self.stopped_by_budget = False
+        self.failure: ApplicationError | None = None
+
+    def _over_budget(self) -> bool:
+        inp = self.inp
+        return (inp.remaining_units is not None and self.units > inp.remaining_units) or (
+            inp.remaining_usd is not None and self.usd > inp.remaining_usd
+        )
+
+    async def run(self) -> MapWindowResult:
+        t0 = time.monotonic()
+        inp = self.inp
+        store = self.acts.store
+        ir = await asyncio.to_thread(load_ir, store, inp.ir_digest)
+        tasks = ir.map_tasks[inp.start : inp.end]
+        self.total = len(tasks)
+        config = await asyncio.to_thread(self.acts.config)
+        handle = _handle(config, ir, "map")
+        binding = ir.operators["map"]
+        sessions = self.acts.sessions
+
+        # Shards this run already finished (an earlier attempt of this window) are done.
+        own = await asyncio.to_thread(
+            shards_with_output, sessions, inp.run_id, [t.shard_index for t in tasks]
+        )
+        todo: list[MapTask] = []
+        for t in tasks:
+            if t.checkpoint_key != make_checkpoint_key(t.operator_digest, t.input_digest, t.seed):
+                raise ApplicationError(
+                    f"{t.shard_id}: checkpoint key does not match its operator, input and seed",
+                    type=ERROR_SHARD,
+                    non_retryable=True,
+                )
+            if t.shard_index in own:
+                self.counters.skipped += 1
+                self.done += 1
+            else:
+                todo.append(t)
+        if inp.use_checkpoints and todo:
+            index = await asyncio.to_thread(
+                lookup_checkpoints, sessions, [t.checkpoint_key for t in todo]
+            )
+            rest = []
+            for t in todo:
+                digest = index.get(t.checkpoint_key)
+                if digest is not None and await asyncio.to_thread(store.exists, digest):
+                    await asyncio.to_thread(
+                        record_shard,
+                        sessions,
+                        self._record(t, "succeeded", "checkpoint", digest, 0, 0, None, None),
+                        operator_digest=binding.operator_digest,
+                        checkpoint=False,
+                    )
+                    self.counters.skipped += 1
+                    self.done += 1
+                    _meter_add(
+                        "keel_mrp_shards", "MRP shards by outcome", 1, {"outcome": "skipped"}
+                    )
+                else:
+                    rest.append(t)
+            todo = rest
+        activity.heartbeat({"done": self.done, "total": self.total})
+
+        backend = get_backend(inp.backend, min(config.caps.max_workers, os.cpu_count() or 1))
+        parallelism = inp.parallelism
+        if isinstance(backend, RayBackend):
+            # More tasks than Ray has CPUs would wait in Ray's queue on the shard's clock.
+            parallelism = min(parallelism, backend.num_cpus)
+        sem = asyncio.Semaphore(parallelism)
+        beat = asyncio.create_task(self._heartbeat())
+        running: list[asyncio.Task[None]] = []
+        try:
+            for t in todo:
+                await sem.acquire()
+                if self.stop:
+                    sem.release()
+                    break
+                running.append(asyncio.create_task(self._shard(t, handle, ir, backend, sem)))
+            await asyncio.gather(*running)
+        except BaseException:
+            for r in running:
+                r.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(*running, return_exceptions=True)
+            raise
+        finally:
+            beat.cancel()
+        if self.failure is not None:
+            raise self.failure
+        self.counters.total = self.total
+        return MapWindowResult(
+            start=inp.start,
+            end=inp.end,
+            counters=self.counters,
+            cost_units=self.units,
+            cost_usd=self.usd,
+            llm_calls=self.llm_calls,
+            llm_cached=self.llm_cached,
+            stopped_by_budget=self.stopped_by_budget,
+            elapsed_s=time.monotonic() - t0,
+        )
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+            activity.heartbeat({"done": self.done, "total": self.total})
+
+    def _record(
+        self,
+        t: MapTask,
+        state: Any,
+        source: Any,
+        digest: str | None,
+        attempts: int,
+        executions: int,
+        attempt: ShardAttempt | None,
+        error: str | None,
+        units: Decimal = Decimal(0),
+        usd: Decimal = Decimal(0),
+    ) -> ShardRecord:
+        from datetime import UTC, datetime
+
+        return ShardRecord(
+            run_id=self.inp.run_id,
+            shard_index=t.shard_index,
+            shard_id=t.shard_id,
+            input_digest=t.input_digest,
+            checkpoint_key=t.checkpoint_key,
+            output_digest=digest,
+            state=state,
+            source=source,
+            attempts=attempts,
+            executions=executions,
+            latency_ms=attempt.latency_ms if attempt is not None else 0.0,
+            cost_units=units,
+            cost_usd=usd,
+            error=error,
+            updated_at=datetime.now(UTC),
+        )
+
+    async def _shard(
+        self, t: MapTask, handle: OperatorHandle, ir: JobIR, backend: Any, sem: asyncio.Semaphore
+    ) -> None:
+        inp = self.inp
+        limits = ir.limits
+        max_attempts = 1 + limits.max_shard_retries
+        units = Decimal(0)
+        usd = Decimal(0)
+        last_error = ""
+        attrs = {"backend": inp.backend, "operator": handle.spec.ref}
+        try:
+            for attempt_no in range(1, max_attempts + 1):
+                task = ShardTask(
+                    run_id=inp.run_id,
+                    workflow_id=inp.workflow_id,
+                    shard_index=t.shard_index,
+                    shard_id=t.shard_id,
+                    input_digest=t.input_digest,
+                    seed=t.seed,
+                    operator=handle,
+                    params=dict(ir.operators["map"].params),
+                    llm_replay_only=inp.llm_replay_only,
+                    llm_model=self.acts._llm_model,
+                    attempt=attempt_no,
+                )
+                try:
+                    result = await backend.run(task, self.settings, limits.shard_timeout_s)
+                except AttemptTimeout as e:
+                    result = ShardAttempt(
+                        ok=False,
+                        error=str(e),
+                        retryable=True,
+                        latency_ms=limits.shard_timeout_s * 1000,
+                        units=handle.spec.cost_weight,
+                    )
+                units += result.units
+                usd += result.llm_usd
+                self.units += result.units
+                self.usd += result.llm_usd
+                self.llm_calls += result.llm_calls
+                self.llm_cached += result.llm_cached
+                _meter_hist(
+                    "keel_mrp_shard_latency_ms",
+                    "MRP shard attempt latency",
+                    "ms",
+                    result.latency_ms,
+                    {**attrs, "outcome": "ok" if result.ok else "error"},
+                )
+                if result.ok:
+                    assert result.output_digest is not None
+                    await asyncio.to_thread(
+                        record_shard,
+                        self.acts.sessions,
+                        self._record(
+                            t,
+                            "succeeded",
+                            "computed",
+                            result.output_digest,
+                            attempt_no,
+                            1,
+                            result,
+                            None,
+                            units,
+                            usd,
+                        ),
+                        operator_digest=t.operator_digest,
+                        checkpoint=inp.use_checkpoints,
+                    )
+                    self.counters.run += 1
+                    self.done += 1
+                    _meter_add("keel_mrp_shards", "MRP shards by outcome", 1, {"outcome": "run"})
+                    activity.heartbeat({"done": self.done, "total": self.total})
+                    if self._over_budget() and not self.stop:
+                        self.stop = True
+                        self.stopped_by_budget = True
+                    return
+                last_error = result.error or "unknown error"
+                if not result.retryable or attempt_no == max_attempts:
+                    break
+                self.counters.retried += 1
+                _meter_add("keel_mrp_shard_retries", "MRP shard retries", 1, attrs)
+                await asyncio.sleep(
+                    min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (attempt_no - 1))
+                )
+            # Failed for good: record it, stop the window, fail it naming the shard.
+            self.counters.failed += 1
+            _meter_add("keel_mrp_shard_failures", "MRP shards failed for good", 1, attrs)
+            await asyncio.to_thread(
+                record_shard,
+                self.acts.sessions,
+                self._record(
+                    t, "failed", "none", None, attempt_no, 0, None, last_error, units, usd
+                ),
+                operator_digest=t.operator_digest,
+                checkpoint=False,
+            )
+            if self.failure is None:
+                what = (
+                    f"after {attempt_no} attempts (retry cap {limits.max_shard_retries})"
+                    if attempt_no == max_attempts
+                    else f"on attempt {attempt_no} (not retryable)"
+                )
+                self.failure = ApplicationError(
+                    f"shard {t.shard_id} failed {what}: {last_error}",
+                    {"shard_id": t.shard_id, "shard_index": t.shard_index, "attempts": attempt_no},
+                    type=ERROR_SHARD,
+                    non_retryable=True,
+                )
+            self.stop = True
+        finally:
+            sem.release()
+
+
+__all__ = [
+    "CompileInput",
+    "CompiledJob",
+    "EvaluateInput",
+    "EvaluateResult",
+    "FinaliseInput",
+    "FinaliseResult",
+    "MapWindowInput",
+    "MapWindowResult",
+    "MrpActivities",
+    "PhaseInput",
+    "ProduceInput",
+    "ProduceOutput",
+    "ReduceResult",
+]

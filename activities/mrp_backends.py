@@ -1,0 +1,426 @@
+"""Where map shards run: ``ray`` (default) or ``threads``, with the same semantics.
+
+A backend runs one *attempt* of one shard: :func:`execute_shard` loads the shard input from
+the artifact store, runs the map operator (under the egress guard, through
+``keel.mrp.sdk.invoke_map``), stores the output and returns a :class:`ShardAttempt` with its
+digest and what it cost. Retries, timeouts, checkpoints and budgets are the map window's job
+(``activities/mrp.py``); a backend only starts an attempt and cancels it.
+
+- :class:`ThreadsBackend` runs each attempt in its own daemon thread of the worker
+  process. A timed-out attempt is abandoned (Python cannot kill a thread): its result is
+  ignored, and the thread ends when the operator returns.
+- :class:`RayBackend` runs each attempt as a Ray task on a local Ray cluster that the worker
+  process starts once (:func:`ray_init`): loopback only, no dashboard UI, ``num_cpus`` from
+  the caps, a short temp dir under /tmp, and ``PYTHONPATH`` carrying the repository so Ray
+  workers import ``activities``, ``operators`` and test operators. A timed-out or cancelled
+  attempt is force-cancelled (its Ray worker process is killed). :func:`ray_shutdown` stops
+  the cluster; a worker process that dies takes its Ray processes with it (Ray ties them
+  to the driver's life).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from abc import ABC, abstractmethod
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from keel.mrp.normalize import FileRef, ShardInput
+from keel.mrp.operators_io import OperatorHandle
+from keel.mrp.registry import OperatorSpec
+from keel.settings import Settings
+
+if TYPE_CHECKING:
+    from keel.mrp.sdk import LLMClient
+    from store.artifacts import ArtifactStore
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Ray must treat this host as a single loopback node: with this set before Ray reads its
+# constants, every Ray server (GCS, raylet, workers, agents) binds 127.0.0.1 only.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+BackendName = Literal["ray", "threads"]
+
+
+class ShardTask(BaseModel):
+    """One attempt of one map shard: everything a Ray worker or thread needs (picklable)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    workflow_id: str
+    shard_index: int
+    shard_id: str
+    input_digest: str
+    seed: int
+    operator: OperatorHandle
+    params: dict[str, JsonValue] = Field(default_factory=dict)
+    llm_replay_only: bool = False
+    llm_model: str = ""
+    attempt: int = 1
+
+
+class ShardAttempt(BaseModel):
+    """What one attempt did. ``retryable`` is False for failures a retry cannot fix
+    (schema violations, egress refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    output_digest: str | None = None
+    error: str | None = None
+    retryable: bool = True
+    latency_ms: float = 0.0
+    units: Decimal = Decimal(0)
+    llm_usd: Decimal = Decimal(0)
+    llm_calls: int = 0
+    llm_cached: int = 0
+    pid: int = 0
+
+
+# ---------------------------------------------------------------------------------------
+# One attempt (runs in a Ray worker process or a worker thread)
+
+_cache_lock = threading.Lock()
+_stores: dict[str, ArtifactStore] = {}
+
+
+def store_for(settings: Settings) -> ArtifactStore:
+    """The artifact store of ``settings``, one per process and configuration."""
+    from store.artifacts import artifact_store_from_settings
+
+    key = f"{settings.artifact_backend}|{settings.artifacts_dir.resolve()}|{settings.s3_bucket}"
+    with _cache_lock:
+        store = _stores.get(key)
+        if store is None:
+            store = artifact_store_from_settings(settings)
+            _stores[key] = store
+        return store
+
+
+class MeteredLLM:
+    """Wraps an operator's LLM client and adds up what its calls cost."""
+
+    def __init__(self, inner: LLMClient) -> None:
+        self._inner = inner
+        self.usd = Decimal(0)
+        self.calls = 0
+        self.cached = 0
+        self._lock = threading.Lock()
+
+    def complete(self, messages: list[dict[str, str]] | str, **params: Any) -> Any:
+        result = self._inner.complete(messages, **params)
+        with self._lock:
+            self.calls += 1
+            if result.cached:
+                self.cached += 1
+            elif result.cost_usd is not None:
+                self.usd += Decimal(result.cost_usd)
+        return result
+
+
+_llm_clients: dict[tuple[str, bool, str], Any] = {}
+
+
+def llm_client_for(
+    spec: OperatorSpec, settings: Settings, *, replay_only: bool, default_model: str = ""
+) -> LLMClient:
+    """The LLM client an operator gets: the request-digest-cached gateway client
+    (``keel.mrp.llm_client.CachedLLMClient``, one per process and mode, forked per call)
+    when its operator.yaml lists ``llm`` egress, else one that refuses every call."""
+    from keel.mrp.sdk import NoLLM
+
+    if "llm" not in spec.egress:
+        return NoLLM(spec.ref)
+    from keel.mrp.llm_client import CachedLLMClient
+
+    key = (
+        f"{settings.models_config}|{settings.artifact_backend}|{settings.artifacts_dir}",
+        replay_only,
+        default_model,
+    )
+    with _cache_lock:
+        client = _llm_clients.get(key)
+        if client is None:
+            client = CachedLLMClient.from_settings(
+                settings, replay_only=replay_only, default_model=default_model
+            )
+            _llm_clients[key] = client
+    forked: LLMClient = client.fork()
+    return forked
+
+
+def file_reader(store: ArtifactStore) -> Any:
+    """``ctx.read_file``: input files come from the artifact store, verified by digest."""
+
+    def read(ref: FileRef | dict[str, Any]) -> bytes:
+        f = ref if isinstance(ref, FileRef) else FileRef.model_validate(ref)
+        return store.get_bytes(f.digest)
+
+    return read
+
+
+def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
+    """Run one attempt of one shard and store its output. Never raises for operator
+    failures: they come back as ``ok=False`` with ``retryable`` set."""
+    from keel.mrp.sdk import OperatorContext, OperatorError, invoke_map
+
+    t0 = time.perf_counter()
+    llm: MeteredLLM | None = None
+    ctx: OperatorContext | None = None
+    try:
+        store = store_for(settings)
+        shard_input = ShardInput.model_validate(store.get_json(task.input_digest))
+        instance = task.operator.load()  # re-hashes the code against its pin
+        spec = task.operator.spec
+        llm = MeteredLLM(
+            llm_client_for(
+                spec, settings, replay_only=task.llm_replay_only, default_model=task.llm_model
+            )
+        )
+        ctx = OperatorContext(
+            params=task.params,
+            seed=task.seed,
+            shard_id=task.shard_id,
+            llm=llm,
+            file_reader=file_reader(store),
+            operator=spec.ref,
+        )
+        items: list[JsonValue]
+        if shard_input.items is not None:
+            items = list(shard_input.items)
+        else:
+            items = [f.model_dump(mode="json") for f in shard_input.files or []]
+        output = invoke_map(spec, instance, items, ctx)
+        digest = store.put_json(output)
+        return ShardAttempt(
+            ok=True,
+            output_digest=digest,
+            latency_ms=(time.perf_counter() - t0) * 1000,
+            units=spec.cost_weight + ctx.charged_units,
+            llm_usd=llm.usd,
+            llm_calls=llm.calls,
+            llm_cached=llm.cached,
+            pid=os.getpid(),
+        )
+    except OperatorError as e:
+        error, retryable = str(e), e.retryable
+    except Exception as e:  # the runtime's own failure (store, import): worth a retry
+        error, retryable = f"{type(e).__name__}: {e}", True
+    return ShardAttempt(
+        ok=False,
+        error=error[:4000],
+        retryable=retryable,
+        latency_ms=(time.perf_counter() - t0) * 1000,
+        # A failed attempt still spent its weight: the operator ran.
+        units=(task.operator.spec.cost_weight + (ctx.charged_units if ctx else Decimal(0))),
+        llm_usd=llm.usd if llm else Decimal(0),
+        llm_calls=llm.calls if llm else 0,
+        llm_cached=llm.cached if llm else 0,
+        pid=os.getpid(),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Backends
+
+
+class AttemptTimeout(Exception):
+    """The attempt ran past the shard timeout and was cancelled (or abandoned)."""
+
+
+class Backend(ABC):
+    """Runs shard attempts; one instance per worker process and backend kind."""
+
+    name: BackendName
+
+    @abstractmethod
+    async def run(self, task: ShardTask, settings: Settings, timeout_s: float) -> ShardAttempt:
+        """One attempt; raises :class:`AttemptTimeout` past ``timeout_s``. Cancelling the
+        awaiting task cancels the attempt."""
+
+
+class ThreadsBackend(Backend):
+    """Each attempt in its own daemon thread of the worker process."""
+
+    name: BackendName = "threads"
+
+    async def run(self, task: ShardTask, settings: Settings, timeout_s: float) -> ShardAttempt:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[ShardAttempt] = loop.create_future()
+
+        def target() -> None:
+            try:
+                result = execute_shard(task, settings)
+            except BaseException as e:  # pragma: no cover - execute_shard catches operator errors
+                loop.call_soon_threadsafe(_set_exception, fut, e)
+            else:
+                loop.call_soon_threadsafe(_set_result, fut, result)
+
+        thread = threading.Thread(
+            target=target, name=f"mrp-{task.shard_id}-a{task.attempt}", daemon=True
+        )
+        thread.start()
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            raise AttemptTimeout(f"attempt ran past the shard timeout of {timeout_s:g}s") from None
+
+
+def _set_result(fut: asyncio.Future[ShardAttempt], value: ShardAttempt) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future[ShardAttempt], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+# -- Ray -----------------------------------------------------------------------------------
+
+_ray_lock = threading.Lock()
+_ray_state: dict[str, Any] = {"owned": False, "temp_dir": None, "remote": None, "num_cpus": 0}
+
+
+def ray_init(num_cpus: int) -> None:
+    """Start the process's local Ray cluster once (no-op when Ray is already up).
+
+    Loopback only (see the module docstring), no dashboard UI, ``num_cpus`` logical CPUs
+    (at least 1), worker logs kept in the session dir rather than echoed to this process.
+    """
+    import ray
+    from ray._private import ray_constants
+
+    with _ray_lock:
+        if ray.is_initialized():
+            return
+        # The env var above covers processes Ray starts; this covers a Ray imported earlier.
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        temp_dir = tempfile.mkdtemp(prefix="keel-ray-", dir="/tmp")
+        pythonpath = os.pathsep.join(
+            p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
+        )
+        ray.init(
+            num_cpus=max(1, num_cpus),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            namespace="keel-mrp",
+            _temp_dir=temp_dir,
+            runtime_env={
+                "env_vars": {
+                    "PYTHONPATH": pythonpath,
+                    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                }
+            },
+        )
+        _ray_state.update(owned=True, temp_dir=temp_dir, num_cpus=max(1, num_cpus), remote=None)
+        atexit.register(ray_shutdown)
+
+
+def ray_shutdown() -> None:
+    """Stop the Ray cluster this process started (if any) and remove its temp dir."""
+    with _ray_lock:
+        if not _ray_state["owned"]:
+            return
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        temp_dir = _ray_state["temp_dir"]
+        _ray_state.update(owned=False, temp_dir=None, remote=None, num_cpus=0)
+    if temp_dir:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _ray_execute(task: ShardTask, settings: Settings) -> ShardAttempt:
+    return execute_shard(task, settings)
+
+
+class RayBackend(Backend):
+    """Each attempt as one Ray task (``num_cpus=1``, no Ray-level retries)."""
+
+    name: BackendName = "ray"
+
+    def __init__(self, num_cpus: int) -> None:
+        self.num_cpus = num_cpus
+
+    def _remote(self) -> Any:
+        import ray
+
+        ray_init(self.num_cpus)
+        with _ray_lock:
+            remote = _ray_state["remote"]
+            if remote is None:
+                remote = ray.remote(num_cpus=1, max_retries=0)(_ray_execute)
+                _ray_state["remote"] = remote
+            return remote
+
+    async def run(self, task: ShardTask, settings: Settings, timeout_s: float) -> ShardAttempt:
+        import ray
+
+        remote = await asyncio.to_thread(self._remote)
+        ref = remote.remote(task, settings)
+        try:
+            result: ShardAttempt = await asyncio.wait_for(
+                asyncio.shield(_await_ref(ref)), timeout_s
+            )
+            return result
+        except TimeoutError:
+            _force_cancel(ray, ref)
+            raise AttemptTimeout(f"attempt ran past the shard timeout of {timeout_s:g}s") from None
+        except asyncio.CancelledError:
+            _force_cancel(ray, ref)
+            raise
+
+
+async def _await_ref(ref: Any) -> ShardAttempt:
+    result: ShardAttempt = await ref
+    return result
+
+
+def _force_cancel(ray: Any, ref: Any) -> None:
+    with contextlib.suppress(Exception):
+        ray.cancel(ref, force=True)
+
+
+_backends: dict[str, Backend] = {}
+
+
+def get_backend(name: BackendName, num_cpus: int) -> Backend:
+    """The process's backend of kind ``name`` (Ray is started on first use)."""
+    with _cache_lock:
+        backend = _backends.get(name)
+        if backend is None:
+            backend = RayBackend(num_cpus) if name == "ray" else ThreadsBackend()
+            _backends[name] = backend
+        return backend
+
+
+__all__ = [
+    "AttemptTimeout",
+    "Backend",
+    "BackendName",
+    "RayBackend",
+    "ShardAttempt",
+    "ShardTask",
+    "ThreadsBackend",
+    "execute_shard",
+    "get_backend",
+    "llm_client_for",
+    "ray_init",
+    "ray_shutdown",
+    "store_for",
+]
