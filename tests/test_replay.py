@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 with workflow.unsafe.imports_passed_through():
     from keel.gates import GATE_WORKFLOW_TYPE, GateRequest, GateState
     from tests.histories import CORPUS, HISTORIES_DIR
-    from workflows.demo import KeelDemo
+    from workers.main import WORKFLOWS
     from workflows.gate import ApprovalGate
 
 # The expected names plus anything else committed there, so a new file is replayed too
@@ -43,13 +43,14 @@ def test_corpus_is_complete() -> None:
         load(name).events[0].workflow_execution_started_event_attributes.workflow_type.name
         for name in present
     }
-    assert types >= {GATE_WORKFLOW_TYPE, "KeelDemo"}
+    assert types >= {GATE_WORKFLOW_TYPE, "KeelDemo", "RllmApp"}
 
 
 @pytest.mark.parametrize("name", NAMES)
 async def test_history_replays(name: str) -> None:
     history = load(name)
-    replayer = Replayer(workflows=[ApprovalGate, KeelDemo], data_converter=pydantic_data_converter)
+    # Every workflow the worker registers, so a new family's histories replay too.
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{name}: {result.replay_failure!r}"
 

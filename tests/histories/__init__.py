@@ -18,4 +18,8 @@ CORPUS: tuple[str, ...] = (
     "gate_duplicate_request",
     "demo_approved",
     "demo_approved_gate",
+    "rllm_success",
+    "rllm_recovered",
+    "rllm_composed",
+    "rllm_composed_keywords",
 )

@@ -49,21 +49,27 @@ from keel.gates import (
     GateStatus,
     gate_workflow_id,
 )
+from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files
 from keel.settings import Settings
 from tests.histories import CORPUS, HISTORIES_DIR
-from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
+from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.client import connect
 from workers.main import build_worker
 from workers.services import TemporalDevServer, free_port
 from workflows.demo import DemoInput, DemoResult, KeelDemo
 from workflows.gate import ApprovalGate
+from workflows.rllm import RllmApp
 
 log = logging.getLogger("tests.histories.record")
 
 # Fixed ids (each recording runs on a fresh server) keep re-recorded files easy to diff.
 ID_PREFIX = "replay"
 DEMO_DRAFT = "Durable workflows let AI work survive crashes and wait for people."
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RLLM_TEXT = "Temporal keeps workflow state durable. Workers can crash; the workflow resumes."
+RLLM_SUMMARY = '{"summary": "Workflows survive worker crashes.", "sentences": 1}'
+RLLM_KEYWORDS = '{"keywords": ["Temporal", "workflow", "temporal", "workers"]}'
 
 
 @dataclass
@@ -71,6 +77,7 @@ class Ctx:
     client: Client
     task_queue: str
     webhook_url: str
+    llm: ScriptedOpenAIServer
 
 
 Histories = dict[str, str]  # file stem -> history JSON
@@ -209,12 +216,72 @@ async def demo_approved(ctx: Ctx) -> Histories:
     }
 
 
+async def run_rllm(ctx: Ctx, scenario: str, app: str) -> WorkflowHandle:
+    handle = await ctx.client.start_workflow(
+        RllmApp.run,
+        RllmRunInput(path=app, files=bundle_files(EXAMPLES / app), input=RLLM_TEXT),
+        id=f"{ID_PREFIX}/{scenario}",
+        task_queue=ctx.task_queue,
+    )
+    return handle
+
+
+async def rllm_success(ctx: Ctx) -> Histories:
+    """summary.rllm answered validly at the first attempt."""
+    ctx.llm.enqueue(ScriptedReply(content=RLLM_SUMMARY))
+    handle = await run_rllm(ctx, "rllm_success", "summary.rllm")
+    result: RllmRunResult = await handle.result()
+    expect(result.retries == 0 and result.output["sentences"] == 1, f"first try: {result}")
+    return {"rllm_success": await history_json(handle)}
+
+
+async def rllm_recovered(ctx: Ctx) -> Histories:
+    """summary.rllm: the first answer lacks a required field, the recovery retry fixes it."""
+    ctx.llm.enqueue(
+        ScriptedReply(content='{"summary": "Workflows survive worker crashes."}'),
+        ScriptedReply(content=RLLM_SUMMARY),
+    )
+    handle = await run_rllm(ctx, "rllm_recovered", "summary.rllm")
+    result: RllmRunResult = await handle.result()
+    expect([a.ok for a in result.attempts] == [False, True], f"recovered: {result.attempts}")
+    return {"rllm_recovered": await history_json(handle)}
+
+
+async def rllm_composed(ctx: Ctx) -> Histories:
+    """compose_summary_keywords.rllm: two children (one with pre and post blocks), merged."""
+
+    def by_prompt(req: RecordedRequest) -> ScriptedReply:
+        messages = (req.json or {}).get("messages") or [{}]
+        prompt = str(messages[-1].get("content", ""))
+        return ScriptedReply(content=RLLM_KEYWORDS if "keywords" in prompt else RLLM_SUMMARY)
+
+    before = ctx.llm.default
+    ctx.llm.default = by_prompt  # the children run in parallel: answer by what is asked
+    try:
+        handle = await run_rllm(ctx, "rllm_composed", "compose_summary_keywords.rllm")
+        result: RllmRunResult = await handle.result()
+    finally:
+        ctx.llm.default = before
+    expect(
+        result.output["keywords"] == ["Temporal", "workflow", "workers"],
+        f"merged output: {result.output}",
+    )
+    child = ctx.client.get_workflow_handle(f"{handle.id}/keywords_of")
+    return {
+        "rllm_composed": await history_json(handle),
+        "rllm_composed_keywords": await history_json(child),
+    }
+
+
 SCENARIOS: dict[str, Scenario] = {
     "gate_approved_update": gate_approved_update,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,
     "demo_approved": demo_approved,
+    "rllm_success": rllm_success,
+    "rllm_recovered": rllm_recovered,
+    "rllm_composed": rllm_composed,
 }
 
 
@@ -262,7 +329,12 @@ async def record(names: list[str], out: Path) -> list[Path]:
                     models_config=tmp / "models.yaml",
                 )
                 client = await connect(settings)
-                ctx = Ctx(client=client, task_queue=settings.task_queue, webhook_url=hooks.url)
+                ctx = Ctx(
+                    client=client,
+                    task_queue=settings.task_queue,
+                    webhook_url=hooks.url,
+                    llm=llm,
+                )
                 async with build_worker(client, settings):
                     for name in names:
                         log.info("recording %s", name)
