@@ -112,7 +112,11 @@ def _install() -> None:
         inner = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
 
         def _start(self: threading.Thread) -> None:
-            self._keel_egress = _state.get()  # type: ignore[attr-defined]
+            # Threads started by operator code stay guarded. Threads started during the
+            # LLM client's own call belong to the client's libraries (connection pools,
+            # logging workers) and may outlive the call: they carry no guard.
+            guard = _state.get()
+            self._keel_egress = None if guard is None or guard.lifted else guard  # type: ignore[attr-defined]
             start(self)
 
         def _bootstrap_inner(self: threading.Thread) -> None:

@@ -1,0 +1,431 @@
+"""``CachedLLMClient``: the LLM client MRP operators get as ``ctx.llm``.
+
+It calls models the way the ``llm.complete`` activity does (``activities.llm``: the same
+``LLMGateway`` request building, key handling, response reading, cost and error
+classification, LiteLLM configured by ``load_litellm``), but synchronously, from inside
+operator code, and with a cache:
+
+- Every request is named by its **request digest**: BLAKE3 over the model name, LiteLLM
+  model, messages, merged params (model defaults + call params) and JSON mode. The API base
+  and timeout are left out (a local server's port changes between runs; the answer does
+  not).
+- Each answer is stored in the artifact store (content-addressed), and a small reference
+  ``request digest -> answer digest`` is written beside it (``<root>/refs/mrp-llm/`` for
+  the local store, ``refs/mrp-llm/<hex>`` objects in the S3 bucket).
+- A request whose digest is cached is answered from the store: no model call, ``cached``
+  is True and ``cost_usd`` is 0 (nothing was spent).
+- ``replay_only=True`` (``mrp replay``) refuses a cache miss with :class:`LLMReplayMiss`
+  instead of calling a model.
+
+The model call runs under :func:`keel.mrp.egress.llm_egress`, which lifts the egress guard
+for this call only, and only for operators that declare ``llm`` egress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from keel.digest import digest_json, is_digest
+from keel.llm import LLMMessage, LLMRequest, LLMUsage, ModelsConfig, UnknownModelError
+from keel.mrp.egress import guarded_operator, llm_egress
+from keel.mrp.normalize import to_decimal
+from keel.mrp.sdk import LLMResult, LLMUnavailable, OperatorError
+
+__all__ = [
+    "REQUEST_DIGEST_KIND",
+    "CachedLLMClient",
+    "LLMCacheEntry",
+    "LLMCacheIndex",
+    "LLMCallFailed",
+    "LLMCallStats",
+    "LLMReplayMiss",
+    "LocalCacheIndex",
+    "S3CacheIndex",
+    "cache_index_for",
+    "request_digest",
+]
+
+REQUEST_DIGEST_KIND = "keel.mrp.llm-request/v1"
+REFS_DIR = "refs/mrp-llm"
+
+
+class LLMReplayMiss(LLMUnavailable):
+    """A replay asked for an answer that is not in the cache (the request changed)."""
+
+    def __init__(self, operator: str, digest: str) -> None:
+        self.request_digest = digest
+        super().__init__(
+            operator,
+            f"replay has no cached answer for LLM request {digest} "
+            "(the prompt, params or model differ from the recorded run)",
+        )
+
+
+class LLMCallFailed(OperatorError):
+    """The model call failed; ``error_type`` is one of ``activities.llm.LLM_*``."""
+
+    def __init__(self, operator: str, error_type: str, message: str, *, retryable: bool) -> None:
+        self.error_type = error_type
+        super().__init__(
+            operator, f"LLM call failed ({error_type}): {message}", retryable=retryable
+        )
+
+
+class LLMCacheEntry(BaseModel):
+    """What the cache stores for one request."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = "keel.mrp.llm-answer/v1"
+    request_digest: str
+    request: dict[str, JsonValue]
+    content: str
+    usage: LLMUsage
+    cost_usd: Decimal | None
+    model_name: str
+    litellm_model: str
+    finish_reason: str | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# request digest -> answer digest references
+
+
+class LLMCacheIndex(Protocol):
+    """Where the ``request digest -> answer digest`` references live."""
+
+    def get(self, request_digest: str) -> str | None:
+        """The answer digest, or None."""
+        ...
+
+    def put(self, request_digest: str, answer_digest: str) -> None:
+        """Record (or overwrite) a reference."""
+        ...
+
+
+def _hex(digest: str) -> str:
+    if not is_digest(digest):
+        raise ValueError(f"not a blake3 digest: {digest!r}")
+    return digest.removeprefix("blake3:")
+
+
+class LocalCacheIndex:
+    """References as small files ``<root>/<hex[:2]>/<hex>`` holding the answer digest."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, request_digest: str) -> Path:
+        h = _hex(request_digest)
+        return self.root / h[:2] / h
+
+    def get(self, request_digest: str) -> str | None:
+        try:
+            text = self._path(request_digest).read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            return None
+        return text if is_digest(text) else None
+
+    def put(self, request_digest: str, answer_digest: str) -> None:
+        path = self._path(request_digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ref.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(answer_digest + "\n")
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+class S3CacheIndex:
+    """References as objects ``refs/mrp-llm/<hex>`` in the artifact bucket."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def get(self, request_digest: str) -> str | None:
+        from store.artifacts import _client_error
+
+        try:
+            response = self.store._client.get_object(
+                Bucket=self.store.bucket, Key=f"{REFS_DIR}/{_hex(request_digest)}"
+            )
+        except _client_error():
+            return None
+        text = response["Body"].read().decode("ascii").strip()
+        return text if is_digest(text) else None
+
+    def put(self, request_digest: str, answer_digest: str) -> None:
+        self.store.ensure_bucket()
+        self.store._client.put_object(
+            Bucket=self.store.bucket,
+            Key=f"{REFS_DIR}/{_hex(request_digest)}",
+            Body=(answer_digest + "\n").encode("ascii"),
+            ContentType="text/plain",
+        )
+
+
+def cache_index_for(store: Any) -> LLMCacheIndex:
+    """The reference index that lives with ``store`` (local folder or S3 bucket)."""
+    from store.artifacts import LocalArtifactStore, S3ArtifactStore
+
+    if isinstance(store, LocalArtifactStore):
+        return LocalCacheIndex(store.root / REFS_DIR)
+    if isinstance(store, S3ArtifactStore):
+        return S3CacheIndex(store)
+    raise TypeError(f"no LLM cache index for {type(store).__name__}")
+
+
+# ---------------------------------------------------------------------------------------
+# The client
+
+
+@dataclass
+class LLMCallStats:
+    """What one client (or fork) did: model calls, cache hits, tokens and spend."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    unknown_cost_calls: int = 0
+    request_digests: list[str] = field(default_factory=list)
+
+    def add(self, result: LLMResult) -> None:
+        self.request_digests.append(result.request_digest)
+        if result.cached:
+            self.cache_hits += 1
+            return
+        self.calls += 1
+        self.prompt_tokens += result.usage.prompt_tokens
+        self.completion_tokens += result.usage.completion_tokens
+        if result.cost_usd is None:
+            self.unknown_cost_calls += 1
+        else:
+            self.cost_usd += result.cost_usd
+
+
+def _messages(messages: list[dict[str, str]] | str) -> list[LLMMessage]:
+    if isinstance(messages, str):
+        return [LLMMessage(role="user", content=messages)]
+    return [LLMMessage.model_validate(m) for m in messages]
+
+
+def request_digest(
+    model_name: str, litellm_model: str, req: LLMRequest, merged: dict[str, Any]
+) -> str:
+    """The digest that names a request in the cache (see the module docstring)."""
+    return digest_json(
+        {
+            "kind": REQUEST_DIGEST_KIND,
+            "model": model_name,
+            "litellm_model": litellm_model,
+            "messages": [m.model_dump() for m in req.messages],
+            "params": merged,
+            "json_mode": req.json_mode,
+        }
+    )
+
+
+class CachedLLMClient:
+    """The :class:`keel.mrp.sdk.LLMClient` of MRP operators (see the module docstring).
+
+    Args:
+        models: the models config (``configs/models.yaml``).
+        store: the artifact store answers are kept in.
+        replay_only: refuse cache misses (no model calls at all).
+        default_model: model used when a call names none ('' = the config's default).
+        index: where references live; default: beside ``store``.
+        timeout_s: per-call timeout.
+
+    Thread-safe. :meth:`fork` gives a client that shares everything but its
+    :attr:`stats`, so a runtime can count each shard's calls and spend.
+    """
+
+    def __init__(
+        self,
+        models: ModelsConfig,
+        store: Any,
+        *,
+        replay_only: bool = False,
+        default_model: str = "",
+        index: LLMCacheIndex | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        from activities.llm import LLMGateway
+
+        self.models = models
+        self.store = store
+        self.replay_only = replay_only
+        self.default_model = default_model
+        self.index = index if index is not None else cache_index_for(store)
+        self.timeout_s = timeout_s
+        self.stats = LLMCallStats()
+        self._gateway = LLMGateway(models)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(
+        cls, settings: Any, *, replay_only: bool = False, default_model: str = ""
+    ) -> CachedLLMClient:
+        """A client on ``settings``' models config and artifact store."""
+        from keel.llm import load_models_config
+        from store.artifacts import artifact_store_from_settings
+
+        return cls(
+            load_models_config(settings.models_config),
+            artifact_store_from_settings(settings),
+            replay_only=replay_only,
+            default_model=default_model,
+        )
+
+    def fork(self) -> CachedLLMClient:
+        """A client sharing models, store, index and locks, with its own fresh stats."""
+        child = object.__new__(CachedLLMClient)
+        child.__dict__.update(self.__dict__)
+        child.stats = LLMCallStats()
+        child._stats_lock = threading.Lock()
+        return child
+
+    def _lock_for(self, digest: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(digest, threading.Lock())
+
+    def _cached(self, digest: str) -> LLMCacheEntry | None:
+        answer = self.index.get(digest)
+        if answer is None:
+            return None
+        from store.artifacts import ArtifactError
+
+        try:
+            entry = LLMCacheEntry.model_validate(self.store.get_json(answer))
+        except (ArtifactError, ValidationError, ValueError):
+            return None  # a lost or damaged answer is a miss, never a wrong answer
+        return entry if entry.request_digest == digest else None
+
+    def complete(self, messages: list[dict[str, str]] | str, **params: Any) -> LLMResult:
+        """Ask the model once (or answer from the cache). ``model`` and ``json_mode`` may
+        be passed as keywords; every other keyword is a model parameter."""
+        operator = guarded_operator() or "?"
+        model = str(params.pop("model", "") or self.default_model)
+        json_mode = bool(params.pop("json_mode", False))
+        try:
+            req = LLMRequest(
+                model=model,
+                messages=_messages(messages),
+                params=params,
+                json_mode=json_mode,
+                timeout_s=self.timeout_s,
+            )
+            model_name, spec = self.models.resolve(req.model)
+        except UnknownModelError as e:
+            raise LLMCallFailed(operator, "LLMUnknownModel", str(e), retryable=False) from None
+        except (ValidationError, ValueError) as e:
+            raise LLMCallFailed(operator, "LLMBadRequest", str(e), retryable=False) from None
+        merged = {**spec.params, **req.params}
+        digest = request_digest(model_name, spec.litellm_model, req, merged)
+
+        with self._lock_for(digest):
+            entry = self._cached(digest)
+            if entry is not None:
+                result = LLMResult(
+                    content=entry.content,
+                    usage=entry.usage,
+                    cost_usd=Decimal(0),
+                    cached=True,
+                    model_name=entry.model_name,
+                    request_digest=digest,
+                    finish_reason=entry.finish_reason,
+                )
+            elif self.replay_only:
+                raise LLMReplayMiss(operator, digest)
+            else:
+                entry = self._call(operator, req, model_name, spec, merged, digest)
+                self.index.put(digest, self.store.put_json(entry.model_dump(mode="json")))
+                result = LLMResult(
+                    content=entry.content,
+                    usage=entry.usage,
+                    cost_usd=entry.cost_usd,
+                    cached=False,
+                    model_name=entry.model_name,
+                    request_digest=digest,
+                    finish_reason=entry.finish_reason,
+                )
+        with self._stats_lock:
+            self.stats.add(result)
+        return result
+
+    def _call(
+        self,
+        operator: str,
+        req: LLMRequest,
+        model_name: str,
+        spec: Any,
+        merged: dict[str, Any],
+        digest: str,
+    ) -> LLMCacheEntry:
+        from temporalio.exceptions import ApplicationError
+
+        from activities.llm import load_litellm
+
+        gateway = self._gateway
+        key: str | None = None
+        try:
+            key = gateway._api_key(model_name, spec)
+            kwargs = gateway._call_kwargs(req, spec, key)
+            with llm_egress():
+                # A first import of LiteLLM may happen here, inside operator code.
+                litellm = load_litellm()
+                started = time.monotonic()
+                raw = litellm.completion(**kwargs)
+            response = gateway._response(
+                litellm, raw, model_name, spec, (time.monotonic() - started) * 1000.0
+            )
+        except ApplicationError as e:
+            raise LLMCallFailed(
+                operator, e.type or "LLMError", e.message, retryable=not e.non_retryable
+            ) from None
+        except LLMUnavailable:
+            raise
+        except PermissionError:
+            raise
+        except Exception as e:
+            failure = gateway._failure(e, model_name, spec, key)
+            raise LLMCallFailed(
+                operator,
+                failure.type or "LLMError",
+                failure.message,
+                retryable=not failure.non_retryable,
+            ) from None
+        return LLMCacheEntry(
+            request_digest=digest,
+            request={
+                "model": model_name,
+                "litellm_model": spec.litellm_model,
+                "messages": [m.model_dump() for m in req.messages],
+                "params": merged,
+                "json_mode": req.json_mode,
+            },
+            content=response.content,
+            usage=response.usage,
+            cost_usd=None if response.cost_usd is None else to_decimal(response.cost_usd),
+            model_name=model_name,
+            litellm_model=spec.litellm_model,
+            finish_reason=response.finish_reason,
+        )
