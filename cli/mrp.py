@@ -332,20 +332,17 @@ class _HashOnlyStore:
         return digest_bytes(data)
 
 
-def _progress_line(view: Any) -> str:
+def _progress_line(view: Any, progress: dict[str, Any] | None) -> str:
+    """``[map] shards 40/100, windows 1/2, cost 40 units, $0``."""
+    if view is None:
+        return "[compile] compiling"
     if view.status != "running":
         return f"[{view.status}]"
-    if not view.shards_total:
-        phase = "compile"
-    elif view.shards_done < view.shards_total:
-        phase = "map"
-    else:
-        phase = "reduce/produce"
-    cost = view.cost
-    return (
-        f"[{phase}] shards {view.shards_done}/{view.shards_total or '?'}"
-        f"  cost {cost.units} units, ${cost.usd}"
-    )
+    phase = str((progress or {}).get("phase") or ("compile" if not view.shards_total else "map"))
+    line = f"[{phase}] shards {view.shards_done}/{view.shards_total}"
+    if progress and progress.get("windows_total"):
+        line += f", windows {progress['windows_done']}/{progress['windows_total']}"
+    return line + f", cost {view.cost.units} units, ${view.cost.usd}"
 
 
 async def _watch(
@@ -356,10 +353,12 @@ async def _watch(
     services: Any,
     show: bool,
 ) -> None:
-    """Beside the result wait: progress on stderr (terminal only); fails when a service
-    this command started dies."""
-    from workers.mrp_client import job_view
+    """Beside the result wait: progress on stderr (terminal only), from the workflow's
+    ``progress`` query and the run records; fails when a service this command started
+    dies."""
+    from workers.mrp_client import job_view, running_cost
 
+    handle = client.get_workflow_handle(workflow_id)
     last = ""
     while True:
         await asyncio.sleep(0.5)
@@ -369,8 +368,13 @@ async def _watch(
         if not show:
             continue
         with contextlib.suppress(Exception):
+            progress: dict[str, Any] | None = None
+            with contextlib.suppress(Exception):
+                progress = await handle.query("progress", result_type=dict)
             view = await job_view(None, sessions, run_id)
-            line = _progress_line(view) if view is not None else "[compile] starting"
+            if view is not None and view.status == "running":
+                view.cost = await asyncio.to_thread(running_cost, sessions, run_id, view.cost)
+            line = _progress_line(view, progress)
             if line != last:
                 sys.stderr.write("\r\033[K" + line)
                 sys.stderr.flush()
@@ -453,6 +457,16 @@ async def _start_and_wait(
         await asyncio.to_thread(services.stop, keep)
 
 
+_PHASES = ["compile", "map", "reduce", "evaluate", "approval", "produce", "finalise"]
+
+
+def _timings(timings: dict[str, float]) -> str:
+    """``compile 0.24s, map 0.14s, ...`` in phase order."""
+    order = {p: i for i, p in enumerate(_PHASES)}
+    keys = sorted(timings, key=lambda k: (order.get(k, len(order)), k))
+    return ", ".join(f"{k} {timings[k]:.2f}s" for k in keys)
+
+
 def _result_doc(result: MRPJobResult) -> dict[str, Any]:
     return result.model_dump(mode="json")
 
@@ -468,8 +482,7 @@ def _result_text(result: MRPJobResult) -> str:
         f"(limit ${cost.limit_usd}); {cost.llm_calls} LLM calls, {cost.llm_cached} cached",
     ]
     if result.phase_timings:
-        timings = ", ".join(f"{k} {v:.2f}s" for k, v in result.phase_timings.items())
-        lines.append(f"  phases     {timings}")
+        lines.append(f"  phases     {_timings(result.phase_timings)}")
     if result.evaluation is not None:
         ev = result.evaluation
         lines.append(
@@ -478,7 +491,9 @@ def _result_text(result: MRPJobResult) -> str:
     lines.append(f"  manifest   {result.manifest_digest}")
     lines.append(f"  run manifest {result.run_manifest_digest}")
     for key, digest in result.output_digests.items():
-        lines.append(f"  {key:<10} {digest}")
+        lines.append(
+            f"  {key:<10} {digest}" if len(key) <= 10 else f"  {key}\n             {digest}"
+        )
     if result.output_root:
         lines.append(f"  output     {result.output_root}")
     if result.message:
@@ -636,12 +651,13 @@ def replay(
         for r in rows if all_rows else differing:
             mark = "same" if r["same"] else "DIFFERENT"
             lines.append(
-                f"  {r['what']:<28} {mark:<9} original {_short(r['original'])}  replay {_short(r['replay'])}"
+                f"  {r['what']:<40} {mark:<9} original {_short(r['original'])}  "
+                f"replay {_short(r['replay'])}"
             )
         if not all_rows and not differing:
             for r in rows:
                 if r["what"] == "reduce" or r["what"].startswith("produced:"):
-                    lines.append(f"  {r['what']:<28} same      {r['original']}")
+                    lines.append(f"  {r['what']:<40} same      {r['original']}")
         if err is not None and not differing:
             failure = _run_failure(err, wid)
             doc["error"] = {"code": failure.code, "message": "; ".join(failure.lines)}
@@ -801,7 +817,7 @@ def _inspect_text(
         lines.append(f"  seeds        job {manifest.seeds.job}")
     timings = (run_manifest.phase_timings if run_manifest else None) or record.phase_timings
     if timings:
-        lines.append("phases       " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
+        lines.append(f"phases       {_timings(timings)}")
     cost = record.cost
     lines.append(
         f"cost         {cost.units} units (estimate {cost.estimate_units}, kill limit "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -33,7 +34,7 @@ from keel.mrp.run import (
     ShardCounters,
     run_id_from_workflow_id,
 )
-from store.mrp_runs import get_run, shard_counts
+from store.mrp_runs import get_run, list_shards, shard_counts
 
 ViewStatus = Literal[
     "running",
@@ -165,9 +166,7 @@ async def job_view(
     if record is None and desc is None:
         return None
     job_id = workflow_id.split("/")[1] if workflow_id and workflow_id.count("/") >= 2 else ""
-    view = MrpJobView(
-        run_id=run_id, workflow_id=workflow_id or "", job_id=job_id, status="running"
-    )
+    view = MrpJobView(run_id=run_id, workflow_id=workflow_id or "", job_id=job_id, status="running")
     if record is not None:
         view = MrpJobView(
             run_id=record.run_id,
@@ -216,3 +215,15 @@ async def job_view(
                 except WorkflowFailureError as err:
                     view.error_type, view.error = failure_of(err)
     return view
+
+
+def running_cost(sessions: sessionmaker[Session], run_id: str, cost: RunCost) -> RunCost:
+    """``cost`` with units and USD added up from the run's shard rows so far (the run
+    record holds the total only once the run has finished)."""
+    rows = list_shards(sessions, run_id)
+    return cost.model_copy(
+        update={
+            "units": sum((r.cost_units for r in rows), Decimal(0)),
+            "usd": sum((r.cost_usd for r in rows), Decimal(0)),
+        }
+    )
