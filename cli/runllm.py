@@ -36,6 +36,7 @@ from keel.rllm.failures import RunnerFailure, internal_failure, usage_failure
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from cli._services import LocalServices
     from keel.rllm.deps import ResolvedApp
     from keel.rllm.model import RllmProgram
     from keel.settings import Settings
@@ -582,106 +583,9 @@ def exectime(
 # -- run -------------------------------------------------------------------------------
 
 
-def _reachable(address: str) -> bool:
-    from workers.services import port_open
-
-    host, _, port = address.rpartition(":")
-    try:
-        return port_open(int(port), host or "127.0.0.1")
-    except (ValueError, OSError):
-        return False
-
-
-async def _has_pollers(client: Client, settings: Settings) -> bool:
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-    resp = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=settings.temporal_namespace,
-            task_queue=TaskQueue(name=settings.task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    return bool(resp.pollers)
-
-
-class _Services:
-    """What ``runllm run`` started for one run, stopped afterwards (unless ``--stay``)."""
-
-    def __init__(self) -> None:
-        self.up: Any = None  # the `keel up` process
-        self.worker: Any = None  # a ManagedProcess running `keel worker`
-        self.embedded = False
-
-    def dead(self) -> str | None:
-        if self.worker is not None and not self.worker.running():
-            return f"the worker this run started exited (log {self.worker.log_path})"
-        if self.up is not None and self.up.poll() is not None:
-            return "the keel up this run started exited (log .keel/up.log)"
-        return None
-
-    def stop(self, stay: bool) -> None:
-        from workers.services import stop_pid
-
-        if self.worker is not None:
-            self.worker.stop()
-        if self.up is not None:
-            if stay:
-                _note("Keel stays up; stop it with `keel down`.")
-            else:
-                stop_pid(self.up.pid, 30)
-                with contextlib.suppress(Exception):
-                    self.up.wait(timeout=30)
-
-
-async def _connect(settings: Settings, services: _Services) -> Client:
-    """A client for the configured server, or the embedded one; a worker on the queue."""
-    from workers.client import connect
-    from workers.services import ManagedProcess
-
-    address = settings.resolved_temporal_address
-    if not _reachable(address):
-        if settings.temporal_address:
-            raise internal_failure(
-                f"the Temporal server at {address} (KEEL_TEMPORAL_ADDRESS) does not answer",
-                error_type="TemporalUnavailable",
-                details={"address": address},
-                hint="Start that server, or unset KEEL_TEMPORAL_ADDRESS to use the embedded one.",
-            )
-        from cli.keel import start_up_in_background
-
-        _note(f"No Temporal server at {address}; starting the embedded one (keel up) ...")
-        try:
-            services.up = await asyncio.to_thread(start_up_in_background, settings)
-        except click.exceptions.Exit:
-            raise internal_failure(
-                f"keel up did not start (log {settings.data_dir / 'up.log'})",
-                error_type="EmbeddedStartFailed",
-                details={"log": str(settings.data_dir / "up.log")},
-                hint="Read the log; `keel up` alone shows the same error.",
-            ) from None
-        services.embedded = True
-    try:
-        client = await connect(settings)
-    except Exception as e:
-        raise internal_failure(
-            f"cannot connect to Temporal at {address}: {e}",
-            error_type="TemporalUnavailable",
-            details={"address": address},
-        ) from None
-    if services.up is None and not await _has_pollers(client, settings):
-        log = settings.data_dir / "logs" / "runllm-worker.log"
-        _note(f"No worker polls task queue {settings.task_queue!r}; starting one (log {log}) ...")
-        services.worker = ManagedProcess(
-            "worker", [sys.executable, "-m", "cli.keel", "worker"], log
-        )
-        services.worker.start()
-    return client
-
-
-async def _watch(client: Client, workflow_id: str, services: _Services, show_pulls: bool) -> None:
+async def _watch(
+    client: Client, workflow_id: str, services: LocalServices, show_pulls: bool
+) -> None:
     """Runs beside the result wait: fails when a service we started dies; prints pulls."""
     from keel.rllm.ollama import OLLAMA_ENSURE_ACTIVITY, OllamaProgress
 
@@ -733,9 +637,20 @@ async def _run_workflow(
         max_retries=max_retries,
         ollama_auto_pull=auto_pull,
     )
-    services = _Services()
+    from cli._services import LocalServices, ServiceUnavailable
+
+    services = LocalServices(settings, note=_note)
     try:
-        client = await _connect(settings, services)
+        try:
+            client = await services.connect("runllm-worker.log")
+        except ServiceUnavailable as e:
+            raise internal_failure(
+                str(e),
+                error_type="ServiceUnavailable",
+                details={"address": settings.resolved_temporal_address},
+                hint="Start the server named in the message, or unset KEEL_TEMPORAL_ADDRESS "
+                "to use the embedded one (keel up).",
+            ) from None
         wid = workflow_id_for(resolved.root.name, str(uuid.uuid4()))
         handle = await start_run(
             client,
