@@ -200,10 +200,9 @@ def _settings() -> Settings:
 
 
 def _sessions(settings: Settings) -> sessionmaker[Session]:
-    from store.db import init_db, make_engine, make_sessionmaker
+    from store.db import get_sessionmaker
 
-    init_db(settings.resolved_database_url)
-    return make_sessionmaker(make_engine(settings.resolved_database_url))
+    return get_sessionmaker(settings.resolved_database_url)
 
 
 def _artifacts(settings: Settings) -> ArtifactStore:

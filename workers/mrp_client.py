@@ -33,7 +33,9 @@ from keel.mrp.run import (
     RunCost,
     ShardCounters,
     run_id_from_workflow_id,
+    run_manifest_from_json,
 )
+from store.artifacts import ArtifactStore
 from store.mrp_runs import get_run, list_shards, shard_counts
 
 ViewStatus = Literal[
@@ -134,24 +136,38 @@ async def describe(client: Client, workflow_id: str) -> Any | None:
     return desc if desc.workflow_type == WORKFLOW_TYPE else None
 
 
-async def find_workflow_id(client: Client, run_id: str, limit: int = 2000) -> str | None:
+async def find_workflow_id(
+    client: Client, run_id: str, *, wait_s: float = 3.0, limit: int = 2000
+) -> str | None:
     """The workflow id of a run the SQL records do not know yet (compile not finished, or
-    compile failed): the newest ``MRPJob`` whose id ends with ``/<run_id>``."""
+    compile failed): the newest ``MRPJob`` whose id ends with ``/<run_id>``.
+
+    Temporal's visibility store lags a start by a moment, so a run started just now is
+    looked for again for up to ``wait_s`` seconds.
+    """
     query = f'WorkflowType = "{WORKFLOW_TYPE}"'
-    async for wf in client.list_workflows(query, limit=limit):
-        if run_id_from_workflow_id(wf.id) == run_id:
-            return str(wf.id)
-    return None
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        async for wf in client.list_workflows(query, limit=limit):
+            if run_id_from_workflow_id(wf.id) == run_id:
+                return str(wf.id)
+        if asyncio.get_running_loop().time() >= deadline:
+            return None
+        await asyncio.sleep(0.2)
 
 
 async def job_view(
-    client: Client | None, sessions: sessionmaker[Session], ref: str
+    client: Client | None,
+    sessions: sessionmaker[Session],
+    ref: str,
+    store: ArtifactStore | None = None,
 ) -> MrpJobView | None:
     """The run named by ``ref`` (a run id, or a workflow id ``mrp/<job>/<run>``), or None.
 
     The SQL record gives digests, counters and cost; while it is running the shard rows
-    give progress; Temporal (when ``client`` is given) gives the outcome of runs the
-    records do not cover (a compile failure, a termination).
+    give progress; the stored run manifest (when ``store`` is given) gives the output
+    digests of a finished run; Temporal (when ``client`` is given) gives the outcome of
+    runs the records do not cover (a compile failure, a termination).
     """
     run_id = run_id_from_workflow_id(ref)
     record = await asyncio.to_thread(get_run, sessions, run_id)
@@ -192,6 +208,9 @@ async def job_view(
             view.shards_done = sum(counts.values())
         else:
             view.shards_done = record.shard_count
+            if store is not None and record.run_manifest_digest is not None:
+                data = await asyncio.to_thread(store.get_bytes, record.run_manifest_digest)
+                view.output_digests = run_manifest_from_json(data).output_digests()
     if desc is not None and desc.status is not None:
         ended = _ENDED.get(desc.status)
         if desc.status == WorkflowExecutionStatus.COMPLETED:

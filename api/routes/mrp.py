@@ -26,6 +26,7 @@ from keel.digest import digest_json
 from keel.mrp.dsl import parse_job
 from keel.mrp.errors import DslError
 from keel.mrp.run import MAX_WINDOW_SIZE, Backend, MRPJobInput, workflow_id_for
+from store.artifacts import ArtifactStore, artifact_store_from_settings
 from workers.mrp_client import MrpJobView, job_view, start_job
 
 router = APIRouter(prefix="/mrp", tags=["mrp"], responses=ERROR_RESPONSES)
@@ -179,12 +180,21 @@ async def submit_job(
     )  # fmt: skip
 
 
+def _store(request: Request) -> ArtifactStore:
+    """The artifact store run manifests live in (made once per app)."""
+    store: ArtifactStore | None = getattr(request.app.state, "mrp_store", None)
+    if store is None:
+        store = artifact_store_from_settings(request.app.state.settings)
+        request.app.state.mrp_store = store
+    return store
+
+
 @router.get("/jobs/{run_id:path}", response_model=MrpJobView)
 async def get_job(
-    run_id: str, client: ClientDep, sessions: SessionsDep, caller: CallerDep
+    request: Request, run_id: str, client: ClientDep, sessions: SessionsDep, caller: CallerDep
 ) -> MrpJobView:
     """A run's status, shard counters, cost and digests (run id or workflow id)."""
-    view = await job_view(client, sessions, run_id)
+    view = await job_view(client, sessions, run_id, _store(request))
     if view is None:
         raise ApiError(404, "not_found", f"no MRP run {run_id!r}")
     return view

@@ -1,0 +1,183 @@
+"""``POST /mrp/jobs`` and ``GET /mrp/jobs/{run_id}`` against the real dev server and a real
+worker (threads backend: these tests are about the API, not Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from temporalio.client import Client
+
+from api.app import create_app
+from api.idempotency import REPLAY_HEADER
+from keel.settings import ApiToken, Settings
+from workers.main import build_worker
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "mrp"
+
+TOKENS = {"alice": ["requester"], "bob": ["approver"]}
+
+
+def auth(actor: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer tok-{actor}-0123456789"}
+
+
+JOB = """
+dsl_version: "0.1"
+job_id: api-wordcount
+inputs:
+  items: ["one two", "three four five", "six"]
+  by: item
+map:
+  operator: word-count@1.0.0
+reduce:
+  operator: numeric-sum@1.0.0
+produce:
+  operator: json-writer@1.0.0
+  sink: {kind: json, destination: api.json}
+policy:
+  max_workers: 2
+  budget_units: "20"
+"""
+
+
+@pytest.fixture
+def api_settings(settings: Settings) -> Settings:
+    tokens = [
+        ApiToken(token=SecretStr(f"tok-{a}-0123456789"), actor=a, roles=roles)  # type: ignore[arg-type]
+        for a, roles in TOKENS.items()
+    ]
+    return settings.model_copy(update={"api_tokens": tokens, "mrp_job_roots": [EXAMPLES]})
+
+
+@pytest.fixture
+async def http(api_settings: Settings, client: Client) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(api_settings, client=client)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        build_worker(client, api_settings),
+        httpx.AsyncClient(transport=transport, base_url="http://keel.test") as c,
+    ):
+        yield c
+
+
+async def wait_done(http: httpx.AsyncClient, run_id: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = await http.get(f"/mrp/jobs/{run_id}", headers=auth("bob"))
+        assert resp.status_code == 200, resp.text
+        view = resp.json()
+        if view["status"] != "running":
+            return view
+        assert time.monotonic() < deadline, view
+        await asyncio.sleep(0.2)
+
+
+async def test_submit_yaml_then_read_the_finished_run(http: httpx.AsyncClient) -> None:
+    resp = await http.post(
+        "/mrp/jobs", json={"job_yaml": JOB, "backend": "threads"}, headers=auth("alice")
+    )
+    assert resp.status_code == 202, resp.text
+    body = resp.json()
+    assert body["job_id"] == "api-wordcount"
+    assert body["workflow_id"] == f"mrp/api-wordcount/{body['run_id']}"
+    assert body["status"] == "running"
+
+    view = await wait_done(http, body["run_id"])
+    assert view["status"] == "succeeded", view
+    assert view["counters"]["total"] == 3 and view["counters"]["run"] == 3
+    assert view["shards_total"] == 3 and view["shards_done"] == 3
+    assert view["manifest_digest"].startswith("blake3:")
+    assert view["run_manifest_digest"].startswith("blake3:")
+    assert set(view["output_digests"]) == {"shards", "reduce", "produced:api.json",
+                                           "produced:api.json.audit.jsonl"}  # fmt: skip
+    # The workflow id names the same run.
+    again = await http.get(f"/mrp/jobs/{body['workflow_id']}", headers=auth("alice"))
+    assert again.status_code == 200 and again.json()["run_id"] == body["run_id"]
+
+
+async def test_submit_a_file_under_a_job_root(http: httpx.AsyncClient) -> None:
+    resp = await http.post(
+        "/mrp/jobs",
+        json={"path": "wordcount.yaml", "backend": "threads", "run_id": "from-file-1"},
+        headers=auth("alice"),
+    )
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["workflow_id"] == "mrp/example-wordcount/from-file-1"
+    view = await wait_done(http, "from-file-1")
+    # inputs.files resolved beside the job file, on the worker: four files, four shards.
+    assert view["status"] == "succeeded", view
+    assert view["counters"]["total"] == 4
+
+
+async def test_paths_outside_the_roots_are_refused(http: httpx.AsyncClient, tmp_path: Path) -> None:
+    outside = tmp_path / "job.yaml"
+    outside.write_text(JOB)
+    for body in (
+        {"path": str(outside)},
+        {"path": "../../pyproject.toml"},
+        {"job_yaml": JOB, "base_dir": str(tmp_path)},
+    ):
+        resp = await http.post("/mrp/jobs", json=body, headers=auth("alice"))
+        assert resp.status_code == 403, (body, resp.text)
+        assert resp.json()["error"]["code"] == "path_not_allowed"
+    missing = await http.post("/mrp/jobs", json={"path": "nope.yaml"}, headers=auth("alice"))
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+async def test_idempotency_key_starts_one_run(http: httpx.AsyncClient) -> None:
+    headers = {**auth("alice"), "Idempotency-Key": "mrp-key-1"}
+    body = {"job_yaml": JOB, "backend": "threads"}
+    first = await http.post("/mrp/jobs", json=body, headers=headers)
+    second = await http.post("/mrp/jobs", json=body, headers=headers)
+    assert first.status_code == second.status_code == 202
+    assert first.json() == second.json()
+    assert second.headers.get(REPLAY_HEADER) == "true"
+    other = await http.post(
+        "/mrp/jobs", json={**body, "backend": "ray"}, headers=headers
+    )  # same key, another body
+    assert other.status_code == 422
+    assert other.json()["error"]["code"] == "idempotency_key_reused"
+    view = await wait_done(http, first.json()["run_id"])
+    assert view["status"] == "succeeded"
+
+
+async def test_auth_and_validation(http: httpx.AsyncClient) -> None:
+    assert (await http.post("/mrp/jobs", json={"job_yaml": JOB})).status_code == 401
+    forbidden = await http.post("/mrp/jobs", json={"job_yaml": JOB}, headers=auth("bob"))
+    assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "forbidden"
+    both = await http.post(
+        "/mrp/jobs", json={"job_yaml": JOB, "path": "wordcount.yaml"}, headers=auth("alice")
+    )
+    assert both.status_code == 422
+    bad = await http.post(
+        "/mrp/jobs", json={"job_yaml": JOB.replace("budget_units", "budget_unit")},
+        headers=auth("alice"),
+    )  # fmt: skip
+    assert bad.status_code == 422, bad.text
+    err = bad.json()["error"]
+    assert err["code"] == "invalid_job"
+    assert "policy.budget_unit" in err["message"] and "job.yaml:16:" in err["message"]
+    assert (await http.get("/mrp/jobs/no-such-run", headers=auth("bob"))).status_code == 404
+    assert (await http.get("/mrp/jobs/no-such-run")).status_code == 401
+
+
+async def test_a_refused_job_reads_as_failed_with_the_rule(http: httpx.AsyncClient) -> None:
+    # Valid YAML, but over the service's worker cap: refused in the run's compile step.
+    resp = await http.post(
+        "/mrp/jobs",
+        json={"job_yaml": JOB.replace("max_workers: 2", "max_workers: 64"), "backend": "threads"},
+        headers=auth("alice"),
+    )
+    assert resp.status_code == 202, resp.text
+    view = await wait_done(http, resp.json()["run_id"])
+    assert view["status"] == "failed"
+    assert view["error_type"] == "MrpCompileError"
+    assert "MRP-P001" in view["error"]
