@@ -309,7 +309,8 @@ def start_up_in_background(settings: Settings, timeout_s: float = 300) -> subpro
 def demo(
     stay: Annotated[bool, typer.Option(help="Keep the services up after the demo")] = False,
 ) -> None:
-    """Run the main job end to end: LLM call → approval gate → approved through the API."""
+    """Run the main job end to end: LLM call → approval gate → approved through the API,
+    then the three example .rllm apps (examples/) on the local model."""
     from workers.model_server import unavailable_reason
     from workers.services import pid_alive, stop_pid
 
@@ -399,6 +400,44 @@ async def _run_demo(settings: Settings) -> None:
     typer.echo("Where to look in the Temporal Web UI:")
     typer.echo(f"   {_ui_link(settings, wid)}")
     typer.echo(f"   {_ui_link(settings, gate_id)}")
+    await _run_rllm_examples(client, settings)
+
+
+RLLM_DEMO_TEXT = (
+    "Temporal is a durable execution platform. A workflow keeps its state when a worker "
+    "crashes, and it resumes on another worker from the last recorded step. Teams use it "
+    "to run long business processes and AI pipelines reliably."
+)
+
+
+async def _run_rllm_examples(client: Any, settings: Settings) -> None:
+    """The three example ``.rllm`` apps on the local model, as ``RllmApp`` workflows."""
+    from temporalio.client import WorkflowFailureError
+
+    from keel.rllm.run import RllmRunInput, bundle_files, workflow_id_for
+    from workers.rllm_client import failure_payload, start_run
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    typer.echo("6. .rllm apps on the local model (RllmApp workflows, as `runllm run` runs them)")
+    typer.echo(f"   input text: {RLLM_DEMO_TEXT!r}")
+    for name in ("summary.rllm", "extract_keywords.rllm", "compose_summary_keywords.rllm"):
+        wid = workflow_id_for(Path(name).stem, str(uuid.uuid4()))
+        inp = RllmRunInput(path=name, files=bundle_files(examples / name), input=RLLM_DEMO_TEXT)
+        handle = await start_run(client, inp, workflow_id=wid, task_queue=settings.task_queue)
+        try:
+            r = await handle.result()
+        except WorkflowFailureError as err:
+            payload, _ = failure_payload(err, workflow_id=wid)
+            raise RuntimeError(
+                f"the example {name} failed: {payload.error_type}: {payload.message}"
+            ) from None
+        calls = len(r.attempts) + sum(len(c.attempts) for c in r.children.values())
+        retries = r.retries + sum(c.retries for c in r.children.values())
+        typer.echo(f"   examples/{name} -> {json.dumps(r.output, ensure_ascii=False)}")
+        typer.echo(
+            f"      {calls} model call(s), {retries} recovery retries, "
+            f"{r.usage.total_tokens} tokens, {r.total_latency_ms:.0f} ms; {_ui_link(settings, wid)}"
+        )
 
 
 def main() -> None:

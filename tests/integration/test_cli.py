@@ -95,6 +95,8 @@ def test_demo_end_to_end(tmp_path):
     assert "Approved through the API" in out
     assert "Workflow completed: published=True" in out
     assert "/namespaces/default/workflows/demo%2F" in out
+    for name in ("summary", "extract_keywords", "compose_summary_keywords"):
+        assert f"examples/{name}.rllm -> {{" in out  # the .rllm examples ran and printed
     assert not (tmp_path / "keel" / "run" / "up.json").exists()  # the demo stopped what it started
 
 
