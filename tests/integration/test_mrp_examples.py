@@ -1,0 +1,144 @@
+"""The three example jobs in examples/mrp: run each twice and replay once; every output
+digest equals the golden one in examples/mrp/golden.json.
+
+- run A on Ray, in its own data dir;
+- run B on threads, in a fresh data dir (new store, new checkpoint index, empty LLM cache),
+  so every shard is recomputed and the LLM job asks the model again;
+- a replay of run A (stored IR and inputs, LLM answers from the cache only).
+
+The LLM job runs against the embedded local model (SmolLM2-135M on llama.cpp, temperature 0,
+seeded), started here on a free port. ``KEEL_RECORD_GOLDEN=1`` rewrites golden.json from
+run A instead of comparing with it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio.client import Client
+
+from activities.mrp_backends import ray_shutdown
+from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
+from keel.settings import Settings
+from workers.main import build_worker
+from workers.model_server import LocalModelServer, unavailable_reason
+from workers.services import free_port
+from workflows.mrp import MRPJob
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "mrp"
+GOLDEN = EXAMPLES / "golden.json"
+RECORD = os.environ.get("KEEL_RECORD_GOLDEN") == "1"
+HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_once() -> Iterator[None]:
+    yield
+    ray_shutdown()
+
+
+@pytest.fixture(scope="module")
+def local_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
+    # llama_cpp is here, so the weights must be too: a missing package is a failure.
+    assert unavailable_reason() is None, unavailable_reason()
+    log = tmp_path_factory.mktemp("model-server") / "server.log"
+    server = LocalModelServer(port=free_port(), threads=2, ctx=2048, log_path=log)
+    server.start(timeout_s=180)
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert server.pid is None
+
+
+def models_config_for(server: LocalModelServer, tmp: Path) -> Path:
+    """The shipped models config with its local model pointed at ``server``."""
+    raw = yaml.safe_load((REPO / "configs" / "models.yaml").read_text())
+    raw["models"]["local"]["api_base"] = server.base_url
+    path = tmp / "models.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+async def run(client: Client, settings: Settings, inp: MRPJobInput, job_id: str) -> MRPJobResult:
+    run_id = inp.run_id or f"ex-{uuid.uuid4().hex[:10]}"
+    result: MRPJobResult = await client.execute_workflow(
+        MRPJob.run,
+        inp.model_copy(update={"run_id": run_id}),
+        id=workflow_id_for(job_id, run_id),
+        task_queue=settings.task_queue,
+    )
+    return result
+
+
+async def run_twice_and_replay(
+    client: Client, settings: Settings, tmp_path: Path, name: str
+) -> dict[str, str]:
+    job = EXAMPLES / f"{name}.yaml"
+    text = job.read_text()
+    job_id = yaml.safe_load(text)["job_id"]
+    inp = MRPJobInput(job_yaml=text, source=job.name, base_dir=str(EXAMPLES))
+    a_settings = settings.model_copy(update={"data_dir": tmp_path / "a"})
+    b_settings = settings.model_copy(
+        update={"data_dir": tmp_path / "b", "task_queue": settings.task_queue + "-b"}
+    )
+    async with build_worker(client, a_settings):
+        a = await run(client, a_settings, inp.model_copy(update={"backend": "ray"}), job_id)
+        assert a.status == "succeeded", a
+        assert a.counters.run == a.counters.total > 0  # computed, not from checkpoints
+        replay = await run(
+            client, a_settings,
+            MRPJobInput(replay_of=a.run_id, llm_replay_only=True, backend="ray"), job_id,
+        )  # fmt: skip
+    async with build_worker(client, b_settings):
+        b = await run(client, b_settings, inp.model_copy(update={"backend": "threads"}), job_id)
+    assert b.status == "succeeded", b
+    assert b.counters.run == b.counters.total  # a fresh store: every shard recomputed
+    assert replay.status == "succeeded" and replay.replay_matched is True, replay
+    assert replay.counters.run == replay.counters.total  # replay recomputes every shard
+    assert a.output_digests == b.output_digests == replay.output_digests
+    assert {"shards", "reduce"} <= set(a.output_digests)
+    assert any(k.startswith("produced:") for k in a.output_digests)
+    if name == "sentiment":
+        assert a.cost.llm_calls == 4 and a.cost.llm_cached == 0  # asked the model
+        assert b.cost.llm_calls == 4 and b.cost.llm_cached == 0  # asked it again
+        assert replay.cost.llm_calls == 4 and replay.cost.llm_cached == 4  # cache only
+    return a.output_digests
+
+
+def check_golden(name: str, digests: dict[str, str]) -> None:
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    if RECORD:
+        golden[name] = digests
+        GOLDEN.write_text(json.dumps(golden, indent=2, sort_keys=True) + "\n")
+        return
+    assert name in golden, f"no golden digests for {name}; record with KEEL_RECORD_GOLDEN=1"
+    assert digests == golden[name]
+
+
+@pytest.mark.parametrize("name", ["wordcount", "invoices"])
+async def test_pure_examples_are_deterministic(
+    client: Client, settings: Settings, tmp_path: Path, name: str
+) -> None:
+    check_golden(name, await run_twice_and_replay(client, settings, tmp_path, name))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not HAS_LLAMA, reason="llama_cpp is not installed (uv sync --extra local-model)"
+)
+async def test_llm_example_is_deterministic_on_the_local_model(
+    client: Client, settings: Settings, tmp_path: Path, local_model: LocalModelServer
+) -> None:
+    settings = settings.model_copy(
+        update={"models_config": models_config_for(local_model, tmp_path)}
+    )
+    check_golden("sentiment", await run_twice_and_replay(client, settings, tmp_path, "sentiment"))
