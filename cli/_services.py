@@ -57,6 +57,17 @@ async def has_pollers(client: Client, namespace: str, task_queue: str) -> bool:
     return bool(resp.pollers)
 
 
+def _keel_up_worker_alive(settings: Settings) -> bool:
+    """Whether a ``keel up`` on this data dir runs a worker (which may not poll yet: it
+    imports LiteLLM first, so a command right after ``keel up`` must not start a second)."""
+    from cli.keel import _read_state
+    from workers.services import pid_alive
+
+    state = _read_state(settings)
+    worker = (state or {}).get("services", {}).get("worker")
+    return bool(worker) and pid_alive(int(worker["pid"]))
+
+
 @dataclass
 class LocalServices:
     """What one command started: ``keel up`` and/or one worker; :meth:`stop` ends them."""
@@ -76,7 +87,9 @@ class LocalServices:
         if self.worker is not None and not self.worker.running():
             return f"the worker this command started exited (log {self.worker.log_path})"
         if self.up is not None and self.up.poll() is not None:
-            return f"the keel up this command started exited (log {self.settings.data_dir / 'up.log'})"
+            return (
+                f"the keel up this command started exited (log {self.settings.data_dir / 'up.log'})"
+            )
         return None
 
     async def connect(self, worker_log_name: str = "cli-worker.log") -> Client:
@@ -104,8 +117,10 @@ class LocalServices:
             client = await connect(settings)
         except Exception as e:
             raise ServiceUnavailable(f"cannot connect to Temporal at {address}: {e}") from None
-        if self.up is None and not await has_pollers(
-            client, settings.temporal_namespace, settings.task_queue
+        if (
+            self.up is None
+            and not _keel_up_worker_alive(settings)
+            and not await has_pollers(client, settings.temporal_namespace, settings.task_queue)
         ):
             log = settings.data_dir / "logs" / worker_log_name
             self.note(
