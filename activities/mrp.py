@@ -87,6 +87,7 @@ from keel.settings import Settings
 from store.artifacts import ArtifactStore
 from store.db import get_sessionmaker
 from store.mrp_runs import (
+    RunIdTaken,
     finish_run,
     get_run,
     list_shards,
@@ -443,20 +444,12 @@ class MrpActivities:
         file_digests: dict[str, str],
     ) -> CompiledJob:
         output_root = _output_root(self._settings, ir.job_id, inp.run_id)
-        start_run(
-            self.sessions,
-            run_id=inp.run_id,
-            workflow_id=inp.workflow_id,
-            job_id=ir.job_id,
-            backend=inp.backend,
-            replay_of=inp.replay_of,
-            ir_digest=ir_digest,
-            manifest_digest=manifest_digest,
-            policy_report_digest=report_digest,
-            job_yaml_digest=job_yaml_digest,
-            shard_count=len(ir.map_tasks),
-            output_root=str(output_root),
-        )
+        try:
+            self._start_run(
+                inp, ir, ir_digest, manifest_digest, report_digest, job_yaml_digest, output_root
+            )
+        except RunIdTaken as e:
+            raise _compile_error(str(e), kind="run_id") from None
         return CompiledJob(
             run_id=inp.run_id,
             job_id=ir.job_id,
@@ -474,6 +467,31 @@ class MrpActivities:
             input_file_digests=file_digests,
             replay_of=inp.replay_of,
             map_operator=ir.operators["map"].ref,
+        )
+
+    def _start_run(
+        self,
+        inp: CompileInput,
+        ir: JobIR,
+        ir_digest: str,
+        manifest_digest: str,
+        report_digest: str,
+        job_yaml_digest: str,
+        output_root: Path,
+    ) -> None:
+        start_run(
+            self.sessions,
+            run_id=inp.run_id,
+            workflow_id=inp.workflow_id,
+            job_id=ir.job_id,
+            backend=inp.backend,
+            replay_of=inp.replay_of,
+            ir_digest=ir_digest,
+            manifest_digest=manifest_digest,
+            policy_report_digest=report_digest,
+            job_yaml_digest=job_yaml_digest,
+            shard_count=len(ir.map_tasks),
+            output_root=str(output_root),
         )
 
     def _load_replay(self, inp: CompileInput) -> CompiledJob:
@@ -834,7 +852,8 @@ class _Window:
                     type=ERROR_SHARD,
                     non_retryable=True,
                 )
-            if t.shard_index in own:
+            mine = own.get(t.shard_index)
+            if mine is not None and mine.checkpoint_key == t.checkpoint_key:
                 self.counters.skipped += 1
                 self.done += 1
             else:

@@ -71,6 +71,10 @@ def _upsert(
 # -- runs ----------------------------------------------------------------------------------
 
 
+class RunIdTaken(ValueError):
+    """The run id is already used by another workflow (run ids are unique across jobs)."""
+
+
 def start_run(
     sm: sessionmaker[Session],
     *,
@@ -86,7 +90,10 @@ def start_run(
     shard_count: int,
     output_root: str | None,
 ) -> None:
-    """Create (or, for a retried compile, refresh) the run's row with status ``running``."""
+    """Create (or, for a retried compile, refresh) the run's row with status ``running``.
+
+    Raises :class:`RunIdTaken` when another workflow (another job) already used ``run_id``.
+    """
     now = _now()
     values = {
         "run_id": run_id,
@@ -112,6 +119,9 @@ def start_run(
     }
     update = {k: v for k, v in values.items() if k not in ("run_id", "created_at")}
     with sm.begin() as session:
+        existing = session.get(MrpRunRow, run_id)
+        if existing is not None and existing.workflow_id != workflow_id:
+            raise RunIdTaken(f"run id {run_id!r} is already used by {existing.workflow_id}")
         _upsert(session, MrpRunRow, values, ["run_id"], update)
 
 
@@ -337,6 +347,7 @@ def delete_checkpoints(sm: sessionmaker[Session], keys: Iterable[str]) -> int:
 
 
 __all__ = [
+    "RunIdTaken",
     "delete_checkpoints",
     "finish_run",
     "get_manifest",

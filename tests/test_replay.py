@@ -43,7 +43,7 @@ def test_corpus_is_complete() -> None:
         load(name).events[0].workflow_execution_started_event_attributes.workflow_type.name
         for name in present
     }
-    assert types >= {GATE_WORKFLOW_TYPE, "KeelDemo", "RllmApp"}
+    assert types >= {GATE_WORKFLOW_TYPE, "KeelDemo", "RllmApp", "MRPJob"}
 
 
 @pytest.mark.parametrize("name", NAMES)

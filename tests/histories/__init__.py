@@ -22,4 +22,6 @@ CORPUS: tuple[str, ...] = (
     "rllm_recovered",
     "rllm_composed",
     "rllm_composed_keywords",
+    "mrp_approved",
+    "mrp_budget_exceeded",
 )

@@ -49,6 +49,7 @@ from keel.gates import (
     GateStatus,
     gate_workflow_id,
 )
+from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files
 from keel.settings import Settings
 from tests.histories import CORPUS, HISTORIES_DIR
@@ -59,6 +60,7 @@ from workers.main import build_worker
 from workers.services import TemporalDevServer, free_port
 from workflows.demo import DemoInput, DemoResult, KeelDemo
 from workflows.gate import ApprovalGate
+from workflows.mrp import MRPJob
 from workflows.rllm import RllmApp
 
 log = logging.getLogger("tests.histories.record")
@@ -273,6 +275,82 @@ async def rllm_composed(ctx: Ctx) -> Histories:
     }
 
 
+MRP_CONFIG = Path(__file__).resolve().parents[1] / "support" / "mrp_operators" / "mrp.yaml"
+
+
+def mrp_job(job_id: str, operator: str, params: str, extra: str = "") -> str:
+    return f"""
+dsl_version: "0.1"
+job_id: {job_id}
+inputs:
+  items: ["alpha beta", "gamma", "delta epsilon zeta", "eta", "theta iota", "kappa"]
+  shard_size: 1
+map:
+  operator: {operator}
+  params: {params}
+reduce:
+  operator: numeric-sum@1.0.0
+produce:
+  operator: json-writer@1.0.0
+  sink: {{kind: json, destination: out/{job_id}.json}}
+policy:
+  max_workers: 2
+  budget_units: "100000"
+{extra}"""
+
+
+async def mrp_approved(ctx: Ctx) -> Histories:
+    """MRPJob on threads in windows of 2 shards: map, reduce, publish gate approved, produce."""
+    wid = workflow_id_for("mrp-approved", "rec-approved")
+    yaml_text = mrp_job(
+        "mrp-approved",
+        "word-count@1.0.0",
+        "{}",
+        "approval:\n  gate: publish\n  approvers: [bob]\n  expires_in_s: 600\n",
+    )
+    handle = await ctx.client.start_workflow(
+        MRPJob.run,
+        MRPJobInput(job_yaml=yaml_text, backend="threads", window_size=2, requester="alice"),
+        id=wid,
+        task_queue=ctx.task_queue,
+    )
+    gate = ctx.client.get_workflow_handle(gate_workflow_id(wid, "publish"), result_type=GateState)
+
+    async def gate_started() -> bool:
+        try:
+            await gate.describe()
+        except RPCError:
+            return False
+        return True
+
+    await poll(gate_started, "the publish gate to start")
+    await gate.execute_update(
+        ApprovalGate.decide,
+        GateDecision(decision="approve", actor="bob", comment="publish", request_id="mrp-1"),
+    )
+    result: MRPJobResult = await handle.result()
+    expect(result.status == "succeeded", f"succeeded, got {result.status}")
+    expect(result.counters.run == 6 and len(result.produced) == 2, f"6 shards, 2 files: {result}")
+    return {"mrp_approved": await history_json(handle)}
+
+
+async def mrp_budget_exceeded(ctx: Ctx) -> Histories:
+    """MRPJob whose shards cost more than estimated: the kill switch cancels the map."""
+    handle = await ctx.client.start_workflow(
+        MRPJob.run,
+        MRPJobInput(
+            job_yaml=mrp_job("mrp-budget", "expensive@1.0.0", '{extra_units_per_item: "100"}'),
+            backend="threads",
+            window_size=1,
+        ),
+        id=workflow_id_for("mrp-budget", "rec-budget"),
+        task_queue=ctx.task_queue,
+    )
+    result: MRPJobResult = await handle.result()
+    expect(result.status == "budget_exceeded", f"budget_exceeded, got {result.status}")
+    return {"mrp_budget_exceeded": await history_json(handle)}
+
+
 SCENARIOS: dict[str, Scenario] = {
     "gate_approved_update": gate_approved_update,
     "gate_rejected_signal": gate_rejected_signal,
@@ -282,6 +360,8 @@ SCENARIOS: dict[str, Scenario] = {
     "rllm_success": rllm_success,
     "rllm_recovered": rllm_recovered,
     "rllm_composed": rllm_composed,
+    "mrp_approved": mrp_approved,
+    "mrp_budget_exceeded": mrp_budget_exceeded,
 }
 
 
@@ -327,6 +407,7 @@ async def record(names: list[str], out: Path) -> list[Path]:
                     webhook_url="",
                     metrics_port=0,
                     models_config=tmp / "models.yaml",
+                    mrp_config=MRP_CONFIG,
                 )
                 client = await connect(settings)
                 ctx = Ctx(

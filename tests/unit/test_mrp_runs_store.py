@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from keel.digest import digest_json
@@ -13,6 +14,7 @@ from keel.mrp.run import RunManifest, ShardOutputRecord, ShardRecord
 from store.artifacts import LocalArtifactStore
 from store.db import init_db, make_engine, make_sessionmaker
 from store.mrp_runs import (
+    RunIdTaken,
     finish_run,
     get_manifest,
     get_run,
@@ -138,3 +140,24 @@ def test_shard_rows_add_up_and_keep_their_output(tmp_path: Path) -> None:
     assert lookup_checkpoints(sm, [first.checkpoint_key, _shard(1).checkpoint_key]) == {
         first.checkpoint_key: first.output_digest
     }
+
+
+def test_a_run_id_belongs_to_one_workflow(tmp_path: Path) -> None:
+    sm = _sm(tmp_path)
+    d = digest_json("x")
+    kw = {
+        "run_id": "r1",
+        "job_id": "job",
+        "backend": "threads",
+        "replay_of": None,
+        "ir_digest": d,
+        "manifest_digest": d,
+        "policy_report_digest": d,
+        "job_yaml_digest": d,
+        "shard_count": 1,
+        "output_root": None,
+    }
+    start_run(sm, workflow_id="mrp/job/r1", **kw)  # type: ignore[arg-type]
+    start_run(sm, workflow_id="mrp/job/r1", **kw)  # a retried compile: fine
+    with pytest.raises(RunIdTaken, match="mrp/job/r1"):
+        start_run(sm, workflow_id="mrp/other/r1", **kw)  # type: ignore[arg-type]
