@@ -44,6 +44,16 @@ def run_and_exit(
         else:
             e.show()
             code = e.exit_code
+    except typer.exceptions.TyperException as e:
+        # Typer 0.29 raises its own copy of click's usage errors, which the clause above
+        # does not catch: report them the same way (usage message, exit code 2).
+        if on_error is not None:
+            code = on_error(e)
+        else:
+            show = getattr(e, "show", None)
+            if callable(show):
+                show()
+            code = int(getattr(e, "exit_code", 2))
     except KeyboardInterrupt:
         code = 130
     except SystemExit as e:

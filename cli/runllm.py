@@ -121,6 +121,8 @@ def _on_error(err: BaseException) -> int:
     """Usage errors from the command line parser and unexpected exceptions, as payloads."""
     if "--verbose" in sys.argv or "-v" in sys.argv:
         _mode.human = True
+    if type(err).__name__ == "NoArgsIsHelpError":
+        return 2  # `runllm` alone: the help was printed, there is nothing to report
     # Typer 0.29 raises its own copy of click's exceptions (typer.exceptions.TyperException).
     if isinstance(err, click.ClickException | typer.exceptions.TyperException) and hasattr(
         err, "format_message"
