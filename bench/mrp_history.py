@@ -97,6 +97,7 @@ async def main(sizes: list[int], window: int, backend: str) -> None:
                     f"{size:13d}  {wall:6.1f}  {result.status}",
                     flush=True,
                 )
+                print(f"        phase seconds: {result.phase_timings}", flush=True)
     finally:
         ray_shutdown()
         server.stop()
