@@ -230,6 +230,16 @@ class MRPJob:
             )
             timings["finalise"] = round((workflow.now() - t0).total_seconds(), 3)
             self._counters = result.counters
+            if result.mismatch is not None and status != "failed":
+                m = result.mismatch
+                raise ApplicationError(
+                    f"replay of run {inp.replay_of} differs at {m.where}: expected "
+                    f"{m.expected}, got {m.got}",
+                    m.model_dump(),
+                    {"run_id": run_id, "run_manifest_digest": result.run_manifest_digest},
+                    type=ERROR_REPLAY_MISMATCH,
+                    non_retryable=True,
+                )
             return result
 
         def result_of(
@@ -465,16 +475,6 @@ class MRPJob:
             evaluation=evaluation,
             produce=produced,
         )
-        if fin.mismatch is not None:
-            m = fin.mismatch
-            raise ApplicationError(
-                f"replay of run {inp.replay_of} differs at {m.where}: expected {m.expected}, "
-                f"got {m.got}",
-                m.model_dump(),
-                {"run_id": run_id, "run_manifest_digest": fin.run_manifest_digest},
-                type=ERROR_REPLAY_MISMATCH,
-                non_retryable=True,
-            )
         return result_of(
             "succeeded",
             fin,

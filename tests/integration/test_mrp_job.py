@@ -12,6 +12,7 @@ import json
 import shutil
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,17 @@ from temporalio.service import RPCError
 from activities.mrp_backends import ray_shutdown
 from keel.digest import digest_bytes
 from keel.gates import GateDecision, gate_workflow_id
-from keel.mrp.run import ERROR_COMPILE, MRPJobInput, MRPJobResult, workflow_id_for
+from keel.mrp.run import (
+    ERROR_COMPILE,
+    ERROR_REPLAY_MISMATCH,
+    MRPJobInput,
+    MRPJobResult,
+    workflow_id_for,
+)
 from keel.settings import Settings
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
-from store.mrp_runs import get_manifest, get_run, list_shards
+from store.mrp_runs import finish_run, get_manifest, get_run, list_shards
 from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
 from workers.main import build_worker
 from workflows.gate import ApprovalGate
@@ -296,3 +303,63 @@ async def test_operator_code_that_no_longer_matches_its_pin_is_refused_at_compil
     assert isinstance(pcause, ApplicationError) and pcause.type == ERROR_COMPILE
     assert "max_workers" in pcause.message
     assert pcause.details and pcause.details[0]["kind"] == "policy"  # type: ignore[index]
+
+
+async def test_file_inputs_evaluation_failure_and_a_replay_mismatch(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    """Files resolved under base_dir; an evaluator under min_score stops before produce; a
+    replay against a run record whose shard digest differs names that shard."""
+    settings = mrp_settings
+    data = tmp_path / "in"
+    (data / "docs").mkdir(parents=True)
+    for i in range(3):
+        (data / "docs" / f"f{i}.txt").write_text(f"file {i} has words " * (i + 1))
+    (data / "docs" / "skip.md").write_text("not matched")
+    job_id = "files-eval"
+    yaml_text = f"""
+dsl_version: "0.1"
+job_id: {job_id}
+inputs: {{files: ["docs/*.txt"], by: item}}
+map: {{operator: word-count@1.0.0}}
+reduce: {{operator: numeric-sum@1.0.0}}
+evaluator:
+  operator: rules-check@1.0.0
+  params: {{rules: [{{path: totals.items, op: "==", value: 3}}, {{path: totals.words, op: ">", value: 1000}}]}}
+  min_score: "1"
+produce:
+  operator: json-writer@1.0.0
+  sink: {{kind: json, destination: out.json}}
+policy: {{max_workers: 2, budget_units: "100"}}
+"""
+    async with build_worker(client, settings):
+        result = await run_job(
+            client,
+            settings,
+            job_id,
+            MRPJobInput(job_yaml=yaml_text, base_dir=str(data), backend="threads"),
+        )
+        assert result.status == "evaluation_failed" and result.produced == []
+        assert result.evaluation is not None and result.evaluation.score == Decimal("0.5")
+        assert result.counters.run == 3
+        sm = get_sessionmaker(settings.resolved_database_url)
+        store = artifact_store_from_settings(settings)
+        manifest = get_manifest(sm, store, result.run_id)
+        assert manifest is not None
+        assert sorted(manifest.input_file_digests) == ["docs/f0.txt", "docs/f1.txt", "docs/f2.txt"]
+        blob = store.get_bytes(manifest.input_file_digests["docs/f1.txt"])
+        assert blob == (data / "docs" / "f1.txt").read_bytes()
+        assert not (settings.data_dir / "mrp" / "output" / job_id / result.run_id).exists()
+
+        # Make the stored record of shard 1 disagree with what recomputing it gives.
+        shards = list(manifest.shards)
+        shards[1] = shards[1].model_copy(update={"output_digest": store.put_json({"tampered": 1})})
+        forged = manifest.model_copy(update={"shards": shards})
+        finish_run(sm, forged, store.put_bytes(forged.to_json()))
+        with pytest.raises(WorkflowFailureError) as info:
+            await run_job(
+                client, settings, job_id, MRPJobInput(replay_of=result.run_id, backend="threads")
+            )
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == ERROR_REPLAY_MISMATCH
+    assert f"replay of run {result.run_id} differs at shard-000001" in cause.message
