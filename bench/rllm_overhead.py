@@ -33,6 +33,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -75,6 +76,31 @@ def answer_for(schema: dict[str, object]) -> str:
             str(kind), "x"
         )
     return json.dumps(out)
+
+
+async def history_steps(client: Any, workflow_id: str) -> list[tuple[str, float]]:
+    """Where one run's time went, from its history: each activity (scheduled -> completed)
+    and each workflow task (scheduled -> completed), in order."""
+    from temporalio.api.enums.v1 import EventType
+
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    t = {e.event_id: e.event_time.ToDatetime() for e in history.events}
+    steps: list[tuple[str, float]] = []
+    names: dict[int, str] = {}
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            sched = e.activity_task_completed_event_attributes.scheduled_event_id
+            ms = (t[e.event_id] - t[sched]).total_seconds() * 1000
+            steps.append((f"activity {names[sched]}", ms))
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            sched = e.workflow_task_completed_event_attributes.scheduled_event_id
+            steps.append(("workflow task", (t[e.event_id] - t[sched]).total_seconds() * 1000))
+    first, last = history.events[0], history.events[-1]
+    total = (t[last.event_id] - t[first.event_id]).total_seconds() * 1000
+    steps.append(("server: started -> completed", total))
+    return steps
 
 
 def subprocess_ms(argv: list[str], env: dict[str, str], runs: int) -> tuple[list[float], str]:
@@ -140,10 +166,11 @@ async def main(runs: int, app_path: Path, cli_runs: int) -> None:
             async with build_worker(client, settings):
                 for i in range(runs + 3):
                     t0 = time.perf_counter()
+                    last_id = f"rllm/{program.name}/{uuid.uuid4()}"
                     result: RllmRunResult = await client.execute_workflow(
                         "RllmApp",
                         RllmRunInput(path=app_path.name, files=files, input={"text": TEXT}),
-                        id=f"rllm/{program.name}/{uuid.uuid4()}",
+                        id=last_id,
                         task_queue=settings.task_queue,
                         result_type=RllmRunResult,
                     )
@@ -154,6 +181,8 @@ async def main(runs: int, app_path: Path, cli_runs: int) -> None:
                         wall.append(ms)
                         model_ms.append(result.llm_latency_ms)
                         overhead.append(ms - result.llm_latency_ms)
+
+                steps = await history_steps(client, last_id)
 
                 # -- CLI cold start ------------------------------------------------------
                 env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
@@ -190,6 +219,9 @@ async def main(runs: int, app_path: Path, cli_runs: int) -> None:
         print(f"{name:<44}{p50(values):>9.1f}{p90(values):>9.1f}")
     print(f"overhead per run / direct call (p50s): {p50(overhead) / d:.1f}x")
     print(f"workflow wall / direct call (p50s):    {p50(wall) / d:.1f}x")
+    print("where the last run's time went (from its history, ms):")
+    for name, ms in steps:
+        print(f"  {name:<42}{ms:>9.1f}")
     print(f"CLI cold start, {cli_runs} runs each (subprocess wall time):")
     for name, values in (
         ("python -c pass", python_ms),
