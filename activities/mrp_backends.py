@@ -9,11 +9,12 @@ digest and what it cost. Retries, timeouts, checkpoints and budgets are the map 
 - :class:`ThreadsBackend` runs each attempt in its own daemon thread of the worker
   process. A timed-out attempt is abandoned (Python cannot kill a thread): its result is
   ignored, and the thread ends when the operator returns.
-- :class:`RayBackend` runs each attempt as a Ray task on a local Ray cluster that the worker
-  process starts once (:func:`ray_init`): loopback only, no dashboard UI, ``num_cpus`` from
+- :class:`RayBackend` runs each attempt on a pooled Ray actor (:class:`ShardRunner`) of a
+  local Ray cluster that the worker process starts once (:func:`ray_init`): loopback only, no dashboard UI, ``num_cpus`` from
   the caps, a short temp dir under /tmp, and ``PYTHONPATH`` carrying the repository so Ray
-  workers import ``activities``, ``operators`` and test operators. A timed-out or cancelled
-  attempt is force-cancelled (its Ray worker process is killed). :func:`ray_shutdown` stops
+  workers import ``activities``, ``operators`` and test operators. An actor is ready
+  before it gets an attempt, so the shard timeout counts the operator's own time; a
+  timed-out or cancelled attempt's actor (its process) is killed. :func:`ray_shutdown` stops
   the cluster; a worker process that dies takes its Ray processes with it (Ray ties them
   to the driver's life).
 """
@@ -339,61 +340,116 @@ def ray_shutdown() -> None:
 
         with contextlib.suppress(Exception):
             ray.shutdown()
+        backend = _backends.get("ray")
+        if isinstance(backend, RayBackend):
+            backend.drop_pool()
         temp_dir = _ray_state["temp_dir"]
         _ray_state.update(owned=False, temp_dir=None, remote=None, num_cpus=0)
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _ray_execute(task: ShardTask, settings: Settings) -> ShardAttempt:
-    return execute_shard(task, settings)
+class ShardRunner:
+    """A Ray actor that runs shard attempts one at a time.
+
+    Actors are started (and their imports done) before an attempt is handed to them, so
+    the shard timeout measures the operator's run, not Ray starting a worker process; an
+    actor whose attempt timed out or was cancelled is killed, never reused.
+    """
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def run(self, task: ShardTask, settings: Settings) -> ShardAttempt:
+        return execute_shard(task, settings)
 
 
 class RayBackend(Backend):
-    """Each attempt as one Ray task (``num_cpus=1``, no Ray-level retries)."""
+    """Each attempt on a pooled :class:`ShardRunner` actor (``num_cpus=1`` each)."""
 
     name: BackendName = "ray"
 
     def __init__(self, num_cpus: int) -> None:
         self.num_cpus = num_cpus
+        self._idle: list[Any] = []
+        self._actors = 0  # idle + busy; never more than num_cpus (each holds a CPU)
+        self._pool_lock = threading.Lock()
 
-    def _remote(self) -> Any:
+    def _actor_class(self) -> Any:
         import ray
 
         ray_init(self.num_cpus)
         with _ray_lock:
-            remote = _ray_state["remote"]
-            if remote is None:
-                remote = ray.remote(num_cpus=1, max_retries=0)(_ray_execute)
-                _ray_state["remote"] = remote
-            return remote
+            cls = _ray_state["remote"]
+            if cls is None:
+                cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ShardRunner)
+                _ray_state["remote"] = cls
+            return cls
+
+    async def _acquire(self) -> Any:
+        """An idle actor, a new one while fewer than ``num_cpus`` exist, else wait for one
+        (polling: windows of one worker share the pool across event loops)."""
+        while True:
+            with self._pool_lock:
+                if self._idle:
+                    return self._idle.pop()
+                create = self._actors < self.num_cpus
+                if create:
+                    self._actors += 1
+            if create:
+                break
+            await asyncio.sleep(0.01)
+        try:
+            cls = await asyncio.to_thread(self._actor_class)
+            actor = cls.remote()
+            await _wait(actor.ready.remote())  # no timeout: a process start is not the shard's
+        except BaseException:
+            with self._pool_lock:
+                self._actors -= 1
+            raise
+        return actor
+
+    def _release(self, actor: Any) -> None:
+        with self._pool_lock:
+            self._idle.append(actor)
+
+    def _discard(self, ray: Any, actor: Any, fut: asyncio.Future[Any]) -> None:
+        _kill(ray, actor, fut)
+        with self._pool_lock:
+            self._actors -= 1
+
+    def drop_pool(self) -> None:
+        """Forget every actor (after ``ray_shutdown``)."""
+        with self._pool_lock:
+            self._idle.clear()
+            self._actors = 0
 
     async def run(self, task: ShardTask, settings: Settings, timeout_s: float) -> ShardAttempt:
         import ray
 
-        remote = await asyncio.to_thread(self._remote)
-        ref = remote.remote(task, settings)
+        actor = await self._acquire()
+        fut = asyncio.wrap_future(actor.run.remote(task, settings).future())
         try:
-            result: ShardAttempt = await asyncio.wait_for(
-                asyncio.shield(_await_ref(ref)), timeout_s
-            )
-            return result
+            result: ShardAttempt = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
-            _force_cancel(ray, ref)
+            self._discard(ray, actor, fut)
             raise AttemptTimeout(f"attempt ran past the shard timeout of {timeout_s:g}s") from None
-        except asyncio.CancelledError:
-            _force_cancel(ray, ref)
+        except BaseException:  # cancelled, or the actor died
+            self._discard(ray, actor, fut)
             raise
+        self._release(actor)
+        return result
 
 
-async def _await_ref(ref: Any) -> ShardAttempt:
-    result: ShardAttempt = await ref
-    return result
+async def _wait(ref: Any) -> Any:
+    return await asyncio.wrap_future(ref.future())
 
 
-def _force_cancel(ray: Any, ref: Any) -> None:
+def _kill(ray: Any, actor: Any, fut: asyncio.Future[Any]) -> None:
+    # The attempt's future fails once its actor is gone; nobody awaits it any more.
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
     with contextlib.suppress(Exception):
-        ray.cancel(ref, force=True)
+        ray.kill(actor, no_restart=True)
 
 
 _backends: dict[str, Backend] = {}

@@ -10,13 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shutil
 import signal
 import sys
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
@@ -177,6 +181,86 @@ async def test_budget_kill_switch_stops_the_run_without_a_sink(
     assert not out_root.exists()
 
 
+async def test_kill_switch_cancels_windows_still_running(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    """Every shard fails twice before it succeeds, so each costs 3 units against an estimate
+    of 1; with 4 one-shard windows in flight the kill switch trips while others run, and
+    the workflow cancels them (and waits until they have stopped)."""
+    params = {"state_dir": str(tmp_path / "flaky"), "fail_times": 2}
+    yaml_text = job_yaml(
+        "budget-cancel",
+        "flaky@1.0.0",
+        params,
+        12,
+        max_workers=4,
+        max_shard_retries=3,
+        budget_units="100",
+    )
+    run_id = f"r-{uuid.uuid4().hex[:10]}"
+    async with build_worker(client, mrp_settings):
+        handle = await client.start_workflow(
+            MRPJob.run,
+            MRPJobInput(job_yaml=yaml_text, backend="threads", window_size=1, run_id=run_id),
+            id=workflow_id_for("budget-cancel", run_id),
+            task_queue=mrp_settings.task_queue,
+        )
+        result = await handle.result()
+    assert result.status == "budget_exceeded" and result.cost.tripped == "units"
+    assert result.cost.limit_units == Decimal("16.8")  # 1.2 x (12 map + reduce + produce)
+    assert result.counters.cancelled > 0 and result.produced == []
+    # Each window the workflow asked to cancel ended before the workflow did: cancelled,
+    # or completed when it finished its shard before the request reached it.
+    requested: set[int] = set()
+    ended: dict[int, str] = {}
+    async for event in handle.fetch_history_events():
+        t = event.event_type
+        if t == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED:
+            requested.add(event.activity_task_cancel_requested_event_attributes.scheduled_event_id)
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
+            ended[event.activity_task_canceled_event_attributes.scheduled_event_id] = "canceled"
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            ended[event.activity_task_completed_event_attributes.scheduled_event_id] = "completed"
+    assert requested and requested <= set(ended)
+
+
+async def test_shard_past_its_timeout_is_cancelled_on_ray(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "slow"
+    yaml_text = job_yaml(
+        "timeout",
+        "slow@1.0.0",
+        {"sleep_s": 30, "state_dir": str(state)},
+        1,
+        max_workers=1,
+        max_shard_retries=1,
+        shard_timeout_s=2,
+        budget_units="100",
+    )
+    async with build_worker(client, mrp_settings):
+        with pytest.raises(WorkflowFailureError) as info:
+            await run_job(
+                client, mrp_settings, "timeout", MRPJobInput(job_yaml=yaml_text, backend="ray")
+            )
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == ERROR_SHARD
+    assert "shard-000000" in cause.message and "shard timeout of 2s" in cause.message
+    # Two attempts started (first try + 1 retry); the Ray worker of each was killed, so
+    # neither finished its 30 s sleep.
+    assert slow_count(state, "shard-000000", "runs") == 2
+    assert slow_count(state, "shard-000000", "done") == 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
 def _descendants(pid: int) -> set[int]:
     """PIDs of every live descendant of ``pid`` (from /proc)."""
     children: dict[int, list[int]] = {}
@@ -242,17 +326,18 @@ async def test_worker_sigkill_mid_map_resumes_without_recompute(
     )
     assert worker.running(), f"worker exited early:\n{log_path.read_text()}"
     tree = _descendants(worker.pid) | {worker.pid}
-    assert any(
-        "raylet" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
-        for p in tree
-        if Path(f"/proc/{p}/cmdline").exists()
-    )
+    cmdlines = [_cmdline(p) for p in tree]
+    assert any("raylet" in c for c in cmdlines), cmdlines
+    # The Ray temp dir the killed worker cannot remove itself (/tmp/keel-ray-*).
+    ray_dirs = {m for c in cmdlines for m in re.findall(r"/tmp/keel-ray-[A-Za-z0-9_]+", c)}
     os.killpg(worker.pid, signal.SIGKILL)
     assert worker.proc is not None and worker.proc.wait(timeout=10) == -signal.SIGKILL
     # The worker, its Ray cluster and Ray's workers are all gone.
     await wait_until(
         lambda: not any(pid_alive(p) for p in tree), timeout_s=30, what="Ray processes to exit"
     )
+    for d in ray_dirs:
+        shutil.rmtree(d, ignore_errors=True)
     sm = get_sessionmaker(settings.resolved_database_url)
     finished_before = {s.shard_id for s in list_shards(sm, run_id) if s.output_digest}
     assert 0 < len(finished_before) < n

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 
 from activities.mrp_backends import ray_shutdown
 from keel.digest import digest_bytes
-from keel.gates import GateDecision, gate_workflow_id
+from keel.gates import GateDecision, GateState, gate_workflow_id
 from keel.mrp.run import (
     ERROR_COMPILE,
     ERROR_REPLAY_MISMATCH,
@@ -36,7 +36,6 @@ from store.db import get_sessionmaker
 from store.mrp_runs import finish_run, get_manifest, get_run, list_shards
 from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
 from workers.main import build_worker
-from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +56,7 @@ def mrp_settings(settings: Settings) -> Settings:
 
 def job_yaml(
     job_id: str,
-    items: list[object],
+    items: Sequence[object],
     *,
     map_op: str = "word-count@1.0.0",
     map_params: dict[str, object] | None = None,
@@ -71,7 +70,7 @@ def job_yaml(
 dsl_version: "0.1"
 job_id: {job_id}
 inputs:
-  items: {json.dumps(items)}
+  items: {json.dumps(list(items))}
   shard_size: {shard_size}
 map:
   operator: {map_op}
@@ -239,9 +238,12 @@ async def test_rejected_gate_ends_the_job_without_writing_the_sink(
             task_queue=settings.task_queue,
         )
         gate = await _gate_started(client, gate_workflow_id(wid, "publish"))
-        await gate.execute_update(
-            ApprovalGate.decide, GateDecision(decision="reject", actor="bob", comment="no")
+        state = await gate.execute_update(
+            "decide",
+            GateDecision(decision="reject", actor="bob", comment="no"),
+            result_type=GateState,
         )
+        assert state.status == "rejected"
         result = await handle.result()
     assert result.status == "rejected" and "bob" in result.message
     assert result.reduce_digest is not None and result.produced == []

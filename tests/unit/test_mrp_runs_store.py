@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -145,7 +146,7 @@ def test_shard_rows_add_up_and_keep_their_output(tmp_path: Path) -> None:
 def test_a_run_id_belongs_to_one_workflow(tmp_path: Path) -> None:
     sm = _sm(tmp_path)
     d = digest_json("x")
-    kw = {
+    kw: dict[str, Any] = {
         "run_id": "r1",
         "job_id": "job",
         "backend": "threads",
