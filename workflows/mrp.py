@@ -321,14 +321,16 @@ class MRPJob:
                 launch(*pending.pop())
             done, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
             for task in sorted(done, key=lambda d: running[d]):
-                running.pop(task)
+                start, end = running.pop(task)
                 try:
                     wr = task.result()
                 except ActivityError as err:
-                    cause = _cause(err)
-                    if cause is None or shard_error is not None:
-                        raise
-                    shard_error = cause
+                    # The first failure decides; later ones are the same run going down.
+                    if shard_error is None:
+                        shard_error = _cause(err) or ApplicationError(
+                            f"map window of shards {start}..{end - 1} failed: {err.cause or err}",
+                            type=ERROR_PHASE,
+                        )
                     continue
                 self._windows_done += 1
                 c = self._counters
