@@ -2,8 +2,8 @@
 
 ``mrp run`` (and ``mrp replay``) need no manual step: with no server configured and
 none answering on the embedded address, they start ``keel up`` in the background
-(:func:`cli.keel.start_up_in_background`); with a server but no worker polling the task
-queue, they start one ``keel worker``. What they started is stopped afterwards unless
+(:func:`cli.keel.start_up_in_background`); with a server but no worker picking up the run
+they started, they start one ``keel worker``. What they started is stopped afterwards unless
 the caller keeps it (``--stay``, or a run that is not waited for).
 """
 
@@ -41,22 +41,6 @@ def reachable(address: str) -> bool:
         return False
 
 
-async def has_pollers(client: Client, namespace: str, task_queue: str) -> bool:
-    """Whether any worker polls ``task_queue`` for workflow tasks right now."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-    resp = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    return bool(resp.pollers)
-
-
 def _keel_up_worker_alive(settings: Settings) -> bool:
     """Whether a ``keel up`` on this data dir runs a worker (which may not poll yet: it
     imports LiteLLM first, so a command right after ``keel up`` must not start a second)."""
@@ -92,10 +76,10 @@ class LocalServices:
             )
         return None
 
-    async def connect(self, worker_log_name: str = "cli-worker.log") -> Client:
-        """A client for the configured (or embedded) server, with a worker on the queue."""
+    async def connect(self) -> Client:
+        """A client for the configured server, or the embedded one (``keel up`` started in
+        the background when nothing answers on its address)."""
         from workers.client import connect
-        from workers.services import ManagedProcess
 
         settings = self.settings
         address = settings.resolved_temporal_address
@@ -117,21 +101,45 @@ class LocalServices:
             client = await connect(settings)
         except Exception as e:
             raise ServiceUnavailable(f"cannot connect to Temporal at {address}: {e}") from None
-        if (
-            self.up is None
-            and not _keel_up_worker_alive(settings)
-            and not await has_pollers(client, settings.temporal_namespace, settings.task_queue)
-        ):
-            log = settings.data_dir / "logs" / worker_log_name
-            self.note(
-                f"No worker polls task queue {settings.task_queue!r}; starting one (log {log}) ..."
-            )
-            self.worker = ManagedProcess(
-                "worker", [sys.executable, "-m", "cli.keel", "worker"], log
-            )
-            self.worker.start()
         self._client = client
         return client
+
+    async def ensure_worker(
+        self, workflow_id: str, log_name: str = "cli-worker.log", wait_s: float = 3.0
+    ) -> None:
+        """Start one ``keel worker`` unless a worker picks up ``workflow_id``'s first
+        workflow task within ``wait_s`` seconds.
+
+        Watching the run, not the task queue's poller list: Temporal keeps listing a
+        worker as a poller for minutes after it stopped.
+        """
+        from temporalio.api.enums.v1 import PendingWorkflowTaskState
+        from temporalio.client import WorkflowExecutionStatus
+
+        from workers.services import ManagedProcess
+
+        if self.up is not None or self._client is None:
+            return  # keel up runs its own worker
+        handle = self._client.get_workflow_handle(workflow_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while loop.time() < deadline:
+            desc = await handle.describe()
+            task = desc.raw_description.pending_workflow_task
+            picked_up = task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
+            if desc.status != WorkflowExecutionStatus.RUNNING or picked_up:
+                return
+            if (desc.history_length or 0) > 2:  # started, scheduled, then a worker acted
+                return
+            await asyncio.sleep(0.1)
+        settings = self.settings
+        log = settings.data_dir / "logs" / log_name
+        self.note(
+            f"No worker picked up the run on task queue {settings.task_queue!r}; "
+            f"starting one (log {log}) ..."
+        )
+        self.worker = ManagedProcess("worker", [sys.executable, "-m", "cli.keel", "worker"], log)
+        self.worker.start()
 
     def stop(self, stay: bool = False) -> None:
         """Stop what this command started; with ``stay`` leave it running and say how to stop it."""

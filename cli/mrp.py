@@ -421,9 +421,10 @@ async def _start_and_wait(
     services = LocalServices(settings, _note)
     keep = stay or not wait
     try:
-        client = await services.connect("mrp-worker.log")
+        client = await services.connect()
         wid = workflow_id_for(job_id, inp.run_id)
         handle = await start_job(client, inp, workflow_id=wid, task_queue=settings.task_queue)
+        await services.ensure_worker(wid, "mrp-worker.log")
         if not _mode.json:
             _note(f"Started {wid} (run id {inp.run_id}) on task queue {settings.task_queue!r}")
         if not wait:
@@ -657,12 +658,8 @@ def replay(
             for r in rows:
                 if r["what"] == "reduce" or r["what"].startswith("produced:"):
                     lines.append(f"  {r['what']:<40} same      {r['original']}")
-        if err is not None and not differing:
-            failure = _run_failure(err, wid)
-            doc["error"] = {"code": failure.code, "message": "; ".join(failure.lines)}
-            _emit(doc, "\n".join(lines))
-            raise failure
-        _emit(doc, "\n".join(lines))
+        if not _mode.json:
+            typer.echo("\n".join(lines))
         if differing:
             first = differing[0]
             _fail(
@@ -670,8 +667,14 @@ def replay(
                 f"replay of {run_id} differs first at {first['what']}: original "
                 f"{first['original']}, replay {first['replay']}",
                 EXIT_REPLAY_MISMATCH,
-                first,
+                doc,  # in JSON mode the whole comparison is the error's details
             )
+        if err is not None:
+            failure = _run_failure(err, wid)
+            failure.details = doc
+            raise failure
+        if _mode.json:
+            _emit(doc, "")
         if result is not None and result.status != "succeeded":
             raise typer.Exit(EXIT_RUN_FAILED)
 
