@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -331,15 +332,82 @@ def ray_init(num_cpus: int) -> None:
         atexit.register(ray_shutdown)
 
 
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def _ray_pids() -> set[int]:
+    """The processes of the Ray node this process started (GCS, raylet, monitors, as Ray
+    lists them) and everything below them (agents, workers)."""
+    import ray
+
+    roots: list[int] = []
+    with contextlib.suppress(Exception):
+        node: Any = ray._private.worker._global_node
+        for infos in node.all_processes.values():
+            roots.extend(info.process.pid for info in infos if info.process is not None)
+    if not roots or not os.path.isdir("/proc"):
+        return set(roots)
+    children = _children()
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _reap(pids: set[int], timeout_s: float = 5.0) -> None:
+    """Wait for ``pids`` to exit; SIGTERM, then SIGKILL, whatever Ray left behind.
+
+    ``ray.shutdown()`` stops its processes, but an agent that was still starting can
+    outlive its raylet; those PIDs were found as ours before the shutdown.
+    """
+    deadline = time.monotonic() + timeout_s
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            for pid in pids:
+                if _alive(pid):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, sig)
+            deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        if not any(_alive(p) for p in pids):
+            return
+
+
 def ray_shutdown() -> None:
-    """Stop the Ray cluster this process started (if any) and remove its temp dir."""
+    """Stop the Ray cluster this process started (if any), make sure none of its
+    processes is left, and remove its temp dir."""
     with _ray_lock:
         if not _ray_state["owned"]:
             return
         import ray
 
+        pids = _ray_pids()
         with contextlib.suppress(Exception):
             ray.shutdown()
+        _reap(pids)
         backend = _backends.get("ray")
         if isinstance(backend, RayBackend):
             backend.drop_pool()
@@ -455,6 +523,16 @@ def _kill(ray: Any, actor: Any, fut: asyncio.Future[Any]) -> None:
 _backends: dict[str, Backend] = {}
 
 
+async def ray_warm(num_cpus: int) -> None:
+    """Start Ray and ``num_cpus`` ready actors now (benches, worker start-up), so the first
+    window does not pay for them (about 10 s on a 2-core machine)."""
+    backend = get_backend("ray", num_cpus)
+    assert isinstance(backend, RayBackend)
+    actors = await asyncio.gather(*(backend._acquire() for _ in range(backend.num_cpus)))
+    for actor in actors:
+        backend._release(actor)
+
+
 def get_backend(name: BackendName, num_cpus: int) -> Backend:
     """The process's backend of kind ``name`` (Ray is started on first use)."""
     with _cache_lock:
@@ -478,5 +556,6 @@ __all__ = [
     "llm_client_for",
     "ray_init",
     "ray_shutdown",
+    "ray_warm",
     "store_for",
 ]
