@@ -126,6 +126,7 @@ class MRPJob:
         self._counters = ShardCounters()
         self._windows_done = 0
         self._windows_total = 0
+        self._running: dict[asyncio.Task[MapWindowResult], tuple[int, int]] = {}
 
     @workflow.query(name="progress")
     def progress(self) -> dict[str, object]:
@@ -273,217 +274,235 @@ class MRPJob:
                 message=message,
             )
 
-        # -- map ---------------------------------------------------------------------------
-        self._phase = "map"
-        size = inp.window_size or DEFAULT_WINDOW_SIZE
-        windows = windows_of(compiled.shard_count, size)
-        self._windows_total = len(windows)
-        max_workers = compiled.limits.max_workers
-        in_flight = max(1, min(MAX_WINDOWS_IN_FLIGHT, -(-max_workers // size), len(windows)))
-        parallelism = max(1, max_workers // in_flight)
-        timeout = window_timeout(
-            size, parallelism, compiled.limits.shard_timeout_s, compiled.limits.max_shard_retries
-        )
-        pending = list(reversed(windows))
-        running: dict[asyncio.Task[MapWindowResult], tuple[int, int]] = {}
-        shard_error: ApplicationError | None = None
-        tripped = False
+        async def rest() -> MRPJobResult:
+            nonlocal t
+            # -- map ---------------------------------------------------------------------------
+            self._phase = "map"
+            size = inp.window_size or DEFAULT_WINDOW_SIZE
+            windows = windows_of(compiled.shard_count, size)
+            self._windows_total = len(windows)
+            max_workers = compiled.limits.max_workers
+            in_flight = max(1, min(MAX_WINDOWS_IN_FLIGHT, -(-max_workers // size), len(windows)))
+            parallelism = max(1, max_workers // in_flight)
+            timeout = window_timeout(
+                size,
+                parallelism,
+                compiled.limits.shard_timeout_s,
+                compiled.limits.max_shard_retries,
+            )
+            pending = list(reversed(windows))
+            running: dict[asyncio.Task[MapWindowResult], tuple[int, int]] = {}
+            self._running = running
+            shard_error: ApplicationError | None = None
+            tripped = False
 
-        def launch(start: int, end: int) -> None:
-            units_left, usd_left = tracker.remaining()
-            task = asyncio.ensure_future(
-                workflow.execute_activity_method(
-                    MrpActivities.map_window,
-                    MapWindowInput(
-                        run_id=run_id,
-                        workflow_id=workflow_id,
-                        ir_digest=compiled.ir_digest,
-                        start=start,
-                        end=end,
-                        backend=backend,
-                        parallelism=parallelism,
-                        remaining_units=units_left,
-                        remaining_usd=usd_left,
-                        use_checkpoints=not replay,
-                        llm_replay_only=llm_replay_only,
-                    ),
-                    start_to_close_timeout=timeout,
-                    heartbeat_timeout=WINDOW_HEARTBEAT_TIMEOUT,
-                    retry_policy=WINDOW_RETRY,
-                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                    summary=f"shards {start}..{end - 1}",
+            def launch(start: int, end: int) -> None:
+                units_left, usd_left = tracker.remaining()
+                task = asyncio.ensure_future(
+                    workflow.execute_activity_method(
+                        MrpActivities.map_window,
+                        MapWindowInput(
+                            run_id=run_id,
+                            workflow_id=workflow_id,
+                            ir_digest=compiled.ir_digest,
+                            start=start,
+                            end=end,
+                            backend=backend,
+                            parallelism=parallelism,
+                            remaining_units=units_left,
+                            remaining_usd=usd_left,
+                            use_checkpoints=not replay,
+                            llm_replay_only=llm_replay_only,
+                        ),
+                        start_to_close_timeout=timeout,
+                        heartbeat_timeout=WINDOW_HEARTBEAT_TIMEOUT,
+                        retry_policy=WINDOW_RETRY,
+                        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                        summary=f"shards {start}..{end - 1}",
+                    )
                 )
-            )
-            running[task] = (start, end)
+                running[task] = (start, end)
 
-        while (pending or running) and shard_error is None and not tripped:
-            while pending and len(running) < in_flight:
-                launch(*pending.pop())
-            done, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
-            for task in sorted(done, key=lambda d: running[d]):
-                start, end = running.pop(task)
-                try:
-                    wr = task.result()
-                except ActivityError as err:
-                    # The first failure decides; later ones are the same run going down.
-                    if shard_error is None:
-                        shard_error = _cause(err) or ApplicationError(
-                            f"map window of shards {start}..{end - 1} failed: {err.cause or err}",
-                            type=ERROR_PHASE,
-                        )
-                    continue
-                self._windows_done += 1
-                c = self._counters
-                c.run += wr.counters.run
-                c.skipped += wr.counters.skipped
-                c.retried += wr.counters.retried
-                c.failed += wr.counters.failed
-                cost.llm_calls += wr.llm_calls
-                cost.llm_cached += wr.llm_cached
-                if not charge(wr.cost_units, wr.cost_usd) or wr.stopped_by_budget:
-                    tripped = tripped or tracker.tripped
-        if running:
-            # Kill switch or a failed shard: cancel what still runs and wait for it to stop.
-            for task in running:
-                task.cancel()
-            outcomes = await asyncio.gather(*running, return_exceptions=True)
-            for outcome in outcomes:
-                if isinstance(outcome, MapWindowResult):  # finished before the cancel landed
-                    self._counters.run += outcome.counters.run
-                    self._counters.skipped += outcome.counters.skipped
-                    self._counters.retried += outcome.counters.retried
-                    charge(outcome.cost_units, outcome.cost_usd)
-            running.clear()
-        t = lap("map", t)
+            while (pending or running) and shard_error is None and not tripped:
+                while pending and len(running) < in_flight:
+                    launch(*pending.pop())
+                done, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda d: running[d]):
+                    start, end = running.pop(task)
+                    try:
+                        wr = task.result()
+                    except ActivityError as err:
+                        # The first failure decides; later ones are the same run going down.
+                        if shard_error is None:
+                            shard_error = _cause(err) or ApplicationError(
+                                f"map window of shards {start}..{end - 1} failed: {err.cause or err}",
+                                type=ERROR_PHASE,
+                            )
+                        continue
+                    self._windows_done += 1
+                    c = self._counters
+                    c.run += wr.counters.run
+                    c.skipped += wr.counters.skipped
+                    c.retried += wr.counters.retried
+                    c.failed += wr.counters.failed
+                    cost.llm_calls += wr.llm_calls
+                    cost.llm_cached += wr.llm_cached
+                    if not charge(wr.cost_units, wr.cost_usd) or wr.stopped_by_budget:
+                        tripped = tripped or tracker.tripped
+            if running:
+                # Kill switch or a failed shard: cancel what still runs and wait for it to stop.
+                for task in running:
+                    task.cancel()
+                outcomes = await asyncio.gather(*running, return_exceptions=True)
+                for outcome in outcomes:
+                    if isinstance(outcome, MapWindowResult):  # finished before the cancel landed
+                        self._counters.run += outcome.counters.run
+                        self._counters.skipped += outcome.counters.skipped
+                        self._counters.retried += outcome.counters.retried
+                        charge(outcome.cost_units, outcome.cost_usd)
+                running.clear()
+            t = lap("map", t)
 
-        if shard_error is not None:
-            fin = await finish("failed", partial=True, error=shard_error.message)
-            raise ApplicationError(
-                shard_error.message,
-                *shard_error.details,
-                {"run_id": run_id, "run_manifest_digest": fin.run_manifest_digest},
-                type=shard_error.type,
-                non_retryable=True,
-            )
-        if tripped or tracker.tripped:
-            fin = await finish(
-                "budget_exceeded", partial=True, error=f"budget kill switch ({cost.tripped})"
-            )
-            return result_of(
-                "budget_exceeded", fin, message=f"budget exceeded ({cost.tripped}); map stopped"
-            )
+            if shard_error is not None:
+                fin = await finish("failed", partial=True, error=shard_error.message)
+                raise ApplicationError(
+                    shard_error.message,
+                    *shard_error.details,
+                    {"run_id": run_id, "run_manifest_digest": fin.run_manifest_digest},
+                    type=shard_error.type,
+                    non_retryable=True,
+                )
+            if tripped or tracker.tripped:
+                fin = await finish(
+                    "budget_exceeded", partial=True, error=f"budget kill switch ({cost.tripped})"
+                )
+                return result_of(
+                    "budget_exceeded", fin, message=f"budget exceeded ({cost.tripped}); map stopped"
+                )
 
-        # -- reduce, evaluate --------------------------------------------------------------
-        phase_input = PhaseInput(
-            run_id=run_id,
-            workflow_id=workflow_id,
-            ir_digest=compiled.ir_digest,
-            llm_replay_only=llm_replay_only,
-        )
-        self._phase = "reduce"
-        reduced: ReduceResult = await self._phase_activity(
-            MrpActivities.reduce, phase_input, run_id, finish
-        )
-        t = lap("reduce", t)
-        if not charge(reduced.cost_units, reduced.cost_usd):
-            fin = await finish("budget_exceeded", partial=True, reduce_digest=reduced.reduce_digest)
-            return result_of("budget_exceeded", fin, reduce_digest=reduced.reduce_digest)
+            # -- reduce, evaluate --------------------------------------------------------------
+            phase_input = PhaseInput(
+                run_id=run_id,
+                workflow_id=workflow_id,
+                ir_digest=compiled.ir_digest,
+                llm_replay_only=llm_replay_only,
+            )
+            self._phase = "reduce"
+            reduced: ReduceResult = await self._phase_activity(
+                MrpActivities.reduce, phase_input, run_id, finish
+            )
+            t = lap("reduce", t)
+            if not charge(reduced.cost_units, reduced.cost_usd):
+                fin = await finish(
+                    "budget_exceeded", partial=True, reduce_digest=reduced.reduce_digest
+                )
+                return result_of("budget_exceeded", fin, reduce_digest=reduced.reduce_digest)
 
-        evaluation: EvaluationRecord | None = None
-        if compiled.evaluate is not None:
-            self._phase = "evaluate"
-            ev: EvaluateResult = await self._phase_activity(
-                MrpActivities.evaluate,
-                EvaluateInput(**phase_input.model_dump(), reduce_digest=reduced.reduce_digest),
+            evaluation: EvaluationRecord | None = None
+            if compiled.evaluate is not None:
+                self._phase = "evaluate"
+                ev: EvaluateResult = await self._phase_activity(
+                    MrpActivities.evaluate,
+                    EvaluateInput(**phase_input.model_dump(), reduce_digest=reduced.reduce_digest),
+                    run_id,
+                    finish,
+                )
+                t = lap("evaluate", t)
+                evaluation = ev.evaluation
+                within = charge(ev.cost_units, ev.cost_usd)
+                if not within or not evaluation.passed:
+                    status: RunStatus = "budget_exceeded" if not within else "evaluation_failed"
+                    fin = await finish(
+                        status,
+                        partial=not within,
+                        reduce_digest=reduced.reduce_digest,
+                        evaluation=evaluation,
+                    )
+                    return result_of(
+                        status,
+                        fin,
+                        reduce_digest=reduced.reduce_digest,
+                        evaluation=evaluation,
+                        message=f"score {evaluation.score} < {evaluation.min_score}"
+                        if within
+                        else "budget exceeded",
+                    )
+
+            # -- approval ----------------------------------------------------------------------
+            if compiled.approval is not None and not replay:
+                self._phase = "approval"
+                approval = compiled.approval
+                gate = await open_gate(
+                    GateRequest(
+                        name=approval.gate,
+                        requester=inp.requester,
+                        approvers=list(approval.approvers),
+                        subject=f"Produce MRP job {compiled.job_id} (run {run_id}) to "
+                        f"{compiled.sink.kind.value}:{compiled.sink.destination}?",
+                        details={
+                            "run_id": run_id,
+                            "job_id": compiled.job_id,
+                            "reduce_digest": reduced.reduce_digest,
+                            "shards": compiled.shard_count,
+                            "score": str(evaluation.score) if evaluation else None,
+                            "cost_units": str(cost.units),
+                        },
+                        expires_in_s=approval.expires_in_s,
+                    )
+                )
+                t = lap("approval", t)
+                if gate.status != GateStatus.APPROVED:
+                    status = "rejected" if gate.status == GateStatus.REJECTED else "expired"
+                    fin = await finish(
+                        status, reduce_digest=reduced.reduce_digest, evaluation=evaluation
+                    )
+                    return result_of(
+                        status,
+                        fin,
+                        reduce_digest=reduced.reduce_digest,
+                        evaluation=evaluation,
+                        message=f"gate {approval.gate} {gate.status.value}"
+                        + (f" by {gate.decided_by}" if gate.decided_by else ""),
+                    )
+
+            # -- produce -----------------------------------------------------------------------
+            self._phase = "produce"
+            produced: ProduceOutput = await self._phase_activity(
+                MrpActivities.produce,
+                ProduceInput(
+                    **phase_input.model_dump(),
+                    reduce_digest=reduced.reduce_digest,
+                    output_root=compiled.output_root,
+                ),
                 run_id,
                 finish,
             )
-            t = lap("evaluate", t)
-            evaluation = ev.evaluation
-            within = charge(ev.cost_units, ev.cost_usd)
-            if not within or not evaluation.passed:
-                status: RunStatus = "budget_exceeded" if not within else "evaluation_failed"
-                fin = await finish(
-                    status,
-                    partial=not within,
-                    reduce_digest=reduced.reduce_digest,
-                    evaluation=evaluation,
-                )
-                return result_of(
-                    status,
-                    fin,
-                    reduce_digest=reduced.reduce_digest,
-                    evaluation=evaluation,
-                    message=f"score {evaluation.score} < {evaluation.min_score}"
-                    if within
-                    else "budget exceeded",
-                )
+            t = lap("produce", t)
+            charge(produced.cost_units, produced.cost_usd)  # the side effect is done: record it
 
-        # -- approval ----------------------------------------------------------------------
-        if compiled.approval is not None and not replay:
-            self._phase = "approval"
-            approval = compiled.approval
-            gate = await open_gate(
-                GateRequest(
-                    name=approval.gate,
-                    requester=inp.requester,
-                    approvers=list(approval.approvers),
-                    subject=f"Produce MRP job {compiled.job_id} (run {run_id}) to "
-                    f"{compiled.sink.kind.value}:{compiled.sink.destination}?",
-                    details={
-                        "run_id": run_id,
-                        "job_id": compiled.job_id,
-                        "reduce_digest": reduced.reduce_digest,
-                        "shards": compiled.shard_count,
-                        "score": str(evaluation.score) if evaluation else None,
-                        "cost_units": str(cost.units),
-                    },
-                    expires_in_s=approval.expires_in_s,
-                )
-            )
-            t = lap("approval", t)
-            if gate.status != GateStatus.APPROVED:
-                status = "rejected" if gate.status == GateStatus.REJECTED else "expired"
-                fin = await finish(
-                    status, reduce_digest=reduced.reduce_digest, evaluation=evaluation
-                )
-                return result_of(
-                    status,
-                    fin,
-                    reduce_digest=reduced.reduce_digest,
-                    evaluation=evaluation,
-                    message=f"gate {approval.gate} {gate.status.value}"
-                    + (f" by {gate.decided_by}" if gate.decided_by else ""),
-                )
-
-        # -- produce -----------------------------------------------------------------------
-        self._phase = "produce"
-        produced: ProduceOutput = await self._phase_activity(
-            MrpActivities.produce,
-            ProduceInput(
-                **phase_input.model_dump(),
+            fin = await finish(
+                "succeeded",
                 reduce_digest=reduced.reduce_digest,
-                output_root=compiled.output_root,
-            ),
-            run_id,
-            finish,
-        )
-        t = lap("produce", t)
-        charge(produced.cost_units, produced.cost_usd)  # the side effect is done: record it
+                evaluation=evaluation,
+                produce=produced,
+            )
+            return result_of(
+                "succeeded",
+                fin,
+                reduce_digest=reduced.reduce_digest,
+                evaluation=evaluation,
+                produced=list(produced.files),
+            )
 
-        fin = await finish(
-            "succeeded",
-            reduce_digest=reduced.reduce_digest,
-            evaluation=evaluation,
-            produce=produced,
-        )
-        return result_of(
-            "succeeded",
-            fin,
-            reduce_digest=reduced.reduce_digest,
-            evaluation=evaluation,
-            produced=list(produced.files),
-        )
+        try:
+            return await rest()
+        except asyncio.CancelledError:
+            # Cancelled from outside: stop the windows, record the run, then end cancelled.
+            for task in self._running:
+                task.cancel()
+            await asyncio.gather(*self._running, return_exceptions=True)
+            await finish("failed", partial=True, error="workflow cancelled")
+            raise
 
     async def _phase_activity(self, fn, arg, run_id, finish):  # type: ignore[no-untyped-def]
         """Run a reduce/evaluate/produce activity; a failure is recorded, then raised."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.mrp_backends import ray_shutdown
 from keel.mrp.run import ERROR_SHARD, MRPJobInput, MRPJobResult, workflow_id_for
@@ -222,6 +222,47 @@ async def test_kill_switch_cancels_windows_still_running(
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             ended[event.activity_task_completed_event_attributes.scheduled_event_id] = "completed"
     assert requested and requested <= set(ended)
+
+
+async def test_cancelled_workflow_stops_its_windows_and_records_the_run(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "slow"
+    yaml_text = job_yaml(
+        "cancelled",
+        "slow@1.0.0",
+        {"sleep_s": 0.3, "state_dir": str(state)},
+        40,
+        max_workers=2,
+        budget_units="1000",
+    )
+    run_id = f"r-{uuid.uuid4().hex[:10]}"
+    async with build_worker(client, mrp_settings):
+        handle = await client.start_workflow(
+            MRPJob.run,
+            MRPJobInput(job_yaml=yaml_text, backend="threads", window_size=10, run_id=run_id),
+            id=workflow_id_for("cancelled", run_id),
+            task_queue=mrp_settings.task_queue,
+        )
+        await wait_until(
+            lambda: sum(slow_count(state, f"shard-{i:06d}") for i in range(40)) >= 3,
+            timeout_s=60,
+            what="3 shards to finish",
+        )
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+    assert isinstance(info.value.cause, CancelledError)
+    sm = get_sessionmaker(mrp_settings.resolved_database_url)
+    run = get_run(sm, run_id)
+    assert run is not None and run.status == "failed" and run.error == "workflow cancelled"
+    manifest = get_manifest(sm, artifact_store_from_settings(mrp_settings), run_id)
+    assert manifest is not None and manifest.partial and manifest.produced == []
+    assert 0 < sum(s.state == "succeeded" for s in manifest.shards) < 40
+    # The windows stopped: no shard starts after the run was recorded.
+    started = sum(slow_count(state, f"shard-{i:06d}", "runs") for i in range(40))
+    await asyncio.sleep(1.0)
+    assert sum(slow_count(state, f"shard-{i:06d}", "runs") for i in range(40)) == started
 
 
 async def test_shard_past_its_timeout_is_cancelled_on_ray(
