@@ -324,10 +324,12 @@ async def mrp_approved(ctx: Ctx) -> Histories:
         return True
 
     await poll(gate_started, "the publish gate to start")
-    await gate.execute_update(
-        ApprovalGate.decide,
+    decided = await gate.execute_update(
+        "decide",
         GateDecision(decision="approve", actor="bob", comment="publish", request_id="mrp-1"),
+        result_type=GateState,
     )
+    expect(decided.status == GateStatus.APPROVED, f"approved, got {decided.status}")
     result: MRPJobResult = await handle.result()
     expect(result.status == "succeeded", f"succeeded, got {result.status}")
     expect(result.counters.run == 6 and len(result.produced) == 2, f"6 shards, 2 files: {result}")
