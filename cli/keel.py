@@ -401,6 +401,7 @@ async def _run_demo(settings: Settings) -> None:
     typer.echo(f"   {_ui_link(settings, wid)}")
     typer.echo(f"   {_ui_link(settings, gate_id)}")
     await _run_rllm_examples(client, settings)
+    await _run_mrp_examples(client, settings)
 
 
 RLLM_DEMO_TEXT = (
@@ -437,6 +438,51 @@ async def _run_rllm_examples(client: Any, settings: Settings) -> None:
         typer.echo(
             f"      {calls} model call(s), {retries} recovery retries, "
             f"{r.usage.total_tokens} tokens, {r.total_latency_ms:.0f} ms; {_ui_link(settings, wid)}"
+        )
+
+
+async def _run_mrp_examples(client: Any, settings: Settings) -> None:
+    """The three example MRP jobs (examples/mrp) as ``MRPJob`` workflows on Ray, each
+    output digest checked against examples/mrp/golden.json."""
+    from temporalio.client import WorkflowFailureError
+
+    from keel.mrp.dsl import parse_job
+    from keel.mrp.run import MRPJobInput, workflow_id_for
+    from workers.mrp_client import failure_of, start_job
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "mrp"
+    golden = json.loads((examples / "golden.json").read_text())
+    typer.echo("7. MRP jobs (MRPJob workflows on Ray, as `mrp run` runs them)")
+    for name in ("wordcount", "sentiment", "invoices"):
+        job = examples / f"{name}.yaml"
+        text = job.read_text()
+        job_id = parse_job(text, job.name).spec.job_id
+        run_id = uuid.uuid4().hex[:16]
+        wid = workflow_id_for(job_id, run_id)
+        inp = MRPJobInput(job_yaml=text, source=job.name, base_dir=str(examples), run_id=run_id)
+        handle = await start_job(client, inp, workflow_id=wid, task_queue=settings.task_queue)
+        try:
+            r = await handle.result()
+        except WorkflowFailureError as err:
+            kind, message = failure_of(err)
+            raise RuntimeError(f"the MRP example {job.name} failed: {kind}: {message}") from None
+        same = (
+            "matches golden.json"
+            if r.output_digests == golden.get(name)
+            else "DIFFERS from golden.json"
+        )
+        c = r.counters
+        typer.echo(
+            f"   examples/mrp/{job.name}: {r.status}, {c.total} shards ({c.run} run, "
+            f"{c.skipped} from checkpoints), {r.cost.units} units, "
+            f"{r.cost.llm_calls} LLM calls ({r.cost.llm_cached} cached); {same}"
+        )
+        typer.echo(f"      reduce {r.reduce_digest}")
+        for key, digest in r.output_digests.items():
+            if key.startswith("produced:") and not key.endswith(".audit.jsonl"):
+                typer.echo(f"      {key.removeprefix('produced:')} {digest}")
+        typer.echo(
+            f"      run {run_id}: `mrp inspect --run-id {run_id}`; {_ui_link(settings, wid)}"
         )
 
 
