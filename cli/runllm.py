@@ -644,7 +644,7 @@ async def _run_workflow(
     services = LocalServices(settings, note=_note)
     try:
         try:
-            client = await services.connect("runllm-worker.log")
+            client = await services.connect()
         except ServiceUnavailable as e:
             raise internal_failure(
                 str(e),
@@ -663,6 +663,7 @@ async def _run_workflow(
         )
         if _mode.human:
             _note(f"Started {wid} on task queue {settings.task_queue!r}")
+        await services.ensure_worker(wid, "runllm-worker.log")
         result_task = asyncio.ensure_future(handle.result())
         watch_task = asyncio.ensure_future(_watch(client, wid, services, auto_pull))
         try:

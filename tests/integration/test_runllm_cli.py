@@ -362,7 +362,7 @@ async def test_cli_starts_a_worker_when_none_polls(settings, model_server):
     proc = await runllm(["run", str(EXAMPLES / "summary.rllm"), "-i", TEXT], env, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert payload(proc)["output"] == GOOD
-    assert "No worker polls task queue" in proc.stderr
+    assert "No worker picked up the run" in proc.stderr
     log = settings.data_dir / "logs" / "runllm-worker.log"
     assert "worker ready" in log.read_text()
 
