@@ -116,10 +116,11 @@ class LocalServices:
         from temporalio.api.enums.v1 import PendingWorkflowTaskState
         from temporalio.client import WorkflowExecutionStatus
 
+        from cli.keel import _read_state
         from workers.services import ManagedProcess
 
-        if self.up is not None or self._client is None:
-            return  # keel up runs its own worker
+        if self.up is not None or self._client is None or _read_state(self.settings):
+            return  # keel up runs its own worker (it may still be starting)
         handle = self._client.get_workflow_handle(workflow_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s

@@ -424,9 +424,9 @@ async def _start_and_wait(
         client = await services.connect()
         wid = workflow_id_for(job_id, inp.run_id)
         handle = await start_job(client, inp, workflow_id=wid, task_queue=settings.task_queue)
-        await services.ensure_worker(wid, "mrp-worker.log")
         if not _mode.json:
             _note(f"Started {wid} (run id {inp.run_id}) on task queue {settings.task_queue!r}")
+        await services.ensure_worker(wid, "mrp-worker.log")
         if not wait:
             return wid, None, None
         sessions = _sessions(settings)
