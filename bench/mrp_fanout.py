@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -246,6 +247,7 @@ async def main(shards: int, workers: int, window: int, repeat: int) -> None:
     finally:
         ray_shutdown()
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
