@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from keel.settings import Settings
 from workers.client import connect
 from workers.main import build_worker
+from workers.model_server import LocalModelServer, unavailable_reason
 from workers.services import TemporalDevServer, free_port
 
 
@@ -62,3 +63,21 @@ async def worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     w = build_worker(client, settings)
     async with w:
         yield w
+
+
+@pytest.fixture(scope="module")
+def local_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
+    """The embedded local model (llama.cpp) on a free port, one per test module.
+
+    Only for tests that skip without llama_cpp: with llama_cpp installed the weights must be
+    too, so a missing model is a failure here, not a skip.
+    """
+    assert unavailable_reason() is None, unavailable_reason()
+    log = tmp_path_factory.mktemp("model-server") / "server.log"
+    server = LocalModelServer(port=free_port(), threads=2, ctx=2048, log_path=log)
+    server.start(timeout_s=180)
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert server.pid is None

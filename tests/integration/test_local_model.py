@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,8 @@ from temporalio.testing import ActivityEnvironment
 
 from keel.llm import LLMMessage, LLMRequest, load_models_config
 from keel.records import LLMCallLog
-from workers.model_server import LocalModelServer, ModelServerError, unavailable_reason
+from workers.model_server import LocalModelServer, ModelServerError
+from workers.services import free_port
 
 pytestmark = [
     pytest.mark.slow,
@@ -27,32 +26,14 @@ pytestmark = [
 SHIPPED = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
-    # llama_cpp is here, so the weights must be too: a missing package is a failure.
-    assert unavailable_reason() is None, unavailable_reason()
-    log = tmp_path_factory.mktemp("model-server") / "server.log"
-    server = LocalModelServer(port=free_port(), threads=2, ctx=2048, log_path=log)
-    server.start(timeout_s=180)
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.pid is None
-
-
-async def test_gateway_gets_json_from_the_local_model(local_server: LocalModelServer) -> None:
+async def test_gateway_gets_json_from_the_local_model(local_model_server: LocalModelServer) -> None:
     from activities.llm import LLMGateway
 
     # The shipped config, with its port placeholder pointed at this server.
-    models = load_models_config(SHIPPED, env={"KEEL_MODEL_SERVER_PORT": str(local_server.port)})
-    assert models.models["local"].api_base == local_server.base_url
+    models = load_models_config(
+        SHIPPED, env={"KEEL_MODEL_SERVER_PORT": str(local_model_server.port)}
+    )
+    assert models.models["local"].api_base == local_model_server.base_url
     logs: list[LLMCallLog] = []
 
     async def on_call(log: LLMCallLog) -> None:

@@ -28,8 +28,7 @@ from activities.mrp_backends import ray_shutdown
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
 from workers.main import build_worker
-from workers.model_server import LocalModelServer, unavailable_reason
-from workers.services import free_port
+from workers.model_server import LocalModelServer
 from workflows.mrp import MRPJob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,20 +42,6 @@ HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 def _ray_once() -> Iterator[None]:
     yield
     ray_shutdown()
-
-
-@pytest.fixture(scope="module")
-def local_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
-    # llama_cpp is here, so the weights must be too: a missing package is a failure.
-    assert unavailable_reason() is None, unavailable_reason()
-    log = tmp_path_factory.mktemp("model-server") / "server.log"
-    server = LocalModelServer(port=free_port(), threads=2, ctx=2048, log_path=log)
-    server.start(timeout_s=180)
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.pid is None
 
 
 def models_config_for(server: LocalModelServer, tmp: Path) -> Path:
@@ -136,9 +121,9 @@ async def test_pure_examples_are_deterministic(
     not HAS_LLAMA, reason="llama_cpp is not installed (uv sync --extra local-model)"
 )
 async def test_llm_example_is_deterministic_on_the_local_model(
-    client: Client, settings: Settings, tmp_path: Path, local_model: LocalModelServer
+    client: Client, settings: Settings, tmp_path: Path, local_model_server: LocalModelServer
 ) -> None:
     settings = settings.model_copy(
-        update={"models_config": models_config_for(local_model, tmp_path)}
+        update={"models_config": models_config_for(local_model_server, tmp_path)}
     )
     check_golden("sentiment", await run_twice_and_replay(client, settings, tmp_path, "sentiment"))

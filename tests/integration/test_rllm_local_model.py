@@ -9,9 +9,8 @@ model answers schema-valid JSON; the tests check shape and typing, not wording.
 from __future__ import annotations
 
 import importlib.util
-import socket
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from keel.settings import Settings
 from store.db import get_sessionmaker
 from store.rllm_stats import get_stats
 from workers.main import build_worker
-from workers.model_server import LocalModelServer, unavailable_reason
+from workers.model_server import LocalModelServer
 from workflows.rllm import RllmApp
 
 pytestmark = [
@@ -43,28 +42,9 @@ TEXT = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
-    assert unavailable_reason() is None, unavailable_reason()
-    log = tmp_path_factory.mktemp("model-server") / "server.log"
-    server = LocalModelServer(port=free_port(), threads=2, ctx=2048, log_path=log)
-    server.start(timeout_s=180)
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.pid is None
-
-
 @pytest.fixture
 async def local_worker(
-    client: Client, settings: Settings, local_server: LocalModelServer, tmp_path: Path
+    client: Client, settings: Settings, local_model_server: LocalModelServer, tmp_path: Path
 ) -> AsyncIterator[tuple[Worker, Settings]]:
     models = tmp_path / "models.yaml"
     models.write_text(
@@ -72,7 +52,7 @@ async def local_worker(
         "models:\n"
         "  local:\n"
         "    litellm_model: openai/smollm2\n"
-        f"    api_base: {local_server.base_url}\n"
+        f"    api_base: {local_model_server.base_url}\n"
         "    params: {temperature: 0.0, max_tokens: 256}\n"
         "    input_cost_per_token: 0.0\n"
         "    output_cost_per_token: 0.0\n"
