@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Header
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,6 +23,12 @@ from store.records import get_idempotent, save_idempotent
 
 REPLAY_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 255
+
+# The header as a route parameter: ``idempotency_key: IdempotencyKey = None``.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", max_length=MAX_KEY_LENGTH, description="Repeat-safe retries"),
+]
 
 
 async def idempotent(

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
@@ -14,7 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.deps import ApproverDep, CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import idempotent
+from api.idempotency import IdempotencyKey, idempotent
 from keel.digest import digest_json
 from keel.gates import (
     GATE_ID_SEPARATOR,
@@ -31,10 +31,6 @@ from workflows.gate import ApprovalGate
 
 router = APIRouter(prefix="/gates", tags=["gates"], responses=ERROR_RESPONSES)
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(alias="Idempotency-Key", max_length=255, description="Repeat-safe retries"),
-]
 GateIdPath = Annotated[str, "gate workflow id, e.g. design/p1/ds3/gate/pre-codegen"]
 
 # A gate answers queries and updates only while a worker runs; past this, 503 not a hang.

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import idempotent
+from api.idempotency import IdempotencyKey, idempotent
 from keel.digest import digest_json
 from keel.mrp.dsl import parse_job
 from keel.mrp.errors import DslError
@@ -31,10 +31,6 @@ from workers.mrp_client import MrpJobView, job_view, start_job
 
 router = APIRouter(prefix="/mrp", tags=["mrp"], responses=ERROR_RESPONSES)
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(alias="Idempotency-Key", max_length=255, description="Repeat-safe retries"),
-]
 
 MAX_JOB_BYTES = 1_000_000
 _RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"

@@ -17,16 +17,16 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import PurePosixPath
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import idempotent
+from api.idempotency import IdempotencyKey, idempotent
 from keel.digest import digest_json
 from keel.rllm.errors import (
     OllamaModelMissingError,
@@ -42,10 +42,6 @@ from workers.rllm_client import RllmRunView, failure_payload, run_view, start_ru
 
 router = APIRouter(prefix="/rllm", tags=["rllm"], responses=ERROR_RESPONSES)
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(alias="Idempotency-Key", max_length=255, description="Repeat-safe retries"),
-]
 
 MAX_BUNDLE_BYTES = 2_000_000
 
