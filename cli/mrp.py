@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from keel.mrp.normalize import FileRef
-    from keel.mrp.run import MRPJobInput, MRPJobResult, RunManifest
+    from keel.mrp.run import MRPJobInput, MRPJobResult, RunManifest, RunRecord
     from keel.settings import Settings
     from store.artifacts import ArtifactStore
 
@@ -209,6 +209,25 @@ def _artifacts(settings: Settings) -> ArtifactStore:
     from store.artifacts import artifact_store_from_settings
 
     return artifact_store_from_settings(settings)
+
+
+def _stored_run(
+    run_id: str,
+) -> tuple[Settings, sessionmaker[Session], ArtifactStore, RunRecord]:
+    """Settings, store handles and the run's record; fails not_found for an unknown run id."""
+    from store.mrp_runs import get_run
+
+    settings = _settings()
+    sessions = _sessions(settings)
+    store = _artifacts(settings)
+    record = get_run(sessions, run_id)
+    if record is None:
+        _fail(
+            "not_found",
+            f"no MRP run {run_id!r} in {settings.resolved_database_url}",
+            EXIT_NOT_FOUND,
+        )
+    return settings, sessions, store, record
 
 
 def _read_job(job: Path) -> str:
@@ -599,22 +618,13 @@ def replay(
     first digest that differs.
     """
     from keel.mrp.run import MRPJobInput
-    from store.mrp_runs import get_manifest, get_run
+    from store.mrp_runs import get_manifest
 
     _set_mode(json_out)
     if backend not in (None, "ray", "threads"):
         _fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
     with _reported():
-        settings = _settings()
-        sessions = _sessions(settings)
-        store = _artifacts(settings)
-        record = get_run(sessions, run_id)
-        if record is None:
-            _fail(
-                "not_found",
-                f"no MRP run {run_id!r} in {settings.resolved_database_url}",
-                EXIT_NOT_FOUND,
-            )
+        settings, sessions, store, record = _stored_run(run_id)
         original = get_manifest(sessions, store, run_id)
         if original is None:
             _fail(
@@ -733,20 +743,11 @@ def inspect(
 ) -> None:
     """Show a run: manifest, phase timings, per-shard status, cost; download its outputs."""
     from keel.mrp.ir import manifest_from_json
-    from store.mrp_runs import get_manifest, get_run, list_shards
+    from store.mrp_runs import get_manifest, list_shards
 
     _set_mode(json_out)
     with _reported():
-        settings = _settings()
-        sessions = _sessions(settings)
-        store = _artifacts(settings)
-        record = get_run(sessions, run_id)
-        if record is None:
-            _fail(
-                "not_found",
-                f"no MRP run {run_id!r} in {settings.resolved_database_url}",
-                EXIT_NOT_FOUND,
-            )
+        _, sessions, store, record = _stored_run(run_id)
         run_manifest = get_manifest(sessions, store, run_id)
         compile_manifest = (
             manifest_from_json(store.get_bytes(record.manifest_digest))
