@@ -42,16 +42,22 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mrp_backends import (
+    MAX_BATCH,
+    PIPELINE_DEPTH,
     AttemptTimeout,
     BackendName,
     RayBackend,
+    RaySession,
     ShardAttempt,
+    ShardContext,
+    ShardItem,
+    ShardNotStarted,
     ShardTask,
     get_backend,
     llm_client_for,
     store_for,
 )
-from keel.digest import digest_bytes
+from keel.digest import digest_bytes, digest_json
 from keel.mrp.dsl import SinkSpec
 from keel.mrp.errors import DslError, MrpError, PolicyViolation, RegistryError
 from keel.mrp.ir import (
@@ -65,7 +71,16 @@ from keel.mrp.ir import (
 )
 from keel.mrp.ir import checkpoint_key as make_checkpoint_key
 from keel.mrp.normalize import FileRef, glob_regex, in_shard_order
-from keel.mrp.operators_io import MrpConfig, OperatorHandle, OperatorRefused, load_mrp_config
+from keel.mrp.operators_io import (
+    OPERATOR_FILE,
+    MrpConfig,
+    OperatorHandle,
+    OperatorRefused,
+    code_digest,
+    load_mrp_config,
+    read_config_file,
+    resolve_config_path,
+)
 from keel.mrp.run import (
     ERROR_COMPILE,
     ERROR_PHASE,
@@ -92,7 +107,7 @@ from store.mrp_runs import (
     get_run,
     list_shards,
     lookup_checkpoints,
-    record_shard,
+    record_shards,
     shards_with_output,
     start_run,
 )
@@ -100,8 +115,10 @@ from store.mrp_runs import (
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("keel.mrp")
 
-# Heartbeat at least this often while shards run (the window's heartbeat timeout is longer).
-HEARTBEAT_EVERY_S = 2.0
+# Shard records are buffered and written in one transaction at most this often (and when
+# FLUSH_MAX are waiting, and at the window's end); each flush is followed by a heartbeat.
+FLUSH_EVERY_S = 0.25
+FLUSH_MAX = 64
 # Backoff between attempts of one shard: 0.2 s, 0.4 s, ... at most 5 s.
 RETRY_BACKOFF_S = 0.2
 RETRY_BACKOFF_MAX_S = 5.0
@@ -280,6 +297,24 @@ def _resolve_files(
     return refs, {r.path: r.digest for r in refs}
 
 
+def _config_fingerprint(settings: Settings) -> str:
+    """A digest of everything :func:`load_mrp_config` reads: the config file's bytes, and
+    for each operator on its search path the ``operator.yaml`` bytes and the code digest
+    (the same hash the pin check uses), plus the environment (the prod key check)."""
+    path = resolve_config_path(settings)
+    cfg = read_config_file(path)
+    base = path.resolve().parent
+    parts: list[str] = [settings.env, str(path.resolve()), digest_bytes(path.read_bytes())]
+    for rel in cfg.operator_paths:
+        for yaml_path in sorted((base / rel).resolve().glob(f"*/{OPERATOR_FILE}")):
+            parts += [
+                str(yaml_path),
+                digest_bytes(yaml_path.read_bytes()),
+                code_digest(yaml_path.parent),
+            ]
+    return digest_json(parts)
+
+
 _ir_cache: dict[str, JobIR] = {}
 
 
@@ -341,6 +376,7 @@ class MrpActivities:
         self._settings = settings
         self._sessions: sessionmaker[Session] | None = None
         self._llm_model = ""
+        self._config_cache: tuple[str, MrpConfig] | None = None
 
     @property
     def sessions(self) -> sessionmaker[Session]:
@@ -353,10 +389,18 @@ class MrpActivities:
         return store_for(self._settings)
 
     def config(self) -> MrpConfig:
-        """``configs/mrp.yaml`` (or ``KEEL_MRP_CONFIG``), loaded fresh: operators are
-        re-hashed against their pins on every phase."""
+        """``configs/mrp.yaml`` (or ``KEEL_MRP_CONFIG``), checked on every phase: the
+        config file, every ``operator.yaml`` and every operator's code are read and hashed
+        again; the parsed config is reused only while all of those bytes are unchanged
+        (parsing and schema-checking the operator specs is most of a fresh load)."""
         try:
-            config = load_mrp_config(self._settings)
+            fingerprint = _config_fingerprint(self._settings)
+            cached = self._config_cache
+            if cached is not None and cached[0] == fingerprint:
+                config = cached[1]
+            else:
+                config = load_mrp_config(self._settings)
+                self._config_cache = (fingerprint, config)
         except MrpError as e:
             raise _compile_error(str(e), kind="config") from None
         self._llm_model = config.llm_model
@@ -821,6 +865,66 @@ class _Window:
         self.stop = False
         self.stopped_by_budget = False
         self.failure: ApplicationError | None = None
+        self.pending: list[tuple[ShardRecord, bool]] = []
+        self.flush_now = asyncio.Event()
+        self.flush_lock = asyncio.Lock()
+        self.operator_digest = ""
+        self.session: RaySession | None = None
+        self.meter: dict[str, Any] = {}
+
+    def _instruments(self) -> None:
+        """The window's metric instruments, made once (metrics never fail an activity)."""
+        with contextlib.suppress(Exception):
+            meter = activity.metric_meter()
+            self.meter = {
+                "latency": meter.create_histogram_float(
+                    "keel_mrp_shard_latency_ms", "MRP shard attempt latency", "ms"
+                ),
+                "shards": meter.create_counter("keel_mrp_shards", "MRP shards by outcome"),
+                "retries": meter.create_counter("keel_mrp_shard_retries", "MRP shard retries"),
+                "failures": meter.create_counter(
+                    "keel_mrp_shard_failures", "MRP shards failed for good"
+                ),
+            }
+
+    def _metric(self, name: str, value: float, attrs: dict[str, str]) -> None:
+        inst = self.meter.get(name)
+        if inst is not None:
+            with contextlib.suppress(Exception):
+                if name == "latency":
+                    inst.record(value, attrs)
+                else:
+                    inst.add(int(value), attrs)
+
+    def _note(self, record: ShardRecord, checkpoint: bool) -> None:
+        """Buffer a shard record (written by :meth:`_flush`)."""
+        self.pending.append((record, checkpoint))
+        if len(self.pending) >= FLUSH_MAX:
+            self.flush_now.set()
+
+    async def _flush(self) -> None:
+        """Write the buffered shard records in one transaction, then heartbeat progress."""
+        async with self.flush_lock:
+            batch, self.pending = self.pending, []
+            if batch:
+                try:
+                    await asyncio.to_thread(
+                        record_shards,
+                        self.acts.sessions,
+                        batch,
+                        operator_digest=self.operator_digest,
+                    )
+                except BaseException:
+                    self.pending[:0] = batch  # written by the next flush
+                    raise
+            activity.heartbeat({"done": self.done, "total": self.total})
+
+    async def _flusher(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.flush_now.wait(), FLUSH_EVERY_S)
+            self.flush_now.clear()
+            await self._flush()
 
     def _over_budget(self) -> bool:
         inp = self.inp
@@ -839,6 +943,8 @@ class _Window:
         handle = _handle(config, ir, "map")
         binding = ir.operators["map"]
         sessions = self.acts.sessions
+        self.operator_digest = binding.operator_digest
+        self._instruments()
 
         # Shards this run already finished (an earlier attempt of this window) are done.
         own = await asyncio.to_thread(
@@ -862,34 +968,48 @@ class _Window:
             index = await asyncio.to_thread(
                 lookup_checkpoints, sessions, [t.checkpoint_key for t in todo]
             )
+            found = [index[t.checkpoint_key] for t in todo if t.checkpoint_key in index]
+            present = set(
+                await asyncio.to_thread(lambda: [d for d in set(found) if store.exists(d)])
+            )
             rest = []
             for t in todo:
                 digest = index.get(t.checkpoint_key)
-                if digest is not None and await asyncio.to_thread(store.exists, digest):
-                    await asyncio.to_thread(
-                        record_shard,
-                        sessions,
+                if digest is not None and digest in present:
+                    self._note(
                         self._record(t, "succeeded", "checkpoint", digest, 0, 0, None, None),
-                        operator_digest=binding.operator_digest,
-                        checkpoint=False,
+                        False,
                     )
                     self.counters.skipped += 1
                     self.done += 1
-                    _meter_add(
-                        "keel_mrp_shards", "MRP shards by outcome", 1, {"outcome": "skipped"}
-                    )
+                    self._metric("shards", 1, {"outcome": "skipped"})
                 else:
                     rest.append(t)
             todo = rest
-        activity.heartbeat({"done": self.done, "total": self.total})
+        await self._flush()
 
         backend = get_backend(inp.backend, min(config.caps.max_workers, os.cpu_count() or 1))
         parallelism = inp.parallelism
         if isinstance(backend, RayBackend):
-            # More tasks than Ray has CPUs would wait in Ray's queue on the shard's clock.
-            parallelism = min(parallelism, backend.num_cpus)
+            # At most `parallelism` actors (so shards running at once) for this window; more
+            # shards than that are queued so batches and pipelined calls can be formed.
+            lanes = min(parallelism, backend.num_cpus)
+            context = ShardContext(
+                run_id=inp.run_id,
+                workflow_id=inp.workflow_id,
+                operator=handle,
+                params=dict(binding.params),
+                llm_replay_only=inp.llm_replay_only,
+                llm_model=self.acts._llm_model,
+            )
+            self.session = backend.session(context, self.settings, ir.limits.shard_timeout_s, lanes)
+            parallelism = lanes * MAX_BATCH * PIPELINE_DEPTH
+            weight = handle.spec.cost_weight
+            if inp.remaining_units is not None and weight > 0:
+                # Queued shards are committed spend: keep them within the remaining budget.
+                parallelism = max(lanes, min(parallelism, int(inp.remaining_units / weight)))
         sem = asyncio.Semaphore(parallelism)
-        beat = asyncio.create_task(self._heartbeat())
+        flusher = asyncio.create_task(self._flusher())
         running: list[asyncio.Task[None]] = []
         try:
             for t in todo:
@@ -906,7 +1026,13 @@ class _Window:
                 await asyncio.gather(*running, return_exceptions=True)
             raise
         finally:
-            beat.cancel()
+            flusher.cancel()
+            with contextlib.suppress(BaseException):
+                await flusher
+            if self.session is not None:
+                await self.session.close()
+            # Whatever finished is recorded, even when the window fails or is cancelled.
+            await asyncio.shield(self._flush())
         if self.failure is not None:
             raise self.failure
         self.counters.total = self.total
@@ -921,11 +1047,6 @@ class _Window:
             stopped_by_budget=self.stopped_by_budget,
             elapsed_s=time.monotonic() - t0,
         )
-
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(HEARTBEAT_EVERY_S)
-            activity.heartbeat({"done": self.done, "total": self.total})
 
     def _record(
         self,
@@ -972,21 +1093,27 @@ class _Window:
         attrs = {"backend": inp.backend, "operator": handle.spec.ref}
         try:
             for attempt_no in range(1, max_attempts + 1):
-                task = ShardTask(
-                    run_id=inp.run_id,
-                    workflow_id=inp.workflow_id,
-                    shard_index=t.shard_index,
-                    shard_id=t.shard_id,
-                    input_digest=t.input_digest,
-                    seed=t.seed,
-                    operator=handle,
-                    params=dict(ir.operators["map"].params),
-                    llm_replay_only=inp.llm_replay_only,
-                    llm_model=self.acts._llm_model,
-                    attempt=attempt_no,
-                )
                 try:
-                    result = await backend.run(task, self.settings, limits.shard_timeout_s)
+                    if self.session is not None:
+                        item = ShardItem(
+                            t.shard_index, t.shard_id, t.input_digest, t.seed, attempt_no
+                        )
+                        result = await self.session.run(item)
+                    else:
+                        task = ShardTask(
+                            run_id=inp.run_id,
+                            workflow_id=inp.workflow_id,
+                            shard_index=t.shard_index,
+                            shard_id=t.shard_id,
+                            input_digest=t.input_digest,
+                            seed=t.seed,
+                            operator=handle,
+                            params=dict(ir.operators["map"].params),
+                            llm_replay_only=inp.llm_replay_only,
+                            llm_model=self.acts._llm_model,
+                            attempt=attempt_no,
+                        )
+                        result = await backend.run(task, self.settings, limits.shard_timeout_s)
                 except AttemptTimeout as e:
                     result = ShardAttempt(
                         ok=False,
@@ -995,24 +1122,22 @@ class _Window:
                         latency_ms=limits.shard_timeout_s * 1000,
                         units=handle.spec.cost_weight,
                     )
+                except ShardNotStarted:
+                    return  # the window stopped before this attempt ran: left "cancelled"
                 units += result.units
                 usd += result.llm_usd
                 self.units += result.units
                 self.usd += result.llm_usd
                 self.llm_calls += result.llm_calls
                 self.llm_cached += result.llm_cached
-                _meter_hist(
-                    "keel_mrp_shard_latency_ms",
-                    "MRP shard attempt latency",
-                    "ms",
+                self._metric(
+                    "latency",
                     result.latency_ms,
                     {**attrs, "outcome": "ok" if result.ok else "error"},
                 )
                 if result.ok:
                     assert result.output_digest is not None
-                    await asyncio.to_thread(
-                        record_shard,
-                        self.acts.sessions,
+                    self._note(
                         self._record(
                             t,
                             "succeeded",
@@ -1025,36 +1150,31 @@ class _Window:
                             units,
                             usd,
                         ),
-                        operator_digest=t.operator_digest,
-                        checkpoint=inp.use_checkpoints,
+                        inp.use_checkpoints,
                     )
                     self.counters.run += 1
                     self.done += 1
-                    _meter_add("keel_mrp_shards", "MRP shards by outcome", 1, {"outcome": "run"})
-                    activity.heartbeat({"done": self.done, "total": self.total})
+                    self._metric("shards", 1, {"outcome": "run"})
                     if self._over_budget() and not self.stop:
-                        self.stop = True
+                        self._stop()
                         self.stopped_by_budget = True
                     return
                 last_error = result.error or "unknown error"
                 if not result.retryable or attempt_no == max_attempts:
                     break
                 self.counters.retried += 1
-                _meter_add("keel_mrp_shard_retries", "MRP shard retries", 1, attrs)
+                self._metric("retries", 1, attrs)
                 await asyncio.sleep(
                     min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (attempt_no - 1))
                 )
             # Failed for good: record it, stop the window, fail it naming the shard.
             self.counters.failed += 1
-            _meter_add("keel_mrp_shard_failures", "MRP shards failed for good", 1, attrs)
-            await asyncio.to_thread(
-                record_shard,
-                self.acts.sessions,
+            self._metric("failures", 1, attrs)
+            self._note(
                 self._record(
                     t, "failed", "none", None, attempt_no, 0, None, last_error, units, usd
                 ),
-                operator_digest=t.operator_digest,
-                checkpoint=False,
+                False,
             )
             if self.failure is None:
                 what = (
@@ -1068,9 +1188,15 @@ class _Window:
                     type=ERROR_SHARD,
                     non_retryable=True,
                 )
-            self.stop = True
+            self._stop()
         finally:
             sem.release()
+
+    def _stop(self) -> None:
+        """Start no more shards (queued Ray attempts are dropped, not run)."""
+        self.stop = True
+        if self.session is not None:
+            self.session.stop()
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import contextlib
 import os
 import shutil
@@ -33,7 +34,7 @@ import time
 from abc import ABC, abstractmethod
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -70,6 +71,29 @@ class ShardTask(BaseModel):
     llm_replay_only: bool = False
     llm_model: str = ""
     attempt: int = 1
+
+
+class ShardContext(BaseModel):
+    """What every shard of one map window shares (sent to each Ray actor once per window)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    workflow_id: str
+    operator: OperatorHandle
+    params: dict[str, JsonValue] = Field(default_factory=dict)
+    llm_replay_only: bool = False
+    llm_model: str = ""
+
+
+class ShardItem(NamedTuple):
+    """One attempt of one shard within a :class:`ShardContext` (small: one per shard)."""
+
+    shard_index: int
+    shard_id: str
+    input_digest: str
+    seed: int
+    attempt: int
 
 
 class ShardAttempt(BaseModel):
@@ -175,6 +199,20 @@ def file_reader(store: ArtifactStore) -> Any:
 def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
     """Run one attempt of one shard and store its output. Never raises for operator
     failures: they come back as ``ok=False`` with ``retryable`` set."""
+    context = ShardContext(
+        run_id=task.run_id,
+        workflow_id=task.workflow_id,
+        operator=task.operator,
+        params=task.params,
+        llm_replay_only=task.llm_replay_only,
+        llm_model=task.llm_model,
+    )
+    item = ShardItem(task.shard_index, task.shard_id, task.input_digest, task.seed, task.attempt)
+    return execute_item(context, item, settings)
+
+
+def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
+    """:func:`execute_shard` for one item of a window's context."""
     from keel.mrp.sdk import OperatorContext, OperatorError, invoke_map
 
     t0 = time.perf_counter()
@@ -183,15 +221,18 @@ def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
     try:
         store = store_for(settings)
         shard_input = ShardInput.model_validate(store.get_json(task.input_digest))
-        instance = task.operator.load()  # re-hashes the code against its pin
-        spec = task.operator.spec
+        instance = context.operator.load()  # hashed against its pin once per process
+        spec = context.operator.spec
         llm = MeteredLLM(
             llm_client_for(
-                spec, settings, replay_only=task.llm_replay_only, default_model=task.llm_model
+                spec,
+                settings,
+                replay_only=context.llm_replay_only,
+                default_model=context.llm_model,
             )
         )
         ctx = OperatorContext(
-            params=task.params,
+            params=dict(context.params),
             seed=task.seed,
             shard_id=task.shard_id,
             llm=llm,
@@ -225,7 +266,7 @@ def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
         retryable=retryable,
         latency_ms=(time.perf_counter() - t0) * 1000,
         # A failed attempt still spent its weight: the operator ran.
-        units=(task.operator.spec.cost_weight + (ctx.charged_units if ctx else Decimal(0))),
+        units=(context.operator.spec.cost_weight + (ctx.charged_units if ctx else Decimal(0))),
         llm_usd=llm.usd if llm else Decimal(0),
         llm_calls=llm.calls if llm else 0,
         llm_cached=llm.cached if llm else 0,
@@ -425,11 +466,30 @@ class ShardRunner:
     actor whose attempt timed out or was cancelled is killed, never reused.
     """
 
+    def __init__(self) -> None:
+        # Window contexts this actor was sent: {key: (context, settings)}, a few kept.
+        self._contexts: dict[str, tuple[ShardContext, Settings]] = {}
+
     def ready(self) -> int:
         return os.getpid()
 
     def run(self, task: ShardTask, settings: Settings) -> ShardAttempt:
         return execute_shard(task, settings)
+
+    def run_batch(
+        self,
+        key: str,
+        context: tuple[ShardContext, Settings] | None,
+        items: list[ShardItem],
+    ) -> list[ShardAttempt]:
+        """Run ``items`` one after the other in the window context ``key`` (sent with the
+        actor's first call for that window, then only named)."""
+        if context is not None:
+            if len(self._contexts) >= 8:
+                self._contexts.pop(next(iter(self._contexts)))
+            self._contexts[key] = context
+        shard_context, settings = self._contexts[key]
+        return [execute_item(shard_context, item, settings) for item in items]
 
 
 class RayBackend(Backend):
@@ -439,7 +499,7 @@ class RayBackend(Backend):
 
     def __init__(self, num_cpus: int) -> None:
         self.num_cpus = num_cpus
-        self._idle: list[Any] = []
+        self._idle: list[_Actor] = []
         self._actors = 0  # idle + busy; never more than num_cpus (each holds a CPU)
         self._pool_lock = threading.Lock()
 
@@ -454,7 +514,7 @@ class RayBackend(Backend):
                 _ray_state["remote"] = cls
             return cls
 
-    async def _acquire(self) -> Any:
+    async def _acquire(self) -> _Actor:
         """An idle actor, a new one while fewer than ``num_cpus`` exist, else wait for one
         (polling: windows of one worker share the pool across event loops)."""
         while True:
@@ -469,20 +529,20 @@ class RayBackend(Backend):
             await asyncio.sleep(0.01)
         try:
             cls = await asyncio.to_thread(self._actor_class)
-            actor = cls.remote()
-            await _wait(actor.ready.remote())  # no timeout: a process start is not the shard's
+            handle = cls.remote()
+            await _wait(handle.ready.remote())  # no timeout: a process start is not the shard's
         except BaseException:
             with self._pool_lock:
                 self._actors -= 1
             raise
-        return actor
+        return _Actor(handle)
 
-    def _release(self, actor: Any) -> None:
+    def _release(self, actor: _Actor) -> None:
         with self._pool_lock:
             self._idle.append(actor)
 
-    def _discard(self, ray: Any, actor: Any, fut: asyncio.Future[Any]) -> None:
-        _kill(ray, actor, fut)
+    def _discard(self, ray: Any, actor: _Actor, futs: list[asyncio.Future[Any]]) -> None:
+        _kill(ray, actor.handle, futs)
         with self._pool_lock:
             self._actors -= 1
 
@@ -492,30 +552,247 @@ class RayBackend(Backend):
             self._idle.clear()
             self._actors = 0
 
+    def session(
+        self, context: ShardContext, settings: Settings, timeout_s: float, lanes: int
+    ) -> RaySession:
+        """A window's batching, pipelining session on this pool (see :class:`RaySession`)."""
+        return RaySession(self, context, settings, timeout_s, min(lanes, self.num_cpus))
+
     async def run(self, task: ShardTask, settings: Settings, timeout_s: float) -> ShardAttempt:
         import ray
 
         actor = await self._acquire()
-        fut = asyncio.wrap_future(actor.run.remote(task, settings).future())
+        fut = asyncio.wrap_future(actor.handle.run.remote(task, settings).future())
         try:
             result: ShardAttempt = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
-            self._discard(ray, actor, fut)
+            self._discard(ray, actor, [fut])
             raise AttemptTimeout(f"attempt ran past the shard timeout of {timeout_s:g}s") from None
         except BaseException:  # cancelled, or the actor died
-            self._discard(ray, actor, fut)
+            self._discard(ray, actor, [fut])
             raise
         self._release(actor)
         return result
+
+
+class _Actor:
+    """A pooled :class:`ShardRunner` and the window contexts it holds."""
+
+    __slots__ = ("contexts", "handle")
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.contexts: set[str] = set()
+
+
+class ShardNotStarted(Exception):
+    """A queued shard attempt that the window's session dropped before any actor ran it
+    (the window is stopping: budget spent or a shard failed for good)."""
+
+
+# Ray batching: a batch holds at most this many shards, and is sized so that it should
+# take at most BATCH_SHARE of the shard timeout (from the slowest attempt seen so far);
+# each lane (one actor) keeps PIPELINE_DEPTH calls in flight so its actor never waits.
+MAX_BATCH = 32
+BATCH_SHARE = 0.1
+PIPELINE_DEPTH = 2
+
+
+class _Call:
+    __slots__ = ("batch", "fut", "started")
+
+    def __init__(self, batch: list[tuple[ShardItem, asyncio.Future[ShardAttempt], bool]]) -> None:
+        self.batch = batch
+        self.fut: asyncio.Future[Any] | None = None
+        self.started = 0.0
+
+
+class RaySession:
+    """One map window's use of the Ray backend: shard attempts are queued by the window's
+    shard coroutines and sent to pooled actors in batches by one lane per actor.
+
+    - The window context (settings, operator handle, params) goes to each actor once;
+      later calls carry only the shards (:class:`ShardItem`).
+    - A batch has one shard until attempts are seen to be fast, then up to
+      :data:`MAX_BATCH` shards sized to take at most :data:`BATCH_SHARE` of the shard
+      timeout. Per-shard timeout: a call that runs past ``timeout_s`` gets its actor
+      killed; a single-shard call's shard gets :class:`AttemptTimeout` (an attempt, as
+      before), a batch's shards are queued again one shard per call without counting an
+      attempt, so a shard times out only when it alone runs past ``timeout_s``.
+    - Each lane keeps :data:`PIPELINE_DEPTH` calls in flight on its actor; a call's clock
+      starts when the call before it on that actor returned.
+    """
+
+    def __init__(
+        self,
+        backend: RayBackend,
+        context: ShardContext,
+        settings: Settings,
+        timeout_s: float,
+        lanes: int,
+    ) -> None:
+        import uuid
+
+        self.backend = backend
+        self.key = uuid.uuid4().hex
+        self.context = (context, settings)
+        self.timeout_s = timeout_s
+        self.lanes_max = max(1, lanes)
+        self.queue: collections.deque[tuple[ShardItem, asyncio.Future[ShardAttempt], bool]] = (
+            collections.deque()
+        )
+        self.wake = asyncio.Event()
+        self.lanes: list[asyncio.Task[None]] = []
+        self.batch_size = 1
+        self.slowest_ms = 0.0
+        self.stopped = False
+
+    async def run(self, item: ShardItem) -> ShardAttempt:
+        """One attempt of one shard (raises :class:`AttemptTimeout`,
+        :class:`ShardNotStarted`, or the actor's failure)."""
+        fut: asyncio.Future[ShardAttempt] = asyncio.get_running_loop().create_future()
+        self.queue.append((item, fut, False))
+        if len(self.lanes) < self.lanes_max:
+            self.lanes.append(asyncio.create_task(self._lane()))
+        self.wake.set()
+        return await fut
+
+    def stop(self) -> None:
+        """Start nothing more: queued attempts fail with :class:`ShardNotStarted`."""
+        self.stopped = True
+        while self.queue:
+            _, fut, _ = self.queue.popleft()
+            if not fut.done():
+                fut.set_exception(ShardNotStarted())
+        self.wake.set()
+
+    async def close(self) -> None:
+        """End the lanes (their calls in flight are cancelled: actors killed)."""
+        self.stop()
+        for lane in self.lanes:
+            lane.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*self.lanes, return_exceptions=True)
+        self.lanes.clear()
+
+    def _take(self) -> list[tuple[ShardItem, asyncio.Future[ShardAttempt], bool]]:
+        batch: list[tuple[ShardItem, asyncio.Future[ShardAttempt], bool]] = []
+        while self.queue and len(batch) < self.batch_size:
+            entry = self.queue[0]
+            if entry[1].done():  # its shard coroutine was cancelled
+                self.queue.popleft()
+                continue
+            if entry[2] and batch:  # "alone": after a batch timed out
+                break
+            self.queue.popleft()
+            batch.append(entry)
+            if entry[2]:
+                break
+        return batch
+
+    def _learn(self, results: list[ShardAttempt]) -> None:
+        self.slowest_ms = max([self.slowest_ms, *(r.latency_ms for r in results)])
+        budget_ms = self.timeout_s * 1000 * BATCH_SHARE
+        self.batch_size = max(1, min(MAX_BATCH, int(budget_ms / max(self.slowest_ms, 0.5))))
+
+    async def _lane(self) -> None:
+        import ray
+
+        backend = self.backend
+        actor: _Actor | None = None
+        calls: collections.deque[_Call] = collections.deque()
+        try:
+            while True:
+                while not self.stopped and len(calls) < PIPELINE_DEPTH and self.queue:
+                    if actor is None:
+                        actor = await backend._acquire()
+                    batch = self._take()
+                    if not batch:
+                        break
+                    call = _Call(batch)
+                    send = None if self.key in actor.contexts else self.context
+                    actor.contexts.add(self.key)
+                    ref = actor.handle.run_batch.remote(self.key, send, [b[0] for b in batch])
+                    call.fut = asyncio.wrap_future(ref.future())
+                    call.started = time.monotonic()
+                    calls.append(call)
+                if not calls:
+                    if actor is not None:
+                        backend._release(actor)
+                        actor = None
+                    self.wake.clear()
+                    if self.stopped and not self.queue:
+                        return
+                    await self.wake.wait()
+                    continue
+                head = calls[0]
+                assert head.fut is not None
+                left = head.started + self.timeout_s - time.monotonic()
+                try:
+                    results = await asyncio.wait_for(asyncio.shield(head.fut), max(0.0, left))
+                except TimeoutError:
+                    assert actor is not None
+                    backend._discard(ray, actor, [c.fut for c in calls if c.fut is not None])
+                    actor = None
+                    calls.popleft()
+                    self._requeue(calls)
+                    calls.clear()
+                    if len(head.batch) == 1:
+                        _set_exception(
+                            head.batch[0][1],
+                            AttemptTimeout(
+                                f"attempt ran past the shard timeout of {self.timeout_s:g}s"
+                            ),
+                        )
+                    else:
+                        self.batch_size = 1
+                        self.queue.extendleft((i, f, True) for i, f, _ in reversed(head.batch))
+                    continue
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # the actor died (or Ray failed the call)
+                    assert actor is not None
+                    backend._discard(ray, actor, [c.fut for c in calls if c.fut is not None])
+                    actor = None
+                    calls.popleft()
+                    self._requeue(calls)
+                    calls.clear()
+                    for _, fut, _ in head.batch:
+                        _set_exception(fut, e)
+                    continue
+                calls.popleft()
+                if calls:
+                    calls[0].started = max(calls[0].started, time.monotonic())
+                self._learn(results)
+                for (_, fut, _), result in zip(head.batch, results, strict=True):
+                    _set_result(fut, result)
+        except BaseException:
+            if actor is not None:
+                if calls:
+                    backend._discard(ray, actor, [c.fut for c in calls if c.fut is not None])
+                else:
+                    backend._release(actor)
+            for call in calls:
+                for _, fut, _ in call.batch:
+                    if not fut.done():
+                        fut.cancel()
+            raise
+
+    def _requeue(self, calls: collections.deque[_Call]) -> None:
+        """Calls queued behind a killed actor's call never ran: queue their shards again."""
+        for call in reversed(calls):
+            self.queue.extendleft(reversed(call.batch))
+        self.wake.set()
 
 
 async def _wait(ref: Any) -> Any:
     return await asyncio.wrap_future(ref.future())
 
 
-def _kill(ray: Any, actor: Any, fut: asyncio.Future[Any]) -> None:
-    # The attempt's future fails once its actor is gone; nobody awaits it any more.
-    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+def _kill(ray: Any, actor: Any, futs: list[asyncio.Future[Any]]) -> None:
+    # The calls' futures fail once their actor is gone; nobody awaits them any more.
+    for fut in futs:
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
     with contextlib.suppress(Exception):
         ray.kill(actor, no_restart=True)
 
@@ -548,9 +825,14 @@ __all__ = [
     "Backend",
     "BackendName",
     "RayBackend",
+    "RaySession",
     "ShardAttempt",
+    "ShardContext",
+    "ShardItem",
+    "ShardNotStarted",
     "ShardTask",
     "ThreadsBackend",
+    "execute_item",
     "execute_shard",
     "get_backend",
     "llm_client_for",

@@ -5,8 +5,8 @@ Callers are Temporal activities (which may run more than once) and the ``mrp`` C
 
 - ``mrp_runs``: one row per run, upserted by :func:`start_run` (after compile) and
   :func:`finish_run` (finalise).
-- ``mrp_shards``: one row per (run, shard), upserted by :func:`record_shard` as each shard
-  finishes. A row that already holds an output is never overwritten by a later attempt.
+- ``mrp_shards``: one row per (run, shard), upserted by :func:`record_shard` (one shard)
+  or :func:`record_shards` (a batch, one transaction; what map windows use). A row that already holds an output is never overwritten by a later attempt.
 - ``mrp_checkpoints``: checkpoint key -> output digest; the first writer wins
   (:func:`record_shard` with ``checkpoint=True``), so a key never changes meaning.
 
@@ -247,6 +247,70 @@ def record_shard(
             )
 
 
+def record_shards(
+    sm: sessionmaker[Session],
+    records: Sequence[tuple[ShardRecord, bool]],
+    *,
+    operator_digest: str,
+) -> None:
+    """:func:`record_shard` for many shards in one transaction: ``(record, checkpoint)``
+    pairs, the same upsert rules (counts add up, a row with an output keeps it, the first
+    checkpoint writer wins). Map windows buffer their records and write them this way."""
+    if not records:
+        return
+    table = cast(Table, MrpShardRow.__table__)
+    rows: list[dict[str, Any]] = []
+    checkpoints: dict[str, dict[str, Any]] = {}
+    for record, checkpoint in records:
+        values = record.model_dump()
+        values["cost_units"] = str(record.cost_units)
+        values["cost_usd"] = str(record.cost_usd)
+        rows.append(values)
+        if checkpoint and record.output_digest is not None:
+            checkpoints.setdefault(
+                record.checkpoint_key,
+                {
+                    "checkpoint_key": record.checkpoint_key,
+                    "output_digest": record.output_digest,
+                    "operator_digest": operator_digest,
+                    "input_digest": record.input_digest,
+                    "run_id": record.run_id,
+                    "created_at": record.updated_at,
+                },
+            )
+    with sm.begin() as session:
+        dialect = session.get_bind().dialect.name
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        ins = insert(table)
+        has_output = table.c.output_digest.isnot(None)
+
+        def keep(col: str) -> Any:
+            return case((has_output, table.c[col]), else_=ins.excluded[col])
+
+        stmt = ins.on_conflict_do_update(
+            index_elements=["run_id", "shard_index"],
+            set_={
+                "attempts": table.c.attempts + ins.excluded.attempts,
+                "executions": table.c.executions + ins.excluded.executions,
+                "output_digest": keep("output_digest"),
+                "state": keep("state"),
+                "source": keep("source"),
+                "latency_ms": keep("latency_ms"),
+                "cost_units": keep("cost_units"),
+                "cost_usd": keep("cost_usd"),
+                "error": keep("error"),
+                "updated_at": ins.excluded.updated_at,
+            },
+        )
+        session.execute(stmt, rows)
+        if checkpoints:
+            ck = cast(Table, MrpCheckpointRow.__table__)
+            session.execute(
+                insert(ck).on_conflict_do_nothing(index_elements=["checkpoint_key"]),
+                list(checkpoints.values()),
+            )
+
+
 def _shard_record(row: MrpShardRow) -> ShardRecord:
     return ShardRecord(
         run_id=row.run_id,
@@ -356,6 +420,7 @@ __all__ = [
     "list_shards",
     "lookup_checkpoints",
     "record_shard",
+    "record_shards",
     "shard_counts",
     "shards_with_output",
     "start_run",

@@ -23,6 +23,7 @@ from store.mrp_runs import (
     list_shards,
     lookup_checkpoints,
     record_shard,
+    record_shards,
     shard_counts,
     shards_with_output,
     start_run,
@@ -140,6 +141,45 @@ def test_shard_rows_add_up_and_keep_their_output(tmp_path: Path) -> None:
     # The index holds the first output only, and nothing for the failed shard.
     assert lookup_checkpoints(sm, [first.checkpoint_key, _shard(1).checkpoint_key]) == {
         first.checkpoint_key: first.output_digest
+    }
+
+
+def test_record_shards_writes_a_batch_with_the_same_rules(tmp_path: Path) -> None:
+    sm = _sm(tmp_path)
+    record_shards(sm, [], operator_digest="op")  # nothing to write
+    # One transaction: computed shards indexed, a checkpoint-sourced one not, a failure.
+    record_shards(
+        sm,
+        [
+            (_shard(0), True),
+            (_shard(1, source="checkpoint", attempts=0, executions=0), False),
+            (_shard(2, output_digest=None, state="failed", source="none", error="x"), True),
+        ],
+        operator_digest="op",
+    )
+    # A retried window's batch adds counts and keeps outputs already there; its index
+    # entry for shard 0 loses to the first writer, shard 3's goes in.
+    record_shards(
+        sm,
+        [
+            (_shard(0, output_digest=digest_json("other"), attempts=2), True),
+            (_shard(3), True),
+        ],
+        operator_digest="op",
+    )
+    rows = list_shards(sm, "r1")
+    assert [(r.shard_index, r.state, r.source, r.attempts, r.executions) for r in rows] == [
+        (0, "succeeded", "computed", 3, 2),
+        (1, "succeeded", "checkpoint", 0, 0),
+        (2, "failed", "none", 1, 1),
+        (3, "succeeded", "computed", 1, 1),
+    ]
+    assert rows[0].output_digest == _shard(0).output_digest
+    assert rows[2].error == "x" and rows[0].cost_units == Decimal("1.000000")
+    keys = [_shard(i).checkpoint_key for i in range(4)]
+    assert lookup_checkpoints(sm, keys) == {
+        keys[0]: _shard(0).output_digest,
+        keys[3]: _shard(3).output_digest,
     }
 
 
