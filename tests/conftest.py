@@ -81,3 +81,22 @@ def local_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
     finally:
         server.stop()
     assert server.pid is None
+
+
+@pytest.fixture
+def mrp_settings(settings: Settings) -> Settings:
+    """``settings`` with the test MRP operators config (shipped operators plus
+    tests/support/mrp_operators: flaky, slow, expensive)."""
+    from tests.support.mrp_operators import TEST_CONFIG
+
+    return settings.model_copy(update={"mrp_config": TEST_CONFIG})
+
+
+@pytest.fixture(scope="module")
+def ray_for_module() -> Iterator[None]:
+    """Shut Ray down after the module (``pytestmark = pytest.mark.usefixtures(...)``):
+    the Ray backend starts it once in this process and keeps it for the next run."""
+    yield
+    from activities.mrp_backends import ray_shutdown
+
+    ray_shutdown()

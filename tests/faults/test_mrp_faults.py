@@ -15,7 +15,6 @@ import shutil
 import signal
 import sys
 import uuid
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -24,13 +23,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from activities.mrp_backends import ray_shutdown
 from keel.mrp.run import ERROR_SHARD, MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.mrp_runs import get_manifest, get_run, list_shards
 from tests.faults.conftest import wait_until, worker_env
+from tests.support.mrp_jobs import run_job
 from tests.support.mrp_operators.flaky.agent import attempts as flaky_attempts
 from tests.support.mrp_operators.slow.agent import count as slow_count
 from workers.main import build_worker
@@ -41,15 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 TEST_CONFIG = REPO / "tests" / "support" / "mrp_operators" / "mrp.yaml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _ray_once() -> Iterator[None]:
-    yield
-    ray_shutdown()
-
-
-@pytest.fixture
-def mrp_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"mrp_config": TEST_CONFIG})
+pytestmark = pytest.mark.usefixtures("ray_for_module")
 
 
 def job_yaml(
@@ -73,18 +64,6 @@ produce:
   sink: {{kind: json, destination: out/{job_id}.json}}
 policy:{lines}
 """
-
-
-async def run_job(
-    client: Client, settings: Settings, job_id: str, inp: MRPJobInput
-) -> MRPJobResult:
-    run_id = f"r-{uuid.uuid4().hex[:10]}"
-    return await client.execute_workflow(
-        MRPJob.run,
-        inp.model_copy(update={"run_id": run_id}),
-        id=workflow_id_for(job_id, run_id),
-        task_queue=settings.task_queue,
-    )
 
 
 async def test_flaky_shard_is_retried_and_counted(

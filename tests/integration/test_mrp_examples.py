@@ -16,20 +16,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from temporalio.client import Client
 
-from activities.mrp_backends import ray_shutdown
-from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
+from keel.mrp.run import MRPJobInput
 from keel.settings import Settings
+from tests.support.mrp_jobs import run_job
 from workers.main import build_worker
 from workers.model_server import LocalModelServer
-from workflows.mrp import MRPJob
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "mrp"
@@ -38,10 +35,7 @@ RECORD = os.environ.get("KEEL_RECORD_GOLDEN") == "1"
 HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _ray_once() -> Iterator[None]:
-    yield
-    ray_shutdown()
+pytestmark = pytest.mark.usefixtures("ray_for_module")
 
 
 def models_config_for(server: LocalModelServer, tmp: Path) -> Path:
@@ -51,17 +45,6 @@ def models_config_for(server: LocalModelServer, tmp: Path) -> Path:
     path = tmp / "models.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
-
-
-async def run(client: Client, settings: Settings, inp: MRPJobInput, job_id: str) -> MRPJobResult:
-    run_id = inp.run_id or f"ex-{uuid.uuid4().hex[:10]}"
-    result: MRPJobResult = await client.execute_workflow(
-        MRPJob.run,
-        inp.model_copy(update={"run_id": run_id}),
-        id=workflow_id_for(job_id, run_id),
-        task_queue=settings.task_queue,
-    )
-    return result
 
 
 async def run_twice_and_replay(
@@ -76,15 +59,22 @@ async def run_twice_and_replay(
         update={"data_dir": tmp_path / "b", "task_queue": settings.task_queue + "-b"}
     )
     async with build_worker(client, a_settings):
-        a = await run(client, a_settings, inp.model_copy(update={"backend": "ray"}), job_id)
+        a = await run_job(
+            client, a_settings, job_id, inp.model_copy(update={"backend": "ray"}), prefix="ex-"
+        )
         assert a.status == "succeeded", a
         assert a.counters.run == a.counters.total > 0  # computed, not from checkpoints
-        replay = await run(
-            client, a_settings,
-            MRPJobInput(replay_of=a.run_id, llm_replay_only=True, backend="ray"), job_id,
-        )  # fmt: skip
+        replay = await run_job(
+            client,
+            a_settings,
+            job_id,
+            MRPJobInput(replay_of=a.run_id, llm_replay_only=True, backend="ray"),
+            prefix="ex-",
+        )
     async with build_worker(client, b_settings):
-        b = await run(client, b_settings, inp.model_copy(update={"backend": "threads"}), job_id)
+        b = await run_job(
+            client, b_settings, job_id, inp.model_copy(update={"backend": "threads"}), prefix="ex-"
+        )
     assert b.status == "succeeded", b
     assert b.counters.run == b.counters.total  # a fresh store: every shard recomputed
     assert replay.status == "succeeded" and replay.replay_matched is True, replay

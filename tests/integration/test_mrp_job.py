@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,20 +20,19 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities.mrp_backends import ray_shutdown
 from keel.digest import digest_bytes
 from keel.gates import GateDecision, GateState, gate_workflow_id
 from keel.mrp.run import (
     ERROR_COMPILE,
     ERROR_REPLAY_MISMATCH,
     MRPJobInput,
-    MRPJobResult,
     workflow_id_for,
 )
 from keel.settings import Settings
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.mrp_runs import finish_run, get_manifest, get_run, list_shards
+from tests.support.mrp_jobs import run_job
 from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
 from workers.main import build_worker
 from workflows.mrp import MRPJob
@@ -43,15 +42,7 @@ TEST_OPERATORS = REPO / "tests" / "support" / "mrp_operators"
 TEST_CONFIG = TEST_OPERATORS / "mrp.yaml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _ray_once() -> Iterator[None]:
-    yield
-    ray_shutdown()
-
-
-@pytest.fixture
-def mrp_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"mrp_config": TEST_CONFIG})
+pytestmark = pytest.mark.usefixtures("ray_for_module")
 
 
 def job_yaml(
@@ -86,18 +77,6 @@ policy:{lines}
 
 
 TEXTS = [{"text": f"item {i} says hello world {i % 3}"} for i in range(12)]
-
-
-async def run_job(
-    client: Client, settings: Settings, job_id: str, inp: MRPJobInput
-) -> MRPJobResult:
-    run_id = inp.run_id or f"r-{uuid.uuid4().hex[:10]}"
-    return await client.execute_workflow(
-        MRPJob.run,
-        inp.model_copy(update={"run_id": run_id}),
-        id=workflow_id_for(job_id, run_id),
-        task_queue=settings.task_queue,
-    )
 
 
 async def test_same_job_twice_and_replays_on_both_backends_give_equal_digests(
