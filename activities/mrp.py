@@ -432,6 +432,7 @@ class MrpActivities:
             config = self.config()
             job_yaml_digest = store.put_bytes(inp.job_yaml.encode("utf-8"))
             try:
+                from keel.mrp.compiler import compile_parsed
                 from keel.mrp.dsl import parse_job
 
                 parsed = parse_job(inp.job_yaml, inp.source)
@@ -443,8 +444,10 @@ class MrpActivities:
                     resolved, file_digests = _resolve_files(
                         list(parsed.spec.inputs.files), base, store
                     )
-                result = config.compile_job(
-                    inp.job_yaml, resolved_files=resolved, source=inp.source
+                # What config.compile_job does, without parsing the job file a second time
+                # (refs were checked above).
+                result = compile_parsed(
+                    parsed, config.registry, config.caps, resolved_files=resolved
                 )
             except OperatorRefused as e:
                 raise _compile_error(
