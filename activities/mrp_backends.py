@@ -501,6 +501,8 @@ class RayBackend(Backend):
         self.num_cpus = num_cpus
         self._idle: list[_Actor] = []
         self._actors = 0  # idle + busy; never more than num_cpus (each holds a CPU)
+        # Slowest attempt seen (ms) per operator code digest, for batch sizes.
+        self.slowest_ms: dict[str, float] = {}
         self._pool_lock = threading.Lock()
 
     def _actor_class(self) -> Any:
@@ -643,8 +645,13 @@ class RaySession:
         )
         self.wake = asyncio.Event()
         self.lanes: list[asyncio.Task[None]] = []
+        # Start from what earlier windows of this operator's code saw (one-shard calls
+        # until an attempt has been seen).
+        self.code_digest = context.operator.spec.code_digest
+        self.slowest_ms = backend.slowest_ms.get(self.code_digest, 0.0)
         self.batch_size = 1
-        self.slowest_ms = 0.0
+        if self.code_digest in backend.slowest_ms:
+            self._size()
         self.stopped = False
 
     async def run(self, item: ShardItem) -> ShardAttempt:
@@ -676,8 +683,12 @@ class RaySession:
         self.lanes.clear()
 
     def _take(self) -> list[tuple[ShardItem, asyncio.Future[ShardAttempt], bool]]:
+        # Share what is queued evenly between the calls the lanes can have in flight, so
+        # no actor ends the window with a long batch while the others are idle.
+        share = -(-len(self.queue) // (self.lanes_max * PIPELINE_DEPTH))
+        size = max(1, min(self.batch_size, share))
         batch: list[tuple[ShardItem, asyncio.Future[ShardAttempt], bool]] = []
-        while self.queue and len(batch) < self.batch_size:
+        while self.queue and len(batch) < size:
             entry = self.queue[0]
             if entry[1].done():  # its shard coroutine was cancelled
                 self.queue.popleft()
@@ -692,6 +703,10 @@ class RaySession:
 
     def _learn(self, results: list[ShardAttempt]) -> None:
         self.slowest_ms = max([self.slowest_ms, *(r.latency_ms for r in results)])
+        self.backend.slowest_ms[self.code_digest] = self.slowest_ms
+        self._size()
+
+    def _size(self) -> None:
         budget_ms = self.timeout_s * 1000 * BATCH_SHARE
         self.batch_size = max(1, min(MAX_BATCH, int(budget_ms / max(self.slowest_ms, 0.5))))
 
@@ -745,6 +760,9 @@ class RaySession:
                             ),
                         )
                     else:
+                        # Batches stop for this operator: a shard can take that long.
+                        self.slowest_ms = max(self.slowest_ms, self.timeout_s * 1000)
+                        self.backend.slowest_ms[self.code_digest] = self.slowest_ms
                         self.batch_size = 1
                         self.queue.extendleft((i, f, True) for i, f, _ in reversed(head.batch))
                     continue
