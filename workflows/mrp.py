@@ -76,6 +76,9 @@ FINALISE_TIMEOUT = timedelta(minutes=5)
 WINDOW_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # Windows in flight at once; each runs max_workers // in_flight shards at a time.
 MAX_WINDOWS_IN_FLIGHT = 4
+# Runs started before this patch keep one window in flight where a window has more shards
+# than max_workers; newer runs overlap two (when max_workers is even).
+PATCH_OVERLAP_WINDOWS = "mrp-overlap-windows"
 
 COMPILE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -283,6 +286,15 @@ class MRPJob:
             self._windows_total = len(windows)
             max_workers = compiled.limits.max_workers
             in_flight = max(1, min(MAX_WINDOWS_IN_FLIGHT, -(-max_workers // size), len(windows)))
+            if (
+                in_flight == 1
+                and len(windows) > 1
+                and max_workers % 2 == 0
+                and workflow.patched(PATCH_OVERLAP_WINDOWS)
+            ):
+                # Two windows of half the workers each: the next window starts while the
+                # last shards of the other run, so no worker idles between windows.
+                in_flight = 2
             parallelism = max(1, max_workers // in_flight)
             timeout = window_timeout(
                 size,
