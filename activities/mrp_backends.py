@@ -336,6 +336,25 @@ _ray_lock = threading.Lock()
 _ray_state: dict[str, Any] = {"owned": False, "temp_dir": None, "remote": None, "num_cpus": 0}
 
 
+_OWNER_FILE = "keel-owner.pid"
+
+
+def _sweep_stale_temp_dirs() -> None:
+    """Remove Ray temp dirs left by Keel processes that are gone.
+
+    A worker stopped by a signal often never reaches :func:`ray_shutdown`: Ray's own
+    SIGTERM handling ends the process once its raylet is gone, and SIGKILL runs nothing.
+    Each dir names its owner's PID, so the next Ray start here removes what they left.
+    """
+    for d in Path("/tmp").glob("keel-ray-*"):
+        try:
+            owner = int((d / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being created
+        if owner != os.getpid() and not _alive(owner):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def ray_init(num_cpus: int) -> None:
     """Start the process's local Ray cluster once (no-op when Ray is already up).
 
@@ -350,7 +369,9 @@ def ray_init(num_cpus: int) -> None:
             return
         # The env var above covers processes Ray starts; this covers a Ray imported earlier.
         ray_constants.ENABLE_RAY_CLUSTER = False
+        _sweep_stale_temp_dirs()
         temp_dir = tempfile.mkdtemp(prefix="keel-ray-", dir="/tmp")
+        Path(temp_dir, _OWNER_FILE).write_text(str(os.getpid()))
         pythonpath = os.pathsep.join(
             p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
         )

@@ -256,11 +256,18 @@ async def _run_worker(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with build_worker(client, settings):
-        log.info("worker ready on task queue %r", settings.task_queue)
-        if settings.metrics_port:
-            log.info("metrics on http://127.0.0.1:%d/metrics", settings.metrics_port)
-        await stop.wait()
+    try:
+        async with build_worker(client, settings):
+            log.info("worker ready on task queue %r", settings.task_queue)
+            if settings.metrics_port:
+                log.info("metrics on http://127.0.0.1:%d/metrics", settings.metrics_port)
+            await stop.wait()
+    finally:
+        # The CLI leaves through os._exit, which runs no atexit hook: stop the Ray node
+        # that MRP windows started here (and remove its temp dir) before that.
+        from activities.mrp_backends import ray_shutdown
+
+        await asyncio.to_thread(ray_shutdown)
     log.info("worker stopped")
 
 
