@@ -953,7 +953,7 @@ class _Window:
         own = await asyncio.to_thread(
             shards_with_output, sessions, inp.run_id, [t.shard_index for t in tasks]
         )
-        todo: list[MapTask] = []
+        to_run: list[MapTask] = []
         for t in tasks:
             if t.checkpoint_key != make_checkpoint_key(t.operator_digest, t.input_digest, t.seed):
                 raise ApplicationError(
@@ -966,17 +966,17 @@ class _Window:
                 self.counters.skipped += 1
                 self.done += 1
             else:
-                todo.append(t)
-        if inp.use_checkpoints and todo:
+                to_run.append(t)
+        if inp.use_checkpoints and to_run:
             index = await asyncio.to_thread(
-                lookup_checkpoints, sessions, [t.checkpoint_key for t in todo]
+                lookup_checkpoints, sessions, [t.checkpoint_key for t in to_run]
             )
-            found = [index[t.checkpoint_key] for t in todo if t.checkpoint_key in index]
+            found = [index[t.checkpoint_key] for t in to_run if t.checkpoint_key in index]
             present = set(
                 await asyncio.to_thread(lambda: [d for d in set(found) if store.exists(d)])
             )
             rest = []
-            for t in todo:
+            for t in to_run:
                 digest = index.get(t.checkpoint_key)
                 if digest is not None and digest in present:
                     self._note(
@@ -988,7 +988,7 @@ class _Window:
                     self._metric("shards", 1, {"outcome": "skipped"})
                 else:
                     rest.append(t)
-            todo = rest
+            to_run = rest
         await self._flush()
 
         backend = get_backend(inp.backend, min(config.caps.max_workers, os.cpu_count() or 1))
@@ -1015,7 +1015,7 @@ class _Window:
         flusher = asyncio.create_task(self._flusher())
         running: list[asyncio.Task[None]] = []
         try:
-            for t in todo:
+            for t in to_run:
                 await sem.acquire()
                 if self.stop:
                     sem.release()

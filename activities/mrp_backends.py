@@ -421,12 +421,12 @@ def _ray_pids() -> set[int]:
         return set(roots)
     children = _children()
     found: set[int] = set()
-    todo = list(roots)
-    while todo:
-        pid = todo.pop()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
         if pid not in found:
             found.add(pid)
-            todo.extend(children.get(pid, []))
+            stack.extend(children.get(pid, []))
     return found
 
 

@@ -201,9 +201,9 @@ def bundle_files(path: str | os.PathLike[str]) -> dict[str, str]:
     root = Path(path)
     base = root.resolve().parent
     out: dict[str, str] = {}
-    todo: list[tuple[Path, str | None]] = [(root.resolve(), None)]
-    while todo:
-        file, parent = todo.pop(0)
+    queue: list[tuple[Path, str | None]] = [(root.resolve(), None)]
+    while queue:
+        file, parent = queue.pop(0)
         try:
             rel = file.relative_to(base).as_posix()
         except ValueError:
@@ -225,7 +225,7 @@ def bundle_files(path: str | os.PathLike[str]) -> dict[str, str]:
             ) from None
         out[rel] = text
         for child in _uses_paths(text):
-            todo.append((Path(os.path.normpath(file.parent / child)), rel))
+            queue.append((Path(os.path.normpath(file.parent / child)), rel))
     return out
 
 
