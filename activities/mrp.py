@@ -369,6 +369,18 @@ def _meter_hist(
 # Activities
 
 
+@contextlib.contextmanager
+def _operator_errors() -> Iterator[None]:
+    """An operator's failure becomes the phase's ``ApplicationError``, retryable when the
+    operator says so (reduce, evaluate and produce report it the same way)."""
+    from keel.mrp.sdk import OperatorError
+
+    try:
+        yield
+    except OperatorError as e:
+        raise ApplicationError(str(e), type=ERROR_PHASE, non_retryable=not e.retryable) from None
+
+
 class MrpActivities:
     """The MRP activities, bound to the worker's settings."""
 
@@ -641,7 +653,7 @@ class MrpActivities:
         return await asyncio.to_thread(self._reduce, inp)
 
     def _reduce(self, inp: PhaseInput) -> ReduceResult:
-        from keel.mrp.sdk import OperatorError, invoke_reduce
+        from keel.mrp.sdk import invoke_reduce
 
         with _span("mrp.reduce", run_id=inp.run_id):
             store = self.store
@@ -658,12 +670,8 @@ class MrpActivities:
             with ThreadPoolExecutor(max_workers=8) as pool:
                 outputs: list[JsonValue] = list(pool.map(store.get_json, digests))
             ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle)
-            try:
+            with _operator_errors():
                 reduced = invoke_reduce(handle.spec, handle.load(), outputs, ctx)
-            except OperatorError as e:
-                raise ApplicationError(
-                    str(e), type=ERROR_PHASE, non_retryable=not e.retryable
-                ) from None
             return ReduceResult(
                 reduce_digest=store.put_json(reduced),
                 cost_units=handle.spec.cost_weight + ctx.charged_units,
@@ -676,7 +684,7 @@ class MrpActivities:
         return await asyncio.to_thread(self._evaluate, inp)
 
     def _evaluate(self, inp: EvaluateInput) -> EvaluateResult:
-        from keel.mrp.sdk import OperatorError, invoke_evaluate
+        from keel.mrp.sdk import invoke_evaluate
 
         with _span("mrp.evaluate", run_id=inp.run_id):
             store = self.store
@@ -685,12 +693,8 @@ class MrpActivities:
             handle = _handle(self.config(), ir, "evaluate")
             reduced = store.get_json(inp.reduce_digest)
             ctx, llm = self._ctx(ir, "evaluate", ir.evaluate.seed, inp, handle)
-            try:
+            with _operator_errors():
                 ev = invoke_evaluate(handle.spec, handle.load(), reduced, ctx)
-            except OperatorError as e:
-                raise ApplicationError(
-                    str(e), type=ERROR_PHASE, non_retryable=not e.retryable
-                ) from None
             digest = store.put_json(ev.model_dump(mode="json"))
             return EvaluateResult(
                 evaluation=EvaluationRecord(
@@ -710,7 +714,7 @@ class MrpActivities:
         return await asyncio.to_thread(self._produce, inp)
 
     def _produce(self, inp: ProduceInput) -> ProduceOutput:
-        from keel.mrp.sdk import OperatorError, invoke_produce
+        from keel.mrp.sdk import invoke_produce
 
         with _span("mrp.produce", run_id=inp.run_id):
             store = self.store
@@ -727,12 +731,8 @@ class MrpActivities:
             reduced = store.get_json(inp.reduce_digest)
             out_dir = Path(inp.output_root)
             ctx, llm = self._ctx(ir, "produce", ir.produce.seed, inp, handle)
-            try:
+            with _operator_errors():
                 result = invoke_produce(handle.spec, handle.load(), reduced, sink, out_dir, ctx)
-            except OperatorError as e:
-                raise ApplicationError(
-                    str(e), type=ERROR_PHASE, non_retryable=not e.retryable
-                ) from None
             files = []
             for f in sorted(result.files, key=lambda f: f.path):
                 data = (out_dir / f.path).read_bytes()  # the SDK checked; record what is there
