@@ -1,5 +1,6 @@
-"""The three example jobs in examples/mrp: run each twice and replay once; every output
-digest equals the golden one in examples/mrp/golden.json.
+"""The three example jobs in examples/mrp: run each twice and replay once; the two runs and
+the replay agree digest for digest, and a pure example's digests equal the golden ones in
+examples/mrp/golden.json.
 
 - run A on Ray, in its own data dir;
 - run B on threads, in a fresh data dir (new store, new checkpoint index, empty LLM cache),
@@ -7,8 +8,11 @@ digest equals the golden one in examples/mrp/golden.json.
 - a replay of run A (stored IR and inputs, LLM answers from the cache only).
 
 The LLM job runs against the embedded local model (SmolLM2-135M on llama.cpp, temperature 0,
-seeded), started here on a free port. ``KEEL_RECORD_GOLDEN=1`` rewrites golden.json from
-run A instead of comparing with it.
+seeded), started here on a free port. It has no golden digests: llama.cpp builds for the CPU
+it compiles on, so another machine's model may label the reviews differently. What MRP
+promises for it holds everywhere and is what this test checks: two runs on one machine agree,
+and a replay from the run's own LLM cache is byte-identical. ``KEEL_RECORD_GOLDEN=1``
+rewrites the pure examples' golden digests from run A instead of comparing with them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -110,10 +115,29 @@ async def test_pure_examples_are_deterministic(
 @pytest.mark.skipif(
     not HAS_LLAMA, reason="llama_cpp is not installed (uv sync --extra local-model)"
 )
-async def test_llm_example_is_deterministic_on_the_local_model(
+async def test_llm_example_replays_byte_for_byte_on_the_local_model(
     client: Client, settings: Settings, tmp_path: Path, local_model_server: LocalModelServer
 ) -> None:
     settings = settings.model_copy(
         update={"models_config": models_config_for(local_model_server, tmp_path)}
     )
-    check_golden("sentiment", await run_twice_and_replay(client, settings, tmp_path, "sentiment"))
+    await run_twice_and_replay(client, settings, tmp_path, "sentiment")
+    # A golden digest of a model's answers would tie the test to one CPU (issue 13).
+    assert "sentiment" not in json.loads(GOLDEN.read_text())
+
+
+async def test_demo_reports_a_digest_that_differs_from_golden(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """`keel demo` names a failed check (and then exits non-zero) instead of printing
+    "DIFFERS" and carrying on."""
+    from cli.keel import _run_mrp_examples
+
+    examples = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, examples)
+    golden = json.loads(GOLDEN.read_text())
+    golden["wordcount"]["reduce"] = "blake3:" + "0" * 64
+    (examples / "golden.json").write_text(json.dumps(golden))
+    async with build_worker(client, settings):
+        failed = await _run_mrp_examples(client, settings, examples, ("wordcount", "invoices"))
+    assert failed == ["examples/mrp/wordcount.yaml: DIFFERS from golden.json"]
