@@ -480,7 +480,9 @@ async def _run_mrp_examples(
         run_id = uuid.uuid4().hex[:16]
         wid = workflow_id_for(job_id, run_id)
         handle = await start_job(
-            client, inp.model_copy(update={"run_id": run_id}), workflow_id=wid,
+            client,
+            inp.model_copy(update={"run_id": run_id}),
+            workflow_id=wid,
             task_queue=settings.task_queue,
         )
         try:
