@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import posixpath
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -87,6 +88,9 @@ with workflow.unsafe.imports_passed_through():
         RLLM_OLLAMA_RETRY,
         RLLM_OLLAMA_TIMEOUT,
     )
+
+
+LOCAL_STEPS_PATCH = "rllm-local-load-and-stats"
 
 
 def _app_error(err: RllmError) -> ApplicationError:
@@ -164,6 +168,36 @@ class RllmApp:
     def __init__(self) -> None:
         self._run = _Run()
         self._step = "start"
+        self._local_steps = False
+
+    async def _short_step(
+        self,
+        name: str,
+        arg: Any,
+        result_type: type,
+        timeout: timedelta,
+        retry: RetryPolicy,
+        summary: str,
+    ) -> Any:
+        """A step that only reads files or writes one row: a local activity when the run
+        began after the patch, a regular activity when it replays an older history."""
+        if self._local_steps:
+            return await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=timeout,
+                retry_policy=retry,
+                summary=summary,
+            )
+        return await workflow.execute_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=timeout,
+            retry_policy=retry,
+            summary=summary,
+        )
 
     @workflow.query(name="step")
     def step(self) -> str:
@@ -173,6 +207,11 @@ class RllmApp:
     @workflow.run
     async def run(self, inp: RllmRunInput) -> RllmRunResult:
         started = workflow.now()
+        # Loading and the stats record only read files or write one row: as local
+        # activities they run inside the workflow task that needs them, which saves two
+        # workflow tasks (about half of a run's overhead, docs/rllm-runtime.md). Runs
+        # recorded before this change replay their remote activities.
+        self._local_steps = workflow.patched(LOCAL_STEPS_PATCH)
         failure: ApplicationError | None = None
         result: RllmRunResult | None = None
         try:
@@ -193,13 +232,13 @@ class RllmApp:
     async def _execute(self, inp: RllmRunInput, started: datetime) -> RllmRunResult:
         state = self._run
         self._step = "load"
-        loaded: LoadedApp = await workflow.execute_activity(
+        loaded: LoadedApp = await self._short_step(
             LOAD_ACTIVITY,
             LoadRequest(path=inp.path, files=inp.files, model=inp.model),
-            result_type=LoadedApp,
-            start_to_close_timeout=RLLM_LOAD_TIMEOUT,
-            retry_policy=RLLM_LOAD_RETRY,
-            summary=f"load {inp.path}",
+            LoadedApp,
+            RLLM_LOAD_TIMEOUT,
+            RLLM_LOAD_RETRY,
+            f"load {inp.path}",
         )
         program = loaded.resolved.root
         state.app, state.version, state.model = program.name, program.version, loaded.model
@@ -472,11 +511,11 @@ class RllmApp:
             own_latency_ms=max(0.0, round(total_ms - state.children_ms, 3)),
             created_at=finished,
         )
-        await workflow.execute_activity(
+        await self._short_step(
             RECORD_STATS_ACTIVITY,
             record,
-            result_type=bool,
-            start_to_close_timeout=RECORD_TIMEOUT,
-            retry_policy=RECORD_RETRY,
-            summary=f"stats of {state.app}",
+            bool,
+            RECORD_TIMEOUT,
+            RECORD_RETRY,
+            f"stats of {state.app}",
         )

@@ -22,6 +22,7 @@ CORPUS: tuple[str, ...] = (
     "rllm_recovered",
     "rllm_composed",
     "rllm_composed_keywords",
+    "rllm_local_steps",
     "mrp_approved",
     "mrp_budget_exceeded",
 )

@@ -237,6 +237,16 @@ async def rllm_success(ctx: Ctx) -> Histories:
     return {"rllm_success": await history_json(handle)}
 
 
+async def rllm_local_steps(ctx: Ctx) -> Histories:
+    """summary.rllm after patch ``rllm-local-load-and-stats``: load and the stats record
+    as local activities (markers), the model call as a regular activity."""
+    ctx.llm.enqueue(ScriptedReply(content=RLLM_SUMMARY))
+    handle = await run_rllm(ctx, "rllm_local_steps", "summary.rllm")
+    result: RllmRunResult = await handle.result()
+    expect(result.retries == 0 and result.output["sentences"] == 1, f"first try: {result}")
+    return {"rllm_local_steps": await history_json(handle)}
+
+
 async def rllm_recovered(ctx: Ctx) -> Histories:
     """summary.rllm: the first answer lacks a required field, the recovery retry fixes it."""
     ctx.llm.enqueue(
@@ -361,6 +371,7 @@ SCENARIOS: dict[str, Scenario] = {
     "demo_approved": demo_approved,
     "rllm_success": rllm_success,
     "rllm_recovered": rllm_recovered,
+    "rllm_local_steps": rllm_local_steps,
     "rllm_composed": rllm_composed,
     "mrp_approved": mrp_approved,
     "mrp_budget_exceeded": mrp_budget_exceeded,

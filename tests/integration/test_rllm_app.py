@@ -202,12 +202,16 @@ async def failure(
 
 
 async def activity_names(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """Every activity the run ran, in order: scheduled ones and local ones (markers)."""
     history = await handle.fetch_history()
-    return [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
+    names: list[str] = []
+    for e in history.events:
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            names.append(e.activity_task_scheduled_event_attributes.activity_type.name)
+        elif e.marker_recorded_event_attributes.marker_name == "core_local_activity":
+            data = e.marker_recorded_event_attributes.details["data"].payloads[0].data
+            names.append(json.loads(data)["activity_type"])
+    return names
 
 
 def user_prompt(req: RecordedRequest) -> str:
