@@ -1,23 +1,21 @@
-"""Keel's overhead per ``.rllm`` run, excluding model time, against a direct LiteLLM call.
+"""An ``.rllm`` run against the floor: one activity calling the same model server.
 
-    uv run python bench/rllm_overhead.py [--runs 30] [--app examples/summary.rllm]
+    uv run python bench/rllm_overhead.py [--runs 50] [--app examples/summary.rllm]
 
 Everything runs on this machine in one process and one run: a Temporal dev server
 (SQLite WAL), a scripted OpenAI-compatible HTTP server answering at once with a valid
-answer, and one Keel worker. Measured:
+answer, and one worker that runs both workflows. Measured, interleaved run by run:
 
-* direct: ``litellm.completion`` to the scripted server with the app's rendered prompt
-  and parameters (LiteLLM's own retries off), N times;
-* keel: the ``RllmApp`` workflow end to end from the client (start -> result), N times:
-  load activity, input check, render, ``rllm.generate`` (gateway call + schema check),
-  stats record. Overhead per run = wall time minus the model time the gateway measured
-  (``llm_latency_ms``, which is the same HTTP call the direct baseline times);
-* the CLI's cold start: ``runllm validate`` and ``runllm run`` (against this server and
-  worker) as subprocesses, wall time, next to ``python -c pass``.
+* floor: ``FloorLLM`` (bench/floor.py), a workflow whose one activity makes the same
+  LiteLLM call to the same server, started and awaited the same way;
+* keel: the ``RllmApp`` workflow on the app (no uses, no blocks) end to end from the
+  client (start -> result): load, input check, render, ``rllm.generate`` (gateway call +
+  schema check), stats record;
+* for reference, a direct ``litellm.completion`` to the server, with no Temporal at all.
 
-Prints p50s and the ratio overhead / direct call; the model time here is an instant
-scripted answer, so the ratio is the worst case: against a real model taking seconds it
-shrinks in proportion.
+Prints p50 and p90 of each, where the last Keel run's time went (from its history), and
+ends with ``ratio <RllmApp p50 / floor p50>``. The model answers at once here, so the
+ratio is the worst case: against a real model taking seconds it shrinks toward 1.
 """
 
 from __future__ import annotations
@@ -27,11 +25,11 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +38,17 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from temporalio.worker import Worker  # noqa: E402
+
 from activities.llm import load_litellm  # noqa: E402
+from bench.floor import FloorCall, FloorLLM, floor_complete  # noqa: E402
 from keel.rllm.contracts import render_prompt, template_variables, validate_input  # noqa: E402
 from keel.rllm.deps import load_app  # noqa: E402
 from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files  # noqa: E402
 from keel.settings import Settings  # noqa: E402
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply  # noqa: E402
 from workers.client import connect  # noqa: E402
-from workers.main import build_worker  # noqa: E402
+from workers.main import WORKFLOWS, build_activities  # noqa: E402
 from workers.services import TemporalDevServer, free_port  # noqa: E402
 
 TEXT = (
@@ -103,22 +104,7 @@ async def history_steps(client: Any, workflow_id: str) -> list[tuple[str, float]
     return steps
 
 
-def subprocess_ms(argv: list[str], env: dict[str, str], runs: int) -> tuple[list[float], str]:
-    times: list[float] = []
-    out = ""
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        times.append((time.perf_counter() - t0) * 1000)
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(argv)} exited {proc.returncode}: {proc.stdout}{proc.stderr}"
-            )
-        out = proc.stdout
-    return times, out
-
-
-async def main(runs: int, app_path: Path, cli_runs: int) -> None:
+async def main(runs: int, app_path: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-rllm-"))
     resolved = load_app(app_path)
     program = resolved.root
@@ -137,7 +123,7 @@ async def main(runs: int, app_path: Path, cli_runs: int) -> None:
             task_queue=f"bench-{uuid.uuid4()}", models_config=cfg,
         )  # fmt: skip
         try:
-            # -- direct LiteLLM baseline ------------------------------------------------
+            # -- direct LiteLLM, for reference -----------------------------------------
             litellm = load_litellm()
             inputs = validate_input(program, {"text": TEXT})
             prompt = render_prompt(program, template_variables(program, inputs))
@@ -157,15 +143,30 @@ async def main(runs: int, app_path: Path, cli_runs: int) -> None:
                 if i >= 3:
                     direct.append((time.perf_counter() - t0) * 1000)
 
-            # -- the RllmApp workflow ----------------------------------------------------
+            # -- the floor and RllmApp, interleaved, one worker ------------------------
             client = await connect(settings)
             files = bundle_files(app_path)
+            floor: list[float] = []
             wall: list[float] = []
             model_ms: list[float] = []
             overhead: list[float] = []
-            async with build_worker(client, settings):
-                for i in range(runs + 3):
+            worker = Worker(
+                client,
+                task_queue=settings.task_queue,
+                workflows=[*WORKFLOWS, FloorLLM],
+                activities=[*build_activities(settings), floor_complete],
+                activity_executor=ThreadPoolExecutor(max_workers=8),
+            )
+            async with worker:
+                for i in range(runs + 3):  # the first three warm up imports and caches
                     t0 = time.perf_counter()
+                    await client.execute_workflow(
+                        FloorLLM.run,
+                        FloorCall(api_base=model.base_url, prompt=prompt),
+                        id=f"floor/{uuid.uuid4()}",
+                        task_queue=settings.task_queue,
+                    )
+                    t1 = time.perf_counter()
                     last_id = f"rllm/{program.name}/{uuid.uuid4()}"
                     result: RllmRunResult = await client.execute_workflow(
                         "RllmApp",
@@ -174,67 +175,40 @@ async def main(runs: int, app_path: Path, cli_runs: int) -> None:
                         task_queue=settings.task_queue,
                         result_type=RllmRunResult,
                     )
-                    ms = (time.perf_counter() - t0) * 1000
+                    t2 = time.perf_counter()
                     if result.retries:
                         raise RuntimeError(f"unexpected retry: {result.attempts}")
                     if i >= 3:
+                        floor.append((t1 - t0) * 1000)
+                        ms = (t2 - t1) * 1000
                         wall.append(ms)
                         model_ms.append(result.llm_latency_ms)
                         overhead.append(ms - result.llm_latency_ms)
-
                 steps = await history_steps(client, last_id)
-
-                # -- CLI cold start ------------------------------------------------------
-                env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-                env.update(
-                    KEEL_ENV="test", KEEL_TEMPORAL_ADDRESS=server.address,
-                    KEEL_TASK_QUEUE=settings.task_queue, KEEL_DATA_DIR=str(settings.data_dir),
-                    KEEL_MODELS_CONFIG=str(cfg),
-                )  # fmt: skip
-                runllm = [sys.executable, "-m", "cli.runllm"]
-                python_ms, _ = await asyncio.to_thread(
-                    subprocess_ms, [sys.executable, "-c", "pass"], env, cli_runs
-                )
-                validate_ms, _ = await asyncio.to_thread(
-                    subprocess_ms, [*runllm, "validate", str(app_path)], env, cli_runs
-                )
-                run_ms, out = await asyncio.to_thread(
-                    subprocess_ms, [*runllm, "run", str(app_path), "-i", TEXT], env, cli_runs
-                )
-                assert json.loads(out)["output"], out
         finally:
             server.stop()
 
-    d = p50(direct)
     print(f"app {program.name} ({app_path}), {runs} runs each after 3 warm-up runs, this machine")
     print("model: scripted OpenAI-compatible HTTP server on loopback, instant valid answer")
-    print(f"{'':<44}{'p50 ms':>9}{'p90 ms':>9}")
+    print(f"{'':<48}{'p50 ms':>9}{'p90 ms':>9}")
     rows = (
-        ("direct litellm.completion (baseline)", direct),
+        ("direct litellm.completion (no Temporal)", direct),
+        ("floor: FloorLLM, one activity, same call", floor),
         ("RllmApp workflow, wall (client start->result)", wall),
         ("  of which model time (gateway-measured)", model_ms),
         ("  Keel overhead = wall - model time", overhead),
     )
     for name, values in rows:
-        print(f"{name:<44}{p50(values):>9.1f}{p90(values):>9.1f}")
-    print(f"overhead per run / direct call (p50s): {p50(overhead) / d:.1f}x")
-    print(f"workflow wall / direct call (p50s):    {p50(wall) / d:.1f}x")
-    print("where the last run's time went (from its history, ms):")
+        print(f"{name:<48}{p50(values):>9.1f}{p90(values):>9.1f}")
+    print("where the last RllmApp run's time went (from its history, ms):")
     for name, ms in steps:
-        print(f"  {name:<42}{ms:>9.1f}")
-    print(f"CLI cold start, {cli_runs} runs each (subprocess wall time):")
-    for name, values in (
-        ("python -c pass", python_ms),
-        ("runllm validate", validate_ms),
-        ("runllm run (server + worker already up)", run_ms),
-    ):
-        print(f"  {name:<42}{p50(values):>9.1f}{p90(values):>9.1f}")
+        print(f"  {name:<46}{ms:>9.1f}")
+    print(f"ratio {p50(wall) / p50(floor):.2f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--cli-runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--app", type=Path, default=ROOT / "examples" / "summary.rllm")
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.app, args.cli_runs))
+    asyncio.run(main(args.runs, args.app))

@@ -1,0 +1,72 @@
+"""The floor: the least work of a given shape that the same Temporal server can do.
+
+The latency benches run these beside Keel's own workflows, on the same server and worker
+process, so that each prints Keel's time as a ratio of what Temporal itself needs:
+
+* ``FloorLLM``: a workflow that runs one activity, which makes one LiteLLM call to the
+  given OpenAI-compatible server and returns its text; started and awaited like
+  ``RllmApp``;
+* ``FloorGate``: a workflow that waits for one Update, whose handler records the decision
+  and returns the state; the workflow then completes, like ``ApprovalGate``.
+
+Nothing here is Keel: no schema check, no stats, no audit, no sandbox.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio import activity, workflow
+
+
+class FloorCall(BaseModel):
+    api_base: str
+    prompt: str
+
+
+class FloorState(BaseModel):
+    decision: str = ""
+    actor: str = ""
+
+
+@activity.defn(name="floor.complete")
+async def floor_complete(call: FloorCall) -> str:
+    """One chat completion through LiteLLM, its own retries off."""
+    from activities.llm import load_litellm_async
+
+    litellm = await load_litellm_async()
+    resp = await litellm.acompletion(
+        model="openai/scripted",
+        api_base=call.api_base,
+        api_key="no-key",
+        messages=[{"role": "user", "content": call.prompt}],
+        response_format={"type": "json_object"},
+        num_retries=0,
+    )
+    return str(resp.choices[0].message.content)
+
+
+@workflow.defn(name="FloorLLM")
+class FloorLLM:
+    @workflow.run
+    async def run(self, call: FloorCall) -> str:
+        return await workflow.execute_activity(
+            floor_complete, call, start_to_close_timeout=timedelta(minutes=1)
+        )
+
+
+@workflow.defn(name="FloorGate")
+class FloorGate:
+    def __init__(self) -> None:
+        self._state = FloorState()
+
+    @workflow.run
+    async def run(self) -> FloorState:
+        await workflow.wait_condition(lambda: bool(self._state.decision))
+        return self._state
+
+    @workflow.update
+    async def decide(self, decision: FloorState) -> FloorState:
+        self._state = decision
+        return self._state
