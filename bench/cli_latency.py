@@ -1,0 +1,121 @@
+"""CLI wall time against the floor: a Python that imports the Temporal client and makes one RPC.
+
+    uv run python bench/cli_latency.py [--runs 10]
+
+One dev server (SQLite WAL), one scripted OpenAI-compatible server and one worker run in
+this process; each command runs as a subprocess, as a person would type it, one after
+the other so that each round sees the same machine:
+
+* floor: ``python -c`` that imports ``temporalio.client``, connects and makes one RPC
+  (``count_workflows``) to the same server;
+* ``runllm run examples/summary.rllm`` against that server and worker (the model answers
+  at once, so this is the CLI's own cost plus one workflow);
+* ``mrp run --help`` (imports and help text only) and ``python -c pass`` for reference.
+
+Prints p50 and p90 of each and ends with ``ratio <runllm run p50 / floor p50>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from keel.settings import Settings  # noqa: E402
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply  # noqa: E402
+from workers.client import connect  # noqa: E402
+from workers.main import build_worker  # noqa: E402
+from workers.services import TemporalDevServer, free_port  # noqa: E402
+
+ANSWER = '{"summary": "Workers replay history.", "sentences": 1}'
+FLOOR = (
+    "import asyncio, os, sys\n"
+    "from temporalio.client import Client\n"
+    "async def main():\n"
+    "    client = await Client.connect(sys.argv[1])\n"
+    "    await client.count_workflows()\n"
+    "asyncio.run(main())\n"
+    "os._exit(0)  # sdk-python issue 300: a crash at exit after client use\n"
+)
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    ms = (time.perf_counter() - t0) * 1000
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stdout}{proc.stderr}")
+    return ms, proc.stdout
+
+
+def p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10)[-1] if len(values) > 2 else max(values)
+
+
+async def main(runs: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-cli-"))
+    server = TemporalDevServer(tmp / "t.db", tmp / "t.log", port=free_port(), ui_port=None)
+    server.start()
+    try:
+        with ScriptedOpenAIServer(default=ScriptedReply(content=ANSWER)) as model:
+            cfg = tmp / "models.yaml"
+            cfg.write_text(
+                "default: local\nmodels:\n  local:\n    litellm_model: openai/scripted\n"
+                f"    api_base: {model.base_url}\n    input_cost_per_token: 0.0\n"
+                "    output_cost_per_token: 0.0\n"
+            )
+            settings = Settings(
+                env="test", data_dir=tmp / "keel", temporal_address=server.address,
+                task_queue=f"bench-{uuid.uuid4()}", models_config=cfg,
+            )  # fmt: skip
+            env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+            env.update(
+                KEEL_ENV="test", KEEL_TEMPORAL_ADDRESS=server.address,
+                KEEL_TASK_QUEUE=settings.task_queue, KEEL_DATA_DIR=str(settings.data_dir),
+                KEEL_MODELS_CONFIG=str(cfg),
+            )  # fmt: skip
+            py = sys.executable
+            commands = {
+                "python -c pass": [py, "-c", "pass"],
+                "floor: import temporalio.client + 1 RPC": [py, "-c", FLOOR, server.address],
+                "runllm run examples/summary.rllm": [
+                    *(py, "-m", "cli.runllm", "run", "examples/summary.rllm"),
+                    *("-i", "Workers replay."),
+                ],
+                "mrp run --help": [py, "-m", "cli.mrp", "run", "--help"],
+            }
+            times: dict[str, list[float]] = {name: [] for name in commands}
+            client = await connect(settings)
+            async with build_worker(client, settings):
+                for i in range(runs + 1):  # the first round warms the page cache
+                    for name, argv in commands.items():
+                        ms, out = await asyncio.to_thread(timed, argv, env)
+                        if name.startswith("runllm"):
+                            assert json.loads(out)["output"], out
+                        if i:
+                            times[name].append(ms)
+    finally:
+        server.stop()
+    print(f"{runs} runs of each command (subprocess wall time), server and worker up, this machine")
+    print(f"{'command':<44}{'p50 ms':>9}{'p90 ms':>9}")
+    for name, values in times.items():
+        print(f"{name:<44}{statistics.median(values):>9.1f}{p90(values):>9.1f}")
+    floor = statistics.median(times["floor: import temporalio.client + 1 RPC"])
+    print(f"ratio {statistics.median(times['runllm run examples/summary.rllm']) / floor:.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    asyncio.run(main(parser.parse_args().runs))
