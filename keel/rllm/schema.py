@@ -479,6 +479,18 @@ def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str
         meant = [es for es in branches.values() if not any(_branch_misses(e, path) for e in es)]
         if len(meant) == 1:
             return [m for e in meant[0] for m in _message(e)]
+        types: list[str] = []
+        for es in branches.values():
+            for e in es:
+                if e.validator == "type" and list(e.absolute_path) == path:
+                    want_t = e.validator_value
+                    types += want_t if isinstance(want_t, list) else [want_t]
+        if not meant and len(types) >= len(branches):
+            # Every form is of another type (an optional field): say which types fit.
+            names = list(dict.fromkeys(types))
+            return [
+                (path, f"expected {' or '.join(names)}, got {json_type_of(got)} {preview(got)}")
+            ]
         return [(path, f"matches none of the {len(want)} allowed forms ({kw}), got {preview(got)}")]
     if kw == "oneOf":
         return [(path, f"matches more than one of the allowed forms (oneOf), got {preview(got)}")]
@@ -516,7 +528,10 @@ def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str
         return [(path, f"must be a valid {want}, got {preview(got)}")]
     if kw == "not":
         return [(path, f"must not match {preview(want)}, got {preview(got)}")]
-    if kw is None or want is False:  # the schema 'false' (e.g. 'items: false')
+    if kw == "items" and want is False:  # no items beyond prefixItems
+        n = len((err.schema or {}).get("prefixItems", []))
+        return [(path, f"must have at most {_plural(n, 'item')}, got {len(got)}")]
+    if kw is None:  # the schema 'false', e.g. a property declared as 'false'
         return [(path, f"no value is allowed here, got {preview(got)}")]
     # Rare keywords (unevaluatedProperties, contains, propertyNames...): jsonschema's own
     # wording, cut to a length a prompt can carry.

@@ -213,3 +213,51 @@ def test_format_path():
 )
 def test_compatibility(source, target, fits):
     assert (compatibility_problems(source, target) == []) is fits
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "lines"),
+    [
+        ({"type": "string", "pattern": "^a"}, "b", ["$: must match the pattern '^a', got \"b\""]),
+        ({"const": 3}, 4, ["$: must be 3, got 4"]),
+        ({"type": "integer", "exclusiveMinimum": 0}, 0, ["$: must be > 0, got 0"]),
+        ({"type": "string", "minLength": 2.0}, "a", ["$: must have at least 2 characters, got 1"]),
+        ({"type": "array", "uniqueItems": True}, [1, 1], ["$: items must be unique"]),
+        ({"type": "array", "items": False}, [1], ["$: must have at most 0 items, got 1"]),
+        ({"not": {"type": "null"}}, None, ['$: must not match {"type": "null"}, got null']),
+        (
+            {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "x",
+            ['$: expected integer or null, got string "x"'],
+        ),
+        (
+            {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+            1,
+            ["$: matches more than one of the allowed forms (oneOf), got 1"],
+        ),
+        (
+            # A discriminated union: the branch whose 'kind' matches gives the issues.
+            {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "properties": {"kind": {"const": "a"}, "n": {"type": "integer"}},
+                    },
+                    {
+                        "type": "object",
+                        "properties": {"kind": {"const": "b"}, "s": {"type": "string"}},
+                    },
+                ]
+            },
+            {"kind": "b", "s": 1},
+            ["$.s: expected string, got integer 1"],
+        ),
+        (
+            {"$defs": {"P": {"type": "object", "required": ["x"]}}, "items": {"$ref": "#/$defs/P"}},
+            [{}],
+            ["$[0].x: required property is missing"],
+        ),
+    ],
+)
+def test_messages_for_the_wider_keywords(schema, value, lines):
+    assert [i.line() for i in validate_instance(schema, value)] == lines

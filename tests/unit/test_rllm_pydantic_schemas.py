@@ -1,0 +1,107 @@
+"""``.rllm`` apps whose schemas come from pydantic's ``model_json_schema()``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from keel.rllm import check_output, validate_input
+from keel.rllm.errors import InputSchemaError
+from keel.rllm.parser import parse_text
+from keel.rllm.render import render_recovery
+from tests.support.pydantic_schemas import TicketIn, TicketOut, ticket_app
+
+GOOD_INPUT = {
+    "text": "My parcel never came.",
+    "customer": {"name": "Ada", "email": "ada@example.org", "address": {"city": "Lyon"}},
+}
+GOOD_ANSWER = {
+    "priority": "high",
+    "summary": "Parcel lost",
+    "actions": [{"kind": "refund", "amount": 12.5}, {"kind": "reply"}],
+}
+
+
+@pytest.fixture(scope="module")
+def program():
+    return parse_text(ticket_app())
+
+
+def test_pydantic_schemas_load_as_they_are(program):
+    assert "$defs" in program.input_schema and "$defs" in program.output_schema
+    assert program.output_schema == TicketOut.model_json_schema()
+
+
+def test_valid_input_gets_defaults_through_refs_and_fits_the_model(program):
+    filled = validate_input(program, GOOD_INPUT)
+    assert filled["channel"] == "mail"
+    # Defaults of a nested model reached through $ref are filled too.
+    assert filled["customer"]["address"] == {"city": "Lyon", "postcode": None}
+    assert filled["customer"]["billing"] is None
+    TicketIn.model_validate(filled)
+
+
+@pytest.mark.parametrize(
+    ("change", "lines"),
+    [
+        (
+            {"customer": {"name": "Ada", "email": "ada@example.org", "address": {"city": "L"}}},
+            ["$.customer.address.city: must have at least 2 characters, got 1"],
+        ),
+        (
+            {"customer": {"name": "Ada", "email": "not-an-email", "address": {"city": "Lyon"}}},
+            ['$.customer.email: must be a valid email, got "not-an-email"'],
+        ),
+        (
+            {
+                "customer": {
+                    "name": "Ada",
+                    "email": "ada@example.org",
+                    "address": {"city": "Lyon"},
+                    "billing": {"postcode": 69001},
+                }
+            },
+            [
+                "$.customer.billing.city: required property is missing",
+                "$.customer.billing.postcode: expected string or null, got integer 69001",
+            ],
+        ),
+        ({"channel": "fax"}, ['$.channel: must be one of ["mail", "chat"], got "fax"']),
+        ({"customer": None}, ["$.customer: expected object, got null null"]),
+    ],
+)
+def test_invalid_input_names_the_path(program, change, lines):
+    with pytest.raises(InputSchemaError) as info:
+        validate_input(program, {**GOOD_INPUT, **change})
+    issues = info.value.details["issues"]
+    assert [f"{i['path']}: {i['message']}" for i in issues] == lines
+
+
+def test_valid_answer_fits_the_model(program):
+    check = check_output(json.dumps(GOOD_ANSWER), program.llm_output_schema())
+    assert check.ok and check.value is not None
+    TicketOut.model_validate(check.value)
+
+
+def test_bad_answer_issues_and_recovery_prompt_name_the_paths(program):
+    bad = json.dumps(
+        {
+            "priority": "urgent",
+            "summary": "x" * 90,
+            "actions": [{"kind": "refund", "amount": -3}, {"kind": "call"}],
+            "follow_up": {"city": 7},
+        }
+    )
+    check = check_output(bad, program.llm_output_schema())
+    lines = [i.line() for i in check.issues]
+    assert lines == [
+        "$.actions[0].amount: must be >= 0, got -3",
+        '$.actions[1].kind: must be one of ["refund", "reply", "escalate"], got "call"',
+        "$.follow_up.city: expected string, got integer 7",
+        '$.priority: must be one of ["low", "high"], got "urgent"',
+        "$.summary: must have at most 80 characters, got 90",
+    ]
+    prompt = render_recovery(None, check.issues, bad, program.llm_output_schema())
+    for line in lines:
+        assert f"- {line}" in prompt
