@@ -64,6 +64,7 @@ from keel.rllm.schema import (
     ValidationIssue,
     check_schema,
     json_type_of,
+    resolve_local,
     validate_instance,
 )
 
@@ -533,15 +534,16 @@ class _Scope:
         if root in self.pre_outputs:
             return None
         if root in self.inputs:
-            return _subpath_problem(self.inputs[root], list(parts))
+            return _subpath_problem(self.input_schema, self.inputs[root], list(parts))
         return f"unknown variable {root!r}{_suggest(root, self.known())}; known variables: " + (
             ", ".join(self.known()) or "none"
         )
 
 
-def _subpath_problem(schema: Any, parts: list[str]) -> str | None:
+def _subpath_problem(root: dict[str, Any], schema: Any, parts: list[str]) -> str | None:
     for i in range(1, len(parts)):
         here, part = ".".join(parts[:i]), parts[i]
+        schema = resolve_local(root, schema)
         if not isinstance(schema, dict):
             return None
         types = schema.get("type")

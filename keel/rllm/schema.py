@@ -23,7 +23,7 @@ import difflib
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import jsonschema
 import referencing
@@ -221,7 +221,7 @@ def schema_types(schema: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(JSON_TYPES)
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 

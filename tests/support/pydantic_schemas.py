@@ -11,7 +11,7 @@ import json
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Priority(StrEnum):
@@ -20,6 +20,8 @@ class Priority(StrEnum):
 
 
 class Address(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     city: str = Field(min_length=2)
     postcode: str | None = None
 

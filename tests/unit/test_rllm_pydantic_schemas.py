@@ -7,7 +7,7 @@ import json
 import pytest
 
 from keel.rllm import check_output, validate_input
-from keel.rllm.errors import InputSchemaError
+from keel.rllm.errors import InputSchemaError, ParseError
 from keel.rllm.parser import parse_text
 from keel.rllm.render import render_recovery
 from tests.support.pydantic_schemas import TicketIn, TicketOut, ticket_app
@@ -105,3 +105,11 @@ def test_bad_answer_issues_and_recovery_prompt_name_the_paths(program):
     prompt = render_recovery(None, check.issues, bad, program.llm_output_schema())
     for line in lines:
         assert f"- {line}" in prompt
+
+
+def test_template_fields_are_checked_through_refs():
+    # Address forbids extra keys, so a misspelt field behind two $refs is caught at load.
+    parse_text(ticket_app(prompt="{{ text }} from {{ customer.address.city }}\n"))
+    with pytest.raises(ParseError) as info:
+        parse_text(ticket_app(prompt="{{ text }} from {{ customer.address.town }}\n"))
+    assert "'customer.address' has no property 'town'" in info.value.message
