@@ -58,7 +58,7 @@ def schema_of(model: type[BaseModel], *, declare_draft: bool = False) -> dict[st
     return schema
 
 
-def ticket_app(name: str = "ticket", prompt: str = "Triage: {{ text }}\n") -> str:
+def ticket_app(name: str = "ticket", prompt: str = "Triage: {{ text }}\n", extra: str = "") -> str:
     """An app whose input and output schemas are exactly what pydantic exports."""
     return (
         "---\n"
@@ -71,5 +71,6 @@ def ticket_app(name: str = "ticket", prompt: str = "Triage: {{ text }}\n") -> st
         f"output_schema: {json.dumps(schema_of(TicketOut))}\n"
         "llm: {provider: keel, model: local}\n"
         "llm_params: {temperature: 0, max_tokens: 200}\n"
+        f"{extra}"
         "---\n" + prompt
     )

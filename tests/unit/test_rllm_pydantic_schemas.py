@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from keel.rllm import check_output, validate_input
-from keel.rllm.errors import InputSchemaError, ParseError
+from keel.rllm import check_output, load_app, validate_input
+from keel.rllm.errors import DependencyResolutionError, InputSchemaError, ParseError
 from keel.rllm.parser import parse_text
 from keel.rllm.render import render_recovery
 from tests.support.pydantic_schemas import TicketIn, TicketOut, ticket_app
@@ -113,3 +113,37 @@ def test_template_fields_are_checked_through_refs():
     with pytest.raises(ParseError) as info:
         parse_text(ticket_app(prompt="{{ text }} from {{ customer.address.town }}\n"))
     assert "'customer.address' has no property 'town'" in info.value.message
+
+
+CITY_APP = """---
+name: city
+description: Says something about a city.
+version: 1.0.0
+author: tests
+max_context_window: 1024
+input_schema:
+  city: {type}
+output_schema:
+  answer: string
+llm: {{provider: keel, model: local}}
+llm_params: {{temperature: 0, max_tokens: 64}}
+---
+About {{{{ city }}}}.
+"""
+
+USES_CITY = (
+    "uses:\n  - path: city.rllm\n    alias: geo\n"
+    "    input_map: {city: customer.address.city}\n    exposes: [answer]\n"
+)
+
+
+@pytest.mark.parametrize(("child_type", "fits"), [("string", True), ("integer", False)])
+def test_composition_reads_parent_fields_through_refs(tmp_path, child_type, fits):
+    (tmp_path / "city.rllm").write_text(CITY_APP.format(type=child_type))
+    (tmp_path / "ticket.rllm").write_text(ticket_app(extra=USES_CITY))
+    if fits:
+        assert load_app(tmp_path / "ticket.rllm").graph.edges[0].alias == "geo"
+        return
+    with pytest.raises(DependencyResolutionError) as info:
+        load_app(tmp_path / "ticket.rllm")
+    assert "city: may be string but integer is expected" in info.value.message
