@@ -351,6 +351,10 @@ def _check_io_schemas(data: dict[str, Any], f: _File) -> None:
                 schema = data[key] = compile_picoschema(schema, where=key)
             except PicoschemaError as e:
                 problems.append(e.issue)
+        elif "$ref" in schema and "properties" not in schema:
+            # pydantic exports a recursive model as a top-level $ref into $defs; its
+            # properties are needed at the top (template variables, output fields).
+            schema = data[key] = resolve_local(schema, schema)
         if not problems:
             problems = _top_level_problems(key, schema) + check_schema(schema, where=key)
         if problems:

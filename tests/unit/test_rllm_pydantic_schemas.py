@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import BaseModel
 
 from keel.rllm import check_output, load_app, validate_input
 from keel.rllm.errors import DependencyResolutionError, InputSchemaError, ParseError
@@ -147,3 +148,25 @@ def test_composition_reads_parent_fields_through_refs(tmp_path, child_type, fits
     with pytest.raises(DependencyResolutionError) as info:
         load_app(tmp_path / "ticket.rllm")
     assert "city: may be string but integer is expected" in info.value.message
+
+
+class Node(BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+def test_recursive_model_with_a_top_level_ref_is_inlined_at_the_top():
+    schema = Node.model_json_schema()
+    assert set(schema) == {"$defs", "$ref"}  # what pydantic exports for a recursive model
+    text = ticket_app().replace(
+        f"output_schema: {json.dumps(TicketOut.model_json_schema())}",
+        f"output_schema: {json.dumps(schema)}",
+    )
+    program = parse_text(text)
+    assert "$ref" not in program.output_schema
+    assert program.output_schema["required"] == ["name"]
+    bad = '{"name": "root", "children": [{"name": "a", "children": [{"children": []}]}]}'
+    check = check_output(bad, program.llm_output_schema())
+    assert [i.line() for i in check.issues] == [
+        "$.children[0].children[0].name: required property is missing"
+    ]
