@@ -255,9 +255,12 @@ def check_schema(schema: Any, *, where: str = "schema") -> list[ValidationIssue]
         ]
     if isinstance(schema, dict) and "$schema" in schema:
         declared = schema["$schema"]
-        if validator_class({"$schema": declared}) is jsonschema.Draft3Validator or (
-            validator_class({"$schema": declared}) is jsonschema.Draft202012Validator
-            and str(declared).rstrip("#") != DRAFT_2020_12
+        # An unknown URI would silently fall back to 2020-12; draft 3 is too unlike it.
+        cls = validator_class({"$schema": declared}) if isinstance(declared, str) else None
+        if (
+            cls is None
+            or cls is jsonschema.Draft3Validator
+            or (cls is jsonschema.Draft202012Validator and declared.rstrip("#") != DRAFT_2020_12)
         ):
             return [
                 ValidationIssue(

@@ -61,6 +61,8 @@ def test_standard_schemas_are_accepted(schema):
         ({"items": {"$ref": "other.json#/x"}}, "s.items.$ref", "nothing is fetched"),
         ({"$ref": "#/$defs/Missing"}, "s.$ref", "points to nothing"),
         ({"$schema": "http://example.com/my-draft"}, "s.$schema", "unsupported $schema"),
+        ({"$schema": "http://json-schema.org/draft-03/schema#"}, "s.$schema", "unsupported"),
+        ({"$schema": {"a": 1}}, "s.$schema", "unsupported $schema"),
         ({"type": "text"}, "s.type", 'unknown type "text"'),
         ({"type": "string", "pattern": "("}, "s.pattern", "not a valid regular expression"),
         ({"type": "integer", "maxLength": 3}, "s.maxLength", "has no effect on type"),
