@@ -1,9 +1,9 @@
 """``.rllm`` apps: single-shot LLM programs with typed input and output (format v0.1).
 
 Pure domain code for the ``RllmApp`` workflow and the ``runllm`` CLI: parsing and
-validation (:mod:`~keel.rllm.parser`), the models (:mod:`~keel.rllm.model`), the schema
-subset (:mod:`~keel.rllm.schema`), templates and recovery prompts
-(:mod:`~keel.rllm.render`), token estimates (:mod:`~keel.rllm.estimate`), typed I/O
+validation (:mod:`~keel.rllm.parser`), the models (:mod:`~keel.rllm.model`), JSON Schema
+checks (:mod:`~keel.rllm.schema`) and Picoschema (:mod:`~keel.rllm.picoschema`), templates
+and recovery prompts (:mod:`~keel.rllm.render`), token estimates (:mod:`~keel.rllm.estimate`), typed I/O
 (:mod:`~keel.rllm.contracts`, :mod:`~keel.rllm.output`), composition
 (:mod:`~keel.rllm.deps`) and the error payloads (:mod:`~keel.rllm.errors`).
 The format is specified in docs/rllm-spec.md, the errors in docs/rllm-errors.md.

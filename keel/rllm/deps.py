@@ -29,7 +29,7 @@ from keel.digest import digest_json
 from keel.rllm.errors import DependencyResolutionError, RllmError
 from keel.rllm.model import LLMSpec, RllmProgram, UseSpec
 from keel.rllm.parser import load
-from keel.rllm.schema import compatibility_problems
+from keel.rllm.schema import compatibility_problems, resolve_local
 
 Loader = Callable[[Path], RllmProgram]
 
@@ -191,17 +191,20 @@ def _ref_schema(
             return None, False
         schema = out.get("properties", {}).get(field)
         optional = field not in out.get("required", [])
-        return _walk(schema, parts[2:], optional)
+        return _walk(out, schema, parts[2:], optional)
     props = parent.input_schema.get("properties", {})
     if parts[0] not in props:
         return None, False  # a pre-block output: untyped until it runs
     schema = props[parts[0]]
     optional = parts[0] not in parent.input_schema.get("required", []) and "default" not in schema
-    return _walk(schema, parts[1:], optional)
+    return _walk(parent.input_schema, schema, parts[1:], optional)
 
 
-def _walk(schema: Any, rest: list[str], optional: bool) -> tuple[dict[str, Any] | None, bool]:
+def _walk(
+    root: Mapping[str, Any], schema: Any, rest: list[str], optional: bool
+) -> tuple[dict[str, Any] | None, bool]:
     for part in rest:
+        schema = resolve_local(root, schema)
         if not isinstance(schema, dict):
             return None, optional
         props = schema.get("properties", {})

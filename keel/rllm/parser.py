@@ -13,7 +13,7 @@ Layout of a file (docs/rllm-spec.md has the full reference)::
 
 Everything is checked at load, so a file that loads can only fail at run time because
 of its input, the model, or a Python block: YAML errors carry a line and column, each
-frontmatter problem names its key, schemas must stay in the supported subset, model
+frontmatter problem names its key, schemas must be sound JSON Schema (or Picoschema), model
 parameters are checked against the allowlist, every template variable must be declared,
 and every Python block must compile. The only I/O is :func:`load` reading the file.
 """
@@ -49,6 +49,7 @@ from keel.rllm.model import (
     UseSpec,
 )
 from keel.rllm.params import answer_tokens, validate_llm_params
+from keel.rllm.picoschema import PicoschemaError, compile_picoschema, is_json_schema
 from keel.rllm.render import (
     RECOVERY_FIELDS,
     RESERVED_ROOT,
@@ -59,10 +60,11 @@ from keel.rllm.render import (
 )
 from keel.rllm.schema import (
     NOT_ALLOWED,
-    SUBSET_META_SCHEMA,
+    SCHEMA_META_SCHEMA,
     ValidationIssue,
     check_schema,
     json_type_of,
+    resolve_local,
     validate_instance,
 )
 
@@ -340,30 +342,21 @@ def _check_frontmatter(data: Any, f: _File) -> dict[str, Any]:
 
 
 def _check_io_schemas(data: dict[str, Any], f: _File) -> None:
+    """Compile Picoschema, then check both schemas; ``data`` keeps the JSON Schema."""
     for key in ("input_schema", "output_schema"):
         schema = data[key]
         problems: list[ValidationIssue] = []
-        if schema.get("type") != "object":
-            problems.append(_issue(f"{key}.type", "must be 'object' at the top level"))
-        props = schema.get("properties")
-        if not isinstance(props, dict):
-            problems.append(_issue(f"{key}.properties", "is required at the top level"))
-        problems += check_schema(schema, where=key)
-        if isinstance(props, dict):
-            for name in props:
-                if not _IDENT.match(name):
-                    problems.append(
-                        _issue(
-                            f"{key}.properties.{name}",
-                            "top-level property names must be identifiers (letters, digits, _)",
-                        )
-                    )
-                elif name == RESERVED_ROOT:
-                    problems.append(
-                        _issue(f"{key}.properties.{name}", f"{RESERVED_ROOT!r} is reserved")
-                    )
-            if key == "output_schema" and not props:
-                problems.append(_issue(f"{key}.properties", "must declare at least one property"))
+        if not is_json_schema(schema):
+            try:
+                schema = data[key] = compile_picoschema(schema, where=key)
+            except PicoschemaError as e:
+                problems.append(e.issue)
+        elif "$ref" in schema and "properties" not in schema:
+            # pydantic exports a recursive model as a top-level $ref into $defs; its
+            # properties are needed at the top (template variables, output fields).
+            schema = data[key] = resolve_local(schema, schema)
+        if not problems:
+            problems = _top_level_problems(key, schema) + check_schema(schema, where=key)
         if problems:
             first = problems[0]
             parts = first.path.split(".")
@@ -371,15 +364,39 @@ def _check_io_schemas(data: dict[str, Any], f: _File) -> None:
             raise f.meta_error(
                 parts,
                 first.message + more,
-                expected_schema=SUBSET_META_SCHEMA,
+                expected_schema=SCHEMA_META_SCHEMA,
                 data=data,
                 hint=(
-                    "Schemas use a JSON Schema subset: type, properties, required, items, "
-                    "enum, minimum, maximum, minLength, maxLength, minItems, maxItems, "
-                    "additionalProperties, description, default (docs/rllm-spec.md)."
+                    "Schemas are JSON Schema (Draft 2020-12, local $ref only) or Picoschema; "
+                    "the top level is an object with properties (docs/rllm-spec.md)."
                 ),
                 issues=[p.model_dump() for p in problems],
             )
+
+
+def _top_level_problems(key: str, schema: dict[str, Any]) -> list[ValidationIssue]:
+    # Top-level properties are template variables and output fields, so they must be
+    # written out at the top (not behind a $ref or a combinator).
+    problems: list[ValidationIssue] = []
+    if schema.get("type", "object") != "object":
+        problems.append(_issue(f"{key}.type", "must be 'object' at the top level"))
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        problems.append(_issue(f"{key}.properties", "is required at the top level"))
+        return problems
+    for name in props:
+        if not _IDENT.match(name):
+            problems.append(
+                _issue(
+                    f"{key}.properties.{name}",
+                    "top-level property names must be identifiers (letters, digits, _)",
+                )
+            )
+        elif name == RESERVED_ROOT:
+            problems.append(_issue(f"{key}.properties.{name}", f"{RESERVED_ROOT!r} is reserved"))
+    if key == "output_schema" and not props:
+        problems.append(_issue(f"{key}.properties", "must declare at least one property"))
+    return problems
 
 
 def _issue(path: str, message: str) -> ValidationIssue:
@@ -521,15 +538,16 @@ class _Scope:
         if root in self.pre_outputs:
             return None
         if root in self.inputs:
-            return _subpath_problem(self.inputs[root], list(parts))
+            return _subpath_problem(self.input_schema, self.inputs[root], list(parts))
         return f"unknown variable {root!r}{_suggest(root, self.known())}; known variables: " + (
             ", ".join(self.known()) or "none"
         )
 
 
-def _subpath_problem(schema: Any, parts: list[str]) -> str | None:
+def _subpath_problem(root: dict[str, Any], schema: Any, parts: list[str]) -> str | None:
     for i in range(1, len(parts)):
         here, part = ".".join(parts[:i]), parts[i]
+        schema = resolve_local(root, schema)
         if not isinstance(schema, dict):
             return None
         types = schema.get("type")

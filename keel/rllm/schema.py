@@ -1,109 +1,158 @@
-"""The JSON Schema subset that ``.rllm`` apps may use, and validation against it.
+"""JSON Schema for ``.rllm`` apps: the load-time check, and validation with short messages.
 
-Apps declare ``input_schema`` and ``output_schema`` in a small subset of JSON Schema
-(docs/rllm-spec.md, "Schema subset"). The subset is kept small on purpose: every keyword
-in it means the same in every draft and every validator, a small model can follow it when
-it is pasted into a prompt, and the composition checker in :mod:`keel.rllm.deps` can
-compare two schemas of it statically. Anything else (``pattern``, ``format``, ``$ref``,
-``oneOf``...) is refused when the file is loaded instead of being silently ignored.
+Apps declare ``input_schema`` and ``output_schema`` in JSON Schema Draft 2020-12 (a
+``$schema`` naming draft 4, 6, 7 or 2019-09 selects that draft instead), or in dotprompt's
+Picoschema shorthand, compiled by :mod:`keel.rllm.picoschema`. Any keyword of the draft is
+accepted. :func:`check_schema` refuses at load what cannot work or is almost certainly a
+mistake: a schema the draft's meta-schema rejects, a ``$ref`` that leaves the file (it
+would have to be fetched, and a run must not depend on the network), a local ``$ref``
+that points nowhere, an empty ``enum``, a lower bound above its upper bound, a default
+that fails its own schema, a keyword next to a ``type`` it cannot constrain, and an
+unknown keyword that is one typo away from a real one (unknown keywords are annotations
+in JSON Schema, so ``minLenght`` would otherwise be silently ignored).
 
-Validation itself is delegated to ``jsonschema`` (Draft 2020-12); this module only turns
-its errors into short, deterministic :class:`ValidationIssue` messages that can be quoted
-back to a model in a recovery prompt.
+Validation itself is delegated to ``jsonschema``; this module only turns its errors into
+short, deterministic :class:`ValidationIssue` messages that can be quoted back to a model
+in a recovery prompt.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeGuard
 
 import jsonschema
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
 from pydantic import BaseModel, ConfigDict
-
-SUPPORTED_KEYWORDS = frozenset(
-    {
-        "type",
-        "properties",
-        "required",
-        "items",
-        "enum",
-        "minimum",
-        "maximum",
-        "minLength",
-        "maxLength",
-        "minItems",
-        "maxItems",
-        "additionalProperties",
-        "description",
-        "default",
-    }
-)
 
 JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
 
 #: How every "unexpected property" issue starts (callers recognise it by this prefix).
 NOT_ALLOWED = "property is not allowed"
 
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+
+#: The ``expected_schema`` of errors about an app's ``input_schema`` or ``output_schema``.
+SCHEMA_META_SCHEMA: dict[str, Any] = {
+    "$schema": DRAFT_2020_12,
+    "$ref": DRAFT_2020_12,
+    "description": "A JSON Schema (Draft 2020-12 unless $schema names another draft) "
+    "whose $ref values are local ('#...'), or Picoschema (docs/rllm-spec.md).",
+}
+
+# Keywords whose value is one schema, a list of schemas, or a mapping of name to schema.
+_ONE_SCHEMA = (
+    "additionalItems",
+    "additionalProperties",
+    "contains",
+    "contentSchema",
+    "else",
+    "if",
+    "not",
+    "propertyNames",
+    "then",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
+_SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_MAP = ("$defs", "definitions", "dependentSchemas", "patternProperties", "properties")
+
+#: Every keyword of the drafts ``jsonschema`` knows; an unknown key close to one is a typo.
+KNOWN_KEYWORDS = frozenset(
+    {
+        *_ONE_SCHEMA,
+        *_SCHEMA_LIST,
+        *_SCHEMA_MAP,
+        "$anchor",
+        "$comment",
+        "$dynamicAnchor",
+        "$dynamicRef",
+        "$id",
+        "$recursiveAnchor",
+        "$recursiveRef",
+        "$ref",
+        "$schema",
+        "$vocabulary",
+        "const",
+        "contentEncoding",
+        "contentMediaType",
+        "default",
+        "dependencies",
+        "dependentRequired",
+        "deprecated",
+        "description",
+        "enum",
+        "examples",
+        "exclusiveMaximum",
+        "exclusiveMinimum",
+        "format",
+        "items",
+        "maxContains",
+        "maxItems",
+        "maxLength",
+        "maxProperties",
+        "maximum",
+        "minContains",
+        "minItems",
+        "minLength",
+        "minProperties",
+        "minimum",
+        "multipleOf",
+        "pattern",
+        "readOnly",
+        "required",
+        "title",
+        "type",
+        "uniqueItems",
+        "writeOnly",
+    }
+)
+
 # Which types a keyword constrains; a keyword next to a ``type`` it cannot apply to is a
 # mistake (``maxLength`` on an integer does nothing in JSON Schema, silently).
 _KEYWORD_TYPES: dict[str, frozenset[str]] = {
-    "properties": frozenset({"object"}),
-    "required": frozenset({"object"}),
-    "additionalProperties": frozenset({"object"}),
-    "items": frozenset({"array"}),
-    "minItems": frozenset({"array"}),
-    "maxItems": frozenset({"array"}),
-    "minLength": frozenset({"string"}),
-    "maxLength": frozenset({"string"}),
-    "minimum": frozenset({"number", "integer"}),
-    "maximum": frozenset({"number", "integer"}),
+    **dict.fromkeys(
+        (
+            "properties",
+            "required",
+            "additionalProperties",
+            "patternProperties",
+            "minProperties",
+            "maxProperties",
+            "propertyNames",
+            "dependentRequired",
+        ),
+        frozenset({"object"}),
+    ),
+    **dict.fromkeys(
+        ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"),
+        frozenset({"array"}),
+    ),
+    **dict.fromkeys(("minLength", "maxLength", "pattern"), frozenset({"string"})),
+    **dict.fromkeys(
+        ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+        frozenset({"number", "integer"}),
+    ),
 }
+
+_BOUNDS = (
+    ("minimum", "maximum"),
+    ("minLength", "maxLength"),
+    ("minItems", "maxItems"),
+    ("minProperties", "maxProperties"),
+    ("minContains", "maxContains"),
+)
 
 _PREVIEW_CHARS = 60
 
-_COUNT: dict[str, Any] = {"type": "integer", "minimum": 0}
-_TYPE_NAME: dict[str, Any] = {"enum": list(JSON_TYPES)}
-
-#: A JSON Schema describing the schemas of the subset (the ``expected_schema`` of errors
-#: about an app's ``input_schema`` or ``output_schema``).
-SUBSET_META_SCHEMA: dict[str, Any] = {
-    "$defs": {
-        "schema": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "type": {
-                    "anyOf": [
-                        _TYPE_NAME,
-                        {"type": "array", "items": _TYPE_NAME, "minItems": 1, "uniqueItems": True},
-                    ]
-                },
-                "properties": {
-                    "type": "object",
-                    "additionalProperties": {"$ref": "#/$defs/schema"},
-                },
-                "required": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-                "items": {"$ref": "#/$defs/schema"},
-                "enum": {"type": "array", "minItems": 1},
-                "minimum": {"type": "number"},
-                "maximum": {"type": "number"},
-                "minLength": _COUNT,
-                "maxLength": _COUNT,
-                "minItems": _COUNT,
-                "maxItems": _COUNT,
-                "additionalProperties": {
-                    "anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/schema"}]
-                },
-                "description": {"type": "string"},
-                "default": {},
-            },
-        }
-    },
-    "$ref": "#/$defs/schema",
-}
+# Schemas with these keywords are left to run-time validation by the composition check.
+_NOT_STATIC = ("$ref", "$dynamicRef", "anyOf", "oneOf", "allOf", "not", "if")
 
 
 class ValidationIssue(BaseModel):
@@ -172,127 +221,235 @@ def schema_types(schema: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(JSON_TYPES)
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _is_count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+def validator_class(schema: Any) -> type[jsonschema.protocols.Validator]:
+    """The ``jsonschema`` validator for the draft ``schema`` declares (2020-12 by default)."""
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+
+
+def _validator(schema: Any) -> jsonschema.protocols.Validator:
+    # An empty registry: a $ref that leaves the schema fails instead of being fetched.
+    cls = validator_class(schema)
+    return cls(schema, registry=referencing.Registry(), format_checker=cls.FORMAT_CHECKER)
+
+
+def _dotted(where: str, parts: Iterable[str | int]) -> str:
+    return ".".join([where, *(str(p) for p in parts)])
 
 
 def check_schema(schema: Any, *, where: str = "schema") -> list[ValidationIssue]:
-    """Check that ``schema`` stays inside the supported subset and is self-consistent.
+    """Check that ``schema`` is a valid JSON Schema that can be used offline, and sane.
 
     Returns the problems sorted by path (empty when the schema is acceptable). Paths are
     dotted frontmatter keys starting at ``where``, e.g.
-    ``input_schema.properties.text.pattern``.
+    ``input_schema.properties.text.minLength``.
     """
-    issues: list[ValidationIssue] = []
-    _check(schema, where, issues)
-    return sorted(issues, key=lambda i: (i.path, i.message))
+    if not isinstance(schema, dict | bool):
+        return [
+            ValidationIssue(
+                path=where, message=f"a schema must be a mapping, got {json_type_of(schema)}"
+            )
+        ]
+    if isinstance(schema, dict) and "$schema" in schema:
+        declared = schema["$schema"]
+        # An unknown URI would silently fall back to 2020-12; draft 3 is too unlike it.
+        cls = validator_class({"$schema": declared}) if isinstance(declared, str) else None
+        if (
+            cls is None
+            or cls is jsonschema.Draft3Validator
+            or (cls is jsonschema.Draft202012Validator and declared.rstrip("#") != DRAFT_2020_12)
+        ):
+            return [
+                ValidationIssue(
+                    path=f"{where}.$schema",
+                    message=f"unsupported $schema {preview(declared)}; use {DRAFT_2020_12!r} "
+                    "(or draft 4, 6, 7, 2019-09)",
+                )
+            ]
+    cls = validator_class(schema)
+    issues: set[tuple[str, str]] = set()
+    meta = cls(cls.META_SCHEMA, format_checker=cls.FORMAT_CHECKER)
+    for err in meta.iter_errors(schema):
+        issues.add((_dotted(where, err.absolute_path), _meta_message(err)))
+    if not issues:
+        _check_refs(schema, where, issues)
+    if not issues:
+        root = _validator(schema)
+        for path, sub in _subschemas(schema, []):
+            _check_one(root, sub, _dotted(where, path), issues)
+    return [ValidationIssue(path=p, message=m) for p, m in sorted(issues)]
 
 
-def _check(schema: Any, where: str, issues: list[ValidationIssue]) -> None:
-    def bad(path: str, message: str) -> None:
-        issues.append(ValidationIssue(path=path, message=message))
+def _meta_message(err: jsonschema.ValidationError) -> str:
+    # The meta-schema's own wording, with anything long cut: the schema is the user's.
+    if list(err.absolute_path)[-1:] == ["type"]:
+        return f"unknown type {preview(err.instance)}; use one of {', '.join(JSON_TYPES)}"
+    if err.validator == "format" and err.validator_value == "regex":
+        return f"{preview(err.instance)} is not a valid regular expression"
+    if err.validator == "type":
+        want = err.validator_value
+        names = want if isinstance(want, list) else [want]
+        return f"must be {' or '.join(names)}, got {json_type_of(err.instance)}"
+    return preview(err.message, 200).strip('"')
 
-    start = len(issues)
+
+def _subschemas(schema: Any, path: list[str | int]) -> Iterator[tuple[list[str | int], Any]]:
+    """Every schema inside ``schema`` (itself first) with its key path."""
+    yield path, schema
+    if not isinstance(schema, dict):
+        return
+    for key in _ONE_SCHEMA:
+        if key in schema:
+            yield from _subschemas(schema[key], [*path, key])
+    for key in _SCHEMA_LIST:
+        if isinstance(schema.get(key), list):
+            for i, sub in enumerate(schema[key]):
+                yield from _subschemas(sub, [*path, key, i])
+    for key in _SCHEMA_MAP:
+        if isinstance(schema.get(key), dict):
+            for name in sorted(schema[key]):
+                yield from _subschemas(schema[key][name], [*path, key, name])
+    items = schema.get("items")
+    if isinstance(items, list):  # the tuple form of drafts before 2020-12
+        for i, sub in enumerate(items):
+            yield from _subschemas(sub, [*path, "items", i])
+    elif items is not None:
+        yield from _subschemas(items, [*path, "items"])
+    deps = schema.get("dependencies")
+    if isinstance(deps, dict):
+        for name in sorted(deps):
+            if isinstance(deps[name], dict | bool):
+                yield from _subschemas(deps[name], [*path, "dependencies", name])
+
+
+def _check_refs(schema: Any, where: str, issues: set[tuple[str, str]]) -> None:
+    subs = list(_subschemas(schema, []))
+    nested_ids = any(isinstance(s, dict) and "$id" in s for p, s in subs if p)
+    spec = referencing.jsonschema.specification_with(
+        str(schema.get("$schema", DRAFT_2020_12)) if isinstance(schema, dict) else DRAFT_2020_12,
+        default=referencing.jsonschema.DRAFT202012,
+    )
+    base = "urn:keel:schema"
+    resolver = (
+        referencing.Registry()
+        .with_resource(base, spec.create_resource(schema))
+        .resolver(base_uri=base)
+    )
+    for path, sub in subs:
+        if not isinstance(sub, dict):
+            continue
+        for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+            ref = sub.get(key)
+            if not isinstance(ref, str):
+                continue
+            at = _dotted(where, [*path, key])
+            if not ref.startswith("#"):
+                issues.add(
+                    (
+                        at,
+                        f"{ref!r} is not a local reference; only '#...' references into this "
+                        "schema (such as '#/$defs/Name') are allowed, nothing is fetched",
+                    )
+                )
+            elif not nested_ids:
+                try:
+                    resolver.lookup(ref)
+                except referencing.exceptions.Unresolvable:
+                    issues.add((at, f"{ref!r} points to nothing in this schema"))
+
+
+def _check_one(
+    root: jsonschema.protocols.Validator, schema: Any, where: str, issues: set[tuple[str, str]]
+) -> None:
+    def bad(key: str | None, message: str) -> None:
+        issues.add((where if key is None else f"{where}.{key}", message))
 
     if not isinstance(schema, dict):
-        bad(where, f"a schema must be a mapping, got {json_type_of(schema)}")
         return
-    for key in sorted(set(schema) - SUPPORTED_KEYWORDS):
-        bad(
-            f"{where}.{key}",
-            f"keyword {key!r} is not in the supported subset "
-            f"({', '.join(sorted(SUPPORTED_KEYWORDS))})",
-        )
+    for key in sorted(set(schema) - KNOWN_KEYWORDS):
+        close = difflib.get_close_matches(key, sorted(KNOWN_KEYWORDS), n=1, cutoff=0.75)
+        lower = [k for k in KNOWN_KEYWORDS if k.lower() == key.lower()]
+        if lower or close:
+            bad(key, f"unknown keyword {key!r} (did you mean {(lower or close)[0]!r}?)")
 
     t = schema.get("type")
-    if t is None:
-        if "enum" not in schema:
-            bad(where, "'type' is required (or 'enum')")
-    elif isinstance(t, str):
-        if t not in JSON_TYPES:
-            bad(f"{where}.type", f"unknown type {t!r}; use one of {', '.join(JSON_TYPES)}")
-    elif isinstance(t, list) and t and all(isinstance(x, str) for x in t):
-        unknown = [x for x in t if x not in JSON_TYPES]
-        if unknown:
-            bad(f"{where}.type", f"unknown types {unknown}; use {', '.join(JSON_TYPES)}")
-        if len(set(t)) != len(t):
-            bad(f"{where}.type", "types are listed twice")
-    else:
-        bad(f"{where}.type", "must be a type name or a non-empty list of type names")
-    declared = schema_types(schema) if t is not None else frozenset(JSON_TYPES)
+    if t is not None:
+        declared = frozenset([t] if isinstance(t, str) else t)
+        # An integer is a number, so 'minimum' on integer and 'number' on 'integer' fit.
+        for key, applies_to in _KEYWORD_TYPES.items():
+            if key in schema and not declared & applies_to:
+                bad(key, f"{key!r} has no effect on type {preview(t)}")
+        if isinstance(t, list) and len(set(t)) != len(t):
+            bad("type", "types are listed twice")
 
-    for key, applies_to in _KEYWORD_TYPES.items():
-        if key in schema and t is not None and not declared & applies_to:
-            bad(f"{where}.{key}", f"{key!r} has no effect on type {preview(t)}")
-
-    if "description" in schema and not isinstance(schema["description"], str):
-        bad(f"{where}.description", "must be a string")
-
-    for key in ("minimum", "maximum"):
-        if key in schema and not _is_number(schema[key]):
-            bad(f"{where}.{key}", "must be a finite number")
-    for key in ("minLength", "maxLength", "minItems", "maxItems"):
-        if key in schema and not _is_count(schema[key]):
-            bad(f"{where}.{key}", "must be a non-negative integer")
-    for lo, hi in (("minimum", "maximum"), ("minLength", "maxLength"), ("minItems", "maxItems")):
+    for lo, hi in _BOUNDS:
         a, b = schema.get(lo), schema.get(hi)
-        if a is not None and b is not None and _is_number(a) and _is_number(b) and a > b:
-            bad(f"{where}.{lo}", f"{lo} ({a}) is greater than {hi} ({b})")
+        if _is_number(a) and _is_number(b) and a > b:
+            bad(lo, f"{lo} ({_num(a)}) is greater than {hi} ({_num(b)})")
+    a, b = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if _is_number(a) and _is_number(b) and a >= b:
+        bad(
+            "exclusiveMinimum",
+            f"exclusiveMinimum ({_num(a)}) leaves nothing below exclusiveMaximum ({_num(b)})",
+        )
 
-    if "enum" in schema:
-        enum = schema["enum"]
-        if not isinstance(enum, list) or not enum:
-            bad(f"{where}.enum", "must be a non-empty list")
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        if not enum:
+            bad("enum", "must be a non-empty list (an empty enum accepts no value)")
         else:
             seen = [json.dumps(v, sort_keys=True) for v in enum]
             if len(set(seen)) != len(seen):
-                bad(f"{where}.enum", "values are listed twice")
+                bad("enum", "values are listed twice")
 
     props = schema.get("properties")
-    if props is not None:
-        if not isinstance(props, dict):
-            bad(f"{where}.properties", "must be a mapping of property name to schema")
-        else:
-            for name in sorted(props):
-                _check(props[name], f"{where}.properties.{name}", issues)
-    if "required" in schema:
-        req = schema["required"]
-        if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
-            bad(f"{where}.required", "must be a list of property names")
-        else:
-            if len(set(req)) != len(req):
-                bad(f"{where}.required", "names are listed twice")
-            known = props if isinstance(props, dict) else {}
-            for name in req:
-                if name not in known:
-                    # A required name with no schema is almost always a typo of a property.
-                    bad(f"{where}.required", f"{name!r} is required but not in properties")
-    if "additionalProperties" in schema:
-        ap = schema["additionalProperties"]
-        if isinstance(ap, dict):
-            _check(ap, f"{where}.additionalProperties", issues)
-        elif not isinstance(ap, bool):
-            bad(f"{where}.additionalProperties", "must be true, false or a schema")
-    if "items" in schema:
-        _check(schema["items"], f"{where}.items", issues)
+    req = schema.get("required")
+    if isinstance(props, dict) and isinstance(req, list):
+        for name in req:
+            if not isinstance(name, str) or name in props or "patternProperties" in schema:
+                continue
+            close = difflib.get_close_matches(name, sorted(props), n=1)
+            if schema.get("additionalProperties") is False:
+                bad(
+                    "required",
+                    f"{name!r} is required but not in properties, and no other "
+                    "property is allowed" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                )
+            elif close:
+                bad(
+                    "required",
+                    f"{name!r} is required but not in properties (did you mean {close[0]!r}?)",
+                )
 
-    # Only a sound schema can judge its default (a broken one may make jsonschema raise).
-    if "default" in schema and len(issues) == start:
-        problems = validate_instance(schema, schema["default"])
+    if "default" in schema:
+        sub = root.evolve(schema=schema)
+        problems = _issues(sub.iter_errors(schema["default"]))
         for p in problems:
-            bad(f"{where}.default", f"default does not match the schema: {p.line()}")
+            bad("default", f"default does not match the schema: {p.line()}")
 
 
-def _validator(schema: Mapping[str, Any]) -> jsonschema.protocols.Validator:
-    return jsonschema.Draft202012Validator(schema)
+def _num(v: float) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def _plural(n: float, word: str) -> str:
+    return f"{_num(n)} {word}" + ("" if n == 1 else "s")
+
+
+def _branch_misses(err: jsonschema.ValidationError, path: list[str | int]) -> bool:
+    """Whether ``err`` shows that its ``anyOf``/``oneOf`` branch is not the one meant.
+
+    A branch for another type (``null`` in an optional field), or one whose
+    discriminator property (``const`` one level down) differs, says nothing useful
+    about the value; the errors of the remaining branch do.
+    """
+    here = list(err.absolute_path)
+    if err.validator == "type" and here == path:
+        return True
+    return err.validator == "const" and len(here) == len(path) + 1 and here[:-1] == path
 
 
 def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str]]:
@@ -305,17 +462,55 @@ def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str
     if kw == "required":
         missing = [n for n in want if isinstance(got, dict) and n not in got]
         return [([*path, n], "required property is missing") for n in missing]
+    if kw == "dependentRequired":
+        return [
+            ([*path, n], f"required property is missing (because {k!r} is present)")
+            for k, names in sorted(want.items())
+            if isinstance(got, dict) and k in got
+            for n in names
+            if n not in got
+        ]
     if kw == "additionalProperties":
         allowed = sorted((err.schema or {}).get("properties", {}))
         extra = sorted(k for k in got if k not in allowed) if isinstance(got, dict) else []
         known = f"; allowed: {', '.join(allowed)}" if allowed else ""
         return [([*path, k], f"{NOT_ALLOWED}{known}") for k in extra]
+    if kw in ("anyOf", "oneOf") and err.context:
+        branches: dict[Any, list[jsonschema.ValidationError]] = {}
+        for e in err.context:
+            branches.setdefault(e.relative_schema_path[0], []).append(e)
+        meant = [es for es in branches.values() if not any(_branch_misses(e, path) for e in es)]
+        if len(meant) == 1:
+            return [m for e in meant[0] for m in _message(e)]
+        types: list[str] = []
+        for es in branches.values():
+            for e in es:
+                if e.validator == "type" and list(e.absolute_path) == path:
+                    want_t = e.validator_value
+                    types += want_t if isinstance(want_t, list) else [want_t]
+        if not meant and len(types) >= len(branches):
+            # Every form is of another type (an optional field): say which types fit.
+            names = list(dict.fromkeys(types))
+            return [
+                (path, f"expected {' or '.join(names)}, got {json_type_of(got)} {preview(got)}")
+            ]
+        return [(path, f"matches none of the {len(want)} allowed forms ({kw}), got {preview(got)}")]
+    if kw == "oneOf":
+        return [(path, f"matches more than one of the allowed forms (oneOf), got {preview(got)}")]
     if kw == "enum":
         return [(path, f"must be one of {preview(want, 200)}, got {preview(got)}")]
+    if kw == "const":
+        return [(path, f"must be {preview(want)}, got {preview(got)}")]
     if kw == "minimum":
         return [(path, f"must be >= {want}, got {preview(got)}")]
     if kw == "maximum":
         return [(path, f"must be <= {want}, got {preview(got)}")]
+    if kw == "exclusiveMinimum":
+        return [(path, f"must be > {want}, got {preview(got)}")]
+    if kw == "exclusiveMaximum":
+        return [(path, f"must be < {want}, got {preview(got)}")]
+    if kw == "multipleOf":
+        return [(path, f"must be a multiple of {want}, got {preview(got)}")]
     if kw == "minLength":
         return [(path, f"must have at least {_plural(want, 'character')}, got {len(got)}")]
     if kw == "maxLength":
@@ -324,13 +519,34 @@ def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str
         return [(path, f"must have at least {_plural(want, 'item')}, got {len(got)}")]
     if kw == "maxItems":
         return [(path, f"must have at most {_plural(want, 'item')}, got {len(got)}")]
+    if kw == "minProperties":
+        return [(path, f"must have at least {_plural(want, 'property')}, got {len(got)}")]
+    if kw == "maxProperties":
+        return [(path, f"must have at most {_plural(want, 'property')}, got {len(got)}")]
+    if kw == "uniqueItems":
+        return [(path, "items must be unique")]
     if kw == "pattern":
         return [(path, f"must match the pattern {want!r}, got {preview(got)}")]
-    if kw == "const":
-        return [(path, f"must be {preview(want)}, got {preview(got)}")]
-    # Keywords outside the app subset only occur in Keel's own schemas (the frontmatter
-    # schema); jsonschema's own wording is good enough there.
-    return [(path, err.message)]
+    if kw == "format":
+        return [(path, f"must be a valid {want}, got {preview(got)}")]
+    if kw == "not":
+        return [(path, f"must not match {preview(want)}, got {preview(got)}")]
+    if kw == "items" and want is False:  # no items beyond prefixItems
+        n = len((err.schema or {}).get("prefixItems", []))
+        return [(path, f"must have at most {_plural(n, 'item')}, got {len(got)}")]
+    if kw is None:  # the schema 'false', e.g. a property declared as 'false'
+        return [(path, f"no value is allowed here, got {preview(got)}")]
+    # Rare keywords (unevaluatedProperties, contains, propertyNames...): jsonschema's own
+    # wording, cut to a length a prompt can carry.
+    return [(path, preview(err.message, 200).strip('"'))]
+
+
+def _issues(errors: Iterable[jsonschema.ValidationError]) -> list[ValidationIssue]:
+    found: set[tuple[tuple[tuple[int, int, str], ...], str, str]] = set()
+    for err in errors:
+        for parts, msg in _message(err):
+            found.add((_path_key(parts), format_path(parts), msg))
+    return [ValidationIssue(path=p, message=m) for _, p, m in sorted(found)]
 
 
 def validate_instance(schema: Mapping[str, Any], value: Any) -> list[ValidationIssue]:
@@ -338,13 +554,37 @@ def validate_instance(schema: Mapping[str, Any], value: Any) -> list[ValidationI
 
     An empty list means the value is valid. The order does not depend on dict order or on
     jsonschema's traversal, so the same bad value always yields the same list (and the
-    same recovery prompt).
+    same recovery prompt). ``format`` is asserted for the formats ``jsonschema`` checks
+    without extra packages (date, email, ipv4, ipv6, regex, uuid...).
     """
-    found: set[tuple[tuple[tuple[int, int, str], ...], str, str]] = set()
-    for err in _validator(schema).iter_errors(value):
-        for parts, msg in _message(err):
-            found.add((_path_key(parts), format_path(parts), msg))
-    return [ValidationIssue(path=p, message=m) for _, p, m in sorted(found)]
+    return _issues(_validator(schema).iter_errors(value))
+
+
+def resolve_local(root: Mapping[str, Any], schema: Any) -> Any:
+    """``schema`` with a local ``$ref`` followed (as far as 16 hops), else ``schema``.
+
+    Used only where Keel reads a schema's shape (defaults, composition); validation
+    resolves references itself. Keywords next to the ``$ref`` are kept over the target's.
+    """
+    for _ in range(16):
+        if not isinstance(schema, dict):
+            return schema
+        ref = schema.get("$ref")
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            return schema
+        target: Any = root
+        for token in [t for t in ref[1:].split("/") if t]:
+            token = token.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, dict) and token in target:
+                target = target[token]
+            elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
+                target = target[int(token)]
+            else:
+                return schema
+        if not isinstance(target, dict):
+            return schema
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
 
 
 def apply_defaults(schema: Mapping[str, Any], value: Any) -> Any:
@@ -354,26 +594,30 @@ def apply_defaults(schema: Mapping[str, Any], value: Any) -> Any:
     (validation reports them). The input is never modified.
     """
     value = copy.deepcopy(value)
-    _fill(schema, value)
+    _fill(schema, schema, value)
     return value
 
 
-def _fill(schema: Mapping[str, Any], value: Any) -> None:
+def _fill(root: Mapping[str, Any], schema: Any, value: Any) -> None:
+    schema = resolve_local(root, schema)
+    if not isinstance(schema, dict):
+        return
     if isinstance(value, dict):
         props = schema.get("properties")
         if isinstance(props, dict):
             for name, sub in props.items():
+                sub = resolve_local(root, sub)
                 if not isinstance(sub, dict):
                     continue
                 if name not in value and "default" in sub:
                     value[name] = copy.deepcopy(sub["default"])
                 if name in value:
-                    _fill(sub, value[name])
+                    _fill(root, sub, value[name])
     elif isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, dict):
             for v in value:
-                _fill(items, v)
+                _fill(root, items, v)
 
 
 def compatibility_problems(
@@ -384,9 +628,12 @@ def compatibility_problems(
     The check is static and covers structure only: types (an integer fits a number),
     enums, required properties of objects, closed objects and array items. Range and
     length constraints are left to run-time validation, because a child app validates
-    its input again anyway.
+    its input again anyway. So are schemas built with ``$ref``, ``anyOf``, ``oneOf``,
+    ``allOf``, ``not`` or ``if``: their shape is not read statically.
     """
     problems: list[str] = []
+    if any(k in s for s in (source, target) for k in _NOT_STATIC):
+        return problems
     src_t, dst_t = schema_types(source), schema_types(target)
     # An integer fits where a number is wanted; a number does not fit an integer.
     bad = sorted(t for t in src_t if t not in dst_t and not (t == "integer" and "number" in dst_t))

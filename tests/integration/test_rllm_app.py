@@ -42,6 +42,7 @@ from sandbox.models import JailSettings
 from store.db import get_sessionmaker, init_db
 from store.rllm_stats import get_stats, list_runs
 from tests.histories.record import write_models_config
+from tests.support.pydantic_schemas import TicketIn, TicketOut, ticket_app
 from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
 from workflows.rllm import RllmApp
 
@@ -318,6 +319,64 @@ async def test_default_recovery_template_used_without_a_recovery_section(
     assert "It was:\nI think the answer is yes." in recovery
     assert "- $: no JSON object found: the answer contains no '{'" in recovery
     assert '"required": [\n    "answer"\n  ]' in recovery  # the schema, indented
+
+
+TICKET_INPUT = {
+    "text": "My parcel never came.",
+    "customer": {"name": "Ada", "email": "ada@example.org", "address": {"city": "Lyon"}},
+}
+
+
+async def test_pydantic_schema_app_recovers_a_bad_answer_naming_the_paths(
+    client: Client, rllm_settings: Settings, rllm_worker: Worker, llm: ScriptedOpenAIServer
+) -> None:
+    """Schemas straight from model_json_schema(): $defs, optional anyOf-null, enums."""
+    bad = json.dumps(
+        {
+            "priority": "urgent",
+            "summary": "Parcel lost",
+            "actions": [{"kind": "refund", "amount": 12.5}, {"kind": "call"}],
+            "follow_up": {"city": 7},
+        }
+    )
+    good = json.dumps(
+        {"priority": "high", "summary": "Parcel lost", "actions": [{"kind": "refund"}]}
+    )
+    llm.enqueue(ScriptedReply(content=bad), ScriptedReply(content=good))
+    files = {"ticket.rllm": ticket_app()}
+    result, _ = await run_app(client, rllm_settings, "ticket.rllm", files, TICKET_INPUT)
+
+    assert TicketOut.model_validate(result.output).priority == "high"
+    assert [a.ok for a in result.attempts] == [False, True]
+    expected = [
+        '$.actions[1].kind: must be one of ["refund", "reply", "escalate"], got "call"',
+        "$.follow_up.city: expected string, got integer 7",
+        '$.priority: must be one of ["low", "high"], got "urgent"',
+    ]
+    assert result.attempts[0].errors == expected
+    recovery = user_prompt(llm.chat_requests[1])
+    for line in expected:
+        assert f"- {line}" in recovery
+    assert '"$defs"' in recovery  # the model sees the schema as written, references and all
+    assert "Triage: My parcel never came." in user_prompt(llm.chat_requests[0])
+
+
+async def test_pydantic_schema_app_refuses_bad_nested_input(
+    client: Client, rllm_settings: Settings, rllm_worker: Worker, llm: ScriptedOpenAIServer
+) -> None:
+    bad_input = {**TICKET_INPUT, "customer": {"name": "Ada", "email": "ada@example.org"}}
+    cause, payload, _ = await failure(
+        client, rllm_settings, "ticket.rllm", {"ticket.rllm": ticket_app()}, bad_input
+    )
+    assert cause.type == "InputSchemaError"
+    assert payload["details"]["issues"] == [
+        {"path": "$.customer.address", "message": "required property is missing"}
+    ]
+    assert payload["expected_schema"] == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **TicketIn.model_json_schema(),
+    }
+    assert llm.chat_requests == []
 
 
 async def test_retry_exhaustion_lists_every_attempt(
