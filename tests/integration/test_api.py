@@ -12,10 +12,12 @@ from pydantic import SecretStr
 
 from api.app import create_app
 from api.idempotency import REPLAY_HEADER
+from keel.gates import GateRequest
 from keel.settings import ApiToken, Settings
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
 from workers.services import ManagedProcess, find_binary, free_port
+from workflows.gate import ApprovalGate
 
 TOKENS = {
     "alice": ["requester", "approver"],  # opens gates, approves others' gates
@@ -195,6 +197,29 @@ async def test_each_caller_sees_only_their_gates(http):
     assert (await http.get(f"/gates/{anyone}", headers=auth("dave"))).status_code == 200
     for gid in (named, anyone):
         await http.post(f"/gates/{gid}/reject", json={}, headers=auth("bob"))
+
+
+async def test_a_gate_started_outside_the_api_is_scoped_by_its_request(http, client, api_settings):
+    """No memo (a workflow's child gate, ``temporal workflow start``): the gate's own
+    requester and approvers decide who sees it."""
+    gid = f"outside/{api_settings.task_queue}/gate/deploy"
+    await client.start_workflow(
+        ApprovalGate.run,
+        GateRequest(name="deploy", requester="alice", approvers=["bob"]),
+        id=gid,
+        task_queue=api_settings.task_queue,
+    )
+    for _ in range(100):
+        if gid in await listed_ids(http, "bob"):
+            break
+        await asyncio.sleep(0.1)
+    assert gid in await listed_ids(http, "bob")
+    assert gid in await listed_ids(http, "alice")
+    assert gid not in await listed_ids(http, "erin")
+    assert gid not in await listed_ids(http, "dave")
+    assert (await http.get(f"/gates/{gid}", headers=auth("bob"))).status_code == 200
+    assert_error(await http.get(f"/gates/{gid}", headers=auth("erin")), 404, "not_found")
+    await http.post(f"/gates/{gid}/reject", json={}, headers=auth("bob"))
 
 
 @pytest.mark.slow
