@@ -10,8 +10,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
+from keel.access import ACCESS_MEMO, RunAccess, may_read
 from keel.settings import Settings
 
 
@@ -62,6 +64,24 @@ def require_role(role: str):  # type: ignore[no-untyped-def]
         return caller
 
     return check
+
+
+async def may_read_run(client: Client, workflow_id: str, caller: Caller) -> bool:
+    """Whether ``caller`` may read the workflow ``workflow_id`` (its owner, an approver of
+    its gates, or admin). A missing workflow reads as not allowed: the route's 404."""
+    if "admin" in caller.roles:
+        return True
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            return False
+        raise
+    try:
+        access = await desc.memo_value(ACCESS_MEMO, None, type_hint=RunAccess)
+    except (ValueError, TypeError):
+        access = None
+    return may_read(access, caller.actor, caller.roles)
 
 
 ClientDep = Annotated[Client, Depends(get_client)]

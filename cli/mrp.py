@@ -151,7 +151,7 @@ def _report(failure: CliFailure) -> int:
 def _reported() -> Iterator[None]:
     """Turn a command's failures into their lines and exit code."""
     from cli._services import ServiceUnavailable
-    from keel.mrp.errors import DslError, PolicyViolation, RegistryError
+    from keel.mrp.errors import DslError, InputsRefused, PolicyViolation, RegistryError
     from keel.mrp.operators_io import MrpConfigError
 
     try:
@@ -168,7 +168,7 @@ def _reported() -> Iterator[None]:
         raise typer.Exit(
             _report(CliFailure("refused", _violation_lines(e), EXIT_REFUSED, e.report.violations))
         ) from None
-    except RegistryError as e:  # OperatorRefused (pin, signature) is a RegistryError
+    except (RegistryError, InputsRefused) as e:  # OperatorRefused is a RegistryError
         raise typer.Exit(_report(CliFailure("refused", str(e), EXIT_REFUSED))) from None
     except MrpConfigError as e:
         raise typer.Exit(_report(CliFailure("config", str(e), EXIT_ERROR))) from None
@@ -240,12 +240,20 @@ def _read_job(job: Path) -> str:
 # -- compile -------------------------------------------------------------------------------
 
 
-def resolve_job_files(patterns: list[str], base_dir: Path) -> list[FileRef]:
+def resolve_job_files(
+    patterns: list[str], base_dir: Path, max_items: int | None = None
+) -> list[FileRef]:
     """List and hash the files under ``base_dir`` that ``patterns`` match, as the compile
-    activity does on the worker (relative POSIX paths, BLAKE3 of the bytes)."""
+    activity does on the worker (relative POSIX paths, BLAKE3 of the bytes), stopping past
+    ``max_items``."""
     from activities.mrp import _resolve_files
 
-    refs, _ = _resolve_files(patterns, base_dir, _HashOnlyStore())  # type: ignore[arg-type]
+    refs, _ = _resolve_files(
+        patterns,
+        base_dir,
+        _HashOnlyStore(),  # type: ignore[arg-type]
+        max_items=max_items,
+    )
     return refs
 
 
@@ -256,10 +264,14 @@ def _compile(settings: Settings, job: Path, text: str) -> Any:
 
     source = str(job)
     parsed = parse_job(text, source)
+    config = load_mrp_config(settings)
     files = None
     if parsed.spec.inputs.files is not None:
-        files = resolve_job_files(list(parsed.spec.inputs.files), job.resolve().parent)
-    config = load_mrp_config(settings)
+        files = resolve_job_files(
+            list(parsed.spec.inputs.files),
+            job.resolve().parent,
+            max_items=config.caps.max_shards * parsed.spec.inputs.items_per_shard,
+        )
     return config.compile_job(text, resolved_files=files, source=source)
 
 

@@ -91,6 +91,7 @@ async def start_job(
     workflow_id: str,
     task_queue: str,
     reject_duplicate: bool = False,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, MRPJobResult]:
     """Start ``MRPJob`` by type name; the same JSON ``temporal workflow start`` sends."""
     return await client.start_workflow(
@@ -104,6 +105,7 @@ async def start_job(
             if reject_duplicate
             else WorkflowIDReusePolicy.ALLOW_DUPLICATE
         ),
+        memo=memo,
     )
 
 

@@ -61,6 +61,7 @@ async def start_run(
     task_queue: str,
     timeout: timedelta | None = None,
     reject_duplicate: bool = False,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, RllmRunResult]:
     """Start ``RllmApp`` (by type name: no workflow code is imported on the client)."""
     return await client.start_workflow(
@@ -75,6 +76,7 @@ async def start_run(
             if reject_duplicate
             else WorkflowIDReusePolicy.ALLOW_DUPLICATE
         ),
+        memo=memo,
     )
 
 

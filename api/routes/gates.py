@@ -1,4 +1,8 @@
-"""Approval gates over HTTP: list pending, read one, open, approve, reject, comment."""
+"""Approval gates over HTTP: list pending, read one, open, approve, reject, comment.
+
+A caller sees the gates they requested or may decide (``admin``: all). Any other gate id
+answers 404, as a missing one does, so ids are not confirmed (``keel/access.py``).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.deps import ApproverDep, CallerDep, ClientDep, RequesterDep, SessionsDep
+from api.deps import ApproverDep, Caller, CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent
+from keel.access import ACCESS_MEMO, RunAccess, access_for, may_read
 from keel.digest import digest_json
 from keel.gates import (
     GATE_ID_SEPARATOR,
@@ -82,8 +87,32 @@ def _not_found(gate_id: str) -> ApiError:
     return ApiError(404, "not_found", f"no gate {gate_id!r}")
 
 
-async def _gate_handle(client: ClientDep, gate_id: str):  # type: ignore[no-untyped-def]
-    """The handle of gate ``gate_id``; 404 unless it exists and is an ApprovalGate."""
+async def _gate_access(client: ClientDep, wf: Any) -> RunAccess | None:
+    """Who may see gate ``wf`` (a ``describe()`` or a ``list_workflows`` row): the memo the
+    API wrote when it opened the gate, else the gate's own request from its start event
+    (gates opened by workflows or ``temporal workflow start`` carry no memo)."""
+    try:
+        access: RunAccess | None = await wf.memo_value(ACCESS_MEMO, None, type_hint=RunAccess)
+    except (ValueError, TypeError):
+        access = None
+    if access is not None:
+        return access
+    handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
+    async for event in handle.fetch_history_events(page_size=1):
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        try:
+            (req,) = await client.data_converter.decode(payloads, [GateRequest])
+        except (ValueError, TypeError):
+            return None
+        return access_for(req.requester, [req.approvers])
+    return None
+
+
+async def _gate_handle(  # type: ignore[no-untyped-def]
+    client: ClientDep, gate_id: str, caller: Caller
+):
+    """The handle of gate ``gate_id``; 404 unless it exists, is an ApprovalGate, and the
+    caller may see it."""
     if GATE_ID_SEPARATOR not in gate_id:
         raise _not_found(gate_id)
     handle = client.get_workflow_handle(gate_id, result_type=GateState)
@@ -94,6 +123,8 @@ async def _gate_handle(client: ClientDep, gate_id: str):  # type: ignore[no-unty
             raise _not_found(gate_id) from None
         raise
     if desc.workflow_type != GATE_WORKFLOW_TYPE:
+        raise _not_found(gate_id)
+    if not may_read(await _gate_access(client, desc), caller.actor, caller.roles):
         raise _not_found(gate_id)
     return handle, desc
 
@@ -115,8 +146,8 @@ async def _send_update(handle: Any, gate_id: str, update: Any, arg: Any) -> Gate
     return state
 
 
-async def _read_state(client: ClientDep, gate_id: str) -> GateState:
-    handle, desc = await _gate_handle(client, gate_id)
+async def _read_state(client: ClientDep, gate_id: str, caller: Caller) -> GateState:
+    handle, desc = await _gate_handle(client, gate_id, caller)
     if desc.status == WorkflowExecutionStatus.RUNNING:
         return await handle.query(ApprovalGate.state, rpc_timeout=GATE_RPC_TIMEOUT)
     if desc.status == WorkflowExecutionStatus.COMPLETED:
@@ -131,10 +162,15 @@ async def list_gates(
     status: GateStatus = GateStatus.PENDING,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> GateList:
-    """Gates by status (pending by default), newest first, from Temporal's visibility store."""
+    """Gates by status (pending by default), newest first, from Temporal's visibility store:
+    those the caller requested or may decide (``admin``: all)."""
     query = f'WorkflowType = "{GATE_WORKFLOW_TYPE}" AND {GATE_STATUS_ATTRIBUTE} = "{status.value}"'
     gates: list[GateSummary] = []
-    async for wf in client.list_workflows(query, limit=limit):
+    async for wf in client.list_workflows(query):
+        if len(gates) >= limit:
+            break
+        if not may_read(await _gate_access(client, wf), caller.actor, caller.roles):
+            continue
         gates.append(
             GateSummary(
                 gate_id=wf.id,
@@ -171,6 +207,7 @@ async def open_gate(
                 req,
                 id=gate_id,
                 task_queue=request.app.state.settings.task_queue,
+                memo={ACCESS_MEMO: access_for(caller.actor, [req.approvers])},
             )
         except WorkflowAlreadyStartedError:
             raise ApiError(409, "conflict", f"gate {gate_id!r} already exists") from None
@@ -185,8 +222,8 @@ async def open_gate(
 
 @router.get("/{gate_id:path}", response_model=GateState)
 async def get_gate(gate_id: str, client: ClientDep, caller: CallerDep) -> GateState:
-    """One gate's state, pending or closed."""
-    return await _read_state(client, gate_id)
+    """One gate's state, pending or closed; 404 for a gate the caller may not see."""
+    return await _read_state(client, gate_id, caller)
 
 
 async def _decide(
@@ -200,7 +237,7 @@ async def _decide(
     idempotency_key: str | None,
 ) -> Any:
     async def run() -> tuple[int, Any]:
-        handle, desc = await _gate_handle(client, gate_id)
+        handle, desc = await _gate_handle(client, gate_id, caller)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
         state = await _send_update(
@@ -267,7 +304,7 @@ async def comment_gate(
     """Comment on a pending gate as the caller."""
 
     async def run() -> tuple[int, Any]:
-        handle, desc = await _gate_handle(client, gate_id)
+        handle, desc = await _gate_handle(client, gate_id, caller)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
         state = await _send_update(

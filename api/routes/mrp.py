@@ -3,10 +3,14 @@
 A job runs as the ``MRPJob`` workflow on the API's task queue. The body carries the job
 YAML (``job_yaml``) or names a job file on the server (``path``) inside one of the folders
 ``KEEL_MRP_JOB_ROOTS`` lists; ``inputs.files`` resolve beside that file, or under
-``base_dir`` (also inside a root) for inline YAML. The YAML is parsed before the run
+``base_dir`` (also inside a root) for inline YAML. Inline YAML with ``files`` and no
+``base_dir`` is refused (403): the worker never resolves a caller's globs in its own
+working directory (the compile activity refuses it too, for runs started elsewhere). The YAML is parsed before the run
 starts, so a document that is not a valid job is a 422 naming the key and line; policy
 and operator checks happen in the run's compile step (``GET`` then shows it failed, with
-the rule). Opening runs needs the ``requester`` role, as opening gates does.
+the rule). Opening runs needs the ``requester`` role, as opening gates does. A run is read
+back by the caller who started it, the approvers its approval gate names (any approver
+when it names none) and ``admin``; to anyone else its id is a 404.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep
+from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent
+from keel.access import ACCESS_MEMO, RunAccess, access_for
 from keel.digest import digest_json
 from keel.mrp.dsl import parse_job
 from keel.mrp.errors import DslError
@@ -102,8 +107,9 @@ def _inside_roots(request: Request, raw: str, what: str) -> Path:
     return resolved
 
 
-def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str]:
-    """The workflow input and the job id; 422 for YAML that is not a valid job."""
+def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str, list[str] | None]:
+    """The workflow input, the job id and the approval gate's approvers (None: no gate);
+    422 for YAML that is not a valid job."""
     if body.path is not None:
         job_file = _inside_roots(request, body.path, "path")
         if not job_file.is_file():
@@ -115,7 +121,7 @@ def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str]
         source = "job.yaml"
         base_dir = str(_inside_roots(request, body.base_dir, "base_dir")) if body.base_dir else ""
     try:
-        job_id = parse_job(text, source).spec.job_id
+        spec = parse_job(text, source).spec
     except DslError as e:
         raise ApiError(
             422,
@@ -123,6 +129,16 @@ def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str]
             f"not a valid MRP job: {e.issues[0].render(source)}",
             [issue.model_dump() for issue in e.issues],
         ) from None
+    if spec.inputs.files is not None and not base_dir:
+        # Without a root the worker would resolve these in its own working directory.
+        raise ApiError(
+            403,
+            "path_not_allowed",
+            "inputs.files names files on the worker: give base_dir inside "
+            "KEEL_MRP_JOB_ROOTS, or name a job file by path",
+        )
+    job_id = spec.job_id
+    approvers = list(spec.approval.approvers) if spec.approval is not None else None
     return (
         MRPJobInput(
             job_yaml=text,
@@ -133,7 +149,12 @@ def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str]
             window_size=body.window_size,
         ),
         job_id,
+        approvers,
     )
+
+
+def _access(actor: str, approvers: list[str] | None) -> RunAccess:
+    return access_for(actor, [approvers] if approvers is not None else [])
 
 
 @router.post("/jobs", status_code=202, response_model=SubmittedJob)
@@ -148,7 +169,7 @@ async def submit_job(
     """Start a job; 202 with the run id and workflow id to follow it by."""
 
     async def run() -> tuple[int, Any]:
-        inp, job_id = _job_input(request, body)
+        inp, job_id, approvers = _job_input(request, body)
         run_id = body.run_id or (
             digest_json(["mrp", caller.actor, idempotency_key])[7:31]
             if idempotency_key
@@ -163,6 +184,7 @@ async def submit_job(
                 workflow_id=wid,
                 task_queue=request.app.state.settings.task_queue,
                 reject_duplicate=True,
+                memo={ACCESS_MEMO: _access(caller.actor, approvers)},
             )
         except WorkflowAlreadyStartedError:
             if idempotency_key is None:
@@ -191,6 +213,7 @@ async def get_job(
 ) -> MrpJobView:
     """A run's status, shard counters, cost and digests (run id or workflow id)."""
     view = await job_view(client, sessions, run_id, _store(request))
-    if view is None:
+    # Another caller's run reads as missing: a 403 would confirm that the id exists.
+    if view is None or not await may_read_run(client, view.workflow_id, caller):
         raise ApiError(404, "not_found", f"no MRP run {run_id!r}")
     return view

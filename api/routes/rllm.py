@@ -4,7 +4,8 @@ A run is the ``RllmApp`` workflow, executed by the workers on the API's task que
 body names the app by ``path`` and either carries every file (``files``, relative path
 -> text, what ``runllm`` sends) or leaves the worker to read ``path`` from its own
 working directory (a relative ``.rllm`` path without ``..``). ``wait=true`` answers with
-the result (or the app's error); otherwise 202 and the workflow id to poll.
+the result (or the app's error); otherwise 202 and the workflow id to poll. A run is read
+back only by the caller who started it (and ``admin``); to anyone else its id is a 404.
 
 An app's failure is answered in the API's one error shape, ``{"error": {"code",
 "message", "details"}}``, with ``code`` the ``.rllm`` error code and ``details`` the whole
@@ -24,9 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep
+from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent
+from keel.access import ACCESS_MEMO, access_for
 from keel.digest import digest_json
 from keel.rllm.errors import (
     OllamaModelMissingError,
@@ -153,6 +155,7 @@ async def start_rllm_run(
                 workflow_id=wid,
                 task_queue=request.app.state.settings.task_queue,
                 reject_duplicate=idempotency_key is not None,
+                memo={ACCESS_MEMO: access_for(caller.actor)},
             )
             run_id = handle.first_execution_run_id
         except WorkflowAlreadyStartedError:
@@ -184,7 +187,10 @@ async def start_rllm_run(
 
 @router.get("/runs/{workflow_id:path}", response_model=RllmRunView)
 async def get_rllm_run(workflow_id: str, client: ClientDep, caller: CallerDep) -> RllmRunView:
-    """A run's status; its result or error payload (with the CLI's exit code) once ended."""
+    """A run's status; its result or error payload (with the CLI's exit code) once ended.
+    404 for a run another caller started (only its owner and ``admin`` read it)."""
+    if not await may_read_run(client, workflow_id, caller):
+        raise ApiError(404, "not_found", f"no .rllm run {workflow_id!r}")
     view = await run_view(client, workflow_id)
     if view is None:
         raise ApiError(404, "not_found", f"no .rllm run {workflow_id!r}")

@@ -52,6 +52,12 @@ class DslError(MrpError, ValueError):
         return "invalid MRP job:\n  " + "\n  ".join(lines)
 
 
+class InputsRefused(MrpError, PermissionError):
+    """``inputs.files`` cannot be resolved safely: no root to resolve them under, a root
+    outside the configured ones, a link out of the root, or more files than the caps allow.
+    """
+
+
 class RegistryError(MrpError, LookupError):
     """An operator reference cannot be resolved, or the registry itself is inconsistent."""
 

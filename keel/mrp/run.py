@@ -68,8 +68,9 @@ class _RunModel(BaseModel):
 class MRPJobInput(_RunModel):
     """Input of the ``MRPJob`` workflow (plain JSON works with ``temporal workflow start``).
 
-    ``base_dir`` is where ``inputs.files`` patterns resolve, on the worker (empty: the
-    worker's current directory). ``backend`` None means the configured default (``ray``).
+    ``base_dir`` is where ``inputs.files`` patterns resolve, on the worker: an absolute
+    folder, inside ``KEEL_MRP_JOB_ROOTS`` when the worker has it set (empty: a job with
+    ``inputs.files`` is refused at compile, never resolved in the worker's own directory). ``backend`` None means the configured default (``ray``).
     ``replay_of`` names a finished run whose stored IR, inputs and LLM answers are re-used;
     the run then recomputes every shard and fails on the first digest that differs.
     ``llm_replay_only`` answers LLM calls from the cache only (implied by ``replay_of``).

@@ -12,17 +12,24 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import SecretStr
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from api.app import create_app
 from api.idempotency import REPLAY_HEADER
+from keel.mrp.run import MRPJobInput
 from keel.settings import ApiToken, Settings
 from workers.main import build_worker
+from workers.mrp_client import failure_of, start_job
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "mrp"
 
-TOKENS = {"alice": ["requester"], "bob": ["approver"]}
+TOKENS = {
+    "alice": ["requester"],
+    "bob": ["approver"],
+    "carol": ["requester"],  # a second requester: alice's runs are not hers to read
+    "root": ["admin"],
+}
 
 
 def auth(actor: str) -> dict[str, str]:
@@ -68,10 +75,12 @@ async def http(api_settings: Settings, client: Client) -> AsyncIterator[httpx.As
         yield c
 
 
-async def wait_done(http: httpx.AsyncClient, run_id: str, timeout: float = 120) -> dict[str, Any]:
+async def wait_done(
+    http: httpx.AsyncClient, run_id: str, timeout: float = 120, actor: str = "alice"
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        resp = await http.get(f"/mrp/jobs/{run_id}", headers=auth("bob"))
+        resp = await http.get(f"/mrp/jobs/{run_id}", headers=auth(actor))
         assert resp.status_code == 200, resp.text
         view = resp.json()
         if view["status"] != "running":
@@ -181,3 +190,91 @@ async def test_a_refused_job_reads_as_failed_with_the_rule(http: httpx.AsyncClie
     assert view["status"] == "failed"
     assert view["error_type"] == "MrpCompileError"
     assert "MRP-P001" in view["error"]
+
+
+WORDCOUNT = (EXAMPLES / "wordcount.yaml").read_text()
+
+
+async def test_inline_files_without_a_root_are_refused(http: httpx.AsyncClient) -> None:
+    # Without base_dir the worker would glob its own checkout (.venv, .env, .keel/).
+    greedy = WORDCOUNT.replace('files: ["data/*.txt"]', 'files: ["**/*.py"]')
+    for text in (WORDCOUNT, greedy):
+        resp = await http.post(
+            "/mrp/jobs", json={"job_yaml": text, "backend": "threads"}, headers=auth("alice")
+        )
+        assert resp.status_code == 403, resp.text
+        err = resp.json()["error"]
+        assert err["code"] == "path_not_allowed" and "base_dir" in err["message"]
+
+
+async def test_inline_files_under_a_root_are_allowed(http: httpx.AsyncClient) -> None:
+    resp = await http.post(
+        "/mrp/jobs",
+        json={
+            "job_yaml": WORDCOUNT,
+            "base_dir": str(EXAMPLES),
+            "backend": "threads",
+            "run_id": "inline-rooted-1",
+        },
+        headers=auth("alice"),
+    )
+    assert resp.status_code == 202, resp.text
+    view = await wait_done(http, "inline-rooted-1")
+    assert view["status"] == "succeeded", view
+    assert view["counters"]["total"] == 4
+
+
+async def test_the_worker_refuses_files_without_a_base_dir(
+    http: httpx.AsyncClient, client: Client, api_settings: Settings
+) -> None:
+    """A run started around the API (as ``temporal workflow start`` does) is held to the
+    same rule by the compile activity: no base_dir, no worker files."""
+    job = WORDCOUNT.replace('files: ["data/*.txt"]', 'files: ["pyproject.toml"]')
+    handle = await start_job(
+        client,
+        MRPJobInput(job_yaml=job, source="job.yaml", run_id="no-base-dir-1", backend="threads"),
+        workflow_id="mrp/example-wordcount/no-base-dir-1",
+        task_queue=api_settings.task_queue,
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    kind, message = failure_of(info.value)
+    assert kind == "MrpCompileError"
+    assert "no base_dir" in message
+
+
+async def test_a_second_requester_gets_404_for_the_first_ones_job(
+    http: httpx.AsyncClient,
+) -> None:
+    resp = await http.post(
+        "/mrp/jobs",
+        json={"job_yaml": JOB, "backend": "threads", "run_id": "alices-run-1"},
+        headers=auth("alice"),
+    )
+    assert resp.status_code == 202, resp.text
+    wid = resp.json()["workflow_id"]
+    view = await wait_done(http, "alices-run-1")
+    assert view["status"] == "succeeded", view
+    for ref in ("alices-run-1", wid):
+        for other in ("carol", "bob"):
+            got = await http.get(f"/mrp/jobs/{ref}", headers=auth(other))
+            # The same answer as for an id that does not exist: nothing is confirmed.
+            assert got.status_code == 404, (other, got.text)
+            error = got.json()["error"]
+            assert (error["code"], error["message"]) == ("not_found", f"no MRP run {ref!r}")
+        assert (await http.get(f"/mrp/jobs/{ref}", headers=auth("root"))).status_code == 200
+
+
+async def test_the_approvers_of_a_jobs_gate_read_it(
+    http: httpx.AsyncClient, client: Client
+) -> None:
+    gated = JOB + "approval:\n  gate: ship\n  approvers: [bob]\n"
+    resp = await http.post(
+        "/mrp/jobs",
+        json={"job_yaml": gated, "backend": "threads", "run_id": "gated-run-1"},
+        headers=auth("alice"),
+    )
+    assert resp.status_code == 202, resp.text
+    assert (await http.get("/mrp/jobs/gated-run-1", headers=auth("bob"))).status_code == 200
+    assert (await http.get("/mrp/jobs/gated-run-1", headers=auth("carol"))).status_code == 404
+    await client.get_workflow_handle(resp.json()["workflow_id"]).terminate("test over")

@@ -20,7 +20,12 @@ from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GOOD = json.dumps({"summary": "Temporal keeps workflows durable.", "sentences": 1})
-TOKENS = {"alice": ["requester"], "bob": ["approver"]}
+TOKENS = {
+    "alice": ["requester"],
+    "bob": ["approver"],
+    "carol": ["requester"],  # a second requester: alice's runs are not hers to read
+    "root": ["admin"],
+}
 
 
 def auth(actor: str) -> dict[str, str]:
@@ -90,7 +95,7 @@ async def test_run_and_wait_returns_the_result(http, model_server):
     assert view["result"]["output"] == json.loads(GOOD)
     assert view["result"]["app"] == "summary" and view["result"]["model"] == "local"
     assert len(model_server.chat_requests) == 1
-    got = await http.get(f"/rllm/runs/{view['workflow_id']}", headers=auth("bob"))
+    got = await http.get(f"/rllm/runs/{view['workflow_id']}", headers=auth("alice"))
     assert got.status_code == 200 and got.json()["result"]["output"] == json.loads(GOOD)
 
 
@@ -183,3 +188,19 @@ async def test_auth_and_request_checks(http):
     assert_error(missing_root, 422, "validation_failed")
     assert_error(await http.get("/rllm/runs/rllm/nope/1", headers=auth("alice")), 404, "not_found")
     assert_error(await http.get("/rllm/runs/rllm/nope/1"), 401, "unauthorized")
+
+
+async def test_a_second_requester_gets_404_for_the_first_ones_run(http):
+    resp = await http.post("/rllm/runs", json=summary_body(wait=True), headers=auth("alice"))
+    assert resp.status_code == 200, resp.text
+    wid = resp.json()["workflow_id"]
+    for actor in ("alice", "root"):
+        got = await http.get(f"/rllm/runs/{wid}", headers=auth(actor))
+        assert got.status_code == 200 and got.json()["status"] == "completed", (actor, got.text)
+    for actor in ("carol", "bob"):
+        # The same answer as for an id that does not exist: nothing is confirmed.
+        for ref in (wid, f"{wid}-nope"):
+            error = assert_error(
+                await http.get(f"/rllm/runs/{ref}", headers=auth(actor)), 404, "not_found"
+            )
+            assert error["message"] == f"no .rllm run {ref!r}"
