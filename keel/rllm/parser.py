@@ -96,7 +96,8 @@ def _key(parts: PathParts) -> str:
 def _json_path_parts(path: str) -> list[str | int]:
     """``$.uses[0].alias`` -> ``['uses', 0, 'alias']``."""
     parts: list[str | int] = []
-    for m in re.finditer(r"\.([^.\[\]]+)|\[(\d+)\]", path.removeprefix("$")):
+    # '*', not '+': an empty key is a key too ('$.' is the path of key '').
+    for m in re.finditer(r"\.([^.\[\]]*)|\[(\d+)\]", path.removeprefix("$")):
         parts.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
     return parts
 

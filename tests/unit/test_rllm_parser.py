@@ -356,3 +356,9 @@ def test_python_blocks_the_compiler_cannot_hold_are_parse_errors(code):
     block = "\n=== python name=p stage=pre inputs=text outputs=x ===\n" + code
     with pytest.raises(ParseError, match="python block 'p'"):
         parse_text(BASE + block)
+
+
+def test_an_empty_key_is_an_unknown_key_not_an_index_error():
+    # Found by tests/unit/test_parser_fuzz.py: the JSON path '$.' named no key.
+    with pytest.raises(MetadataValidationError, match="unknown key"):
+        parse_text('---\n"": null\n---\nhi\n')
