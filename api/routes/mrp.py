@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from anyio import to_thread
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -169,7 +170,8 @@ async def submit_job(
     """Start a job; 202 with the run id and workflow id to follow it by."""
 
     async def run() -> tuple[int, Any]:
-        inp, job_id, approvers = _job_input(request, body)
+        # Reading and parsing the job is file I/O and CPU work: off the event loop.
+        inp, job_id, approvers = await to_thread.run_sync(_job_input, request, body)
         run_id = body.run_id or (
             digest_json(["mrp", caller.actor, idempotency_key])[7:31]
             if idempotency_key

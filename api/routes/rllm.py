@@ -20,6 +20,7 @@ import uuid
 from pathlib import PurePosixPath
 from typing import Any
 
+from anyio import to_thread
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from temporalio.client import WorkflowFailureError
@@ -139,7 +140,8 @@ async def start_rllm_run(
 
     async def run() -> tuple[int, Any]:
         try:
-            name = _app_name(body)
+            # Parsing is CPU work: in a thread, so every other request keeps being answered.
+            name = await to_thread.run_sync(_app_name, body)
         except RllmError as e:
             return app_error_response(e.to_payload())
         unique = (

@@ -34,6 +34,7 @@ from pydantic import (
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from keel.mrp.errors import DslError, DslIssue
+from keel.yaml_limits import BoundedComposerMixin, YamlLimitError
 
 DSL_VERSION = "0.1"
 SUPPORTED_DSL_VERSIONS = frozenset({DSL_VERSION})
@@ -46,8 +47,9 @@ EGRESS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 GATE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 URI_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<rest>.+)$")
 
-# A YAML alias can make a small file expand into a huge tree ("billion laughs"). The
-# compiler walks every node once per path, so this caps its work before anything else.
+# A YAML alias can make a small file expand into a huge tree ("billion laughs"), and deep
+# nesting would exhaust PyYAML's recursive composer. The compiler walks every node once per
+# path, so the loader refuses both while it composes, before anything walks the data.
 MAX_YAML_NODES = 200_000
 MAX_YAML_DEPTH = 64
 MAX_JOB_BYTES = 16 * 1024 * 1024
@@ -320,13 +322,16 @@ _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _LineLoader(yaml.SafeLoader):
+class _LineLoader(BoundedComposerMixin, yaml.SafeLoader):
     """SafeLoader that refuses duplicate and non-string keys and keeps dates as text.
 
     Duplicate keys are silently "last one wins" in PyYAML; in a job file that hides a
     mistake, so they are errors. Dates would load as ``datetime.date`` objects, which have
-    no JSON form: they stay strings.
+    no JSON form: they stay strings. Nesting and alias-expanded size are bounded.
     """
+
+    max_depth = MAX_YAML_DEPTH
+    max_nodes = MAX_YAML_NODES
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, MappingNode):
@@ -401,8 +406,10 @@ def load_yaml_with_lines(text: str, source: str = "") -> tuple[Any, dict[str, in
             [DslIssue(path="", line=None, message="job file larger than 16 MiB")], source
         )
     lines: dict[str, int] = {"": 1}
-    loader = _LineLoader(text)
+    loader: _LineLoader | None = None
     try:
+        # The reader refuses unprintable characters already here, so this is inside try.
+        loader = _LineLoader(text)
         node = loader.get_single_node()
         if node is None:
             raise DslError([DslIssue(path="", line=1, message="job file is empty")], source)
@@ -410,15 +417,22 @@ def load_yaml_with_lines(text: str, source: str = "") -> tuple[Any, dict[str, in
         data = loader.construct_document(node)
     except _YamlIssue as e:
         raise DslError([DslIssue(path="", line=e.line, message=e.message)], source) from None
+    except YamlLimitError as e:
+        message = f"document exceeds a limit: {e.message}"
+        raise DslError([DslIssue(path="", line=e.line + 1, message=message)], source) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark is not None else None
         message = " ".join(p for p in (e.context, e.problem) if p) or "invalid YAML"
         raise DslError([DslIssue(path="", line=line, message=message)], source) from None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        raise DslError([DslIssue(path="", line=line, message=str(e))], source) from None
     except yaml.YAMLError as e:
         raise DslError([DslIssue(path="", line=None, message=str(e))], source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, lines
 
 

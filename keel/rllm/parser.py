@@ -67,12 +67,23 @@ from keel.rllm.schema import (
     resolve_local,
     validate_instance,
 )
+from keel.yaml_limits import BoundedComposerMixin, YamlLimitError
 
 _SECTION = re.compile(r"^===[ \t]*([A-Za-z].*?)[ \t]*===[ \t]*$")
 _IDENT = re.compile(IDENT_PATTERN)
 _BLOCK_KEYS = ("name", "stage", "inputs", "outputs")
 _FRONTMATTER_FIRST_LINE = 2
 _MISSING = object()
+
+# Limits on the frontmatter, far above what an app needs, so that parsing one file (in the
+# API, the CLI or a worker) stays a matter of milliseconds: without them 50,000 nested
+# brackets are a RecursionError and nine levels of YAML anchors expand to 9**9 nodes.
+MAX_FRONTMATTER_BYTES = 256 * 1024
+MAX_FRONTMATTER_DEPTH = 64
+MAX_FRONTMATTER_NODES = 10_000
+MAX_USES = 100
+# Each reference is checked and located; more than this many '{{' is no real template.
+MAX_TEMPLATE_REFS = 10_000
 
 PathParts = Sequence[str | int]
 
@@ -87,7 +98,8 @@ def _key(parts: PathParts) -> str:
 def _json_path_parts(path: str) -> list[str | int]:
     """``$.uses[0].alias`` -> ``['uses', 0, 'alias']``."""
     parts: list[str | int] = []
-    for m in re.finditer(r"\.([^.\[\]]+)|\[(\d+)\]", path.removeprefix("$")):
+    # '*', not '+': an empty key is a key too ('$.' is the path of key '').
+    for m in re.finditer(r"\.([^.\[\]]*)|\[(\d+)\]", path.removeprefix("$")):
         parts.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
     return parts
 
@@ -217,10 +229,36 @@ def _split(text: str, f: _File) -> tuple[str, list[str], int]:
     )
 
 
+class _FrontmatterLoader(BoundedComposerMixin, yaml.SafeLoader):
+    max_depth = MAX_FRONTMATTER_DEPTH
+    max_nodes = MAX_FRONTMATTER_NODES
+
+
 def _compose(fm: str, f: _File) -> tuple[yaml.Node | None, Any]:
+    size = len(fm.encode("utf-8", errors="replace"))
+    if size > MAX_FRONTMATTER_BYTES:
+        raise f.parse_error(
+            f"the frontmatter is {size} bytes, more than the limit of {MAX_FRONTMATTER_BYTES}",
+            _FRONTMATTER_FIRST_LINE,
+            hint="Keep the metadata small; long texts belong in the prompt.",
+        )
+    loader: _FrontmatterLoader | None = None
     try:
-        node = yaml.compose(fm, Loader=yaml.SafeLoader)
-        data = yaml.load(fm, Loader=yaml.SafeLoader)
+        # The reader refuses unprintable characters already here, so this is inside try.
+        loader = _FrontmatterLoader(fm)
+        node = loader.get_single_node()
+        if node is not None:
+            _check_duplicates(node, f)
+            _check_uses_count(node, f)
+        data = None if node is None else loader.construct_document(node)
+    except YamlLimitError as e:
+        raise f.parse_error(
+            f"the frontmatter exceeds a limit: {e.message}",
+            e.line + _FRONTMATTER_FIRST_LINE,
+            e.column + 1,
+            hint=f"The frontmatter may nest at most {MAX_FRONTMATTER_DEPTH} levels and hold "
+            f"at most {MAX_FRONTMATTER_NODES} keys and values, an alias counting as what it names.",
+        ) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = (mark.line if mark else 0) + _FRONTMATTER_FIRST_LINE
@@ -240,9 +278,25 @@ def _compose(fm: str, f: _File) -> tuple[yaml.Node | None, Any]:
         ) from None
     except yaml.YAMLError as e:
         raise f.parse_error(f"invalid YAML in the frontmatter: {e}", 2) from None
-    if node is not None:
-        _check_duplicates(node, f)
+    finally:
+        if loader is not None:
+            loader.dispose()
     return node, data
+
+
+def _check_uses_count(root: yaml.Node, f: _File) -> None:
+    if not isinstance(root, yaml.MappingNode):
+        return
+    for k, v in root.value:
+        if k.value == "uses" and isinstance(v, yaml.SequenceNode) and len(v.value) > MAX_USES:
+            mark = v.value[MAX_USES].start_mark
+            raise f.parse_error(
+                f"uses has {len(v.value)} entries, more than the limit of {MAX_USES}",
+                mark.line + _FRONTMATTER_FIRST_LINE,
+                mark.column + 1,
+                hint="Split the app: let a child app use some of the others.",
+                key="uses",
+            )
 
 
 def _check_duplicates(node: yaml.Node, f: _File) -> None:
@@ -501,6 +555,15 @@ def _python_block(sec: _Section, f: _File) -> PythonBlock:
             line,
             e.offset or 1,
             hint="Fix the Python syntax; the block body is plain Python 3.11.",
+            block=name,
+        ) from None
+    except (ValueError, RecursionError, MemoryError) as e:
+        # Null bytes (ValueError) and expressions nested or chained past what CPython's
+        # compiler can hold (RecursionError, MemoryError) are refused like a syntax error.
+        raise f.parse_error(
+            f"python block {name!r} cannot be compiled: {str(e) or type(e).__name__}",
+            first,
+            hint="Simplify the code: split long expressions and remove null bytes.",
             block=name,
         ) from None
     return PythonBlock(
@@ -792,6 +855,16 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
             hint="Write the prompt after the closing '---' of the frontmatter.",
         )
 
+    templates = [("prompt", prompt, prompt_line)]
+    if recovery is not None:
+        templates.append(("recovery", *recovery))
+    for where, template, first in templates:
+        if template.count("{{") > MAX_TEMPLATE_REFS:
+            raise f.parse_error(
+                f"the {where} template has more than {MAX_TEMPLATE_REFS} '{{{{'",
+                first,
+                hint="Pass long or repeated text in as one input variable.",
+            )
     try:
         _check_refs(
             template_refs(prompt, first_line=prompt_line),

@@ -77,6 +77,28 @@ def _position(text: str, index: int, first_line: int) -> tuple[int, int]:
     return line, column
 
 
+class _Positions:
+    """Line and column of increasing indexes, counting each newline once.
+
+    Counting from the start for every reference made a prompt of many references
+    quadratic (150,000 references took minutes to load).
+    """
+
+    def __init__(self, text: str, first_line: int) -> None:
+        self.text = text
+        self.index = 0
+        self.line = first_line
+        self.line_start = 0
+
+    def at(self, index: int) -> tuple[int, int]:
+        newlines = self.text.count("\n", self.index, index)
+        if newlines:
+            self.line += newlines
+            self.line_start = self.text.rfind("\n", self.index, index) + 1
+        self.index = index
+        return self.line, index - self.line_start + 1
+
+
 def parse_template(text: str, *, first_line: int = 1) -> list[Segment]:
     """Split a template into literal strings and references.
 
@@ -88,6 +110,7 @@ def parse_template(text: str, *, first_line: int = 1) -> list[Segment]:
     """
     segments: list[Segment] = []
     buf: list[str] = []
+    positions = _Positions(text, first_line)
     i, n = 0, len(text)
     while i < n:
         nxt = text.find("{{", i)
@@ -121,7 +144,7 @@ def parse_template(text: str, *, first_line: int = 1) -> list[Segment]:
         if buf:
             segments.append("".join(buf))
             buf = []
-        line, col = _position(text, start, first_line)
+        line, col = positions.at(start)
         segments.append(TemplateRef(parts=tuple(m.group(1).split(".")), line=line, column=col))
         i = m.end()
     if buf and "".join(buf):

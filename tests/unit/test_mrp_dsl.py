@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from keel.mrp.dsl import JobSpec, load_yaml_with_lines, parse_job, split_ref
+from keel.mrp.dsl import (
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    JobSpec,
+    load_yaml_with_lines,
+    parse_job,
+    split_ref,
+)
 from keel.mrp.errors import DslError
 from tests.unit.mrp_jobs import job_text
 
@@ -157,7 +164,9 @@ def test_alias_bomb_is_refused_before_expanding():
         prev = "abcdefg"[i]
         rows.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 10) + "]")
     issues = issues_of("\n".join(rows) + "\n")
-    assert issues[0][2].startswith("document too large")
+    assert issues[0][2].startswith(
+        f"document exceeds a limit: more than {MAX_YAML_NODES} nodes once aliases are expanded"
+    )
 
 
 @pytest.mark.parametrize(
@@ -207,3 +216,27 @@ def test_json_schema_export_refuses_unknown_fields_too():
     models = {k: v for k, v in schema["$defs"].items() if k.endswith("Spec")}
     assert len(models) == 8
     assert all(d["additionalProperties"] is False for d in models.values())
+
+
+def test_deep_nesting_is_refused_with_its_line_not_a_recursion_error():
+    text = BASE + "extra:\n  deep: " + "[" * 50_000 + "]" * 50_000 + "\n"
+    [(path, line, message)] = issues_of(text)
+    assert path == ""
+    assert message == f"document exceeds a limit: nesting deeper than {MAX_YAML_DEPTH} levels"
+    assert line == BASE.count("\n") + 2
+
+
+def test_alias_nested_deeper_than_the_limit_and_alias_cycles_are_refused():
+    deep = "[" * (MAX_YAML_DEPTH - 2) + "]" * (MAX_YAML_DEPTH - 2)
+    issues = issues_of(f"a: &x {deep}\nb: [[[*x]]]\n")
+    assert issues == [
+        ("", 2, f"document exceeds a limit: nesting deeper than {MAX_YAML_DEPTH} levels once "
+         "alias *x is expanded")
+    ]  # fmt: skip
+    assert issues_of("a: &x [1, *x]\n") == [
+        ("", 1, "document exceeds a limit: alias *x is used inside the node it names")
+    ]
+
+
+def test_unprintable_characters_are_a_dsl_error():
+    assert issues_of("a: 1\nb: \x00\n")[0][:2] == ("", 2)

@@ -1,3 +1,4 @@
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,13 @@ from keel.rllm import (
     RllmProgram,
     load,
     parse_text,
+)
+from keel.rllm.parser import (
+    MAX_FRONTMATTER_BYTES,
+    MAX_FRONTMATTER_DEPTH,
+    MAX_FRONTMATTER_NODES,
+    MAX_TEMPLATE_REFS,
+    MAX_USES,
 )
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -292,3 +300,65 @@ def test_pure_composition_may_not_have_a_prompt():
         parse_text(text)
     p = parse_text(text.split("---\nReply")[0] + "---\n")
     assert not p.needs_llm
+
+
+def test_deep_nesting_in_the_frontmatter_is_a_parse_error_with_its_line():
+    deep = with_("author: tests", "author: tests\nmetadata: " + "[" * 50_000 + "]" * 50_000)
+    with pytest.raises(ParseError) as info:
+        parse_text(deep, path="deep.rllm")
+    assert info.value.details["line"] == 6
+    assert f"nesting deeper than {MAX_FRONTMATTER_DEPTH} levels" in info.value.message
+    assert info.value.message.startswith("deep.rllm:6:")
+
+
+def billion_laughs(levels: int) -> str:
+    rows = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        rows.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(rows)
+
+
+def test_alias_bomb_is_refused_before_anything_walks_it():
+    text = "---\n" + billion_laughs(9) + '\nformat_version: "0.1"\nname: bomb\n---\nhi\n'
+    started = time.monotonic()
+    with pytest.raises(ParseError, match=f"more than {MAX_FRONTMATTER_NODES} nodes once aliases"):
+        parse_text(text)
+    assert time.monotonic() - started < 1
+
+
+def test_alias_cycle_is_refused():
+    with pytest.raises(ParseError, match=r"alias \*x is used inside the node it names"):
+        parse_text(with_("author: tests", "author: tests\nmetadata: &x {a: *x}"))
+
+
+def test_uses_count_and_frontmatter_size_are_bounded():
+    entry = "  - {path: c.rllm, alias: a%d, exposes: [answer]}\n"
+    uses = "uses:\n" + "".join(entry % i for i in range(MAX_USES + 1))
+    with pytest.raises(ParseError, match=f"uses has {MAX_USES + 1} entries") as info:
+        parse_text(with_("author: tests", "author: tests\n" + uses))
+    assert info.value.details["line"] == 7 + MAX_USES
+    big = with_(
+        "author: tests", "author: tests\nmetadata: {x: '" + "y" * MAX_FRONTMATTER_BYTES + "'}"
+    )
+    with pytest.raises(ParseError, match="more than the limit of"):
+        parse_text(big)
+
+
+def test_template_reference_count_is_bounded():
+    with pytest.raises(ParseError, match=f"more than {MAX_TEMPLATE_REFS}"):
+        parse_text(BASE + "{{ text }}" * (MAX_TEMPLATE_REFS + 1))
+
+
+@pytest.mark.parametrize(
+    "code", ["x = 1\x00\n", "x = " + "-" * 100_000 + "1\n", "x = " + "1+" * 200_000 + "1\n"]
+)
+def test_python_blocks_the_compiler_cannot_hold_are_parse_errors(code):
+    block = "\n=== python name=p stage=pre inputs=text outputs=x ===\n" + code
+    with pytest.raises(ParseError, match="python block 'p'"):
+        parse_text(BASE + block)
+
+
+def test_an_empty_key_is_an_unknown_key_not_an_index_error():
+    # Found by tests/unit/test_parser_fuzz.py: the JSON path '$.' named no key.
+    with pytest.raises(MetadataValidationError, match="unknown key"):
+        parse_text('---\n"": null\n---\nhi\n')
