@@ -14,7 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.deps import ApproverDep, CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey, idempotent
+from api.idempotency import IdempotencyKey, idempotent, request_id_for
 from keel.digest import digest_json
 from keel.gates import (
     GATE_ID_SEPARATOR,
@@ -27,7 +27,7 @@ from keel.gates import (
     GateStatus,
     gate_workflow_id,
 )
-from workflows.gate import ApprovalGate
+from workflows.gate import ApprovalGate, start_search_attributes
 
 router = APIRouter(prefix="/gates", tags=["gates"], responses=ERROR_RESPONSES)
 
@@ -171,6 +171,7 @@ async def open_gate(
                 req,
                 id=gate_id,
                 task_queue=request.app.state.settings.task_queue,
+                search_attributes=start_search_attributes(req),
             )
         except WorkflowAlreadyStartedError:
             raise ApiError(409, "conflict", f"gate {gate_id!r} already exists") from None
@@ -211,7 +212,7 @@ async def _decide(
                 decision=decision,  # type: ignore[arg-type]
                 actor=caller.actor,
                 comment=body.comment,
-                request_id=idempotency_key or str(uuid.uuid4()),
+                request_id=request_id_for(caller, idempotency_key),
             ),
         )
         return 200, state.model_dump(mode="json")
@@ -277,7 +278,7 @@ async def comment_gate(
             GateComment(
                 actor=caller.actor,
                 comment=body.comment,
-                request_id=idempotency_key or str(uuid.uuid4()),
+                request_id=request_id_for(caller, idempotency_key),
             ),
         )
         return 200, state.model_dump(mode="json")
