@@ -17,7 +17,14 @@ from temporalio.exceptions import ApplicationError
 from keel.digest import canonical_json
 from keel.gates import WebhookDelivery, WebhookResult
 from keel.retry import is_retryable_status, parse_retry_after
-from keel.webhooks import EVENT_HEADER, IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from keel.webhooks import (
+    EVENT_HEADER,
+    IDEMPOTENCY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    sign,
+    webhook_url_allowed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +50,16 @@ class NotifyActivities:
         url = delivery.url or self._default_url
         if not url:
             return WebhookResult(delivered=False, skipped_reason="no webhook url configured")
-        if not url.startswith(("http://", "https://")):
+        if not url.lower().startswith(("http://", "https://")):
             raise ApplicationError(
                 "webhook url must be http(s)", type="WebhookMisconfigured", non_retryable=True
             )
-        allowed = url == self._default_url or any(url.startswith(p) for p in self._allowed_prefixes)
+        allowed = url == self._default_url or webhook_url_allowed(url, self._allowed_prefixes)
         if not allowed:
             # Workflow inputs come from users: never let one aim the worker at any host.
             raise ApplicationError(
-                "webhook url is not under KEEL_WEBHOOK_ALLOWED_PREFIXES",
+                "webhook url is not under KEEL_WEBHOOK_ALLOWED_PREFIXES (same scheme, host "
+                "and port, path under the allowed path, no userinfo)",
                 type="WebhookMisconfigured",
                 non_retryable=True,
             )
@@ -65,7 +73,8 @@ class NotifyActivities:
             IDEMPOTENCY_HEADER: delivery.idempotency_key,
         }
         try:
-            async with httpx.AsyncClient(timeout=self._timeout_s) as client:
+            # A redirect would take the signed body to a host the allow-list never saw.
+            async with httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client:
                 resp = await client.post(url, content=body, headers=headers)
         except httpx.HTTPError as err:
             # Connection refused, DNS, timeouts: the receiver may come back.

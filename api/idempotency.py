@@ -8,6 +8,7 @@ client should be free to retry.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -29,6 +30,14 @@ IdempotencyKey = Annotated[
     str | None,
     Header(alias="Idempotency-Key", max_length=MAX_KEY_LENGTH, description="Repeat-safe retries"),
 ]
+
+
+def request_id_for(caller: Caller, key: str | None) -> str:
+    """The ``request_id`` a workflow dedups by: the caller's key, scoped to the caller (as
+    the stored answers are), or a fresh id when there is no key."""
+    if key is None:
+        return str(uuid.uuid4())
+    return "idem-" + digest_json([caller.actor, key])[7:39]
 
 
 async def idempotent(

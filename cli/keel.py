@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.parse
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,6 +35,14 @@ log = logging.getLogger("keel")
 
 def _state_file(settings: Settings) -> Path:
     return settings.data_dir / "run" / "up.json"
+
+
+def _write_state(path: Path, services: dict[str, dict[str, Any]]) -> None:
+    """Replace the state file in one step: ``keel status`` and ``keel down`` read it while
+    ``keel up`` rewrites it (a restarted worker's pid), and must never see half of it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"supervisor": os.getpid(), "services": services}, indent=2))
+    os.replace(tmp, path)
 
 
 def _read_state(settings: Settings) -> dict[str, Any] | None:
@@ -64,6 +73,37 @@ def _setup_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+
+
+# A crashed worker is restarted after 1 s, then 2, 4, ... up to 30 s while it keeps
+# crashing; a worker that ran for a minute counts as healthy again.
+WORKER_RESTART_FIRST_S = 1.0
+WORKER_RESTART_MAX_S = 30.0
+WORKER_HEALTHY_AFTER_S = 60.0
+
+
+@dataclass
+class WorkerRestarts:
+    """Backoff of ``keel up``'s worker restarts."""
+
+    count: int = 0
+    streak: int = 0  # restarts since the worker last ran for WORKER_HEALTHY_AFTER_S
+    due: float | None = None  # monotonic time of the pending restart
+    last_start: float = field(default_factory=time.monotonic)
+
+    def schedule(self, now: float) -> float:
+        """Plan the restart of a worker found dead at ``now``; returns the delay."""
+        if now - self.last_start >= WORKER_HEALTHY_AFTER_S:
+            self.streak = 0
+        delay = min(WORKER_RESTART_MAX_S, WORKER_RESTART_FIRST_S * 2**self.streak)
+        self.streak += 1
+        self.count += 1
+        self.due = now + delay
+        return delay
+
+    def started(self, now: float) -> None:
+        self.due = None
+        self.last_start = now
 
 
 @app.command()
@@ -139,7 +179,7 @@ def up(
 
     state_path = _state_file(settings)
     state_path.parent.mkdir(parents=True, exist_ok=True)
-    state_path.write_text(json.dumps({"supervisor": os.getpid(), "services": services}, indent=2))
+    _write_state(state_path, services)
     typer.echo("Keel is up:")
     typer.echo(f"  Temporal   {settings.resolved_temporal_address}")
     if "temporal" in services:
@@ -152,15 +192,39 @@ def up(
     sys.stdout.flush()
 
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    restarts = WorkerRestarts()
     try:
         while True:
-            got = signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 1.0)
+            got = signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.5)
             if got is not None:
                 break
-            dead = [s.name for s in started if isinstance(s, ManagedProcess) and not s.running()]
+            # A dead worker is what durable execution is for: its workflows wait in Temporal
+            # for the next one. Without the server or the API there is nothing to serve.
+            dead = [
+                s.name
+                for s in started
+                if isinstance(s, ManagedProcess) and s is not worker and not s.running()
+            ]
             if dead:
                 typer.echo(f"{', '.join(dead)} exited; stopping (logs in {logs})", err=True)
                 break
+            if worker.running():
+                continue
+            now = time.monotonic()
+            if restarts.due is None:
+                delay = restarts.schedule(now)
+                code = worker.proc.returncode if worker.proc is not None else None
+                typer.echo(
+                    f"worker (pid {worker.pid}) exited with code {code}; restarting it in "
+                    f"{delay:.0f}s (restart {restarts.count}; log {logs / 'worker.log'})",
+                    err=True,
+                )
+            elif now >= restarts.due:
+                worker.start()
+                restarts.started(now)
+                services["worker"]["pid"] = worker.pid
+                _write_state(state_path, services)
+                typer.echo(f"worker restarted (pid {worker.pid})", err=True)
     finally:
         stop_all()
         state_path.unlink(missing_ok=True)

@@ -67,8 +67,9 @@ class Settings(BaseSettings):
     # Webhooks (gate notices and reminders). The secret signs bodies with HMAC-SHA256.
     webhook_url: str = ""
     webhook_secret: SecretStr = SecretStr(DEV_WEBHOOK_SECRET)
-    # Besides webhook_url, gates may name their own webhook only under these URL prefixes
-    # (e.g. "https://hooks.example.com/"): the worker never posts anywhere else.
+    # Besides webhook_url, gates may name their own webhook only under these base URLs
+    # (e.g. "https://hooks.example.com/keel"; same origin, path by segments, see
+    # keel.webhooks.webhook_url_allowed): the worker never posts anywhere else.
     webhook_allowed_prefixes: list[str] = Field(default_factory=list)
 
     # Observability

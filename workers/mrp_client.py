@@ -9,6 +9,7 @@ run records (``store/mrp_runs.py``) and, for what they do not hold yet, from Tem
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
@@ -21,12 +22,18 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.mrp.run import (
     ERROR_TYPES,
+    RUN_ID_ATTRIBUTE,
     WORKFLOW_TYPE,
     MRPJobInput,
     MRPJobResult,
@@ -50,6 +57,9 @@ ViewStatus = Literal[
     "terminated",
     "timed_out",
 ]
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+RUN_ID_KEY = SearchAttributeKey.for_keyword(RUN_ID_ATTRIBUTE)
 
 _ENDED: dict[WorkflowExecutionStatus, ViewStatus] = {
     WorkflowExecutionStatus.FAILED: "failed",
@@ -100,6 +110,9 @@ async def start_job(
         id=workflow_id,
         task_queue=task_queue,
         result_type=MRPJobResult,
+        search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(RUN_ID_KEY, run_id_from_workflow_id(workflow_id))]
+        ),
         id_reuse_policy=(
             WorkflowIDReusePolicy.REJECT_DUPLICATE
             if reject_duplicate
@@ -138,24 +151,22 @@ async def describe(client: Client, workflow_id: str) -> Any | None:
     return desc if desc.workflow_type == WORKFLOW_TYPE else None
 
 
-async def find_workflow_id(
-    client: Client, run_id: str, *, wait_s: float = 3.0, limit: int = 2000
-) -> str | None:
+async def find_workflow_id(client: Client, run_id: str) -> str | None:
     """The workflow id of a run the SQL records do not know yet (compile not finished, or
-    compile failed): the newest ``MRPJob`` whose id ends with ``/<run_id>``.
+    compile failed): the newest ``MRPJob`` started with search attribute
+    ``KeelMrpRunId = run_id``, in one visibility query.
 
-    Temporal's visibility store lags a start by a moment, so a run started just now is
-    looked for again for up to ``wait_s`` seconds.
+    One query, no polling: an unknown id is answered at once. Temporal's visibility lags
+    a start by a moment, so a run started just now is surely found by its workflow id
+    (which ``POST /mrp/jobs`` answers); runs started without the attribute (by hand with
+    ``temporal workflow start``) are found once their compile step has written the record.
     """
-    query = f'WorkflowType = "{WORKFLOW_TYPE}"'
-    deadline = asyncio.get_running_loop().time() + wait_s
-    while True:
-        async for wf in client.list_workflows(query, limit=limit):
-            if run_id_from_workflow_id(wf.id) == run_id:
-                return str(wf.id)
-        if asyncio.get_running_loop().time() >= deadline:
-            return None
-        await asyncio.sleep(0.2)
+    if not _RUN_ID.fullmatch(run_id):
+        return None  # cannot be a run id, and must not reach the query text
+    query = f'WorkflowType = "{WORKFLOW_TYPE}" AND {RUN_ID_ATTRIBUTE} = "{run_id}"'
+    async for wf in client.list_workflows(query, limit=1):
+        return str(wf.id)
+    return None
 
 
 async def job_view(

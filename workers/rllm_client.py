@@ -89,6 +89,43 @@ def _chain(err: BaseException) -> list[BaseException]:
     return out
 
 
+# Error types of the LLM activities (activities/llm.py ``classify``) that say the model
+# endpoint failed: unreachable or overloaded (retry later), or refusing the request.
+UPSTREAM_UNAVAILABLE_TYPES = frozenset(
+    {"LLMConnectionError", "LLMTimeout", "LLMServerError", "LLMRateLimited", "LLMConflict"}
+)
+UPSTREAM_REFUSED_TYPES = frozenset({"LLMAuthError", "LLMBadRequest", "LLMError"})
+
+
+class UpstreamFailure(BaseModel):
+    """A run that failed because the model endpoint did (not the app, not Keel)."""
+
+    error_type: str
+    retryable: bool
+    status_code: int | None = None
+    retry_after_s: float | None = None
+
+
+def upstream_failure(err: BaseException) -> UpstreamFailure | None:
+    """The model endpoint's failure that ended a run, or None when something else did."""
+    for e in _chain(err):
+        if not isinstance(e, ApplicationError):
+            continue
+        kind = e.type or ""
+        if kind not in UPSTREAM_UNAVAILABLE_TYPES and kind not in UPSTREAM_REFUSED_TYPES:
+            continue
+        info = e.details[0] if e.details and isinstance(e.details[0], dict) else {}
+        status = info.get("status_code")
+        after = info.get("retry_after_s")
+        return UpstreamFailure(
+            error_type=kind,
+            retryable=kind in UPSTREAM_UNAVAILABLE_TYPES,
+            status_code=status if isinstance(status, int) else None,
+            retry_after_s=float(after) if isinstance(after, int | float) else None,
+        )
+    return None
+
+
 def failure_payload(err: BaseException, *, workflow_id: str = "") -> tuple[RllmErrorPayload, int]:
     """The payload and exit code of a failed run (``WorkflowFailureError`` or its causes).
 

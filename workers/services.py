@@ -21,11 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from keel.gates import GATE_NAME_ATTRIBUTE, GATE_STATUS_ATTRIBUTE
+from keel.mrp.run import RUN_ID_ATTRIBUTE
 
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-SEARCH_ATTRIBUTES = {GATE_STATUS_ATTRIBUTE: "Keyword", GATE_NAME_ATTRIBUTE: "Keyword"}
+SEARCH_ATTRIBUTES = {
+    GATE_STATUS_ATTRIBUTE: "Keyword",
+    GATE_NAME_ATTRIBUTE: "Keyword",
+    RUN_ID_ATTRIBUTE: "Keyword",
+}
 
 
 class ServiceError(RuntimeError):

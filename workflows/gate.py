@@ -13,7 +13,7 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -42,6 +42,10 @@ with workflow.unsafe.imports_passed_through():
 STATUS_KEY = SearchAttributeKey.for_keyword(GATE_STATUS_ATTRIBUTE)
 NAME_KEY = SearchAttributeKey.for_keyword(GATE_NAME_ATTRIBUTE)
 
+# Runs started before this patch kept one dedup table keyed by the bare request id, so a
+# comment's key could swallow another actor's decision; they replay with that table.
+SCOPED_DEDUP_PATCH = "gate-dedup-by-actor-action"
+
 
 @workflow.defn(name=GATE_WORKFLOW_TYPE)
 class ApprovalGate:
@@ -60,8 +64,10 @@ class ApprovalGate:
             opened_at=now,
             expires_at=now + timedelta(seconds=request.expires_in_s),
         )
-        # request_id → the state that request produced, so a retried decision applies once.
+        # dedup key → the state that request produced, so a retried decision applies once.
         self._applied: dict[str, GateState] = {}
+        # Decided once here: validators are read-only and cannot consult the patch.
+        self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
         self._event_seq = 0
         self._opened = False  # the "opened" record is written: decisions come after it
         self._lock = asyncio.Lock()
@@ -107,9 +113,10 @@ class ApprovalGate:
         """Approve or reject. Refused (by the validator) on a closed gate, for an actor who
         is not an approver, and for the requester deciding their own request."""
         await workflow.wait_condition(lambda: self._opened)
+        key = self._dedup_key("decide", decision.actor, decision.request_id)
         async with self._lock:
-            if decision.request_id and decision.request_id in self._applied:
-                return self._applied[decision.request_id]
+            if key in self._applied:
+                return self._applied[key]
             try:
                 check_decision(self._state, decision.actor)
             except GateRefusal as refusal:
@@ -123,7 +130,7 @@ class ApprovalGate:
 
     @decide.validator
     def _validate_decide(self, decision: GateDecision) -> None:
-        if decision.request_id and decision.request_id in self._applied:
+        if self._dedup_key("decide", decision.actor, decision.request_id) in self._applied:
             return
         try:
             check_decision(self._state, decision.actor)
@@ -134,8 +141,9 @@ class ApprovalGate:
     async def decide_signal(self, decision: GateDecision) -> None:
         """Signal form of ``decide`` for ``temporal workflow signal``; refusals are recorded."""
         await workflow.wait_condition(lambda: self._opened)
+        key = self._dedup_key("decide", decision.actor, decision.request_id)
         async with self._lock:
-            if decision.request_id and decision.request_id in self._applied:
+            if key in self._applied:
                 return
             try:
                 check_decision(self._state, decision.actor)
@@ -166,8 +174,9 @@ class ApprovalGate:
         self._state.decided_by = decision.actor
         self._state.decided_at = workflow.now()
         self._state.decision_comment = decision.comment
-        if decision.request_id:
-            self._applied[decision.request_id] = self._state.model_copy(deep=True)
+        key = self._dedup_key("decide", decision.actor, decision.request_id)
+        if key:
+            self._applied[key] = self._state.model_copy(deep=True)
         await self._audit(
             "approved" if decision.decision == "approve" else "rejected",
             actor=decision.actor,
@@ -176,19 +185,32 @@ class ApprovalGate:
         )
         self._notify("gate.decided")
 
+    def _dedup_key(self, action: str, actor: str, request_id: str) -> str:
+        """Where a request's outcome is kept; empty (never stored) without a request id.
+
+        Scoped by actor and action: a key one caller reused must not answer for another
+        caller's request, nor a comment's key for a decision.
+        """
+        if not request_id:
+            return ""
+        if not self._scoped_dedup:
+            return request_id
+        return f"{action}\x1f{actor}\x1f{request_id}"
+
     # -- comments and state ------------------------------------------------------------
 
     @workflow.update(name="comment")
     async def comment(self, entry: GateComment) -> GateState:
         await workflow.wait_condition(lambda: self._opened)
+        key = self._dedup_key("comment", entry.actor, entry.request_id)
         async with self._lock:
-            if entry.request_id and entry.request_id in self._applied:
-                return self._applied[entry.request_id]
+            if key in self._applied:
+                return self._applied[key]
             self._state.comments.append(
                 CommentEntry(actor=entry.actor, comment=entry.comment, at=workflow.now())
             )
-            if entry.request_id:
-                self._applied[entry.request_id] = self._state.model_copy(deep=True)
+            if key:
+                self._applied[key] = self._state.model_copy(deep=True)
             await self._audit(
                 "comment",
                 actor=entry.actor,
@@ -199,7 +221,7 @@ class ApprovalGate:
 
     @comment.validator
     def _validate_comment(self, entry: GateComment) -> None:
-        if entry.request_id and entry.request_id in self._applied:
+        if self._dedup_key("comment", entry.actor, entry.request_id) in self._applied:
             return
         if self._state.closed:
             raise ApplicationError(
@@ -287,6 +309,17 @@ class ApprovalGate:
             workflow.logger.warning("gate notice %s not delivered: %s", event, err.cause)
 
 
+def start_search_attributes(request: GateRequest) -> TypedSearchAttributes:
+    """The attributes a gate is started with, so visibility lists it as pending before its
+    first workflow task runs (the run upserts the same values)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(STATUS_KEY, GateStatus.PENDING.value),
+            SearchAttributePair(NAME_KEY, request.name),
+        ]
+    )
+
+
 async def open_gate(request: GateRequest) -> GateState:
     """Open gate ``request.name`` as a child of the calling workflow and wait for its outcome.
 
@@ -298,4 +331,5 @@ async def open_gate(request: GateRequest) -> GateState:
         request,
         id=gate_workflow_id(info.workflow_id, request.name),
         task_queue=info.task_queue,
+        search_attributes=start_search_attributes(request),
     )

@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.deps import ApproverDep, Caller, CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey, idempotent
+from api.idempotency import IdempotencyKey, idempotent, request_id_for
 from keel.access import ACCESS_MEMO, RunAccess, access_for, may_read
 from keel.digest import digest_json
 from keel.gates import (
@@ -32,7 +32,7 @@ from keel.gates import (
     GateStatus,
     gate_workflow_id,
 )
-from workflows.gate import ApprovalGate
+from workflows.gate import ApprovalGate, start_search_attributes
 
 router = APIRouter(prefix="/gates", tags=["gates"], responses=ERROR_RESPONSES)
 
@@ -208,6 +208,7 @@ async def open_gate(
                 id=gate_id,
                 task_queue=request.app.state.settings.task_queue,
                 memo={ACCESS_MEMO: access_for(caller.actor, [req.approvers])},
+                search_attributes=start_search_attributes(req),
             )
         except WorkflowAlreadyStartedError:
             raise ApiError(409, "conflict", f"gate {gate_id!r} already exists") from None
@@ -248,7 +249,7 @@ async def _decide(
                 decision=decision,  # type: ignore[arg-type]
                 actor=caller.actor,
                 comment=body.comment,
-                request_id=idempotency_key or str(uuid.uuid4()),
+                request_id=request_id_for(caller, idempotency_key),
             ),
         )
         return 200, state.model_dump(mode="json")
@@ -314,7 +315,7 @@ async def comment_gate(
             GateComment(
                 actor=caller.actor,
                 comment=body.comment,
-                request_id=idempotency_key or str(uuid.uuid4()),
+                request_id=request_id_for(caller, idempotency_key),
             ),
         )
         return 200, state.model_dump(mode="json")

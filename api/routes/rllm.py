@@ -10,7 +10,11 @@ back only by the caller who started it (and ``admin``); to anyone else its id is
 An app's failure is answered in the API's one error shape, ``{"error": {"code",
 "message", "details"}}``, with ``code`` the ``.rllm`` error code and ``details`` the whole
 ``RllmErrorPayload``: 422 for the app, its input or its blocks, 502 when the model never
-gave a valid answer, 503 for a missing Ollama model, 500 for anything else.
+gave a valid answer, 503 for a missing Ollama model. When the model endpoint itself failed
+(down, timing out, overloaded: 503 with ``Retry-After``; refusing the key or the request:
+502), ``code`` is the upstream error type (``LLMConnectionError``, ``LLMAuthError``, ...)
+and ``details.upstream`` says its HTTP status and whether a retry can help. 500 is left
+for anything else.
 """
 
 from __future__ import annotations
@@ -41,12 +45,20 @@ from keel.rllm.errors import (
 from keel.rllm.failures import INTERNAL_ERROR_CODE
 from keel.rllm.parser import parse_text
 from keel.rllm.run import MAX_RETRIES_LIMIT, RllmRunInput, RllmRunResult, workflow_id_for
-from workers.rllm_client import RllmRunView, failure_payload, run_view, start_run
+from workers.rllm_client import (
+    RllmRunView,
+    failure_payload,
+    run_view,
+    start_run,
+    upstream_failure,
+)
 
 router = APIRouter(prefix="/rllm", tags=["rllm"], responses=ERROR_RESPONSES)
 
 
 MAX_BUNDLE_BYTES = 2_000_000
+# Retry-After for an unreachable model endpoint that gave no hint of its own.
+UPSTREAM_RETRY_AFTER_S = 30
 
 _STATUS_BY_CODE = {
     OutputSchemaError.error_code: 502,
@@ -115,6 +127,21 @@ def app_error_response(payload: RllmErrorPayload) -> tuple[int, dict[str, Any]]:
     return status, body
 
 
+def raise_for_upstream(err: BaseException, payload: RllmErrorPayload) -> None:
+    """Raise 502/503 when the model endpoint ended the run: the caller can do nothing about
+    it but wait (503, with ``Retry-After``) or tell the operator (502); a 500 says neither."""
+    upstream = upstream_failure(err)
+    if upstream is None:
+        return
+    details = payload.model_dump(mode="json") | {"upstream": upstream.model_dump(mode="json")}
+    if not upstream.retryable:
+        raise ApiError(502, upstream.error_type, payload.message, details)
+    after = max(1, round(upstream.retry_after_s or UPSTREAM_RETRY_AFTER_S))
+    raise ApiError(
+        503, upstream.error_type, payload.message, details, headers={"Retry-After": str(after)}
+    )
+
+
 def _app_name(body: RllmRunBody) -> str:
     """The app's name for the workflow id: parsed from the bundle, else the file stem."""
     if body.files:
@@ -175,6 +202,8 @@ async def start_rllm_run(
             return 202, view.model_dump(mode="json")
         except WorkflowFailureError as err:
             payload, _ = failure_payload(err, workflow_id=wid)
+            if payload.error_code == INTERNAL_ERROR_CODE:
+                raise_for_upstream(err, payload)
             return app_error_response(payload)
         view = RllmRunView(
             workflow_id=wid, run_id=run_id, status="completed", result=result, exit_code=0

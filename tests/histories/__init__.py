@@ -16,6 +16,7 @@ CORPUS: tuple[str, ...] = (
     "gate_rejected_signal",
     "gate_expired_with_reminders",
     "gate_duplicate_request",
+    "gate_shared_key",
     "demo_approved",
     "demo_approved_gate",
     "rllm_success",

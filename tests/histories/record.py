@@ -186,6 +186,22 @@ async def gate_duplicate_request(ctx: Ctx) -> Histories:
     return {"gate_duplicate_request": await history_json(handle)}
 
 
+async def gate_shared_key(ctx: Ctx) -> Histories:
+    """One request id used by a comment and then by another actor's approval (patch
+    ``gate-dedup-by-actor-action``): both apply."""
+    handle = await start_gate(ctx, "gate_shared_key")
+    await handle.execute_update(
+        ApprovalGate.comment, GateComment(actor="alice", comment="please", request_id="K")
+    )
+    state = await handle.execute_update(
+        ApprovalGate.decide, GateDecision(decision="approve", actor="bob", request_id="K")
+    )
+    expect(state.status == GateStatus.APPROVED, f"approved, got {state.status}")
+    result = await handle.result()
+    expect(len(result.comments) == 1, "the comment is kept")
+    return {"gate_shared_key": await history_json(handle)}
+
+
 async def demo_approved(ctx: Ctx) -> Histories:
     """KeelDemo end to end: scripted LLM call, then its publish gate approved by update."""
     wid = f"{ID_PREFIX}/demo_approved"
@@ -368,6 +384,7 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_rejected_signal": gate_rejected_signal,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,
+    "gate_shared_key": gate_shared_key,
     "demo_approved": demo_approved,
     "rllm_success": rllm_success,
     "rllm_recovered": rllm_recovered,

@@ -30,7 +30,8 @@ async def test_gate_expires_with_reminders_in_skipped_time(settings):
         search_attributes=[STATUS_KEY, NAME_KEY],
     ) as env:
         with WebhookReceiver() as receiver:
-            async with build_worker(env.client, settings):
+            allowed = settings.model_copy(update={"webhook_allowed_prefixes": [receiver.url]})
+            async with build_worker(env.client, allowed):
                 result = await env.client.execute_workflow(
                     ApprovalGate.run,
                     GateRequest(

@@ -19,6 +19,7 @@ from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
 from tests.support.webhook_receiver import WebhookReceiver
+from workers.main import build_worker
 from workers.services import find_binary
 from workflows.gate import ApprovalGate
 
@@ -125,24 +126,26 @@ async def test_pending_gates_listed_by_search_attribute(client, settings, worker
     await handle.result()
 
 
-async def test_reminders_and_notices_are_signed_webhooks(client, settings, worker):
+async def test_reminders_and_notices_are_signed_webhooks(client, settings):
     secret = settings.webhook_secret.get_secret_value()
     with WebhookReceiver(statuses=[503]) as receiver:  # first delivery fails: retried
-        handle = await start_gate(
-            client, settings, webhook_url=receiver.url, remind_every_s=1.0, max_reminders=2
-        )
-        for _ in range(200):
-            if receiver.events().count("gate.reminder") >= 2:
-                break
-            await asyncio.sleep(0.05)
-        await handle.signal(
-            ApprovalGate.decide_signal, GateDecision(decision="approve", actor="bob")
-        )
-        result = await handle.result()
-        for _ in range(100):
-            if "gate.decided" in receiver.events():
-                break
-            await asyncio.sleep(0.05)
+        allowed = settings.model_copy(update={"webhook_allowed_prefixes": [receiver.url]})
+        async with build_worker(client, allowed):
+            handle = await start_gate(
+                client, settings, webhook_url=receiver.url, remind_every_s=1.0, max_reminders=2
+            )
+            for _ in range(200):
+                if receiver.events().count("gate.reminder") >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            await handle.signal(
+                ApprovalGate.decide_signal, GateDecision(decision="approve", actor="bob")
+            )
+            result = await handle.result()
+            for _ in range(100):
+                if "gate.decided" in receiver.events():
+                    break
+                await asyncio.sleep(0.05)
     assert result.reminders_sent == 2
     events = receiver.events()
     assert events.count("gate.waiting") == 2  # the 503 and its retry

@@ -24,6 +24,7 @@ class WebhookReceiver:
     """Answers each POST with the next scripted status (200 when the script is empty)."""
 
     statuses: list[int] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every answer
     deliveries: list[Delivery] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -36,6 +37,8 @@ class WebhookReceiver:
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 receiver.deliveries.append(Delivery(dict(self.headers.items()), body))
                 self.send_response(status)
+                for name, value in receiver.headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

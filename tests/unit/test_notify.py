@@ -11,7 +11,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.notify import NotifyActivities
 from keel.gates import GateNotice, GateStatus, WebhookDelivery
-from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify, webhook_url_allowed
 from tests.support.webhook_receiver import WebhookReceiver
 
 
@@ -67,3 +67,63 @@ async def test_urls_outside_the_allow_list_are_refused_before_any_request():
                 await ActivityEnvironment().run(acts.webhook, delivery(url))
             assert info.value.type == "WebhookMisconfigured" and info.value.non_retryable
     assert len(rx.deliveries) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [
+        ("http://127.0.0.1:28998/hooks", True),
+        ("http://127.0.0.1:28998/hooks/", True),
+        ("http://127.0.0.1:28998/hooks/a/b", True),
+        ("HTTP://127.0.0.1:28998/hooks/a", True),
+        ("http://127.0.0.1:28998/hooks-evil", False),
+        ("http://127.0.0.1:28998/hooksx/a", False),
+        ("http://127.0.0.1:28998/hooks/../x", False),
+        ("http://127.0.0.1:28998/hooks/%2e%2e/x", False),
+        ("http://127.0.0.1:28998/hooks/a/./b", False),
+        ("http://127.0.0.1:28998/hooks/a%2fb", False),
+        ("http://127.0.0.1:28998@127.0.0.1:28997/hooks/x", False),
+        ("http://user@127.0.0.1:28998/hooks/x", False),
+        ("http://@127.0.0.1:28998/hooks/x", False),
+        ("http://127.0.0.1:28997/hooks/x", False),
+        ("http://127.0.0.1/hooks/x", False),
+        ("https://127.0.0.1:28998/hooks/x", False),
+        ("http://127.0.0.10:28998/hooks/x", False),
+        ("http://127.0.0.1:28998/hooks/x?to=elsewhere", False),
+        ("http://127.0.0.1:99999/hooks/x", False),
+        ("http://127.0.0.1:28998\\@127.0.0.1:28997/hooks", False),
+    ],
+)
+def test_allow_list_compares_origin_exactly_and_path_by_segments(url, ok):
+    assert webhook_url_allowed(url, ["http://127.0.0.1:28998/hooks"]) is ok
+
+
+def test_allow_list_default_ports_and_bare_origin():
+    assert webhook_url_allowed("https://h.example/x", ["https://h.example:443"])
+    assert webhook_url_allowed("http://h.example:80/x", ["http://h.example/"])
+    assert not webhook_url_allowed("http://h.example:8080/x", ["http://h.example"])
+    assert not webhook_url_allowed("http://h.example/x", ["http://user@h.example"])
+
+
+async def test_userinfo_url_does_not_reach_the_host_after_the_at_sign():
+    with WebhookReceiver() as allowed, WebhookReceiver() as other:
+        allowed_base = allowed.url.removesuffix("/hook")
+        evil = f"{allowed_base}@{other.url.removeprefix('http://')}"
+        acts = NotifyActivities(default_url="", secret="s3", allowed_prefixes=[allowed_base])
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(acts.webhook, delivery(evil))
+    assert info.value.type == "WebhookMisconfigured" and info.value.non_retryable
+    assert other.deliveries == [] and allowed.deliveries == []
+
+
+async def test_redirects_are_not_followed():
+    with (
+        WebhookReceiver() as target,
+        WebhookReceiver(statuses=[307], headers={"Location": "TARGET"}) as first,
+    ):
+        first.headers["Location"] = target.url
+        acts = NotifyActivities(default_url=first.url, secret="s3")
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(acts.webhook, delivery())
+    assert info.value.type == "WebhookRejected" and info.value.non_retryable
+    assert len(first.deliveries) == 1 and target.deliveries == []
