@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox import run_async, run_python_block_async  # noqa: E402
-from sandbox.python_block import python_runtime  # noqa: E402
+from sandbox import run_async, run_python_block_async
+from sandbox.python_block import python_runtime
 
 
 async def _timed(fn: Callable[[], Awaitable[object]], runs: int) -> list[float]:
@@ -63,11 +63,11 @@ async def main() -> None:
         ("jailed block", await _timed(block, args.runs)),
     ]
     base = statistics.median(rows[0][1])
-    print(f"interpreter: {rt.executable}; runs: {args.runs}")  # noqa: T201
+    print(f"interpreter: {rt.executable}; runs: {args.runs}")
     for name, xs in rows:
         med = statistics.median(xs)
         p90 = statistics.quantiles(xs, n=10)[-1]
-        print(f"{name:18s} median {med:6.1f} ms  p90 {p90:6.1f} ms  x{med / base:.2f}")  # noqa: T201
+        print(f"{name:18s} median {med:6.1f} ms  p90 {p90:6.1f} ms  x{med / base:.2f}")
 
 
 if __name__ == "__main__":

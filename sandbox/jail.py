@@ -37,7 +37,7 @@ from typing import Any
 
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
-from sandbox.workspace import Workspace, unreachable_reason, validate_relpath
+from sandbox.workspace import Workspace, tmpfs_inodes, unreachable_reason, validate_relpath
 
 NSJAIL_ENV = "KEEL_NSJAIL_PATH"
 #: Inside the jail.
@@ -62,6 +62,9 @@ _DRAIN_GRACE_S = 2.0
 # processes; bpf, perf, userfaultfd, keyrings and io_uring are common kernel exploit
 # vectors and no program we run needs them. clone3 answers ENOSYS so libc falls back
 # to clone, whose flags seccomp can see; clone with any CLONE_NEW* flag is refused.
+# inotify and fanotify instances are counted per user in the user namespace that
+# nsjail (root) was started from, so a jail holding them exhausts root's limit on the
+# host; no program we run needs to watch files.
 SECCOMP_POLICY = (
     "POLICY keel {"
     " ERRNO(1) {"
@@ -70,7 +73,7 @@ SECCOMP_POLICY = (
     " request_key, kexec_load, kexec_file_load, init_module, finit_module,"
     " delete_module, swapon, swapoff, reboot, acct, open_by_handle_at,"
     " name_to_handle_at, quotactl, syslog, iopl, ioperm, fsopen, fsmount, fsconfig,"
-    " move_mount, open_tree, fspick"
+    " move_mount, open_tree, fspick, inotify_init, inotify_init1, fanotify_init"
     " },"
     " ERRNO(38) { clone3, io_uring_setup, io_uring_enter, io_uring_register },"
     " ERRNO(1) { clone { (clone_flags & 0x7e020000) != 0 } }"
@@ -204,14 +207,18 @@ def build_command(
     cmd += [
         "--bindmount_ro", f"{workspace.ro / 'passwd'}:/etc/passwd",
         "--bindmount_ro", f"{workspace.ro / 'group'}:/etc/group",
-        "--bindmount", "/dev/null",
+        # Read-only: writes to the device still work (a read-only mount refuses only
+        # writes to regular files, directories and links), but the jail can no longer
+        # change the host node's times or attributes.
+        "--bindmount_ro", "/dev/null",
         "--bindmount_ro", "/dev/zero",
         "--bindmount_ro", "/dev/urandom",
         "--symlink", "/proc/self/fd:/dev/fd",
         "--symlink", "/proc/self/fd/0:/dev/stdin",
         "--symlink", "/proc/self/fd/1:/dev/stdout",
         "--symlink", "/proc/self/fd/2:/dev/stderr",
-        "--mount", f"none:/tmp:tmpfs:size={limits.tmpfs_size_mb * 1024 * 1024}",
+        "--mount", f"none:/tmp:tmpfs:size={limits.tmpfs_size_mb * 1024 * 1024},"
+        f"nr_inodes={tmpfs_inodes(limits.tmpfs_size_mb)}",
         "--bindmount", f"{workspace.work}:{WORKDIR}",
         "--bindmount_ro", f"{workspace.ro}:{READONLY_DIR}",
     ]  # fmt: skip

@@ -87,10 +87,19 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+def tmpfs_inodes(size_mb: int) -> int:
+    """Inode cap of a tmpfs of ``size_mb``: 256 per MiB, between 1,024 and 1 Mi.
+
+    A tmpfs counts empty files against no size limit, only against ``nr_inodes``, whose
+    default is half the host's RAM pages (millions): without this cap a run could pin
+    host memory in inodes and dentries.
+    """
+    return max(1024, min(size_mb * 256, 1 << 20))
+
+
 def _mount_tmpfs(target: Path, size_mb: int, uid: int, gid: int) -> None:
     """Mount a size- and inode-limited tmpfs at ``target`` (host side; needs root)."""
-    inodes = max(1024, min(size_mb * 256, 1 << 20))
-    opts = f"size={size_mb}m,nr_inodes={inodes},mode=0700,uid={uid},gid={gid}"
+    opts = f"size={size_mb}m,nr_inodes={tmpfs_inodes(size_mb)},mode=0700,uid={uid},gid={gid}"
     rc = _libc().mount(
         b"keel-sandbox", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()
     )
