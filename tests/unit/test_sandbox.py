@@ -80,8 +80,11 @@ def test_build_command_is_deliberate(base_dir: Path) -> None:
         assert flags["--seccomp_string"] == SECCOMP_POLICY
         assert flags["--log"] == str(ws.log_path)
         binds_rw = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--bindmount"]
-        assert binds_rw == ["/dev/null", f"{ws.work}:/work"]  # the only writable binds
+        assert binds_rw == [f"{ws.work}:/work"]  # the only writable bind
         binds_ro = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--bindmount_ro"]
+        assert "/dev/null" in binds_ro  # a device still writable, its host inode not
+        mounts = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--mount"]
+        assert mounts == [f"none:/tmp:tmpfs:size={16 * 1024 * 1024},nr_inodes=4096"]
         assert "/opt/tool:/opt/tool" in binds_ro and f"{ws.ro}:/keel" in binds_ro
         assert "/proc" not in binds_ro and not any(b.startswith("/proc:") for b in binds_ro)
         envs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--env"]
