@@ -12,7 +12,8 @@ The jail, built on the command line flag by flag (see ``build_command``):
 * ``/proc`` mounted fresh for the jail's pid namespace (the host's is never visible);
   ``/dev`` holds only null, zero, urandom and the fd symlinks;
 * no network: the network namespace has only loopback;
-* rlimits on address space, CPU time, file size, processes and open files; a wall-clock
+* memory and pids cgroups bounding the jail as a whole (see ``sandbox.cgroups``);
+  rlimits on address space, CPU time, file size, processes and open files; a wall-clock
   limit enforced by us and, as a backstop, by nsjail; a seccomp deny-list.
 
 Failing closed: if nsjail is missing, cannot build the jail, or does not report having
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sandbox.cgroups import CgroupSetup, cgroup_setup
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
 from sandbox.workspace import Workspace, tmpfs_inodes, unreachable_reason, validate_relpath
@@ -184,6 +186,7 @@ def build_command(
     workspace: Workspace,
     env: Mapping[str, str],
     binds: Sequence[Bind] = (),
+    cgroup: CgroupSetup | None = None,
 ) -> list[str]:
     """The full nsjail command line for one run. Pure apart from looking at host paths."""
     cmd = [
@@ -203,6 +206,8 @@ def build_command(
         "--rlimit_nofile", str(limits.max_open_files),
         "--rlimit_core", "0",
     ]  # fmt: skip
+    if cgroup is not None:
+        cmd += cgroup.nsjail_args(limits)
     cmd += _system_mount_args(config)
     cmd += [
         "--bindmount_ro", f"{workspace.ro / 'passwd'}:/etc/passwd",
@@ -486,7 +491,14 @@ async def _run_jailed(
         for name, data in (readonly_files or {}).items():
             ws.add_readonly_file(name, data)
         cmd = build_command(
-            nsjail, argv, limits=limits, config=config, workspace=ws, env=full_env, binds=binds
+            nsjail,
+            argv,
+            limits=limits,
+            config=config,
+            workspace=ws,
+            env=full_env,
+            binds=binds,
+            cgroup=cgroup_setup(config.jail),
         )
         result, _ = await _execute(cmd, argv[0], limits, stdin, ws.log_path)
         if outputs:

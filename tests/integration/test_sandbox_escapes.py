@@ -793,7 +793,8 @@ def test_memfd_pages_count_against_the_limit() -> None:
         except OSError as e:
             print("stopped", made, e.errno, flush=True)
         """,
-        limits=SMALL.model_copy(update={"memory_mb": 128, "max_open_files": 64}),
+        # max_file_size_mb: RLIMIT_FSIZE applies to memfds too; let each take 15 MiB.
+        limits=SMALL.model_copy(update={"memory_mb": 128, "max_file_size_mb": 16}),
     )
     made = max((int(n) for n in re.findall(r"made (\d+)", r.stdout)), default=0)
     # 20 x 15 MiB = 300 MiB; under 128 MiB at most 8 fit (the interpreter needs some).
