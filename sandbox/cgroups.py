@@ -6,8 +6,9 @@ pages are in no process's address space at all. A memory cgroup counts every pag
 jail's processes charge (anonymous memory, memfds, its tmpfs files), and a pids cgroup
 counts every task.
 
-nsjail makes one child cgroup per run (``NSJAIL.<pid>``) under a parent that must exist;
-this module makes that parent once per process:
+Each run gets its own cgroup holding the limits (``RunCgroup``), and nsjail puts the jail
+in a child of it (``NSJAIL.<pid>``). The parent of the run cgroups is made once per
+process:
 
 * cgroup v1 (``/sys/fs/cgroup/memory`` and ``/sys/fs/cgroup/pids`` mounted): a
   ``keel-sandbox`` directory in each hierarchy;
@@ -19,8 +20,12 @@ this module makes that parent once per process:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,38 +41,152 @@ _ready: dict[str, CgroupSetup | None] = {}
 
 @dataclass(frozen=True)
 class CgroupSetup:
-    """Where nsjail puts each run's cgroup."""
+    """Where the jails' cgroups live on this host."""
 
     version: int
+    #: v1: the memory and pids hierarchies; v2: both are the ``keel-sandbox`` cgroup.
     memory_mount: Path
     pids_mount: Path
     #: v1 only: the memory controller offers memory+swap (``memory.memsw.*``).
     memsw: bool = False
 
-    def nsjail_args(self, limits: SandboxLimits) -> list[str]:
-        """The nsjail flags that bound one run by ``limits``."""
-        mem = str(limits.memory_mb * 1024 * 1024)
-        pids = str(limits.max_processes)
-        if self.version == 2:
+    def for_run(self, name: str, limits: SandboxLimits) -> RunCgroup:
+        """Make the cgroup of one run (``name`` unique on the host); see ``RunCgroup``."""
+        return RunCgroup(self, name, limits)
+
+
+class RunCgroup:
+    """One run's own cgroup, holding the limits; nsjail puts the jail in a child of it.
+
+    The limit sits on this cgroup rather than only on nsjail's ``NSJAIL.<pid>`` child
+    (which gets the limit plus 1 MiB, so it never binds first) because nsjail removes its
+    child when the jail ends: the counters here survive, and say whether the jail ran
+    into its memory limit. A jail whose nsjail was killed leaves its child behind;
+    ``finish`` removes both.
+    """
+
+    def __init__(self, setup: CgroupSetup, name: str, limits: SandboxLimits) -> None:
+        self.setup = setup
+        self.name = name
+        self.limits = limits
+        mem = limits.memory_mb * 1024 * 1024
+        if setup.version == 2:
+            self.dirs = [setup.memory_mount / name]
+        else:
+            self.dirs = [setup.memory_mount / PARENT / name, setup.pids_mount / PARENT / name]
+        try:
+            for d in self.dirs:
+                d.mkdir(mode=0o755, exist_ok=True)
+            mdir = self.dirs[0]
+            if setup.version == 2:
+                _enable_controllers(mdir, {"memory", "pids"})
+                (mdir / "memory.max").write_text(str(mem))
+                (mdir / "memory.swap.max").write_text("0")
+                (mdir / "pids.max").write_text(str(limits.max_processes))
+            else:
+                (mdir / "memory.limit_in_bytes").write_text(str(mem))
+                if setup.memsw:
+                    (mdir / "memory.memsw.limit_in_bytes").write_text(str(mem))
+                (self.dirs[1] / "pids.max").write_text(str(limits.max_processes))
+        except OSError as exc:
+            self.finish()
+            raise SandboxUnavailable(f"cannot make the run's cgroup {name}: {exc}") from exc
+
+    def nsjail_args(self) -> list[str]:
+        """The nsjail flags that put the jail in a child of this cgroup."""
+        # Above ours, so that the limit set on this cgroup is the one that binds.
+        mem = str((self.limits.memory_mb + 1) * 1024 * 1024)
+        pids = str(self.limits.max_processes)
+        if self.setup.version == 2:
             return [
                 "--use_cgroupv2",
-                "--cgroupv2_mount", str(self.memory_mount),
+                "--cgroupv2_mount", str(self.dirs[0]),
                 "--cgroup_mem_max", mem,
                 # No swap: memory past the limit must stop the jail, not page out.
                 "--cgroup_mem_swap_max", "0",
                 "--cgroup_pids_max", pids,
             ]  # fmt: skip
         args = [
-            "--cgroup_mem_mount", str(self.memory_mount),
-            "--cgroup_mem_parent", PARENT,
+            "--cgroup_mem_mount", str(self.setup.memory_mount),
+            "--cgroup_mem_parent", f"{PARENT}/{self.name}",
             "--cgroup_mem_max", mem,
-            "--cgroup_pids_mount", str(self.pids_mount),
-            "--cgroup_pids_parent", PARENT,
+            "--cgroup_pids_mount", str(self.setup.pids_mount),
+            "--cgroup_pids_parent", f"{PARENT}/{self.name}",
             "--cgroup_pids_max", pids,
         ]  # fmt: skip
-        if self.memsw:
+        if self.setup.memsw:
             args += ["--cgroup_mem_memsw_max", mem]
         return args
+
+    def memory_limit_hit(self) -> bool:
+        """Whether the jail ran into its memory limit (an allocation failed or was reclaimed for)."""
+        mdir = self.dirs[0]
+        try:
+            if self.setup.version == 2:
+                events = dict(
+                    line.split() for line in (mdir / "memory.events").read_text().splitlines()
+                )
+                return int(events.get("max", 0)) > 0 or int(events.get("oom_kill", 0)) > 0
+            # The peak, not failcnt: recent kernels keep failcnt only on the cgroup whose
+            # own counter refused a charge, and with memory+swap accounting that is the
+            # memsw counter; the peak is kept on every level and reaches the limit.
+            peak = int((mdir / "memory.max_usage_in_bytes").read_text())
+            return peak >= self.limits.memory_mb * 1024 * 1024
+        except (OSError, ValueError):
+            return False
+
+    def finish(self) -> None:
+        """Remove the run's cgroups (nsjail's leftover children first); safe to call twice."""
+        for d in self.dirs:
+            _remove_cgroup(d)
+
+
+def _remove_cgroup(path: Path) -> None:
+    """rmdir a cgroup and its child cgroups; tasks of a killed jail may take a moment to go."""
+    if not path.is_dir():
+        return
+    for child in path.iterdir():
+        if child.is_dir():
+            _remove_cgroup(child)
+    for _ in range(50):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                break
+            time.sleep(0.02)
+    log.warning("could not remove sandbox cgroup %s", path)
+
+
+_OWNER_RE = re.compile(r"^(?:run-|NSJAIL\.)(\d+)")
+
+
+def _owner_alive(name: str) -> bool:
+    """Whether the process named in a run cgroup (``run-<pid>-...``, ``NSJAIL.<pid>``) lives."""
+    m = _OWNER_RE.match(name)
+    if not m:
+        return True  # not ours to remove
+    try:
+        os.kill(int(m.group(1)), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(setup: CgroupSetup, alive: Callable[[str], bool] = _owner_alive) -> None:
+    """Remove run cgroups left by processes that died mid-run (a SIGKILLed worker)."""
+    parents = {setup.memory_mount, setup.pids_mount}
+    if setup.version == 1:
+        parents = {p / PARENT for p in parents}
+    for parent in parents:
+        for child in parent.iterdir():
+            if child.is_dir() and not alive(child.name):
+                _remove_cgroup(child)
 
 
 def _setup_v1(root: Path) -> CgroupSetup:
@@ -88,7 +207,7 @@ def _enable_controllers(cgroup: Path, wanted: set[str]) -> None:
     enabled = set((cgroup / "cgroup.subtree_control").read_text().split())
     missing = wanted - enabled
     if missing:
-        (cgroup / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in missing))
+        (cgroup / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(missing)))
 
 
 def _setup_v2(root: Path) -> CgroupSetup:
@@ -129,6 +248,8 @@ def cgroup_setup(settings: JailSettings, root: Path = CGROUP_ROOT) -> CgroupSetu
         return _ready[key]
     try:
         setup: CgroupSetup | None = _detect(root)
+        if setup is not None:
+            sweep_stale(setup)
     except OSError as exc:
         if mode == "always" or os.geteuid() == 0:
             raise SandboxUnavailable(

@@ -31,12 +31,12 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sandbox.cgroups import CgroupSetup, cgroup_setup
+from sandbox.cgroups import RunCgroup, cgroup_setup
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
 from sandbox.workspace import Workspace, tmpfs_inodes, unreachable_reason, validate_relpath
@@ -186,7 +186,7 @@ def build_command(
     workspace: Workspace,
     env: Mapping[str, str],
     binds: Sequence[Bind] = (),
-    cgroup: CgroupSetup | None = None,
+    cgroup: RunCgroup | None = None,
 ) -> list[str]:
     """The full nsjail command line for one run. Pure apart from looking at host paths."""
     cmd = [
@@ -207,7 +207,7 @@ def build_command(
         "--rlimit_core", "0",
     ]  # fmt: skip
     if cgroup is not None:
-        cmd += cgroup.nsjail_args(limits)
+        cmd += cgroup.nsjail_args()
     cmd += _system_mount_args(config)
     cmd += [
         "--bindmount_ro", f"{workspace.ro / 'passwd'}:/etc/passwd",
@@ -326,7 +326,12 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 
 async def _execute(
-    cmd: list[str], program: str, limits: SandboxLimits, stdin: bytes | None, log_path: Path
+    cmd: list[str],
+    program: str,
+    limits: SandboxLimits,
+    stdin: bytes | None,
+    log_path: Path,
+    memory_limit_hit: Callable[[], bool] | None = None,
 ) -> tuple[SandboxResult, _LogReport]:
     start = time.monotonic()
     try:
@@ -393,10 +398,15 @@ async def _execute(
     sig = report.signal
     if killed_for is not None and sig is None:
         sig = signal.SIGKILL
+    memory_hit = memory_limit_hit() if memory_limit_hit is not None else False
     # SIGKILL cannot reach the jail's pid 1 from inside its own pid namespace, so it
-    # came from outside: the wall-clock limit, RLIMIT_CPU's hard limit, or us.
+    # came from outside: the wall-clock limit, RLIMIT_CPU's hard limit, the memory
+    # cgroup's OOM kill, or us.
+    oom_killed = killed_for is None and sig == signal.SIGKILL and memory_hit
     timed_out = killed_for == "timeout" or (
-        killed_for is None and (report.time_limit_hit or sig in (signal.SIGKILL, signal.SIGXCPU))
+        killed_for is None
+        and not oom_killed
+        and (report.time_limit_hit or sig in (signal.SIGKILL, signal.SIGXCPU))
     )
     result = SandboxResult(
         exit_code=report.exit_code if sig is None else None,
@@ -405,6 +415,7 @@ async def _execute(
         timed_out=timed_out,
         killed_by_signal=int(sig) if sig is not None else None,
         output_truncated=killed_for == "output" or t_out or t_err,
+        memory_limit_hit=memory_hit,
         duration_ms=duration_ms,
     )
     return result, report
@@ -484,8 +495,12 @@ async def _run_jailed(
         reason = unreachable_reason(b.src)
         if reason:
             raise SandboxUnavailable(f"cannot bind {b.src} into the jail: {reason}")
+    setup = cgroup_setup(config.jail)
     ws = Workspace(config.jail, limits)
+    cgroup: RunCgroup | None = None
     try:
+        if setup is not None:
+            cgroup = setup.for_run(ws.root.name, limits)
         if workspace_files:
             ws.write_files(workspace_files)
         for name, data in (readonly_files or {}).items():
@@ -498,14 +513,23 @@ async def _run_jailed(
             workspace=ws,
             env=full_env,
             binds=binds,
-            cgroup=cgroup_setup(config.jail),
+            cgroup=cgroup,
         )
-        result, _ = await _execute(cmd, argv[0], limits, stdin, ws.log_path)
+        result, _ = await _execute(
+            cmd,
+            argv[0],
+            limits,
+            stdin,
+            ws.log_path,
+            memory_limit_hit=cgroup.memory_limit_hit if cgroup else None,
+        )
         if outputs:
             files, refused = ws.collect(outputs, limits.max_file_size_mb * 1024 * 1024)
             result = result.model_copy(update={"files": files, "refused_files": refused})
         return result
     finally:
+        if cgroup is not None:
+            cgroup.finish()
         ws.cleanup()
 
 

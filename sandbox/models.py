@@ -53,7 +53,8 @@ class SandboxResult(BaseModel):
     """What came back from one jailed run.
 
     ``timed_out`` is true when the run was killed for time: the wall-clock limit (ours or
-    nsjail's) or the CPU limit (the kernel's SIGKILL at RLIMIT_CPU). ``killed_by_signal``
+    nsjail's) or the CPU limit (the kernel's SIGKILL at RLIMIT_CPU); a SIGKILL while the
+    jail was at its memory limit is read as the OOM kill instead (``memory_limit_hit``). ``killed_by_signal``
     is the signal that ended the jailed program, if one did. ``files`` holds the declared
     output files that could be collected; ``refused_files`` says why others could not
     (missing, a symlink, not a regular file, too large).
@@ -67,6 +68,10 @@ class SandboxResult(BaseModel):
     timed_out: bool = False
     killed_by_signal: int | None = None
     output_truncated: bool = False
+    #: The jail ran into its memory cgroup limit: an allocation had to wait for reclaim or
+    #: failed, and a process may have been OOM-killed (pid 1 so killed reads as
+    #: ``killed_by_signal=9`` with ``timed_out=False``). Always False without cgroups.
+    memory_limit_hit: bool = False
     duration_ms: int = 0
     files: dict[str, bytes] = Field(default_factory=dict)
     refused_files: dict[str, str] = Field(default_factory=dict)

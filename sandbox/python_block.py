@@ -177,6 +177,11 @@ def _interpret(run: SandboxResult, outputs: Sequence[str]) -> PythonBlockResult:
             err = PythonBlockError(
                 type="OutputLimitExceeded", message="the block printed more than allowed"
             )
+        elif run.killed_by_signal is not None and run.memory_limit_hit:
+            err = PythonBlockError(
+                type="MemoryLimitExceeded",
+                message=f"the block was killed at the jail's memory limit ({run.killed_by_signal})",
+            )
         elif run.killed_by_signal is not None:
             err = PythonBlockError(
                 type="Killed", message=f"the block was killed by signal {run.killed_by_signal}"

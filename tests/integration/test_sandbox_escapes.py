@@ -39,6 +39,7 @@ from sandbox import (
     run_python_block,
     run_python_block_async,
 )
+from sandbox.cgroups import PARENT, CgroupSetup, cgroup_setup
 from sandbox.jail import find_nsjail
 from sandbox.models import JailSettings, PythonSettings
 from sandbox.python_block import python_runtime
@@ -72,6 +73,14 @@ def open_base_dir() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d)
+
+
+def find_cgroups() -> CgroupSetup | None:
+    """This host's cgroup setup for jails, None where the jail runs without."""
+    try:
+        return cgroup_setup(JailSettings())
+    except SandboxUnavailable:
+        return None
 
 
 def _our_processes(marker: str) -> list[int]:
@@ -799,6 +808,7 @@ def test_memfd_pages_count_against_the_limit() -> None:
     made = max((int(n) for n in re.findall(r"made (\d+)", r.stdout)), default=0)
     # 20 x 15 MiB = 300 MiB; under 128 MiB at most 8 fit (the interpreter needs some).
     assert made < 9, r
+    assert r.memory_limit_hit
 
 
 def test_tmp_has_an_inode_limit() -> None:
@@ -897,3 +907,42 @@ def test_host_dev_null_cannot_be_touched() -> None:
     assert "touch=0" not in r.stdout, r
     assert after.st_mtime_ns == before.st_mtime_ns
     assert stat.S_ISCHR(after.st_mode)
+
+
+def test_block_killed_at_memory_limit_says_so() -> None:
+    """The OOM kill of the block is reported as memory, not as running out of time."""
+    if find_cgroups() is None:
+        pytest.skip("no cgroups on this host")
+    code = (
+        "import os\n"
+        "fds = []\n"
+        "for i in range(20):\n"
+        "    fd = os.memfd_create('m')\n"
+        "    os.write(fd, b'x' * (15 * 1024 * 1024))\n"
+        "    fds.append(fd)\n"
+        "y = len(fds)\n"
+    )
+    r = run_python_block(
+        code,
+        outputs=["y"],
+        limits=SMALL.model_copy(update={"memory_mb": 96, "max_file_size_mb": 16}),
+    )
+    assert not r.ok and r.error is not None
+    assert r.error.type == "MemoryLimitExceeded", r.error
+    assert r.run.memory_limit_hit and not r.run.timed_out and r.run.killed_by_signal == 9
+
+
+def test_run_cgroups_removed_even_when_the_jail_is_killed() -> None:
+    setup = find_cgroups()
+    if setup is None:
+        pytest.skip("no cgroups on this host")
+    r = run(["/bin/sleep", "30"], limits=SMALL.model_copy(update={"wall_time_s": 0.5}))
+    assert r.timed_out and not r.memory_limit_hit
+    parents = (
+        [setup.memory_mount]
+        if setup.version == 2
+        else [setup.memory_mount / PARENT, setup.pids_mount / PARENT]
+    )
+    mine = re.compile(rf"^run-{os.getpid()}-")
+    for parent in parents:
+        assert not [p for p in parent.iterdir() if p.is_dir() and mine.match(p.name)]
