@@ -31,7 +31,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -331,7 +331,7 @@ async def _execute(
     limits: SandboxLimits,
     stdin: bytes | None,
     log_path: Path,
-    memory_limit_hit: Callable[[], bool] | None = None,
+    cgroup: RunCgroup | None = None,
 ) -> tuple[SandboxResult, _LogReport]:
     start = time.monotonic()
     try:
@@ -398,7 +398,7 @@ async def _execute(
     sig = report.signal
     if killed_for is not None and sig is None:
         sig = signal.SIGKILL
-    memory_hit = memory_limit_hit() if memory_limit_hit is not None else False
+    memory_hit = cgroup.memory_limit_hit() if cgroup is not None else False
     # SIGKILL cannot reach the jail's pid 1 from inside its own pid namespace, so it
     # came from outside: the wall-clock limit, RLIMIT_CPU's hard limit, the memory
     # cgroup's OOM kill, or us.
@@ -496,7 +496,13 @@ async def _run_jailed(
         if reason:
             raise SandboxUnavailable(f"cannot bind {b.src} into the jail: {reason}")
     setup = cgroup_setup(config.jail)
-    ws = Workspace(config.jail, limits)
+    primed = asyncio.ensure_future(asyncio.to_thread(setup.prime)) if setup else None
+    try:
+        ws = Workspace(config.jail, limits)
+    except BaseException:
+        if primed is not None:
+            await primed
+        raise
     cgroup: RunCgroup | None = None
     try:
         if setup is not None:
@@ -521,7 +527,7 @@ async def _run_jailed(
             limits,
             stdin,
             ws.log_path,
-            memory_limit_hit=cgroup.memory_limit_hit if cgroup else None,
+            cgroup=cgroup,
         )
         if outputs:
             files, refused = ws.collect(outputs, limits.max_file_size_mb * 1024 * 1024)
@@ -531,6 +537,9 @@ async def _run_jailed(
         if cgroup is not None:
             cgroup.finish()
         ws.cleanup()
+        if primed is not None:
+            # Long done by now (it only waits for a grace period); never left behind.
+            await asyncio.gather(primed, return_exceptions=True)
 
 
 async def run_async(

@@ -39,7 +39,7 @@ from sandbox import (
     run_python_block,
     run_python_block_async,
 )
-from sandbox.cgroups import PARENT, CgroupSetup, cgroup_setup
+from sandbox.cgroups import CgroupSetup, cgroup_setup
 from sandbox.jail import find_nsjail
 from sandbox.models import JailSettings, PythonSettings
 from sandbox.python_block import python_runtime
@@ -938,11 +938,7 @@ def test_run_cgroups_removed_even_when_the_jail_is_killed() -> None:
         pytest.skip("no cgroups on this host")
     r = run(["/bin/sleep", "30"], limits=SMALL.model_copy(update={"wall_time_s": 0.5}))
     assert r.timed_out and not r.memory_limit_hit
-    parents = (
-        [setup.memory_mount]
-        if setup.version == 2
-        else [setup.memory_mount / PARENT, setup.pids_mount / PARENT]
-    )
+    parents = setup.run_parents
     mine = re.compile(rf"^run-{os.getpid()}-")
     for parent in parents:
         assert not [p for p in parent.iterdir() if p.is_dir() and mine.match(p.name)]

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits, SandboxResult
 from sandbox.astgrep import unified_diff
-from sandbox.cgroups import cgroup_setup
+from sandbox.cgroups import cgroup_setup, sweep_stale
 from sandbox.errors import SandboxUnavailable
 from sandbox.jail import SECCOMP_POLICY, Bind, _read_log, build_command, find_nsjail
 from sandbox.models import JailSettings, load_config
@@ -271,12 +271,16 @@ def test_cgroup_v1_run_holds_the_limits(tmp_path: Path) -> None:
     assert setup is not None and setup.version == 1
     limits = SandboxLimits(memory_mb=100, max_processes=7)
     rc = setup.for_run("run-1-abc", limits)
-    run_mem = tmp_path / "memory" / "keel-sandbox" / "run-1-abc"
+    mem_parent, pids_parent = setup.run_parents
+    # Under this process's own cgroup: the jails stay inside the worker's limits.
+    assert mem_parent.name == "keel-sandbox" and mem_parent.is_relative_to(tmp_path / "memory")
+    run_mem = mem_parent / "run-1-abc"
     assert (run_mem / "memory.limit_in_bytes").read_text() == str(100 * 1024 * 1024)
-    assert (tmp_path / "pids" / "keel-sandbox" / "run-1-abc" / "pids.max").read_text() == "7"
+    assert (pids_parent / "run-1-abc" / "pids.max").read_text() == "7"
     flags = dict(itertools.pairwise(rc.nsjail_args()))
-    assert flags["--cgroup_mem_parent"] == "keel-sandbox/run-1-abc"
-    assert flags["--cgroup_pids_parent"] == "keel-sandbox/run-1-abc"
+    assert flags["--cgroup_mem_parent"] == f"{setup.memory_parent}/run-1-abc"
+    assert flags["--cgroup_pids_parent"] == f"{setup.pids_parent}/run-1-abc"
+    assert flags["--cgroup_mem_mount"] == str(tmp_path / "memory")
     # nsjail's child gets 1 MiB more, so the run cgroup's limit (and its counters) bind.
     assert flags["--cgroup_mem_max"] == str(101 * 1024 * 1024)
     assert flags["--cgroup_pids_max"] == "7"
@@ -324,10 +328,12 @@ def test_cgroups_missing_fail_closed_or_warn(
 def test_stale_run_cgroups_swept(tmp_path: Path) -> None:
     _fake_v1(tmp_path)
     dead = 2**22 + 17  # above pid_max's default ceiling: no such process
-    for h in ("memory", "pids"):
+    setup = cgroup_setup(JailSettings(cgroups="always"), root=tmp_path)
+    assert setup is not None
+    for parent in setup.run_parents:
         for name in (f"run-{dead}-x", f"NSJAIL.{dead}", f"run-{os.getpid()}-y", "other"):
-            (tmp_path / h / "keel-sandbox" / name).mkdir(parents=True)
-    cgroup_setup(JailSettings(cgroups="always"), root=tmp_path)
-    for h in ("memory", "pids"):
-        left = sorted(p.name for p in (tmp_path / h / "keel-sandbox").iterdir())
+            (parent / name).mkdir(parents=True)
+    sweep_stale(setup)
+    for parent in setup.run_parents:
+        left = sorted(p.name for p in parent.iterdir())
         assert left == ["other", f"run-{os.getpid()}-y"]
