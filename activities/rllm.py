@@ -310,6 +310,8 @@ class RllmActivities:
             if kind == "Timeout":
                 message += f" (limits: {self.block_limits().wall_time_s} s wall, "
                 message += f"{self.block_limits().cpu_time_s} s CPU)"
+            elif kind == "MemoryLimitExceeded":
+                message += f" (limit: {self.block_limits().memory_mb} MiB for the whole block)"
             raise rllm_failure(
                 block_failed(
                     block,

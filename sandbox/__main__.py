@@ -12,6 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from sandbox.astgrep import AstGrepAction, apply_astgrep_async
+from sandbox.cgroups import cgroup_setup
 from sandbox.errors import SandboxUnavailable
 from sandbox.jail import ensure_available, find_nsjail, run_async
 from sandbox.models import SandboxLimits, default_config
@@ -119,6 +120,12 @@ async def main() -> int:
     rt = python_runtime(cfg)
     _say(f"python:      {rt.executable} (binds: {[b.src for b in rt.binds] or 'none'})")
     _say(f"host euid:   {os.geteuid()}; workspace tmpfs: {cfg.jail.workspace_tmpfs}")
+    cg = cgroup_setup(cfg.jail)
+    _say(
+        f"cgroups:     v{cg.version}, run cgroups under {[str(p) for p in cg.run_parents]}"
+        if cg
+        else f"cgroups:     none (jail.cgroups={cfg.jail.cgroups}): per-process limits only"
+    )
     checks: list[tuple[str, Check]] = [
         ("network", _network),
         ("host /proc", _proc),

@@ -12,7 +12,8 @@ The jail, built on the command line flag by flag (see ``build_command``):
 * ``/proc`` mounted fresh for the jail's pid namespace (the host's is never visible);
   ``/dev`` holds only null, zero, urandom and the fd symlinks;
 * no network: the network namespace has only loopback;
-* rlimits on address space, CPU time, file size, processes and open files; a wall-clock
+* memory and pids cgroups bounding the jail as a whole (see ``sandbox.cgroups``);
+  rlimits on address space, CPU time, file size, processes and open files; a wall-clock
   limit enforced by us and, as a backstop, by nsjail; a seccomp deny-list.
 
 Failing closed: if nsjail is missing, cannot build the jail, or does not report having
@@ -35,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sandbox.cgroups import RunCgroup, cgroup_setup
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
-from sandbox.workspace import Workspace, unreachable_reason, validate_relpath
+from sandbox.workspace import Workspace, tmpfs_inodes, unreachable_reason, validate_relpath
 
 NSJAIL_ENV = "KEEL_NSJAIL_PATH"
 #: Inside the jail.
@@ -62,6 +64,9 @@ _DRAIN_GRACE_S = 2.0
 # processes; bpf, perf, userfaultfd, keyrings and io_uring are common kernel exploit
 # vectors and no program we run needs them. clone3 answers ENOSYS so libc falls back
 # to clone, whose flags seccomp can see; clone with any CLONE_NEW* flag is refused.
+# inotify and fanotify instances are counted per user in the user namespace that
+# nsjail (root) was started from, so a jail holding them exhausts root's limit on the
+# host; no program we run needs to watch files.
 SECCOMP_POLICY = (
     "POLICY keel {"
     " ERRNO(1) {"
@@ -70,7 +75,7 @@ SECCOMP_POLICY = (
     " request_key, kexec_load, kexec_file_load, init_module, finit_module,"
     " delete_module, swapon, swapoff, reboot, acct, open_by_handle_at,"
     " name_to_handle_at, quotactl, syslog, iopl, ioperm, fsopen, fsmount, fsconfig,"
-    " move_mount, open_tree, fspick"
+    " move_mount, open_tree, fspick, inotify_init, inotify_init1, fanotify_init"
     " },"
     " ERRNO(38) { clone3, io_uring_setup, io_uring_enter, io_uring_register },"
     " ERRNO(1) { clone { (clone_flags & 0x7e020000) != 0 } }"
@@ -181,6 +186,7 @@ def build_command(
     workspace: Workspace,
     env: Mapping[str, str],
     binds: Sequence[Bind] = (),
+    cgroup: RunCgroup | None = None,
 ) -> list[str]:
     """The full nsjail command line for one run. Pure apart from looking at host paths."""
     cmd = [
@@ -200,18 +206,24 @@ def build_command(
         "--rlimit_nofile", str(limits.max_open_files),
         "--rlimit_core", "0",
     ]  # fmt: skip
+    if cgroup is not None:
+        cmd += cgroup.nsjail_args()
     cmd += _system_mount_args(config)
     cmd += [
         "--bindmount_ro", f"{workspace.ro / 'passwd'}:/etc/passwd",
         "--bindmount_ro", f"{workspace.ro / 'group'}:/etc/group",
-        "--bindmount", "/dev/null",
+        # Read-only: writes to the device still work (a read-only mount refuses only
+        # writes to regular files, directories and links), but the jail can no longer
+        # change the host node's times or attributes.
+        "--bindmount_ro", "/dev/null",
         "--bindmount_ro", "/dev/zero",
         "--bindmount_ro", "/dev/urandom",
         "--symlink", "/proc/self/fd:/dev/fd",
         "--symlink", "/proc/self/fd/0:/dev/stdin",
         "--symlink", "/proc/self/fd/1:/dev/stdout",
         "--symlink", "/proc/self/fd/2:/dev/stderr",
-        "--mount", f"none:/tmp:tmpfs:size={limits.tmpfs_size_mb * 1024 * 1024}",
+        "--mount", f"none:/tmp:tmpfs:size={limits.tmpfs_size_mb * 1024 * 1024},"
+        f"nr_inodes={tmpfs_inodes(limits.tmpfs_size_mb)}",
         "--bindmount", f"{workspace.work}:{WORKDIR}",
         "--bindmount_ro", f"{workspace.ro}:{READONLY_DIR}",
     ]  # fmt: skip
@@ -314,7 +326,12 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 
 async def _execute(
-    cmd: list[str], program: str, limits: SandboxLimits, stdin: bytes | None, log_path: Path
+    cmd: list[str],
+    program: str,
+    limits: SandboxLimits,
+    stdin: bytes | None,
+    log_path: Path,
+    cgroup: RunCgroup | None = None,
 ) -> tuple[SandboxResult, _LogReport]:
     start = time.monotonic()
     try:
@@ -381,10 +398,15 @@ async def _execute(
     sig = report.signal
     if killed_for is not None and sig is None:
         sig = signal.SIGKILL
+    memory_hit = cgroup.memory_limit_hit() if cgroup is not None else False
     # SIGKILL cannot reach the jail's pid 1 from inside its own pid namespace, so it
-    # came from outside: the wall-clock limit, RLIMIT_CPU's hard limit, or us.
+    # came from outside: the wall-clock limit, RLIMIT_CPU's hard limit, the memory
+    # cgroup's OOM kill, or us.
+    oom_killed = killed_for is None and sig == signal.SIGKILL and memory_hit
     timed_out = killed_for == "timeout" or (
-        killed_for is None and (report.time_limit_hit or sig in (signal.SIGKILL, signal.SIGXCPU))
+        killed_for is None
+        and not oom_killed
+        and (report.time_limit_hit or sig in (signal.SIGKILL, signal.SIGXCPU))
     )
     result = SandboxResult(
         exit_code=report.exit_code if sig is None else None,
@@ -393,6 +415,7 @@ async def _execute(
         timed_out=timed_out,
         killed_by_signal=int(sig) if sig is not None else None,
         output_truncated=killed_for == "output" or t_out or t_err,
+        memory_limit_hit=memory_hit,
         duration_ms=duration_ms,
     )
     return result, report
@@ -472,22 +495,51 @@ async def _run_jailed(
         reason = unreachable_reason(b.src)
         if reason:
             raise SandboxUnavailable(f"cannot bind {b.src} into the jail: {reason}")
-    ws = Workspace(config.jail, limits)
+    setup = cgroup_setup(config.jail)
+    primed = asyncio.ensure_future(asyncio.to_thread(setup.prime)) if setup else None
     try:
+        ws = Workspace(config.jail, limits)
+    except BaseException:
+        if primed is not None:
+            await primed
+        raise
+    cgroup: RunCgroup | None = None
+    try:
+        if setup is not None:
+            cgroup = setup.for_run(ws.root.name, limits)
         if workspace_files:
             ws.write_files(workspace_files)
         for name, data in (readonly_files or {}).items():
             ws.add_readonly_file(name, data)
         cmd = build_command(
-            nsjail, argv, limits=limits, config=config, workspace=ws, env=full_env, binds=binds
+            nsjail,
+            argv,
+            limits=limits,
+            config=config,
+            workspace=ws,
+            env=full_env,
+            binds=binds,
+            cgroup=cgroup,
         )
-        result, _ = await _execute(cmd, argv[0], limits, stdin, ws.log_path)
+        result, _ = await _execute(
+            cmd,
+            argv[0],
+            limits,
+            stdin,
+            ws.log_path,
+            cgroup=cgroup,
+        )
         if outputs:
             files, refused = ws.collect(outputs, limits.max_file_size_mb * 1024 * 1024)
             result = result.model_copy(update={"files": files, "refused_files": refused})
         return result
     finally:
+        if cgroup is not None:
+            cgroup.finish()
         ws.cleanup()
+        if primed is not None:
+            # Long done by now (it only waits for a grace period); never left behind.
+            await asyncio.gather(primed, return_exceptions=True)
 
 
 async def run_async(

@@ -21,17 +21,23 @@ CONFIG_ENV = "KEEL_SANDBOX_CONFIG"
 class SandboxLimits(BaseModel):
     """Resource limits of one jailed run.
 
-    ``memory_mb`` is RLIMIT_AS (address space, per process), the one memory bound that
-    works without a delegated cgroup; ``max_processes`` is RLIMIT_NPROC counted inside
-    the jail's own user namespace, so concurrent jails do not share it.
+    ``memory_mb`` bounds the jail as a whole through its memory cgroup (every process,
+    memfds and its tmpfs files together) and, as RLIMIT_AS, each process's address
+    space; ``max_processes`` bounds the jail's pids cgroup and RLIMIT_NPROC (counted
+    inside the jail's own user namespace, so concurrent jails do not share it). Without
+    cgroups (``jail.cgroups``) only the per-process limits hold.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     wall_time_s: float = Field(10.0, gt=0, le=3600, description="wall-clock limit of the run")
     cpu_time_s: int = Field(10, ge=1, le=3600, description="RLIMIT_CPU per process, seconds")
-    memory_mb: int = Field(512, ge=16, le=262_144, description="RLIMIT_AS per process, MiB")
-    max_processes: int = Field(32, ge=1, le=4096, description="RLIMIT_NPROC inside the jail")
+    memory_mb: int = Field(
+        512, ge=16, le=262_144, description="memory cgroup of the jail and RLIMIT_AS, MiB"
+    )
+    max_processes: int = Field(
+        32, ge=1, le=4096, description="pids cgroup of the jail and RLIMIT_NPROC"
+    )
     max_file_size_mb: int = Field(16, ge=1, le=65_536, description="RLIMIT_FSIZE, MiB")
     max_open_files: int = Field(64, ge=8, le=65_536, description="RLIMIT_NOFILE")
     max_output_bytes: int = Field(
@@ -47,7 +53,8 @@ class SandboxResult(BaseModel):
     """What came back from one jailed run.
 
     ``timed_out`` is true when the run was killed for time: the wall-clock limit (ours or
-    nsjail's) or the CPU limit (the kernel's SIGKILL at RLIMIT_CPU). ``killed_by_signal``
+    nsjail's) or the CPU limit (the kernel's SIGKILL at RLIMIT_CPU); a SIGKILL while the
+    jail was at its memory limit is read as the OOM kill instead (``memory_limit_hit``). ``killed_by_signal``
     is the signal that ended the jailed program, if one did. ``files`` holds the declared
     output files that could be collected; ``refused_files`` says why others could not
     (missing, a symlink, not a regular file, too large).
@@ -61,6 +68,10 @@ class SandboxResult(BaseModel):
     timed_out: bool = False
     killed_by_signal: int | None = None
     output_truncated: bool = False
+    #: The jail ran into its memory cgroup limit: an allocation had to wait for reclaim or
+    #: failed, and a process may have been OOM-killed (pid 1 so killed reads as
+    #: ``killed_by_signal=9`` with ``timed_out=False``). Always False without cgroups.
+    memory_limit_hit: bool = False
     duration_ms: int = 0
     files: dict[str, bytes] = Field(default_factory=dict)
     refused_files: dict[str, str] = Field(default_factory=dict)
@@ -101,6 +112,11 @@ class JailSettings(BaseModel):
     #: "auto" uses it when possible, "always" fails closed without it, "never" uses a
     #: plain directory (then only RLIMIT_FSIZE bounds what a run may write).
     workspace_tmpfs: Literal["auto", "always", "never"] = "auto"
+    #: Memory and pids cgroups bounding each jail as a whole: "auto" requires them when
+    #: the host process is root (fails closed with SandboxUnavailable) and, for other
+    #: users, goes without them with a warning; "always" fails closed for everyone;
+    #: "never" leaves only the per-process rlimits.
+    cgroups: Literal["auto", "always", "never"] = "auto"
     #: Where run directories are made; default: the system temp dir.
     base_dir: str | None = None
 

@@ -26,6 +26,10 @@ from sandbox.jail import Bind, _no_running_loop, run_async, unreachable_reason
 from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
 
 RESULT_FILE = ".keel_block_result.json"
+#: Bounds on the result file the host parses. It is written inside the jail, so a block
+#: can forge it: a result past these is an ``InvalidResult``, never a host exception.
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+MAX_RESULT_DEPTH = 100
 _RUNNER_SOURCE = (Path(__file__).with_name("_block_runner.py")).read_text(encoding="utf-8")
 
 
@@ -133,6 +137,36 @@ def _check_name(name: str, what: str) -> None:
         raise ValueError(f"{what} name {name!r}: dunder names are reserved")
 
 
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests lists/dicts deeper than ``limit`` (iterative, no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def _load_result(raw: bytes) -> dict[str, Any]:
+    if len(raw) > MAX_RESULT_BYTES:
+        raise ValueError(f"larger than {MAX_RESULT_BYTES} bytes")
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        # The decoder's own guard (about 1,000 levels) fired first.
+        raise ValueError(f"nested deeper than {MAX_RESULT_DEPTH} levels") from None
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    # Few brackets cannot nest deeply; only then is the walk needed.
+    if raw.count(b"[") + raw.count(b"{") > MAX_RESULT_DEPTH and _nested_deeper_than(
+        data, MAX_RESULT_DEPTH
+    ):
+        raise ValueError(f"nested deeper than {MAX_RESULT_DEPTH} levels")
+    return data
+
+
 def _interpret(run: SandboxResult, outputs: Sequence[str]) -> PythonBlockResult:
     base: dict[str, Any] = {"stdout": run.stdout, "stderr": run.stderr, "run": run}
     raw = run.files.get(RESULT_FILE)
@@ -142,6 +176,11 @@ def _interpret(run: SandboxResult, outputs: Sequence[str]) -> PythonBlockResult:
         elif run.output_truncated:
             err = PythonBlockError(
                 type="OutputLimitExceeded", message="the block printed more than allowed"
+            )
+        elif run.killed_by_signal is not None and run.memory_limit_hit:
+            err = PythonBlockError(
+                type="MemoryLimitExceeded",
+                message=f"the block was killed at the jail's memory limit ({run.killed_by_signal})",
             )
         elif run.killed_by_signal is not None:
             err = PythonBlockError(
@@ -155,11 +194,11 @@ def _interpret(run: SandboxResult, outputs: Sequence[str]) -> PythonBlockResult:
                 traceback=run.stderr[-4000:],
             )
         return PythonBlockResult(ok=False, error=err, **base)
-    # The result file was written inside the jail, so it is as untrusted as the block.
+    # The result file was written inside the jail, so it is as untrusted as the block:
+    # every way parsing it can fail (RecursionError and MemoryError included) becomes
+    # the structured error, so the caller never sees a host-side exception.
     try:
-        data = json.loads(raw)
-        if not isinstance(data, dict):
-            raise ValueError("not an object")
+        data = _load_result(raw)
         if data.get("ok") is True:
             produced = data.get("outputs")
             if not isinstance(produced, dict):
@@ -169,8 +208,10 @@ def _interpret(run: SandboxResult, outputs: Sequence[str]) -> PythonBlockResult:
                 raise ValueError(f"declared outputs missing: {missing}")
             return PythonBlockResult(ok=True, outputs={n: produced[n] for n in outputs}, **base)
         error = PythonBlockError.model_validate(data.get("error"))
-    except (ValueError, TypeError) as exc:
-        error = PythonBlockError(type="InvalidResult", message=f"unreadable block result: {exc}")
+    except (ValueError, TypeError, RecursionError, MemoryError) as exc:
+        error = PythonBlockError(
+            type="InvalidResult", message=f"unreadable block result: {str(exc)[:500]}"
+        )
     return PythonBlockResult(ok=False, error=error, **base)
 
 

@@ -8,6 +8,9 @@ Layout of one run directory (``<base>/keel-sandbox-<euid>/run-<pid>-<random>/``)
     ro/          read-only files for the jail (runner script, inputs, passwd), at /keel
     nsjail.log   nsjail's own log; never visible inside the jail
 
+The run directory, ro/ and work/ are mode 0700 (files in ro/ 0400), owned by the host
+uid the jail runs as: no other host user can read a run's inputs or outputs.
+
 Everything the jail wrote is untrusted. Output files are opened component by component
 with ``O_NOFOLLOW`` relative to the workspace, so a symlink planted by the jailed program
 can never make the host read (or follow into) anything outside the workspace.
@@ -87,10 +90,19 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+def tmpfs_inodes(size_mb: int) -> int:
+    """Inode cap of a tmpfs of ``size_mb``: 256 per MiB, between 1,024 and 1 Mi.
+
+    A tmpfs counts empty files against no size limit, only against ``nr_inodes``, whose
+    default is half the host's RAM pages (millions): without this cap a run could pin
+    host memory in inodes and dentries.
+    """
+    return max(1024, min(size_mb * 256, 1 << 20))
+
+
 def _mount_tmpfs(target: Path, size_mb: int, uid: int, gid: int) -> None:
     """Mount a size- and inode-limited tmpfs at ``target`` (host side; needs root)."""
-    inodes = max(1024, min(size_mb * 256, 1 << 20))
-    opts = f"size={size_mb}m,nr_inodes={inodes},mode=0700,uid={uid},gid={gid}"
+    opts = f"size={size_mb}m,nr_inodes={tmpfs_inodes(size_mb)},mode=0700,uid={uid},gid={gid}"
     rc = _libc().mount(
         b"keel-sandbox", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()
     )
@@ -183,20 +195,31 @@ class Workspace:
         self.outside_uid = settings.outside_uid if self.is_root else os.geteuid()
         self.outside_gid = settings.outside_gid if self.is_root else os.getegid()
         base = _secure_base(settings)
+        # Private to the jail's host user: the run's inputs are under ro/, and its path
+        # is on nsjail's command line for every host user to see. Owned by the jail's
+        # host uid, the jail's mount setup (which holds capabilities only over files of
+        # the ids it maps) can still reach it, and so can the jailed program.
         self.root = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=base))
-        os.chmod(self.root, 0o711)
         self.work = self.root / "work"
         self.ro = self.root / "ro"
         self.log_path = self.root / "nsjail.log"
         self.tmpfs = False
         try:
+            self._own(self.root)
             self.work.mkdir(mode=0o700)
-            self.ro.mkdir(mode=0o755)
+            self.ro.mkdir(mode=0o700)
+            self._own(self.ro)
             self._setup_work()
             self._write_identity()
         except BaseException:
             self.cleanup()
             raise
+
+    def _own(self, path: Path) -> None:
+        """Give ``path`` to the jail's host user (a root host), with owner-only access."""
+        os.chmod(path, 0o700 if path.is_dir() else 0o400)
+        if self.is_root:
+            os.chown(path, self.outside_uid, self.outside_gid)
 
     def _setup_work(self) -> None:
         mode = self.settings.workspace_tmpfs
@@ -241,9 +264,14 @@ class Workspace:
         """Put a file into the read-only directory the jail sees at /keel."""
         rel = validate_relpath(name)
         target = self.ro / rel
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        for parent in reversed(target.parents):
+            if parent.is_relative_to(self.ro) and parent != self.ro and not parent.exists():
+                parent.mkdir(mode=0o700)
+                self._own(parent)
+        # Replaced, not rewritten: the old file is read-only to its owner.
+        target.unlink(missing_ok=True)
         target.write_bytes(data.encode() if isinstance(data, str) else data)
-        os.chmod(target, 0o644)
+        self._own(target)
 
     def write_files(self, files: Mapping[str, bytes | str]) -> None:
         """Write the starting contents of the workspace (before anything untrusted ran)."""

@@ -666,6 +666,23 @@ async def test_block_memory_limit(
     assert payload["details"]["type"] == "MemoryError"
 
 
+async def test_block_forging_a_deep_result_is_a_block_error(
+    client: Client, rllm_settings: Settings, rllm_worker: Worker, llm: ScriptedOpenAIServer
+) -> None:
+    """A result file nested 100,000 deep is the block's failure, not a host RecursionError."""
+    files = block_app(
+        "import os\n"
+        "with open('/work/.keel_block_result.json', 'w') as f:\n"
+        "    f.write('{\"ok\": true, \"outputs\": {\"text\": ' + '[' * 100000 + ']' * 100000 + '}}')\n"
+        "os._exit(0)\n"
+    )
+    cause, payload, _ = await failure(client, rllm_settings, "probe.rllm", files, "x")
+    assert cause.type == "PythonBlockExecutionError"
+    assert payload["details"]["type"] == "InvalidResult"
+    assert "deeper than" in payload["details"]["message"]
+    assert llm.chat_requests == []
+
+
 async def test_block_exception_reported_with_traceback(
     client: Client, rllm_settings: Settings, rllm_worker: Worker
 ) -> None:

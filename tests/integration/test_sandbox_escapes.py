@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import ctypes
+import errno
 import os
+import re
 import shutil
 import socket
 import stat
@@ -34,7 +37,9 @@ from sandbox import (
     run,
     run_async,
     run_python_block,
+    run_python_block_async,
 )
+from sandbox.cgroups import CgroupSetup, cgroup_setup
 from sandbox.jail import find_nsjail
 from sandbox.models import JailSettings, PythonSettings
 from sandbox.python_block import python_runtime
@@ -68,6 +73,14 @@ def open_base_dir() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d)
+
+
+def find_cgroups() -> CgroupSetup | None:
+    """This host's cgroup setup for jails, None where the jail runs without."""
+    try:
+        return cgroup_setup(JailSettings())
+    except SandboxUnavailable:
+        return None
 
 
 def _our_processes(marker: str) -> list[int]:
@@ -693,3 +706,239 @@ def test_python_block_in_a_virtualenv(open_base_dir: Path) -> None:
     )
     assert r.ok, r.error
     assert r.outputs == {"prefix": str(venv), "w": "OSError"}  # EROFS: read-only bind
+
+
+# --- issue 13 §2: ways a jail could hurt the host ------------------------------------
+
+_LIBC_INOTIFY = """
+    import ctypes, ctypes.util, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    fds, err = [], 0
+    for _ in range(200):
+        fd = libc.inotify_init1(0)
+        if fd < 0:
+            err = ctypes.get_errno()
+            break
+        fds.append(fd)
+    for fd in fds:
+        os.close(fd)
+    fan = libc.fanotify_init(0, 0)
+    fan_err = ctypes.get_errno() if fan < 0 else 0
+    inotify = (len(fds), err)
+    fanotify = (fan, fan_err)
+"""
+
+
+def _host_inotify_works() -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+def test_inotify_and_fanotify_denied() -> None:
+    """A jail's inotify instances count against the user that made the jail (root).
+
+    Holding them would exhaust the host's per-user instance limit, so the syscalls are
+    refused (EPERM) before the first one; the host and the next jail are unaffected.
+    """
+    r = run_python_block(
+        textwrap.dedent(_LIBC_INOTIFY), outputs=["inotify", "fanotify"], limits=SMALL
+    )
+    assert r.ok, r.error
+    assert r.outputs["inotify"] == [0, errno.EPERM]
+    assert r.outputs["fanotify"] == [-1, errno.EPERM]
+    assert _host_inotify_works()
+    again = run_python_block("x = 1", outputs=["x"], limits=SMALL)
+    assert again.ok and again.outputs == {"x": 1}
+
+
+def test_memory_bounded_across_processes() -> None:
+    """Three processes of 100 MiB each under a 128 MiB limit: the jail as a whole is bounded.
+
+    RLIMIT_AS alone lets each process have 128 MiB, so all three would succeed.
+    """
+    r = py(
+        """
+        import os
+        def eat(mib):
+            return [b"x" * (1024 * 1024) for _ in range(mib)]
+        kids = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    held = eat(100)
+                    os.write(1, b"held\\n")
+                    import time; time.sleep(2)
+                    os._exit(0)
+                except MemoryError:
+                    os._exit(3)
+            kids.append(pid)
+        for pid in kids:
+            os.waitpid(pid, 0)
+        """,
+        limits=SMALL.model_copy(update={"memory_mb": 128, "wall_time_s": 8}),
+    )
+    # At most one child can hold its 100 MiB at a time; the others are stopped
+    # (MemoryError or the cgroup's OOM kill).
+    assert r.stdout.count("held") <= 1, r
+
+
+def test_memfd_pages_count_against_the_limit() -> None:
+    """memfd pages are in no process's address space; the cgroup still counts them."""
+    r = py(
+        """
+        import os
+        made = 0
+        try:
+            for i in range(20):
+                fd = os.memfd_create(f"m{i}")
+                os.write(fd, b"x" * (15 * 1024 * 1024))
+                made += 1
+                print("made", made, flush=True)
+        except OSError as e:
+            print("stopped", made, e.errno, flush=True)
+        """,
+        # max_file_size_mb: RLIMIT_FSIZE applies to memfds too; let each take 15 MiB.
+        limits=SMALL.model_copy(update={"memory_mb": 128, "max_file_size_mb": 16}),
+    )
+    made = max((int(n) for n in re.findall(r"made (\d+)", r.stdout)), default=0)
+    # 20 x 15 MiB = 300 MiB; under 128 MiB at most 8 fit (the interpreter needs some).
+    assert made < 9, r
+    assert r.memory_limit_hit
+
+
+def test_tmp_has_an_inode_limit() -> None:
+    r = py(
+        """
+        import errno, os
+        n = 0
+        try:
+            for n in range(30000):
+                open(f"/tmp/f{n}", "w").close()
+            print("created all", n + 1)
+        except OSError as e:
+            print("stopped", n, errno.errorcode[e.errno])
+        """,
+        limits=SMALL.model_copy(update={"wall_time_s": 20, "cpu_time_s": 10}),
+    )
+    assert r.exit_code == 0, r.stderr
+    word, count, code = r.stdout.split()
+    assert (word, code) == ("stopped", "ENOSPC"), r.stdout
+    assert int(count) < 30000
+
+
+def test_forged_deep_result_is_a_structured_error() -> None:
+    """A block that writes its own result file, nested 100,000 deep, then exits."""
+    code = (
+        "import os\n"
+        "with open('/work/.keel_block_result.json', 'w') as f:\n"
+        "    f.write('{\"ok\": true, \"outputs\": {\"y\": ' + '[' * 100000 + ']' * 100000 + '}}')\n"
+        "os._exit(0)\n"
+    )
+    r = run_python_block(code, outputs=["y"], limits=SMALL)
+    assert not r.ok and r.error is not None
+    assert r.error.type == "InvalidResult", r.error
+    assert "deep" in r.error.message
+
+
+def test_forged_result_error_field_is_a_structured_error() -> None:
+    """A forged ``error`` that is deeply nested must not escape as RecursionError either."""
+    code = (
+        "import os\n"
+        "with open('/work/.keel_block_result.json', 'w') as f:\n"
+        "    f.write('{\"ok\": false, \"error\": ' + '{\"a\": ' * 50000 + '1' + '}' * 50000 + '}')\n"
+        "os._exit(0)\n"
+    )
+    r = run_python_block(code, outputs=["y"], limits=SMALL)
+    assert not r.ok and r.error is not None and r.error.type == "InvalidResult", r.error
+
+
+async def test_run_directory_private_while_a_block_runs(open_base_dir: Path) -> None:
+    """Another host user cannot read a running block's inputs (their path is in nsjail's argv)."""
+    cfg = SandboxConfig(jail=JailSettings(base_dir=str(open_base_dir)))
+    task = asyncio.ensure_future(
+        run_python_block_async(
+            "import time, os\ntime.sleep(1.5)\nmine = open('/keel/spec.json').read()[:1]\n",
+            inputs={"secret": "s3cret"},
+            outputs=["mine"],
+            limits=SMALL,
+            config=cfg,
+        )
+    )
+    try:
+        spec: Path | None = None
+        for _ in range(100):
+            found = list(open_base_dir.glob("keel-sandbox-*/run-*/ro/spec.json"))
+            if found:
+                spec = found[0]
+                break
+            await asyncio.sleep(0.02)
+        assert spec is not None, "the run directory never appeared"
+        run_dir, ro = spec.parent.parent, spec.parent
+        for p in (run_dir, ro, spec):
+            assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, (p, oct(p.stat().st_mode))
+        if os.geteuid() == 0:
+            peek = subprocess.run(
+                ["/bin/cat", str(spec)], user=65534, group=65534, capture_output=True, timeout=10
+            )
+            assert peek.returncode != 0 and b"s3cret" not in peek.stdout
+    finally:
+        r = await task
+    assert r.ok, r.error  # the jail's own user still reads its inputs
+    assert r.outputs == {"mine": "{"}
+
+
+def test_host_dev_null_cannot_be_touched() -> None:
+    before = os.stat("/dev/null")
+    r = run(
+        [
+            "/bin/sh",
+            "-c",
+            "echo hi > /dev/null && echo wrote; touch /dev/null; echo touch=$?",
+        ],
+        limits=SMALL,
+    )
+    after = os.stat("/dev/null")
+    assert "wrote" in r.stdout, r  # writing to the device still works
+    assert "touch=0" not in r.stdout, r
+    assert after.st_mtime_ns == before.st_mtime_ns
+    assert stat.S_ISCHR(after.st_mode)
+
+
+def test_block_killed_at_memory_limit_says_so() -> None:
+    """The OOM kill of the block is reported as memory, not as running out of time."""
+    if find_cgroups() is None:
+        pytest.skip("no cgroups on this host")
+    code = (
+        "import os\n"
+        "fds = []\n"
+        "for i in range(20):\n"
+        "    fd = os.memfd_create('m')\n"
+        "    os.write(fd, b'x' * (15 * 1024 * 1024))\n"
+        "    fds.append(fd)\n"
+        "y = len(fds)\n"
+    )
+    r = run_python_block(
+        code,
+        outputs=["y"],
+        limits=SMALL.model_copy(update={"memory_mb": 96, "max_file_size_mb": 16}),
+    )
+    assert not r.ok and r.error is not None
+    assert r.error.type == "MemoryLimitExceeded", r.error
+    assert r.run.memory_limit_hit and not r.run.timed_out and r.run.killed_by_signal == 9
+
+
+def test_run_cgroups_removed_even_when_the_jail_is_killed() -> None:
+    setup = find_cgroups()
+    if setup is None:
+        pytest.skip("no cgroups on this host")
+    r = run(["/bin/sleep", "30"], limits=SMALL.model_copy(update={"wall_time_s": 0.5}))
+    assert r.timed_out and not r.memory_limit_hit
+    parents = setup.run_parents
+    mine = re.compile(rf"^run-{os.getpid()}-")
+    for parent in parents:
+        assert not [p for p in parent.iterdir() if p.is_dir() and mine.match(p.name)]

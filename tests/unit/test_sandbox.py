@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits, SandboxResult
 from sandbox.astgrep import unified_diff
+from sandbox.cgroups import cgroup_setup, sweep_stale
 from sandbox.errors import SandboxUnavailable
 from sandbox.jail import SECCOMP_POLICY, Bind, _read_log, build_command, find_nsjail
 from sandbox.models import JailSettings, load_config
@@ -80,8 +81,11 @@ def test_build_command_is_deliberate(base_dir: Path) -> None:
         assert flags["--seccomp_string"] == SECCOMP_POLICY
         assert flags["--log"] == str(ws.log_path)
         binds_rw = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--bindmount"]
-        assert binds_rw == ["/dev/null", f"{ws.work}:/work"]  # the only writable binds
+        assert binds_rw == [f"{ws.work}:/work"]  # the only writable bind
         binds_ro = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--bindmount_ro"]
+        assert "/dev/null" in binds_ro  # a device still writable, its host inode not
+        mounts = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--mount"]
+        assert mounts == [f"none:/tmp:tmpfs:size={16 * 1024 * 1024},nr_inodes=4096"]
         assert "/opt/tool:/opt/tool" in binds_ro and f"{ws.ro}:/keel" in binds_ro
         assert "/proc" not in binds_ro and not any(b.startswith("/proc:") for b in binds_ro)
         envs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--env"]
@@ -250,3 +254,86 @@ def test_block_result_is_treated_as_untrusted() -> None:
     assert r.error is not None and r.error.type == "Timeout"
     r = _interpret(SandboxResult(exit_code=1, stderr="boom"), ["y"])
     assert r.error is not None and r.error.type == "NoResult" and "boom" in r.error.traceback
+
+
+# --- cgroups (against a fake /sys/fs/cgroup tree: the layout, not the kernel) ----------
+
+
+def _fake_v1(root: Path) -> None:
+    for h in ("memory", "pids"):
+        (root / h).mkdir(parents=True)
+        (root / h / "cgroup.procs").write_text("")
+
+
+def test_cgroup_v1_run_holds_the_limits(tmp_path: Path) -> None:
+    _fake_v1(tmp_path)
+    setup = cgroup_setup(JailSettings(cgroups="always"), root=tmp_path)
+    assert setup is not None and setup.version == 1
+    limits = SandboxLimits(memory_mb=100, max_processes=7)
+    rc = setup.for_run("run-1-abc", limits)
+    mem_parent, pids_parent = setup.run_parents
+    # Under this process's own cgroup: the jails stay inside the worker's limits.
+    assert mem_parent.name == "keel-sandbox" and mem_parent.is_relative_to(tmp_path / "memory")
+    run_mem = mem_parent / "run-1-abc"
+    assert (run_mem / "memory.limit_in_bytes").read_text() == str(100 * 1024 * 1024)
+    assert (pids_parent / "run-1-abc" / "pids.max").read_text() == "7"
+    flags = dict(itertools.pairwise(rc.nsjail_args()))
+    assert flags["--cgroup_mem_parent"] == f"{setup.memory_parent}/run-1-abc"
+    assert flags["--cgroup_pids_parent"] == f"{setup.pids_parent}/run-1-abc"
+    assert flags["--cgroup_mem_mount"] == str(tmp_path / "memory")
+    # nsjail's child gets 1 MiB more, so the run cgroup's limit (and its counters) bind.
+    assert flags["--cgroup_mem_max"] == str(101 * 1024 * 1024)
+    assert flags["--cgroup_pids_max"] == "7"
+    (run_mem / "memory.max_usage_in_bytes").write_text(f"{99 * 1024 * 1024}\n")
+    assert not rc.memory_limit_hit()
+    (run_mem / "memory.max_usage_in_bytes").write_text(f"{100 * 1024 * 1024}\n")
+    assert rc.memory_limit_hit()
+
+
+def test_cgroup_v2_enables_controllers(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids io\n")
+    (tmp_path / "cgroup.subtree_control").write_text("cpu\n")
+    parent = tmp_path / "keel-sandbox"
+    (parent / "run-2-x").mkdir(parents=True)
+    (parent / "cgroup.subtree_control").write_text("memory pids\n")
+    (parent / "run-2-x" / "cgroup.subtree_control").write_text("\n")
+    setup = cgroup_setup(JailSettings(cgroups="always"), root=tmp_path)
+    assert setup is not None and setup.version == 2
+    # A plain file stands in for the kernel's: the write is what matters.
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+memory +pids"
+    rc = setup.for_run("run-2-x", SandboxLimits(memory_mb=64, max_processes=5))
+    flags = dict(itertools.pairwise(rc.nsjail_args()))
+    assert "--use_cgroupv2" in rc.nsjail_args()
+    assert flags["--cgroupv2_mount"] == str(parent / "run-2-x")
+    assert (parent / "run-2-x" / "memory.max").read_text() == str(64 * 1024 * 1024)
+    assert (parent / "run-2-x" / "memory.swap.max").read_text() == "0"
+    assert (parent / "run-2-x" / "cgroup.subtree_control").read_text() == "+memory +pids"
+
+
+def test_cgroups_missing_fail_closed_or_warn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(SandboxUnavailable, match=r"jail\.cgroups: never"):
+        cgroup_setup(JailSettings(cgroups="always"), root=tmp_path)
+    assert cgroup_setup(JailSettings(cgroups="never"), root=tmp_path) is None
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with pytest.raises(SandboxUnavailable):
+        cgroup_setup(JailSettings(cgroups="auto"), root=tmp_path)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with caplog.at_level("WARNING"):
+        assert cgroup_setup(JailSettings(cgroups="auto"), root=tmp_path) is None
+    assert "without cgroup limits" in caplog.text
+
+
+def test_stale_run_cgroups_swept(tmp_path: Path) -> None:
+    _fake_v1(tmp_path)
+    dead = 2**22 + 17  # above pid_max's default ceiling: no such process
+    setup = cgroup_setup(JailSettings(cgroups="always"), root=tmp_path)
+    assert setup is not None
+    for parent in setup.run_parents:
+        for name in (f"run-{dead}-x", f"NSJAIL.{dead}", f"run-{os.getpid()}-y", "other"):
+            (parent / name).mkdir(parents=True)
+    sweep_stale(setup)
+    for parent in setup.run_parents:
+        left = sorted(p.name for p in parent.iterdir())
+        assert left == ["other", f"run-{os.getpid()}-y"]
