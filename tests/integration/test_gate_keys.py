@@ -39,9 +39,10 @@ async def test_same_key_for_comment_then_approval_by_another_caller(http, api_se
 
 
 async def test_same_key_for_two_callers_comments_keeps_both(http):  # noqa: F811
-    gate = await open_gate(http)
+    # Both callers may see the gate: its requester and an approver it names.
+    gate = await open_gate(http, approvers=["bob", "dave"])
     gid = gate["gate_id"]
-    for actor in ("carol", "dave"):
+    for actor in ("alice", "dave"):
         r = await http.post(
             f"/gates/{gid}/comments",
             json={"comment": f"from {actor}"},
@@ -49,7 +50,7 @@ async def test_same_key_for_two_callers_comments_keeps_both(http):  # noqa: F811
         )
         assert r.status_code == 200, r.text
     comments = (await http.get(f"/gates/{gid}", headers=auth("bob"))).json()["comments"]
-    assert [c["actor"] for c in comments] == ["carol", "dave"]
+    assert [c["actor"] for c in comments] == ["alice", "dave"]
     # The same caller reusing its key on another route is refused, as before.
     again = await http.post(
         f"/gates/{gid}/approve", json={}, headers={**auth("dave"), "Idempotency-Key": "shared"}
