@@ -1,11 +1,21 @@
-"""Approval round trips on a real dev server: Update vs Signal, against a Query baseline.
+"""A gate decision against the floor: a bare Update on a trivial workflow.
 
-    uv run python bench/gate_latency.py [--gates 30]
+    uv run python bench/gate_latency.py [--gates 50]
 
-For each gate: a Query round trip (the baseline: one RPC answered by the worker), a
-``decide`` Update round trip (validator, handler, audit activity, answer), and for other
-gates the time from sending the ``decide_signal`` Signal to the gate's result. Prints
-medians and p90s and each as a ratio of the Query baseline, all measured in this run.
+One dev server (SQLite WAL), one worker and the API (uvicorn on loopback) run in this
+process. For each round, interleaved:
+
+* floor: ``FloorGate`` (bench/floor.py) started, then one ``decide`` Update that records
+  the decision and returns the state: the least an Update round trip costs here;
+* client: an ``ApprovalGate`` started, then its ``decide`` Update (validator, handler,
+  audit record, answer), timed from send to answer;
+* API: a gate opened with ``POST /gates``, then ``POST /gates/{id}/approve`` timed as an
+  HTTP client sees it (bearer token, ``Idempotency-Key``);
+* for reference, the ``state`` Query on the client's gate and the Signal path (send to
+  the gate's result).
+
+Prints p50 and p90 of each and its ratio to the floor, and ends with
+``ratio <decide (client) p50 / floor p50>``.
 """
 
 from __future__ import annotations
@@ -13,85 +23,159 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from keel.gates import GateDecision, GateRequest
-from keel.settings import Settings
-from workers.client import connect
-from workers.main import build_worker
-from workers.services import TemporalDevServer, free_port
-from workflows.gate import ApprovalGate
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import uvicorn  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from api.app import create_app  # noqa: E402
+from bench.floor import FloorGate, FloorState  # noqa: E402
+from keel.gates import GateDecision, GateRequest  # noqa: E402
+from keel.settings import Settings  # noqa: E402
+from workers.client import connect  # noqa: E402
+from workers.main import WORKFLOWS, build_activities  # noqa: E402
+from workers.services import TemporalDevServer, free_port  # noqa: E402
+from workflows.gate import ApprovalGate  # noqa: E402
 
 
-def pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+def pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+
+
+def token(settings: Settings, role: str) -> str:
+    return next(t for t in settings.api_tokens if role in t.roles).token.get_secret_value()
 
 
 async def main(n: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-gate-"))
     server = TemporalDevServer(tmp / "t.db", tmp / "t.log", port=free_port(), ui_port=None)
     server.start()
     try:
         settings = Settings(
             env="test", data_dir=tmp / "keel", temporal_address=server.address,
-            task_queue=f"bench-{uuid.uuid4()}",
+            task_queue=f"bench-{uuid.uuid4()}", api_port=free_port(),
         )  # fmt: skip
         client = await connect(settings)
+        api = uvicorn.Server(
+            uvicorn.Config(
+                create_app(settings, client=client),
+                host="127.0.0.1",
+                port=settings.api_port,
+                log_level="warning",
+            )
+        )
+        serving = asyncio.create_task(api.serve())
+        while not api.started:
+            await asyncio.sleep(0.05)
+        floor_ms: list[float] = []
+        client_ms: list[float] = []
+        api_ms: list[float] = []
         query_ms: list[float] = []
-        update_ms: list[float] = []
         signal_ms: list[float] = []
-        async with build_worker(client, settings):
+        worker = Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=[*WORKFLOWS, FloorGate],
+            activities=build_activities(settings),
+        )
+        base = f"http://127.0.0.1:{settings.api_port}"
+        requester = {"Authorization": f"Bearer {token(settings, 'requester')}"}
+        approver = {"Authorization": f"Bearer {token(settings, 'approver')}"}
+        approver_actor = next(t for t in settings.api_tokens if "approver" in t.roles).actor
+        async with worker, httpx.AsyncClient(base_url=base, timeout=30) as http:
 
-            async def open_gate() -> object:
+            async def open_gate() -> Any:
                 handle = await client.start_workflow(
                     ApprovalGate.run,
-                    GateRequest(name="g", requester="alice", approvers=["bob"]),
+                    GateRequest(name="g", requester="alice", approvers=[approver_actor]),
                     id=f"bench/{uuid.uuid4()}/gate/g",
                     task_queue=settings.task_queue,
                 )
-                await handle.query(ApprovalGate.state)  # warm: the gate is running
+                await handle.query(ApprovalGate.state)  # the gate is running
                 return handle
 
             for i in range(n + 3):  # the first three warm up connections and caches
-                handle = await open_gate()
-                t0 = time.perf_counter()
-                await handle.query(ApprovalGate.state)  # type: ignore[attr-defined]
-                t1 = time.perf_counter()
-                await handle.execute_update(  # type: ignore[attr-defined]
-                    ApprovalGate.decide, GateDecision(decision="approve", actor="bob")
+                floor = await client.start_workflow(
+                    FloorGate.run, id=f"floor/{uuid.uuid4()}", task_queue=settings.task_queue
                 )
-                t2 = time.perf_counter()
-                await handle.result()  # type: ignore[attr-defined]
+                t0 = time.perf_counter()
+                await floor.execute_update(
+                    FloorGate.decide, FloorState(decision="approve", actor="bob")
+                )
+                t1 = time.perf_counter()
+                await floor.result()
 
                 handle = await open_gate()
+                t2 = time.perf_counter()
+                await handle.query(ApprovalGate.state)
                 t3 = time.perf_counter()
-                await handle.signal(  # type: ignore[attr-defined]
-                    ApprovalGate.decide_signal, GateDecision(decision="approve", actor="bob")
+                await handle.execute_update(
+                    ApprovalGate.decide, GateDecision(decision="approve", actor=approver_actor)
                 )
-                await handle.result()  # type: ignore[attr-defined]
                 t4 = time.perf_counter()
+                await handle.result()
+
+                resp = await http.post(
+                    "/gates",
+                    json={"name": "g", "approvers": [approver_actor]},
+                    headers={**requester, "Idempotency-Key": str(uuid.uuid4())},
+                )
+                resp.raise_for_status()
+                gate_id = resp.json()["gate_id"]
+                t5 = time.perf_counter()
+                resp = await http.post(
+                    f"/gates/{gate_id}/approve",
+                    json={"comment": "ok"},
+                    headers={**approver, "Idempotency-Key": str(uuid.uuid4())},
+                )
+                t6 = time.perf_counter()
+                resp.raise_for_status()
+                assert resp.json()["status"] == "approved", resp.text
+
+                handle = await open_gate()
+                t7 = time.perf_counter()
+                await handle.signal(
+                    ApprovalGate.decide_signal,
+                    GateDecision(decision="approve", actor=approver_actor),
+                )
+                await handle.result()
+                t8 = time.perf_counter()
                 if i >= 3:
-                    query_ms.append((t1 - t0) * 1000)
-                    update_ms.append((t2 - t1) * 1000)
-                    signal_ms.append((t4 - t3) * 1000)
-        base = statistics.median(query_ms)
-        print(f"gates: {n} (dev server, SQLite WAL, one worker, this machine)")
-        print(f"{'round trip':<28}{'p50 ms':>9}{'p90 ms':>9}{'p50 / query':>13}")
-        for name, values in (
-            ("query state (baseline)", query_ms),
-            ("update decide", update_ms),
-            ("signal decide -> result", signal_ms),
-        ):
-            med = statistics.median(values)
-            print(f"{name:<28}{med:>9.1f}{pct(values, 90):>9.1f}{med / base:>12.1f}x")
+                    floor_ms.append((t1 - t0) * 1000)
+                    query_ms.append((t3 - t2) * 1000)
+                    client_ms.append((t4 - t3) * 1000)
+                    api_ms.append((t6 - t5) * 1000)
+                    signal_ms.append((t8 - t7) * 1000)
+        api.should_exit = True
+        await serving
     finally:
         server.stop()
+    base_ms = statistics.median(floor_ms)
+    print(f"gates: {n} of each (dev server, SQLite WAL, one worker, API on loopback, this machine)")
+    print(f"{'round trip':<40}{'p50 ms':>9}{'p90 ms':>9}{'p50 / floor':>13}")
+    for name, values in (
+        ("floor: bare Update (FloorGate)", floor_ms),
+        ("decide Update, client", client_ms),
+        ("POST /gates/{id}/approve, HTTP", api_ms),
+        ("query state (reference)", query_ms),
+        ("signal decide -> result (reference)", signal_ms),
+    ):
+        med = statistics.median(values)
+        print(f"{name:<40}{med:>9.1f}{pct(values, 90):>9.1f}{med / base_ms:>12.2f}x")
+    print(f"ratio (API) {statistics.median(api_ms) / base_ms:.2f}")
+    print(f"ratio {statistics.median(client_ms) / base_ms:.2f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gates", type=int, default=30)
+    parser.add_argument("--gates", type=int, default=50)
     asyncio.run(main(parser.parse_args().gates))

@@ -45,6 +45,9 @@ NAME_KEY = SearchAttributeKey.for_keyword(GATE_NAME_ATTRIBUTE)
 # Runs started before this patch kept one dedup table keyed by the bare request id, so a
 # comment's key could swallow another actor's decision; they replay with that table.
 SCOPED_DEDUP_PATCH = "gate-dedup-by-actor-action"
+# Runs started before this patch wrote a handler's audit record (decision, comment, refusal)
+# as a regular activity, which cost the caller two more workflow tasks before its answer.
+LOCAL_HANDLER_AUDIT_PATCH = "gate-local-handler-audit"
 
 
 @workflow.defn(name=GATE_WORKFLOW_TYPE)
@@ -68,6 +71,7 @@ class ApprovalGate:
         self._applied: dict[str, GateState] = {}
         # Decided once here: validators are read-only and cannot consult the patch.
         self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
+        self._local_handler_audit = workflow.patched(LOCAL_HANDLER_AUDIT_PATCH)
         self._event_seq = 0
         self._opened = False  # the "opened" record is written: decisions come after it
         self._lock = asyncio.Lock()
@@ -158,6 +162,7 @@ class ApprovalGate:
                 )
                 await self._audit(
                     "refused",
+                    in_handler=True,
                     actor=decision.actor,
                     comment=decision.comment,
                     request_id=decision.request_id or None,
@@ -179,6 +184,7 @@ class ApprovalGate:
             self._applied[key] = self._state.model_copy(deep=True)
         await self._audit(
             "approved" if decision.decision == "approve" else "rejected",
+            in_handler=True,
             actor=decision.actor,
             comment=decision.comment,
             request_id=decision.request_id or None,
@@ -213,6 +219,7 @@ class ApprovalGate:
                 self._applied[key] = self._state.model_copy(deep=True)
             await self._audit(
                 "comment",
+                in_handler=True,
                 actor=entry.actor,
                 comment=entry.comment,
                 request_id=entry.request_id or None,
@@ -257,22 +264,39 @@ class ApprovalGate:
         comment: str = "",
         request_id: str | None = None,
         details: dict[str, object] | None = None,
+        in_handler: bool = False,
     ) -> None:
+        """Write one audit row (idempotent by ``event_key``).
+
+        A row written for an Update or Signal handler (a decision, a comment, a refusal) is a
+        local activity: it runs inside the workflow task that answers the caller, so the
+        answer still comes after the row exists, without two more workflow tasks. The
+        gate's own events (opened, reminder, expired) stay regular activities.
+        """
         self._event_seq += 1
         info = workflow.info()
+        record = GateAuditEvent(
+            gate_id=info.workflow_id,
+            gate_name=self._request.name,
+            event=event,  # type: ignore[arg-type]
+            actor=actor,
+            comment=comment,
+            request_id=request_id,
+            event_key=f"{info.run_id}:{self._event_seq}",
+            at=workflow.now(),
+            details=details or {},
+        )
+        if in_handler and self._local_handler_audit:
+            await workflow.execute_local_activity_method(
+                RecordActivities.gate_event,
+                record,
+                start_to_close_timeout=RECORD_TIMEOUT,
+                retry_policy=RECORD_RETRY,
+            )
+            return
         await workflow.execute_activity_method(
             RecordActivities.gate_event,
-            GateAuditEvent(
-                gate_id=info.workflow_id,
-                gate_name=self._request.name,
-                event=event,  # type: ignore[arg-type]
-                actor=actor,
-                comment=comment,
-                request_id=request_id,
-                event_key=f"{info.run_id}:{self._event_seq}",
-                at=workflow.now(),
-                details=details or {},
-            ),
+            record,
             start_to_close_timeout=RECORD_TIMEOUT,
             retry_policy=RECORD_RETRY,
         )

@@ -33,6 +33,7 @@ from tests.faults.conftest import (
     wait_until,
     worker_env,
 )
+from tests.support.history import local_activity_names
 from workers.main import build_worker
 from workers.services import LOOPBACK, ManagedProcess, TemporalDevServer, pid_alive
 from workflows.gate import ApprovalGate
@@ -99,12 +100,14 @@ async def approve_and_check(client: Client, settings: Settings, handle: Workflow
         ("opened", f"{run_id}:1"),
         ("approved", f"{run_id}:2"),
     ]
-    # Replay scheduled nothing twice: two record activities in history, each completed
-    # once (a retry after the crash is another attempt of the same activity).
+    # Replay scheduled nothing twice: the "opened" record is one activity, completed once
+    # (a retry after the crash is another attempt of the same activity); the decision's
+    # record is one local activity, written in the task that answered the Update.
     scheduled = await activity_events(handle, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
     completed = await activity_events(handle, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
-    assert scheduled.count(GATE_EVENT_ACTIVITY) == 2
-    assert completed.count(GATE_EVENT_ACTIVITY) == 2
+    assert scheduled.count(GATE_EVENT_ACTIVITY) == 1
+    assert completed.count(GATE_EVENT_ACTIVITY) == 1
+    assert await local_activity_names(handle) == [GATE_EVENT_ACTIVITY]
 
 
 async def test_worker_sigkill_while_gate_waits(
@@ -241,4 +244,5 @@ async def test_worker_sigkill_after_side_effect_before_completion(
             if done.scheduled_event_id in records:
                 (written,) = await client.data_converter.decode(done.result.payloads, [bool])
                 outcomes.append((attempts[done.scheduled_event_id], written))
-    assert outcomes == [(2, False), (1, True)]  # opened: retried, a no-op; approved: once
+    assert outcomes == [(2, False)]  # opened: retried, a no-op
+    assert await local_activity_names(handle) == [GATE_EVENT_ACTIVITY]  # approved: once

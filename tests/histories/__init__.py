@@ -13,6 +13,7 @@ HISTORIES_DIR = Path(__file__).resolve().parent
 # Every history the recorder writes, by file stem. The replay test fails if one is missing.
 CORPUS: tuple[str, ...] = (
     "gate_approved_update",
+    "gate_local_audit",
     "gate_rejected_signal",
     "gate_expired_with_reminders",
     "gate_duplicate_request",

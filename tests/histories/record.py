@@ -121,9 +121,9 @@ async def poll(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float
 # -- scenarios -----------------------------------------------------------------------------
 
 
-async def gate_approved_update(ctx: Ctx) -> Histories:
+async def gate_approved_update(ctx: Ctx, scenario: str = "gate_approved_update") -> Histories:
     """A comment (update), a forged decision (signal, refused and audited), then approval."""
-    handle = await start_gate(ctx, "gate_approved_update", subject="ship v2")
+    handle = await start_gate(ctx, scenario, subject="ship v2")
     state = await handle.execute_update(
         ApprovalGate.comment,
         GateComment(actor="carol", comment="what about rollback?", request_id="c-1"),
@@ -143,7 +143,13 @@ async def gate_approved_update(ctx: Ctx) -> Histories:
     result = await handle.result()
     expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
     expect([r.actor for r in result.refused] == ["eve"], "eve's signal refused")
-    return {"gate_approved_update": await history_json(handle)}
+    return {scenario: await history_json(handle)}
+
+
+async def gate_local_audit(ctx: Ctx) -> Histories:
+    """gate_approved_update after patch ``gate-local-handler-audit``: the comment, refusal
+    and decision records are local activities (markers), "opened" a regular one."""
+    return await gate_approved_update(ctx, "gate_local_audit")
 
 
 async def gate_rejected_signal(ctx: Ctx) -> Histories:
@@ -381,6 +387,7 @@ async def mrp_budget_exceeded(ctx: Ctx) -> Histories:
 
 SCENARIOS: dict[str, Scenario] = {
     "gate_approved_update": gate_approved_update,
+    "gate_local_audit": gate_local_audit,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,

@@ -42,6 +42,7 @@ from sandbox.models import JailSettings
 from store.db import get_sessionmaker, init_db
 from store.rllm_stats import get_stats, list_runs
 from tests.histories.record import write_models_config
+from tests.support.history import activity_names
 from tests.support.pydantic_schemas import TicketIn, TicketOut, ticket_app
 from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
 from workflows.rllm import RllmApp
@@ -200,19 +201,6 @@ async def failure(
     payload = cause.details[0]
     assert isinstance(payload, dict)
     return cause, payload, handle
-
-
-async def activity_names(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """Every activity the run ran, in order: scheduled ones and local ones (markers)."""
-    history = await handle.fetch_history()
-    names: list[str] = []
-    for e in history.events:
-        if e.HasField("activity_task_scheduled_event_attributes"):
-            names.append(e.activity_task_scheduled_event_attributes.activity_type.name)
-        elif e.marker_recorded_event_attributes.marker_name == "core_local_activity":
-            data = e.marker_recorded_event_attributes.details["data"].payloads[0].data
-            names.append(json.loads(data)["activity_type"])
-    return names
 
 
 def user_prompt(req: RecordedRequest) -> str:
