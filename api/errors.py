@@ -69,6 +69,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for status, code in _HTTP_CODES.items()
     if status in (401, 403, 404, 409, 422)
 }
+ERROR_RESPONSES[400] = {
+    "model": ErrorResponse,
+    "description": "bad_request: the body is not JSON (or not UTF-8); a body that is JSON "
+    "but breaks the schema is 422 validation_failed",
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -89,6 +94,9 @@ def install_error_handlers(app: FastAPI) -> None:
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()
         ]
+        if any(d["type"] == "json_invalid" for d in details):
+            # Not JSON at all is a malformed request, not a schema mismatch.
+            return error_response(400, "bad_request", "the request body is not JSON", details)
         return error_response(422, "validation_failed", "request is not valid", details)
 
     @app.exception_handler(RPCError)

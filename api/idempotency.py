@@ -28,7 +28,14 @@ MAX_KEY_LENGTH = 255
 # The header as a route parameter: ``idempotency_key: IdempotencyKey = None``.
 IdempotencyKey = Annotated[
     str | None,
-    Header(alias="Idempotency-Key", max_length=MAX_KEY_LENGTH, description="Repeat-safe retries"),
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=MAX_KEY_LENGTH,
+        description="Repeat-safe retries: 1-255 characters, scoped to the caller. The same "
+        "key with the same body answers the stored response (header Idempotent-Replayed); "
+        "with another body, 422 idempotency_key_reused.",
+    ),
 ]
 
 

@@ -588,9 +588,16 @@ def exectime(
 async def _watch(
     client: Client, workflow_id: str, services: LocalServices, show_pulls: bool
 ) -> None:
-    """Runs beside the result wait: fails when a service we started dies; prints pulls."""
+    """Runs beside the result wait: starts a worker when none picks the run up, fails when
+    a service we started dies, prints pulls.
+
+    The worker check runs here rather than before the wait: with a worker up, the result
+    usually arrives before the check's first describe would have, so a run pays nothing
+    for it (bench/cli_latency.py).
+    """
     from keel.rllm.ollama import OLLAMA_ENSURE_ACTIVITY, OllamaProgress
 
+    await services.ensure_worker(workflow_id, "runllm-worker.log")
     handle = client.get_workflow_handle(workflow_id)
     last = ""
     while True:
@@ -663,7 +670,6 @@ async def _run_workflow(
         )
         if _mode.human:
             _note(f"Started {wid} on task queue {settings.task_queue!r}")
-        await services.ensure_worker(wid, "runllm-worker.log")
         result_task = asyncio.ensure_future(handle.result())
         watch_task = asyncio.ensure_future(_watch(client, wid, services, auto_pull))
         try:

@@ -43,7 +43,17 @@ _RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class SubmitJobBody(BaseModel):
-    """Start a job: its YAML, or a job file on the server; plus run options."""
+    """Start a job: its YAML, or a job file on the server; plus run options.
+
+    Rules (each broken one is 422 validation_failed, or 403 path_not_allowed):
+
+    - exactly one of `job_yaml` and `path`;
+    - `path` names a job file inside a `KEEL_MRP_JOB_ROOTS` folder; its `inputs.files`
+      resolve beside it, so `base_dir` does not go with `path`;
+    - `base_dir` goes with `job_yaml` and must lie inside a `KEEL_MRP_JOB_ROOTS` folder;
+      inline YAML whose `inputs.files` names files needs it (403 without), inline
+      `inputs.items` need none.
+    """
 
     model_config = ConfigDict(extra="forbid")
 

@@ -257,3 +257,31 @@ async def test_openapi_fuzz_has_no_server_errors(api_settings, temporal_address,
             assert proc.returncode == 0, out.decode()[-6000:]
     finally:
         server.stop()
+
+
+async def test_a_body_that_is_not_json_is_400_and_documented(http):
+    resp = await http.post(
+        "/gates",
+        content=b"{not json",
+        headers={**auth("alice"), "Content-Type": "application/json"},
+    )
+    assert_error(resp, 400, "bad_request")
+    # JSON that breaks the schema stays a 422.
+    assert_error(
+        await http.post("/gates", json={"name": 5}, headers=auth("alice")), 422, "validation_failed"
+    )
+    # An empty Idempotency-Key is refused before anything runs.
+    resp = await http.post(
+        "/gates", json={"name": "x"}, headers={**auth("alice"), "Idempotency-Key": ""}
+    )
+    assert_error(resp, 422, "validation_failed")
+
+    doc = (await http.get("/openapi.json")).json()
+    for path in ("/gates", "/mrp/jobs", "/rllm/runs"):
+        post = doc["paths"][path]["post"]
+        assert "400" in post["responses"], path
+        (key,) = [p for p in post["parameters"] if p["name"] == "Idempotency-Key"]
+        assert key["schema"]["anyOf"][0]["minLength"] == 1, key
+    rules = doc["components"]["schemas"]["SubmitJobBody"]["description"]
+    assert "exactly one of `job_yaml` and `path`" in rules
+    assert "`base_dir` goes with `job_yaml`" in rules
