@@ -35,6 +35,18 @@ def run(
     return subprocess.run(KEEL + args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def stop_up(up: subprocess.Popen[str]) -> None:
+    """Stop a ``keel up`` a test started, and everything it started, even when the test
+    failed halfway: SIGTERM makes it stop its services; SIGKILL alone would orphan them."""
+    if up.poll() is not None:
+        return
+    up.terminate()
+    try:
+        up.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        up.kill()
+
+
 def test_help_is_fast_and_clean():
     start = time.monotonic()
     proc = subprocess.run([*KEEL, "--help"], capture_output=True, text=True, timeout=60)
@@ -68,8 +80,7 @@ def test_up_status_second_up_and_down(tmp_path):
         assert all(not pid_alive(p) for p in pids), "a service outlived keel down"
         assert run(["status"], env).returncode == 3
     finally:
-        if up.poll() is None:
-            up.kill()
+        stop_up(up)
 
 
 def test_cli_exits_cleanly_after_using_the_temporal_client(tmp_path, temporal_address):

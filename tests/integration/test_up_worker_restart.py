@@ -20,7 +20,7 @@ from temporalio.client import Client
 
 from cli.keel import WORKER_RESTART_FIRST_S, WORKER_RESTART_MAX_S, WorkerRestarts
 from keel.settings import DEV_APPROVER_TOKEN, DEV_REQUESTER_TOKEN
-from tests.integration.test_cli import KEEL, keel_env, run
+from tests.integration.test_cli import KEEL, keel_env, run, stop_up
 from workers.services import pid_alive
 
 log = logging.getLogger(__name__)
@@ -126,5 +126,4 @@ def test_killed_worker_is_restarted_and_a_gate_completes_through_the_api(tmp_pat
         assert "restarting it in 1s" in stderr and "worker restarted" in stderr, stderr
         assert not pid_alive(int(after["worker"]["pid"]))
     finally:
-        if up.poll() is None:
-            up.kill()
+        stop_up(up)
