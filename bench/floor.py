@@ -7,7 +7,8 @@ process, so that each prints Keel's time as a ratio of what Temporal itself need
   given OpenAI-compatible server and returns its text; started and awaited like
   ``RllmApp``;
 * ``FloorGate``: a workflow that waits for one Update, whose handler records the decision
-  and returns the state; the workflow then completes, like ``ApprovalGate``.
+  and returns the state; the workflow then completes, like ``ApprovalGate``. A ``state``
+  Query lets the bench wait until it runs, as it does for a gate.
 
 Nothing here is Keel: no schema check, no stats, no audit, no sandbox.
 """
@@ -69,4 +70,8 @@ class FloorGate:
     @workflow.update
     async def decide(self, decision: FloorState) -> FloorState:
         self._state = decision
+        return self._state
+
+    @workflow.query
+    def state(self) -> FloorState:
         return self._state
