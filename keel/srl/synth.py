@@ -24,7 +24,7 @@ import keyword
 import random
 import re
 import tokenize
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
@@ -191,7 +191,7 @@ def _args_text(py: _Py, call: ast.Call) -> str:
     return py.text[min(starts) : max(ends)]
 
 
-def _nested(py: _Py, nodes: list[ast.Call]) -> bool:
+def _nested(py: _Py, nodes: Sequence[ast.expr]) -> bool:
     spans = sorted(py.span(n) for n in nodes)
     return any(b[0] < a[1] for a, b in itertools.pairwise(spans))
 

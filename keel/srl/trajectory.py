@@ -9,14 +9,14 @@ workflow id is :func:`episode_id`, ``srl/<collection>/<task_id>``.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from keel.digest import canonical_json, digest_bytes
 from keel.srl.rewards import Reward
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 EPISODE_PREFIX = "srl/"
 
@@ -75,7 +75,7 @@ class StepRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     task_id: str
     step: int = Field(ge=1)
     prompt: dict[str, Any]
