@@ -649,19 +649,22 @@ class SynthReport(BaseModel):
     refused: dict[str, int]
 
 
-def synthesise(sources: Iterable[SourceFile], seed: int = 0) -> SynthReport:
-    """Run every template of each file's language once; the same inputs, the same tasks.
+def synthesise(sources: Iterable[SourceFile], seeds: Sequence[int] = (0,)) -> SynthReport:
+    """Run every template of each file's language once per seed; the same inputs give the
+    same tasks in the same order.
 
-    Duplicate tasks (same id) are kept once.
+    Another seed may pick another target in the same file; a task found again (same id)
+    is kept once. ``refused`` counts (file, seed) pairs a template could not use.
     """
     tasks: dict[str, SynthTask] = {}
     refused: dict[str, int] = {}
     for source in sources:
         for name, template in TEMPLATES[source.language].items():
-            try:
-                task = template(source, seed)
-            except TemplateNotApplicable:
-                refused[name] = refused.get(name, 0) + 1
-                continue
-            tasks.setdefault(task.task_id, task)
+            for seed in seeds:
+                try:
+                    task = template(source, seed)
+                except TemplateNotApplicable:
+                    refused[name] = refused.get(name, 0) + 1
+                    continue
+                tasks.setdefault(task.task_id, task)
     return SynthReport(tasks=list(tasks.values()), refused=refused)

@@ -183,10 +183,13 @@ STDLIB = ["json", "textwrap", "shlex", "csv", "fnmatch", "glob", "string", "cont
 
 def test_synthesise_is_deterministic_and_records_provenance() -> None:
     sources = [src(inspect.getsource(importlib.import_module(m)), path=f"{m}.py") for m in STDLIB]
-    first = synthesise(sources, seed=7)
-    again = synthesise(sources, seed=7)
+    first = synthesise(sources, seeds=[7])
+    again = synthesise(sources, seeds=[7])
     assert first == again
     assert len(first.tasks) >= 20
+    # More seeds pick other targets in the same files: more tasks, never fewer.
+    more = synthesise(sources, seeds=[7, 8, 9])
+    assert {t.task_id for t in first.tasks} < {t.task_id for t in more.tasks}
     assert len({t.task_id for t in first.tasks}) == len(first.tasks)
     for task in first.tasks:
         ast.parse(task.post)
