@@ -304,13 +304,31 @@ MAPPERS: dict[str, Mapper] = {
 CONFIRMED_FIELDS = frozenset({"commitpackft", "editpackft"})
 
 
+class RecordError(BaseModel):
+    """A :class:`MalformedRecord` as data, for activity results and reports."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str
+    line: int
+    field: str
+    message: str
+
+    @classmethod
+    def of(cls, exc: MalformedRecord) -> RecordError:
+        return cls(dataset=exc.dataset, line=exc.line, field=exc.field, message=exc.message)
+
+    def render(self) -> str:
+        return f"{self.dataset}: line {self.line}: {self.field}: {self.message}"
+
+
 class NormaliseResult(BaseModel):
     """Records that mapped, and one error per line that did not."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     records: list[NormalizedRecord]
-    errors: list[MalformedRecord]
+    errors: list[RecordError]
 
 
 def normalise_rows(
@@ -319,12 +337,12 @@ def normalise_rows(
     """Map already decoded rows (a parquet file's rows) numbered from ``first_line``."""
     mapper = MAPPERS[dataset]
     records: list[NormalizedRecord] = []
-    errors: list[MalformedRecord] = []
+    errors: list[RecordError] = []
     for line, row in enumerate(rows, start=first_line):
         try:
             records.append(mapper(row, line))
         except MalformedRecord as exc:
-            errors.append(exc)
+            errors.append(RecordError.of(exc))
     return NormaliseResult(records=records, errors=errors)
 
 
@@ -333,22 +351,30 @@ def normalise_lines(dataset: str, lines: Iterable[str]) -> NormaliseResult:
     not a JSON object is a :class:`MalformedRecord` on field ``<json>``."""
     mapper = MAPPERS[dataset]
     records: list[NormalizedRecord] = []
-    errors: list[MalformedRecord] = []
+    errors: list[RecordError] = []
     for line_no, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         try:
             row = json.loads(text)
         except (ValueError, RecursionError) as exc:
-            errors.append(MalformedRecord(dataset, line_no, "<json>", f"not JSON: {exc}"))
+            errors.append(
+                RecordError(
+                    dataset=dataset, line=line_no, field="<json>", message=f"not JSON: {exc}"
+                )
+            )
             continue
         if not isinstance(row, dict):
-            errors.append(MalformedRecord(dataset, line_no, "<json>", "not a JSON object"))
+            errors.append(
+                RecordError(
+                    dataset=dataset, line=line_no, field="<json>", message="not a JSON object"
+                )
+            )
             continue
         try:
             records.append(mapper(row, line_no))
         except MalformedRecord as exc:
-            errors.append(exc)
+            errors.append(RecordError.of(exc))
     return NormaliseResult(records=records, errors=errors)
 
 

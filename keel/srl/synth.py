@@ -17,6 +17,7 @@ re-parses.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import io
 import itertools
@@ -119,8 +120,14 @@ def _task(
 # ---- Python helpers ------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str) -> _Py:
+    # Every template parses the same file again; parsing is pure, so cache the last few.
+    return _Py(text)
+
+
 class _Py:
-    """A parsed Python file with character offsets for AST positions."""
+    """A parsed Python file with character offsets for AST positions (never mutated)."""
 
     def __init__(self, text: str) -> None:
         try:
@@ -220,7 +227,7 @@ def py_rename(source: SourceFile, seed: int) -> SynthTask:
     NAME token (definitions, calls, attributes, keyword arguments, imports), and no text
     inside strings or comments: the reference renames exactly the NAME tokens.
     """
-    py = _Py(source.text)
+    py = _parsed(source.text)
     tokens = _py_tokens(source.text)
     names = {t.string for t in tokens if t.type == tokenize.NAME}
     defs = {
@@ -261,7 +268,7 @@ def py_rename(source: SourceFile, seed: int) -> SynthTask:
 
 def py_wrap_call(source: SourceFile, seed: int) -> SynthTask:
     """Wrap every call of a plain function ``f(...)`` in ``traced(f(...))``."""
-    py = _Py(source.text)
+    py = _parsed(source.text)
     by_name: dict[str, list[ast.Call]] = {}
     for call in py.calls():
         if isinstance(call.func, ast.Name) and not keyword.iskeyword(call.func.id):
@@ -293,7 +300,7 @@ def py_add_guard(source: SourceFile, seed: int) -> SynthTask:
     Only a call whose exact text appears nowhere but as whole one-line statements, since
     the pattern is that text and ast-grep would rewrite it wherever it appears.
     """
-    py = _Py(source.text)
+    py = _parsed(source.text)
     statements: dict[str, list[ast.Expr]] = {}
     for node in ast.walk(py.tree):
         if (
@@ -348,7 +355,7 @@ PY_API_REPLACEMENTS: dict[str, str] = {
 
 def py_replace_api(source: SourceFile, seed: int) -> SynthTask:
     """Replace calls of an old module-level API with its replacement (:data:`PY_API_REPLACEMENTS`)."""
-    py = _Py(source.text)
+    py = _parsed(source.text)
     found: dict[str, list[ast.Call]] = {}
     for call in py.calls():
         if isinstance(call.func, ast.Attribute):
@@ -379,7 +386,7 @@ def py_replace_api(source: SourceFile, seed: int) -> SynthTask:
 
 def py_swap_arguments(source: SourceFile, seed: int) -> SynthTask:
     """Swap the arguments of every two-argument call of a plain function ``f(a, b)``."""
-    py = _Py(source.text)
+    py = _parsed(source.text)
     by_name: dict[str, list[ast.Call]] = {}
     for call in py.calls():
         if isinstance(call.func, ast.Name) and len(call.args) + len(call.keywords) == 2:
@@ -414,7 +421,7 @@ def py_swap_arguments(source: SourceFile, seed: int) -> SynthTask:
 
 def py_none_comparison(source: SourceFile, seed: int) -> SynthTask:
     """``x == None`` becomes ``x is None`` (or ``!=`` becomes ``is not``), the PEP 8 form."""
-    py = _Py(source.text)
+    py = _parsed(source.text)
     found: dict[str, list[ast.Compare]] = {"==": [], "!=": []}
     for node in ast.walk(py.tree):
         if (
@@ -450,7 +457,7 @@ def py_none_comparison(source: SourceFile, seed: int) -> SynthTask:
 
 def py_dict_get_default(source: SourceFile, seed: int) -> SynthTask:
     """``d.get(k, None)`` becomes ``d.get(k)``: ``None`` is already the default."""
-    py = _Py(source.text)
+    py = _parsed(source.text)
     calls = [
         c
         for c in py.calls()

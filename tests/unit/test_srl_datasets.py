@@ -112,7 +112,9 @@ def test_normalise_lines_reports_every_malformed_line() -> None:
         (6, "post"),
         (7, "language"),
     ]
-    assert "line 5: old_contents: expected a string, got missing" in str(result.errors[2])
+    assert "line 5: old_contents: expected a string, got missing" in result.errors[2].render()
+    # The result is plain data an activity can return.
+    assert type(result).model_validate_json(result.model_dump_json()) == result
     rows = normalise_rows("commitpackft", [COMMITPACKFT_ROW, {}], first_line=10)
     assert len(rows.records) == 1 and rows.errors[0].line == 11
 
