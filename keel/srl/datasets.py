@@ -145,6 +145,22 @@ def language_from_extension(path: str) -> str | None:
     return EXTENSIONS.get(path[dot:].lower())
 
 
+PARSE_FAILED_TAG = "parse-failed"
+
+
+def flag_parse(record: NormalizedRecord, pre_parses: bool, post_parses: bool) -> NormalizedRecord:
+    """Tag a record whose pre- or post-text does not parse in its claimed language.
+
+    The parse itself is ast-grep's, run by the processing activity; the record is flagged,
+    not dropped, so the stats report can count how many claims were wrong.
+    """
+    if pre_parses and post_parses:
+        return record
+    failed = [name for name, ok in (("pre", pre_parses), ("post", post_parses)) if not ok]
+    tags = [*record.tags, PARSE_FAILED_TAG, *(f"{PARSE_FAILED_TAG}:{n}" for n in failed)]
+    return record.model_copy(update={"tags": tags})
+
+
 # ---- mappers -------------------------------------------------------------------------
 
 Mapper = Callable[[Mapping[str, Any], int], NormalizedRecord]

@@ -161,3 +161,63 @@ class StepRow(BaseModel):
             record_json=body.decode("utf-8"),
             record_digest=digest_bytes(body),
         )
+
+
+class PrecisionLine(BaseModel):
+    """Verified over scored steps for one (source, model, language, template)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Source
+    model: str
+    language: str
+    template: str
+    verified: int
+    total: int
+
+    @property
+    def precision(self) -> float:
+        return self.verified / self.total if self.total else 0.0
+
+
+def precision_lines(rows: list[StepRow]) -> list[PrecisionLine]:
+    """Group scored rows by source, model, language and template (``-`` when none).
+
+    Rows are grouped by ``source`` first, so a gold-action replay is never counted as
+    a model's precision. A malformed answer counts as an unverified step; a row not yet
+    scored (``verified`` is ``None``) and well-formed is left out.
+    """
+    counts: dict[tuple[Source, str, str, str], list[int]] = {}
+    for row in rows:
+        if row.verified is None and row.format_ok:
+            continue
+        key = (row.source, row.model, row.language, row.template or "-")
+        tally = counts.setdefault(key, [0, 0])
+        tally[0] += 1 if row.verified else 0
+        tally[1] += 1
+    return [
+        PrecisionLine(source=s, model=m, language=lang, template=t, verified=v, total=total)
+        for (s, m, lang, t), (v, total) in sorted(counts.items())
+    ]
+
+
+def precision_report(rows: list[StepRow], title: str = "Teacher precision") -> str:
+    """Markdown table of :func:`precision_lines`, one line per group, and totals per source."""
+    lines = precision_lines(rows)
+    out = [
+        f"# {title}",
+        "",
+        "| source | model | language | template | verified | total | precision |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for p in lines:
+        out.append(
+            f"| {p.source} | {p.model} | {p.language} | {p.template} | {p.verified} "
+            f"| {p.total} | {p.precision:.1%} |"
+        )
+    out.append("")
+    for source in sorted({p.source for p in lines}):
+        verified = sum(p.verified for p in lines if p.source == source)
+        total = sum(p.total for p in lines if p.source == source)
+        out.append(f"- {source}: {verified} / {total} verified")
+    return "\n".join(out) + "\n"

@@ -22,6 +22,7 @@ from keel.srl.datasets import (
     check_manifest,
     dedupe,
     filter_tokens,
+    flag_parse,
     language_from_extension,
     normalise_lines,
     normalise_rows,
@@ -220,3 +221,11 @@ def test_stats_report() -> None:
     # tokens of "a\nabcdef" (8 bytes -> 3) and "c\nabcdefghi" (11 -> 4): average 3.5
     assert "| python | 2 | 66.7% | 3.5 |" in report
     assert "- records: 0" in stats_report("empty", [], heuristic_count_tokens)
+
+
+def test_flag_parse_tags_but_keeps_the_record() -> None:
+    record = rec("a", "x = 1\n")
+    assert flag_parse(record, True, True) is record
+    flagged = flag_parse(record, True, False)
+    assert flagged.tags == ["parse-failed", "parse-failed:post"]
+    assert flagged.pre == record.pre

@@ -14,6 +14,8 @@ from keel.srl.trajectory import (
     StepRow,
     episode_id,
     parse_episode_id,
+    precision_lines,
+    precision_report,
     step_key,
 )
 
@@ -98,3 +100,37 @@ def test_row_from_record() -> None:
     )
     assert not bad.format_ok
     assert bad.reward_total is None
+
+
+def test_precision_report_keeps_sources_apart() -> None:
+    def row(step: int, source: str, ok: bool | None, error: str | None = None) -> StepRow:
+        reward = (
+            None
+            if ok is None
+            else Reward(format_ok=True, verified=ok, step_similarity=0.5, total=1.0 if ok else 0.5)
+        )
+        return StepRow.from_record(
+            record(step=step, reward=reward, error=error),
+            collection="c1",
+            source=source,  # type: ignore[arg-type]
+            model="gold" if source == "gold_replay" else "qwen",
+            language="python",
+            template="rename",
+        )
+
+    rows = [
+        row(1, "actor", True),
+        row(2, "actor", False),
+        row(3, "actor", None, error="missing_tag: no <action>"),
+        row(4, "actor", None),  # not scored yet: left out
+        row(5, "gold_replay", True),
+    ]
+    lines = precision_lines(rows)
+    assert [(p.source, p.verified, p.total) for p in lines] == [
+        ("actor", 1, 3),
+        ("gold_replay", 1, 1),
+    ]
+    report = precision_report(rows)
+    assert "| actor | qwen | python | rename | 1 | 3 | 33.3% |" in report
+    assert "- actor: 1 / 3 verified" in report
+    assert "- gold_replay: 1 / 1 verified" in report
