@@ -498,14 +498,25 @@ _REGEX_KEYWORDS = {"return", "typeof", "case", "do", "else", "in", "of", "void",
 
 
 def c_like_identifiers(text: str, language: Language) -> list[tuple[int, str]]:
-    """``(offset, name)`` of every identifier outside strings, comments, template literals
-    and (JavaScript/TypeScript) regex literals.
+    """``(offset, name)`` of every identifier outside strings, comments, the literal parts
+    of template literals and (JavaScript/TypeScript) regex literals; the code inside a
+    template literal's ``${…}`` is lexed like any other code.
 
-    Raises :class:`TemplateNotApplicable` on an unterminated string or comment, or a
-    template literal with ``${…}`` (its inner code would need a real parser).
+    Raises :class:`TemplateNotApplicable` on an unterminated string, comment or literal.
     """
     out: list[tuple[int, str]] = []
-    i, n = 0, len(text)
+    end = _lex(text, 0, language, out, in_substitution=False)
+    if end != len(text):
+        raise TemplateNotApplicable("unbalanced braces")
+    return out
+
+
+def _lex(
+    text: str, i: int, language: Language, out: list[tuple[int, str]], in_substitution: bool
+) -> int:
+    """Lex from ``i``; inside a ``${…}`` stop after its closing brace and return there."""
+    n = len(text)
+    depth = 0
     last_sig = ""  # the last significant token, to tell a regex from a division
     js = language in ("javascript", "typescript")
     while i < n:
@@ -520,21 +531,31 @@ def c_like_identifiers(text: str, language: Language) -> list[tuple[int, str]]:
             if end < 0:
                 raise TemplateNotApplicable("unterminated comment")
             i = end + 2
-        elif ch in "\"'" or (js and ch == "`"):
-            if language == "java" and text.startswith('"""', i):
-                end = text.find('"""', i + 3)
-                if end < 0:
-                    raise TemplateNotApplicable("unterminated text block")
-                i = end + 3
-                last_sig = "str"
-                continue
+        elif language == "java" and text.startswith('"""', i):
+            end = text.find('"""', i + 3)
+            if end < 0:
+                raise TemplateNotApplicable("unterminated text block")
+            i = end + 3
+            last_sig = "str"
+        elif js and ch == "`":
+            j = i + 1
+            while j < n and text[j] != "`":
+                if text[j] == "\\":
+                    j += 2
+                elif text.startswith("${", j):
+                    j = _lex(text, j + 2, language, out, in_substitution=True)
+                else:
+                    j += 1
+            if j >= n:
+                raise TemplateNotApplicable("unterminated template literal")
+            i = j + 1
+            last_sig = "str"
+        elif ch in "\"'":
             j = i + 1
             while j < n and text[j] != ch:
                 if text[j] == "\\":
                     j += 1
-                elif ch == "`" and text.startswith("${", j):
-                    raise TemplateNotApplicable("template literal with a substitution")
-                elif text[j] == "\n" and ch != "`":
+                elif text[j] == "\n":
                     raise TemplateNotApplicable("unterminated string")
                 j += 1
             if j >= n:
@@ -544,7 +565,7 @@ def c_like_identifiers(text: str, language: Language) -> list[tuple[int, str]]:
         elif (
             js
             and ch == "/"
-            and (last_sig in _REGEX_BEFORE or last_sig in _REGEX_KEYWORDS or not last_sig)
+            and (not last_sig or last_sig in _REGEX_BEFORE or last_sig in _REGEX_KEYWORDS)
         ):
             j, in_class = i + 1, False
             while j < n and (in_class or text[j] != "/"):
@@ -561,9 +582,21 @@ def c_like_identifiers(text: str, language: Language) -> list[tuple[int, str]]:
             while i < n and text[i].isalpha():
                 i += 1
             last_sig = "regex"
+        elif ch == "{":
+            depth += 1
+            last_sig = ch
+            i += 1
+        elif ch == "}":
+            if depth == 0 and in_substitution:
+                return i + 1
+            if depth == 0:
+                raise TemplateNotApplicable("unbalanced braces")
+            depth -= 1
+            last_sig = ch
+            i += 1
         else:
             match = _IDENT.match(text, i)
-            if match and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_$")):
+            if match:
                 out.append((i, match.group()))
                 last_sig = match.group()
                 i = match.end()
@@ -576,10 +609,85 @@ def c_like_identifiers(text: str, language: Language) -> list[tuple[int, str]]:
             else:
                 last_sig = ch
                 i += 1
-    return out
+    if in_substitution:
+        raise TemplateNotApplicable("unterminated template substitution")
+    return i
 
 
-_JS_FUNCTION = re.compile(r"\bfunction\s+([A-Za-z_$][A-Za-z0-9_$]*)\s*\(")
+_JS_FUNCTION = re.compile(
+    r"\bfunction\s*\*?\s*([A-Za-z_$][\w$]*)\s*\("
+    r"|\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*(?:async\s+)?"
+    r"(?:function\b|\([^()]*\)\s*=>|[A-Za-z_$][\w$]*\s*=>)"
+)
+# Reserved words of JavaScript, TypeScript and Java that a declaration regex can catch.
+_RESERVED = frozenset(
+    [
+        "break",
+        "case",
+        "catch",
+        "class",
+        "const",
+        "continue",
+        "debugger",
+        "default",
+        "delete",
+        "do",
+        "else",
+        "enum",
+        "export",
+        "extends",
+        "false",
+        "finally",
+        "for",
+        "function",
+        "if",
+        "import",
+        "in",
+        "instanceof",
+        "new",
+        "null",
+        "return",
+        "super",
+        "switch",
+        "this",
+        "throw",
+        "true",
+        "try",
+        "typeof",
+        "var",
+        "void",
+        "while",
+        "with",
+        "yield",
+        "let",
+        "static",
+        "implements",
+        "interface",
+        "package",
+        "private",
+        "protected",
+        "public",
+        "await",
+        "async",
+        "abstract",
+        "boolean",
+        "byte",
+        "char",
+        "double",
+        "final",
+        "float",
+        "goto",
+        "int",
+        "long",
+        "native",
+        "short",
+        "synchronized",
+        "throws",
+        "transient",
+        "volatile",
+        "assert",
+    ]
+)
 _JAVA_METHOD = re.compile(
     r"\b(?:public|protected|private|static|final|synchronized|abstract)\s[^;{}()=]*?"
     r"\b([a-z][A-Za-z0-9_]*)\s*\("
@@ -599,8 +707,9 @@ def c_like_rename(source: SourceFile, seed: int) -> SynthTask:
     names = {name for _, name in idents}
     decl = _JAVA_METHOD if source.language == "java" else _JS_FUNCTION
     candidates = []
-    for name in {m.group(1) for m in decl.finditer(text)}:
-        if len(name) < 3 or f"{name}Renamed" in names or name in _REGEX_KEYWORDS:
+    declared = {next(g for g in m.groups() if g) for m in decl.finditer(text)}
+    for name in declared:
+        if len(name) < 3 or f"{name}Renamed" in names or name in _RESERVED:
             continue
         uses = [pos for pos, ident in idents if ident == name]
         if not uses:

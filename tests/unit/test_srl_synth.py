@@ -150,8 +150,17 @@ def test_js_lexer_skips_strings_comments_regex_and_templates() -> None:
     names = [name for _, name in c_like_identifiers(JS, "javascript")]
     assert names.count("compute") == 2
     assert "x" not in names and "plain" not in names
-    with pytest.raises(TemplateNotApplicable):
-        c_like_identifiers("const t = `a ${compute}`;", "javascript")
+    inner = c_like_identifiers("const t = `a ${compute({x: 1})} b` + y;", "javascript")
+    assert [name for _, name in inner] == ["const", "t", "compute", "x", "y"]
+    for broken in ("const t = `a ${b`;", "const s = 'abc;", "/* open", "f(x) }"):
+        with pytest.raises(TemplateNotApplicable):
+            c_like_identifiers(broken, "javascript")
+
+
+def test_js_rename_of_an_arrow_function_inside_a_template_literal() -> None:
+    text = "const fmt = (x) => `${x}!`;\nconsole.log(`value: ${fmt(1)}`);\n"
+    task = c_like_rename(src(text, "javascript", "a.js"), seed=0)
+    assert task.post == text.replace("fmt", "fmtRenamed")
 
 
 def test_js_rename() -> None:
