@@ -1,0 +1,786 @@
+"""Synthetic refactoring tasks from templates over real, permissively licensed source files.
+
+Each template is a pure function ``(source, seed) -> SynthTask``: it picks a target in the
+file (the seed decides among candidates), writes the gold action as an ast-grep
+``{pattern, rewrite, language}`` and computes the expected post-text with a reference
+transformation written here in Python (``ast`` and ``tokenize`` for Python, a small lexer
+for JavaScript, TypeScript and Java). A template refuses a file
+(:class:`TemplateNotApplicable`) whenever it cannot be sure its reference transformation
+does what ast-grep will do: multi-line matches, trailing commas, nested matches,
+f-strings holding the target, and the like.
+
+The reference is a prediction, not proof: the sandbox activity applies every gold action
+with real ast-grep and keeps only tasks whose result equals the expected post-text and
+re-parses.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import io
+import itertools
+import keyword
+import random
+import re
+import tokenize
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+
+from keel.srl.datasets import Spdx
+from keel.srl.errors import TemplateNotApplicable
+from keel.srl.step import Language, PatternAction
+
+
+class SourceFile(BaseModel):
+    """A source file as shipped in a registry package, with its licence."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Annotated[str, StringConstraints(min_length=1)]
+    text: str
+    license: Spdx
+    language: Language
+    package: str = ""
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+class SynthTask(BaseModel):
+    """One synthetic task: the file before, the gold action and the expected file after."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_id: str
+    template: str
+    instruction: str
+    language: Language
+    file: str
+    package: str
+    license: str
+    source_sha256: str
+    seed: int
+    pre: str
+    post: str
+    gold_action: PatternAction
+    tags: list[str]
+
+
+Edit = tuple[int, int, str]
+Template = Callable[[SourceFile, int], SynthTask]
+
+
+def _apply(text: str, edits: list[Edit]) -> str:
+    edits = sorted(edits)
+    for (_, prev_end, _), (start, _, _) in itertools.pairwise(edits):
+        if start < prev_end:
+            raise TemplateNotApplicable("overlapping matches")
+    out = text
+    for start, end, replacement in reversed(edits):
+        out = out[:start] + replacement + out[end:]
+    return out
+
+
+def _task(
+    source: SourceFile,
+    template: str,
+    seed: int,
+    instruction: str,
+    pattern: str,
+    rewrite: str,
+    post: str,
+) -> SynthTask:
+    if post == source.text:
+        raise TemplateNotApplicable("the rewrite changes nothing")
+    digest = hashlib.sha256(
+        f"{source.sha256}\0{template}\0{pattern}\0{rewrite}".encode()
+    ).hexdigest()
+    return SynthTask(
+        task_id=f"{source.language}-{template.replace('_', '-')}-{digest[:16]}",
+        template=template,
+        instruction=instruction,
+        language=source.language,
+        file=source.path,
+        package=source.package,
+        license=source.license,
+        source_sha256=source.sha256,
+        seed=seed,
+        pre=source.text,
+        post=post,
+        gold_action=PatternAction(pattern=pattern, rewrite=rewrite, language=source.language),
+        tags=["synthetic", template],
+    )
+
+
+# ---- Python helpers ------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str) -> _Py:
+    # Every template parses the same file again; parsing is pure, so cache the last few.
+    return _Py(text)
+
+
+class _Py:
+    """A parsed Python file with character offsets for AST positions (never mutated)."""
+
+    def __init__(self, text: str) -> None:
+        try:
+            self.tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            raise TemplateNotApplicable("does not parse as Python") from None
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def offset(self, lineno: int, col_bytes: int) -> int:
+        # ast columns count UTF-8 bytes, string slicing counts characters.
+        line = self.lines[lineno - 1]
+        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col_bytes].decode("utf-8"))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        end_lineno = getattr(node, "end_lineno", None)
+        end_col = getattr(node, "end_col_offset", None)
+        if end_lineno is None or end_col is None:
+            raise TemplateNotApplicable("node without an end position")
+        return (
+            self.offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
+            self.offset(end_lineno, end_col),
+        )
+
+    def src(self, node: ast.AST) -> str:
+        start, end = self.span(node)
+        return self.text[start:end]
+
+    def single_line(self, node: ast.AST) -> bool:
+        return getattr(node, "lineno", 0) == getattr(node, "end_lineno", -1)
+
+    def calls(self) -> list[ast.Call]:
+        return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+
+
+def _pick(candidates: Iterable[str], seed: int) -> str:
+    ordered = sorted(set(candidates))
+    if not ordered:
+        raise TemplateNotApplicable("no candidate in this file")
+    return random.Random(seed).choice(ordered)
+
+
+def _call_is_plain(py: _Py, call: ast.Call) -> bool:
+    """A call ast-grep's ``f($$$ARGS)`` reproduces exactly: one line, no trailing comma,
+    no bare generator argument (tree-sitter gives that no argument list)."""
+    if not py.single_line(call):
+        return False
+    if any(isinstance(a, ast.GeneratorExp) for a in call.args) and len(call.args) == 1:
+        return False
+    args = [*call.args, *call.keywords]
+    if args:
+        _, last_end = py.span(args[-1])
+        _, call_end = py.span(call)
+        if "," in py.text[last_end:call_end]:
+            return False
+    return True
+
+
+def _args_text(py: _Py, call: ast.Call) -> str:
+    args = [*call.args, *call.keywords]
+    if not args:
+        return ""
+    starts = [py.span(a)[0] for a in args]
+    ends = [py.span(a)[1] for a in args]
+    return py.text[min(starts) : max(ends)]
+
+
+def _nested(py: _Py, nodes: Sequence[ast.expr]) -> bool:
+    spans = sorted(py.span(n) for n in nodes)
+    return any(b[0] < a[1] for a, b in itertools.pairwise(spans))
+
+
+def _name_calls(py: _Py, name: str) -> list[ast.Call]:
+    return [c for c in py.calls() if isinstance(c.func, ast.Name) and c.func.id == name]
+
+
+def _py_tokens(text: str) -> list[tokenize.TokenInfo]:
+    try:
+        return list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        raise TemplateNotApplicable("does not tokenize as Python") from None
+
+
+_FSTRING_PREFIX = re.compile(r"^[rRbBuU]*[fF]")
+
+
+# ---- Python templates ----------------------------------------------------------------
+
+
+def py_rename(source: SourceFile, seed: int) -> SynthTask:
+    """Rename a function defined in the file everywhere it is used.
+
+    ast-grep's pattern ``old`` matches every ``identifier`` node, which in Python is every
+    NAME token (definitions, calls, attributes, keyword arguments, imports), and no text
+    inside strings or comments: the reference renames exactly the NAME tokens.
+    """
+    py = _parsed(source.text)
+    tokens = _py_tokens(source.text)
+    names = {t.string for t in tokens if t.type == tokenize.NAME}
+    defs = {
+        n.name
+        for n in ast.walk(py.tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and not n.name.startswith("__")
+        and len(n.name) >= 3
+    }
+    fstrings = [
+        t.string for t in tokens if t.type == tokenize.STRING and _FSTRING_PREFIX.match(t.string)
+    ]
+    candidates = [
+        d
+        for d in defs
+        if f"{d}_renamed" not in names and not any(re.search(rf"\b{d}\b", s) for s in fstrings)
+    ]
+    old = _pick(candidates, seed)
+    new = f"{old}_renamed"
+    # tokenize columns count characters (it reads str), unlike ast's byte columns.
+    starts = [
+        py.starts[t.start[0] - 1] + t.start[1]
+        for t in tokens
+        if t.type == tokenize.NAME and t.string == old
+    ]
+    edits = [(start, start + len(old), new) for start in starts]
+    post = _apply(source.text, edits)
+    return _task(
+        source,
+        "rename",
+        seed,
+        f"Rename the function `{old}` to `{new}` everywhere.",
+        old,
+        new,
+        post,
+    )
+
+
+def py_wrap_call(source: SourceFile, seed: int) -> SynthTask:
+    """Wrap every call of a plain function ``f(...)`` in ``traced(f(...))``."""
+    py = _parsed(source.text)
+    by_name: dict[str, list[ast.Call]] = {}
+    for call in py.calls():
+        if isinstance(call.func, ast.Name) and not keyword.iskeyword(call.func.id):
+            by_name.setdefault(call.func.id, []).append(call)
+    candidates = [
+        name
+        for name, calls in by_name.items()
+        if name != "traced" and all(_call_is_plain(py, c) for c in calls) and not _nested(py, calls)
+    ]
+    name = _pick(candidates, seed)
+    edits = []
+    for call in by_name[name]:
+        start, end = py.span(call)
+        edits.append((start, end, f"traced({name}({_args_text(py, call)}))"))
+    return _task(
+        source,
+        "wrap_call",
+        seed,
+        f"Wrap every call of `{name}` in `traced(...)`.",
+        f"{name}($$$ARGS)",
+        f"traced({name}($$$ARGS))",
+        _apply(source.text, edits),
+    )
+
+
+def py_add_guard(source: SourceFile, seed: int) -> SynthTask:
+    """Guard a method-call statement ``obj.m(...)`` with ``if obj is not None:``.
+
+    Only a call whose exact text appears nowhere but as whole one-line statements, since
+    the pattern is that text and ast-grep would rewrite it wherever it appears.
+    """
+    py = _parsed(source.text)
+    statements: dict[str, list[ast.Expr]] = {}
+    for node in ast.walk(py.tree):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and isinstance(node.value.func.value, ast.Name)
+            and node.value.func.value.id not in ("self", "cls")
+            and _call_is_plain(py, node.value)
+        ):
+            start, end = py.span(node)
+            line = py.lines[node.lineno - 1]
+            if line.strip() == py.text[start:end]:
+                statements.setdefault(py.text[start:end], []).append(node)
+    all_calls: dict[str, int] = {}
+    for call in py.calls():
+        if py.single_line(call):
+            text = py.src(call)
+            all_calls[text] = all_calls.get(text, 0) + 1
+    candidates = [text for text, nodes in statements.items() if all_calls.get(text) == len(nodes)]
+    text = _pick(candidates, seed)
+    receiver = statements[text][0].value.func.value.id  # type: ignore[attr-defined]
+    rewrite = f"if {receiver} is not None:\n    {text}"
+    edits = []
+    for node in statements[text]:
+        start, end = py.span(node)
+        line = py.lines[node.lineno - 1]
+        indent = line[: len(line) - len(line.lstrip())]
+        edits.append((start, end, rewrite.replace("\n", "\n" + indent)))
+    return _task(
+        source,
+        "add_guard",
+        seed,
+        f"Only run `{text}` when `{receiver}` is not None.",
+        text,
+        rewrite,
+        _apply(source.text, edits),
+    )
+
+
+# Old API -> new API; the new one takes the same positional arguments.
+PY_API_REPLACEMENTS: dict[str, str] = {
+    "time.time": "time.monotonic",
+    "os.path.join": "posixpath.join",
+    "copy.copy": "copy.deepcopy",
+    "os.system": "subprocess.call",
+    "os.getcwd": "os.getcwdb",
+    "logging.warn": "logging.warning",
+    "os.popen": "subprocess.getoutput",
+}
+
+
+def py_replace_api(source: SourceFile, seed: int) -> SynthTask:
+    """Replace calls of an old module-level API with its replacement (:data:`PY_API_REPLACEMENTS`)."""
+    py = _parsed(source.text)
+    found: dict[str, list[ast.Call]] = {}
+    for call in py.calls():
+        if isinstance(call.func, ast.Attribute):
+            dotted = ast.unparse(call.func)
+            if dotted in PY_API_REPLACEMENTS and py.src(call.func) == dotted:
+                found.setdefault(dotted, []).append(call)
+    candidates = [
+        old
+        for old, calls in found.items()
+        if all(_call_is_plain(py, c) for c in calls) and not _nested(py, calls)
+    ]
+    old = _pick(candidates, seed)
+    new = PY_API_REPLACEMENTS[old]
+    edits = []
+    for call in found[old]:
+        start, end = py.span(call)
+        edits.append((start, end, f"{new}({_args_text(py, call)})"))
+    return _task(
+        source,
+        "replace_api",
+        seed,
+        f"Replace every call of `{old}` with `{new}`.",
+        f"{old}($$$ARGS)",
+        f"{new}($$$ARGS)",
+        _apply(source.text, edits),
+    )
+
+
+def py_swap_arguments(source: SourceFile, seed: int) -> SynthTask:
+    """Swap the arguments of every two-argument call of a plain function ``f(a, b)``."""
+    py = _parsed(source.text)
+    by_name: dict[str, list[ast.Call]] = {}
+    for call in py.calls():
+        if isinstance(call.func, ast.Name) and len(call.args) + len(call.keywords) == 2:
+            by_name.setdefault(call.func.id, []).append(call)
+    candidates = [
+        name
+        for name, calls in by_name.items()
+        if all(
+            len(c.args) == 2
+            and not any(isinstance(a, ast.Starred | ast.GeneratorExp) for a in c.args)
+            and _call_is_plain(py, c)
+            for c in calls
+        )
+        and not _nested(py, calls)
+    ]
+    name = _pick(candidates, seed)
+    edits = []
+    for call in by_name[name]:
+        start, end = py.span(call)
+        a, b = (py.src(arg) for arg in call.args)
+        edits.append((start, end, f"{name}({b}, {a})"))
+    return _task(
+        source,
+        "swap_arguments",
+        seed,
+        f"Swap the two arguments of every two-argument call of `{name}`.",
+        f"{name}($A, $B)",
+        f"{name}($B, $A)",
+        _apply(source.text, edits),
+    )
+
+
+def py_none_comparison(source: SourceFile, seed: int) -> SynthTask:
+    """``x == None`` becomes ``x is None`` (or ``!=`` becomes ``is not``), the PEP 8 form."""
+    py = _parsed(source.text)
+    found: dict[str, list[ast.Compare]] = {"==": [], "!=": []}
+    for node in ast.walk(py.tree):
+        if (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], ast.Eq | ast.NotEq)
+            and isinstance(node.comparators[0], ast.Constant)
+            and node.comparators[0].value is None
+            and py.single_line(node)
+        ):
+            op = "==" if isinstance(node.ops[0], ast.Eq) else "!="
+            if py.src(node) == f"{py.src(node.left)} {op} None":
+                found[op].append(node)
+            else:
+                # Odd spacing: ast-grep would still match it, the reference would not.
+                raise TemplateNotApplicable("a None comparison with unusual spacing")
+    op = _pick([o for o, nodes in found.items() if nodes and not _nested(py, nodes)], seed)
+    new = "is" if op == "==" else "is not"
+    edits = []
+    for node in found[op]:
+        start, end = py.span(node)
+        edits.append((start, end, f"{py.src(node.left)} {new} None"))
+    return _task(
+        source,
+        "none_comparison",
+        seed,
+        f"Compare with None using `{new}` instead of `{op}`.",
+        f"$X {op} None",
+        f"$X {new} None",
+        _apply(source.text, edits),
+    )
+
+
+def py_dict_get_default(source: SourceFile, seed: int) -> SynthTask:
+    """``d.get(k, None)`` becomes ``d.get(k)``: ``None`` is already the default."""
+    py = _parsed(source.text)
+    calls = [
+        c
+        for c in py.calls()
+        if isinstance(c.func, ast.Attribute)
+        and c.func.attr == "get"
+        and len(c.args) == 2
+        and not c.keywords
+        and isinstance(c.args[1], ast.Constant)
+        and c.args[1].value is None
+        and not isinstance(c.args[0], ast.Starred)
+    ]
+    if not calls or not all(_call_is_plain(py, c) for c in calls) or _nested(py, calls):
+        raise TemplateNotApplicable("no plain d.get(k, None) call")
+    edits = []
+    for call in calls:
+        start, end = py.span(call)
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        if py.src(call) != f"{py.src(func.value)}.get({py.src(call.args[0])}, None)":
+            raise TemplateNotApplicable("a d.get(k, None) call with unusual spacing")
+        edits.append((start, end, f"{py.src(func.value)}.get({py.src(call.args[0])})"))
+    return _task(
+        source,
+        "dict_get_default",
+        seed,
+        "Drop the redundant `None` default from `.get(key, None)` calls.",
+        "$D.get($K, None)",
+        "$D.get($K)",
+        _apply(source.text, edits),
+    )
+
+
+# ---- JavaScript, TypeScript, Java ----------------------------------------------------
+
+_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+_REGEX_BEFORE = set("(,=:[!&|?{};+-*%<>~^")
+_REGEX_KEYWORDS = {"return", "typeof", "case", "do", "else", "in", "of", "void", "yield"}
+
+
+def c_like_identifiers(text: str, language: Language) -> list[tuple[int, str]]:
+    """``(offset, name)`` of every identifier outside strings, comments, the literal parts
+    of template literals and (JavaScript/TypeScript) regex literals; the code inside a
+    template literal's ``${…}`` is lexed like any other code.
+
+    Raises :class:`TemplateNotApplicable` on an unterminated string, comment or literal.
+    """
+    out: list[tuple[int, str]] = []
+    end = _lex(text, 0, language, out, in_substitution=False)
+    if end != len(text):
+        raise TemplateNotApplicable("unbalanced braces")
+    return out
+
+
+def _lex(
+    text: str, i: int, language: Language, out: list[tuple[int, str]], in_substitution: bool
+) -> int:
+    """Lex from ``i``; inside a ``${…}`` stop after its closing brace and return there."""
+    n = len(text)
+    depth = 0
+    last_sig = ""  # the last significant token, to tell a regex from a division
+    js = language in ("javascript", "typescript")
+    while i < n:
+        ch = text[i]
+        if ch in " \t\r\n":
+            i += 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:
+                raise TemplateNotApplicable("unterminated comment")
+            i = end + 2
+        elif language == "java" and text.startswith('"""', i):
+            end = text.find('"""', i + 3)
+            if end < 0:
+                raise TemplateNotApplicable("unterminated text block")
+            i = end + 3
+            last_sig = "str"
+        elif js and ch == "`":
+            j = i + 1
+            while j < n and text[j] != "`":
+                if text[j] == "\\":
+                    j += 2
+                elif text.startswith("${", j):
+                    j = _lex(text, j + 2, language, out, in_substitution=True)
+                else:
+                    j += 1
+            if j >= n:
+                raise TemplateNotApplicable("unterminated template literal")
+            i = j + 1
+            last_sig = "str"
+        elif ch in "\"'":
+            j = i + 1
+            while j < n and text[j] != ch:
+                if text[j] == "\\":
+                    j += 1
+                elif text[j] == "\n":
+                    raise TemplateNotApplicable("unterminated string")
+                j += 1
+            if j >= n:
+                raise TemplateNotApplicable("unterminated string")
+            i = j + 1
+            last_sig = "str"
+        elif (
+            js
+            and ch == "/"
+            and (not last_sig or last_sig in _REGEX_BEFORE or last_sig in _REGEX_KEYWORDS)
+        ):
+            j, in_class = i + 1, False
+            while j < n and (in_class or text[j] != "/"):
+                if text[j] == "\\":
+                    j += 1
+                elif text[j] == "[":
+                    in_class = True
+                elif text[j] == "]":
+                    in_class = False
+                elif text[j] == "\n":
+                    raise TemplateNotApplicable("unterminated regex literal")
+                j += 1
+            i = j + 1
+            while i < n and text[i].isalpha():
+                i += 1
+            last_sig = "regex"
+        elif ch == "{":
+            depth += 1
+            last_sig = ch
+            i += 1
+        elif ch == "}":
+            if depth == 0 and in_substitution:
+                return i + 1
+            if depth == 0:
+                raise TemplateNotApplicable("unbalanced braces")
+            depth -= 1
+            last_sig = ch
+            i += 1
+        else:
+            match = _IDENT.match(text, i)
+            if match:
+                out.append((i, match.group()))
+                last_sig = match.group()
+                i = match.end()
+            elif ch.isdigit():
+                j = i
+                while j < n and (text[j].isalnum() or text[j] in "._"):
+                    j += 1
+                i = j
+                last_sig = "num"
+            else:
+                last_sig = ch
+                i += 1
+    if in_substitution:
+        raise TemplateNotApplicable("unterminated template substitution")
+    return i
+
+
+_JS_FUNCTION = re.compile(
+    r"\bfunction\s*\*?\s*([A-Za-z_$][\w$]*)\s*\("
+    r"|\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*(?:async\s+)?"
+    r"(?:function\b|\([^()]*\)\s*=>|[A-Za-z_$][\w$]*\s*=>)"
+)
+# Reserved words of JavaScript, TypeScript and Java that a declaration regex can catch.
+_RESERVED = frozenset(
+    [
+        "break",
+        "case",
+        "catch",
+        "class",
+        "const",
+        "continue",
+        "debugger",
+        "default",
+        "delete",
+        "do",
+        "else",
+        "enum",
+        "export",
+        "extends",
+        "false",
+        "finally",
+        "for",
+        "function",
+        "if",
+        "import",
+        "in",
+        "instanceof",
+        "new",
+        "null",
+        "return",
+        "super",
+        "switch",
+        "this",
+        "throw",
+        "true",
+        "try",
+        "typeof",
+        "var",
+        "void",
+        "while",
+        "with",
+        "yield",
+        "let",
+        "static",
+        "implements",
+        "interface",
+        "package",
+        "private",
+        "protected",
+        "public",
+        "await",
+        "async",
+        "abstract",
+        "boolean",
+        "byte",
+        "char",
+        "double",
+        "final",
+        "float",
+        "goto",
+        "int",
+        "long",
+        "native",
+        "short",
+        "synchronized",
+        "throws",
+        "transient",
+        "volatile",
+        "assert",
+    ]
+)
+_JAVA_METHOD = re.compile(
+    r"\b(?:public|protected|private|static|final|synchronized|abstract)\s[^;{}()=]*?"
+    r"\b([a-z][A-Za-z0-9_]*)\s*\("
+)
+
+
+def c_like_rename(source: SourceFile, seed: int) -> SynthTask:
+    """Rename a function (JavaScript/TypeScript ``function f``) or method (Java) everywhere.
+
+    ast-grep's pattern ``f`` matches ``identifier`` nodes. In JavaScript and TypeScript a
+    property (``o.f``, ``{f: 1}``, ``{f}``) is a different node kind, so a name used that
+    way anywhere makes the file not applicable; Java's field accesses and method names are
+    plain identifiers, renamed like every other use.
+    """
+    text = source.text
+    idents = c_like_identifiers(text, source.language)
+    names = {name for _, name in idents}
+    decl = _JAVA_METHOD if source.language == "java" else _JS_FUNCTION
+    candidates = []
+    declared = {next(g for g in m.groups() if g) for m in decl.finditer(text)}
+    for name in declared:
+        if len(name) < 3 or f"{name}Renamed" in names or name in _RESERVED:
+            continue
+        uses = [pos for pos, ident in idents if ident == name]
+        if not uses:
+            continue
+        if source.language != "java" and any(_js_property_like(text, pos, name) for pos in uses):
+            continue
+        candidates.append(name)
+    old = _pick(candidates, seed)
+    new = f"{old}Renamed"
+    edits = [(pos, pos + len(old), new) for pos, ident in idents if ident == old]
+    return _task(
+        source,
+        "rename",
+        seed,
+        f"Rename `{old}` to `{new}` everywhere.",
+        old,
+        new,
+        _apply(text, edits),
+    )
+
+
+def _js_property_like(text: str, pos: int, name: str) -> bool:
+    before = text[:pos].rstrip()
+    after = text[pos + len(name) :].lstrip()
+    if before.endswith((".", "?.")) or after.startswith(":"):
+        return True
+    # {name} or {a, name} shorthand properties and class members "name() {".
+    return before.endswith(("{", ",")) and after.startswith(("}", ","))
+
+
+TEMPLATES: dict[Language, dict[str, Template]] = {
+    "python": {
+        "rename": py_rename,
+        "wrap_call": py_wrap_call,
+        "add_guard": py_add_guard,
+        "replace_api": py_replace_api,
+        "swap_arguments": py_swap_arguments,
+        "none_comparison": py_none_comparison,
+        "dict_get_default": py_dict_get_default,
+    },
+    "javascript": {"rename": c_like_rename},
+    "typescript": {"rename": c_like_rename},
+    "java": {"rename": c_like_rename},
+}
+
+
+class SynthReport(BaseModel):
+    """Tasks made and, per template, how many files it refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tasks: list[SynthTask]
+    refused: dict[str, int]
+
+
+def synthesise(sources: Iterable[SourceFile], seeds: Sequence[int] = (0,)) -> SynthReport:
+    """Run every template of each file's language once per seed; the same inputs give the
+    same tasks in the same order.
+
+    Another seed may pick another target in the same file; a task found again (same id)
+    is kept once. ``refused`` counts (file, seed) pairs a template could not use.
+    """
+    tasks: dict[str, SynthTask] = {}
+    refused: dict[str, int] = {}
+    for source in sources:
+        for name, template in TEMPLATES[source.language].items():
+            for seed in seeds:
+                try:
+                    task = template(source, seed)
+                except TemplateNotApplicable:
+                    refused[name] = refused.get(name, 0) + 1
+                    continue
+                tasks.setdefault(task.task_id, task)
+    return SynthReport(tasks=list(tasks.values()), refused=refused)

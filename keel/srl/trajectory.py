@@ -1,0 +1,223 @@
+"""The trajectory records of SRL episodes: the plan's §7 JSONL step and its SQL row.
+
+A step is identified by ``(task_id, step)``; :func:`step_key` turns that into the
+idempotency key the store uses as its primary key, so a step appended twice (a retried
+activity, a replayed workflow after a worker was killed) is one row. An episode's
+workflow id is :func:`episode_id`, ``srl/<collection>/<task_id>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from keel.digest import canonical_json, digest_bytes
+from keel.srl.rewards import Reward
+
+SCHEMA_VERSION: Final = 1
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+EPISODE_PREFIX = "srl/"
+
+Source = Literal["teacher", "actor", "gold_replay"]
+
+
+def check_id(value: str, what: str) -> str:
+    """Collection and task ids: 1-128 chars of ``[A-Za-z0-9._-]``, so they can sit in a
+    workflow id, a file name and a key without quoting."""
+    if not _ID.match(value):
+        raise ValueError(f"{what} {value!r} must be 1-128 chars of [A-Za-z0-9._-]")
+    return value
+
+
+def episode_id(collection: str, task_id: str) -> str:
+    """``srl/<collection>/<task_id>``: the ``SRLEpisode`` workflow id."""
+    return f"{EPISODE_PREFIX}{check_id(collection, 'collection')}/{check_id(task_id, 'task id')}"
+
+
+def parse_episode_id(value: str) -> tuple[str, str]:
+    """``(collection, task_id)`` of an episode id; ``ValueError`` when it is not one."""
+    parts = value.split("/")
+    if len(parts) != 3 or parts[0] != "srl":
+        raise ValueError(f"{value!r} is not srl/<collection>/<task_id>")
+    return check_id(parts[1], "collection"), check_id(parts[2], "task id")
+
+
+def step_key(task_id: str, step: int) -> str:
+    """The idempotency key of a step: ``<task_id>#<step>`` (step is 1-based)."""
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    return f"{check_id(task_id, 'task id')}#{step}"
+
+
+class ModelOutput(BaseModel):
+    """What the model answered: the parsed parts, or the format error and the raw text."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    think: str = ""
+    action: dict[str, Any] | None = None
+    state_update: dict[str, Any] | None = None
+    raw: str = ""
+    format_error: str | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+class StepRecord(BaseModel):
+    """One line of ``trajectories/raw/*.jsonl`` (plan §7), with a schema version.
+
+    ``prompt``, ``state_before`` and ``sandbox_result`` stay open mappings here; their
+    producers (the prompt renderer, :class:`keel.srl.state.State`, the sandbox activity)
+    own their shapes. ``reward`` is ``None`` until the step is scored.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    task_id: str
+    step: int = Field(ge=1)
+    prompt: dict[str, Any]
+    state_before: dict[str, Any]
+    model_output: ModelOutput
+    sandbox_result: dict[str, Any] | None = None
+    reward: Reward | None = None
+
+    @field_validator("task_id")
+    @classmethod
+    def _task_id(cls, value: str) -> str:
+        return check_id(value, "task id")
+
+    @property
+    def key(self) -> str:
+        return step_key(self.task_id, self.step)
+
+    def to_jsonl(self) -> str:
+        """One canonical JSON line (sorted keys, no spaces), without the newline."""
+        return canonical_json(self).decode("utf-8")
+
+    @classmethod
+    def from_jsonl(cls, line: str) -> StepRecord:
+        return cls.model_validate_json(line)
+
+
+class StepRow(BaseModel):
+    """The SQL row of one step: flat columns for reports and export, the record as JSON.
+
+    ``step_key`` is the primary key (see :func:`step_key`); ``record_digest`` lets a
+    second insert of the same key be told apart from a conflicting one.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step_key: str
+    schema_version: int
+    collection: str
+    task_id: str
+    step: int
+    source: Source
+    model: str
+    language: str
+    template: str | None
+    format_ok: bool
+    verified: bool | None
+    tests_passed: float | None
+    diff_lines: int | None
+    step_similarity: float | None
+    reward_total: float | None
+    record_json: str
+    record_digest: str
+
+    @classmethod
+    def from_record(
+        cls,
+        record: StepRecord,
+        *,
+        collection: str,
+        source: Source,
+        model: str,
+        language: str,
+        template: str | None = None,
+    ) -> StepRow:
+        reward = record.reward
+        body = canonical_json(record)
+        return cls(
+            step_key=record.key,
+            schema_version=record.schema_version,
+            collection=check_id(collection, "collection"),
+            task_id=record.task_id,
+            step=record.step,
+            source=source,
+            model=model,
+            language=language,
+            template=template,
+            format_ok=record.model_output.format_error is None,
+            verified=reward.verified if reward else None,
+            tests_passed=reward.tests_passed if reward else None,
+            diff_lines=(reward.diff_added + reward.diff_removed) if reward else None,
+            step_similarity=reward.step_similarity if reward else None,
+            reward_total=reward.total if reward else None,
+            record_json=body.decode("utf-8"),
+            record_digest=digest_bytes(body),
+        )
+
+
+class PrecisionLine(BaseModel):
+    """Verified over scored steps for one (source, model, language, template)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Source
+    model: str
+    language: str
+    template: str
+    verified: int
+    total: int
+
+    @property
+    def precision(self) -> float:
+        return self.verified / self.total if self.total else 0.0
+
+
+def precision_lines(rows: list[StepRow]) -> list[PrecisionLine]:
+    """Group scored rows by source, model, language and template (``-`` when none).
+
+    Rows are grouped by ``source`` first, so a gold-action replay is never counted as
+    a model's precision. A malformed answer counts as an unverified step; a row not yet
+    scored (``verified`` is ``None``) and well-formed is left out.
+    """
+    counts: dict[tuple[Source, str, str, str], list[int]] = {}
+    for row in rows:
+        if row.verified is None and row.format_ok:
+            continue
+        key = (row.source, row.model, row.language, row.template or "-")
+        tally = counts.setdefault(key, [0, 0])
+        tally[0] += 1 if row.verified else 0
+        tally[1] += 1
+    return [
+        PrecisionLine(source=s, model=m, language=lang, template=t, verified=v, total=total)
+        for (s, m, lang, t), (v, total) in sorted(counts.items())
+    ]
+
+
+def precision_report(rows: list[StepRow], title: str = "Teacher precision") -> str:
+    """Markdown table of :func:`precision_lines`, one line per group, and totals per source."""
+    lines = precision_lines(rows)
+    out = [
+        f"# {title}",
+        "",
+        "| source | model | language | template | verified | total | precision |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for p in lines:
+        out.append(
+            f"| {p.source} | {p.model} | {p.language} | {p.template} | {p.verified} "
+            f"| {p.total} | {p.precision:.1%} |"
+        )
+    out.append("")
+    for source in sorted({p.source for p in lines}):
+        verified = sum(p.verified for p in lines if p.source == source)
+        total = sum(p.total for p in lines if p.source == source)
+        out.append(f"- {source}: {verified} / {total} verified")
+    return "\n".join(out) + "\n"
