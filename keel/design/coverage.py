@@ -91,6 +91,7 @@ class Question(BaseModel):
     text: str
     choices: list[str] = Field(default_factory=list)
     reason: str
+    resolves: list[str] = Field(default_factory=list, description="conflict ids")
 
 
 def required_fields(constraints: Constraints) -> list[str]:
@@ -224,12 +225,13 @@ _TEXT: dict[str, str] = {
 }
 
 
-def _question(field: str, reason: str) -> Question:
+def _question(field: str, reason: str, resolves: list[str] | None = None) -> Question:
     return Question(
         field=field,
         text=_TEXT.get(field, f"Please state {field.replace('_', ' ')}."),
         choices=_CHOICES.get(field, []),
         reason=reason,
+        resolves=resolves or [],
     )
 
 
@@ -251,7 +253,7 @@ def adaptive_questions(coverage: Coverage) -> list[Question]:
                 counts[f] = counts.get(f, 0) + 1
         field = max(sorted(counts), key=lambda f: counts[f])
         ids = [c.id for c in open_conflicts if field in c.fields]
-        questions.append(_question(field, "resolves conflict " + ", ".join(ids)))
+        questions.append(_question(field, "resolves conflict " + ", ".join(ids), ids))
         asked.add(field)
         open_conflicts = [c for c in open_conflicts if field not in c.fields]
 
@@ -287,7 +289,8 @@ def apply_answers(snapshot: IntakeSnapshot, answers: Mapping[str, Any]) -> Intak
     """Merge answers (field -> value) into the constraints; answered fields stop being
     ambiguous.
 
-    An answer replaces the field's value. Raises :class:`ConstraintError` naming each
+    An answer replaces the field's value; ``None`` withdraws it (a way out of a
+    conflict). Raises :class:`ConstraintError` naming each
     unknown field or invalid value; the snapshot is unchanged then.
     """
     issues: list[DesignIssue] = []
@@ -299,7 +302,11 @@ def apply_answers(snapshot: IntakeSnapshot, answers: Mapping[str, Any]) -> Intak
     if issues:
         raise ConstraintError(issues)
     merged = snapshot.constraints.model_dump(mode="json")
-    merged.update(answers)
+    for field, value in answers.items():
+        # None withdraws a statement; list fields withdraw to the empty list.
+        if value is None and isinstance(merged.get(field), list):
+            value = []
+        merged[field] = value
     constraints = parse_constraints(merged)
     ambiguous = {f: why for f, why in snapshot.ambiguous.items() if f not in answers}
     return IntakeSnapshot(constraints=constraints, ambiguous=ambiguous)

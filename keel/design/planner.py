@@ -241,9 +241,11 @@ def _score(
     stated = set(c.storage_prefs) | set(c.observability_prefs) | set(c.existing_stack)
     if c.team_constraints is not None:
         stated |= {s.lower() for s in (*c.team_constraints.languages, *c.team_constraints.skills)}
+    # Worth more than a budget-tier step: reusing what the team already runs saves more
+    # than list prices show.
     for tag in sorted(stated & set(p.tags)):
-        score += 2
-        reasons.append(f"+2 matches stated preference {tag!r}")
+        score += 3
+        reasons.append(f"+3 matches stated preference {tag!r}")
     if workloads and workloads <= set(p.workloads):
         score += 1
         reasons.append("+1 covers every stated workload")
