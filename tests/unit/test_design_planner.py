@@ -39,7 +39,7 @@ def test_too_expensive_prefers_cheaper_patterns() -> None:
 
 
 def test_avoid_excludes_the_named_pattern() -> None:
-    c = parse_constraints(ONLINE_HIGH)
+    c = parse_constraints({**ONLINE_HIGH, "sla_latency_ms": 300})
     first = plan(c, catalog())
     serve = first.choice_for(Capability.SERVE)
     assert serve is not None
@@ -49,6 +49,9 @@ def test_avoid_excludes_the_named_pattern() -> None:
     assert other is not None and other.pattern_id != serve.pattern_id
     excluded = {x.id: x.excluded for x in other.candidates}
     assert excluded[serve.pattern_id] == "the reviewer asked to avoid it"
+    last = plan(c, catalog(), f"avoid {name} and avoid {other.pattern_id}")
+    assert last.choice_for(Capability.SERVE) is None
+    assert [g.capability for g in last.gaps] == [Capability.SERVE]
 
 
 def test_comment_that_says_nothing_plannable_changes_nothing() -> None:
