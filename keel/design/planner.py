@@ -108,6 +108,9 @@ _FASTER = re.compile(r"\b(latency|slow(er)?|fast(er)?|quick(er)?|p95|p99|respons
 _SERVERLESS = re.compile(r"\b(serverless|lambda|scale to zero)\b")
 _CONTAINERS = re.compile(r"\b(containers?|kubernetes|k8s|eks|ecs|docker|fargate)\b")
 _MANAGED = re.compile(r"\b(managed|less ops|fewer moving parts|simpler|no ops)\b")
+_DEPLOYMENT_WORD = re.compile(
+    r"serverless|lambda|containers?|kubernetes|k8s|eks|ecs|docker|fargate|managed"
+)
 _AVOID = re.compile(
     r"\b(?:avoid|no|not|without|drop|remove|replace|instead of|rather than)\s+"
     r"(?:the\s+|using\s+|any\s+)?([a-z0-9][a-z0-9:-]*)"
@@ -121,27 +124,37 @@ def interpret_comment(comment: str, catalog: PatternCatalog) -> RejectionFeedbac
     explainable: ``understood`` lists each rule that fired.
     """
     text = comment.lower()
-    understood: list[str] = []
-    cheaper = bool(_CHEAPER.search(text))
-    if cheaper:
-        understood.append("cost: prefer cheaper patterns")
-    faster = bool(_FASTER.search(text))
-    if faster:
-        understood.append("latency: prefer lower p95 latency")
-    deployment: Deployment | None = None
-    if _SERVERLESS.search(text):
-        deployment = Deployment.SERVERLESS
-    elif _CONTAINERS.search(text):
-        deployment = Deployment.CONTAINERS
-    elif _MANAGED.search(text):
-        deployment = Deployment.MANAGED
-    if deployment is not None:
-        understood.append(f"deployment: prefer {deployment.value}")
     names: dict[str, str] = {}
     for p in catalog.patterns:
         names[p.id] = p.id
         names.setdefault(p.id.split(":", 1)[1], p.id)
-    avoid = sorted({names[m] for m in _AVOID.findall(text) if m in names})
+    # A negated pattern or deployment ("avoid lambda-serverless", "no containers") must
+    # not also count as a wish for what it names, so preferences read the rest; "not
+    # cheap enough" keeps its meaning because "cheap" names neither.
+    avoided = _AVOID.findall(text)
+
+    def _drop(m: re.Match[str]) -> str:
+        word = m.group(1)
+        return " " if word in names or _DEPLOYMENT_WORD.fullmatch(word) else m.group(0)
+
+    wishes = _AVOID.sub(_drop, text)
+    understood: list[str] = []
+    cheaper = bool(_CHEAPER.search(wishes))
+    if cheaper:
+        understood.append("cost: prefer cheaper patterns")
+    faster = bool(_FASTER.search(wishes))
+    if faster:
+        understood.append("latency: prefer lower p95 latency")
+    deployment: Deployment | None = None
+    if _SERVERLESS.search(wishes):
+        deployment = Deployment.SERVERLESS
+    elif _CONTAINERS.search(wishes):
+        deployment = Deployment.CONTAINERS
+    elif _MANAGED.search(wishes):
+        deployment = Deployment.MANAGED
+    if deployment is not None:
+        understood.append(f"deployment: prefer {deployment.value}")
+    avoid = sorted({names[m] for m in avoided if m in names})
     for pid in avoid:
         understood.append(f"avoid: {pid}")
     return RejectionFeedback(

@@ -106,3 +106,16 @@ def test_planner_is_total_deterministic_and_respects_hard_constraints(
     if serve is not None and "online" in p.workloads and c.sla_latency_ms is not None:
         latency = by_id[serve.pattern_id].p95_latency_ms
         assert latency is not None and latency <= c.sla_latency_ms
+
+
+def test_a_negated_phrase_is_not_also_a_wish() -> None:
+    fb = interpret_comment("avoid lambda-serverless", catalog())
+    assert fb.avoid == ["serve:lambda-serverless"]
+    assert fb.prefer_deployment is None
+    assert fb.understood == ["avoid: serve:lambda-serverless"]
+
+
+def test_negation_of_a_plain_word_keeps_its_meaning() -> None:
+    assert interpret_comment("this is not cheap enough", catalog()).prefer_cheaper
+    fb = interpret_comment("no containers please, too slow", catalog())
+    assert fb.prefer_deployment is None and fb.prefer_low_latency
