@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keel.design.constraints import (
     FIELD_NAMES,
@@ -10,6 +14,7 @@ from keel.design.constraints import (
     parse_constraints,
 )
 from keel.design.errors import ConstraintError
+from tests.unit.design_strategies import constraint_dicts
 
 PLAN_FIELDS = [
     "cloud",
@@ -78,3 +83,35 @@ def test_is_stated_treats_empty_values_as_missing() -> None:
     assert not is_stated(c, "cloud")
     assert is_stated(c, "workload_types")
     assert c.workload_types == [WorkloadType.BATCH]
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from([*FIELD_NAMES, "budget", "region"]), _json, max_size=6),
+    constraint_dicts(),
+)
+def test_intake_of_arbitrary_json_is_valid_or_refused_by_field(
+    junk: dict[str, Any], valid: dict[str, Any]
+) -> None:
+    """An extractor's output of any shape either parses or raises ConstraintError whose
+    issues all name a top-level field that was in the input; valid dicts round-trip."""
+    data = {**valid, **junk}
+    try:
+        c = parse_constraints(data)
+    except ConstraintError as exc:
+        assert exc.issues
+        for issue in exc.issues:
+            assert issue.field.split(".", 1)[0] in data
+    else:
+        assert parse_constraints(c.model_dump(mode="json")) == c
+    ok = parse_constraints(valid)
+    assert parse_constraints(ok.model_dump(mode="json")) == ok

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import blake3
 import pytest
@@ -49,7 +50,7 @@ def test_prompt_pack_hash_ignores_order_and_line_endings_but_not_edits() -> None
     assert h != prompt_pack_hash({"planner2.md": pack["planner.md"], "critic.md": "# Critic\n"})
 
 
-def _run(data: dict[str, object]) -> tuple[list[ReasonCard], str]:
+def _run(data: dict[str, Any]) -> tuple[list[ReasonCard], str]:
     c = parse_constraints(data)
     p = plan(c, catalog())
     review = review_plan(c, p, catalog())
