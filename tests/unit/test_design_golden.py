@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from keel.design.constraints import parse_constraints
 from keel.design.coverage import Coverage, IntakeSnapshot, coverage_check
@@ -86,3 +87,16 @@ def test_hipaa_case_uses_only_hipaa_eligible_services_in_its_region() -> None:
 def test_golden_runs_are_deterministic() -> None:
     for case in CASES.values():
         assert _run(case) == _run(case)
+
+
+def _round_trip(value: Any) -> Any:
+    conv = pydantic_data_converter.payload_converter
+    return conv.from_payloads(conv.to_payloads([value]), [type(value)])[0]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_outputs_survive_temporals_pydantic_converter(name: str) -> None:
+    """The workflow will carry these models in history; they must come back equal."""
+    for model in _run(CASES[name]):
+        assert _round_trip(model) == model
+    assert _round_trip(prices()) == prices()
