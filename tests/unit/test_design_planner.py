@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keel.design.constraints import Cloud, parse_constraints
 from keel.design.critics import bill_of_materials, estimate_cost
@@ -10,6 +11,18 @@ from keel.design.patterns import MANDATORY_CAPABILITIES, Capability
 from keel.design.planner import interpret_comment, plan
 from tests.unit.design_data import catalog, prices
 from tests.unit.design_strategies import constraint_dicts
+
+COMMENT_PARTS = [
+    "too expensive",
+    "too slow",
+    "avoid lambda-serverless",
+    "no containers",
+    "instead of glue-etl",
+    "use serverless",
+    "prefer managed services",
+    "drop ingest:msk-kafka",
+    "not cheap enough",
+]
 
 ONLINE_HIGH = {
     "cloud": "aws",
@@ -81,17 +94,22 @@ def test_cloud_without_patterns_gives_gaps_not_errors() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(constraint_dicts(), constraint_dicts())
+@given(
+    constraint_dicts(),
+    st.lists(st.sampled_from(COMMENT_PARTS) | st.text(max_size=12), max_size=4),
+)
 def test_planner_is_total_deterministic_and_respects_hard_constraints(
-    data: dict[str, Any], comment_source: dict[str, Any]
+    data: dict[str, Any], parts: list[str]
 ) -> None:
     c = parse_constraints(data)
-    comment = " ".join(str(v) for v in comment_source.values()) or None
+    comment = " ".join(parts) or None
     p = plan(c, catalog(), comment)
     assert p == plan(c, catalog(), comment)
     covered = [ch.capability for ch in p.choices] + [g.capability for g in p.gaps]
     assert sorted(covered) == sorted(MANDATORY_CAPABILITIES)
     by_id = catalog().by_id()
+    avoided = set(p.feedback.avoid) if p.feedback else set()
+    assert not avoided & set(p.pattern_ids())
     for ch in p.choices:
         pattern = by_id[ch.pattern_id]
         assert pattern.capability == ch.capability
