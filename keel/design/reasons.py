@@ -1,0 +1,270 @@
+"""Reason Cards, the Design Rationale section and the node keys that name them (§19, §21.3, §22.2, §23.4).
+
+A Reason Card is the user-facing, structured account of one decision: inputs, options,
+choice, policy and cost impact, risks. It is built from the nodes' structured outputs,
+never from model transcripts. Its ``decision_id`` is derived from the node idempotency
+key, so replaying a node yields the same card id. Timestamps are passed in (the workflow
+supplies ``workflow.now()``), keeping this module free of clocks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import blake3
+from pydantic import BaseModel, ConfigDict, Field
+
+from keel.design.critics import CostEstimate, TechReview
+from keel.design.planner import Plan
+from keel.design.policy import PolicyReport, Status
+from keel.digest import canonical_json, digest_bytes, digest_json
+
+Agent = Literal["intake", "planner", "critic.tech", "critic.cost", "policy", "codegen"]
+Trigger = Literal["constraints_updated", "user_approve", "user_reject", "regen"]
+
+
+def node_idempotency_key(thread_id: str, node: str, node_input: Any) -> str:
+    """``blake3(thread_id | node | canonical_json(input))`` as ``blake3:<hex>`` (§21.3).
+
+    A ``|`` inside the thread id or node name would let two different pairs share a key,
+    so it is refused.
+    """
+    if "|" in thread_id or "|" in node:
+        raise ValueError("thread id and node name must not contain '|'")
+    head = f"{thread_id}|{node}|".encode()
+    return digest_bytes(head + canonical_json(node_input))
+
+
+def decision_id(idempotency_key: str, suffix: str = "") -> str:
+    """A UUID drawn from the node key (plus ``suffix`` when one node makes several cards)."""
+    raw = blake3.blake3(f"{idempotency_key}|{suffix}".encode()).digest()[:16]
+    return str(uuid.UUID(bytes=raw, version=4))
+
+
+def prompt_pack_hash(prompts: Mapping[str, str]) -> str:
+    """One digest over a pack of markdown prompts, ``{name: text}`` (§23.4).
+
+    Names are sorted and each text hashed after CRLF to LF, so a checkout's line endings
+    or a dict's order do not change the pack's identity; any edit to a text does.
+    """
+    members = {
+        name: digest_bytes(text.replace("\r\n", "\n").encode("utf-8"))
+        for name, text in prompts.items()
+    }
+    return digest_json({"prompt_pack": members})
+
+
+class CardInputs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    constraints_keys: list[str] = Field(default_factory=list)
+    artifacts: list[str] = Field(default_factory=list)
+
+
+class CardCandidate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    summary: str
+    tradeoffs: list[str] = Field(default_factory=list)
+
+
+class CardChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    justification: str
+
+
+class ReasonCard(BaseModel):
+    """The §22.2 Reason Card, plus the prompt pack hash of §23.4."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decision_id: str
+    agent: Agent
+    node_name: str
+    trigger: Trigger
+    inputs: CardInputs
+    candidates: list[CardCandidate] = Field(default_factory=list)
+    choice: CardChoice | None = None
+    policy_results: dict[str, Status] = Field(default_factory=dict)
+    impacts: dict[str, float | None] = Field(default_factory=dict)
+    confidence: float = Field(ge=0.0, le=1.0)
+    risks: list[str] = Field(default_factory=list)
+    links: dict[str, str] = Field(default_factory=dict)
+    ts: str
+    prompt_pack_hash: str | None = None
+
+
+def planner_cards(
+    plan: Plan,
+    *,
+    idempotency_key: str,
+    constraints_keys: list[str],
+    trigger: Trigger,
+    ts: str,
+    policy: PolicyReport | None = None,
+    prompt_pack: str | None = None,
+) -> list[ReasonCard]:
+    """One card per capability: the choice with its candidates, or the gap.
+
+    Confidence falls with each excluded candidate's share and each planning assumption,
+    so a choice made by elimination or on guessed constraints reads less sure.
+    """
+    cards: list[ReasonCard] = []
+    penalty = 0.1 * len(plan.assumptions)
+    keys = sorted(constraints_keys)
+    for choice in plan.choices:
+        excluded = sum(1 for c in choice.candidates if c.excluded)
+        share = excluded / len(choice.candidates) if choice.candidates else 0.0
+        confidence = max(0.05, round(0.9 - 0.3 * share - penalty, 2))
+        cards.append(
+            ReasonCard(
+                decision_id=decision_id(idempotency_key, choice.capability.value),
+                agent="planner",
+                node_name="planner",
+                trigger=trigger,
+                inputs=CardInputs(
+                    constraints_keys=keys, artifacts=[f"capability:{choice.pattern_id}"]
+                ),
+                candidates=[
+                    CardCandidate(
+                        id=c.id,
+                        summary=c.summary + (f" (excluded: {c.excluded})" if c.excluded else ""),
+                        tradeoffs=c.tradeoffs,
+                    )
+                    for c in choice.candidates
+                ],
+                choice=CardChoice(id=choice.pattern_id, justification=choice.justification),
+                policy_results=policy.summary() if policy else {},
+                confidence=confidence,
+                risks=list(plan.assumptions),
+                ts=ts,
+                prompt_pack_hash=prompt_pack,
+            )
+        )
+    for gap in plan.gaps:
+        cards.append(
+            ReasonCard(
+                decision_id=decision_id(idempotency_key, gap.capability.value),
+                agent="planner",
+                node_name="planner",
+                trigger=trigger,
+                inputs=CardInputs(constraints_keys=keys),
+                candidates=[
+                    CardCandidate(id=c.id, summary=f"{c.summary} (excluded: {c.excluded})")
+                    for c in gap.candidates
+                ],
+                choice=None,
+                policy_results=policy.summary() if policy else {},
+                confidence=0.05,
+                risks=[gap.detail, *plan.assumptions],
+                ts=ts,
+                prompt_pack_hash=prompt_pack,
+            )
+        )
+    return cards
+
+
+def critic_tech_card(
+    review: TechReview,
+    *,
+    idempotency_key: str,
+    trigger: Trigger,
+    ts: str,
+    prompt_pack: str | None = None,
+) -> ReasonCard:
+    high = sum(1 for r in review.risks if r.severity == "high")
+    return ReasonCard(
+        decision_id=decision_id(idempotency_key),
+        agent="critic.tech",
+        node_name="critic_tech",
+        trigger=trigger,
+        inputs=CardInputs(artifacts=sorted({p for r in review.risks for p in r.patterns})),
+        confidence=max(0.1, round(0.9 - 0.2 * high, 2)),
+        risks=[f"[{r.severity}] {r.detail}" for r in review.risks],
+        ts=ts,
+        prompt_pack_hash=prompt_pack,
+    )
+
+
+def critic_cost_card(
+    cost: CostEstimate,
+    *,
+    idempotency_key: str,
+    trigger: Trigger,
+    ts: str,
+    prompt_pack: str | None = None,
+) -> ReasonCard:
+    impacts: dict[str, float | None] = {"monthly_usd": cost.monthly_usd}
+    if cost.delta_vs_prev_usd is not None:
+        impacts["delta_vs_prev_usd"] = cost.delta_vs_prev_usd
+        impacts["delta_vs_prev_pct"] = cost.delta_vs_prev_pct
+    return ReasonCard(
+        decision_id=decision_id(idempotency_key),
+        agent="critic.cost",
+        node_name="critic_cost",
+        trigger=trigger,
+        inputs=CardInputs(artifacts=sorted({line.pattern_id for line in cost.breakdown})),
+        impacts=impacts,
+        confidence=0.6 if cost.complete else 0.3,
+        risks=[f"unpriced: {u.service} ({u.qty}, {u.reason})" for u in cost.unpriced],
+        links={"cost": "/reports/cost.json"},
+        ts=ts,
+        prompt_pack_hash=prompt_pack,
+    )
+
+
+def rationale_json(cards: list[ReasonCard]) -> dict[str, Any]:
+    """The ``/reports/rationale.json`` document."""
+    return {"version": 1, "reason_cards": [c.model_dump(mode="json") for c in cards]}
+
+
+def design_rationale_md(
+    plan: Plan,
+    cards: list[ReasonCard],
+    policy: PolicyReport | None = None,
+    cost: CostEstimate | None = None,
+) -> str:
+    """The Design Rationale section for the generated README (markdown)."""
+    out = ["## Design Rationale", ""]
+    if plan.assumptions:
+        out.append("Assumptions: " + "; ".join(plan.assumptions) + ".")
+        out.append("")
+    out.append("| Capability | Choice | Why |")
+    out.append("|---|---|---|")
+    for choice in plan.choices:
+        why = choice.justification.replace("|", "/")
+        out.append(f"| {choice.capability.value} | `{choice.pattern_id}` | {why} |")
+    for gap in plan.gaps:
+        out.append(f"| {gap.capability.value} | none | {gap.detail} |")
+    if policy is not None:
+        out += ["", f"Policy overall: **{policy.overall}**", ""]
+        out += [f"- `{r.id}`: {r.status} ({r.detail})" for r in policy.rules]
+    if cost is not None:
+        out += ["", f"Estimated monthly cost: ${cost.monthly_usd:,.2f} ({cost.method})"]
+        if cost.unpriced:
+            out.append(f"Unpriced, not in the total: {', '.join(u.service for u in cost.unpriced)}")
+    risks = sorted({r for c in cards for r in c.risks if c.agent == "critic.tech"})
+    if risks:
+        out += ["", "Risks:", *(f"- {r}" for r in risks)]
+    return "\n".join(out) + "\n"
+
+
+__all__ = [
+    "CardCandidate",
+    "CardChoice",
+    "CardInputs",
+    "ReasonCard",
+    "critic_cost_card",
+    "critic_tech_card",
+    "decision_id",
+    "design_rationale_md",
+    "node_idempotency_key",
+    "planner_cards",
+    "prompt_pack_hash",
+    "rationale_json",
+]
