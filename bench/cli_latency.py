@@ -33,7 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from keel.settings import Settings  # noqa: E402
-from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply  # noqa: E402
+from tests.support.scripted_openai import (  # noqa: E402
+    ScriptedOpenAIServer,
+    ScriptedReply,
+    write_models_config,
+)
 from workers.client import connect  # noqa: E402
 from workers.main import build_worker  # noqa: E402
 from workers.services import TemporalDevServer, free_port  # noqa: E402
@@ -69,12 +73,7 @@ async def main(runs: int) -> None:
     server.start()
     try:
         with ScriptedOpenAIServer(default=ScriptedReply(content=ANSWER)) as model:
-            cfg = tmp / "models.yaml"
-            cfg.write_text(
-                "default: local\nmodels:\n  local:\n    litellm_model: openai/scripted\n"
-                f"    api_base: {model.base_url}\n    input_cost_per_token: 0.0\n"
-                "    output_cost_per_token: 0.0\n"
-            )
+            cfg = write_models_config(tmp / "models.yaml", model.base_url)
             settings = Settings(
                 env="test", data_dir=tmp / "keel", temporal_address=server.address,
                 task_queue=f"bench-{uuid.uuid4()}", models_config=cfg,

@@ -46,7 +46,11 @@ from keel.rllm.contracts import render_prompt, template_variables, validate_inpu
 from keel.rllm.deps import load_app  # noqa: E402
 from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files  # noqa: E402
 from keel.settings import Settings  # noqa: E402
-from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply  # noqa: E402
+from tests.support.scripted_openai import (  # noqa: E402
+    ScriptedOpenAIServer,
+    ScriptedReply,
+    write_models_config,
+)
 from workers.client import connect  # noqa: E402
 from workers.main import WORKFLOWS, build_activities  # noqa: E402
 from workers.services import TemporalDevServer, free_port  # noqa: E402
@@ -112,12 +116,7 @@ async def main(runs: int, app_path: Path) -> None:
     server = TemporalDevServer(tmp / "t.db", tmp / "t.log", port=free_port(), ui_port=None)
     server.start()
     with ScriptedOpenAIServer(default=ScriptedReply(content=answer)) as model:
-        cfg = tmp / "models.yaml"
-        cfg.write_text(
-            "default: local\nmodels:\n  local:\n    litellm_model: openai/scripted\n"
-            f"    api_base: {model.base_url}\n    input_cost_per_token: 0.0\n"
-            "    output_cost_per_token: 0.0\n"
-        )
+        cfg = write_models_config(tmp / "models.yaml", model.base_url)
         settings = Settings(
             env="test", data_dir=tmp / "keel", temporal_address=server.address,
             task_queue=f"bench-{uuid.uuid4()}", models_config=cfg,

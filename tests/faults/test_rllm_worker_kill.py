@@ -28,8 +28,7 @@ from store.db import get_sessionmaker
 from store.models import RllmRunRow
 from tests.faults.conftest import activity_events, wait_until, worker_env
 from tests.faults.test_worker_kill import sigkill
-from tests.histories.record import write_models_config
-from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from workers.main import build_worker
 from workers.services import ManagedProcess
 

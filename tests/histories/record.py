@@ -53,7 +53,12 @@ from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files
 from keel.settings import Settings
 from tests.histories import CORPUS, HISTORIES_DIR
-from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
+from tests.support.scripted_openai import (
+    RecordedRequest,
+    ScriptedOpenAIServer,
+    ScriptedReply,
+    write_models_config,
+)
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.client import connect
 from workers.main import build_worker
@@ -403,18 +408,6 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 # -- driver --------------------------------------------------------------------------------
-
-
-def write_models_config(path: Path, base_url: str) -> None:
-    path.write_text(
-        "default: local\n"
-        "models:\n"
-        "  local:\n"
-        "    litellm_model: openai/scripted\n"
-        f"    api_base: {base_url}\n"
-        "    input_cost_per_token: 0.0\n"
-        "    output_cost_per_token: 0.0\n"
-    )
 
 
 async def record(names: list[str], out: Path) -> list[Path]:

@@ -10,8 +10,7 @@ from temporalio.service import RPCError
 
 from keel.gates import GateDecision, gate_workflow_id
 from keel.settings import Settings
-from tests.histories.record import write_models_config
-from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from workers.client import connect
 from workers.main import build_worker
 from workers.services import free_port

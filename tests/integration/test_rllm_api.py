@@ -16,7 +16,7 @@ from api.app import create_app
 from api.idempotency import REPLAY_HEADER
 from keel.rllm.run import bundle_files
 from keel.settings import ApiToken, Settings
-from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, models_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GOOD = json.dumps({"summary": "Temporal keeps workflows durable.", "sentences": 1})
@@ -30,18 +30,6 @@ TOKENS = {
 
 def auth(actor: str) -> dict[str, str]:
     return {"Authorization": f"Bearer tok-{actor}-0123456789"}
-
-
-def models_yaml(base_url: str) -> str:
-    return (
-        "default: local\n"
-        "models:\n"
-        "  local:\n"
-        "    litellm_model: openai/scripted\n"
-        f"    api_base: {base_url}\n"
-        "    input_cost_per_token: 0.0\n"
-        "    output_cost_per_token: 0.0\n"
-    )
 
 
 @pytest.fixture

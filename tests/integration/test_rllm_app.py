@@ -41,10 +41,14 @@ from sandbox import SandboxConfig, SandboxLimits
 from sandbox.models import JailSettings
 from store.db import get_sessionmaker, init_db
 from store.rllm_stats import get_stats, list_runs
-from tests.histories.record import write_models_config
 from tests.support.history import activity_names
 from tests.support.pydantic_schemas import TicketIn, TicketOut, ticket_app
-from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
+from tests.support.scripted_openai import (
+    RecordedRequest,
+    ScriptedOpenAIServer,
+    ScriptedReply,
+    write_models_config,
+)
 from workflows.rllm import RllmApp
 
 pytestmark = pytest.mark.timeout(120)

@@ -20,6 +20,7 @@ import pytest
 from keel.settings import Settings
 from tests.support.scripted_ollama import ScriptedOllamaServer
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
+from tests.support.scripted_openai import models_yaml as scripted_models_yaml
 from workers.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,14 +33,7 @@ TEXT = "Temporal keeps workflows durable. Workers run them."
 
 def models_yaml(base_url: str, ollama_url: str = "http://127.0.0.1:9") -> str:
     return (
-        "default: local\n"
-        "models:\n"
-        "  local:\n"
-        "    litellm_model: openai/scripted\n"
-        f"    api_base: {base_url}\n"
-        "    input_cost_per_token: 0.0\n"
-        "    output_cost_per_token: 0.0\n"
-        "  olla:\n"
+        scripted_models_yaml(base_url) + "  olla:\n"
         "    litellm_model: ollama/smollm2:135m\n"
         f"    api_base: {ollama_url}\n"
     )

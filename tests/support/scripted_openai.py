@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -279,3 +280,23 @@ def _make_handler(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
             self._send(reply.status, body, reply.headers)
 
     return Handler
+
+
+def models_yaml(base_url: str) -> str:
+    """A models config whose default model ``local`` is the scripted server at ``base_url``
+    (free, so cost checks see 0)."""
+    return (
+        "default: local\n"
+        "models:\n"
+        "  local:\n"
+        "    litellm_model: openai/scripted\n"
+        f"    api_base: {base_url}\n"
+        "    input_cost_per_token: 0.0\n"
+        "    output_cost_per_token: 0.0\n"
+    )
+
+
+def write_models_config(path: Path, base_url: str) -> Path:
+    """Write :func:`models_yaml` to ``path`` (for ``KEEL_MODELS_CONFIG``); returns ``path``."""
+    path.write_text(models_yaml(base_url))
+    return path
