@@ -51,6 +51,7 @@ def worker_env(settings: Settings, *, temporal_address: str | None = None) -> di
         "KEEL_TASK_QUEUE": settings.task_queue,
         "KEEL_DATABASE_URL": settings.resolved_database_url,
         "KEEL_DATA_DIR": str(settings.data_dir),
+        "KEEL_MODELS_CONFIG": str(settings.models_config),
         "KEEL_WEBHOOK_URL": "",
         "KEEL_METRICS_PORT": "0",
         "KEEL_OTEL_EXPORTER": "none",

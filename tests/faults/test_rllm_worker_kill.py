@@ -13,7 +13,6 @@ blocks inside its insert, so the worker is known to be between the two.
 from __future__ import annotations
 
 import sqlite3
-import sys
 import uuid
 from pathlib import Path
 
@@ -26,11 +25,10 @@ from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files
 from keel.settings import Settings
 from store.db import get_sessionmaker
 from store.models import RllmRunRow
-from tests.faults.conftest import activity_events, wait_until, worker_env
-from tests.faults.test_worker_kill import sigkill
+from tests.faults.conftest import activity_events, wait_until
+from tests.faults.test_worker_kill import sigkill, spawn_ready_worker
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from workers.main import build_worker
-from workers.services import ManagedProcess
 
 pytestmark = pytest.mark.slow  # waits out the dead worker's workflow task timeout
 
@@ -44,21 +42,7 @@ async def test_worker_killed_between_model_answer_and_stats_record(
     with ScriptedOpenAIServer(default=ScriptedReply(content=ANSWER)) as llm:
         write_models_config(tmp_path / "models.yaml", llm.base_url)
         settings = settings.model_copy(update={"models_config": tmp_path / "models.yaml"})
-        log = tmp_path / "worker.log"
-        worker = ManagedProcess(
-            "keel worker",
-            [sys.executable, "-m", "cli.keel", "worker"],
-            log_path=log,
-            env={**worker_env(settings), "KEEL_MODELS_CONFIG": str(settings.models_config)},
-        )
-        spawned.append(worker)
-        worker.start()
-        await wait_until(
-            lambda: not worker.running() or "worker ready" in log.read_text(errors="replace"),
-            timeout_s=120,
-            what="the worker process to start (schema migrated)",
-        )
-        assert worker.running(), f"worker exited early:\n{log.read_text()}"
+        worker = await spawn_ready_worker(settings, tmp_path / "worker.log", spawned)
 
         db_file = settings.resolved_database_url.removeprefix("sqlite:///")
         lock = sqlite3.connect(db_file, isolation_level=None, timeout=10)

@@ -59,6 +59,24 @@ def spawn_worker(
     return worker
 
 
+async def spawn_ready_worker(
+    settings: Settings,
+    log_path: Path,
+    spawned: list[ManagedProcess | TemporalDevServer],
+    *,
+    temporal_address: str | None = None,
+) -> ManagedProcess:
+    """:func:`spawn_worker`, then wait until it polls (its schema migrated, worker ready)."""
+    worker = spawn_worker(settings, log_path, spawned, temporal_address=temporal_address)
+    await wait_until(
+        lambda: not worker.running() or "worker ready" in log_path.read_text(errors="replace"),
+        timeout_s=120,
+        what="the worker process to start (schema migrated)",
+    )
+    assert worker.running(), f"worker exited early:\n{log_path.read_text()}"
+    return worker
+
+
 def sigkill(worker: ManagedProcess) -> None:
     """SIGKILL the worker's whole process group and check that nothing of it is left."""
     assert worker.proc is not None
@@ -185,13 +203,9 @@ async def test_worker_sigkill_after_side_effect_before_completion(
     """
     proxy = CuttableProxy(settings.resolved_temporal_address)
     worker_log = tmp_path / "worker.log"
-    worker = spawn_worker(settings, worker_log, spawned, temporal_address=await proxy.start())
-    await wait_until(
-        lambda: not worker.running() or "worker ready" in worker_log.read_text(errors="replace"),
-        timeout_s=120,
-        what="the worker process to start (schema migrated)",
+    worker = await spawn_ready_worker(
+        settings, worker_log, spawned, temporal_address=await proxy.start()
     )
-    assert worker.running(), f"worker exited early:\n{worker_log.read_text()}"
 
     db_file = settings.resolved_database_url.removeprefix("sqlite:///")
     lock = sqlite3.connect(db_file, isolation_level=None, timeout=10)
