@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import JsonValue
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -45,7 +45,6 @@ from activities.mrp_backends import (
     MAX_BATCH,
     PIPELINE_DEPTH,
     AttemptTimeout,
-    BackendName,
     RayBackend,
     RaySession,
     ShardAttempt,
@@ -58,7 +57,6 @@ from activities.mrp_backends import (
     store_for,
 )
 from keel.digest import digest_bytes, digest_json
-from keel.mrp.dsl import SinkSpec
 from keel.mrp.errors import (
     DslError,
     InputsRefused,
@@ -67,12 +65,8 @@ from keel.mrp.errors import (
     RegistryError,
 )
 from keel.mrp.ir import (
-    ApprovalTask,
-    BudgetPlan,
-    EvaluateTask,
     JobIR,
     MapTask,
-    RuntimeLimits,
     ir_from_json,
 )
 from keel.mrp.ir import checkpoint_key as make_checkpoint_key
@@ -95,14 +89,26 @@ from keel.mrp.run import (
     EvaluationRecord,
     ProducedFileRecord,
     ReplayMismatch,
-    RunCost,
     RunManifest,
-    RunStatus,
     ShardCounters,
     ShardOutputRecord,
     ShardRecord,
     first_mismatch,
     run_manifest_from_json,
+)
+from keel.mrp.steps import (
+    CompiledJob,
+    CompileInput,
+    EvaluateInput,
+    EvaluateResult,
+    FinaliseInput,
+    FinaliseResult,
+    MapWindowInput,
+    MapWindowResult,
+    PhaseInput,
+    ProduceInput,
+    ProduceOutput,
+    ReduceResult,
 )
 from keel.settings import Settings
 from store.artifacts import ArtifactStore
@@ -128,130 +134,6 @@ FLUSH_MAX = 64
 # Backoff between attempts of one shard: 0.2 s, 0.4 s, ... at most 5 s.
 RETRY_BACKOFF_S = 0.2
 RETRY_BACKOFF_MAX_S = 5.0
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-# ---------------------------------------------------------------------------------------
-# Activity inputs and outputs
-
-
-class CompileInput(_Model):
-    job_yaml: str
-    source: str = ""
-    base_dir: str = ""
-    run_id: str
-    workflow_id: str
-    backend: BackendName
-    replay_of: str | None = None
-
-
-class CompiledJob(_Model):
-    """What the workflow needs from compile: digests, limits, budget, the steps it has."""
-
-    run_id: str
-    job_id: str
-    ir_digest: str
-    manifest_digest: str
-    policy_report_digest: str
-    job_yaml_digest: str
-    shard_count: int
-    limits: RuntimeLimits
-    budget: BudgetPlan
-    evaluate: EvaluateTask | None
-    approval: ApprovalTask | None
-    sink: SinkSpec
-    output_root: str
-    input_file_digests: dict[str, str] = Field(default_factory=dict)
-    replay_of: str | None = None
-    map_operator: str
-
-
-class MapWindowInput(_Model):
-    run_id: str
-    workflow_id: str
-    ir_digest: str
-    start: int = Field(ge=0)
-    end: int = Field(ge=0)
-    backend: BackendName
-    parallelism: int = Field(ge=1)
-    remaining_units: Decimal | None = None
-    remaining_usd: Decimal | None = None
-    use_checkpoints: bool = True
-    llm_replay_only: bool = False
-
-
-class MapWindowResult(_Model):
-    start: int
-    end: int
-    counters: ShardCounters
-    cost_units: Decimal = Decimal(0)
-    cost_usd: Decimal = Decimal(0)
-    llm_calls: int = 0
-    llm_cached: int = 0
-    stopped_by_budget: bool = False
-    elapsed_s: float = 0.0
-
-
-class PhaseInput(_Model):
-    run_id: str
-    workflow_id: str
-    ir_digest: str
-    llm_replay_only: bool = False
-
-
-class ReduceResult(_Model):
-    reduce_digest: str
-    cost_units: Decimal = Decimal(0)
-    cost_usd: Decimal = Decimal(0)
-
-
-class EvaluateInput(PhaseInput):
-    reduce_digest: str
-
-
-class EvaluateResult(_Model):
-    evaluation: EvaluationRecord
-    cost_units: Decimal = Decimal(0)
-    cost_usd: Decimal = Decimal(0)
-
-
-class ProduceInput(PhaseInput):
-    reduce_digest: str
-    output_root: str
-
-
-class ProduceOutput(_Model):
-    files: list[ProducedFileRecord]
-    produce_result_digest: str
-    rows: int
-    cost_units: Decimal = Decimal(0)
-    cost_usd: Decimal = Decimal(0)
-
-
-class FinaliseInput(_Model):
-    compiled: CompiledJob
-    workflow_id: str
-    backend: BackendName
-    status: RunStatus
-    partial: bool = False
-    counters: ShardCounters
-    cost: RunCost
-    phase_timings: dict[str, float] = Field(default_factory=dict)
-    reduce_digest: str | None = None
-    evaluation: EvaluationRecord | None = None
-    produced: list[ProducedFileRecord] = Field(default_factory=list)
-    produce_result_digest: str | None = None
-    error: str | None = None
-
-
-class FinaliseResult(_Model):
-    run_manifest_digest: str
-    output_digests: dict[str, str]
-    counters: ShardCounters
-    mismatch: ReplayMismatch | None = None
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,21 +33,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.mrp import (
-        CompiledJob,
-        CompileInput,
-        EvaluateInput,
-        EvaluateResult,
-        FinaliseInput,
-        FinaliseResult,
-        MapWindowInput,
-        MapWindowResult,
-        MrpActivities,
-        PhaseInput,
-        ProduceInput,
-        ProduceOutput,
-        ReduceResult,
-    )
+    from activities.mrp import MrpActivities
     from keel.gates import GateRequest, GateStatus
     from keel.mrp.budget import BudgetTracker
     from keel.mrp.errors import BudgetExceeded
@@ -67,6 +53,20 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         ShardCounters,
         run_id_from_workflow_id,
+    )
+    from keel.mrp.steps import (
+        CompiledJob,
+        CompileInput,
+        EvaluateInput,
+        EvaluateResult,
+        FinaliseInput,
+        FinaliseResult,
+        MapWindowInput,
+        MapWindowResult,
+        PhaseInput,
+        ProduceInput,
+        ProduceOutput,
+        ReduceResult,
     )
     from workflows.gate import open_gate
 

@@ -1,0 +1,162 @@
+"""MRP's activities as a workflow sees them: their inputs, outputs and references.
+
+``workflows/mrp.py`` calls each through its reference (``workflows.common.call``);
+``activities/mrp`` implements each under the same name. Pure models: no I/O.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from keel.mrp.dsl import SinkSpec
+from keel.mrp.ir import ApprovalTask, BudgetPlan, EvaluateTask, RuntimeLimits
+from keel.mrp.run import (
+    Backend,
+    EvaluationRecord,
+    ProducedFileRecord,
+    ReplayMismatch,
+    RunCost,
+    RunStatus,
+    ShardCounters,
+)
+from keel.refs import ActivityRef
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CompileInput(_Model):
+    job_yaml: str
+    source: str = ""
+    base_dir: str = ""
+    run_id: str
+    workflow_id: str
+    backend: Backend
+    replay_of: str | None = None
+
+
+class CompiledJob(_Model):
+    """What the workflow needs from compile: digests, limits, budget, the steps it has."""
+
+    run_id: str
+    job_id: str
+    ir_digest: str
+    manifest_digest: str
+    policy_report_digest: str
+    job_yaml_digest: str
+    shard_count: int
+    limits: RuntimeLimits
+    budget: BudgetPlan
+    evaluate: EvaluateTask | None
+    approval: ApprovalTask | None
+    sink: SinkSpec
+    output_root: str
+    input_file_digests: dict[str, str] = Field(default_factory=dict)
+    replay_of: str | None = None
+    map_operator: str
+
+
+class MapWindowInput(_Model):
+    run_id: str
+    workflow_id: str
+    ir_digest: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    backend: Backend
+    parallelism: int = Field(ge=1)
+    remaining_units: Decimal | None = None
+    remaining_usd: Decimal | None = None
+    use_checkpoints: bool = True
+    llm_replay_only: bool = False
+
+
+class MapWindowResult(_Model):
+    start: int
+    end: int
+    counters: ShardCounters
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+    llm_calls: int = 0
+    llm_cached: int = 0
+    stopped_by_budget: bool = False
+    elapsed_s: float = 0.0
+
+
+class PhaseInput(_Model):
+    run_id: str
+    workflow_id: str
+    ir_digest: str
+    llm_replay_only: bool = False
+
+
+class ReduceResult(_Model):
+    reduce_digest: str
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+
+
+class EvaluateInput(PhaseInput):
+    reduce_digest: str
+
+
+class EvaluateResult(_Model):
+    evaluation: EvaluationRecord
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+
+
+class ProduceInput(PhaseInput):
+    reduce_digest: str
+    output_root: str
+
+
+class ProduceOutput(_Model):
+    files: list[ProducedFileRecord]
+    produce_result_digest: str
+    rows: int
+    cost_units: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+
+
+class FinaliseInput(_Model):
+    compiled: CompiledJob
+    workflow_id: str
+    backend: Backend
+    status: RunStatus
+    partial: bool = False
+    counters: ShardCounters
+    cost: RunCost
+    phase_timings: dict[str, float] = Field(default_factory=dict)
+    reduce_digest: str | None = None
+    evaluation: EvaluationRecord | None = None
+    produced: list[ProducedFileRecord] = Field(default_factory=list)
+    produce_result_digest: str | None = None
+    error: str | None = None
+
+
+class FinaliseResult(_Model):
+    run_manifest_digest: str
+    output_digests: dict[str, str]
+    counters: ShardCounters
+    mismatch: ReplayMismatch | None = None
+
+
+COMPILE: ActivityRef[CompileInput, CompiledJob] = ActivityRef(
+    "mrp.compile", CompileInput, CompiledJob
+)
+MAP_WINDOW: ActivityRef[MapWindowInput, MapWindowResult] = ActivityRef(
+    "mrp.map_window", MapWindowInput, MapWindowResult
+)
+REDUCE: ActivityRef[PhaseInput, ReduceResult] = ActivityRef("mrp.reduce", PhaseInput, ReduceResult)
+EVALUATE: ActivityRef[EvaluateInput, EvaluateResult] = ActivityRef(
+    "mrp.evaluate", EvaluateInput, EvaluateResult
+)
+PRODUCE: ActivityRef[ProduceInput, ProduceOutput] = ActivityRef(
+    "mrp.produce", ProduceInput, ProduceOutput
+)
+FINALISE: ActivityRef[FinaliseInput, FinaliseResult] = ActivityRef(
+    "mrp.finalise", FinaliseInput, FinaliseResult
+)
