@@ -38,6 +38,7 @@ from keel.llm import (
     UnknownModelError,
 )
 from keel.records import LLMCallLog
+from keel.refs import LLM_COMPLETE
 from keel.retry import is_retryable_status, parse_retry_after
 
 logger = logging.getLogger(__name__)
@@ -257,7 +258,7 @@ class LLMGateway:
         self.models = models
         self.on_call = on_call
 
-    @activity.defn(name="llm.complete")
+    @activity.defn(name=LLM_COMPLETE.name)
     async def complete(self, req: LLMRequest) -> LLMResponse:
         """Call the model named in ``req`` (or the default) once and return its reply.
 

@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from keel.digest import canonical_json
 from keel.gates import WebhookDelivery, WebhookResult
+from keel.refs import NOTIFY_WEBHOOK
 from keel.retry import is_retryable_status, parse_retry_after
 from keel.webhooks import (
     EVENT_HEADER,
@@ -45,7 +46,7 @@ class NotifyActivities:
         self._allowed_prefixes = tuple(allowed_prefixes)
         self._timeout_s = timeout_s
 
-    @activity.defn(name="notify.webhook")
+    @activity.defn(name=NOTIFY_WEBHOOK.name)
     async def webhook(self, delivery: WebhookDelivery) -> WebhookResult:
         url = delivery.url or self._default_url
         if not url:

@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from keel.llm import ModelsConfig, UnknownModelError
 from keel.rllm.errors import OllamaModelMissingError, ollama_model_missing
 from keel.rllm.ollama import (
-    OLLAMA_ENSURE_ACTIVITY,
+    OLLAMA_ENSURE,
     OllamaEnsureInput,
     OllamaEnsureResult,
     OllamaProgress,
@@ -201,7 +201,7 @@ class OllamaActivities:
         name = ollama_model_of(spec.litellm_model)
         return name, (spec.api_base or self.base_url) if name else self.base_url
 
-    @activity.defn(name=OLLAMA_ENSURE_ACTIVITY)
+    @activity.defn(name=OLLAMA_ENSURE.name)
     async def ensure(self, req: OllamaEnsureInput) -> OllamaEnsureResult:
         """Check (and with ``auto_pull`` pull) the run's Ollama models; heartbeats progress."""
         used, base_url = self._resolve(req.model)

@@ -38,10 +38,10 @@ from keel.rllm.output import check_output
 from keel.rllm.params import LLM_PARAMS_SCHEMA
 from keel.rllm.parser import load, parse_text
 from keel.rllm.run import (
-    BLOCK_ACTIVITY,
-    GENERATE_ACTIVITY,
-    LOAD_ACTIVITY,
-    RECORD_STATS_ACTIVITY,
+    BLOCK,
+    GENERATE,
+    LOAD,
+    RECORD_STATS,
     BlockRequest,
     BlockResult,
     GenerateRequest,
@@ -197,7 +197,7 @@ class RllmActivities:
             )
         return supported or []
 
-    @activity.defn(name=LOAD_ACTIVITY)
+    @activity.defn(name=LOAD.name)
     async def load(self, req: LoadRequest) -> LoadedApp:
         """Read, parse and resolve the app; check every app's model and ``llm_params``.
 
@@ -226,7 +226,7 @@ class RllmActivities:
         )
 
     # -- rllm.generate --------------------------------------------------------------
-    @activity.defn(name=GENERATE_ACTIVITY)
+    @activity.defn(name=GENERATE.name)
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """One model call through the gateway, then the answer read and schema-checked.
 
@@ -261,7 +261,7 @@ class RllmActivities:
         return GenerateResult(attempt=attempt, check=check)
 
     # -- rllm.block -----------------------------------------------------------------
-    @activity.defn(name=BLOCK_ACTIVITY)
+    @activity.defn(name=BLOCK.name)
     async def block(self, req: BlockRequest) -> BlockResult:
         """Run one Python block in the nsjail sandbox; never in this process.
 
@@ -329,7 +329,7 @@ class RllmActivities:
         )
 
     # -- rllm.record_stats ----------------------------------------------------------
-    @activity.defn(name=RECORD_STATS_ACTIVITY)
+    @activity.defn(name=RECORD_STATS.name)
     async def record_stats(self, record: RllmRunRecord) -> bool:
         """Store one run's record (idempotent by ``run_key``); True when newly written."""
         return await asyncio.to_thread(record_run, self.sessions, record)

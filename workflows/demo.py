@@ -11,10 +11,10 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.llm import LLMGateway
     from keel.gates import GateRequest, GateState
     from keel.llm import LLMMessage, LLMRequest, LLMResponse
-    from workflows.common import LLM_RETRY, LLM_TIMEOUT
+    from keel.refs import LLM_COMPLETE
+    from workflows.common import call
     from workflows.gate import open_gate
 
 
@@ -37,8 +37,8 @@ class DemoResult(BaseModel):
 class KeelDemo:
     @workflow.run
     async def run(self, inp: DemoInput) -> DemoResult:
-        llm = await workflow.execute_activity_method(
-            LLMGateway.complete,
+        llm = await call(
+            LLM_COMPLETE,
             LLMRequest(
                 model=inp.model,
                 messages=[
@@ -47,8 +47,7 @@ class KeelDemo:
                 ],
                 params={"max_tokens": 64, "temperature": 0.0, "seed": 7},
             ),
-            start_to_close_timeout=LLM_TIMEOUT,
-            retry_policy=LLM_RETRY,
+            summary=f"draft about {inp.topic}",
         )
         draft = llm.content.strip()
         gate = await open_gate(

@@ -17,8 +17,6 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.notify import NotifyActivities
-    from activities.records import RecordActivities
     from keel.gates import (
         GATE_NAME_ATTRIBUTE,
         GATE_STATUS_ATTRIBUTE,
@@ -37,7 +35,8 @@ with workflow.unsafe.imports_passed_through():
         gate_workflow_id,
     )
     from keel.records import GateAuditEvent
-    from workflows.common import RECORD_RETRY, RECORD_TIMEOUT, WEBHOOK_RETRY, WEBHOOK_TIMEOUT
+    from keel.refs import NOTIFY_WEBHOOK, RECORD_GATE_EVENT
+    from workflows.common import call
 
 STATUS_KEY = SearchAttributeKey.for_keyword(GATE_STATUS_ATTRIBUTE)
 NAME_KEY = SearchAttributeKey.for_keyword(GATE_NAME_ATTRIBUTE)
@@ -286,19 +285,11 @@ class ApprovalGate:
             at=workflow.now(),
             details=details or {},
         )
-        if in_handler and self._local_handler_audit:
-            await workflow.execute_local_activity_method(
-                RecordActivities.gate_event,
-                record,
-                start_to_close_timeout=RECORD_TIMEOUT,
-                retry_policy=RECORD_RETRY,
-            )
-            return
-        await workflow.execute_activity_method(
-            RecordActivities.gate_event,
+        await call(
+            RECORD_GATE_EVENT,
             record,
-            start_to_close_timeout=RECORD_TIMEOUT,
-            retry_policy=RECORD_RETRY,
+            summary=f"audit {event}",
+            local=in_handler and self._local_handler_audit,
         )
 
     def _notify(self, event: str) -> None:
@@ -318,15 +309,14 @@ class ApprovalGate:
             at=workflow.now(),
         )
         try:
-            await workflow.execute_activity_method(
-                NotifyActivities.webhook,
+            await call(
+                NOTIFY_WEBHOOK,
                 WebhookDelivery(
                     url=self._request.webhook_url or "",
                     notice=notice,
                     idempotency_key=f"{info.run_id}:{event}:{self._state.reminders_sent}",
                 ),
-                start_to_close_timeout=WEBHOOK_TIMEOUT,
-                retry_policy=WEBHOOK_RETRY,
+                summary=f"notify {event}",
             )
         except ActivityError as err:
             # A notice that cannot be delivered must not decide the gate.

@@ -24,11 +24,10 @@ from __future__ import annotations
 import asyncio
 import posixpath
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -52,19 +51,17 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.rllm.estimate import check_context_window
     from keel.rllm.model import PythonBlock, RllmProgram
-    from keel.rllm.ollama import OLLAMA_ENSURE_ACTIVITY, OllamaEnsureInput, needs_ollama_step
+    from keel.rllm.ollama import OLLAMA_ENSURE, OllamaEnsureInput, needs_ollama_step
     from keel.rllm.output import OutputCheck, retry_exhausted, validate_output
     from keel.rllm.render import render_recovery
     from keel.rllm.run import (
-        BLOCK_ACTIVITY,
+        BLOCK,
         DEFAULT_MAX_RETRIES,
-        GENERATE_ACTIVITY,
-        LOAD_ACTIVITY,
-        RECORD_STATS_ACTIVITY,
+        GENERATE,
+        LOAD,
+        RECORD_STATS,
         BlockRequest,
-        BlockResult,
         GenerateRequest,
-        GenerateResult,
         LoadedApp,
         LoadRequest,
         RllmAttempt,
@@ -75,19 +72,7 @@ with workflow.unsafe.imports_passed_through():
         error_type_and_payload,
     )
     from keel.rllm.stats import RllmRunRecord
-    from workflows.common import (
-        LLM_RETRY,
-        LLM_TIMEOUT,
-        RECORD_RETRY,
-        RECORD_TIMEOUT,
-        RLLM_BLOCK_RETRY,
-        RLLM_BLOCK_TIMEOUT,
-        RLLM_LOAD_RETRY,
-        RLLM_LOAD_TIMEOUT,
-        RLLM_OLLAMA_HEARTBEAT,
-        RLLM_OLLAMA_RETRY,
-        RLLM_OLLAMA_TIMEOUT,
-    )
+    from workflows.common import call
 
 
 LOCAL_STEPS_PATCH = "rllm-local-load-and-stats"
@@ -170,35 +155,6 @@ class RllmApp:
         self._step = "start"
         self._local_steps = False
 
-    async def _short_step(
-        self,
-        name: str,
-        arg: Any,
-        result_type: type,
-        timeout: timedelta,
-        retry: RetryPolicy,
-        summary: str,
-    ) -> Any:
-        """A step that only reads files or writes one row: a local activity when the run
-        began after the patch, a regular activity when it replays an older history."""
-        if self._local_steps:
-            return await workflow.execute_local_activity(
-                name,
-                arg,
-                result_type=result_type,
-                start_to_close_timeout=timeout,
-                retry_policy=retry,
-                summary=summary,
-            )
-        return await workflow.execute_activity(
-            name,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=timeout,
-            retry_policy=retry,
-            summary=summary,
-        )
-
     @workflow.query(name="step")
     def step(self) -> str:
         """The step the run is at (``load``, ``pre:<block>``, ``attempt:2``...)."""
@@ -232,13 +188,13 @@ class RllmApp:
     async def _execute(self, inp: RllmRunInput, started: datetime) -> RllmRunResult:
         state = self._run
         self._step = "load"
-        loaded: LoadedApp = await self._short_step(
-            LOAD_ACTIVITY,
+        # A step that only reads files or writes one row runs as a local activity when
+        # the run began after the patch (older histories replay with regular ones).
+        loaded = await call(
+            LOAD,
             LoadRequest(path=inp.path, files=inp.files, model=inp.model),
-            LoadedApp,
-            RLLM_LOAD_TIMEOUT,
-            RLLM_LOAD_RETRY,
-            f"load {inp.path}",
+            summary=f"load {inp.path}",
+            local=self._local_steps,
         )
         program = loaded.resolved.root
         state.app, state.version, state.model = program.name, program.version, loaded.model
@@ -249,17 +205,14 @@ class RllmApp:
             auto_pull=inp.ollama_auto_pull,
         ):
             self._step = "ollama"
-            await workflow.execute_activity(
-                OLLAMA_ENSURE_ACTIVITY,
+            await call(
+                OLLAMA_ENSURE,
                 OllamaEnsureInput(
                     app=program.name,
                     model=loaded.model,
                     recommended=program.ollama_models(),
                     auto_pull=inp.ollama_auto_pull,
                 ),
-                start_to_close_timeout=RLLM_OLLAMA_TIMEOUT,
-                heartbeat_timeout=RLLM_OLLAMA_HEARTBEAT,
-                retry_policy=RLLM_OLLAMA_RETRY,
                 summary=f"ollama models of {program.name}",
             )
 
@@ -320,12 +273,9 @@ class RllmApp:
         self, program: RllmProgram, block: PythonBlock, scope: dict[str, Any]
     ) -> dict[str, Any]:
         self._step = f"{block.stage}:{block.name}"
-        res: BlockResult = await workflow.execute_activity(
-            BLOCK_ACTIVITY,
+        res = await call(
+            BLOCK,
             BlockRequest(app=program.name, block=block, inputs=block_inputs(block, scope)),
-            result_type=BlockResult,
-            start_to_close_timeout=RLLM_BLOCK_TIMEOUT,
-            retry_policy=RLLM_BLOCK_RETRY,
             summary=f"{block.stage} block {block.name}",
         )
         return res.outputs
@@ -432,8 +382,8 @@ class RllmApp:
                     )
                     raise
             self._step = f"attempt:{n}"
-            res: GenerateResult = await workflow.execute_activity(
-                GENERATE_ACTIVITY,
+            res = await call(
+                GENERATE,
                 GenerateRequest(
                     app=program.name,
                     attempt=n,
@@ -442,9 +392,6 @@ class RllmApp:
                     params=program.llm_params,
                     output_schema=schema,
                 ),
-                result_type=GenerateResult,
-                start_to_close_timeout=LLM_TIMEOUT,
-                retry_policy=LLM_RETRY,
                 summary=f"{program.name} attempt {n}" + (" (recovery)" if n > 1 else ""),
             )
             self._run.attempts.append(res.attempt)
@@ -511,11 +458,4 @@ class RllmApp:
             own_latency_ms=max(0.0, round(total_ms - state.children_ms, 3)),
             created_at=finished,
         )
-        await self._short_step(
-            RECORD_STATS_ACTIVITY,
-            record,
-            bool,
-            RECORD_TIMEOUT,
-            RECORD_RETRY,
-            f"stats of {state.app}",
-        )
+        await call(RECORD_STATS, record, summary=f"stats of {state.app}", local=self._local_steps)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from keel.refs import ActivityRef
+
 #: LiteLLM provider prefixes that reach an Ollama server.
 OLLAMA_PROVIDERS = ("ollama", "ollama_chat")
 #: Activity name of the check-and-pull step.
@@ -77,6 +79,12 @@ class OllamaEnsureResult(BaseModel):
     checked: list[str] = Field(default_factory=list)
     present: list[str] = Field(default_factory=list)
     pulled: list[str] = Field(default_factory=list)
+
+
+#: The check-and-pull step (activities/ollama.py); the CLI follows its heartbeats by name.
+OLLAMA_ENSURE: ActivityRef[OllamaEnsureInput, OllamaEnsureResult] = ActivityRef(
+    OLLAMA_ENSURE_ACTIVITY, OllamaEnsureInput, OllamaEnsureResult
+)
 
 
 def needs_ollama_step(*, llm_model: str | None, override: str | None, auto_pull: bool) -> bool:

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from keel.llm import LLMUsage, ModelsConfig
+from keel.refs import ActivityRef
 from keel.rllm.contracts import coerce_input
 from keel.rllm.deps import ResolvedApp
 from keel.rllm.errors import (
@@ -33,6 +34,7 @@ from keel.rllm.errors import (
 )
 from keel.rllm.model import LLMSpec, PythonBlock, RllmProgram
 from keel.rllm.output import OutputCheck
+from keel.rllm.stats import RllmRunRecord
 
 #: Temporal workflow type name of the runner.
 WORKFLOW_TYPE = "RllmApp"
@@ -40,13 +42,6 @@ WORKFLOW_TYPE = "RllmApp"
 DEFAULT_MAX_RETRIES = 2
 #: Highest ``max_retries`` accepted (each retry is a paid model call).
 MAX_RETRIES_LIMIT = 10
-
-
-#: Activity names of the runner (workflows/rllm.py calls them, activities/rllm.py defines them).
-LOAD_ACTIVITY = "rllm.load"
-GENERATE_ACTIVITY = "rllm.generate"
-BLOCK_ACTIVITY = "rllm.block"
-RECORD_STATS_ACTIVITY = "rllm.record_stats"
 
 
 def workflow_id_for(app_name: str, unique: str) -> str:
@@ -336,13 +331,24 @@ class BlockResult(BaseModel):
     duration_ms: int = 0
 
 
+# The runner's activities (workflows/rllm.py calls them, activities/rllm.py defines them).
+LOAD: ActivityRef[LoadRequest, LoadedApp] = ActivityRef("rllm.load", LoadRequest, LoadedApp)
+GENERATE: ActivityRef[GenerateRequest, GenerateResult] = ActivityRef(
+    "rllm.generate", GenerateRequest, GenerateResult
+)
+BLOCK: ActivityRef[BlockRequest, BlockResult] = ActivityRef("rllm.block", BlockRequest, BlockResult)
+RECORD_STATS: ActivityRef[RllmRunRecord, bool] = ActivityRef(
+    "rllm.record_stats", RllmRunRecord, bool
+)
+
+
 __all__ = [
-    "BLOCK_ACTIVITY",
+    "BLOCK",
     "DEFAULT_MAX_RETRIES",
-    "GENERATE_ACTIVITY",
-    "LOAD_ACTIVITY",
+    "GENERATE",
+    "LOAD",
     "MAX_RETRIES_LIMIT",
-    "RECORD_STATS_ACTIVITY",
+    "RECORD_STATS",
     "WORKFLOW_TYPE",
     "BlockRequest",
     "BlockResult",
