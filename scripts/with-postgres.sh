@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a command against a throwaway PostgreSQL server.
 #
-#   scripts/with-postgres.sh uv run pytest -q tests/unit/test_store.py
+#   scripts/with-postgres.sh uv run pytest -q tests/core/unit/test_store.py
 #
 # Starts a private PostgreSQL cluster on 127.0.0.1 (free port; data and socket dirs in a
 # mktemp dir), creates the database keel_test, exports

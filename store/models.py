@@ -1,7 +1,7 @@
 """SQLAlchemy models of Keel's tables.
 
 The schema itself is created by the Alembic migrations in ``store/migrations``; these
-classes must stay in step with them (``tests/unit/test_store.py`` compares the two).
+classes must stay in step with them (``tests/core/unit/test_store.py`` compares the two).
 """
 
 from __future__ import annotations

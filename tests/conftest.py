@@ -1,4 +1,6 @@
-"""Shared fixtures: one real Temporal dev server per test session, a fresh task queue per test.
+"""Fixtures every family shares: one real Temporal dev server per test session, a fresh
+task queue per test, the API in process, an empty SQL database (SQLite, and PostgreSQL
+when ``KEEL_TEST_POSTGRES_URL`` is set). A family's own fixtures are in its conftest.py.
 
 Set ``KEEL_TEST_TEMPORAL_ADDRESS`` to run against an existing server instead.
 """
@@ -9,16 +11,29 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from api.app import create_app
 from keel.settings import Settings
+from store.db import dispose_engines, get_sessionmaker
+from tests.support.api import asgi_client, with_tokens
 from workers.client import connect
 from workers.main import build_worker
 from workers.model_server import LocalModelServer, unavailable_reason
 from workers.services import TemporalDevServer, free_port
+
+pytest_plugins = ["tests.support.faults"]
+
+
+POSTGRES_URL = os.environ.get("KEEL_TEST_POSTGRES_URL", "")
 
 
 @pytest.fixture(scope="session")
@@ -85,19 +100,48 @@ def local_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
 
 
 @pytest.fixture
-def mrp_settings(settings: Settings) -> Settings:
-    """``settings`` with the test MRP operators config (shipped operators plus
-    tests/support/mrp_operators: flaky, slow, expensive)."""
-    from tests.support.mrp_operators import TEST_CONFIG
-
-    return settings.model_copy(update={"mrp_config": TEST_CONFIG})
+def api_settings(settings: Settings) -> Settings:
+    """``settings`` with the API callers of tests/support/api.py."""
+    return with_tokens(settings)
 
 
-@pytest.fixture(scope="module")
-def ray_for_module() -> Iterator[None]:
-    """Shut Ray down after the module (``pytestmark = pytest.mark.usefixtures(...)``):
-    the Ray backend starts it once in this process and keeps it for the next run."""
-    yield
-    from activities.mrp_backends import ray_shutdown
+@pytest.fixture
+async def http(
+    api_settings: Settings, client: Client, worker: Worker
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The API app in process, over this test's worker."""
+    async with asgi_client(create_app(api_settings, client=client)) as c:
+        yield c
 
-    ray_shutdown()
+
+# --- SQL ---------------------------------------------------------------------------------
+_backends: list[Any] = ["sqlite"]
+if POSTGRES_URL:
+    _backends.append(pytest.param("postgresql", marks=pytest.mark.postgres))
+
+
+@pytest.fixture(params=_backends)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL to an empty database: a new SQLite file, or a new PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'sub' / 'keel.db'}"
+        dispose_engines()
+        return
+    schema = f"keel_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    # search_path puts every table (and alembic_version) of this test in its own schema.
+    url = make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        dispose_engines()
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def sm(db_url: str) -> sessionmaker[Session]:
+    return get_sessionmaker(db_url)

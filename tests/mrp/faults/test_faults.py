@@ -1,0 +1,382 @@
+"""MRPJob under faults, on the real dev server: flaky shards, a shard over its retry cap, the
+budget kill switch, and a worker SIGKILLed mid-map (real Ray in a worker subprocess).
+
+The test operators (tests/support/mrp_operators: flaky, slow, expensive) count their
+attempts in files under ``params.state_dir``, so the tests read what really ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError, CancelledError
+
+from keel.mrp.run import ERROR_SHARD, MRPJobInput, MRPJobResult, workflow_id_for
+from keel.settings import Settings
+from store.artifacts import artifact_store_from_settings
+from store.db import get_sessionmaker
+from store.mrp_runs import get_manifest, get_run, list_shards
+from tests.support.faults import wait_until, worker_env
+from tests.support.mrp_jobs import run_job
+from tests.support.mrp_operators.flaky.agent import attempts as flaky_attempts
+from tests.support.mrp_operators.slow.agent import count as slow_count
+from workers.main import build_worker
+from workers.services import ManagedProcess, TemporalDevServer, pid_alive
+from workflows.mrp import MRPJob
+
+REPO = Path(__file__).resolve().parents[3]
+TEST_CONFIG = REPO / "tests" / "support" / "mrp_operators" / "mrp.yaml"
+
+
+pytestmark = pytest.mark.usefixtures("ray_for_module")
+
+
+def job_yaml(
+    job_id: str, operator: str, params: dict[str, object], n: int, **policy: object
+) -> str:
+    items = ", ".join(json.dumps(f"item-{i}") for i in range(n))
+    lines = "".join(f"\n  {k}: {json.dumps(v)}" for k, v in policy.items())
+    return f"""
+dsl_version: "0.1"
+job_id: {job_id}
+inputs:
+  items: [{items}]
+  by: item
+map:
+  operator: {operator}
+  params: {json.dumps(params)}
+reduce:
+  operator: numeric-sum@1.0.0
+produce:
+  operator: json-writer@1.0.0
+  sink: {{kind: json, destination: out/{job_id}.json}}
+policy:{lines}
+"""
+
+
+async def test_flaky_shard_is_retried_and_counted(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "flaky"
+    params = {"state_dir": str(state), "fail_times": 2, "only_shards": ["shard-000001"]}
+    yaml_text = job_yaml(
+        "flaky-ok",
+        "flaky@1.0.0",
+        params,
+        4,
+        max_workers=2,
+        max_shard_retries=3,
+        budget_units="100",
+    )
+    async with build_worker(client, mrp_settings):
+        result = await run_job(
+            client, mrp_settings, "flaky-ok", MRPJobInput(job_yaml=yaml_text, backend="ray")
+        )
+    assert result.status == "succeeded"
+    assert result.counters.retried == 2 and result.counters.run == 4
+    assert result.counters.failed == 0
+    assert flaky_attempts(state, "shard-000001") == 3
+    assert [flaky_attempts(state, f"shard-{i:06d}") for i in (0, 2, 3)] == [1, 1, 1]
+    shards = list_shards(get_sessionmaker(mrp_settings.resolved_database_url), result.run_id)
+    assert [(s.shard_id, s.attempts, s.executions) for s in shards][1] == ("shard-000001", 3, 1)
+
+
+async def test_shard_over_its_retry_cap_fails_the_job_naming_it(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "flaky"
+    params = {"state_dir": str(state), "fail_times": 10, "only_shards": ["shard-000002"]}
+    yaml_text = job_yaml(
+        "flaky-cap",
+        "flaky@1.0.0",
+        params,
+        4,
+        max_workers=2,
+        max_shard_retries=2,
+        budget_units="100",
+    )
+    async with build_worker(client, mrp_settings):
+        with pytest.raises(WorkflowFailureError) as info:
+            await run_job(
+                client, mrp_settings, "flaky-cap", MRPJobInput(job_yaml=yaml_text, backend="ray")
+            )
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == ERROR_SHARD
+    assert "shard-000002" in cause.message and "retry cap 2" in cause.message
+    assert flaky_attempts(state, "shard-000002") == 3  # first try + 2 retries, no more
+    run_id = cause.details[-1]["run_id"]  # type: ignore[index]
+    sm = get_sessionmaker(mrp_settings.resolved_database_url)
+    run = get_run(sm, run_id)
+    assert run is not None and run.status == "failed" and "shard-000002" in (run.error or "")
+    manifest = get_manifest(sm, artifact_store_from_settings(mrp_settings), run_id)
+    assert manifest is not None and manifest.partial and manifest.produced == []
+    failed = [s for s in manifest.shards if s.state == "failed"]
+    assert [(s.shard_id, s.attempts) for s in failed] == [("shard-000002", 3)]
+
+
+async def test_budget_kill_switch_stops_the_run_without_a_sink(
+    client: Client, mrp_settings: Settings
+) -> None:
+    # Estimated 100 units a shard (cost_weight); each shard really costs 100 + 100 metered,
+    # so the run passes 1.2 x its estimate part way through the map phase.
+    yaml_text = job_yaml(
+        "budget-kill",
+        "expensive@1.0.0",
+        {"extra_units_per_item": "100"},
+        10,
+        max_workers=2,
+        budget_units="100000",
+    )
+    async with build_worker(client, mrp_settings):
+        result = await run_job(
+            client,
+            mrp_settings,
+            "budget-kill",
+            MRPJobInput(job_yaml=yaml_text, backend="threads", window_size=2),
+        )
+    assert result.status == "budget_exceeded"
+    assert result.cost.tripped == "units" and result.cost.units > result.cost.limit_units
+    assert result.cost.limit_units == result.cost.estimate_units * 12 / 10
+    assert 0 < result.counters.run < 10 and result.counters.cancelled > 0
+    assert result.produced == [] and "reduce" not in result.output_digests
+    sm = get_sessionmaker(mrp_settings.resolved_database_url)
+    manifest = get_manifest(sm, artifact_store_from_settings(mrp_settings), result.run_id)
+    assert manifest is not None and manifest.partial and manifest.status == "budget_exceeded"
+    assert manifest.reduce_digest is None and manifest.produced == []
+    # No sink: nothing under the run's output root.
+    out_root = mrp_settings.data_dir / "mrp" / "output" / "budget-kill" / result.run_id
+    assert not out_root.exists()
+
+
+async def test_kill_switch_cancels_windows_still_running(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    """Every shard fails twice before it succeeds, so each costs 3 units against an estimate
+    of 1; with 4 one-shard windows in flight the kill switch trips while others run, and
+    the workflow cancels them (and waits until they have stopped)."""
+    params = {"state_dir": str(tmp_path / "flaky"), "fail_times": 2}
+    yaml_text = job_yaml(
+        "budget-cancel",
+        "flaky@1.0.0",
+        params,
+        12,
+        max_workers=4,
+        max_shard_retries=3,
+        budget_units="100",
+    )
+    run_id = f"r-{uuid.uuid4().hex[:10]}"
+    async with build_worker(client, mrp_settings):
+        handle = await client.start_workflow(
+            MRPJob.run,
+            MRPJobInput(job_yaml=yaml_text, backend="threads", window_size=1, run_id=run_id),
+            id=workflow_id_for("budget-cancel", run_id),
+            task_queue=mrp_settings.task_queue,
+        )
+        result = await handle.result()
+    assert result.status == "budget_exceeded" and result.cost.tripped == "units"
+    assert result.cost.limit_units == Decimal("16.8")  # 1.2 x (12 map + reduce + produce)
+    assert result.counters.cancelled > 0 and result.produced == []
+    # Each window the workflow asked to cancel ended before the workflow did: cancelled,
+    # or completed when it finished its shard before the request reached it.
+    requested: set[int] = set()
+    ended: dict[int, str] = {}
+    async for event in handle.fetch_history_events():
+        t = event.event_type
+        if t == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED:
+            requested.add(event.activity_task_cancel_requested_event_attributes.scheduled_event_id)
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
+            ended[event.activity_task_canceled_event_attributes.scheduled_event_id] = "canceled"
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            ended[event.activity_task_completed_event_attributes.scheduled_event_id] = "completed"
+    assert requested and requested <= set(ended)
+
+
+async def test_cancelled_workflow_stops_its_windows_and_records_the_run(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "slow"
+    yaml_text = job_yaml(
+        "cancelled",
+        "slow@1.0.0",
+        {"sleep_s": 0.3, "state_dir": str(state)},
+        40,
+        max_workers=2,
+        budget_units="1000",
+    )
+    run_id = f"r-{uuid.uuid4().hex[:10]}"
+    async with build_worker(client, mrp_settings):
+        handle = await client.start_workflow(
+            MRPJob.run,
+            MRPJobInput(job_yaml=yaml_text, backend="threads", window_size=10, run_id=run_id),
+            id=workflow_id_for("cancelled", run_id),
+            task_queue=mrp_settings.task_queue,
+        )
+        await wait_until(
+            lambda: sum(slow_count(state, f"shard-{i:06d}") for i in range(40)) >= 3,
+            timeout_s=60,
+            what="3 shards to finish",
+        )
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+    assert isinstance(info.value.cause, CancelledError)
+    sm = get_sessionmaker(mrp_settings.resolved_database_url)
+    run = get_run(sm, run_id)
+    assert run is not None and run.status == "failed" and run.error == "workflow cancelled"
+    manifest = get_manifest(sm, artifact_store_from_settings(mrp_settings), run_id)
+    assert manifest is not None and manifest.partial and manifest.produced == []
+    assert 0 < sum(s.state == "succeeded" for s in manifest.shards) < 40
+    # The windows stopped: no shard starts after the run was recorded.
+    started = sum(slow_count(state, f"shard-{i:06d}", "runs") for i in range(40))
+    await asyncio.sleep(1.0)
+    assert sum(slow_count(state, f"shard-{i:06d}", "runs") for i in range(40)) == started
+
+
+async def test_shard_past_its_timeout_is_cancelled_on_ray(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "slow"
+    yaml_text = job_yaml(
+        "timeout",
+        "slow@1.0.0",
+        {"sleep_s": 30, "state_dir": str(state)},
+        1,
+        max_workers=1,
+        max_shard_retries=1,
+        shard_timeout_s=2,
+        budget_units="100",
+    )
+    async with build_worker(client, mrp_settings):
+        with pytest.raises(WorkflowFailureError) as info:
+            await run_job(
+                client, mrp_settings, "timeout", MRPJobInput(job_yaml=yaml_text, backend="ray")
+            )
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == ERROR_SHARD
+    assert "shard-000000" in cause.message and "shard timeout of 2s" in cause.message
+    # Two attempts started (first try + 1 retry); the Ray worker of each was killed, so
+    # neither finished its 30 s sleep.
+    assert slow_count(state, "shard-000000", "runs") == 2
+    assert slow_count(state, "shard-000000", "done") == 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+def _descendants(pid: int) -> set[int]:
+    """PIDs of every live descendant of ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+@pytest.mark.slow
+async def test_worker_sigkill_mid_map_resumes_without_recompute(
+    client: Client,
+    mrp_settings: Settings,
+    tmp_path: Path,
+    spawned: list[ManagedProcess | TemporalDevServer],
+) -> None:
+    """SIGKILL the worker (and its Ray cluster) while a window runs; a new worker finishes
+    the job. Shards finished before the kill are skipped, never recomputed; the replay of
+    the run recomputes every shard and reproduces every digest."""
+    settings = mrp_settings
+    state = tmp_path / "slow"
+    n = 12
+    yaml_text = job_yaml(
+        "kill-mid-map",
+        "slow@1.0.0",
+        {"sleep_s": 0.4, "state_dir": str(state)},
+        n,
+        max_workers=2,
+        budget_units="1000",
+    )
+    env = worker_env(settings) | {"KEEL_MRP_CONFIG": str(TEST_CONFIG)}
+    log_path = tmp_path / "worker.log"
+    worker = ManagedProcess(
+        "keel worker", [sys.executable, "-m", "cli.keel", "worker"], log_path=log_path, env=env
+    )
+    spawned.append(worker)
+    worker.start()
+    run_id = f"r-{uuid.uuid4().hex[:10]}"
+    handle = await client.start_workflow(
+        MRPJob.run,
+        MRPJobInput(job_yaml=yaml_text, backend="ray", window_size=n, run_id=run_id),
+        id=workflow_id_for("kill-mid-map", run_id),
+        task_queue=settings.task_queue,
+    )
+    done = lambda: sum(slow_count(state, f"shard-{i:06d}") for i in range(n))  # noqa: E731
+    await wait_until(
+        lambda: not worker.running() or done() >= 4,
+        timeout_s=180,
+        what="the worker to finish 4 shards",
+    )
+    assert worker.running(), f"worker exited early:\n{log_path.read_text()}"
+    tree = _descendants(worker.pid) | {worker.pid}
+    cmdlines = [_cmdline(p) for p in tree]
+    assert any("raylet" in c for c in cmdlines), cmdlines
+    # The Ray temp dir the killed worker cannot remove itself (/tmp/keel-ray-*).
+    ray_dirs = {m for c in cmdlines for m in re.findall(r"/tmp/keel-ray-[A-Za-z0-9_]+", c)}
+    os.killpg(worker.pid, signal.SIGKILL)
+    assert worker.proc is not None and worker.proc.wait(timeout=10) == -signal.SIGKILL
+    # The worker, its Ray cluster and Ray's workers are all gone.
+    await wait_until(
+        lambda: not any(pid_alive(p) for p in tree), timeout_s=30, what="Ray processes to exit"
+    )
+    for d in ray_dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    sm = get_sessionmaker(settings.resolved_database_url)
+    finished_before = {s.shard_id for s in list_shards(sm, run_id) if s.output_digest}
+    assert 0 < len(finished_before) < n
+
+    async with build_worker(client, settings, max_cached_workflows=0):
+        result: MRPJobResult = await asyncio.wait_for(handle.result(), timeout=240)
+    assert result.status == "succeeded"
+    # The retried window skipped what the dead worker had finished.
+    assert result.counters.skipped >= len(finished_before)
+    assert result.counters.run + result.counters.skipped == n
+    shards = {s.shard_id: s for s in list_shards(sm, run_id)}
+    for shard_id in finished_before:
+        assert shards[shard_id].executions == 1, shard_id
+        assert slow_count(state, shard_id, "done") == 1, shard_id  # never ran again
+    assert all(slow_count(state, f"shard-{i:06d}", "done") >= 1 for i in range(n))
+
+    # A replay recomputes every shard and must reproduce the crashed run's digests.
+    async with build_worker(client, settings):
+        replay = await run_job(
+            client, settings, "kill-mid-map", MRPJobInput(replay_of=run_id, backend="threads")
+        )
+    assert replay.replay_matched is True and replay.output_digests == result.output_digests

@@ -1,0 +1,79 @@
+"""``GET /mrp/jobs/{id}`` finds a run id with one visibility query: an unknown id is a 404
+at once, even with 2,000 runs on the server (issue 15 §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+import uuid
+from datetime import timedelta
+
+import httpx
+import pytest
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+from api.app import create_app
+from keel.mrp.run import WORKFLOW_TYPE, MRPJobInput, workflow_id_for
+from tests.support.api import auth
+from workers.mrp_client import RUN_ID_KEY, find_workflow_id
+
+log = logging.getLogger(__name__)
+JOBS = 2000
+
+
+async def _start_idle_jobs(client: Client, job_id: str, n: int) -> list[str]:
+    """``n`` MRPJob runs on a task queue no worker polls: visible, never progressing; they
+    time out on their own so the session's server does not keep them."""
+    queue = f"keel-idle-{uuid.uuid4()}"
+    gate = asyncio.Semaphore(32)
+    run_ids = [uuid.uuid4().hex[:16] for _ in range(n)]
+
+    async def one(run_id: str) -> None:
+        async with gate:
+            await client.start_workflow(
+                WORKFLOW_TYPE,
+                MRPJobInput(job_yaml="", run_id=run_id),
+                id=workflow_id_for(job_id, run_id),
+                task_queue=queue,
+                execution_timeout=timedelta(minutes=3),
+                search_attributes=TypedSearchAttributes([SearchAttributePair(RUN_ID_KEY, run_id)]),
+            )
+
+    await asyncio.gather(*(one(r) for r in run_ids))
+    return run_ids
+
+
+@pytest.mark.slow
+async def test_unknown_run_id_is_404_at_once_among_2000_jobs(api_settings, client):
+    job_id = f"lookup-{uuid.uuid4().hex[:8]}"
+    t0 = time.monotonic()
+    run_ids = await _start_idle_jobs(client, job_id, JOBS)
+    log.info("started %d idle MRPJob runs in %.1f s", JOBS, time.monotonic() - t0)
+    # The last one started is listed once visibility has caught up: the server holds them all.
+    for _ in range(100):
+        if await find_workflow_id(client, run_ids[-1]):
+            break
+        await asyncio.sleep(0.1)
+    assert await find_workflow_id(client, run_ids[-1]) == workflow_id_for(job_id, run_ids[-1])
+    count = await client.count_workflows(f'WorkflowType = "{WORKFLOW_TYPE}"')
+    assert count.count >= JOBS
+
+    app = create_app(api_settings, client=client)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://keel.test") as http:
+        # Started without the API's keel_access memo, these runs are read by admin only.
+        known = await http.get(f"/mrp/jobs/{run_ids[0]}", headers=auth("root"))
+        assert known.status_code == 200, known.text
+        assert known.json()["workflow_id"] == workflow_id_for(job_id, run_ids[0])
+        timings = []
+        for _ in range(7):
+            start = time.perf_counter()
+            resp = await http.get(f"/mrp/jobs/no-such-{uuid.uuid4().hex}", headers=auth("bob"))
+            timings.append(time.perf_counter() - start)
+            assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+    log.info("404 latencies (ms): %s", [round(t * 1000, 1) for t in timings])
+    # Median, not max: this machine's cores are shared, one slow sample says nothing.
+    assert statistics.median(timings) < 0.1, timings
