@@ -36,7 +36,7 @@ from keel.rllm.errors import (
 from keel.rllm.model import RllmProgram
 from keel.rllm.output import check_output
 from keel.rllm.params import LLM_PARAMS_SCHEMA
-from keel.rllm.parser import load, parse_text
+from keel.rllm.parser import parse_text
 from keel.rllm.run import (
     BLOCK,
     GENERATE,
@@ -55,6 +55,7 @@ from keel.rllm.run import (
 from keel.rllm.stats import RllmRunRecord
 from sandbox import SandboxConfig, SandboxError, SandboxLimits, default_config
 from sandbox.python_block import run_python_block_async
+from store.files import load_rllm
 from store.rllm_stats import record_run
 
 
@@ -97,7 +98,7 @@ def load_resolved(path: str, files: dict[str, str]) -> ResolvedApp:
             )
         loader = bundle_loader(files)
         return resolve(loader(Path(key)), path=key, loader=loader)
-    return resolve(load(path), path=path)
+    return resolve(load_rllm(path), path=path, loader=load_rllm)
 
 
 def param_issues(

@@ -43,9 +43,10 @@ from temporalio.worker import Worker  # noqa: E402
 from activities.llm import load_litellm  # noqa: E402
 from bench.floor import FloorCall, FloorLLM, floor_complete  # noqa: E402
 from keel.rllm.contracts import render_prompt, template_variables, validate_input  # noqa: E402
-from keel.rllm.deps import load_app  # noqa: E402
-from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files  # noqa: E402
+from keel.rllm.run import RllmRunInput, RllmRunResult  # noqa: E402
 from keel.settings import Settings  # noqa: E402
+from store.files import bundle_files  # noqa: E402
+from store.files import load_rllm_app as load_app  # noqa: E402
 from tests.support.scripted_openai import (  # noqa: E402
     ScriptedOpenAIServer,
     ScriptedReply,

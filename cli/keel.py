@@ -489,7 +489,8 @@ async def _run_rllm_examples(client: Any, settings: Settings) -> None:
     """The three example ``.rllm`` apps on the local model, as ``RllmApp`` workflows."""
     from temporalio.client import WorkflowFailureError
 
-    from keel.rllm.run import RllmRunInput, bundle_files, workflow_id_for
+    from keel.rllm.run import RllmRunInput, workflow_id_for
+    from store.files import bundle_files
     from workers.rllm_client import failure_payload, start_run
 
     examples = Path(__file__).resolve().parent.parent / "examples"

@@ -161,13 +161,14 @@ def _settings() -> Settings:
 
 
 def _load(path: Path) -> ResolvedApp:
-    from keel.rllm.deps import load_app
+    from store.files import load_rllm_app
 
-    return load_app(path)
+    return load_rllm_app(path)
 
 
 def _models(settings: Settings) -> Any:
-    from keel.llm import ModelsConfigError, load_models_config
+    from keel.llm import ModelsConfigError
+    from store.files import load_models_config
 
     try:
         return load_models_config(settings.models_config)
@@ -635,7 +636,8 @@ async def _run_workflow(
 ) -> tuple[str, Any]:
     from temporalio.client import WorkflowFailureError
 
-    from keel.rllm.run import RllmRunInput, bundle_files, workflow_id_for
+    from keel.rllm.run import RllmRunInput, workflow_id_for
+    from store.files import bundle_files
     from workers.rllm_client import failure_payload, start_run
 
     inp = RllmRunInput(

@@ -1,8 +1,8 @@
 """LLM call models and the models config (``configs/models.yaml``).
 
 Pure domain: workflows import these models to build activity inputs and read results.
-The only I/O is :func:`load_models_config`, which reads the YAML file (and environment
-variables named in ``${...}`` placeholders of ``api_base``).
+:func:`parse_models_config` checks the text of the models config; ``store.files``
+reads the file (and the environment for ``${...}`` placeholders in ``api_base``).
 
 Secrets never live here: a :class:`ModelSpec` names the environment variable that
 holds a key (``api_key_env``), and the gateway activity reads it at call time, so no key
@@ -11,10 +11,8 @@ reaches workflow history, configs or results.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -203,22 +201,14 @@ def _expand(value: str, env: Mapping[str, str], where: str) -> str:
     return _PLACEHOLDER.sub(sub, value)
 
 
-def load_models_config(path: str | Path, env: Mapping[str, str] | None = None) -> ModelsConfig:
-    """Read and validate a models config file.
+def parse_models_config(text: str, path: str, env: Mapping[str, str]) -> ModelsConfig:
+    """Validate the text of a models config file named ``path`` (in messages).
 
-    ``${NAME}`` and ``${NAME:-default}`` in ``api_base`` are replaced from ``env``
-    (default ``os.environ``), so ``${KEEL_MODEL_SERVER_PORT:-8089}`` follows the port the
-    local model server was started on.
+    ``${NAME}`` and ``${NAME:-default}`` in ``api_base`` are replaced from ``env``.
 
     Raises:
         ModelsConfigError: the message names the file and the offending key.
     """
-    path = Path(path)
-    env = os.environ if env is None else env
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ModelsConfigError(f"{path}: cannot read models config: {e.strerror or e}") from e
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -22,10 +22,10 @@ from activities.notify import NotifyActivities
 from activities.ollama import OllamaActivities
 from activities.records import RecordActivities
 from activities.rllm import RllmActivities
-from keel.llm import load_models_config
 from keel.records import LLMCallLog
 from keel.settings import Settings
 from store.db import init_db, make_engine, make_sessionmaker
+from store.files import load_models_config
 from store.records import record_llm_call
 from workers.services import SEARCH_ATTRIBUTES
 from workflows.demo import KeelDemo

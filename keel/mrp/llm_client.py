@@ -285,8 +285,8 @@ class CachedLLMClient:
         cls, settings: Any, *, replay_only: bool = False, default_model: str = ""
     ) -> CachedLLMClient:
         """A client on ``settings``' models config and artifact store."""
-        from keel.llm import load_models_config
         from store.artifacts import artifact_store_from_settings
+        from store.files import load_models_config
 
         return cls(
             load_models_config(settings.models_config),

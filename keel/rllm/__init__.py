@@ -26,7 +26,6 @@ from keel.rllm.deps import (
     DependencyGraph,
     DependencyNode,
     ResolvedApp,
-    load_app,
     resolve,
 )
 from keel.rllm.errors import (
@@ -55,7 +54,7 @@ from keel.rllm.output import (
     retry_exhausted,
     validate_output,
 )
-from keel.rllm.parser import load, parse_text
+from keel.rllm.parser import parse_bytes, parse_text
 from keel.rllm.render import DEFAULT_RECOVERY_TEMPLATE, render, render_recovery
 from keel.rllm.schema import ValidationIssue, check_schema, validate_instance
 
@@ -96,10 +95,9 @@ __all__ = [
     "estimate_prompt_tokens",
     "estimate_tokens",
     "exposed_output",
-    "load",
-    "load_app",
     "merge_output",
     "ollama_model_missing",
+    "parse_bytes",
     "parse_output",
     "parse_text",
     "render",

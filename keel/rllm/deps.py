@@ -28,7 +28,6 @@ from pydantic import BaseModel, Field
 from keel.digest import digest_json
 from keel.rllm.errors import DependencyResolutionError, RllmError
 from keel.rllm.model import LLMSpec, RllmProgram, UseSpec
-from keel.rllm.parser import load
 from keel.rllm.schema import compatibility_problems, resolve_local
 
 Loader = Callable[[Path], RllmProgram]
@@ -302,9 +301,12 @@ def resolve(
     program: RllmProgram,
     *,
     path: str | os.PathLike[str] | None = None,
-    loader: Loader = load,
+    loader: Loader,
 ) -> ResolvedApp:
     """Load and check everything ``program`` uses, transitively.
+
+    ``loader`` reads a used app: ``store.files.load_rllm`` from the disk, or a loader over
+    the files sent with a run (``activities.rllm.bundle_loader``).
 
     ``path`` is the program's file (default: ``program.source_path``); ``uses`` paths are
     relative to it. Graph keys are paths relative to its directory, with ``/``.
@@ -341,13 +343,3 @@ def resolve(
     }
     graph = DependencyGraph(root=r.key(root_path), nodes=nodes, edges=r.edges)
     return ResolvedApp(graph=graph, programs=dict(sorted(r.programs.items())))
-
-
-def load_app(path: str | os.PathLike[str], *, loader: Loader = load) -> ResolvedApp:
-    """Load an app file and resolve its dependencies: what ``runllm validate`` checks.
-
-    Raises:
-        RllmError: the root file's own errors as raised by :func:`keel.rllm.parser.load`,
-            or :class:`DependencyResolutionError` for its dependencies.
-    """
-    return resolve(loader(Path(path)), path=path, loader=loader)

@@ -25,7 +25,6 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -771,23 +770,14 @@ def parse_text(text: str, path: str | os.PathLike[str] | None = None) -> RllmPro
     return _parse(text, None if path is None else str(path), digest_bytes(text.encode("utf-8")))
 
 
-def load(path: str | os.PathLike[str]) -> RllmProgram:
-    """Read and parse a ``.rllm`` file. ``source_digest`` is BLAKE3 of the file's bytes.
+def parse_bytes(raw: bytes, path: str | os.PathLike[str]) -> RllmProgram:
+    """Parse the bytes of the ``.rllm`` file at ``path`` (``store.files.load_rllm`` reads
+    them). ``source_digest`` is BLAKE3 of the bytes.
 
     Raises:
-        ParseError: the file cannot be read or is not UTF-8, plus everything
-            :func:`parse_text` raises.
+        ParseError: the bytes are not UTF-8, plus everything :func:`parse_text` raises.
     """
-    p = Path(path)
-    f = _File(str(p))
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ParseError(
-            f"{p}: cannot read the file: {e.strerror or e}",
-            details={"file": str(p)},
-            recovery_hint="Check the path and that the file is readable.",
-        ) from None
+    f = _File(str(path))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -795,7 +785,7 @@ def load(path: str | os.PathLike[str]) -> RllmProgram:
         raise f.parse_error(
             f"the file is not UTF-8 (byte {e.start})", line, hint="Save the file as UTF-8."
         ) from None
-    return _parse(text, str(p), digest_bytes(raw))
+    return _parse(text, str(path), digest_bytes(raw))
 
 
 def _parse(text: str, path: str | None, digest: str) -> RllmProgram:

@@ -3,7 +3,7 @@
 Pure models shared by the workflow (workflows/rllm.py), its activities
 (activities/rllm.py), the ``runllm`` CLI and the API. A client that runs an app on a
 remote worker sends every file the app needs in :attr:`RllmRunInput.files`
-(:func:`bundle_files` builds that mapping), so the worker never needs the client's disk.
+(``store.files.bundle_files`` builds that mapping), so the worker never needs the client's disk.
 
 Failures are not part of :class:`RllmRunResult`: the workflow fails with
 ``ApplicationError(message, payload, type=<error class name>, non_retryable=True)``
@@ -14,8 +14,6 @@ whose first detail is an :class:`keel.rllm.errors.RllmErrorPayload` as JSON;
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -26,9 +24,7 @@ from keel.refs import ActivityRef
 from keel.rllm.contracts import coerce_input
 from keel.rllm.deps import ResolvedApp
 from keel.rllm.errors import (
-    DependencyResolutionError,
     MetadataValidationError,
-    ParseError,
     RllmError,
     RllmErrorPayload,
 )
@@ -162,7 +158,7 @@ def add_usage(*usages: LLMUsage) -> LLMUsage:
     )
 
 
-def _uses_paths(text: str) -> list[str]:
+def uses_paths(text: str) -> list[str]:
     """The ``uses[].path`` values of a file's frontmatter (empty when there are none)."""
     lines = text.removeprefix("\ufeff").replace("\r\n", "\n").split("\n")
     if not lines or lines[0].strip() != "---":
@@ -179,49 +175,6 @@ def _uses_paths(text: str) -> list[str]:
     if not isinstance(uses, list):
         return []
     return [u["path"] for u in uses if isinstance(u, dict) and isinstance(u.get("path"), str)]
-
-
-def bundle_files(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Read an app file and every file it ``uses``, transitively, for :class:`RllmRunInput`.
-
-    Keys are paths relative to the root file's directory with ``/`` separators; the root
-    is under its own file name. Files that do not parse are still bundled (the worker
-    reports their errors with positions); a cycle simply stops where a file repeats.
-
-    Raises:
-        ParseError: the root file cannot be read or is not UTF-8.
-        DependencyResolutionError: a used file cannot be read, or lies outside the root
-            file's directory tree (``../x.rllm``), which a bundle cannot name.
-    """
-    root = Path(path)
-    base = root.resolve().parent
-    out: dict[str, str] = {}
-    queue: list[tuple[Path, str | None]] = [(root.resolve(), None)]
-    while queue:
-        file, parent = queue.pop(0)
-        try:
-            rel = file.relative_to(base).as_posix()
-        except ValueError:
-            raise DependencyResolutionError(
-                f"{parent}: uses {file}, which is outside {base}",
-                details={"file": parent, "child": str(file)},
-                recovery_hint="Keep every used file in the root app's directory or below it.",
-            ) from None
-        if rel in out:
-            continue
-        try:
-            text = file.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            msg = f"cannot read {file}: {getattr(e, 'strerror', None) or e}"
-            if parent is None:
-                raise ParseError(msg, details={"file": str(file)}) from None
-            raise DependencyResolutionError(
-                f"{parent}: {msg}", details={"file": parent, "child": rel}
-            ) from None
-        out[rel] = text
-        for child in _uses_paths(text):
-            queue.append((Path(os.path.normpath(file.parent / child)), rel))
-    return out
 
 
 def error_type_and_payload(err: RllmError) -> tuple[str, dict[str, Any]]:
@@ -361,7 +314,6 @@ __all__ = [
     "RllmRunInput",
     "RllmRunResult",
     "add_usage",
-    "bundle_files",
     "decode_input",
     "error_type_and_payload",
     "resolve_model_name",

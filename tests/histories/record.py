@@ -50,8 +50,9 @@ from keel.gates import (
     gate_workflow_id,
 )
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
-from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files
+from keel.rllm.run import RllmRunInput, RllmRunResult
 from keel.settings import Settings
+from store.files import bundle_files
 from tests.histories import CORPUS, HISTORIES_DIR
 from tests.support.scripted_openai import (
     RecordedRequest,

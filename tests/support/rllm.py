@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from keel.rllm.run import bundle_files
+from store.files import bundle_files
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

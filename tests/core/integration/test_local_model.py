@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from keel.llm import LLMMessage, LLMRequest, load_models_config
+from keel.llm import LLMMessage, LLMRequest
 from keel.records import LLMCallLog
+from store.files import load_models_config
 from workers.model_server import LocalModelServer, ModelServerError
 from workers.services import free_port
 

@@ -12,9 +12,9 @@ from keel.llm import (
     LLMRequest,
     ModelsConfigError,
     UnknownModelError,
-    load_models_config,
 )
 from keel.settings import Settings
+from store.files import load_models_config
 
 SHIPPED = Path(__file__).resolve().parents[3] / "configs" / "models.yaml"
 

@@ -21,9 +21,10 @@ from sqlalchemy import select
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files
+from keel.rllm.run import RllmRunInput, RllmRunResult
 from keel.settings import Settings
 from store.db import get_sessionmaker
+from store.files import bundle_files
 from store.models import RllmRunRow
 from tests.support.faults import activity_events, sigkill, spawn_ready_worker, wait_until
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config

@@ -24,7 +24,6 @@ from temporalio.worker import Worker
 
 from activities.llm import LLMGateway
 from activities.rllm import RllmActivities
-from keel.llm import load_models_config
 from keel.rllm.errors import (
     EXIT_CODES,
     ContextWindowExceededError,
@@ -35,11 +34,12 @@ from keel.rllm.errors import (
     RetryExhaustedError,
     error_from_payload,
 )
-from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files, workflow_id_for
+from keel.rllm.run import RllmRunInput, RllmRunResult, workflow_id_for
 from keel.settings import Settings
 from sandbox import SandboxConfig, SandboxLimits
 from sandbox.models import JailSettings
 from store.db import get_sessionmaker, init_db
+from store.files import bundle_files, load_models_config
 from store.rllm_stats import get_stats, list_runs
 from tests.support.history import activity_names
 from tests.support.pydantic_schemas import TicketIn, TicketOut, ticket_app

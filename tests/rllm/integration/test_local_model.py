@@ -17,9 +17,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from keel.rllm.run import RllmRunInput, RllmRunResult, bundle_files, workflow_id_for
+from keel.rllm.run import RllmRunInput, RllmRunResult, workflow_id_for
 from keel.settings import Settings
 from store.db import get_sessionmaker
+from store.files import bundle_files
 from store.rllm_stats import get_stats
 from workers.main import build_worker
 from workers.model_server import LocalModelServer

@@ -16,7 +16,6 @@ from keel.rllm import (
     child_input,
     coerce_input,
     exposed_output,
-    load,
     merge_output,
     ollama_model_missing,
     render_prompt,
@@ -25,23 +24,24 @@ from keel.rllm import (
     validate_input,
     validate_output,
 )
+from store.files import load_rllm
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 
 
 @pytest.fixture(scope="module")
 def summary():
-    return load(EXAMPLES / "summary.rllm")
+    return load_rllm(EXAMPLES / "summary.rllm")
 
 
 @pytest.fixture(scope="module")
 def keywords():
-    return load(EXAMPLES / "extract_keywords.rllm")
+    return load_rllm(EXAMPLES / "extract_keywords.rllm")
 
 
 @pytest.fixture(scope="module")
 def compose():
-    return load(EXAMPLES / "compose_summary_keywords.rllm")
+    return load_rllm(EXAMPLES / "compose_summary_keywords.rllm")
 
 
 def test_bare_string_becomes_the_single_required_string_input(summary):

@@ -6,12 +6,11 @@ import pytest
 from keel.rllm import (
     DependencyResolutionError,
     ResolvedApp,
-    load,
-    load_app,
     merge_output,
     parse_text,
     resolve,
 )
+from store.files import load_rllm, load_rllm_app
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 COMPOSE = Path(__file__).parent / "rllm_golden" / "compose"
@@ -19,7 +18,7 @@ COMPOSE = Path(__file__).parent / "rllm_golden" / "compose"
 
 def test_composition_example_resolves_with_a_typed_merged_contract(monkeypatch):
     monkeypatch.chdir(EXAMPLES)
-    app = load_app("compose_summary_keywords.rllm")
+    app = load_rllm_app("compose_summary_keywords.rllm")
     g = app.graph
     assert g.root == "compose_summary_keywords.rllm"
     assert g.order() == ["summary.rllm", "extract_keywords.rllm", "compose_summary_keywords.rllm"]
@@ -43,16 +42,16 @@ def test_composition_example_resolves_with_a_typed_merged_contract(monkeypatch):
 def test_graph_digest_follows_every_file(tmp_path):
     for name in ("summary", "extract_keywords", "compose_summary_keywords"):
         shutil.copy(EXAMPLES / f"{name}.rllm", tmp_path)
-    before = load_app(tmp_path / "compose_summary_keywords.rllm").graph.digest()
-    assert before == load_app(tmp_path / "compose_summary_keywords.rllm").graph.digest()
+    before = load_rllm_app(tmp_path / "compose_summary_keywords.rllm").graph.digest()
+    assert before == load_rllm_app(tmp_path / "compose_summary_keywords.rllm").graph.digest()
     child = tmp_path / "summary.rllm"
     child.write_text(child.read_text().replace("author: Keel", "author: Someone"))
-    assert load_app(tmp_path / "compose_summary_keywords.rllm").graph.digest() != before
+    assert load_rllm_app(tmp_path / "compose_summary_keywords.rllm").graph.digest() != before
 
 
 def test_chained_children_and_a_shared_child(monkeypatch):
     monkeypatch.chdir(COMPOSE)
-    app = load_app("chained.rllm")
+    app = load_rllm_app("chained.rllm")
     g = app.graph
     assert sorted(g.nodes) == ["chained.rllm", "child.rllm"]
     assert [(e.alias, e.input_map, e.after) for e in g.edges] == [
@@ -67,7 +66,7 @@ def test_chained_children_and_a_shared_child(monkeypatch):
 def test_cycle_names_its_path(monkeypatch):
     monkeypatch.chdir(COMPOSE)
     with pytest.raises(DependencyResolutionError) as info:
-        load_app("cycle_b.rllm")
+        load_rllm_app("cycle_b.rllm")
     assert info.value.details["cycle"] == [
         "cycle_b.rllm",
         "nested/cycle_c.rllm",
@@ -87,24 +86,24 @@ def test_self_use_is_a_cycle(tmp_path):
         )
     )
     with pytest.raises(DependencyResolutionError, match=r"me.rllm -> me.rllm"):
-        load_app(me)
+        load_rllm_app(me)
 
 
 def test_text_without_path_cannot_resolve_uses():
     text = (EXAMPLES / "compose_summary_keywords.rllm").read_text()
     program = parse_text(text)
     with pytest.raises(DependencyResolutionError, match="relative to the app's file"):
-        resolve(program)
-    app = resolve(program, path=EXAMPLES / "compose_summary_keywords.rllm")
+        resolve(program, loader=load_rllm)
+    app = resolve(program, path=EXAMPLES / "compose_summary_keywords.rllm", loader=load_rllm)
     assert len(app.graph.nodes) == 3
-    lone = resolve(load(EXAMPLES / "summary.rllm"))
+    lone = resolve(load_rllm(EXAMPLES / "summary.rllm"), loader=load_rllm)
     assert lone.graph.order() == ["summary.rllm"] and lone.graph.edges == []
 
 
 def test_child_error_is_wrapped_with_its_cause(monkeypatch):
     monkeypatch.chdir(COMPOSE)
     with pytest.raises(DependencyResolutionError) as info:
-        load_app("broken_child.rllm")
+        load_rllm_app("broken_child.rllm")
     cause = info.value.details["cause"]
     assert cause["error_type"] == "ParseError"
     assert cause["details"]["variable"] == "txt"

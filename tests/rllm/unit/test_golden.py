@@ -19,13 +19,12 @@ from keel.rllm import (
     RllmError,
     check_context_window,
     check_output,
-    load,
-    load_app,
     parse_output,
     retry_exhausted,
     validate_input,
 )
 from keel.rllm.errors import ERROR_CLASSES
+from store.files import load_rllm, load_rllm_app
 
 GOLDEN = Path(__file__).parent / "rllm_golden"
 EXAMPLES = Path(__file__).parents[3] / "examples"
@@ -61,14 +60,14 @@ def assert_golden(relpath: str, payload: dict[str, Any]) -> None:
 @pytest.mark.parametrize("name", BROKEN)
 def test_broken_file_payload(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(GOLDEN)
-    payload = payload_of(lambda: load(f"broken/{name}.rllm"))
+    payload = payload_of(lambda: load_rllm(f"broken/{name}.rllm"))
     assert_golden(f"broken/{name}.json", payload)
 
 
 @pytest.mark.parametrize("name", COMPOSE_FAILURES)
 def test_composition_failure_payload(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(GOLDEN / "compose")
-    payload = payload_of(lambda: load_app(f"{name}.rllm"))
+    payload = payload_of(lambda: load_rllm_app(f"{name}.rllm"))
     assert payload["error_type"] == "DependencyResolutionError"
     assert_golden(f"compose/{name}.json", payload)
 
@@ -77,13 +76,13 @@ def test_composition_failure_payload(name: str, monkeypatch: pytest.MonkeyPatch)
 def test_example_parse_tree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The parsed form of each example, so a parser change shows up as a reviewable diff."""
     monkeypatch.chdir(EXAMPLES)
-    program = load(f"{name}.rllm").model_dump(mode="json", exclude={"source_digest"})
+    program = load_rllm(f"{name}.rllm").model_dump(mode="json", exclude={"source_digest"})
     assert_golden(f"programs/{name}.json", program)
 
 
 def test_runtime_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(EXAMPLES)
-    summary = load("summary.rllm")
+    summary = load_rllm("summary.rllm")
     assert_golden(
         "runtime/input_schema.json",
         payload_of(lambda: validate_input(summary, {"text": "", "max_sentences": 9, "x": 1})),

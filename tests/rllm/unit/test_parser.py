@@ -10,7 +10,6 @@ from keel.rllm import (
     MetadataValidationError,
     ParseError,
     RllmProgram,
-    load,
     parse_text,
 )
 from keel.rllm.parser import (
@@ -20,6 +19,7 @@ from keel.rllm.parser import (
     MAX_TEMPLATE_REFS,
     MAX_USES,
 )
+from store.files import load_rllm
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 BASE = (Path(__file__).parent / "rllm_golden" / "tiny_base.rllm").read_text()
@@ -31,7 +31,7 @@ def with_(old: str, new: str) -> str:
 
 
 def test_summary_example():
-    p = load(EXAMPLES / "summary.rllm")
+    p = load_rllm(EXAMPLES / "summary.rllm")
     assert p.name == "summary"
     assert p.version == "0.1.0"
     assert p.llm == LLMSpec(provider="keel", model="local")
@@ -53,7 +53,7 @@ def test_summary_example():
 
 
 def test_python_blocks_are_parsed_in_order():
-    p = load(EXAMPLES / "extract_keywords.rllm")
+    p = load_rllm(EXAMPLES / "extract_keywords.rllm")
     pre, post = p.python_blocks
     assert (pre.name, pre.stage, pre.inputs, pre.outputs) == (
         "squash_whitespace",
@@ -76,7 +76,7 @@ def test_python_blocks_are_parsed_in_order():
 
 
 def test_composition_example_makes_no_llm_call():
-    p = load(EXAMPLES / "compose_summary_keywords.rllm")
+    p = load_rllm(EXAMPLES / "compose_summary_keywords.rllm")
     assert not p.needs_llm
     assert p.prompt_template == ""
     assert [u.alias for u in p.uses] == ["summarised", "keywords_of"]
@@ -85,7 +85,7 @@ def test_composition_example_makes_no_llm_call():
 
 def test_program_round_trips_through_json():
     for name in ("summary", "extract_keywords", "compose_summary_keywords"):
-        p = load(EXAMPLES / f"{name}.rllm")
+        p = load_rllm(EXAMPLES / f"{name}.rllm")
         assert RllmProgram.model_validate_json(p.model_dump_json()) == p
 
 
@@ -105,11 +105,11 @@ def test_text_digest_matches_file_digest_and_line_endings_do_not_matter():
 
 def test_unreadable_and_non_utf8_files(tmp_path):
     with pytest.raises(ParseError, match="cannot read the file"):
-        load(tmp_path / "nope.rllm")
+        load_rllm(tmp_path / "nope.rllm")
     bad = tmp_path / "latin1.rllm"
     bad.write_bytes(BASE.encode().replace(b"author: tests", "author: t\xe9sts".encode("latin-1")))
     with pytest.raises(ParseError, match="not UTF-8") as info:
-        load(bad)
+        load_rllm(bad)
     assert info.value.details["line"] == 5
 
 

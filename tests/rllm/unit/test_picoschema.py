@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from keel.rllm import load
 from keel.rllm.errors import MetadataValidationError
 from keel.rllm.parser import parse_text
 from keel.rllm.picoschema import PicoschemaError, compile_picoschema, is_json_schema
 from keel.rllm.schema import check_schema, validate_instance
+from store.files import load_rllm
 
 PRODUCT = yaml.safe_load(
     """
@@ -184,7 +184,7 @@ def test_app_with_bad_picoschema_points_at_the_key(tmp_path):
     path = tmp_path / "bad.rllm"
     path.write_text(APP.replace("labels(array): string", "labels(array): strng"))
     with pytest.raises(MetadataValidationError) as info:
-        load(path)
+        load_rllm(path)
     err = info.value
     assert err.details["key"] == "output_schema.labels(array)"
     assert err.details["line"] == 12

@@ -7,10 +7,11 @@ import json
 import pytest
 from pydantic import BaseModel
 
-from keel.rllm import check_output, load_app, validate_input
+from keel.rllm import check_output, validate_input
 from keel.rllm.errors import DependencyResolutionError, InputSchemaError, ParseError
 from keel.rllm.parser import parse_text
 from keel.rllm.render import render_recovery
+from store.files import load_rllm_app
 from tests.support.pydantic_schemas import TicketIn, TicketOut, ticket_app
 
 GOOD_INPUT = {
@@ -143,10 +144,10 @@ def test_composition_reads_parent_fields_through_refs(tmp_path, child_type, fits
     (tmp_path / "city.rllm").write_text(CITY_APP.format(type=child_type))
     (tmp_path / "ticket.rllm").write_text(ticket_app(extra=USES_CITY))
     if fits:
-        assert load_app(tmp_path / "ticket.rllm").graph.edges[0].alias == "geo"
+        assert load_rllm_app(tmp_path / "ticket.rllm").graph.edges[0].alias == "geo"
         return
     with pytest.raises(DependencyResolutionError) as info:
-        load_app(tmp_path / "ticket.rllm")
+        load_rllm_app(tmp_path / "ticket.rllm")
     assert "city: may be string but integer is expected" in info.value.message
 
 

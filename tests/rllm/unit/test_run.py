@@ -12,14 +12,13 @@ from activities.rllm import bundle_loader, load_resolved, param_issues
 from keel.llm import ModelsConfig, ModelSpec
 from keel.rllm.errors import DependencyResolutionError, MetadataValidationError, ParseError
 from keel.rllm.model import LLMSpec
-from keel.rllm.parser import load
 from keel.rllm.run import (
     RllmRunInput,
-    bundle_files,
     decode_input,
     resolve_model_name,
     workflow_id_for,
 )
+from store.files import bundle_files, load_rllm
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 MODELS = ModelsConfig(
@@ -71,7 +70,7 @@ def test_bundle_loader_names_missing_files() -> None:
 
 
 def test_decode_input() -> None:
-    summary = load(EXAMPLES / "summary.rllm")
+    summary = load_rllm(EXAMPLES / "summary.rllm")
     assert decode_input(summary, {"text": "t"}) == {"text": "t"}
     assert decode_input(summary, '{"text": "t", "max_sentences": 3}') == {
         "text": "t",
@@ -101,7 +100,9 @@ def test_resolve_model_name() -> None:
 
 def test_llm_params_against_litellm_lists() -> None:
     litellm = load_litellm()
-    program = load(EXAMPLES / "extract_keywords.rllm")  # temperature, max_tokens, penalty, seed
+    program = load_rllm(
+        EXAMPLES / "extract_keywords.rllm"
+    )  # temperature, max_tokens, penalty, seed
 
     def supported(model: str) -> list[str] | None:
         m, provider, _, _ = litellm.get_llm_provider(model)

@@ -12,7 +12,6 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import Session, sessionmaker
 
 from keel.llm import ModelsConfig, ModelSpec
-from keel.rllm.deps import load_app
 from keel.rllm.stats import (
     STATS_SCHEMA_VERSION,
     PredictionPart,
@@ -24,6 +23,7 @@ from keel.rllm.stats import (
     predict_part,
 )
 from store.db import get_engine, init_db
+from store.files import load_rllm_app
 from store.rllm_stats import get_stats, list_runs, predict_exectime, record_run, run_parts
 from tests.support.store import run_together
 
@@ -247,7 +247,7 @@ def test_concurrent_duplicate_records_write_one_row(sm: sessionmaker[Session]) -
 
 
 def test_predict_exectime_sums_over_uses(sm: sessionmaker[Session]) -> None:
-    resolved = load_app(EXAMPLES / "compose_summary_keywords.rllm")
+    resolved = load_rllm_app(EXAMPLES / "compose_summary_keywords.rllm")
     assert [k for k, _, _ in run_parts(resolved, MODELS)] == [
         "compose_summary_keywords.rllm",
         "compose_summary_keywords.rllm/summarised",
