@@ -159,7 +159,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
             return max(0.0, float(ms) / 1000.0)
         except ValueError:
             pass
-    return parse_retry_after(headers.get("retry-after"))
+    return parse_retry_after(headers.get("retry-after"), now=datetime.now(UTC))
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from temporalio import activity
@@ -84,7 +84,7 @@ class NotifyActivities:
             ) from None
         if resp.is_success:
             return WebhookResult(delivered=True, status_code=resp.status_code)
-        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+        retry_after = parse_retry_after(resp.headers.get("Retry-After"), now=datetime.now(UTC))
         raise ApplicationError(
             f"webhook answered HTTP {resp.status_code}",
             {"status_code": resp.status_code},

@@ -55,7 +55,7 @@ from keel.rllm.run import (
 from keel.rllm.stats import RllmRunRecord
 from sandbox import SandboxConfig, SandboxError, SandboxLimits, default_config
 from sandbox.python_block import run_python_block_async
-from store.files import load_rllm
+from store.files import load_rllm_app
 from store.rllm_stats import record_run
 
 
@@ -98,7 +98,7 @@ def load_resolved(path: str, files: dict[str, str]) -> ResolvedApp:
             )
         loader = bundle_loader(files)
         return resolve(loader(Path(key)), path=key, loader=loader)
-    return resolve(load_rllm(path), path=path, loader=load_rllm)
+    return load_rllm_app(path)
 
 
 def param_issues(

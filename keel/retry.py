@@ -20,7 +20,7 @@ def is_retryable_status(status: int) -> bool:
     return status in RETRYABLE_4XX
 
 
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+def parse_retry_after(value: str | None, *, now: datetime) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), or None."""
     if not value:
         return None
@@ -34,7 +34,7 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
             return None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+        seconds = (when - now).total_seconds()
     if seconds != seconds:  # NaN
         return None
     return max(0.0, min(seconds, 24 * 3600.0))

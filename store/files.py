@@ -45,7 +45,7 @@ def load_rllm_app(path: str | os.PathLike[str], *, loader: Loader | None = None)
             or :class:`DependencyResolutionError` for its dependencies.
     """
     load = loader or load_rllm
-    return resolve(load(Path(path)), path=path, loader=load)
+    return resolve(load(Path(path)), path=path, loader=load, anchor=os.getcwd())
 
 
 def bundle_files(path: str | os.PathLike[str]) -> dict[str, str]:

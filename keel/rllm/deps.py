@@ -302,6 +302,7 @@ def resolve(
     *,
     path: str | os.PathLike[str] | None = None,
     loader: Loader,
+    anchor: str = "/",
 ) -> ResolvedApp:
     """Load and check everything ``program`` uses, transitively.
 
@@ -325,7 +326,9 @@ def resolve(
                 recovery_hint="Load the app from its file, or pass path= to resolve().",
             )
         where = f"{program.name}.rllm"
-    root_path = Path(os.path.abspath(where))
+    # Keys are relative to the root's directory; ``anchor`` makes a relative root absolute
+    # (the runtime passes the process's working directory) without keel reading it.
+    root_path = Path(os.path.normpath(os.path.join(anchor, where)))
     r = _Resolver(root_path.parent, Path(where).parent, loader)
     r.visit(program, root_path, [])
     nodes = {

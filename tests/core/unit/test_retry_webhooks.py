@@ -33,7 +33,7 @@ def test_retry_after_seconds_and_date():
     assert parse_retry_after(format_datetime(now + timedelta(seconds=30)), now=now) == 30.0
     assert parse_retry_after(format_datetime(now - timedelta(seconds=30)), now=now) == 0.0
     assert parse_retry_after("soon", now=now) is None
-    assert parse_retry_after(None) is None
+    assert parse_retry_after(None, now=now) is None
 
 
 def test_hmac_sign_verify():
