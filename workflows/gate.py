@@ -47,6 +47,12 @@ SCOPED_DEDUP_PATCH = "gate-dedup-by-actor-action"
 # Runs started before this patch wrote a handler's audit record (decision, comment, refusal)
 # as a regular activity, which cost the caller two more workflow tasks before its answer.
 LOCAL_HANDLER_AUDIT_PATCH = "gate-local-handler-audit"
+# Runs started before this patch answered a decision only after its audit row was written
+# (a local activity inside the answering workflow task: about 30 ms on the caller's path).
+# Newer runs answer at once and write the row right after, in order, as a regular activity:
+# the decision is already durable in history when the caller hears it (the Update's
+# completion is an event), so a worker lost in between writes the row on replay.
+AUDIT_AFTER_ANSWER_PATCH = "gate-audit-after-answer"
 
 
 @workflow.defn(name=GATE_WORKFLOW_TYPE)
@@ -71,6 +77,10 @@ class ApprovalGate:
         # Decided once here: validators are read-only and cannot consult the patch.
         self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
         self._local_handler_audit = workflow.patched(LOCAL_HANDLER_AUDIT_PATCH)
+        self._audit_after_answer = workflow.patched(AUDIT_AFTER_ANSWER_PATCH)
+        # Handler audit rows waiting for the writer (after-answer runs), oldest first.
+        self._pending_audit: list[GateAuditEvent] = []
+        self._audit_writer: asyncio.Task[None] | None = None
         self._event_seq = 0
         self._opened = False  # the "opened" record is written: decisions come after it
         self._lock = asyncio.Lock()
@@ -104,8 +114,11 @@ class ApprovalGate:
             reminders.cancel()
 
         workflow.upsert_search_attributes([STATUS_KEY.value_set(self._state.status.value)])
-        # Let in-flight handlers (their audit records) and notices finish before closing.
+        # Let in-flight handlers, their audit rows and notices finish before closing.
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._audit_writer is not None:
+            await workflow.wait_condition(lambda: not self._pending_audit)
+            await self._audit_writer
         await asyncio.gather(*self._notices)
         return self._state
 
@@ -267,10 +280,11 @@ class ApprovalGate:
     ) -> None:
         """Write one audit row (idempotent by ``event_key``).
 
-        A row written for an Update or Signal handler (a decision, a comment, a refusal) is a
-        local activity: it runs inside the workflow task that answers the caller, so the
-        answer still comes after the row exists, without two more workflow tasks. The
-        gate's own events (opened, reminder, expired) stay regular activities.
+        A row for an Update or Signal handler (a decision, a comment, a refusal) is queued
+        and written right after the answer, in order, by one writer task; the gate closes
+        only when the queue is empty. (Runs from before ``gate-audit-after-answer`` wrote it
+        before answering: a local activity, or before that a regular one.) The gate's own
+        events (opened, reminder, expired) are written in line.
         """
         self._event_seq += 1
         info = workflow.info()
@@ -285,12 +299,24 @@ class ApprovalGate:
             at=workflow.now(),
             details=details or {},
         )
+        if in_handler and self._audit_after_answer:
+            self._pending_audit.append(record)
+            if self._audit_writer is None or self._audit_writer.done():
+                self._audit_writer = asyncio.create_task(self._write_pending_audit())
+            return
         await call(
             RECORD_GATE_EVENT,
             record,
             summary=f"audit {event}",
             local=in_handler and self._local_handler_audit,
         )
+
+    async def _write_pending_audit(self) -> None:
+        """Write the handlers' audit rows one at a time, in the order they happened."""
+        while self._pending_audit:
+            record = self._pending_audit[0]
+            await call(RECORD_GATE_EVENT, record, summary=f"audit {record.event}")
+            self._pending_audit.pop(0)
 
     def _notify(self, event: str) -> None:
         self._notices.append(asyncio.create_task(self._deliver(event)))

@@ -14,6 +14,7 @@ HISTORIES_DIR = Path(__file__).resolve().parent
 CORPUS: tuple[str, ...] = (
     "gate_approved_update",
     "gate_local_audit",
+    "gate_audit_after_answer",
     "gate_rejected_signal",
     "gate_expired_with_reminders",
     "gate_duplicate_request",

@@ -158,6 +158,13 @@ async def gate_local_audit(ctx: Ctx) -> Histories:
     return await gate_approved_update(ctx, "gate_local_audit")
 
 
+async def gate_audit_after_answer(ctx: Ctx) -> Histories:
+    """gate_approved_update after patch ``gate-audit-after-answer``: each handler answers
+    at once and its audit row (comment, refusal, decision) is written after, in order, by
+    the writer task as a regular activity."""
+    return await gate_approved_update(ctx, "gate_audit_after_answer")
+
+
 async def gate_rejected_signal(ctx: Ctx) -> Histories:
     handle = await start_gate(ctx, "gate_rejected_signal")
     await handle.signal(
@@ -394,6 +401,7 @@ async def mrp_budget_exceeded(ctx: Ctx) -> Histories:
 SCENARIOS: dict[str, Scenario] = {
     "gate_approved_update": gate_approved_update,
     "gate_local_audit": gate_local_audit,
+    "gate_audit_after_answer": gate_audit_after_answer,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,

@@ -72,12 +72,12 @@ async def approve_and_check(client: Client, settings: Settings, handle: Workflow
     ]
     # Replay scheduled nothing twice: the "opened" record is one activity, completed once
     # (a retry after the crash is another attempt of the same activity); the decision's
-    # record is one local activity, written in the task that answered the Update.
+    # record is one more, scheduled right after the Update was answered.
     scheduled = await activity_events(handle, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
     completed = await activity_events(handle, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
-    assert scheduled.count(GATE_EVENT_ACTIVITY) == 1
-    assert completed.count(GATE_EVENT_ACTIVITY) == 1
-    assert await local_activity_names(handle) == [GATE_EVENT_ACTIVITY]
+    assert scheduled.count(GATE_EVENT_ACTIVITY) == 2
+    assert completed.count(GATE_EVENT_ACTIVITY) == 2
+    assert await local_activity_names(handle) == []
 
 
 async def test_worker_sigkill_while_gate_waits(
@@ -210,5 +210,67 @@ async def test_worker_sigkill_after_side_effect_before_completion(
             if done.scheduled_event_id in records:
                 (written,) = await client.data_converter.decode(done.result.payloads, [bool])
                 outcomes.append((attempts[done.scheduled_event_id], written))
-    assert outcomes == [(2, False)]  # opened: retried, a no-op
-    assert await local_activity_names(handle) == [GATE_EVENT_ACTIVITY]  # approved: once
+    # opened: retried after the kill, a no-op; approved: written once, after the answer.
+    assert outcomes == [(2, False), (1, True)]
+    assert await local_activity_names(handle) == []
+
+
+async def test_worker_sigkill_after_the_answer_before_the_audit_row(
+    client: Client, settings: Settings, tmp_path: Path, spawned
+) -> None:
+    """A decision is answered before its audit row is written (``gate-audit-after-answer``).
+
+    The worker is killed in that window: the Update has come back, the row is not in SQL
+    (its insert waits on the SQLite write lock the test holds). A new worker must write
+    the row once, and the gate must end approved with nothing decided twice.
+    """
+    worker = await spawn_ready_worker(settings, tmp_path / "worker.log", spawned)
+    handle = await start_gate(client, settings)
+    await wait_until(
+        lambda: [e.event for e in audit_rows(settings, handle.id)] == ["opened"],
+        timeout_s=60,
+        what="the 'opened' row",
+    )
+
+    db_file = settings.resolved_database_url.removeprefix("sqlite:///")
+    lock = sqlite3.connect(db_file, isolation_level=None, timeout=10)
+    try:
+        lock.execute("BEGIN IMMEDIATE")  # the audit insert now waits
+        state = await handle.execute_update(
+            ApprovalGate.decide,
+            GateDecision(decision="approve", actor="bob", comment="ship", request_id="r1"),
+        )
+        # The answer came back while the row could not be written.
+        assert state.status == GateStatus.APPROVED
+        assert audit_events_on(lock, handle.id) == ["opened"]
+
+        async def approved_row_in_flight() -> bool:
+            pending = (await handle.describe()).raw_description.pending_activities
+            return any(
+                p.activity_type.name == GATE_EVENT_ACTIVITY
+                and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                for p in pending
+            )
+
+        await wait_until(approved_row_in_flight, timeout_s=60, what="the 'approved' row to start")
+        sigkill(worker)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+
+    async with build_worker(client, settings, max_cached_workflows=0):
+        result = await handle.result()
+    assert (result.status, result.decided_by) == (GateStatus.APPROVED, "bob")
+    run_id = (await handle.describe()).run_id
+    assert [(r.event, r.event_key) for r in audit_rows(settings, handle.id)] == [
+        ("opened", f"{run_id}:1"),
+        ("approved", f"{run_id}:2"),
+    ]
+
+
+def audit_events_on(conn: sqlite3.Connection, gate_id: str) -> list[str]:
+    """The gate's audit events, read on the connection that holds the write lock."""
+    rows = conn.execute(
+        "SELECT event FROM gate_audit WHERE gate_id = ? ORDER BY at", (gate_id,)
+    ).fetchall()
+    return [event for (event,) in rows]
