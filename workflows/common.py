@@ -15,11 +15,13 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
+    from keel.mrp.run import ERROR_COMPILE, ERROR_PHASE, ERROR_REPLAY_SOURCE, ERROR_SHARD
     from keel.refs import ActivityRef
 
 In = TypeVar("In", bound=BaseModel)
@@ -76,6 +78,40 @@ RLLM_OLLAMA_RETRY = RetryPolicy(
     maximum_attempts=3,
 )
 
+# MRP jobs (workflows/mrp.py). Their own errors (compile refused, shard over its retry
+# cap, phase failed) are final; anything else (a worker lost, a store outage) is retried.
+MRP_COMPILE_TIMEOUT = timedelta(minutes=10)
+MRP_COMPILE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+    non_retryable_error_types=[ERROR_COMPILE, ERROR_REPLAY_SOURCE],
+)
+# A window's start-to-close depends on its job (workflows/mrp.py ``window_timeout``) and
+# is passed by the call; this one applies only to a call that passes none.
+MRP_WINDOW_TIMEOUT = timedelta(minutes=30)
+MRP_WINDOW_HEARTBEAT = timedelta(seconds=10)
+MRP_WINDOW_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=10,
+    non_retryable_error_types=[ERROR_SHARD, ERROR_COMPILE],
+)
+# reduce, evaluate, produce.
+MRP_PHASE_TIMEOUT = timedelta(minutes=30)
+MRP_PHASE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+    non_retryable_error_types=[ERROR_PHASE, ERROR_COMPILE],
+)
+MRP_FINALISE_TIMEOUT = timedelta(minutes=5)
+MRP_FINALISE_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,  # the record must land
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Options:
@@ -99,6 +135,12 @@ OPTIONS: dict[str, Options] = {
     "rllm.ollama_ensure": Options(
         RLLM_OLLAMA_TIMEOUT, RLLM_OLLAMA_RETRY, heartbeat=RLLM_OLLAMA_HEARTBEAT
     ),
+    "mrp.compile": Options(MRP_COMPILE_TIMEOUT, MRP_COMPILE_RETRY),
+    "mrp.map_window": Options(MRP_WINDOW_TIMEOUT, MRP_WINDOW_RETRY, heartbeat=MRP_WINDOW_HEARTBEAT),
+    "mrp.reduce": Options(MRP_PHASE_TIMEOUT, MRP_PHASE_RETRY),
+    "mrp.evaluate": Options(MRP_PHASE_TIMEOUT, MRP_PHASE_RETRY),
+    "mrp.produce": Options(MRP_PHASE_TIMEOUT, MRP_PHASE_RETRY),
+    "mrp.finalise": Options(MRP_FINALISE_TIMEOUT, MRP_FINALISE_RETRY),
 }
 
 
@@ -147,3 +189,13 @@ async def call(
         cancellation_type=cancellation_type,
         summary=summary,
     )
+
+
+def failure_cause(err: BaseException) -> ApplicationError | None:
+    """The ``ApplicationError`` an activity or child workflow failed with, if any.
+
+    ``err`` itself when it is one; ``None`` for a timeout, a cancel or a lost worker,
+    which have no type or payload of the family's to pass on.
+    """
+    cause = err.cause if isinstance(err, ActivityError | ChildWorkflowError) else err
+    return cause if isinstance(cause, ApplicationError) else None

@@ -1,7 +1,10 @@
 """``MRPJob``: compile -> map in windows -> reduce -> evaluate -> approval -> produce -> finalise.
 
-Every phase is an activity (``activities/mrp.py``); this workflow only sequences them,
-keeps the budget, and decides the run's status. History stays small and bounded:
+Every phase is an activity (``activities/mrp.py``), called through its reference in
+``keel.mrp.steps`` with its limits from ``workflows.common.OPTIONS``; this workflow only
+sequences them, keeps the budget, and decides the run's status. ``run`` reads as the
+phases in order; each phase is a method that returns the workflow's result when it ends
+the run, and ``None`` when the next phase goes on. History stays small and bounded:
 
 - the map phase is cut into windows of ``window_size`` shards (default 100), each one
   heartbeating activity whose input and result are a few hundred bytes (digests, counters,
@@ -25,30 +28,31 @@ recorded.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
+from typing import NoReturn, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.mrp import MrpActivities
+    from pydantic import BaseModel
+
     from keel.gates import GateRequest, GateStatus
+    from keel.mrp import steps
     from keel.mrp.budget import BudgetTracker
     from keel.mrp.errors import BudgetExceeded
     from keel.mrp.run import (
         DEFAULT_WINDOW_SIZE,
-        ERROR_COMPILE,
         ERROR_PHASE,
         ERROR_REPLAY_MISMATCH,
-        ERROR_REPLAY_SOURCE,
-        ERROR_SHARD,
         WORKFLOW_TYPE,
+        Backend,
         EvaluationRecord,
         MRPJobInput,
         MRPJobResult,
-        ProducedFileRecord,
         RunCost,
         RunStatus,
         ShardCounters,
@@ -58,7 +62,6 @@ with workflow.unsafe.imports_passed_through():
         CompiledJob,
         CompileInput,
         EvaluateInput,
-        EvaluateResult,
         FinaliseInput,
         FinaliseResult,
         MapWindowInput,
@@ -66,49 +69,19 @@ with workflow.unsafe.imports_passed_through():
         PhaseInput,
         ProduceInput,
         ProduceOutput,
-        ReduceResult,
     )
+    from keel.refs import ActivityRef
+    from workflows.common import call, failure_cause
     from workflows.gate import open_gate
 
-COMPILE_TIMEOUT = timedelta(minutes=10)
-PHASE_TIMEOUT = timedelta(minutes=30)
-FINALISE_TIMEOUT = timedelta(minutes=5)
-WINDOW_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out")
+
 # Windows in flight at once; each runs max_workers // in_flight shards at a time.
 MAX_WINDOWS_IN_FLIGHT = 4
 # Runs started before this patch keep one window in flight where a window has more shards
 # than max_workers; newer runs overlap two (when max_workers is even).
 PATCH_OVERLAP_WINDOWS = "mrp-overlap-windows"
-
-COMPILE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=5,
-    non_retryable_error_types=[ERROR_COMPILE, ERROR_REPLAY_SOURCE],
-)
-WINDOW_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=10,
-    non_retryable_error_types=[ERROR_SHARD, ERROR_COMPILE],
-)
-PHASE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=5,
-    non_retryable_error_types=[ERROR_PHASE, ERROR_COMPILE],
-)
-FINALISE_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,  # the record must land
-)
-
-
-def _cause(err: BaseException) -> ApplicationError | None:
-    """The ``ApplicationError`` an activity failed with, if any."""
-    cause = err.cause if isinstance(err, ActivityError) else err
-    return cause if isinstance(cause, ApplicationError) else None
 
 
 def windows_of(shard_count: int, size: int) -> list[tuple[int, int]]:
@@ -122,14 +95,48 @@ def window_timeout(size: int, parallelism: int, timeout_s: float, retries: int) 
     return timedelta(seconds=waves * timeout_s * (retries + 1) + 120)
 
 
+@dataclass(frozen=True, slots=True)
+class _WindowPlan:
+    """How the map phase cuts and runs its shards."""
+
+    windows: list[tuple[int, int]]
+    in_flight: int
+    parallelism: int
+    timeout: timedelta
+
+
 @workflow.defn(name=WORKFLOW_TYPE)
 class MRPJob:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, inp: MRPJobInput) -> None:
+        info = workflow.info()
+        self._inp = inp
+        self._workflow_id = info.workflow_id
+        self._run_id = inp.run_id or run_id_from_workflow_id(info.workflow_id)
+        self._backend: Backend = inp.backend or "ray"
+        self._replay = inp.replay_of is not None
+        self._llm_replay_only = inp.llm_replay_only or self._replay
+        # What the progress query shows.
         self._phase = "compile"
         self._counters = ShardCounters()
         self._windows_done = 0
         self._windows_total = 0
+        # Seconds per phase; a phase's lap starts where the previous one ended.
+        self._timings: dict[str, float] = {}
+        self._lap_start = workflow.now()
+        # Set by _compile; every later phase reads them.
+        self._compiled: CompiledJob
+        self._tracker: BudgetTracker
+        self._cost: RunCost
+        self._phase_input: PhaseInput
+        # Map: windows still running (the cancel path stops them too), and what ends it.
         self._running: dict[asyncio.Task[MapWindowResult], tuple[int, int]] = {}
+        self._shard_error: ApplicationError | None = None
+        self._tripped = False
+        # Set by the phases that make them; the run's record and result carry them.
+        self._reduce_digest: str | None = None
+        self._evaluation: EvaluationRecord | None = None
+        self._produced: ProduceOutput | None = None
 
     @workflow.query(name="progress")
     def progress(self) -> dict[str, object]:
@@ -143,395 +150,383 @@ class MRPJob:
 
     @workflow.run
     async def run(self, inp: MRPJobInput) -> MRPJobResult:
-        info = workflow.info()
-        workflow_id = info.workflow_id
-        run_id = inp.run_id or run_id_from_workflow_id(workflow_id)
-        backend = inp.backend or "ray"
-        replay = inp.replay_of is not None
-        llm_replay_only = inp.llm_replay_only or replay
-        timings: dict[str, float] = {}
-
-        def lap(phase: str, since: datetime) -> datetime:
-            now = workflow.now()
-            timings[phase] = round((now - since).total_seconds(), 3)
-            return now
-
-        t = workflow.now()
+        await self._compile()
         try:
-            compiled: CompiledJob = await workflow.execute_activity_method(
-                MrpActivities.compile,
+            for phase in (self._map, self._reduce, self._evaluate, self._approve):
+                if (ended := await phase()) is not None:
+                    return ended
+            return await self._produce()
+        except asyncio.CancelledError:
+            # Cancelled from outside: stop the windows, record the run, then end cancelled.
+            await self._stop_windows()
+            await self._finalise("failed", partial=True, error="workflow cancelled", outputs=False)
+            raise
+
+    # -- phases ------------------------------------------------------------------------------
+
+    async def _compile(self) -> None:
+        """Compile the job; a refusal fails the workflow at once (no run to record yet)."""
+        inp = self._inp
+        try:
+            compiled = await call(
+                steps.COMPILE,
                 CompileInput(
                     job_yaml=inp.job_yaml,
                     source=inp.source,
                     base_dir=inp.base_dir,
-                    run_id=run_id,
-                    workflow_id=workflow_id,
-                    backend=backend,
+                    run_id=self._run_id,
+                    workflow_id=self._workflow_id,
+                    backend=self._backend,
                     replay_of=inp.replay_of,
                 ),
-                start_to_close_timeout=COMPILE_TIMEOUT,
-                retry_policy=COMPILE_RETRY,
+                summary=f"compile run {self._run_id}",
             )
         except ActivityError as err:
-            cause = _cause(err)
+            cause = failure_cause(err)
             if cause is None:
                 raise
             raise ApplicationError(
                 cause.message, *cause.details, type=cause.type, non_retryable=True
             ) from None
-        t = lap("compile", t)
-
-        tracker = BudgetTracker(compiled.budget.limits)
-        cost = RunCost(
+        self._lap("compile")
+        self._compiled = compiled
+        self._tracker = BudgetTracker(compiled.budget.limits)
+        self._cost = RunCost(
             limit_units=compiled.budget.limits.units,
             limit_usd=compiled.budget.limits.usd,
             estimate_units=compiled.budget.estimate.units,
             estimate_usd=compiled.budget.estimate.usd,
         )
+        self._phase_input = PhaseInput(
+            run_id=self._run_id,
+            workflow_id=self._workflow_id,
+            ir_digest=compiled.ir_digest,
+            llm_replay_only=self._llm_replay_only,
+        )
 
-        def charge(units: Decimal, usd: Decimal) -> bool:
-            """Charge the tracker; False once it has tripped."""
-            cost.units += units
-            cost.usd += usd
-            cost.llm_usd += usd
-            try:
-                tracker.charge(units, usd)
-            except BudgetExceeded as e:
-                cost.tripped = e.dimension
-                return False
-            return not tracker.tripped
+    async def _map(self) -> MRPJobResult | None:
+        """Run the shards window by window; a failed shard or the kill switch ends the run."""
+        self._phase = "map"
+        plan = self._plan_windows()
+        pending = list(reversed(plan.windows))
+        while (pending or self._running) and self._shard_error is None and not self._tripped:
+            while pending and len(self._running) < plan.in_flight:
+                self._launch_window(plan, *pending.pop())
+            done, _ = await workflow.wait(list(self._running), return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=lambda d: self._running[d]):
+                self._collect_window(task)
+        if self._running:
+            # Kill switch or a failed shard: cancel what still runs and wait for it to stop.
+            for late in await self._stop_windows():  # finished before the cancel landed
+                self._counters.run += late.counters.run
+                self._counters.skipped += late.counters.skipped
+                self._counters.retried += late.counters.retried
+                self._charge(late.cost_units, late.cost_usd)
+        self._lap("map")
 
-        async def finish(
-            status: RunStatus,
-            *,
-            partial: bool = False,
-            reduce_digest: str | None = None,
-            evaluation: EvaluationRecord | None = None,
-            produce: ProduceOutput | None = None,
-            error: str | None = None,
-        ) -> FinaliseResult:
-            self._phase = "finalise"
-            t0 = workflow.now()
-            result: FinaliseResult = await workflow.execute_activity_method(
-                MrpActivities.finalise,
-                FinaliseInput(
-                    compiled=compiled,
-                    workflow_id=workflow_id,
-                    backend=backend,
-                    status=status,
-                    partial=partial,
-                    counters=self._counters,
-                    cost=cost,
-                    phase_timings=dict(timings),
-                    reduce_digest=reduce_digest,
-                    evaluation=evaluation,
-                    produced=list(produce.files) if produce else [],
-                    produce_result_digest=produce.produce_result_digest if produce else None,
-                    error=error,
+        if self._shard_error is not None:
+            await self._fail(
+                self._shard_error.message, self._shard_error.type, *self._shard_error.details
+            )
+        if self._tripped or self._tracker.tripped:
+            return await self._finish(
+                "budget_exceeded",
+                partial=True,
+                error=f"budget kill switch ({self._cost.tripped})",
+                message=f"budget exceeded ({self._cost.tripped}); map stopped",
+            )
+        return None
+
+    async def _reduce(self) -> MRPJobResult | None:
+        self._phase = "reduce"
+        reduced = await self._step(
+            steps.REDUCE,
+            self._phase_input,
+            summary=f"reduce {self._compiled.shard_count} shards",
+        )
+        self._lap("reduce")
+        self._reduce_digest = reduced.reduce_digest
+        if not self._charge(reduced.cost_units, reduced.cost_usd):
+            return await self._finish("budget_exceeded", partial=True)
+        return None
+
+    async def _evaluate(self) -> MRPJobResult | None:
+        """Score the reduced value (when the job asks); under ``min_score`` ends the run."""
+        if self._compiled.evaluate is None:
+            return None
+        self._phase = "evaluate"
+        ev = await self._step(steps.EVALUATE, self._after_reduce(), summary="evaluate")
+        self._lap("evaluate")
+        self._evaluation = evaluation = ev.evaluation
+        if not self._charge(ev.cost_units, ev.cost_usd):
+            return await self._finish("budget_exceeded", partial=True, message="budget exceeded")
+        if not evaluation.passed:
+            return await self._finish(
+                "evaluation_failed",
+                message=f"score {evaluation.score} < {evaluation.min_score}",
+            )
+        return None
+
+    async def _approve(self) -> MRPJobResult | None:
+        """The approval gate (a child workflow), when the job has one; a replay skips it."""
+        approval = self._compiled.approval
+        if approval is None or self._replay:
+            return None
+        self._phase = "approval"
+        compiled, run_id = self._compiled, self._run_id
+        gate = await open_gate(
+            GateRequest(
+                name=approval.gate,
+                requester=self._inp.requester,
+                approvers=list(approval.approvers),
+                subject=f"Produce MRP job {compiled.job_id} (run {run_id}) to "
+                f"{compiled.sink.kind.value}:{compiled.sink.destination}?",
+                details={
+                    "run_id": run_id,
+                    "job_id": compiled.job_id,
+                    "reduce_digest": self._reduce_digest,
+                    "shards": compiled.shard_count,
+                    "score": str(self._evaluation.score) if self._evaluation else None,
+                    "cost_units": str(self._cost.units),
+                },
+                expires_in_s=approval.expires_in_s,
+            )
+        )
+        self._lap("approval")
+        if gate.status == GateStatus.APPROVED:
+            return None
+        return await self._finish(
+            "rejected" if gate.status == GateStatus.REJECTED else "expired",
+            message=f"gate {approval.gate} {gate.status.value}"
+            + (f" by {gate.decided_by}" if gate.decided_by else ""),
+        )
+
+    async def _produce(self) -> MRPJobResult:
+        """Write the sink's files (the job's only side effect), then record the run."""
+        self._phase = "produce"
+        sink = self._compiled.sink
+        self._produced = produced = await self._step(
+            steps.PRODUCE,
+            ProduceInput(
+                **self._after_reduce().model_dump(), output_root=self._compiled.output_root
+            ),
+            summary=f"produce to {sink.kind.value}:{sink.destination}",
+        )
+        self._lap("produce")
+        self._charge(produced.cost_units, produced.cost_usd)  # the side effect is done: record it
+        return await self._finish("succeeded")
+
+    # -- map windows -------------------------------------------------------------------------
+
+    def _plan_windows(self) -> _WindowPlan:
+        size = self._inp.window_size or DEFAULT_WINDOW_SIZE
+        windows = windows_of(self._compiled.shard_count, size)
+        self._windows_total = len(windows)
+        limits = self._compiled.limits
+        max_workers = limits.max_workers
+        in_flight = max(1, min(MAX_WINDOWS_IN_FLIGHT, -(-max_workers // size), len(windows)))
+        # The patch is asked only where it can change something, as it always was: asking
+        # it elsewhere would add a marker that older histories lack.
+        if (
+            in_flight == 1
+            and len(windows) > 1
+            and max_workers % 2 == 0
+            and workflow.patched(PATCH_OVERLAP_WINDOWS)
+        ):
+            # Two windows of half the workers each: the next window starts while the
+            # last shards of the other run, so no worker idles between windows.
+            in_flight = 2
+        parallelism = max(1, max_workers // in_flight)
+        timeout = window_timeout(
+            size, parallelism, limits.shard_timeout_s, limits.max_shard_retries
+        )
+        return _WindowPlan(windows, in_flight, parallelism, timeout)
+
+    def _launch_window(self, plan: _WindowPlan, start: int, end: int) -> None:
+        """Start the window ``[start, end)`` with the budget that remains now."""
+        units_left, usd_left = self._tracker.remaining()
+        task = asyncio.ensure_future(
+            call(
+                steps.MAP_WINDOW,
+                MapWindowInput(
+                    run_id=self._run_id,
+                    workflow_id=self._workflow_id,
+                    ir_digest=self._compiled.ir_digest,
+                    start=start,
+                    end=end,
+                    backend=self._backend,
+                    parallelism=plan.parallelism,
+                    remaining_units=units_left,
+                    remaining_usd=usd_left,
+                    use_checkpoints=not self._replay,
+                    llm_replay_only=self._llm_replay_only,
                 ),
-                start_to_close_timeout=FINALISE_TIMEOUT,
-                retry_policy=FINALISE_RETRY,
+                summary=f"map shards {start}-{end - 1}",
+                start_to_close=plan.timeout,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
-            timings["finalise"] = round((workflow.now() - t0).total_seconds(), 3)
-            self._counters = result.counters
-            if result.mismatch is not None and status != "failed":
-                m = result.mismatch
-                raise ApplicationError(
-                    f"replay of run {inp.replay_of} differs at {m.where}: expected "
-                    f"{m.expected}, got {m.got}",
-                    m.model_dump(),
-                    {"run_id": run_id, "run_manifest_digest": result.run_manifest_digest},
-                    type=ERROR_REPLAY_MISMATCH,
-                    non_retryable=True,
-                )
-            return result
+        )
+        self._running[task] = (start, end)
 
-        def result_of(
-            status: RunStatus,
-            fin: FinaliseResult,
-            *,
-            reduce_digest: str | None = None,
-            evaluation: EvaluationRecord | None = None,
-            produced: list[ProducedFileRecord] | None = None,
-            message: str = "",
-        ) -> MRPJobResult:
-            return MRPJobResult(
-                run_id=run_id,
-                job_id=compiled.job_id,
-                workflow_id=workflow_id,
-                status=status,
-                backend=backend,
-                run_manifest_digest=fin.run_manifest_digest,
-                ir_digest=compiled.ir_digest,
-                manifest_digest=compiled.manifest_digest,
-                reduce_digest=reduce_digest,
-                output_digests=fin.output_digests,
-                produced=produced or [],
-                output_root=compiled.output_root if produced else None,
-                counters=fin.counters,
-                cost=cost,
-                phase_timings=dict(timings),
-                evaluation=evaluation,
-                replay_of=inp.replay_of,
-                replay_matched=(fin.mismatch is None) if replay else None,
-                message=message,
-            )
-
-        async def rest() -> MRPJobResult:
-            nonlocal t
-            # -- map ---------------------------------------------------------------------------
-            self._phase = "map"
-            size = inp.window_size or DEFAULT_WINDOW_SIZE
-            windows = windows_of(compiled.shard_count, size)
-            self._windows_total = len(windows)
-            max_workers = compiled.limits.max_workers
-            in_flight = max(1, min(MAX_WINDOWS_IN_FLIGHT, -(-max_workers // size), len(windows)))
-            if (
-                in_flight == 1
-                and len(windows) > 1
-                and max_workers % 2 == 0
-                and workflow.patched(PATCH_OVERLAP_WINDOWS)
-            ):
-                # Two windows of half the workers each: the next window starts while the
-                # last shards of the other run, so no worker idles between windows.
-                in_flight = 2
-            parallelism = max(1, max_workers // in_flight)
-            timeout = window_timeout(
-                size,
-                parallelism,
-                compiled.limits.shard_timeout_s,
-                compiled.limits.max_shard_retries,
-            )
-            pending = list(reversed(windows))
-            running: dict[asyncio.Task[MapWindowResult], tuple[int, int]] = {}
-            self._running = running
-            shard_error: ApplicationError | None = None
-            tripped = False
-
-            def launch(start: int, end: int) -> None:
-                units_left, usd_left = tracker.remaining()
-                task = asyncio.ensure_future(
-                    workflow.execute_activity_method(
-                        MrpActivities.map_window,
-                        MapWindowInput(
-                            run_id=run_id,
-                            workflow_id=workflow_id,
-                            ir_digest=compiled.ir_digest,
-                            start=start,
-                            end=end,
-                            backend=backend,
-                            parallelism=parallelism,
-                            remaining_units=units_left,
-                            remaining_usd=usd_left,
-                            use_checkpoints=not replay,
-                            llm_replay_only=llm_replay_only,
-                        ),
-                        start_to_close_timeout=timeout,
-                        heartbeat_timeout=WINDOW_HEARTBEAT_TIMEOUT,
-                        retry_policy=WINDOW_RETRY,
-                        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                        summary=f"shards {start}..{end - 1}",
-                    )
-                )
-                running[task] = (start, end)
-
-            while (pending or running) and shard_error is None and not tripped:
-                while pending and len(running) < in_flight:
-                    launch(*pending.pop())
-                done, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda d: running[d]):
-                    start, end = running.pop(task)
-                    try:
-                        wr = task.result()
-                    except ActivityError as err:
-                        # The first failure decides; later ones are the same run going down.
-                        if shard_error is None:
-                            shard_error = _cause(err) or ApplicationError(
-                                f"map window of shards {start}..{end - 1} failed: {err.cause or err}",
-                                type=ERROR_PHASE,
-                            )
-                        continue
-                    self._windows_done += 1
-                    c = self._counters
-                    c.run += wr.counters.run
-                    c.skipped += wr.counters.skipped
-                    c.retried += wr.counters.retried
-                    c.failed += wr.counters.failed
-                    cost.llm_calls += wr.llm_calls
-                    cost.llm_cached += wr.llm_cached
-                    if not charge(wr.cost_units, wr.cost_usd) or wr.stopped_by_budget:
-                        tripped = tripped or tracker.tripped
-            if running:
-                # Kill switch or a failed shard: cancel what still runs and wait for it to stop.
-                for task in running:
-                    task.cancel()
-                outcomes = await asyncio.gather(*running, return_exceptions=True)
-                for outcome in outcomes:
-                    if isinstance(outcome, MapWindowResult):  # finished before the cancel landed
-                        self._counters.run += outcome.counters.run
-                        self._counters.skipped += outcome.counters.skipped
-                        self._counters.retried += outcome.counters.retried
-                        charge(outcome.cost_units, outcome.cost_usd)
-                running.clear()
-            t = lap("map", t)
-
-            if shard_error is not None:
-                fin = await finish("failed", partial=True, error=shard_error.message)
-                raise ApplicationError(
-                    shard_error.message,
-                    *shard_error.details,
-                    {"run_id": run_id, "run_manifest_digest": fin.run_manifest_digest},
-                    type=shard_error.type,
-                    non_retryable=True,
-                )
-            if tripped or tracker.tripped:
-                fin = await finish(
-                    "budget_exceeded", partial=True, error=f"budget kill switch ({cost.tripped})"
-                )
-                return result_of(
-                    "budget_exceeded", fin, message=f"budget exceeded ({cost.tripped}); map stopped"
-                )
-
-            # -- reduce, evaluate --------------------------------------------------------------
-            phase_input = PhaseInput(
-                run_id=run_id,
-                workflow_id=workflow_id,
-                ir_digest=compiled.ir_digest,
-                llm_replay_only=llm_replay_only,
-            )
-            self._phase = "reduce"
-            reduced: ReduceResult = await self._phase_activity(
-                MrpActivities.reduce, phase_input, run_id, finish
-            )
-            t = lap("reduce", t)
-            if not charge(reduced.cost_units, reduced.cost_usd):
-                fin = await finish(
-                    "budget_exceeded", partial=True, reduce_digest=reduced.reduce_digest
-                )
-                return result_of("budget_exceeded", fin, reduce_digest=reduced.reduce_digest)
-
-            evaluation: EvaluationRecord | None = None
-            if compiled.evaluate is not None:
-                self._phase = "evaluate"
-                ev: EvaluateResult = await self._phase_activity(
-                    MrpActivities.evaluate,
-                    EvaluateInput(**phase_input.model_dump(), reduce_digest=reduced.reduce_digest),
-                    run_id,
-                    finish,
-                )
-                t = lap("evaluate", t)
-                evaluation = ev.evaluation
-                within = charge(ev.cost_units, ev.cost_usd)
-                if not within or not evaluation.passed:
-                    status: RunStatus = "budget_exceeded" if not within else "evaluation_failed"
-                    fin = await finish(
-                        status,
-                        partial=not within,
-                        reduce_digest=reduced.reduce_digest,
-                        evaluation=evaluation,
-                    )
-                    return result_of(
-                        status,
-                        fin,
-                        reduce_digest=reduced.reduce_digest,
-                        evaluation=evaluation,
-                        message=f"score {evaluation.score} < {evaluation.min_score}"
-                        if within
-                        else "budget exceeded",
-                    )
-
-            # -- approval ----------------------------------------------------------------------
-            if compiled.approval is not None and not replay:
-                self._phase = "approval"
-                approval = compiled.approval
-                gate = await open_gate(
-                    GateRequest(
-                        name=approval.gate,
-                        requester=inp.requester,
-                        approvers=list(approval.approvers),
-                        subject=f"Produce MRP job {compiled.job_id} (run {run_id}) to "
-                        f"{compiled.sink.kind.value}:{compiled.sink.destination}?",
-                        details={
-                            "run_id": run_id,
-                            "job_id": compiled.job_id,
-                            "reduce_digest": reduced.reduce_digest,
-                            "shards": compiled.shard_count,
-                            "score": str(evaluation.score) if evaluation else None,
-                            "cost_units": str(cost.units),
-                        },
-                        expires_in_s=approval.expires_in_s,
-                    )
-                )
-                t = lap("approval", t)
-                if gate.status != GateStatus.APPROVED:
-                    status = "rejected" if gate.status == GateStatus.REJECTED else "expired"
-                    fin = await finish(
-                        status, reduce_digest=reduced.reduce_digest, evaluation=evaluation
-                    )
-                    return result_of(
-                        status,
-                        fin,
-                        reduce_digest=reduced.reduce_digest,
-                        evaluation=evaluation,
-                        message=f"gate {approval.gate} {gate.status.value}"
-                        + (f" by {gate.decided_by}" if gate.decided_by else ""),
-                    )
-
-            # -- produce -----------------------------------------------------------------------
-            self._phase = "produce"
-            produced: ProduceOutput = await self._phase_activity(
-                MrpActivities.produce,
-                ProduceInput(
-                    **phase_input.model_dump(),
-                    reduce_digest=reduced.reduce_digest,
-                    output_root=compiled.output_root,
-                ),
-                run_id,
-                finish,
-            )
-            t = lap("produce", t)
-            charge(produced.cost_units, produced.cost_usd)  # the side effect is done: record it
-
-            fin = await finish(
-                "succeeded",
-                reduce_digest=reduced.reduce_digest,
-                evaluation=evaluation,
-                produce=produced,
-            )
-            return result_of(
-                "succeeded",
-                fin,
-                reduce_digest=reduced.reduce_digest,
-                evaluation=evaluation,
-                produced=list(produced.files),
-            )
-
+    def _collect_window(self, task: asyncio.Task[MapWindowResult]) -> None:
+        """Count a finished window and charge its cost; note a failure or a trip."""
+        start, end = self._running.pop(task)
         try:
-            return await rest()
-        except asyncio.CancelledError:
-            # Cancelled from outside: stop the windows, record the run, then end cancelled.
-            for task in self._running:
-                task.cancel()
-            await asyncio.gather(*self._running, return_exceptions=True)
-            await finish("failed", partial=True, error="workflow cancelled")
-            raise
-
-    async def _phase_activity(self, fn, arg, run_id, finish):  # type: ignore[no-untyped-def]
-        """Run a reduce/evaluate/produce activity; a failure is recorded, then raised."""
-        try:
-            return await workflow.execute_activity_method(
-                fn,
-                arg,
-                start_to_close_timeout=PHASE_TIMEOUT,
-                retry_policy=PHASE_RETRY,
-            )
+            wr = task.result()
         except ActivityError as err:
-            cause = _cause(err)
+            # The first failure decides; later ones are the same run going down.
+            if self._shard_error is None:
+                self._shard_error = failure_cause(err) or ApplicationError(
+                    f"map window of shards {start}..{end - 1} failed: {err.cause or err}",
+                    type=ERROR_PHASE,
+                )
+            return
+        self._windows_done += 1
+        c = self._counters
+        c.run += wr.counters.run
+        c.skipped += wr.counters.skipped
+        c.retried += wr.counters.retried
+        c.failed += wr.counters.failed
+        self._cost.llm_calls += wr.llm_calls
+        self._cost.llm_cached += wr.llm_cached
+        if not self._charge(wr.cost_units, wr.cost_usd) or wr.stopped_by_budget:
+            self._tripped = self._tripped or self._tracker.tripped
+
+    async def _stop_windows(self) -> list[MapWindowResult]:
+        """Cancel the windows still running and wait for them; those that finished first."""
+        for task in self._running:
+            task.cancel()
+        outcomes = await asyncio.gather(*self._running, return_exceptions=True)
+        self._running.clear()
+        return [o for o in outcomes if isinstance(o, MapWindowResult)]
+
+    # -- shared by the phases ----------------------------------------------------------------
+
+    def _lap(self, phase: str) -> None:
+        now = workflow.now()
+        self._timings[phase] = round((now - self._lap_start).total_seconds(), 3)
+        self._lap_start = now
+
+    def _charge(self, units: Decimal, usd: Decimal) -> bool:
+        """Charge the tracker; False once it has tripped."""
+        cost = self._cost
+        cost.units += units
+        cost.usd += usd
+        cost.llm_usd += usd
+        try:
+            self._tracker.charge(units, usd)
+        except BudgetExceeded as e:
+            cost.tripped = e.dimension
+            return False
+        return not self._tracker.tripped
+
+    def _after_reduce(self) -> EvaluateInput:
+        """The input of evaluate and produce: the phase input and the reduced value."""
+        # Only phases after _reduce call this, and _reduce sets the digest or ends the run.
+        assert self._reduce_digest is not None
+        return EvaluateInput(**self._phase_input.model_dump(), reduce_digest=self._reduce_digest)
+
+    async def _step(self, ref: ActivityRef[In, Out], arg: In, *, summary: str) -> Out:
+        """Run reduce, evaluate or produce; a failure is recorded, then fails the workflow."""
+        try:
+            return await call(ref, arg, summary=summary)
+        except ActivityError as err:
+            cause = failure_cause(err)
             message = cause.message if cause is not None else str(err)
-            fin = await finish("failed", partial=True, error=message)
+            await self._fail(
+                message, cause.type if cause is not None and cause.type else ERROR_PHASE
+            )
+
+    async def _fail(self, message: str, kind: str | None, *details: object) -> NoReturn:
+        """Record the run as failed (partial), then fail the workflow with ``kind``."""
+        fin = await self._finalise("failed", partial=True, error=message, outputs=False)
+        raise ApplicationError(
+            message,
+            *details,
+            {"run_id": self._run_id, "run_manifest_digest": fin.run_manifest_digest},
+            type=kind,
+            non_retryable=True,
+        ) from None
+
+    async def _finish(
+        self,
+        status: RunStatus,
+        *,
+        partial: bool = False,
+        error: str | None = None,
+        message: str = "",
+    ) -> MRPJobResult:
+        """Record the run with what the phases made, and return the workflow's result."""
+        fin = await self._finalise(status, partial=partial, error=error)
+        compiled = self._compiled
+        produced = list(self._produced.files) if self._produced else []
+        return MRPJobResult(
+            run_id=self._run_id,
+            job_id=compiled.job_id,
+            workflow_id=self._workflow_id,
+            status=status,
+            backend=self._backend,
+            run_manifest_digest=fin.run_manifest_digest,
+            ir_digest=compiled.ir_digest,
+            manifest_digest=compiled.manifest_digest,
+            reduce_digest=self._reduce_digest,
+            output_digests=fin.output_digests,
+            produced=produced,
+            output_root=compiled.output_root if produced else None,
+            counters=fin.counters,
+            cost=self._cost,
+            phase_timings=dict(self._timings),
+            evaluation=self._evaluation,
+            replay_of=self._inp.replay_of,
+            replay_matched=(fin.mismatch is None) if self._replay else None,
+            message=message,
+        )
+
+    async def _finalise(
+        self,
+        status: RunStatus,
+        *,
+        partial: bool = False,
+        error: str | None = None,
+        outputs: bool = True,
+    ) -> FinaliseResult:
+        """Write the run manifest and the run row; ``outputs=False`` (a failed run) names no
+        reduced value, evaluation or produced files.
+
+        A replay whose outputs differ from the original's fails the workflow here.
+        """
+        self._phase = "finalise"
+        started = workflow.now()
+        produced = self._produced if outputs else None
+        result = await call(
+            steps.FINALISE,
+            FinaliseInput(
+                compiled=self._compiled,
+                workflow_id=self._workflow_id,
+                backend=self._backend,
+                status=status,
+                partial=partial,
+                counters=self._counters,
+                cost=self._cost,
+                phase_timings=dict(self._timings),
+                reduce_digest=self._reduce_digest if outputs else None,
+                evaluation=self._evaluation if outputs else None,
+                produced=list(produced.files) if produced else [],
+                produce_result_digest=produced.produce_result_digest if produced else None,
+                error=error,
+            ),
+            summary=f"finalise {status}",
+        )
+        self._timings["finalise"] = round((workflow.now() - started).total_seconds(), 3)
+        self._counters = result.counters
+        if result.mismatch is not None and status != "failed":
+            m = result.mismatch
             raise ApplicationError(
-                message,
-                {"run_id": run_id, "run_manifest_digest": fin.run_manifest_digest},
-                type=cause.type if cause is not None and cause.type else ERROR_PHASE,
+                f"replay of run {self._inp.replay_of} differs at {m.where}: expected "
+                f"{m.expected}, got {m.got}",
+                m.model_dump(),
+                {"run_id": self._run_id, "run_manifest_digest": result.run_manifest_digest},
+                type=ERROR_REPLAY_MISMATCH,
                 non_retryable=True,
-            ) from None
+            )
+        return result
