@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         error_type_and_payload,
     )
     from keel.rllm.stats import RllmRunRecord
-    from workflows.common import call
+    from workflows.common import call, failure_cause
 
 
 LOCAL_STEPS_PATCH = "rllm-local-load-and-stats"
@@ -91,8 +91,8 @@ def _from_failure(
     A child's payload gets ``details.child`` (the alias path, ``a/b`` for a grandchild)
     so the reader knows which app failed.
     """
-    cause = err.cause
-    if isinstance(cause, ApplicationError):
+    cause = failure_cause(err)
+    if cause is not None:
         details = list(cause.details)
         if child is not None and details and isinstance(details[0], dict):
             payload = dict(details[0])
@@ -103,9 +103,10 @@ def _from_failure(
         return ApplicationError(
             cause.message, *details, type=cause.type or "ApplicationError", non_retryable=True
         )
-    what = type(cause).__name__ if cause is not None else type(err).__name__
+    other = err.cause
+    what = type(other).__name__ if other is not None else type(err).__name__
     return ApplicationError(
-        f"{err.message}: {cause}" if cause is not None else str(err),
+        f"{err.message}: {other}" if other is not None else str(err),
         {"cause": what},
         type=what,
         non_retryable=True,
