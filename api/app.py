@@ -21,7 +21,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if client is None:
-            from workers.client import connect
+            from client.temporal import connect
 
             app.state.client = await connect(settings)
         yield

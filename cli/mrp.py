@@ -150,9 +150,9 @@ def _report(failure: CliFailure) -> int:
 @contextlib.contextmanager
 def _reported() -> Iterator[None]:
     """Turn a command's failures into their lines and exit code."""
-    from cli._services import ServiceUnavailable
     from keel.mrp.errors import DslError, InputsRefused, PolicyViolation, RegistryError
     from keel.mrp.operators_io import MrpConfigError
+    from services.local import ServiceUnavailable
 
     try:
         yield
@@ -386,7 +386,7 @@ async def _watch(
     """Beside the result wait: progress on stderr (terminal only), from the workflow's
     ``progress`` query and the run records; fails when a service this command started
     dies."""
-    from workers.mrp_client import job_view, running_cost
+    from client.mrp import job_view, running_cost
 
     handle = client.get_workflow_handle(workflow_id)
     last = ""
@@ -412,8 +412,8 @@ async def _watch(
 
 
 def _run_failure(err: BaseException, workflow_id: str) -> CliFailure:
+    from client.mrp import failure_of
     from keel.mrp.run import ERROR_COMPILE, ERROR_REPLAY_MISMATCH, ERROR_REPLAY_SOURCE
-    from workers.mrp_client import failure_of
 
     kind, message = failure_of(err)
     first = message.strip().splitlines() or [""]
@@ -445,9 +445,9 @@ async def _start_and_wait(
     """Start ``MRPJob`` (services on demand) and, with ``wait``, its result or failure."""
     from temporalio.client import WorkflowFailureError
 
-    from cli._services import LocalServices
+    from client.mrp import start_job
     from keel.mrp.run import workflow_id_for
-    from workers.mrp_client import start_job
+    from services.local import LocalServices
 
     services = LocalServices(settings, _note)
     keep = stay or not wait

@@ -36,10 +36,10 @@ from keel.rllm.failures import RunnerFailure, internal_failure, usage_failure
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from cli._services import LocalServices
     from keel.rllm.deps import ResolvedApp
     from keel.rllm.model import RllmProgram
     from keel.settings import Settings
+    from services.local import LocalServices
 
 app = typer.Typer(
     help="Run .rllm apps (typed single-shot LLM programs) as durable Temporal workflows.",
@@ -635,8 +635,8 @@ async def _run_workflow(
 ) -> tuple[str, Any]:
     from temporalio.client import WorkflowFailureError
 
+    from client.rllm import failure_payload, start_run
     from keel.rllm.run import RllmRunInput, bundle_files, workflow_id_for
-    from workers.rllm_client import failure_payload, start_run
 
     inp = RllmRunInput(
         path=file.name,
@@ -646,7 +646,7 @@ async def _run_workflow(
         max_retries=max_retries,
         ollama_auto_pull=auto_pull,
     )
-    from cli._services import LocalServices, ServiceUnavailable
+    from services.local import LocalServices, ServiceUnavailable
 
     services = LocalServices(settings, note=_note)
     try:
@@ -706,9 +706,9 @@ def _print_result(wid: str, result: Any, settings: Settings, verbose: bool) -> N
         _print_attempts(r, "")
         typer.echo(f"workflow {wid}")
         if not settings.temporal_address:
-            from cli.keel import _ui_link
+            from services.up import ui_link
 
-            typer.echo(f"  {_ui_link(settings, wid)}  (while keel up runs)")
+            typer.echo(f"  {ui_link(settings, wid)}  (while keel up runs)")
 
 
 def _print_attempts(r: Any, indent: str) -> None:

@@ -14,11 +14,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from client.temporal import connect
 from keel.settings import Settings
-from workers.client import connect
+from services.model_server import LocalModelServer, unavailable_reason
+from services.processes import TemporalDevServer, free_port
 from workers.main import build_worker
-from workers.model_server import LocalModelServer, unavailable_reason
-from workers.services import TemporalDevServer, free_port
 
 
 @pytest.fixture(scope="session")

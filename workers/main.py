@@ -25,9 +25,9 @@ from activities.rllm import RllmActivities
 from keel.llm import load_models_config
 from keel.records import LLMCallLog
 from keel.settings import Settings
+from services.processes import SEARCH_ATTRIBUTES
 from store.db import init_db, make_engine, make_sessionmaker
 from store.records import record_llm_call
-from workers.services import SEARCH_ATTRIBUTES
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob

@@ -26,6 +26,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from keel.gates import GateDecision, GateRequest, GateStatus
 from keel.settings import Settings
+from services.processes import LOOPBACK, ManagedProcess, TemporalDevServer, pid_alive
 from tests.faults.conftest import (
     GATE_EVENT_ACTIVITY,
     activity_events,
@@ -35,7 +36,6 @@ from tests.faults.conftest import (
 )
 from tests.support.history import local_activity_names
 from workers.main import build_worker
-from workers.services import LOOPBACK, ManagedProcess, TemporalDevServer, pid_alive
 from workflows.gate import ApprovalGate
 
 pytestmark = pytest.mark.slow  # 15-20 s and 40-50 s: Temporal's timeouts, not our work

@@ -14,9 +14,9 @@ from api.app import create_app
 from api.idempotency import REPLAY_HEADER
 from keel.gates import GateRequest
 from keel.settings import ApiToken, Settings
+from services.processes import ManagedProcess, find_binary, free_port
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
-from workers.services import ManagedProcess, find_binary, free_port
 from workflows.gate import ApprovalGate
 
 TOKENS = {

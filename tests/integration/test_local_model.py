@@ -12,8 +12,8 @@ from temporalio.testing import ActivityEnvironment
 
 from keel.llm import LLMMessage, LLMRequest, load_models_config
 from keel.records import LLMCallLog
-from workers.model_server import LocalModelServer, ModelServerError
-from workers.services import free_port
+from services.model_server import LocalModelServer, ModelServerError
+from services.processes import free_port
 
 pytestmark = [
     pytest.mark.slow,

@@ -16,10 +16,10 @@ from temporalio.client import Client, WorkflowFailureError
 
 from api.app import create_app
 from api.idempotency import REPLAY_HEADER
+from client.mrp import failure_of, start_job
 from keel.mrp.run import MRPJobInput
 from keel.settings import ApiToken, Settings
 from workers.main import build_worker
-from workers.mrp_client import failure_of, start_job
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "mrp"

@@ -11,10 +11,10 @@ from pydantic import SecretStr
 
 from api.app import create_app
 from keel.settings import ApiToken, Settings
+from services.processes import free_port
 from tests.integration.test_rllm_api import auth, models_yaml, summary_body
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
 from workers.main import build_worker
-from workers.services import free_port
 
 
 @pytest.fixture

