@@ -358,9 +358,8 @@ def demo(
 async def _run_demo(settings: Settings) -> None:
     import httpx
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
-    from temporalio.exceptions import ActivityError
 
-    from client.temporal import connect
+    from client.temporal import cause_chain, connect
     from keel.gates import gate_workflow_id
     from services.up import ui_link
     from workflows.demo import DemoInput, KeelDemo
@@ -388,10 +387,8 @@ async def _run_demo(settings: Settings) -> None:
                 try:
                     await handle.result()
                 except WorkflowFailureError as err:
-                    cause = err.cause
-                    # ActivityError wraps the activity's own error, which says what broke.
-                    if isinstance(cause, ActivityError) and cause.cause is not None:
-                        cause = cause.cause
+                    # The innermost cause (the activity's own error) says what broke.
+                    cause = cause_chain(err)[-1]
                     raise RuntimeError(f"the demo workflow {wid} failed: {cause}") from None
             if time.monotonic() > deadline:
                 raise RuntimeError(f"gate {gate_id} did not open in 10 minutes: {resp.text}")
