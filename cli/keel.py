@@ -21,7 +21,8 @@ from typing import Annotated, Any
 import typer
 
 from cli._exit import run_and_exit
-from keel.settings import Settings, get_settings
+from cli.toolkit import EXIT_CODES, load_settings
+from keel.settings import Settings
 
 app = typer.Typer(
     help="Keel: durable workflows for AI work, on Temporal.",
@@ -83,7 +84,7 @@ def up(
     from services.up import keel_process, read_state, state_file, write_state
 
     _setup_logging()
-    settings = get_settings()
+    settings = load_settings()
     settings.check_secrets()
     running = read_state(settings)
     if running:
@@ -200,7 +201,7 @@ def down(timeout: float = 30.0) -> None:
     from services.processes import pid_alive, stop_pid
     from services.up import read_state, state_file
 
-    settings = get_settings()
+    settings = load_settings()
     state = read_state(settings)
     if state is None:
         typer.echo("Keel is not running.")
@@ -225,11 +226,11 @@ def status() -> None:
     from services.processes import pid_alive
     from services.up import read_state
 
-    settings = get_settings()
+    settings = load_settings()
     state = read_state(settings)
     if state is None:
         typer.echo("Keel is not running (start it with `keel up`).")
-        raise typer.Exit(3)
+        raise typer.Exit(EXIT_CODES["keel"]["not_running"])
     typer.echo(f"keel up pid {state['supervisor']}")
     for name, svc in state["services"].items():
         alive = "running" if pid_alive(int(svc["pid"])) else "DEAD"
@@ -240,7 +241,7 @@ def status() -> None:
 @app.command()
 def ping() -> None:
     """Check that the configured Temporal server answers."""
-    settings = get_settings()
+    settings = load_settings()
 
     async def check() -> str:
         from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
@@ -265,7 +266,7 @@ def ping() -> None:
 def worker() -> None:
     """Run one worker on the configured Temporal server until SIGTERM or Ctrl-C."""
     _setup_logging()
-    settings = get_settings()
+    settings = load_settings()
     settings.check_secrets()
     asyncio.run(_run_worker(settings))
 
@@ -308,7 +309,7 @@ def api() -> None:
     from api.app import create_app
 
     _setup_logging()
-    settings = get_settings()
+    settings = load_settings()
     uvicorn.run(
         create_app(settings), host=settings.api_host, port=settings.api_port, log_level="warning"
     )
@@ -324,7 +325,7 @@ def demo(
     from services.processes import ServiceError, pid_alive, stop_pid
     from services.up import read_state, start_up_in_background
 
-    settings = get_settings()
+    settings = load_settings()
     started_here = None
     if read_state(settings) is None:
         reason = unavailable_reason()

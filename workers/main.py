@@ -26,7 +26,7 @@ from keel.llm import load_models_config
 from keel.records import LLMCallLog
 from keel.settings import Settings
 from services.processes import SEARCH_ATTRIBUTES
-from store.db import init_db, make_engine, make_sessionmaker
+from store.db import get_sessionmaker
 from store.records import record_llm_call
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
@@ -40,8 +40,7 @@ WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo, RllmApp, MRPJob)
 
 def build_activities(settings: Settings) -> list[Any]:
     """Activity callables bound to their real clients, built from settings."""
-    init_db(settings.resolved_database_url)
-    sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+    sessions = get_sessionmaker(settings.resolved_database_url)
 
     async def log_llm_call(entry: LLMCallLog) -> None:
         await asyncio.to_thread(record_llm_call, sessions, entry)
