@@ -48,10 +48,6 @@ class LocalServices:
     worker: ManagedProcess | None = None
     _client: Client | None = field(default=None, repr=False)
 
-    @property
-    def started_any(self) -> bool:
-        return self.up is not None or self.worker is not None
-
     def dead(self) -> str | None:
         """Why a service this command started is gone, or None."""
         if self.worker is not None and not self.worker.running():

@@ -143,13 +143,6 @@ class LocalModelServer:
         """PID of the running server process, or None."""
         return self._proc.pid if self._proc is not None and self._proc.running() else None
 
-    def is_available(self) -> bool:
-        """Whether llama_cpp (with its server deps) and the weights are installed.
-
-        When not, :func:`unavailable_reason` says what is missing and how to install it.
-        """
-        return unavailable_reason(self.python) is None
-
     def _answers(self, timeout_s: float = 1.0) -> bool:
         try:
             with urllib.request.urlopen(f"{self.base_url}/models", timeout=timeout_s) as r:
