@@ -25,6 +25,7 @@ from activities.rllm import RllmActivities
 from keel.llm import load_models_config
 from keel.records import LLMCallLog
 from keel.settings import Settings
+from sandbox.models import config_for
 from services.processes import SEARCH_ATTRIBUTES
 from store.db import get_sessionmaker
 from store.records import record_llm_call
@@ -53,7 +54,9 @@ def build_activities(settings: Settings) -> list[Any]:
     records = RecordActivities(sessions)
     models = load_models_config(settings.models_config)
     llm = LLMGateway(models, on_call=log_llm_call)
-    rllm = RllmActivities(llm, sessions)
+    rllm = RllmActivities(
+        llm, sessions, sandbox_config=config_for(settings.sandbox_config, settings.nsjail_path)
+    )
     ollama = OllamaActivities(settings.ollama_base_url, models)
     mrp = MrpActivities(settings)
     return [
