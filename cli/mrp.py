@@ -28,12 +28,13 @@ import typer
 
 from cli import toolkit
 from cli.mrp_operators import app as operators_app
-from cli.toolkit import CliError, CliFailure, note, output
+from cli.toolkit import CliFailure, note, output
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
     from temporalio.client import Client
 
+    from cli.envelope import CliError
     from keel.mrp.normalize import FileRef
     from keel.mrp.run import MRPJobInput, MRPJobResult, RunManifest, RunRecord
     from keel.settings import Settings

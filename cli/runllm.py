@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli import toolkit
-from cli.toolkit import CliError, note, output
+from cli.envelope import CliError
+from cli.toolkit import note, output
 from keel.rllm.errors import RllmError, RllmErrorPayload
 from keel.rllm.failures import USAGE_EXIT_CODE, RunnerFailure, internal_failure, usage_failure
 

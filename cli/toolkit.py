@@ -2,9 +2,10 @@
 
 - :data:`output`: the output mode (JSON on stdout, or text for people) and :func:`note`
   (progress on stderr, never mixed into the JSON);
-- :class:`CliError`, the one error model: the family, its error type, the message, the
-  exit code and the family's own payload in ``details``; :func:`report` writes it in the
-  family's documented shape (:data:`ERROR_STYLES`), :class:`CliFailure` raises it;
+- :class:`cli.envelope.CliError`, the one error model: the family, its error type, the
+  message, the exit code and the family's own payload in ``details``; :func:`report`
+  writes it in the family's documented shape (:data:`ERROR_STYLES`), :class:`CliFailure`
+  raises it;
 - :data:`EXIT_CODES`, every family's exit-code table, here and nowhere else;
 - :func:`load_settings` and :func:`sessions`: one way to get ``Settings`` and a session
   factory (``store.db.get_sessionmaker``);
@@ -13,8 +14,10 @@
 - :func:`run`: the entry point (:func:`cli._exit.run_and_exit` with the family's error
   handler).
 
-Importing this module stays cheap (no Temporal, SQLAlchemy, LiteLLM or Ray): those are
-imported inside the functions that need them (``bench/cli_latency.py``).
+Importing this module stays cheap (no pydantic, Temporal, SQLAlchemy, LiteLLM or Ray):
+those are imported inside the functions that need them (``bench/cli_latency.py``); the
+error model lives in ``cli/envelope.py`` for that reason (pydantic costs ``mrp --help``
+a quarter of a second).
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 import typer
-from pydantic import BaseModel
 
 from cli._exit import run_and_exit
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
+    from cli.envelope import CliError
     from keel.settings import Settings
 
 T = TypeVar("T")
@@ -129,30 +132,6 @@ def note(text: str) -> None:
 # -- errors --------------------------------------------------------------------------------
 
 
-class CliError(BaseModel):
-    """One CLI failure, whatever the family.
-
-    ``type`` is the family's error code (``refused``, ``RLLM_RETRY_EXHAUSTED``, ...),
-    ``details`` the family's payload; ``lines`` are what stderr shows (one ``error:`` line
-    each), ``hint`` a next step shown to people.
-    """
-
-    family: str
-    type: str
-    message: str
-    exit_code: int
-    details: Any = None
-    lines: list[str] = []
-    hint: str | None = None
-
-    def envelope(self) -> dict[str, Any]:
-        """``{"error": {...}}``: the envelope, with ``code`` kept beside ``type`` (the key
-        ``mrp`` documented first)."""
-        body = self.model_dump(mode="json", exclude={"lines", "hint"})
-        body["code"] = self.type
-        return {"error": body}
-
-
 class CliFailure(Exception):
     """A failure a command reports as a :class:`CliError` and leaves with its exit code."""
 
@@ -166,6 +145,8 @@ class CliFailure(Exception):
         *,
         hint: str | None = None,
     ) -> None:
+        from cli.envelope import CliError
+
         lines = [lines] if isinstance(lines, str) else lines
         self.error = CliError(
             family=family,
@@ -207,7 +188,7 @@ def report(err: CliError) -> int:
     return err.exit_code
 
 
-Translate = Callable[[BaseException], CliError | None]
+Translate = Callable[[BaseException], "CliError | None"]
 
 
 @contextlib.contextmanager

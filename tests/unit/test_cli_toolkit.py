@@ -9,7 +9,8 @@ import json
 import pytest
 
 from cli import toolkit
-from cli.toolkit import CliError, CliFailure
+from cli.envelope import CliError
+from cli.toolkit import CliFailure
 from keel.rllm.errors import ERROR_CLASSES
 from keel.rllm.failures import (
     INTERNAL_ERROR_CODE,
