@@ -11,7 +11,7 @@ from temporalio.client import Client
 from api.errors import install_error_handlers
 from api.routes import gates, health, mrp, rllm
 from keel.settings import Settings
-from store.db import init_db, make_engine, make_sessionmaker
+from store.db import get_sessionmaker
 
 
 def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
@@ -21,7 +21,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if client is None:
-            from workers.client import connect
+            from client.temporal import connect
 
             app.state.client = await connect(settings)
         yield
@@ -34,8 +34,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.client = client
-    init_db(settings.resolved_database_url)
-    app.state.sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+    app.state.sessions = get_sessionmaker(settings.resolved_database_url)
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(gates.router)

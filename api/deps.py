@@ -10,9 +10,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
+from client.temporal import describe_or_none
 from keel.access import ACCESS_MEMO, RunAccess, may_read
 from keel.settings import Settings
 
@@ -71,12 +71,9 @@ async def may_read_run(client: Client, workflow_id: str, caller: Caller) -> bool
     its gates, or admin). A missing workflow reads as not allowed: the route's 404."""
     if "admin" in caller.roles:
         return True
-    try:
-        desc = await client.get_workflow_handle(workflow_id).describe()
-    except RPCError as err:
-        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-            return False
-        raise
+    desc = await describe_or_none(client, workflow_id)
+    if desc is None:
+        return False
     try:
         access = await desc.memo_value(ACCESS_MEMO, None, type_hint=RunAccess)
     except (ValueError, TypeError):

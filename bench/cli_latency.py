@@ -32,15 +32,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from client.temporal import connect  # noqa: E402
 from keel.settings import Settings  # noqa: E402
+from services.processes import TemporalDevServer, free_port  # noqa: E402
 from tests.support.scripted_openai import (  # noqa: E402
     ScriptedOpenAIServer,
     ScriptedReply,
     write_models_config,
 )
-from workers.client import connect  # noqa: E402
 from workers.main import build_worker  # noqa: E402
-from workers.services import TemporalDevServer, free_port  # noqa: E402
 
 ANSWER = '{"summary": "Workers replay history.", "sentences": 1}'
 FLOOR = (

@@ -39,11 +39,11 @@ from temporalio.worker import Worker  # noqa: E402
 
 from api.app import create_app  # noqa: E402
 from bench.floor import FloorGate, FloorState  # noqa: E402
+from client.temporal import connect  # noqa: E402
 from keel.gates import GateDecision, GateRequest  # noqa: E402
 from keel.settings import Settings  # noqa: E402
-from workers.client import connect  # noqa: E402
+from services.processes import TemporalDevServer, free_port  # noqa: E402
 from workers.main import WORKFLOWS, build_activities  # noqa: E402
-from workers.services import TemporalDevServer, free_port  # noqa: E402
 from workflows.gate import ApprovalGate  # noqa: E402
 
 

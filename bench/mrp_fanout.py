@@ -36,14 +36,14 @@ from typing import Any
 from pydantic import JsonValue
 
 from activities.mrp_backends import ray_init, ray_shutdown
+from client.temporal import connect
 from keel.mrp.operators_io import OperatorHandle, load_mrp_config
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
+from services.processes import TemporalDevServer, free_port
 from store.db import get_sessionmaker
 from store.mrp_runs import list_shards
-from workers.client import connect
 from workers.main import build_worker
-from workers.services import TemporalDevServer, free_port
 from workflows.mrp import MRPJob
 
 WORDS = [

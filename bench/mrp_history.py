@@ -23,11 +23,11 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 
 from activities.mrp_backends import ray_shutdown
+from client.temporal import connect
 from keel.mrp.run import MRPJobInput, workflow_id_for
 from keel.settings import Settings
-from workers.client import connect
+from services.processes import TemporalDevServer, free_port
 from workers.main import build_worker
-from workers.services import TemporalDevServer, free_port
 from workflows.mrp import MRPJob
 
 

@@ -42,9 +42,11 @@ from temporalio.worker import Worker  # noqa: E402
 
 from activities.llm import load_litellm  # noqa: E402
 from bench.floor import FloorCall, FloorLLM, floor_complete  # noqa: E402
+from client.temporal import connect  # noqa: E402
 from keel.rllm.contracts import render_prompt, template_variables, validate_input  # noqa: E402
 from keel.rllm.run import RllmRunInput, RllmRunResult  # noqa: E402
 from keel.settings import Settings  # noqa: E402
+from services.processes import TemporalDevServer, free_port  # noqa: E402
 from store.files import bundle_files  # noqa: E402
 from store.files import load_rllm_app as load_app  # noqa: E402
 from tests.support.scripted_openai import (  # noqa: E402
@@ -52,9 +54,7 @@ from tests.support.scripted_openai import (  # noqa: E402
     ScriptedReply,
     write_models_config,
 )
-from workers.client import connect  # noqa: E402
 from workers.main import WORKFLOWS, build_activities  # noqa: E402
-from workers.services import TemporalDevServer, free_port  # noqa: E402
 
 TEXT = (
     "Temporal keeps workflow state durable in its event history. Workers poll task queues "

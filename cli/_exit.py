@@ -74,10 +74,3 @@ def run_and_exit(
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
     os._exit(code)
-
-
-def entry(app: typer.Typer) -> Callable[[], None]:
-    def main() -> None:
-        run_and_exit(app)
-
-    return main

@@ -11,10 +11,8 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
-import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +21,8 @@ from typing import Annotated, Any
 import typer
 
 from cli._exit import run_and_exit
-from keel.settings import Settings, get_settings
+from cli.toolkit import EXIT_CODES, load_settings
+from keel.settings import Settings
 
 app = typer.Typer(
     help="Keel: durable workflows for AI work, on Temporal.",
@@ -31,40 +30,6 @@ app = typer.Typer(
     add_completion=False,
 )
 log = logging.getLogger("keel")
-
-
-def _state_file(settings: Settings) -> Path:
-    return settings.data_dir / "run" / "up.json"
-
-
-def _write_state(path: Path, services: dict[str, dict[str, Any]]) -> None:
-    """Replace the state file in one step: ``keel status`` and ``keel down`` read it while
-    ``keel up`` rewrites it (a restarted worker's pid), and must never see half of it."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"supervisor": os.getpid(), "services": services}, indent=2))
-    os.replace(tmp, path)
-
-
-def _read_state(settings: Settings) -> dict[str, Any] | None:
-    """The running ``keel up``'s state, or None if none runs (stale files are removed)."""
-    from workers.services import pid_alive
-
-    path = _state_file(settings)
-    try:
-        state: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not pid_alive(int(state.get("supervisor", 0)) or -1):
-        path.unlink(missing_ok=True)
-        return None
-    return state
-
-
-def _ui_link(settings: Settings, workflow_id: str | None = None) -> str:
-    base = f"http://127.0.0.1:{settings.dev_server_ui_port}/namespaces/{settings.temporal_namespace}/workflows"
-    if workflow_id is None:
-        return base
-    return f"{base}/{urllib.parse.quote(workflow_id, safe='')}"
 
 
 def _setup_logging(verbose: bool = False) -> None:
@@ -114,13 +79,14 @@ def up(
 
     Stays up until Ctrl-C or ``keel down``; everything binds to 127.0.0.1.
     """
-    from workers.model_server import LocalModelServer, unavailable_reason
-    from workers.services import ManagedProcess, ServiceError, TemporalDevServer, port_open
+    from services.model_server import LocalModelServer, unavailable_reason
+    from services.processes import ManagedProcess, ServiceError, TemporalDevServer, port_open
+    from services.up import keel_process, read_state, state_file, write_state
 
     _setup_logging()
-    settings = get_settings()
+    settings = load_settings()
     settings.check_secrets()
-    running = _read_state(settings)
+    running = read_state(settings)
     if running:
         typer.echo(
             f"Keel is already running (keel up pid {running['supervisor']}); "
@@ -159,15 +125,13 @@ def up(
                 server.start()
                 started.append(server)
                 services["model"] = {"pid": server.pid, "address": server.base_url}
-        worker = ManagedProcess(
-            "worker", [sys.executable, "-m", "cli.keel", "worker"], logs / "worker.log"
-        )
+        worker = keel_process("worker", logs / "worker.log")
         worker.start()
         started.append(worker)
         services["worker"] = {"pid": worker.pid, "task_queue": settings.task_queue}
         if port_open(settings.api_port):
             raise ServiceError(f"API port {settings.api_port} is already in use")
-        api = ManagedProcess("api", [sys.executable, "-m", "cli.keel", "api"], logs / "api.log")
+        api = keel_process("api", logs / "api.log")
         api.start()
         started.append(api)
         api.wait_port(settings.api_port, 60)
@@ -177,9 +141,9 @@ def up(
         typer.echo(f"keel up failed: {err}", err=True)
         raise typer.Exit(1) from None
 
-    state_path = _state_file(settings)
+    state_path = state_file(settings)
     state_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_state(state_path, services)
+    write_state(state_path, services)
     typer.echo("Keel is up:")
     typer.echo(f"  Temporal   {settings.resolved_temporal_address}")
     if "temporal" in services:
@@ -223,7 +187,7 @@ def up(
                 worker.start()
                 restarts.started(now)
                 services["worker"]["pid"] = worker.pid
-                _write_state(state_path, services)
+                write_state(state_path, services)
                 typer.echo(f"worker restarted (pid {worker.pid})", err=True)
     finally:
         stop_all()
@@ -234,10 +198,11 @@ def up(
 @app.command()
 def down(timeout: float = 30.0) -> None:
     """Stop the services a running ``keel up`` started."""
-    from workers.services import pid_alive, stop_pid
+    from services.processes import pid_alive, stop_pid
+    from services.up import read_state, state_file
 
-    settings = get_settings()
-    state = _read_state(settings)
+    settings = load_settings()
+    state = read_state(settings)
     if state is None:
         typer.echo("Keel is not running.")
         return
@@ -251,20 +216,21 @@ def down(timeout: float = 30.0) -> None:
             stop_pid(int(svc["pid"]))
     if pid_alive(supervisor):
         stop_pid(supervisor)
-    _state_file(settings).unlink(missing_ok=True)
+    state_file(settings).unlink(missing_ok=True)
     typer.echo("Keel is down.")
 
 
 @app.command()
 def status() -> None:
     """Show what ``keel up`` runs and whether Temporal answers."""
-    from workers.services import pid_alive
+    from services.processes import pid_alive
+    from services.up import read_state
 
-    settings = get_settings()
-    state = _read_state(settings)
+    settings = load_settings()
+    state = read_state(settings)
     if state is None:
         typer.echo("Keel is not running (start it with `keel up`).")
-        raise typer.Exit(3)
+        raise typer.Exit(EXIT_CODES["keel"]["not_running"])
     typer.echo(f"keel up pid {state['supervisor']}")
     for name, svc in state["services"].items():
         alive = "running" if pid_alive(int(svc["pid"])) else "DEAD"
@@ -275,12 +241,12 @@ def status() -> None:
 @app.command()
 def ping() -> None:
     """Check that the configured Temporal server answers."""
-    settings = get_settings()
+    settings = load_settings()
 
     async def check() -> str:
         from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-        from workers.client import connect
+        from client.temporal import connect
 
         client = await connect(settings)
         info = await client.workflow_service.get_system_info(GetSystemInfoRequest())
@@ -300,14 +266,14 @@ def ping() -> None:
 def worker() -> None:
     """Run one worker on the configured Temporal server until SIGTERM or Ctrl-C."""
     _setup_logging()
-    settings = get_settings()
+    settings = load_settings()
     settings.check_secrets()
     asyncio.run(_run_worker(settings))
 
 
 async def _run_worker(settings: Settings) -> None:
     from activities.llm import load_litellm_async
-    from workers.client import connect
+    from client.temporal import connect
     from workers.main import build_worker, ensure_search_attributes
     from workers.telemetry import init_tracing, make_runtime
 
@@ -343,37 +309,10 @@ def api() -> None:
     from api.app import create_app
 
     _setup_logging()
-    settings = get_settings()
+    settings = load_settings()
     uvicorn.run(
         create_app(settings), host=settings.api_host, port=settings.api_port, log_level="warning"
     )
-
-
-def start_up_in_background(settings: Settings, timeout_s: float = 300) -> subprocess.Popen[bytes]:
-    """Start ``keel up`` as a detached child (output in ``<data_dir>/up.log``) and wait until
-    it is up; ``keel demo`` and ``mrp run`` use it when no Keel runs. Exits 1 if it fails."""
-    from workers.services import stop_pid
-
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with open(settings.data_dir / "up.log", "ab") as up_log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.keel", "up"],
-            stdout=up_log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + timeout_s
-    while _read_state(settings) is None:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_pid(proc.pid, 30)
-            typer.echo(
-                f"keel up did not start; see {settings.data_dir / 'up.log'}:\n"
-                + (settings.data_dir / "up.log").read_text()[-2000:],
-                err=True,
-            )
-            raise typer.Exit(1)
-        time.sleep(0.2)
-    return proc
 
 
 @app.command()
@@ -382,18 +321,23 @@ def demo(
 ) -> None:
     """Run the main job end to end: LLM call → approval gate → approved through the API,
     then the three example .rllm apps (examples/) on the local model."""
-    from workers.model_server import unavailable_reason
-    from workers.services import pid_alive, stop_pid
+    from services.model_server import unavailable_reason
+    from services.processes import ServiceError, pid_alive, stop_pid
+    from services.up import read_state, start_up_in_background
 
-    settings = get_settings()
+    settings = load_settings()
     started_here = None
-    if _read_state(settings) is None:
+    if read_state(settings) is None:
         reason = unavailable_reason()
         if reason:
             typer.echo(f"the demo needs the embedded local model: {reason}", err=True)
             raise typer.Exit(1)
         typer.echo("Starting Keel (keel up) ...")
-        started_here = start_up_in_background(settings)
+        try:
+            started_here = start_up_in_background(settings)
+        except ServiceError as err:
+            typer.echo(str(err), err=True)
+            raise typer.Exit(1) from None
     try:
         asyncio.run(_run_demo(settings))
     finally:
@@ -415,10 +359,10 @@ def demo(
 async def _run_demo(settings: Settings) -> None:
     import httpx
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
-    from temporalio.exceptions import ActivityError
 
+    from client.temporal import cause_chain, connect
     from keel.gates import gate_workflow_id
-    from workers.client import connect
+    from services.up import ui_link
     from workflows.demo import DemoInput, KeelDemo
 
     client = await connect(settings)
@@ -444,10 +388,8 @@ async def _run_demo(settings: Settings) -> None:
                 try:
                     await handle.result()
                 except WorkflowFailureError as err:
-                    cause = err.cause
-                    # ActivityError wraps the activity's own error, which says what broke.
-                    if isinstance(cause, ActivityError) and cause.cause is not None:
-                        cause = cause.cause
+                    # The innermost cause (the activity's own error) says what broke.
+                    cause = cause_chain(err)[-1]
                     raise RuntimeError(f"the demo workflow {wid} failed: {cause}") from None
             if time.monotonic() > deadline:
                 raise RuntimeError(f"gate {gate_id} did not open in 10 minutes: {resp.text}")
@@ -469,8 +411,8 @@ async def _run_demo(settings: Settings) -> None:
         f"{result.llm.latency_ms:.0f} ms"
     )
     typer.echo("Where to look in the Temporal Web UI:")
-    typer.echo(f"   {_ui_link(settings, wid)}")
-    typer.echo(f"   {_ui_link(settings, gate_id)}")
+    typer.echo(f"   {ui_link(settings, wid)}")
+    typer.echo(f"   {ui_link(settings, gate_id)}")
     await _run_rllm_examples(client, settings)
     failed = await _run_mrp_examples(client, settings)
     if failed:
@@ -489,9 +431,10 @@ async def _run_rllm_examples(client: Any, settings: Settings) -> None:
     """The three example ``.rllm`` apps on the local model, as ``RllmApp`` workflows."""
     from temporalio.client import WorkflowFailureError
 
+    from client.rllm import failure_payload, start_run
     from keel.rllm.run import RllmRunInput, workflow_id_for
+    from services.up import ui_link
     from store.files import bundle_files
-    from workers.rllm_client import failure_payload, start_run
 
     examples = Path(__file__).resolve().parent.parent / "examples"
     typer.echo("6. .rllm apps on the local model (RllmApp workflows, as `runllm run` runs them)")
@@ -512,7 +455,7 @@ async def _run_rllm_examples(client: Any, settings: Settings) -> None:
         typer.echo(f"   examples/{name} -> {json.dumps(r.output, ensure_ascii=False)}")
         typer.echo(
             f"      {calls} model call(s), {retries} recovery retries, "
-            f"{r.usage.total_tokens} tokens, {r.total_latency_ms:.0f} ms; {_ui_link(settings, wid)}"
+            f"{r.usage.total_tokens} tokens, {r.total_latency_ms:.0f} ms; {ui_link(settings, wid)}"
         )
 
 
@@ -534,9 +477,10 @@ async def _run_mrp_examples(
     """
     from temporalio.client import WorkflowFailureError
 
+    from client.mrp import failure_of, start_job
     from keel.mrp.dsl import parse_job
     from keel.mrp.run import MRPJobInput, workflow_id_for
-    from workers.mrp_client import failure_of, start_job
+    from services.up import ui_link
 
     golden = json.loads((examples / "golden.json").read_text())
     failed: list[str] = []
@@ -588,7 +532,7 @@ async def _run_mrp_examples(
                 typer.echo(f"      {key.removeprefix('produced:')} {digest}")
         wid = workflow_id_for(job_id, r.run_id)
         typer.echo(
-            f"      run {r.run_id}: `mrp inspect --run-id {r.run_id}`; {_ui_link(settings, wid)}"
+            f"      run {r.run_id}: `mrp inspect --run-id {r.run_id}`; {ui_link(settings, wid)}"
         )
     return failed
 

@@ -10,30 +10,31 @@ every digest; ``mrp inspect --run-id X`` shows a run and downloads its outputs;
 
 Output: readable text on a terminal, one JSON document on stdout otherwise (``--json``
 and ``--text`` force either). Errors are one line each on stderr (``error: ...``), and in
-JSON mode also ``{"error": {"code", "message", "details"}}`` on stdout. Exit codes are in
-:data:`EXIT_CODES` (docs/mrp-cli.md).
+JSON mode also the CLI toolkit's envelope ``{"error": {"family", "type", "code", "message",
+"exit_code", "details"}}`` on stdout. Exit codes are in :data:`EXIT_CODES` (declared in
+``cli/toolkit.py``; docs/mrp-cli.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from cli._exit import run_and_exit
+from cli import toolkit
 from cli.mrp_operators import app as operators_app
+from cli.toolkit import CliFailure, note, output
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
     from temporalio.client import Client
 
+    from cli.envelope import CliError
     from keel.mrp.normalize import FileRef
     from keel.mrp.run import MRPJobInput, MRPJobResult, RunManifest, RunRecord
     from keel.settings import Settings
@@ -48,25 +49,16 @@ app = typer.Typer(
 )
 app.add_typer(operators_app, name="operators")
 
-#: Exit codes (stable; docs/mrp-cli.md).
-EXIT_OK = 0
-EXIT_ERROR = 1  # unexpected error, Temporal or the worker unavailable
-EXIT_USAGE = 2  # bad command line (click)
-EXIT_INVALID_JOB = 3  # the YAML is not a valid job (DSL error, with lines)
-EXIT_REFUSED = 4  # policy refused the job, or an operator was refused (pin, signature)
-EXIT_RUN_FAILED = 5  # the run ended but did not succeed (failed, budget_exceeded, ...)
-EXIT_REPLAY_MISMATCH = 6  # a replay produced a different digest
-EXIT_NOT_FOUND = 7  # no run with that id
-EXIT_CODES = {
-    "ok": EXIT_OK,
-    "error": EXIT_ERROR,
-    "usage": EXIT_USAGE,
-    "invalid_job": EXIT_INVALID_JOB,
-    "refused": EXIT_REFUSED,
-    "run_failed": EXIT_RUN_FAILED,
-    "replay_mismatch": EXIT_REPLAY_MISMATCH,
-    "not_found": EXIT_NOT_FOUND,
-}
+#: Exit codes (stable; docs/mrp-cli.md), from the toolkit's one table of every family's.
+EXIT_CODES = toolkit.EXIT_CODES["mrp"]
+EXIT_OK = EXIT_CODES["ok"]
+EXIT_ERROR = EXIT_CODES["error"]
+EXIT_USAGE = EXIT_CODES["usage"]
+EXIT_INVALID_JOB = EXIT_CODES["invalid_job"]
+EXIT_REFUSED = EXIT_CODES["refused"]
+EXIT_RUN_FAILED = EXIT_CODES["run_failed"]
+EXIT_REPLAY_MISMATCH = EXIT_CODES["replay_mismatch"]
+EXIT_NOT_FOUND = EXIT_CODES["not_found"]
 
 JobArg = Annotated[
     Path,
@@ -88,92 +80,49 @@ StayOpt = Annotated[
 ]
 
 
-class _Mode:
-    json = False
-
-
-_mode = _Mode()
-
-
 def _set_mode(json_out: bool | None) -> None:
-    _mode.json = (not sys.stdout.isatty()) if json_out is None else json_out
-
-
-def _note(text: str) -> None:
-    """Progress for people, on stderr (never mixed into the JSON on stdout)."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    output.choose(json_out)
 
 
 def _emit(doc: dict[str, Any], text: str) -> None:
     """One JSON document, or the text for people."""
-    if _mode.json:
-        typer.echo(json.dumps(doc, ensure_ascii=False, indent=2, default=str))
-    else:
-        typer.echo(text)
+    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
 
 
-class CliFailure(Exception):
-    """A failure the CLI reports as ``error: <line>`` (one per line) and an exit code."""
-
-    def __init__(
-        self, code: str, lines: list[str] | str, exit_code: int, details: Any = None
-    ) -> None:
-        self.code = code
-        self.lines = [lines] if isinstance(lines, str) else lines
-        self.exit_code = exit_code
-        self.details = details
-        super().__init__("; ".join(self.lines))
+def _failure(
+    code: str, lines: list[str] | str, exit_code: int | None = None, details: Any = None
+) -> CliFailure:
+    return CliFailure("mrp", code, lines, exit_code, details)
 
 
 def _fail(code: str, lines: list[str] | str, exit_code: int, details: Any = None) -> NoReturn:
-    raise CliFailure(code, lines, exit_code, details)
+    raise _failure(code, lines, exit_code, details)
 
 
-def _report(failure: CliFailure) -> int:
-    if _mode.json:
-        doc = {
-            "error": {
-                "code": failure.code,
-                "message": "; ".join(failure.lines),
-                "details": failure.details,
-            }
-        }
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
-        sys.stdout.flush()
-    for line in failure.lines:
-        sys.stderr.write(f"error: {line}\n")
-    sys.stderr.flush()
-    return failure.exit_code
-
-
-@contextlib.contextmanager
-def _reported() -> Iterator[None]:
-    """Turn a command's failures into their lines and exit code."""
-    from cli._services import ServiceUnavailable
+def _translate(err: BaseException) -> CliError | None:
+    """MRP's own exceptions as the CLI reports them (None: not one of them)."""
     from keel.mrp.errors import DslError, InputsRefused, PolicyViolation, RegistryError
     from keel.mrp.operators_io import MrpConfigError
+    from services.local import ServiceUnavailable
 
-    try:
-        yield
-    except CliFailure as f:
-        raise typer.Exit(_report(f)) from None
-    except DslError as e:
-        lines = [issue.render(e.source) for issue in e.issues]
-        details = [issue.model_dump() for issue in e.issues]
-        raise typer.Exit(
-            _report(CliFailure("invalid_job", lines, EXIT_INVALID_JOB, details))
-        ) from None
-    except PolicyViolation as e:
-        raise typer.Exit(
-            _report(CliFailure("refused", _violation_lines(e), EXIT_REFUSED, e.report.violations))
-        ) from None
-    except (RegistryError, InputsRefused) as e:  # OperatorRefused is a RegistryError
-        raise typer.Exit(_report(CliFailure("refused", str(e), EXIT_REFUSED))) from None
-    except MrpConfigError as e:
-        raise typer.Exit(_report(CliFailure("config", str(e), EXIT_ERROR))) from None
-    except ServiceUnavailable as e:
-        raise typer.Exit(_report(CliFailure("unavailable", str(e), EXIT_ERROR))) from None
+    if isinstance(err, DslError):
+        lines = [issue.render(err.source) for issue in err.issues]
+        details = [issue.model_dump() for issue in err.issues]
+        return _failure("invalid_job", lines, EXIT_INVALID_JOB, details).error
+    if isinstance(err, PolicyViolation):
+        return _failure("refused", _violation_lines(err), EXIT_REFUSED, err.report.violations).error
+    if isinstance(err, RegistryError | InputsRefused):  # OperatorRefused is a RegistryError
+        return _failure("refused", str(err), EXIT_REFUSED).error
+    if isinstance(err, MrpConfigError | toolkit.SettingsInvalid):
+        return _failure("config", str(err), EXIT_ERROR).error
+    if isinstance(err, ServiceUnavailable):
+        return _failure("unavailable", str(err), EXIT_ERROR).error
+    return None
+
+
+def _reported() -> contextlib.AbstractContextManager[None]:
+    """Turn a command's failures into their lines and exit code."""
+    return toolkit.reported(_translate)
 
 
 def _violation_lines(e: Any, source: str | None = None) -> list[str]:
@@ -194,15 +143,11 @@ def _short(digest: str | None, n: int = 16) -> str:
 
 
 def _settings() -> Settings:
-    from keel.settings import get_settings
-
-    return get_settings()
+    return toolkit.load_settings()
 
 
 def _sessions(settings: Settings) -> sessionmaker[Session]:
-    from store.db import get_sessionmaker
-
-    return get_sessionmaker(settings.resolved_database_url)
+    return toolkit.sessions(settings)
 
 
 def _artifacts(settings: Settings) -> ArtifactStore:
@@ -386,47 +331,46 @@ async def _watch(
     """Beside the result wait: progress on stderr (terminal only), from the workflow's
     ``progress`` query and the run records; fails when a service this command started
     dies."""
-    from workers.mrp_client import job_view, running_cost
+    from client.mrp import job_view, running_cost
 
     handle = client.get_workflow_handle(workflow_id)
     last = ""
-    while True:
-        await asyncio.sleep(0.5)
-        dead = services.dead()
-        if dead:
-            _fail("unavailable", dead, EXIT_ERROR)
-        if not show:
-            continue
+
+    async def progress_line() -> None:
+        nonlocal last
+        progress: dict[str, Any] | None = None
         with contextlib.suppress(Exception):
-            progress: dict[str, Any] | None = None
-            with contextlib.suppress(Exception):
-                progress = await handle.query("progress", result_type=dict)
-            view = await job_view(None, sessions, run_id)
-            if view is not None and view.status == "running":
-                view.cost = await asyncio.to_thread(running_cost, sessions, run_id, view.cost)
-            line = _progress_line(view, progress)
-            if line != last:
-                sys.stderr.write("\r\033[K" + line)
-                sys.stderr.flush()
-                last = line
+            progress = await handle.query("progress", result_type=dict)
+        view = await job_view(None, sessions, run_id)
+        if view is not None and view.status == "running":
+            view.cost = await asyncio.to_thread(running_cost, sessions, run_id, view.cost)
+        line = _progress_line(view, progress)
+        if line != last:
+            sys.stderr.write("\r\033[K" + line)
+            sys.stderr.flush()
+            last = line
+
+    await toolkit.watch_services(
+        services,
+        on_dead=lambda why: _failure("unavailable", why, EXIT_ERROR),
+        tick=progress_line if show else None,
+    )
 
 
 def _run_failure(err: BaseException, workflow_id: str) -> CliFailure:
+    from client.mrp import failure_of
     from keel.mrp.run import ERROR_COMPILE, ERROR_REPLAY_MISMATCH, ERROR_REPLAY_SOURCE
-    from workers.mrp_client import failure_of
 
     kind, message = failure_of(err)
     first = message.strip().splitlines() or [""]
     if kind == ERROR_COMPILE:
         lines = [ln.strip() for ln in message.splitlines()[1:] if ln.strip()] or first
-        return CliFailure(
-            "refused", lines, EXIT_REFUSED, {"type": kind, "workflow_id": workflow_id}
-        )
+        return _failure("refused", lines, EXIT_REFUSED, {"type": kind, "workflow_id": workflow_id})
     if kind == ERROR_REPLAY_MISMATCH:
-        return CliFailure("replay_mismatch", first[0], EXIT_REPLAY_MISMATCH, {"type": kind})
+        return _failure("replay_mismatch", first[0], EXIT_REPLAY_MISMATCH, {"type": kind})
     if kind == ERROR_REPLAY_SOURCE:
-        return CliFailure("not_found", first[0], EXIT_NOT_FOUND, {"type": kind})
-    return CliFailure(
+        return _failure("not_found", first[0], EXIT_NOT_FOUND, {"type": kind})
+    return _failure(
         "run_failed",
         f"run {workflow_id} failed: {kind}: {first[0]}",
         EXIT_RUN_FAILED,
@@ -445,45 +389,34 @@ async def _start_and_wait(
     """Start ``MRPJob`` (services on demand) and, with ``wait``, its result or failure."""
     from temporalio.client import WorkflowFailureError
 
-    from cli._services import LocalServices
+    from client.mrp import start_job
     from keel.mrp.run import workflow_id_for
-    from workers.mrp_client import start_job
+    from services.local import LocalServices
 
-    services = LocalServices(settings, _note)
+    services = LocalServices(settings, note)
     keep = stay or not wait
     try:
         client = await services.connect()
         wid = workflow_id_for(job_id, inp.run_id)
         handle = await start_job(client, inp, workflow_id=wid, task_queue=settings.task_queue)
-        if not _mode.json:
-            _note(f"Started {wid} (run id {inp.run_id}) on task queue {settings.task_queue!r}")
+        if not output.json:
+            note(f"Started {wid} (run id {inp.run_id}) on task queue {settings.task_queue!r}")
         await services.ensure_worker(wid, "mrp-worker.log")
         if not wait:
             return wid, None, None
         sessions = _sessions(settings)
         show = sys.stderr.isatty()
-        result_task = asyncio.ensure_future(handle.result())
-        watch_task = asyncio.ensure_future(
-            _watch(client, sessions, inp.run_id, wid, services, show)
-        )
         try:
-            await asyncio.wait({result_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+            result = await toolkit.wait_watching(
+                handle.result(), _watch(client, sessions, inp.run_id, wid, services, show)
+            )
+        except WorkflowFailureError as err:
+            return wid, None, err
         finally:
-            watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watch_task
             if show:
                 sys.stderr.write("\r\033[K")
                 sys.stderr.flush()
-        if not result_task.done():
-            result_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await result_task
-            watch_task.result()  # raises the watcher's failure
-        try:
-            return wid, result_task.result(), None
-        except WorkflowFailureError as err:
-            return wid, None, err
+        return wid, result, None
     finally:
         await asyncio.to_thread(services.stop, keep)
 
@@ -594,7 +527,7 @@ def _requester() -> str:
 
 
 def _fail_now(code: str, line: str, exit_code: int) -> NoReturn:
-    raise typer.Exit(_report(CliFailure(code, line, exit_code)))
+    raise typer.Exit(toolkit.report(_failure(code, line, exit_code).error))
 
 
 # -- replay --------------------------------------------------------------------------------
@@ -680,7 +613,7 @@ def replay(
             for r in rows:
                 if r["what"] == "reduce" or r["what"].startswith("produced:"):
                     lines.append(f"  {r['what']:<40} same      {r['original']}")
-        if not _mode.json:
+        if not output.json:
             typer.echo("\n".join(lines))
         if differing:
             first = differing[0]
@@ -695,7 +628,7 @@ def replay(
             failure = _run_failure(err, wid)
             failure.details = doc
             raise failure
-        if _mode.json:
+        if output.json:
             _emit(doc, "")
         if result is not None and result.status != "succeeded":
             raise typer.Exit(EXIT_RUN_FAILED)
@@ -874,27 +807,15 @@ def _inspect_text(
     return "\n".join(lines)
 
 
-def _on_error(err: BaseException) -> int:
-    """Command-line errors (exit 2) and unexpected exceptions (exit 1), one line each."""
-    import os
-    import traceback
-
-    import click
-
-    if "--json" in sys.argv:
-        _mode.json = True
-    # Typer raises its own copy of click's exceptions (typer.exceptions.TyperException).
-    if isinstance(err, click.ClickException | typer.exceptions.TyperException) and hasattr(
-        err, "format_message"
-    ):
-        return _report(CliFailure("usage", err.format_message(), EXIT_USAGE))
-    if os.environ.get("KEEL_DEBUG"):
-        traceback.print_exc()
-    return _report(CliFailure("error", f"{type(err).__name__}: {err}", EXIT_ERROR))
-
-
 def main(argv: list[str] | None = None) -> None:
-    run_and_exit(app, argv, on_error=_on_error)
+    toolkit.run(
+        app,
+        argv,
+        translate=_translate,
+        usage=lambda message: _failure("usage", message, EXIT_USAGE).error,
+        unexpected=lambda err: _failure("error", f"{type(err).__name__}: {err}", EXIT_ERROR).error,
+        default_json=False,
+    )
 
 
 if __name__ == "__main__":

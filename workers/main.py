@@ -24,10 +24,11 @@ from activities.records import RecordActivities
 from activities.rllm import RllmActivities
 from keel.records import LLMCallLog
 from keel.settings import Settings
-from store.db import init_db, make_engine, make_sessionmaker
+from sandbox.models import config_for
+from services.processes import SEARCH_ATTRIBUTES
+from store.db import get_sessionmaker
 from store.files import load_models_config
 from store.records import record_llm_call
-from workers.services import SEARCH_ATTRIBUTES
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob
@@ -40,8 +41,7 @@ WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo, RllmApp, MRPJob)
 
 def build_activities(settings: Settings) -> list[Any]:
     """Activity callables bound to their real clients, built from settings."""
-    init_db(settings.resolved_database_url)
-    sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+    sessions = get_sessionmaker(settings.resolved_database_url)
 
     async def log_llm_call(entry: LLMCallLog) -> None:
         await asyncio.to_thread(record_llm_call, sessions, entry)
@@ -54,7 +54,9 @@ def build_activities(settings: Settings) -> list[Any]:
     records = RecordActivities(sessions)
     models = load_models_config(settings.models_config)
     llm = LLMGateway(models, on_call=log_llm_call)
-    rllm = RllmActivities(llm, sessions)
+    rllm = RllmActivities(
+        llm, sessions, sandbox_config=config_for(settings.sandbox_config, settings.nsjail_path)
+    )
     ollama = OllamaActivities(settings.ollama_base_url, models)
     mrp = MrpActivities(settings)
     return [

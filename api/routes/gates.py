@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.deps import ApproverDep, Caller, CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent, request_id_for
+from client.temporal import describe_or_none, status_name
 from keel.access import ACCESS_MEMO, RunAccess, access_for, may_read
 from keel.digest import digest_json
 from keel.gates import (
@@ -115,15 +116,10 @@ async def _gate_handle(  # type: ignore[no-untyped-def]
     caller may see it."""
     if GATE_ID_SEPARATOR not in gate_id:
         raise _not_found(gate_id)
-    handle = client.get_workflow_handle(gate_id, result_type=GateState)
-    try:
-        desc = await handle.describe()
-    except RPCError as err:
-        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-            raise _not_found(gate_id) from None
-        raise
-    if desc.workflow_type != GATE_WORKFLOW_TYPE:
+    desc = await describe_or_none(client, gate_id, GATE_WORKFLOW_TYPE)
+    if desc is None:
         raise _not_found(gate_id)
+    handle = client.get_workflow_handle(gate_id, result_type=GateState)
     if not may_read(await _gate_access(client, desc), caller.actor, caller.roles):
         raise _not_found(gate_id)
     return handle, desc
@@ -152,7 +148,7 @@ async def _read_state(client: ClientDep, gate_id: str, caller: Caller) -> GateSt
         return await handle.query(ApprovalGate.state, rpc_timeout=GATE_RPC_TIMEOUT)
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
-    raise ApiError(409, "gate_not_running", f"gate {gate_id!r} ended as {desc.status.name.lower()}")
+    raise ApiError(409, "gate_not_running", f"gate {gate_id!r} ended as {status_name(desc)}")
 
 
 @router.get("", response_model=GateList)

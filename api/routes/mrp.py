@@ -27,13 +27,13 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent
+from client.mrp import MrpJobView, job_view, start_job
 from keel.access import ACCESS_MEMO, RunAccess, access_for
 from keel.digest import digest_json
 from keel.mrp.dsl import parse_job
 from keel.mrp.errors import DslError
 from keel.mrp.run import MAX_WINDOW_SIZE, Backend, MRPJobInput, workflow_id_for
 from store.artifacts import ArtifactStore, artifact_store_from_settings
-from workers.mrp_client import MrpJobView, job_view, start_job
 
 router = APIRouter(prefix="/mrp", tags=["mrp"], responses=ERROR_RESPONSES)
 

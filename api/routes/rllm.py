@@ -33,6 +33,13 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent
+from client.rllm import (
+    RllmRunView,
+    failure_payload,
+    run_view,
+    start_run,
+    upstream_failure,
+)
 from keel.access import ACCESS_MEMO, access_for
 from keel.digest import digest_json
 from keel.rllm.errors import (
@@ -45,13 +52,6 @@ from keel.rllm.errors import (
 from keel.rllm.failures import INTERNAL_ERROR_CODE
 from keel.rllm.parser import parse_text
 from keel.rllm.run import MAX_RETRIES_LIMIT, RllmRunInput, RllmRunResult, workflow_id_for
-from workers.rllm_client import (
-    RllmRunView,
-    failure_payload,
-    run_view,
-    start_run,
-    upstream_failure,
-)
 
 router = APIRouter(prefix="/rllm", tags=["rllm"], responses=ERROR_RESPONSES)
 

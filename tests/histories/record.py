@@ -41,6 +41,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
+from client.temporal import connect
 from keel.gates import (
     GateComment,
     GateDecision,
@@ -52,6 +53,7 @@ from keel.gates import (
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.rllm.run import RllmRunInput, RllmRunResult
 from keel.settings import Settings
+from services.processes import TemporalDevServer, free_port
 from store.files import bundle_files
 from tests.histories import CORPUS, HISTORIES_DIR
 from tests.support.scripted_openai import (
@@ -61,9 +63,7 @@ from tests.support.scripted_openai import (
     write_models_config,
 )
 from tests.support.webhook_receiver import WebhookReceiver
-from workers.client import connect
 from workers.main import build_worker
-from workers.services import TemporalDevServer, free_port
 from workflows.demo import DemoInput, DemoResult, KeelDemo
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob

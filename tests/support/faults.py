@@ -24,9 +24,9 @@ from temporalio.client import WorkflowHandle
 
 from keel.records import GateAuditEvent
 from keel.settings import Settings
+from services.processes import ManagedProcess, TemporalDevServer, pid_alive
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
-from workers.services import ManagedProcess, TemporalDevServer, pid_alive
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GATE_EVENT_ACTIVITY = "records.gate_event"

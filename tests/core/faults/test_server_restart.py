@@ -14,11 +14,11 @@ import uuid
 import pytest
 from temporalio.api.enums.v1 import EventType
 
+from client.temporal import connect
 from keel.gates import GateDecision, GateRequest, GateState, GateStatus
+from services.processes import TemporalDevServer, free_port, pid_alive
 from tests.support.faults import activity_events, audit_rows, fault_settings, wait_until
-from workers.client import connect
 from workers.main import build_worker
-from workers.services import TemporalDevServer, free_port, pid_alive
 from workflows.gate import ApprovalGate
 
 

@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from keel.gates import GateDecision, GateRequest, GateStatus
 from keel.settings import Settings
+from services.processes import LOOPBACK
 from tests.support.faults import (
     GATE_EVENT_ACTIVITY,
     activity_events,
@@ -34,7 +35,6 @@ from tests.support.faults import (
 )
 from tests.support.history import local_activity_names
 from workers.main import build_worker
-from workers.services import LOOPBACK
 from workflows.gate import ApprovalGate
 
 pytestmark = pytest.mark.slow  # 15-20 s and 40-50 s: Temporal's timeouts, not our work

@@ -10,10 +10,10 @@ import pytest
 
 from api.idempotency import REPLAY_HEADER
 from keel.gates import GateRequest
+from services.processes import ManagedProcess, find_binary, free_port
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
 from tests.support.api import TOKENS, assert_error, auth, open_gate, token
-from workers.services import ManagedProcess, find_binary, free_port
 from workflows.gate import ApprovalGate
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.model_server import unavailable_reason
-from workers.services import free_port, pid_alive
+from services.model_server import unavailable_reason
+from services.processes import free_port, pid_alive
 
 KEEL = [sys.executable, "-m", "cli.keel"]
 

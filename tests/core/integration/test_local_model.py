@@ -12,9 +12,9 @@ from temporalio.testing import ActivityEnvironment
 
 from keel.llm import LLMMessage, LLMRequest
 from keel.records import LLMCallLog
+from services.model_server import LocalModelServer, ModelServerError
+from services.processes import free_port
 from store.files import load_models_config
-from workers.model_server import LocalModelServer, ModelServerError
-from workers.services import free_port
 
 pytestmark = [
     pytest.mark.slow,

@@ -8,12 +8,12 @@ import uuid
 
 from temporalio.service import RPCError
 
+from client.temporal import connect
 from keel.gates import GateDecision, gate_workflow_id
 from keel.settings import Settings
+from services.processes import free_port
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
-from workers.client import connect
 from workers.main import build_worker
-from workers.services import free_port
 from workers.telemetry import make_runtime
 from workflows.demo import DemoInput, KeelDemo
 from workflows.gate import ApprovalGate

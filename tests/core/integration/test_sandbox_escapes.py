@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from keel.settings import Settings
 from sandbox import (
     AstGrepAction,
     SandboxConfig,
@@ -41,7 +42,7 @@ from sandbox import (
 )
 from sandbox.cgroups import CgroupSetup, cgroup_setup
 from sandbox.jail import find_nsjail
-from sandbox.models import JailSettings, PythonSettings
+from sandbox.models import JailSettings, PythonSettings, config_for
 from sandbox.python_block import python_runtime
 
 pytestmark = pytest.mark.timeout(60)
@@ -385,7 +386,11 @@ def test_missing_nsjail_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyP
     marker = tmp_path / "ran"
     monkeypatch.setenv("KEEL_NSJAIL_PATH", str(tmp_path / "no-such-nsjail"))
     with pytest.raises(SandboxUnavailable, match="nsjail not found"):
-        run(["/bin/sh", "-c", f"echo > {marker}"], limits=SMALL)
+        run(
+            ["/bin/sh", "-c", f"echo > {marker}"],
+            limits=SMALL,
+            config=config_for(None, Settings().nsjail_path),
+        )
     monkeypatch.delenv("KEEL_NSJAIL_PATH")
     with pytest.raises(SandboxUnavailable):
         run(

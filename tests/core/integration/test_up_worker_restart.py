@@ -20,8 +20,8 @@ from temporalio.client import Client
 
 from cli.keel import WORKER_RESTART_FIRST_S, WORKER_RESTART_MAX_S, WorkerRestarts
 from keel.settings import DEV_APPROVER_TOKEN, DEV_REQUESTER_TOKEN
+from services.processes import pid_alive
 from tests.core.integration.test_cli import KEEL, keel_env, run, stop_up
-from workers.services import pid_alive
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 from pydantic import ValidationError
 
+from keel.settings import Settings
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits, SandboxResult
 from sandbox.astgrep import unified_diff
 from sandbox.cgroups import cgroup_setup, sweep_stale
 from sandbox.errors import SandboxUnavailable
 from sandbox.jail import SECCOMP_POLICY, Bind, _read_log, build_command, find_nsjail
-from sandbox.models import JailSettings, load_config
+from sandbox.models import JailSettings, config_for, load_config
 from sandbox.python_block import RESULT_FILE, _check_name, _interpret
 from sandbox.workspace import Workspace, _sweep_stale, validate_relpath
 
@@ -173,11 +174,14 @@ def test_find_nsjail_explicit_override(tmp_path: Path, monkeypatch: pytest.Monke
     fake = tmp_path / "nsjail"
     fake.write_text("#!/bin/sh\n")
     monkeypatch.setenv("KEEL_NSJAIL_PATH", str(fake))
+    # KEEL_NSJAIL_PATH reaches the sandbox as the worker passes it: Settings -> config_for.
+    cfg = config_for(None, Settings().nsjail_path)
     with pytest.raises(SandboxUnavailable):  # exists but is not executable
-        find_nsjail(SandboxConfig())
+        find_nsjail(cfg)
     fake.chmod(0o755)
-    assert find_nsjail(SandboxConfig()) == str(fake)
+    assert find_nsjail(cfg) == str(fake)
     monkeypatch.delenv("KEEL_NSJAIL_PATH")
+    assert Settings().nsjail_path is None
     assert find_nsjail(SandboxConfig(nsjail_path=str(fake))) == str(fake)
     assert os.access(find_nsjail(SandboxConfig()), os.X_OK)
 
@@ -190,10 +194,10 @@ def test_config_file_loading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     cfg = load_config(f)
     assert cfg.limits.wall_time_s == 3 and cfg.limits.memory_mb == 64 and not cfg.jail.seccomp
     monkeypatch.setenv("KEEL_SANDBOX_CONFIG", str(f))
-    assert load_config().limits.memory_mb == 64
+    assert config_for(Settings().sandbox_config).limits.memory_mb == 64
     monkeypatch.setenv("KEEL_SANDBOX_CONFIG", str(tmp_path / "missing.yaml"))
     with pytest.raises(FileNotFoundError):
-        load_config()
+        config_for(Settings().sandbox_config)
     f.write_text("limits:\n  wall_time_seconds: 3\n")
     with pytest.raises(ValidationError):
         load_config(f)

@@ -13,9 +13,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from keel.gates import GateRequest, GateStatus
+from services.processes import find_binary
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
-from workers.services import find_binary
 from workflows.gate import NAME_KEY, STATUS_KEY, ApprovalGate
 
 

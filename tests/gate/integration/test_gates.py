@@ -16,11 +16,11 @@ from temporalio.service import RPCError
 from keel.gates import GateComment, GateDecision, GateRequest, GateState, GateStatus
 from keel.settings import Settings
 from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from services.processes import find_binary
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
-from workers.services import find_binary
 from workflows.gate import ApprovalGate
 
 

@@ -13,10 +13,10 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from keel.gates import GATE_STATUS_ATTRIBUTE, GateRequest, GateState
+from services.processes import find_binary
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
 from tests.support.api import auth, open_gate
-from workers.services import find_binary
 from workflows.gate import open_gate as open_child_gate
 
 

@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from keel.mrp.run import ERROR_SHARD, MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
+from services.processes import ManagedProcess, TemporalDevServer, pid_alive
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.mrp_runs import get_manifest, get_run, list_shards
@@ -33,7 +34,6 @@ from tests.support.mrp_jobs import run_job
 from tests.support.mrp_operators.flaky.agent import attempts as flaky_attempts
 from tests.support.mrp_operators.slow.agent import count as slow_count
 from workers.main import build_worker
-from workers.services import ManagedProcess, TemporalDevServer, pid_alive
 from workflows.mrp import MRPJob
 
 REPO = Path(__file__).resolve().parents[3]

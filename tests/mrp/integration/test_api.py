@@ -13,10 +13,10 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from api.idempotency import REPLAY_HEADER
+from client.mrp import failure_of, start_job
 from keel.mrp.run import MRPJobInput
 from keel.settings import Settings
 from tests.support.api import auth
-from workers.mrp_client import failure_of, start_job
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "mrp"

@@ -21,10 +21,10 @@ import pytest
 from keel.digest import digest_bytes
 from keel.mrp.run import run_manifest_from_json
 from keel.settings import Settings
+from services.processes import pid_alive, stop_pid
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.models import MrpRunRow
-from workers.services import pid_alive, stop_pid
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "mrp"

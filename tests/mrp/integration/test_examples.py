@@ -29,9 +29,9 @@ from temporalio.client import Client
 
 from keel.mrp.run import MRPJobInput
 from keel.settings import Settings
+from services.model_server import LocalModelServer
 from tests.support.mrp_jobs import run_job
 from workers.main import build_worker
-from workers.model_server import LocalModelServer
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "mrp"

@@ -16,9 +16,9 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from api.app import create_app
+from client.mrp import RUN_ID_KEY, find_workflow_id
 from keel.mrp.run import WORKFLOW_TYPE, MRPJobInput, workflow_id_for
 from tests.support.api import auth
-from workers.mrp_client import RUN_ID_KEY, find_workflow_id
 
 log = logging.getLogger(__name__)
 JOBS = 2000

@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from client.temporal import connect
 from keel.mrp.run import MRPJobInput, workflow_id_for
 from keel.settings import Settings
-from workers.client import connect
+from services.processes import free_port
 from workers.main import build_worker
-from workers.services import free_port
 from workers.telemetry import make_runtime
 from workflows.mrp import MRPJob
 

@@ -11,8 +11,8 @@ from temporalio.client import Client
 
 from keel.mrp.run import MRPJobResult
 from keel.settings import Settings
+from services.processes import find_binary
 from workers.main import build_worker
-from workers.services import find_binary
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "mrp"
 

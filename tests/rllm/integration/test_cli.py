@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from keel.settings import Settings
+from services.processes import free_port
 from tests.support.scripted_ollama import ScriptedOllamaServer
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
 from tests.support.scripted_openai import models_yaml as scripted_models_yaml
-from workers.services import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
@@ -387,7 +387,7 @@ async def test_cli_starts_the_embedded_server_and_stops_it(settings, model_serve
 
 async def test_temporal_cli_starts_rllm_app_with_plain_json(settings, worker, model_server):
     """docs/runllm-cli.md: `temporal workflow start --type RllmApp` with a worker-relative path."""
-    from workers.services import find_binary
+    from services.processes import find_binary
 
     temporal = find_binary("temporal")
     addr = ["--address", settings.resolved_temporal_address]

@@ -19,11 +19,11 @@ from temporalio.worker import Worker
 
 from keel.rllm.run import RllmRunInput, RllmRunResult, workflow_id_for
 from keel.settings import Settings
+from services.model_server import LocalModelServer
 from store.db import get_sessionmaker
 from store.files import bundle_files
 from store.rllm_stats import get_stats
 from workers.main import build_worker
-from workers.model_server import LocalModelServer
 from workflows.rllm import RllmApp
 
 pytestmark = [

@@ -30,8 +30,8 @@ from keel.rllm.ollama import (
     normalize_model,
     ollama_model_of,
 )
+from services.processes import free_port
 from tests.support.scripted_ollama import ScriptedOllamaServer
-from workers.services import free_port
 
 
 def test_names():

