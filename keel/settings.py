@@ -88,6 +88,7 @@ class Settings(BaseSettings):
     # MRP jobs: operator search paths, trusted signing keys, allow-list and caps
     # (docs/mrp-operators.md).
     mrp_config: Path = Path(__file__).resolve().parent.parent / "configs" / "mrp.yaml"
+    mrp_operator_paths: str = ""  # operator folders when none is given (os.pathsep list)
     # Folders whose job files POST /mrp/jobs may name by path (JSON list); empty: none.
     mrp_job_roots: list[Path] = Field(default_factory=list)
 

@@ -2,7 +2,7 @@
 
 A backend runs one *attempt* of one shard: :func:`execute_shard` loads the shard input from
 the artifact store, runs the map operator (under the egress guard, through
-``keel.mrp.sdk.invoke_map``), stores the output and returns a :class:`ShardAttempt` with its
+``activities.mrp.operators.invoke_map``), stores the output and returns a :class:`ShardAttempt` with its
 digest and what it cost. Retries, timeouts, checkpoints and budgets are the map window's job
 (``activities/mrp.py``); a backend only starts an attempt and cancels it.
 
@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from activities.mrp.operators import OperatorHandle
 from keel.mrp.normalize import FileRef, ShardInput
-from keel.mrp.operators_io import OperatorHandle
 from keel.mrp.registry import OperatorSpec
 from keel.settings import Settings
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from keel.mrp.sdk import LLMClient
     from store.artifacts import ArtifactStore
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Ray must treat this host as a single loopback node: with this set before Ray reads its
 # constants, every Ray server (GCS, raylet, workers, agents) binds 127.0.0.1 only.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -162,13 +162,13 @@ def llm_client_for(
     spec: OperatorSpec, settings: Settings, *, replay_only: bool, default_model: str = ""
 ) -> LLMClient:
     """The LLM client an operator gets: the request-digest-cached gateway client
-    (``keel.mrp.llm_client.CachedLLMClient``, one per process and mode, forked per call)
+    (``activities.mrp.llm.CachedLLMClient``, one per process and mode, forked per call)
     when its operator.yaml lists ``llm`` egress, else one that refuses every call."""
     from keel.mrp.sdk import NoLLM
 
     if "llm" not in spec.egress:
         return NoLLM(spec.ref)
-    from keel.mrp.llm_client import CachedLLMClient
+    from activities.mrp.llm import CachedLLMClient
 
     key = (
         f"{settings.models_config}|{settings.artifact_backend}|{settings.artifacts_dir}",
@@ -213,7 +213,8 @@ def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
 
 def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
     """:func:`execute_shard` for one item of a window's context."""
-    from keel.mrp.sdk import OperatorContext, OperatorError, invoke_map
+    from activities.mrp.operators import invoke_map
+    from keel.mrp.sdk import OperatorContext, OperatorError
 
     t0 = time.perf_counter()
     llm: MeteredLLM | None = None

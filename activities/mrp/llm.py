@@ -17,7 +17,7 @@ operator code, and with a cache:
 - ``replay_only=True`` (``mrp replay``) refuses a cache miss with :class:`LLMReplayMiss`
   instead of calling a model.
 
-The model call runs under :func:`keel.mrp.egress.llm_egress`, which lifts the egress guard
+The model call runs under :func:`activities.mrp.egress.llm_egress`, which lifts the egress guard
 for this call only, and only for operators that declare ``llm`` egress.
 """
 
@@ -35,9 +35,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
+from activities.mrp.egress import guarded_operator, llm_egress
 from keel.digest import digest_json, is_digest
 from keel.llm import LLMMessage, LLMRequest, LLMUsage, ModelsConfig, UnknownModelError
-from keel.mrp.egress import guarded_operator, llm_egress
 from keel.mrp.normalize import to_decimal
 from keel.mrp.sdk import LLMResult, LLMUnavailable, OperatorError
 
