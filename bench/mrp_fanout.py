@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from activities.mrp.backends import ray_init, ray_shutdown
+from activities.fanout import ray_init, ray_shutdown
 from activities.mrp.operators import OperatorHandle, load_mrp_config
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings

@@ -150,8 +150,6 @@ def _config_fingerprint(settings: Settings) -> str:
     return digest_json(parts)
 
 
-
-
 def _meter_add(name: str, description: str, value: int, attrs: dict[str, str]) -> None:
     with contextlib.suppress(Exception):  # metrics never fail an activity
         activity.metric_meter().create_counter(name, description).add(value, attrs)
@@ -651,6 +649,7 @@ class MrpActivities:
         order = [t.shard_id for t in ir.map_tasks]
         return first_mismatch(original.comparable_digests(), replayed.comparable_digests(), order)
 
+
 __all__ = [
     "CompileInput",
     "CompiledJob",
@@ -666,4 +665,3 @@ __all__ = [
     "ProduceOutput",
     "ReduceResult",
 ]
-
