@@ -37,11 +37,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mrp.backends import (
-    llm_client_for,
-    store_for,
-)
+from activities.llm import LLMGateway, sql_recorder
+from activities.mrp.backends import file_reader, store_for
 from activities.mrp.inputs import input_root, resolve_files
+from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for, record_calls
 from activities.mrp.operators import (
     OPERATOR_FILE,
     MrpConfig,
@@ -55,6 +54,7 @@ from activities.mrp.operators import (
 )
 from activities.mrp.window import MapWindow, load_ir
 from keel.digest import digest_bytes, digest_json
+from keel.llm import load_models_config
 from keel.mrp.errors import (
     DslError,
     InputsRefused,
@@ -79,6 +79,7 @@ from keel.mrp.run import (
     first_mismatch,
     run_manifest_from_json,
 )
+from keel.mrp.sdk import OperatorContext
 from keel.mrp.steps import (
     CompiledJob,
     CompileInput,
@@ -93,6 +94,7 @@ from keel.mrp.steps import (
     ProduceOutput,
     ReduceResult,
 )
+from keel.records import LLMCallLog
 from keel.settings import Settings
 from store.artifacts import ArtifactStore
 from store.db import get_sessionmaker
@@ -185,6 +187,7 @@ class MrpActivities:
         self._settings = settings
         self._sessions: sessionmaker[Session] | None = None
         self._llm_model = ""
+        self._llm_gateway: LLMGateway | None = None
         self._config_cache: tuple[str, MrpConfig] | None = None
 
     @property
@@ -428,18 +431,25 @@ class MrpActivities:
 
     # -- reduce, evaluate, produce ---------------------------------------------------------
 
-    def _ctx(self, ir: JobIR, role: str, seed: int, inp: PhaseInput, handle: OperatorHandle) -> Any:
-        from activities.mrp.backends import MeteredLLM, file_reader
-        from keel.mrp.sdk import OperatorContext
-
-        llm = MeteredLLM(
-            llm_client_for(
-                handle.spec,
-                self._settings,
-                replay_only=inp.llm_replay_only,
-                default_model=self._llm_model,
-            )
+    def _ctx(
+        self,
+        ir: JobIR,
+        role: str,
+        seed: int,
+        inp: PhaseInput,
+        handle: OperatorHandle,
+        call_logs: list[LLMCallLog],
+    ) -> tuple[OperatorContext, LLMCallStats]:
+        llm = llm_client_for(
+            handle.spec,
+            self._settings,
+            replay_only=inp.llm_replay_only,
+            default_model=self._llm_model,
+            workflow_id=inp.workflow_id,
         )
+        stats = call_stats(llm)
+        # The records outlive a failing operator: the async activity writes them either way.
+        stats.logs = call_logs
         ctx = OperatorContext(
             params=dict(ir.operators[role].params),
             seed=seed,
@@ -447,14 +457,31 @@ class MrpActivities:
             file_reader=file_reader(self.store),
             operator=handle.spec.ref,
         )
-        return ctx, llm
+        return ctx, stats
+
+    @property
+    def llm_gateway(self) -> LLMGateway:
+        """The gateway MRP's model calls are recorded through (``llm_calls``, metrics)."""
+        if self._llm_gateway is None:
+            models = load_models_config(self._settings.models_config)
+            self._llm_gateway = LLMGateway(models, on_call=sql_recorder(self.sessions))
+        return self._llm_gateway
+
+    async def record_llm_calls(self, logs: list[LLMCallLog]) -> None:
+        """Record model calls made by operators of this activity's run."""
+        if logs:
+            await record_calls(self.llm_gateway, logs, activity.metric_meter())
 
     @activity.defn(name="mrp.reduce")
     async def reduce(self, inp: PhaseInput) -> ReduceResult:
         """Reduce every shard output of this run, in shard order."""
-        return await asyncio.to_thread(self._reduce, inp)
+        call_logs: list[LLMCallLog] = []
+        try:
+            return await asyncio.to_thread(self._reduce, inp, call_logs)
+        finally:
+            await self.record_llm_calls(call_logs)
 
-    def _reduce(self, inp: PhaseInput) -> ReduceResult:
+    def _reduce(self, inp: PhaseInput, call_logs: list[LLMCallLog]) -> ReduceResult:
         from activities.mrp.operators import invoke_reduce
 
         with _span("mrp.reduce", run_id=inp.run_id):
@@ -471,21 +498,25 @@ class MrpActivities:
                 ) from None
             with ThreadPoolExecutor(max_workers=8) as pool:
                 outputs: list[JsonValue] = list(pool.map(store.get_json, digests))
-            ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle)
+            ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle, call_logs)
             with _operator_errors():
                 reduced = invoke_reduce(handle.spec, handle.load(), outputs, ctx)
             return ReduceResult(
                 reduce_digest=store.put_json(reduced),
                 cost_units=handle.spec.cost_weight + ctx.charged_units,
-                cost_usd=llm.usd,
+                cost_usd=llm.cost_usd,
             )
 
     @activity.defn(name="mrp.evaluate")
     async def evaluate(self, inp: EvaluateInput) -> EvaluateResult:
         """Score the reduced value with the job's evaluator."""
-        return await asyncio.to_thread(self._evaluate, inp)
+        call_logs: list[LLMCallLog] = []
+        try:
+            return await asyncio.to_thread(self._evaluate, inp, call_logs)
+        finally:
+            await self.record_llm_calls(call_logs)
 
-    def _evaluate(self, inp: EvaluateInput) -> EvaluateResult:
+    def _evaluate(self, inp: EvaluateInput, call_logs: list[LLMCallLog]) -> EvaluateResult:
         from activities.mrp.operators import invoke_evaluate
 
         with _span("mrp.evaluate", run_id=inp.run_id):
@@ -494,7 +525,7 @@ class MrpActivities:
             assert ir.evaluate is not None
             handle = phase_handle(self.config(), ir, "evaluate")
             reduced = store.get_json(inp.reduce_digest)
-            ctx, llm = self._ctx(ir, "evaluate", ir.evaluate.seed, inp, handle)
+            ctx, llm = self._ctx(ir, "evaluate", ir.evaluate.seed, inp, handle, call_logs)
             with _operator_errors():
                 ev = invoke_evaluate(handle.spec, handle.load(), reduced, ctx)
             digest = store.put_json(ev.model_dump(mode="json"))
@@ -507,15 +538,19 @@ class MrpActivities:
                     digest=digest,
                 ),
                 cost_units=handle.spec.cost_weight + ctx.charged_units,
-                cost_usd=llm.usd,
+                cost_usd=llm.cost_usd,
             )
 
     @activity.defn(name="mrp.produce")
     async def produce(self, inp: ProduceInput) -> ProduceOutput:
         """Write the reduced value to the sink under the run's output root."""
-        return await asyncio.to_thread(self._produce, inp)
+        call_logs: list[LLMCallLog] = []
+        try:
+            return await asyncio.to_thread(self._produce, inp, call_logs)
+        finally:
+            await self.record_llm_calls(call_logs)
 
-    def _produce(self, inp: ProduceInput) -> ProduceOutput:
+    def _produce(self, inp: ProduceInput, call_logs: list[LLMCallLog]) -> ProduceOutput:
         from activities.mrp.operators import invoke_produce
 
         with _span("mrp.produce", run_id=inp.run_id):
@@ -532,7 +567,7 @@ class MrpActivities:
             handle = phase_handle(self.config(), ir, "produce")
             reduced = store.get_json(inp.reduce_digest)
             out_dir = Path(inp.output_root)
-            ctx, llm = self._ctx(ir, "produce", ir.produce.seed, inp, handle)
+            ctx, llm = self._ctx(ir, "produce", ir.produce.seed, inp, handle, call_logs)
             with _operator_errors():
                 result = invoke_produce(handle.spec, handle.load(), reduced, sink, out_dir, ctx)
             files = []
@@ -546,7 +581,7 @@ class MrpActivities:
                 produce_result_digest=store.put_json(result.model_dump(mode="json")),
                 rows=result.rows,
                 cost_units=handle.spec.cost_weight + ctx.charged_units,
-                cost_usd=llm.usd,
+                cost_usd=llm.cost_usd,
             )
 
     # -- finalise --------------------------------------------------------------------------

@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from activities import fanout
-from activities.mrp.operators import OperatorHandle
+from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for
+from activities.mrp.operators import OperatorHandle, invoke_map
 from keel.mrp.normalize import FileRef, ShardInput
-from keel.mrp.registry import OperatorSpec
+from keel.mrp.sdk import LLMClient, OperatorContext, OperatorError
+from keel.records import LLMCallLog
 from keel.settings import Settings
 
 if TYPE_CHECKING:
-    from keel.mrp.sdk import LLMClient
     from store.artifacts import ArtifactStore
 
 
@@ -102,6 +103,8 @@ class ShardAttempt(BaseModel):
     llm_usd: Decimal = Decimal(0)
     llm_calls: int = 0
     llm_cached: int = 0
+    # The attempt's model calls, for the activity to record (``llm_calls``, metrics).
+    llm_call_logs: list[LLMCallLog] = Field(default_factory=list)
     pid: int = 0
 
 
@@ -123,58 +126,6 @@ def store_for(settings: Settings) -> ArtifactStore:
             store = artifact_store_from_settings(settings)
             _stores[key] = store
         return store
-
-
-class MeteredLLM:
-    """Wraps an operator's LLM client and adds up what its calls cost."""
-
-    def __init__(self, inner: LLMClient) -> None:
-        self._inner = inner
-        self.usd = Decimal(0)
-        self.calls = 0
-        self.cached = 0
-        self._lock = threading.Lock()
-
-    def complete(self, messages: list[dict[str, str]] | str, **params: Any) -> Any:
-        result = self._inner.complete(messages, **params)
-        with self._lock:
-            self.calls += 1
-            if result.cached:
-                self.cached += 1
-            elif result.cost_usd is not None:
-                self.usd += Decimal(result.cost_usd)
-        return result
-
-
-_llm_clients: dict[tuple[str, bool, str], Any] = {}
-
-
-def llm_client_for(
-    spec: OperatorSpec, settings: Settings, *, replay_only: bool, default_model: str = ""
-) -> LLMClient:
-    """The LLM client an operator gets: the request-digest-cached gateway client
-    (``activities.mrp.llm.CachedLLMClient``, one per process and mode, forked per call)
-    when its operator.yaml lists ``llm`` egress, else one that refuses every call."""
-    from keel.mrp.sdk import NoLLM
-
-    if "llm" not in spec.egress:
-        return NoLLM(spec.ref)
-    from activities.mrp.llm import CachedLLMClient
-
-    key = (
-        f"{settings.models_config}|{settings.artifact_backend}|{settings.artifacts_dir}",
-        replay_only,
-        default_model,
-    )
-    with _cache_lock:
-        client = _llm_clients.get(key)
-        if client is None:
-            client = CachedLLMClient.from_settings(
-                settings, replay_only=replay_only, default_model=default_model
-            )
-            _llm_clients[key] = client
-    forked: LLMClient = client.fork()
-    return forked
 
 
 def file_reader(store: ArtifactStore) -> Any:
@@ -204,24 +155,20 @@ def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
 
 def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
     """:func:`execute_shard` for one item of a window's context."""
-    from activities.mrp.operators import invoke_map
-    from keel.mrp.sdk import OperatorContext, OperatorError
-
     t0 = time.perf_counter()
-    llm: MeteredLLM | None = None
+    llm: LLMClient | None = None
     ctx: OperatorContext | None = None
     try:
         store = store_for(settings)
         shard_input = ShardInput.model_validate(store.get_json(task.input_digest))
         instance = context.operator.load()  # hashed against its pin once per process
         spec = context.operator.spec
-        llm = MeteredLLM(
-            llm_client_for(
-                spec,
-                settings,
-                replay_only=context.llm_replay_only,
-                default_model=context.llm_model,
-            )
+        llm = llm_client_for(
+            spec,
+            settings,
+            replay_only=context.llm_replay_only,
+            default_model=context.llm_model,
+            workflow_id=context.workflow_id,
         )
         ctx = OperatorContext(
             params=dict(context.params),
@@ -238,20 +185,23 @@ def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> 
             items = [f.model_dump(mode="json") for f in shard_input.files or []]
         output = invoke_map(spec, instance, items, ctx)
         digest = store.put_json(output)
+        stats = call_stats(llm)
         return ShardAttempt(
             ok=True,
             output_digest=digest,
             latency_ms=(time.perf_counter() - t0) * 1000,
             units=spec.cost_weight + ctx.charged_units,
-            llm_usd=llm.usd,
-            llm_calls=llm.calls,
-            llm_cached=llm.cached,
+            llm_usd=stats.cost_usd,
+            llm_calls=stats.calls + stats.cache_hits,
+            llm_cached=stats.cache_hits,
+            llm_call_logs=list(stats.logs),
             pid=os.getpid(),
         )
     except OperatorError as e:
         error, retryable = str(e), e.retryable
     except Exception as e:  # the runtime's own failure (store, import): worth a retry
         error, retryable = f"{type(e).__name__}: {e}", True
+    stats = call_stats(llm) if llm is not None else LLMCallStats()
     return ShardAttempt(
         ok=False,
         error=error[:4000],
@@ -259,9 +209,10 @@ def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> 
         latency_ms=(time.perf_counter() - t0) * 1000,
         # A failed attempt still spent its weight: the operator ran.
         units=(context.operator.spec.cost_weight + (ctx.charged_units if ctx else Decimal(0))),
-        llm_usd=llm.usd if llm else Decimal(0),
-        llm_calls=llm.calls if llm else 0,
-        llm_cached=llm.cached if llm else 0,
+        llm_usd=stats.cost_usd,
+        llm_calls=stats.calls + stats.cache_hits,
+        llm_cached=stats.cache_hits,
+        llm_call_logs=list(stats.logs),
         pid=os.getpid(),
     )
 
@@ -633,6 +584,5 @@ __all__ = [
     "execute_item",
     "execute_shard",
     "get_backend",
-    "llm_client_for",
     "store_for",
 ]

@@ -348,6 +348,7 @@ class MapWindow:
                 self.usd += result.llm_usd
                 self.llm_calls += result.llm_calls
                 self.llm_cached += result.llm_cached
+                await self.acts.record_llm_calls(result.llm_call_logs)
                 self._metric(
                     "latency",
                     result.latency_ms,
