@@ -57,10 +57,12 @@ from keel.mrp.sdk import (
     OperatorBase,
     OperatorContext,
     OperatorError,
+    ProducedFile,
     ProducerBase,
     ProduceResult,
     ReducerBase,
     SchemaViolation,
+    file_writer,
 )
 
 if TYPE_CHECKING:
@@ -100,6 +102,7 @@ __all__ = [
     "sign_operator",
     "sign_spec",
     "verify_signature",
+    "write_output",
     "write_pins",
 ]
 
@@ -876,7 +879,8 @@ def invoke_produce(
     _check(spec, "input", reduced)
     assert isinstance(instance, ProducerBase)
     out_dir.mkdir(parents=True, exist_ok=True)
-    out = _run(spec, lambda: instance.produce(reduced, sink, out_dir, ctx))
+    with file_writer(write_output):
+        out = _run(spec, lambda: instance.produce(reduced, sink, out_dir, ctx))
     if not isinstance(out, ProduceResult):
         raise OperatorError(spec.ref, "produce must return a ProduceResult", retryable=False)
     for f in out.files:
@@ -910,3 +914,19 @@ def phase_handle(config: MrpConfig, ir: JobIR, role: str) -> OperatorHandle:
             non_retryable=True,
         )
     return handle
+
+
+def write_output(out_dir: Path, rel_path: str, data: bytes) -> ProducedFile:
+    """Write ``data`` to ``out_dir/rel_path`` atomically (temp file + rename); return the
+    :class:`ProducedFile` with its digest and size (what ``keel.mrp.sdk.write_output``
+    does inside a produce call)."""
+    produced = ProducedFile(path=rel_path, digest=digest_bytes(data), size=len(data))
+    target = out_dir / rel_path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    return produced

@@ -23,17 +23,18 @@ check that the output is canonical JSON, and run the call under the egress guard
 failures are :class:`OperatorError` (or :class:`SchemaViolation`).
 
 This module is what operator code imports; it holds no loading or guarding machinery.
-:func:`write_output` is the one helper here that touches the file system: producers call it
-to write under the ``out_dir`` the runtime gives them, and it keeps this import path because
-shipped and user operators import it from here.
+:func:`write_output` is what producers call to write under the ``out_dir`` the runtime gives
+them; the runtime's writer (set with :func:`file_writer` around the call) does the writing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -64,6 +65,7 @@ __all__ = [
     "ReducerBase",
     "SchemaViolation",
     "audit_log_bytes",
+    "file_writer",
     "sink_file_name",
     "write_output",
 ]
@@ -337,23 +339,33 @@ def sink_file_name(sink: SinkSpec) -> str:
     return dest
 
 
+FileWriter = Callable[[Path, str, bytes], ProducedFile]
+# The runtime's writer for the produce call running in this context (set by the runtime's
+# ``invoke_produce``): the SDK names the helper, the runtime does the writing.
+_file_writer: contextvars.ContextVar[FileWriter | None] = contextvars.ContextVar(
+    "keel_mrp_file_writer", default=None
+)
+
+
+@contextlib.contextmanager
+def file_writer(writer: FileWriter) -> Iterator[None]:
+    """Make ``writer`` what :func:`write_output` calls in this context (the runtime does
+    this around a producer's call)."""
+    token = _file_writer.set(writer)
+    try:
+        yield
+    finally:
+        _file_writer.reset(token)
+
+
 def write_output(out_dir: Path, rel_path: str, data: bytes) -> ProducedFile:
     """Write ``data`` to ``out_dir/rel_path`` atomically (temp file + rename); return the
-    :class:`ProducedFile` with its digest and size."""
-    import os
-
-    from keel.digest import digest_bytes
-
-    produced = ProducedFile(path=rel_path, digest=digest_bytes(data), size=len(data))
-    target = out_dir / rel_path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
-    return produced
+    :class:`ProducedFile` with its digest and size. Only inside a produce call: the
+    runtime's writer does the writing."""
+    writer = _file_writer.get()
+    if writer is None:
+        raise OperatorError("?", "write_output is available inside a produce call only")
+    return writer(out_dir, rel_path, data)
 
 
 def audit_log_bytes(records: list[dict[str, JsonValue]]) -> bytes:
