@@ -18,15 +18,19 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio import activity
+from temporalio.common import MetricMeter
 from temporalio.exceptions import ApplicationError
 
 from keel.llm import (
@@ -40,6 +44,9 @@ from keel.llm import (
 from keel.records import LLMCallLog
 from keel.refs import LLM_COMPLETE
 from keel.retry import is_retryable_status, parse_retry_after
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 logger = logging.getLogger(__name__)
 
@@ -268,12 +275,27 @@ class LLMGateway:
                 server's ``Retry-After``.
         """
         info = activity.info()
-        call_key = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+        return await self.call(
+            req,
+            call_key=f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}",
+            workflow_id=info.workflow_id,
+            meter=activity.metric_meter(),
+        )
+
+    async def call(
+        self, req: LLMRequest, *, call_key: str, workflow_id: str | None, meter: MetricMeter | None
+    ) -> LLMResponse:
+        """One model call from async code, recorded (:meth:`record`) whether it succeeds or
+        fails. ``call_key`` names the call in ``llm_calls`` (a second record under the same
+        key is ignored); ``meter`` receives the ``keel_llm_*`` metrics.
+
+        Raises:
+            ApplicationError: as :meth:`complete`.
+        """
         model_name = req.model or self.models.default
         spec: ModelSpec | None = None
         key: str | None = None
         started = time.monotonic()
-        failure: ApplicationError | None = None
         try:
             model_name, spec = self.models.resolve(req.model)
             key = self._api_key(model_name, spec)
@@ -281,29 +303,77 @@ class LLMGateway:
             litellm = await load_litellm_async()
             started = time.monotonic()
             raw = await litellm.acompletion(**kwargs)
-            latency_ms = (time.monotonic() - started) * 1000.0
-            result = self._response(litellm, raw, model_name, spec, latency_ms)
-        except ApplicationError as e:
-            failure = e
-        except UnknownModelError as e:
-            failure = ApplicationError(str(e), type=LLM_UNKNOWN_MODEL, non_retryable=True)
+            outcome = self._outcome(litellm, raw, model_name, spec, started, call_key, workflow_id)
         except Exception as e:
-            failure = self._failure(e, model_name, spec, key)
+            outcome = self._failed(e, model_name, spec, key, started, call_key, workflow_id)
+        await self.record(outcome.log, meter)
+        return outcome.result()
 
-        if failure is not None:
-            latency_ms = (time.monotonic() - started) * 1000.0
-            activity.logger.warning("LLM call failed: %s: %s", failure.type, failure.message)
-            await self._record(
-                call_key, model_name, spec, "error", failure.type, LLMUsage(), latency_ms, None
+    def call_blocking(
+        self,
+        req: LLMRequest,
+        *,
+        call_key: str,
+        workflow_id: str | None,
+        around: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+    ) -> LLMOutcome:
+        """One model call from synchronous code (operator threads, Ray workers), not yet
+        recorded: the caller hands :attr:`LLMOutcome.log` to :meth:`record` from its
+        activity, where the call row and metrics are written. ``around`` wraps the
+        provider call itself (MRP lifts its egress guard there). A failed call does not
+        raise here (:meth:`LLMOutcome.result` does); a ``PermissionError`` (the caller's
+        guard refusing the call) does, and is no call."""
+        model_name = req.model or self.models.default
+        spec: ModelSpec | None = None
+        key: str | None = None
+        started = time.monotonic()
+        try:
+            model_name, spec = self.models.resolve(req.model)
+            key = self._api_key(model_name, spec)
+            kwargs = self._call_kwargs(req, spec, key)
+            with around():
+                # A first import of LiteLLM may happen here, inside the guarded call.
+                litellm = load_litellm()
+                started = time.monotonic()
+                raw = litellm.completion(**kwargs)
+            return self._outcome(litellm, raw, model_name, spec, started, call_key, workflow_id)
+        except PermissionError:
+            raise  # the caller's own guard refused the call: its policy, not a model failure
+        except Exception as e:
+            return self._failed(e, model_name, spec, key, started, call_key, workflow_id)
+
+    async def record(self, log: LLMCallLog, meter: MetricMeter | None) -> None:
+        """Write one call: ``keel_llm_*`` metrics to ``meter`` (when there is one) and the
+        row through ``on_call``. Neither failure fails the caller: a lost log row is
+        cheaper than paying for the model call again."""
+        if log.status == "error":
+            logger.warning("LLM call failed: %s (%s)", log.error_code, log.model_name)
+        if meter is not None:
+            attrs = {"model": log.model_name, "status": log.status}
+            try:
+                meter.create_counter("keel_llm_calls", "LLM calls by model and outcome").add(
+                    1, attrs
+                )
+                meter.create_histogram("keel_llm_latency_ms", "LLM call latency", "ms").record(
+                    round(log.latency_ms), attrs
+                )
+                tokens = meter.create_counter("keel_llm_tokens", "LLM tokens by model and kind")
+                if log.prompt_tokens:
+                    tokens.add(log.prompt_tokens, {"model": log.model_name, "kind": "prompt"})
+                if log.completion_tokens:
+                    tokens.add(
+                        log.completion_tokens, {"model": log.model_name, "kind": "completion"}
+                    )
+            except Exception as e:
+                logger.warning("LLM metrics for %s failed: %s", log.call_key, e)
+        if self.on_call is None:
+            return
+        try:
+            await self.on_call(log)
+        except Exception as e:
+            logger.warning(
+                "recording LLM call %s failed: %s", log.call_key, _scrubber.scrub(repr(e))
             )
-            # "from None": the original exception would otherwise travel to history as the
-            # failure's cause, with its unscrubbed text.
-            raise failure from None
-
-        await self._record(
-            call_key, model_name, spec, "ok", None, result.usage, latency_ms, result.cost_usd
-        )
-        return result
 
     # -- helpers -----------------------------------------------------------------------
     def _api_key(self, model_name: str, spec: ModelSpec) -> str | None:
@@ -402,50 +472,95 @@ class LLMGateway:
             next_retry_delay=delay,
         )
 
-    async def _record(
+    def _outcome(
         self,
+        litellm: ModuleType,
+        raw: Any,
+        model_name: str,
+        spec: ModelSpec,
+        started: float,
         call_key: str,
+        workflow_id: str | None,
+    ) -> LLMOutcome:
+        latency_ms = (time.monotonic() - started) * 1000.0
+        response = self._response(litellm, raw, model_name, spec, latency_ms)
+        log = _log(call_key, workflow_id, model_name, spec, "ok", None, latency_ms)
+        log = log.model_copy(
+            update={
+                "prompt_tokens": response.usage.prompt_tokens,
+                "completion_tokens": response.usage.completion_tokens,
+                "total_tokens": response.usage.total_tokens,
+                "cost_usd": response.cost_usd,
+            }
+        )
+        return LLMOutcome(log=log, response=response)
+
+    def _failed(
+        self,
+        exc: Exception,
         model_name: str,
         spec: ModelSpec | None,
-        status: Literal["ok", "error"],
-        error_code: str | None,
-        usage: LLMUsage,
-        latency_ms: float,
-        cost: float | None,
-    ) -> None:
-        info = activity.info()
-        meter = activity.metric_meter()
-        attrs = {"model": model_name, "status": status}
-        meter.create_counter("keel_llm_calls", "LLM calls by model and outcome").add(1, attrs)
-        meter.create_histogram("keel_llm_latency_ms", "LLM call latency", "ms").record(
-            round(latency_ms), attrs
-        )
-        tokens = meter.create_counter("keel_llm_tokens", "LLM tokens by model and kind")
-        if usage.prompt_tokens:
-            tokens.add(usage.prompt_tokens, {"model": model_name, "kind": "prompt"})
-        if usage.completion_tokens:
-            tokens.add(usage.completion_tokens, {"model": model_name, "kind": "completion"})
+        key: str | None,
+        started: float,
+        call_key: str,
+        workflow_id: str | None,
+    ) -> LLMOutcome:
+        if isinstance(exc, ApplicationError):
+            failure = exc
+        elif isinstance(exc, UnknownModelError):
+            failure = ApplicationError(str(exc), type=LLM_UNKNOWN_MODEL, non_retryable=True)
+        else:
+            failure = self._failure(exc, model_name, spec, key)
+        latency_ms = (time.monotonic() - started) * 1000.0
+        log = _log(call_key, workflow_id, model_name, spec, "error", failure.type, latency_ms)
+        return LLMOutcome(log=log, failure=failure)
 
-        if self.on_call is None:
-            return
-        log = LLMCallLog(
-            call_key=call_key,
-            workflow_id=info.workflow_id,
-            model_name=model_name,
-            litellm_model=spec.litellm_model if spec else "",
-            provider=_provider(spec),
-            status=status,
-            error_code=error_code,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            total_tokens=usage.total_tokens,
-            latency_ms=latency_ms,
-            cost_usd=cost,
-            created_at=datetime.now(UTC),
-        )
-        try:
-            await self.on_call(log)
-        except Exception as e:
-            activity.logger.warning(
-                "recording LLM call %s failed: %s", call_key, _scrubber.scrub(repr(e))
-            )
+
+@dataclass(frozen=True)
+class LLMOutcome:
+    """What one call gave: the reply or the failure, and the record of the call."""
+
+    log: LLMCallLog
+    response: LLMResponse | None = None
+    failure: ApplicationError | None = None
+
+    def result(self) -> LLMResponse:
+        """The reply; the failure (scrubbed, without its original cause) raised otherwise."""
+        if self.failure is not None:
+            # "from None": the original exception would otherwise travel to history as the
+            # failure's cause, with its unscrubbed text.
+            raise self.failure from None
+        assert self.response is not None
+        return self.response
+
+
+def _log(
+    call_key: str,
+    workflow_id: str | None,
+    model_name: str,
+    spec: ModelSpec | None,
+    status: Literal["ok", "error"],
+    error_code: str | None,
+    latency_ms: float,
+) -> LLMCallLog:
+    return LLMCallLog(
+        call_key=call_key,
+        workflow_id=workflow_id,
+        model_name=model_name,
+        litellm_model=spec.litellm_model if spec else "",
+        provider=_provider(spec),
+        status=status,
+        error_code=error_code,
+        latency_ms=latency_ms,
+        created_at=datetime.now(UTC),
+    )
+
+
+def sql_recorder(sessions: sessionmaker[Session]) -> OnCall:
+    """An ``on_call`` that writes each call to the ``llm_calls`` table (off the event loop)."""
+    from store.records import record_llm_call
+
+    async def on_call(entry: LLMCallLog) -> None:
+        await asyncio.to_thread(record_llm_call, sessions, entry)
+
+    return on_call

@@ -35,9 +35,9 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from activities.mrp_backends import ray_init, ray_shutdown
+from activities.fanout import ray_init, ray_shutdown
+from activities.mrp.operators import OperatorHandle, load_mrp_config
 from client.temporal import connect
-from keel.mrp.operators_io import OperatorHandle, load_mrp_config
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
 from services.processes import TemporalDevServer, free_port
@@ -81,7 +81,8 @@ def raw_map(
     handle: OperatorHandle, items: list[JsonValue], params: dict[str, JsonValue], seed: int
 ) -> JsonValue:
     """One shard on raw Ray: the operator through the SDK, nothing stored."""
-    from keel.mrp.sdk import OperatorContext, invoke_map
+    from activities.mrp.operators import invoke_map
+    from keel.mrp.sdk import OperatorContext
 
     ctx = OperatorContext(params=params, seed=seed, operator=handle.spec.ref)
     return invoke_map(handle.spec, handle.load(), items, ctx)

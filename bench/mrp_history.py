@@ -22,7 +22,7 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 
-from activities.mrp_backends import ray_shutdown
+from activities.fanout import ray_shutdown
 from client.temporal import connect
 from keel.mrp.run import MRPJobInput, workflow_id_for
 from keel.settings import Settings

@@ -295,7 +295,7 @@ async def _run_worker(settings: Settings) -> None:
     finally:
         # The CLI leaves through os._exit, which runs no atexit hook: stop the Ray node
         # that MRP windows started here (and remove its temp dir) before that.
-        from activities.mrp_backends import ray_shutdown
+        from activities.fanout import ray_shutdown
 
         await asyncio.to_thread(ray_shutdown)
     log.info("worker stopped")

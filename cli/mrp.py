@@ -101,8 +101,8 @@ def _fail(code: str, lines: list[str] | str, exit_code: int, details: Any = None
 
 def _translate(err: BaseException) -> CliError | None:
     """MRP's own exceptions as the CLI reports them (None: not one of them)."""
+    from activities.mrp.operators import MrpConfigError
     from keel.mrp.errors import DslError, InputsRefused, PolicyViolation, RegistryError
-    from keel.mrp.operators_io import MrpConfigError
     from services.local import ServiceUnavailable
 
     if isinstance(err, DslError):
@@ -191,9 +191,9 @@ def resolve_job_files(
     """List and hash the files under ``base_dir`` that ``patterns`` match, as the compile
     activity does on the worker (relative POSIX paths, BLAKE3 of the bytes), stopping past
     ``max_items``."""
-    from activities.mrp import _resolve_files
+    from activities.mrp.inputs import resolve_files
 
-    refs, _ = _resolve_files(
+    refs, _ = resolve_files(
         patterns,
         base_dir,
         _HashOnlyStore(),  # type: ignore[arg-type]
@@ -204,8 +204,8 @@ def resolve_job_files(
 
 def _compile(settings: Settings, job: Path, text: str) -> Any:
     """Compile ``job`` against the configured registry and caps (files resolved beside it)."""
+    from activities.mrp.operators import load_mrp_config
     from keel.mrp.dsl import parse_job
-    from keel.mrp.operators_io import load_mrp_config
 
     source = str(job)
     parsed = parse_job(text, source)

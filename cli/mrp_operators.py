@@ -17,7 +17,7 @@ import typer
 from cli._exit import run_and_exit
 
 if TYPE_CHECKING:
-    from keel.mrp.operators_io import MrpConfig
+    from activities.mrp.operators import MrpConfig
 
 app = typer.Typer(
     help="MRP operators: list, lint and sign (docs/mrp-operators.md).",
@@ -35,7 +35,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 
 
 def _load(config: Path | None) -> MrpConfig:
-    from keel.mrp.operators_io import load_mrp_config
+    from activities.mrp.operators import load_mrp_config
     from keel.settings import Settings
 
     return load_mrp_config(Settings(), path=config)
@@ -102,8 +102,8 @@ def lint(
 ) -> None:
     """Check every operator: spec and schemas, entrypoint, code digest, signature,
     allow-list. Exits 1 when any error is found."""
+    from activities.mrp.operators import load_operator
     from keel.mrp.errors import RegistryError
-    from keel.mrp.sdk import load_operator
 
     cfg = _load(config)
     wanted = set(refs or [])
@@ -169,7 +169,7 @@ def sign(
     config: ConfigOpt = None,
 ) -> None:
     """Recompute each operator's code digest, sign its spec with KEY, rewrite operator.yaml."""
-    from keel.mrp.operators_io import (
+    from activities.mrp.operators import (
         MrpConfigError,
         load_private_key,
         public_key_hex,
@@ -205,7 +205,7 @@ def keygen(
     path: Annotated[Path, typer.Argument(help="Where to write the new private key (PEM).")],
 ) -> None:
     """Create an ed25519 signing key; prints the trusted_keys line for configs/mrp.yaml."""
-    from keel.mrp.operators_io import generate_key
+    from activities.mrp.operators import generate_key
 
     public = generate_key(path)
     typer.echo(f"wrote {path} (mode 0600); add to trusted_keys in configs/mrp.yaml:")

@@ -265,6 +265,26 @@ class S3ArtifactStore(ArtifactStore):
                 self._create_bucket()
             self._bucket_ready = True
 
+    def get_named(self, key: str) -> bytes | None:
+        """A small named object (a reference, not an artifact) at ``key``, or None."""
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=key)
+        except _client_error() as e:
+            if _error_code(e) in _NOT_FOUND_CODES:
+                return None
+            raise
+        body = response["Body"]
+        try:
+            data: bytes = body.read()
+        finally:
+            body.close()
+        return data
+
+    def put_named(self, key: str, data: bytes) -> None:
+        """Write (or overwrite) the small named object at ``key``."""
+        self.ensure_bucket()
+        self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="text/plain")
+
     def _create_bucket(self) -> None:
         kwargs: dict[str, Any] = {"Bucket": self.bucket}
         # us-east-1 is the one region that refuses an explicit LocationConstraint.

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import Table, case, delete, func, select
+from sqlalchemy import Table, case, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -396,23 +396,8 @@ def lookup_checkpoints(sm: sessionmaker[Session], keys: Iterable[str]) -> dict[s
     return out
 
 
-def delete_checkpoints(sm: sessionmaker[Session], keys: Iterable[str]) -> int:
-    """Drop checkpoint entries (forces recompute); returns how many were removed."""
-    wanted = sorted(set(keys))
-    removed = 0
-    with sm.begin() as session:
-        for i in range(0, len(wanted), _CHUNK):
-            chunk = wanted[i : i + _CHUNK]
-            res = session.execute(
-                delete(MrpCheckpointRow).where(MrpCheckpointRow.checkpoint_key.in_(chunk))
-            )
-            removed += int(getattr(res, "rowcount", 0) or 0)
-    return removed
-
-
 __all__ = [
     "RunIdTaken",
-    "delete_checkpoints",
     "finish_run",
     "get_manifest",
     "get_run",

@@ -8,7 +8,6 @@ Temporal activity that may run twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -135,8 +134,3 @@ def predict_exectime(
             )
         )
     return predict(resolved.root.name, model, parts, prompt_tokens=prompt_tokens)
-
-
-def record_runs(sessions: sessionmaker[Session], records: Sequence[RllmRunRecord]) -> int:
-    """Store several runs; returns how many were new."""
-    return sum(1 for r in records if record_run(sessions, r))

@@ -13,27 +13,28 @@ is the code that ``code_digest`` covers. The class subclasses one of:
 
 Every call gets an :class:`OperatorContext`: params, seed, a seeded ``random.Random``, the
 shard id, a file reader for ``inputs.files`` shards, a log, and an :class:`LLMClient`, the
-only network an operator has (``keel.mrp.egress`` refuses every other connection while
+only network an operator has (``activities.mrp.egress`` refuses every other connection while
 operator code runs).
 
-The runtime does not call the methods directly: :func:`invoke_map`, :func:`invoke_reduce`,
-:func:`invoke_evaluate` and :func:`invoke_produce` check params, inputs and outputs against
-the operator's JSON Schemas, check that the output is canonical JSON, and run the call under
-the egress guard. Their failures are :class:`OperatorError` (or :class:`SchemaViolation`).
+The runtime does not call the methods directly: ``activities.mrp.operators`` loads the
+code (``load_operator``) and its ``invoke_map``, ``invoke_reduce``, ``invoke_evaluate`` and
+``invoke_produce`` check params, inputs and outputs against the operator's JSON Schemas,
+check that the output is canonical JSON, and run the call under the egress guard. Their
+failures are :class:`OperatorError` (or :class:`SchemaViolation`).
+
+This module is what operator code imports; it holds no loading or guarding machinery.
+:func:`write_output` is what producers call to write under the ``out_dir`` the runtime gives
+them; the runtime's writer (set with :func:`file_writer` around the call) does the writing.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.machinery
-import importlib.util
+import contextlib
+import contextvars
 import random
 import re
-import sys
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -43,10 +44,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from keel.digest import canonical_json, is_digest
 from keel.llm import LLMUsage
 from keel.mrp.dsl import SinkSpec
-from keel.mrp.egress import EgressDenied, egress_guard
-from keel.mrp.errors import MrpError, RegistryError
+from keel.mrp.errors import MrpError
 from keel.mrp.normalize import FileRef
-from keel.mrp.registry import OperatorKind, OperatorSpec
+from keel.mrp.registry import OperatorKind
 
 __all__ = [
     "AgentBase",
@@ -65,11 +65,7 @@ __all__ = [
     "ReducerBase",
     "SchemaViolation",
     "audit_log_bytes",
-    "invoke_evaluate",
-    "invoke_map",
-    "invoke_produce",
-    "invoke_reduce",
-    "load_operator",
+    "file_writer",
     "sink_file_name",
     "write_output",
 ]
@@ -343,271 +339,36 @@ def sink_file_name(sink: SinkSpec) -> str:
     return dest
 
 
+FileWriter = Callable[[Path, str, bytes], ProducedFile]
+# The runtime's writer for the produce call running in this context (set by the runtime's
+# ``invoke_produce``): the SDK names the helper, the runtime does the writing.
+_file_writer: contextvars.ContextVar[FileWriter | None] = contextvars.ContextVar(
+    "keel_mrp_file_writer", default=None
+)
+
+
+@contextlib.contextmanager
+def file_writer(writer: FileWriter) -> Iterator[None]:
+    """Make ``writer`` what :func:`write_output` calls in this context (the runtime does
+    this around a producer's call)."""
+    token = _file_writer.set(writer)
+    try:
+        yield
+    finally:
+        _file_writer.reset(token)
+
+
 def write_output(out_dir: Path, rel_path: str, data: bytes) -> ProducedFile:
     """Write ``data`` to ``out_dir/rel_path`` atomically (temp file + rename); return the
-    :class:`ProducedFile` with its digest and size."""
-    import os
-
-    from keel.digest import digest_bytes
-
-    produced = ProducedFile(path=rel_path, digest=digest_bytes(data), size=len(data))
-    target = out_dir / rel_path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
-    return produced
+    :class:`ProducedFile` with its digest and size. Only inside a produce call: the
+    runtime's writer does the writing."""
+    writer = _file_writer.get()
+    if writer is None:
+        raise OperatorError("?", "write_output is available inside a produce call only")
+    return writer(out_dir, rel_path, data)
 
 
 def audit_log_bytes(records: list[dict[str, JsonValue]]) -> bytes:
     """JSON Lines of ``records``, each canonical JSON: the same records give the same bytes
     (so audit logs carry no wall-clock time; the run manifest records when)."""
     return b"".join(canonical_json(r) + b"\n" for r in records)
-
-
-_BASES: dict[OperatorKind, type[OperatorBase]] = {
-    OperatorKind.MAP: AgentBase,
-    OperatorKind.REDUCE: ReducerBase,
-    OperatorKind.EVALUATE: EvaluatorBase,
-    OperatorKind.PRODUCE: ProducerBase,
-}
-
-
-# ---------------------------------------------------------------------------------------
-# Loading
-
-
-_PACKAGE_ROOT = "keel_mrp_operators"
-_load_lock = threading.RLock()
-_loaded: dict[tuple[str, str, str], OperatorBase] = {}
-
-
-def _package_name(spec: OperatorSpec, folder: Path) -> str:
-    # One module namespace per (operator, code digest, folder): two versions of one
-    # operator, or a changed copy of it, never share (or overwrite) a module.
-    tag = hashlib.sha256(f"{spec.code_digest}\0{folder}".encode()).hexdigest()[:16]
-    safe = re.sub(r"[^A-Za-z0-9_]", "_", f"{spec.name}_{spec.version}")
-    return f"{_PACKAGE_ROOT}.{safe}_{tag}"
-
-
-def _import_package(name: str, folder: Path) -> None:
-    if _PACKAGE_ROOT not in sys.modules:
-        root = importlib.util.module_from_spec(
-            importlib.machinery.ModuleSpec(_PACKAGE_ROOT, None, is_package=True)
-        )
-        root.__path__ = []
-        sys.modules[_PACKAGE_ROOT] = root
-    if name in sys.modules:
-        return
-    init = folder / "__init__.py"
-    if init.is_file():
-        mspec = importlib.util.spec_from_file_location(
-            name, init, submodule_search_locations=[str(folder)]
-        )
-    else:
-        mspec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-        mspec.submodule_search_locations = [str(folder)]
-    if mspec is None:
-        raise RegistryError(f"cannot import operator code from {folder}")
-    module = importlib.util.module_from_spec(mspec)
-    sys.modules[name] = module
-    try:
-        if mspec.loader is not None:
-            mspec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-
-
-def load_operator(
-    spec: OperatorSpec, folder: str | Path | None = None, *, verify: bool = True
-) -> OperatorBase:
-    """Import ``spec.entrypoint`` from the operator's folder and return an instance.
-
-    ``folder`` is the directory holding the ``operator.yaml``; None looks the operator up
-    on the default search path (``keel.mrp.operators_io.find_operator_dir``). With
-    ``verify`` the folder's code is hashed first and must match ``spec.code_digest``, so
-    the code that runs is the code that was pinned and signed. Instances are cached per
-    process (operators must not keep per-call state on ``self``).
-
-    Raises :class:`~keel.mrp.errors.RegistryError` (code does not match its pin, module or
-    class missing, wrong kind).
-    """
-    from keel.mrp import operators_io  # the I/O side; imported late to avoid a cycle
-
-    path = Path(folder).resolve() if folder is not None else operators_io.find_operator_dir(spec)
-    key = (spec.ref, spec.code_digest, str(path))
-    with _load_lock:
-        cached = _loaded.get(key)
-        if cached is not None:
-            return cached
-        if verify:
-            actual = operators_io.code_digest(path)
-            if actual != spec.code_digest:
-                raise RegistryError(
-                    f"operator {spec.ref}: code in {path} has digest {actual}, "
-                    f"but its pin is {spec.code_digest}; re-sign it or restore the code"
-                )
-        module_rel, _, attr = spec.entrypoint.partition(":")
-        package = _package_name(spec, path)
-        try:
-            _import_package(package, path)
-            module = importlib.import_module(f"{package}.{module_rel}")
-        except ImportError as e:
-            raise RegistryError(
-                f"operator {spec.ref}: cannot import {module_rel!r} from {path}: {e}"
-            ) from None
-        target = getattr(module, attr, None)
-        if target is None:
-            raise RegistryError(
-                f"operator {spec.ref}: module {module_rel!r} has no attribute {attr!r}"
-            )
-        base = _BASES[spec.kind]
-        if not (isinstance(target, type) and issubclass(target, base)):
-            raise RegistryError(
-                f"operator {spec.ref}: entrypoint {spec.entrypoint} must be a subclass of "
-                f"{base.__name__} (kind {spec.kind.value})"
-            )
-        instance = target()
-        _loaded[key] = instance
-        return instance
-
-
-# ---------------------------------------------------------------------------------------
-# Invocation with schema checks and the egress guard
-
-
-def _problems(spec: OperatorSpec, which: Literal["input", "output", "params"], v: Any) -> list[str]:
-    out = []
-    for p in spec.schema_errors(which, v):
-        where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in p.path)
-        out.append(f"{where.lstrip('.') or '<root>'}: {p.message}")
-    return out
-
-
-def _check(
-    spec: OperatorSpec,
-    which: Literal["input", "output", "params"],
-    value: Any,
-    label: str = "",
-) -> None:
-    problems = _problems(spec, which, value)
-    if problems:
-        if label:
-            problems = [f"{label} {p}" for p in problems]
-        # Bad output is the operator's fault, and a retry of a seeded operator gives the
-        # same answer: no schema failure is retryable.
-        raise SchemaViolation(spec.ref, which, problems)
-
-
-def _check_json(spec: OperatorSpec, value: Any, what: str) -> None:
-    try:
-        canonical_json(value)
-    except (TypeError, ValueError) as e:
-        raise OperatorError(
-            spec.ref, f"{what} is not canonical JSON: {e}", retryable=False
-        ) from None
-
-
-def _expect(spec: OperatorSpec, instance: OperatorBase, kind: OperatorKind) -> None:
-    if spec.kind is not kind or not isinstance(instance, _BASES[kind]):
-        raise OperatorError(
-            spec.ref, f"is a {spec.kind.value} operator, not {kind.value}", retryable=False
-        )
-
-
-def _run(spec: OperatorSpec, fn: Callable[[], Any]) -> Any:
-    try:
-        with egress_guard(spec.ref, allowed=spec.egress):
-            return fn()
-    except OperatorError:
-        raise
-    except EgressDenied as e:
-        # Policy, not bad luck: running it again would be refused again.
-        raise OperatorError(spec.ref, str(e), retryable=False) from e
-    except Exception as e:
-        raise OperatorError(spec.ref, f"{type(e).__name__}: {e}") from e
-
-
-def invoke_map(
-    spec: OperatorSpec, instance: OperatorBase, items: list[JsonValue], ctx: OperatorContext
-) -> JsonValue:
-    """Run a map operator on one shard: params and every item checked against the schemas,
-    the call guarded, the output checked against ``output_schema`` and canonical JSON."""
-    _expect(spec, instance, OperatorKind.MAP)
-    _check(spec, "params", ctx.params)
-    for i, item in enumerate(items):
-        _check(spec, "input", item, f"item {i}:")
-    assert isinstance(instance, AgentBase)
-    out = _run(spec, lambda: instance.map(items, ctx))
-    _check_json(spec, out, "map output")
-    _check(spec, "output", out)
-    return out  # type: ignore[no-any-return]
-
-
-def invoke_reduce(
-    spec: OperatorSpec, instance: OperatorBase, outputs: list[JsonValue], ctx: OperatorContext
-) -> JsonValue:
-    """Run a reducer: each shard output checked against ``input_schema``, result against
-    ``output_schema``."""
-    _expect(spec, instance, OperatorKind.REDUCE)
-    _check(spec, "params", ctx.params)
-    for i, o in enumerate(outputs):
-        _check(spec, "input", o, f"shard output {i}:")
-    assert isinstance(instance, ReducerBase)
-    out = _run(spec, lambda: instance.reduce(outputs, ctx))
-    _check_json(spec, out, "reduce output")
-    _check(spec, "output", out)
-    return out  # type: ignore[no-any-return]
-
-
-def invoke_evaluate(
-    spec: OperatorSpec, instance: OperatorBase, reduced: JsonValue, ctx: OperatorContext
-) -> Evaluation:
-    """Run an evaluator on the reduced value (checked against ``input_schema``)."""
-    _expect(spec, instance, OperatorKind.EVALUATE)
-    _check(spec, "params", ctx.params)
-    _check(spec, "input", reduced)
-    assert isinstance(instance, EvaluatorBase)
-    out = _run(spec, lambda: instance.evaluate(reduced, ctx))
-    if not isinstance(out, Evaluation):
-        raise OperatorError(spec.ref, "evaluate must return an Evaluation", retryable=False)
-    return out
-
-
-def invoke_produce(
-    spec: OperatorSpec,
-    instance: OperatorBase,
-    reduced: JsonValue,
-    sink: SinkSpec,
-    out_dir: Path,
-    ctx: OperatorContext,
-) -> ProduceResult:
-    """Run a producer: the sink kind must be one the operator writes; every listed file
-    must exist under ``out_dir`` with the digest and size it claims."""
-    from keel.digest import digest_bytes
-
-    _expect(spec, instance, OperatorKind.PRODUCE)
-    if sink.kind not in spec.sinks:
-        raise OperatorError(
-            spec.ref,
-            f"does not write {sink.kind.value} sinks (writes {spec.sinks})",
-            retryable=False,
-        )
-    _check(spec, "params", ctx.params)
-    _check(spec, "input", reduced)
-    assert isinstance(instance, ProducerBase)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = _run(spec, lambda: instance.produce(reduced, sink, out_dir, ctx))
-    if not isinstance(out, ProduceResult):
-        raise OperatorError(spec.ref, "produce must return a ProduceResult", retryable=False)
-    for f in out.files:
-        data = (out_dir / f.path).read_bytes()
-        if digest_bytes(data) != f.digest or len(data) != f.size:
-            raise OperatorError(
-                spec.ref, f"file {f.path} does not match the digest/size it reported"
-            )
-    return out

@@ -31,7 +31,7 @@ def ray_for_module() -> Iterator[None]:
     """Shut Ray down after the module (``pytestmark = pytest.mark.usefixtures(...)``):
     the Ray backend starts it once in this process and keeps it for the next run."""
     yield
-    from activities.mrp_backends import ray_shutdown
+    from activities.fanout import ray_shutdown
 
     ray_shutdown()
 

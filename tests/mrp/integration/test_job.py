@@ -32,6 +32,7 @@ from keel.settings import Settings
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.mrp_runs import finish_run, get_manifest, get_run, list_shards
+from store.records import list_llm_calls
 from tests.support.mrp_jobs import run_job
 from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply
 from workers.main import build_worker
@@ -178,6 +179,53 @@ async def test_llm_job_on_ray_replays_from_the_cache_without_model_calls(
     out = json.loads((Path(first.output_root or "") / f"out/{job_id}.json").read_text())
     assert out["data"]["totals"]["counts.positive"] == "3"
     assert out["data"]["totals"]["counts.negative"] == "5"
+
+
+async def test_llm_job_writes_each_model_call_to_llm_calls_and_none_for_cache_hits(
+    client: Client, mrp_settings: Settings, tmp_path: Path
+) -> None:
+    """MRP's model calls go through the gateway's recording path: one ``llm_calls`` row per
+    real call (made in Ray worker processes here), with model, tokens and cost; a replay
+    answered from the cache adds none."""
+    reviews = ["I loved it", "awful", "awful again", "I loved that too"]
+    with ScriptedOpenAIServer(default=by_prompt) as server:
+        models = tmp_path / "models.yaml"
+        models.write_text(
+            "default: scripted\nmodels:\n  scripted:\n    litellm_model: openai/scripted\n"
+            f"    api_base: {server.base_url}\n"
+            "    input_cost_per_token: 0.0\n    output_cost_per_token: 0.0\n"
+        )
+        settings = mrp_settings.model_copy(update={"models_config": models})
+        job_id = "sentiment-llm-calls"
+        yaml_text = job_yaml(
+            job_id, reviews, map_op="sentiment-label@1.0.0", egress=["llm"], budget_usd="1"
+        )
+        async with build_worker(client, settings):
+            first = await run_job(
+                client, settings, job_id, MRPJobInput(job_yaml=yaml_text, backend="ray")
+            )
+            assert first.status == "succeeded", first
+            replay = await run_job(
+                client, settings, job_id, MRPJobInput(replay_of=first.run_id, backend="threads")
+            )
+    assert replay.replay_matched is True
+    sm = get_sessionmaker(settings.resolved_database_url)
+    rows = list_llm_calls(sm, workflow_id=workflow_id_for(job_id, first.run_id))
+    assert len(rows) == len(server.chat_requests) == 4
+    assert {(r.model_name, r.litellm_model, r.status) for r in rows} == {
+        ("scripted", "openai/scripted", "ok")
+    }
+    # by_prompt: 40 prompt tokens each; "loved" answers take 2 completion tokens, others 1.
+    assert sorted((r.prompt_tokens, r.completion_tokens, r.total_tokens) for r in rows) == [
+        (40, 1, 41),
+        (40, 1, 41),
+        (40, 2, 42),
+        (40, 2, 42),
+    ]
+    assert len({r.call_key for r in rows}) == 4
+    assert [r.cost_usd for r in rows] == [0.0] * 4  # priced by the config, not unknown
+    assert list_llm_calls(sm, workflow_id=workflow_id_for(job_id, replay.run_id)) == []
+    assert len(list_llm_calls(sm)) == 4
 
 
 APPROVAL = """

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from activities.mrp import _resolve_files, input_root
+from activities.mrp.inputs import input_root, resolve_files
 from keel.digest import digest_bytes
 from keel.mrp.errors import InputsRefused
 
@@ -26,7 +26,7 @@ class HashOnly:
 
 
 def resolve(patterns: list[str], base: Path, max_items: int | None = None) -> list[str]:
-    refs, _ = _resolve_files(patterns, base, HashOnly(), max_items=max_items)  # type: ignore[arg-type]
+    refs, _ = resolve_files(patterns, base, HashOnly(), max_items=max_items)  # type: ignore[arg-type]
     return [r.path for r in refs]
 
 
@@ -109,10 +109,10 @@ def test_a_glob_over_a_large_tree_stops_at_the_cap(
             listed.append(entry[0])
             yield entry
 
-    monkeypatch.setattr("activities.mrp.os.walk", counting_walk)
+    monkeypatch.setattr("activities.mrp.inputs.os.walk", counting_walk)
     store = HashOnly()
     with pytest.raises(InputsRefused, match="more than 100 files"):
-        _resolve_files(["**/*.txt"], root, store, max_items=100)  # type: ignore[arg-type]
+        resolve_files(["**/*.txt"], root, store, max_items=100)  # type: ignore[arg-type]
     # Only what the cap allows was read, and the walk stopped in the first folders
     # instead of listing all 201 of them.
     assert store.stored == 100

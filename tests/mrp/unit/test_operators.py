@@ -1,5 +1,5 @@
 """Operators on disk: code digests, pins, ed25519 signatures, the allow-list, configs/mrp.yaml,
-and compiling jobs against the real registry (keel.mrp.operators_io)."""
+and compiling jobs against the real registry (activities.mrp.operators)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from keel.mrp import PolicyViolation
-from keel.mrp.errors import RegistryError
-from keel.mrp.operators_io import (
+from activities.mrp.operators import (
     DEV_KEY_PATH,
     DEV_PUBLIC_KEY,
     MrpConfigError,
     OperatorRefused,
     code_digest,
     generate_key,
+    invoke_map,
     load_mrp_config,
+    load_operator,
     load_private_key,
     public_key_hex,
     sign_operator,
     verify_signature,
 )
+from keel.mrp import PolicyViolation
+from keel.mrp.errors import RegistryError
 from keel.mrp.registry import OperatorKind
-from keel.mrp.sdk import OperatorContext, invoke_map, load_operator
+from keel.mrp.sdk import OperatorContext
 from keel.settings import Settings
 from tests.support.mrp_operators import TEST_CONFIG
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
+from activities.mrp.operators import DEV_KEY_PATH, DEV_PUBLIC_KEY, MrpConfigError, load_mrp_config
 from cli.mrp_operators import app
-from keel.mrp.operators_io import DEV_KEY_PATH, DEV_PUBLIC_KEY, MrpConfigError, load_mrp_config
 
 ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from activities.mrp.egress import EgressDenied, egress_guard, guarded_operator
+from activities.mrp.llm import CachedLLMClient, LLMCallFailed, LLMReplayMiss
+from activities.mrp.operators import invoke_map, load_mrp_config
 from keel.llm import ModelsConfig, ModelSpec
-from keel.mrp.egress import EgressDenied, egress_guard, guarded_operator
-from keel.mrp.llm_client import CachedLLMClient, LLMCallFailed, LLMReplayMiss
-from keel.mrp.operators_io import load_mrp_config
 from keel.mrp.registry import OperatorSpec
-from keel.mrp.sdk import AgentBase, OperatorContext, OperatorError, invoke_map
+from keel.mrp.sdk import AgentBase, OperatorContext, OperatorError
 from keel.settings import Settings
 from store.artifacts import LocalArtifactStore
 from tests.support.scripted_openai import RecordedRequest, ScriptedOpenAIServer, ScriptedReply

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from keel.mrp.operators_io import OperatorHandle, load_mrp_config
-from keel.mrp.sdk import OperatorContext, OperatorError, invoke_map
+from activities.mrp.operators import OperatorHandle, invoke_map, load_mrp_config
+from keel.mrp.sdk import OperatorContext, OperatorError
 from tests.support.mrp_operators import TEST_CONFIG
 from tests.support.mrp_operators.flaky.agent import attempts
 

@@ -11,19 +11,22 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from activities.mrp.operators import (
+    MrpConfig,
+    invoke_evaluate,
+    invoke_map,
+    invoke_produce,
+    invoke_reduce,
+    load_mrp_config,
+)
 from keel.digest import digest_bytes
 from keel.mrp.dsl import SinkKind, SinkSpec
 from keel.mrp.normalize import FileRef
-from keel.mrp.operators_io import MrpConfig, load_mrp_config
 from keel.mrp.sdk import (
     Evaluation,
     OperatorContext,
     OperatorError,
     SchemaViolation,
-    invoke_evaluate,
-    invoke_map,
-    invoke_produce,
-    invoke_reduce,
 )
 from keel.settings import Settings
 

@@ -2,7 +2,8 @@
 
 Load them through ``tests/support/mrp_operators/mrp.yaml`` (operator paths: the shipped
 ``operators/`` and this folder). They are imported from their folders by path
-(``keel.mrp.sdk.load_operator``), so Ray workers need nothing but ``keel`` on their path.
+(``activities.mrp.operators.load_operator``), so Ray workers need
+nothing but the repository on their path.
 """
 
 from pathlib import Path

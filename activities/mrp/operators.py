@@ -1,4 +1,5 @@
-"""Operators on disk: find them, hash their code, check pins and signatures, load the config.
+"""Operators on disk: find them, hash their code, check pins and signatures, load the config,
+and import and invoke their code (under the egress guard).
 
 ``configs/mrp.yaml`` (``KEEL_MRP_CONFIG``) names the folders to search for operators
 (``operator_paths``), the trusted ed25519 public keys, the allow-list and the service's
@@ -23,21 +24,46 @@ same way ``Settings.check_secrets`` refuses the dev API tokens.
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.machinery
+import importlib.util
 import os
 import re
-from collections.abc import Iterable
+import sys
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import blake3
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from temporalio.exceptions import ApplicationError
 
-from keel.digest import digest_json
+from activities.mrp.egress import EgressDenied, egress_guard
+from keel.digest import canonical_json, digest_bytes, digest_json
+from keel.mrp.dsl import SinkSpec
 from keel.mrp.errors import MrpError, RegistryError
+from keel.mrp.ir import JobIR
 from keel.mrp.policy import Caps
-from keel.mrp.registry import AllowEntry, OperatorSpec, Registry
+from keel.mrp.registry import AllowEntry, OperatorKind, OperatorSpec, Registry
+from keel.mrp.run import ERROR_COMPILE
+from keel.mrp.sdk import (
+    AgentBase,
+    Evaluation,
+    EvaluatorBase,
+    OperatorBase,
+    OperatorContext,
+    OperatorError,
+    ProducedFile,
+    ProducerBase,
+    ProduceResult,
+    ReducerBase,
+    SchemaViolation,
+    file_writer,
+)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -47,7 +73,6 @@ if TYPE_CHECKING:
 
     from keel.mrp.compiler import CompileResult
     from keel.mrp.normalize import FileRef
-    from keel.mrp.sdk import OperatorBase
     from keel.settings import Settings
 
 __all__ = [
@@ -64,13 +89,20 @@ __all__ = [
     "code_digest",
     "find_operator_dir",
     "generate_key",
+    "invoke_evaluate",
+    "invoke_map",
+    "invoke_produce",
+    "invoke_reduce",
     "load_mrp_config",
+    "load_operator",
     "load_private_key",
+    "phase_handle",
     "public_key_hex",
     "scan_operators",
     "sign_operator",
     "sign_spec",
     "verify_signature",
+    "write_output",
     "write_pins",
 ]
 
@@ -204,13 +236,14 @@ def scan_operators(search_paths: Iterable[str | Path]) -> list[ScannedOperator]:
 def find_operator_dir(spec: OperatorSpec, search_paths: Iterable[str | Path] | None = None) -> Path:
     """The folder whose ``operator.yaml`` declares ``spec.ref``.
 
-    The default search path is ``KEEL_MRP_OPERATOR_PATHS`` (``os.pathsep``-separated) if
-    set, else the shipped ``operators/`` folder. Callers that have an :class:`MrpConfig`
+    The default search path is ``Settings.mrp_operator_paths`` (``KEEL_MRP_OPERATOR_PATHS``,
+    ``os.pathsep``-separated) if set, else the shipped ``operators/`` folder. Callers that have an :class:`MrpConfig`
     use :meth:`MrpConfig.operator_dir` instead.
     """
     if search_paths is None:
-        env = os.environ.get("KEEL_MRP_OPERATOR_PATHS", "")
-        search_paths = [Path(p) for p in env.split(os.pathsep) if p] or [SHIPPED_OPERATORS]
+        from keel.settings import Settings
+
+        search_paths = list(Settings().mrp_operator_paths) or [SHIPPED_OPERATORS]
     for base in search_paths:
         for yaml_path in sorted(Path(base).glob(f"*/{OPERATOR_FILE}")):
             try:
@@ -391,7 +424,7 @@ class OperatorHandle(BaseModel):
     """What a worker needs to run an operator: its spec and its folder (picklable, JSON).
 
     Ray tasks and thread workers receive handles and call :meth:`load`, which re-hashes
-    the folder before importing (see :func:`keel.mrp.sdk.load_operator`).
+    the folder before importing (see :func:`load_operator`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -401,8 +434,6 @@ class OperatorHandle(BaseModel):
 
     def load(self) -> OperatorBase:
         """Import the operator (cached per process) and return its instance."""
-        from keel.mrp.sdk import load_operator
-
         return load_operator(self.spec, self.folder)
 
 
@@ -612,3 +643,288 @@ def load_mrp_config(
         llm_model=cfg.llm_model,
         refused=refused,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Loading operator code
+
+_BASES: dict[OperatorKind, type[OperatorBase]] = {
+    OperatorKind.MAP: AgentBase,
+    OperatorKind.REDUCE: ReducerBase,
+    OperatorKind.EVALUATE: EvaluatorBase,
+    OperatorKind.PRODUCE: ProducerBase,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+
+
+_PACKAGE_ROOT = "keel_mrp_operators"
+_load_lock = threading.RLock()
+_loaded: dict[tuple[str, str, str], OperatorBase] = {}
+
+
+def _package_name(spec: OperatorSpec, folder: Path) -> str:
+    # One module namespace per (operator, code digest, folder): two versions of one
+    # operator, or a changed copy of it, never share (or overwrite) a module.
+    tag = hashlib.sha256(f"{spec.code_digest}\0{folder}".encode()).hexdigest()[:16]
+    safe = re.sub(r"[^A-Za-z0-9_]", "_", f"{spec.name}_{spec.version}")
+    return f"{_PACKAGE_ROOT}.{safe}_{tag}"
+
+
+def _import_package(name: str, folder: Path) -> None:
+    if _PACKAGE_ROOT not in sys.modules:
+        root = importlib.util.module_from_spec(
+            importlib.machinery.ModuleSpec(_PACKAGE_ROOT, None, is_package=True)
+        )
+        root.__path__ = []
+        sys.modules[_PACKAGE_ROOT] = root
+    if name in sys.modules:
+        return
+    init = folder / "__init__.py"
+    if init.is_file():
+        mspec = importlib.util.spec_from_file_location(
+            name, init, submodule_search_locations=[str(folder)]
+        )
+    else:
+        mspec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        mspec.submodule_search_locations = [str(folder)]
+    if mspec is None:
+        raise RegistryError(f"cannot import operator code from {folder}")
+    module = importlib.util.module_from_spec(mspec)
+    sys.modules[name] = module
+    try:
+        if mspec.loader is not None:
+            mspec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
+def load_operator(
+    spec: OperatorSpec, folder: str | Path | None = None, *, verify: bool = True
+) -> OperatorBase:
+    """Import ``spec.entrypoint`` from the operator's folder and return an instance.
+
+    ``folder`` is the directory holding the ``operator.yaml``; None looks the operator up
+    on the default search path (:func:`find_operator_dir`). With
+    ``verify`` the folder's code is hashed first and must match ``spec.code_digest``, so
+    the code that runs is the code that was pinned and signed. Instances are cached per
+    process (operators must not keep per-call state on ``self``).
+
+    Raises :class:`~keel.mrp.errors.RegistryError` (code does not match its pin, module or
+    class missing, wrong kind).
+    """
+    path = Path(folder).resolve() if folder is not None else find_operator_dir(spec)
+    key = (spec.ref, spec.code_digest, str(path))
+    with _load_lock:
+        cached = _loaded.get(key)
+        if cached is not None:
+            return cached
+        if verify:
+            actual = code_digest(path)
+            if actual != spec.code_digest:
+                raise RegistryError(
+                    f"operator {spec.ref}: code in {path} has digest {actual}, "
+                    f"but its pin is {spec.code_digest}; re-sign it or restore the code"
+                )
+        module_rel, _, attr = spec.entrypoint.partition(":")
+        package = _package_name(spec, path)
+        try:
+            _import_package(package, path)
+            module = importlib.import_module(f"{package}.{module_rel}")
+        except ImportError as e:
+            raise RegistryError(
+                f"operator {spec.ref}: cannot import {module_rel!r} from {path}: {e}"
+            ) from None
+        target = getattr(module, attr, None)
+        if target is None:
+            raise RegistryError(
+                f"operator {spec.ref}: module {module_rel!r} has no attribute {attr!r}"
+            )
+        base = _BASES[spec.kind]
+        if not (isinstance(target, type) and issubclass(target, base)):
+            raise RegistryError(
+                f"operator {spec.ref}: entrypoint {spec.entrypoint} must be a subclass of "
+                f"{base.__name__} (kind {spec.kind.value})"
+            )
+        instance = target()
+        _loaded[key] = instance
+        return instance
+
+
+# ---------------------------------------------------------------------------------------
+# Invocation with schema checks and the egress guard
+
+
+def _problems(spec: OperatorSpec, which: Literal["input", "output", "params"], v: Any) -> list[str]:
+    out = []
+    for p in spec.schema_errors(which, v):
+        where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in p.path)
+        out.append(f"{where.lstrip('.') or '<root>'}: {p.message}")
+    return out
+
+
+def _check(
+    spec: OperatorSpec,
+    which: Literal["input", "output", "params"],
+    value: Any,
+    label: str = "",
+) -> None:
+    problems = _problems(spec, which, value)
+    if problems:
+        if label:
+            problems = [f"{label} {p}" for p in problems]
+        # Bad output is the operator's fault, and a retry of a seeded operator gives the
+        # same answer: no schema failure is retryable.
+        raise SchemaViolation(spec.ref, which, problems)
+
+
+def _check_json(spec: OperatorSpec, value: Any, what: str) -> None:
+    try:
+        canonical_json(value)
+    except (TypeError, ValueError) as e:
+        raise OperatorError(
+            spec.ref, f"{what} is not canonical JSON: {e}", retryable=False
+        ) from None
+
+
+def _expect(spec: OperatorSpec, instance: OperatorBase, kind: OperatorKind) -> None:
+    if spec.kind is not kind or not isinstance(instance, _BASES[kind]):
+        raise OperatorError(
+            spec.ref, f"is a {spec.kind.value} operator, not {kind.value}", retryable=False
+        )
+
+
+def _run(spec: OperatorSpec, fn: Callable[[], Any]) -> Any:
+    try:
+        with egress_guard(spec.ref, allowed=spec.egress):
+            return fn()
+    except OperatorError:
+        raise
+    except EgressDenied as e:
+        # Policy, not bad luck: running it again would be refused again.
+        raise OperatorError(spec.ref, str(e), retryable=False) from e
+    except Exception as e:
+        raise OperatorError(spec.ref, f"{type(e).__name__}: {e}") from e
+
+
+def invoke_map(
+    spec: OperatorSpec, instance: OperatorBase, items: list[JsonValue], ctx: OperatorContext
+) -> JsonValue:
+    """Run a map operator on one shard: params and every item checked against the schemas,
+    the call guarded, the output checked against ``output_schema`` and canonical JSON."""
+    _expect(spec, instance, OperatorKind.MAP)
+    _check(spec, "params", ctx.params)
+    for i, item in enumerate(items):
+        _check(spec, "input", item, f"item {i}:")
+    assert isinstance(instance, AgentBase)
+    out = _run(spec, lambda: instance.map(items, ctx))
+    _check_json(spec, out, "map output")
+    _check(spec, "output", out)
+    return out  # type: ignore[no-any-return]
+
+
+def invoke_reduce(
+    spec: OperatorSpec, instance: OperatorBase, outputs: list[JsonValue], ctx: OperatorContext
+) -> JsonValue:
+    """Run a reducer: each shard output checked against ``input_schema``, result against
+    ``output_schema``."""
+    _expect(spec, instance, OperatorKind.REDUCE)
+    _check(spec, "params", ctx.params)
+    for i, o in enumerate(outputs):
+        _check(spec, "input", o, f"shard output {i}:")
+    assert isinstance(instance, ReducerBase)
+    out = _run(spec, lambda: instance.reduce(outputs, ctx))
+    _check_json(spec, out, "reduce output")
+    _check(spec, "output", out)
+    return out  # type: ignore[no-any-return]
+
+
+def invoke_evaluate(
+    spec: OperatorSpec, instance: OperatorBase, reduced: JsonValue, ctx: OperatorContext
+) -> Evaluation:
+    """Run an evaluator on the reduced value (checked against ``input_schema``)."""
+    _expect(spec, instance, OperatorKind.EVALUATE)
+    _check(spec, "params", ctx.params)
+    _check(spec, "input", reduced)
+    assert isinstance(instance, EvaluatorBase)
+    out = _run(spec, lambda: instance.evaluate(reduced, ctx))
+    if not isinstance(out, Evaluation):
+        raise OperatorError(spec.ref, "evaluate must return an Evaluation", retryable=False)
+    return out
+
+
+def invoke_produce(
+    spec: OperatorSpec,
+    instance: OperatorBase,
+    reduced: JsonValue,
+    sink: SinkSpec,
+    out_dir: Path,
+    ctx: OperatorContext,
+) -> ProduceResult:
+    """Run a producer: the sink kind must be one the operator writes; every listed file
+    must exist under ``out_dir`` with the digest and size it claims."""
+    _expect(spec, instance, OperatorKind.PRODUCE)
+    if sink.kind not in spec.sinks:
+        raise OperatorError(
+            spec.ref,
+            f"does not write {sink.kind.value} sinks (writes {spec.sinks})",
+            retryable=False,
+        )
+    _check(spec, "params", ctx.params)
+    _check(spec, "input", reduced)
+    assert isinstance(instance, ProducerBase)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with file_writer(write_output):
+        out = _run(spec, lambda: instance.produce(reduced, sink, out_dir, ctx))
+    if not isinstance(out, ProduceResult):
+        raise OperatorError(spec.ref, "produce must return a ProduceResult", retryable=False)
+    for f in out.files:
+        data = (out_dir / f.path).read_bytes()
+        if digest_bytes(data) != f.digest or len(data) != f.size:
+            raise OperatorError(
+                spec.ref, f"file {f.path} does not match the digest/size it reported"
+            )
+    return out
+
+
+def phase_handle(config: MrpConfig, ir: JobIR, role: str) -> OperatorHandle:
+    """The operator of ``role``, refused unless its code is the code the IR was compiled
+    with (a changed operator mid-run or since the original run fails here)."""
+    binding = ir.operators[role]
+    try:
+        handle = config.handle(binding.ref)
+    except RegistryError as e:
+        raise ApplicationError(
+            f"{role} operator {binding.ref} is refused: {e}",
+            {"operator": binding.ref},
+            type=ERROR_COMPILE,
+            non_retryable=True,
+        ) from None
+    if handle.spec.code_digest != binding.code_digest:
+        raise ApplicationError(
+            f"{role} operator {binding.ref}: its code is now {handle.spec.code_digest}, "
+            f"but this run was compiled with {binding.code_digest}",
+            {"operator": binding.ref},
+            type=ERROR_COMPILE,
+            non_retryable=True,
+        )
+    return handle
+
+
+def write_output(out_dir: Path, rel_path: str, data: bytes) -> ProducedFile:
+    """Write ``data`` to ``out_dir/rel_path`` atomically (temp file + rename); return the
+    :class:`ProducedFile` with its digest and size (what ``keel.mrp.sdk.write_output``
+    does inside a produce call)."""
+    produced = ProducedFile(path=rel_path, digest=digest_bytes(data), size=len(data))
+    target = out_dir / rel_path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    return produced

@@ -2,55 +2,47 @@
 
 A backend runs one *attempt* of one shard: :func:`execute_shard` loads the shard input from
 the artifact store, runs the map operator (under the egress guard, through
-``keel.mrp.sdk.invoke_map``), stores the output and returns a :class:`ShardAttempt` with its
-digest and what it cost. Retries, timeouts, checkpoints and budgets are the map window's job
-(``activities/mrp.py``); a backend only starts an attempt and cancels it.
+``activities.mrp.operators.invoke_map``), stores the output and returns a
+:class:`ShardAttempt` with its digest and what it cost. Retries, timeouts, checkpoints and
+budgets are the map window's job (``activities/mrp/window.py``); a backend only starts an
+attempt and cancels it.
 
 - :class:`ThreadsBackend` runs each attempt in its own daemon thread of the worker
   process. A timed-out attempt is abandoned (Python cannot kill a thread): its result is
   ignored, and the thread ends when the operator returns.
-- :class:`RayBackend` runs each attempt on a pooled Ray actor (:class:`ShardRunner`) of a
-  local Ray cluster that the worker process starts once (:func:`ray_init`): loopback only, no dashboard UI, ``num_cpus`` from
-  the caps, a short temp dir under /tmp, and ``PYTHONPATH`` carrying the repository so Ray
-  workers import ``activities``, ``operators`` and test operators. An actor is ready
-  before it gets an attempt, so the shard timeout counts the operator's own time; a
-  timed-out or cancelled attempt's actor (its process) is killed. :func:`ray_shutdown` stops
-  the cluster; a worker process that dies takes its Ray processes with it (Ray ties them
-  to the driver's life).
+- :class:`RayBackend` runs each attempt on a pooled Ray actor (:class:`ShardRunner`) of the
+  worker process's local Ray cluster (``activities.fanout``: loopback only, ``num_cpus``
+  from the caps, ``PYTHONPATH`` carrying the repository so Ray workers import
+  ``activities``, ``operators`` and test operators). An actor is ready before it gets an
+  attempt, so the shard timeout counts the operator's own time; a timed-out or cancelled
+  attempt's actor (its process) is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import collections
 import contextlib
 import os
-import shutil
-import signal
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from activities import fanout
+from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for
+from activities.mrp.operators import OperatorHandle, invoke_map
 from keel.mrp.normalize import FileRef, ShardInput
-from keel.mrp.operators_io import OperatorHandle
-from keel.mrp.registry import OperatorSpec
+from keel.mrp.sdk import LLMClient, OperatorContext, OperatorError
+from keel.records import LLMCallLog
 from keel.settings import Settings
 
 if TYPE_CHECKING:
-    from keel.mrp.sdk import LLMClient
     from store.artifacts import ArtifactStore
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-# Ray must treat this host as a single loopback node: with this set before Ray reads its
-# constants, every Ray server (GCS, raylet, workers, agents) binds 127.0.0.1 only.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 BackendName = Literal["ray", "threads"]
 
@@ -111,6 +103,8 @@ class ShardAttempt(BaseModel):
     llm_usd: Decimal = Decimal(0)
     llm_calls: int = 0
     llm_cached: int = 0
+    # The attempt's model calls, for the activity to record (``llm_calls``, metrics).
+    llm_call_logs: list[LLMCallLog] = Field(default_factory=list)
     pid: int = 0
 
 
@@ -132,58 +126,6 @@ def store_for(settings: Settings) -> ArtifactStore:
             store = artifact_store_from_settings(settings)
             _stores[key] = store
         return store
-
-
-class MeteredLLM:
-    """Wraps an operator's LLM client and adds up what its calls cost."""
-
-    def __init__(self, inner: LLMClient) -> None:
-        self._inner = inner
-        self.usd = Decimal(0)
-        self.calls = 0
-        self.cached = 0
-        self._lock = threading.Lock()
-
-    def complete(self, messages: list[dict[str, str]] | str, **params: Any) -> Any:
-        result = self._inner.complete(messages, **params)
-        with self._lock:
-            self.calls += 1
-            if result.cached:
-                self.cached += 1
-            elif result.cost_usd is not None:
-                self.usd += Decimal(result.cost_usd)
-        return result
-
-
-_llm_clients: dict[tuple[str, bool, str], Any] = {}
-
-
-def llm_client_for(
-    spec: OperatorSpec, settings: Settings, *, replay_only: bool, default_model: str = ""
-) -> LLMClient:
-    """The LLM client an operator gets: the request-digest-cached gateway client
-    (``keel.mrp.llm_client.CachedLLMClient``, one per process and mode, forked per call)
-    when its operator.yaml lists ``llm`` egress, else one that refuses every call."""
-    from keel.mrp.sdk import NoLLM
-
-    if "llm" not in spec.egress:
-        return NoLLM(spec.ref)
-    from keel.mrp.llm_client import CachedLLMClient
-
-    key = (
-        f"{settings.models_config}|{settings.artifact_backend}|{settings.artifacts_dir}",
-        replay_only,
-        default_model,
-    )
-    with _cache_lock:
-        client = _llm_clients.get(key)
-        if client is None:
-            client = CachedLLMClient.from_settings(
-                settings, replay_only=replay_only, default_model=default_model
-            )
-            _llm_clients[key] = client
-    forked: LLMClient = client.fork()
-    return forked
 
 
 def file_reader(store: ArtifactStore) -> Any:
@@ -213,23 +155,20 @@ def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
 
 def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
     """:func:`execute_shard` for one item of a window's context."""
-    from keel.mrp.sdk import OperatorContext, OperatorError, invoke_map
-
     t0 = time.perf_counter()
-    llm: MeteredLLM | None = None
+    llm: LLMClient | None = None
     ctx: OperatorContext | None = None
     try:
         store = store_for(settings)
         shard_input = ShardInput.model_validate(store.get_json(task.input_digest))
         instance = context.operator.load()  # hashed against its pin once per process
         spec = context.operator.spec
-        llm = MeteredLLM(
-            llm_client_for(
-                spec,
-                settings,
-                replay_only=context.llm_replay_only,
-                default_model=context.llm_model,
-            )
+        llm = llm_client_for(
+            spec,
+            settings,
+            replay_only=context.llm_replay_only,
+            default_model=context.llm_model,
+            workflow_id=context.workflow_id,
         )
         ctx = OperatorContext(
             params=dict(context.params),
@@ -246,20 +185,23 @@ def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> 
             items = [f.model_dump(mode="json") for f in shard_input.files or []]
         output = invoke_map(spec, instance, items, ctx)
         digest = store.put_json(output)
+        stats = call_stats(llm)
         return ShardAttempt(
             ok=True,
             output_digest=digest,
             latency_ms=(time.perf_counter() - t0) * 1000,
             units=spec.cost_weight + ctx.charged_units,
-            llm_usd=llm.usd,
-            llm_calls=llm.calls,
-            llm_cached=llm.cached,
+            llm_usd=stats.cost_usd,
+            llm_calls=stats.calls + stats.cache_hits,
+            llm_cached=stats.cache_hits,
+            llm_call_logs=list(stats.logs),
             pid=os.getpid(),
         )
     except OperatorError as e:
         error, retryable = str(e), e.retryable
     except Exception as e:  # the runtime's own failure (store, import): worth a retry
         error, retryable = f"{type(e).__name__}: {e}", True
+    stats = call_stats(llm) if llm is not None else LLMCallStats()
     return ShardAttempt(
         ok=False,
         error=error[:4000],
@@ -267,9 +209,10 @@ def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> 
         latency_ms=(time.perf_counter() - t0) * 1000,
         # A failed attempt still spent its weight: the operator ran.
         units=(context.operator.spec.cost_weight + (ctx.charged_units if ctx else Decimal(0))),
-        llm_usd=llm.usd if llm else Decimal(0),
-        llm_calls=llm.calls if llm else 0,
-        llm_cached=llm.cached if llm else 0,
+        llm_usd=stats.cost_usd,
+        llm_calls=stats.calls + stats.cache_hits,
+        llm_cached=stats.cache_hits,
+        llm_call_logs=list(stats.logs),
         pid=os.getpid(),
     )
 
@@ -332,152 +275,6 @@ def _set_exception(fut: asyncio.Future[ShardAttempt], exc: BaseException) -> Non
 
 # -- Ray -----------------------------------------------------------------------------------
 
-_ray_lock = threading.Lock()
-_ray_state: dict[str, Any] = {"owned": False, "temp_dir": None, "remote": None, "num_cpus": 0}
-
-
-_OWNER_FILE = "keel-owner.pid"
-
-
-def _sweep_stale_temp_dirs() -> None:
-    """Remove Ray temp dirs left by Keel processes that are gone.
-
-    A worker stopped by a signal often never reaches :func:`ray_shutdown`: Ray's own
-    SIGTERM handling ends the process once its raylet is gone, and SIGKILL runs nothing.
-    Each dir names its owner's PID, so the next Ray start here removes what they left.
-    """
-    for d in Path("/tmp").glob("keel-ray-*"):
-        try:
-            owner = int((d / _OWNER_FILE).read_text())
-        except (OSError, ValueError):
-            continue  # not ours, or still being created
-        if owner != os.getpid() and not _alive(owner):
-            shutil.rmtree(d, ignore_errors=True)
-
-
-def ray_init(num_cpus: int) -> None:
-    """Start the process's local Ray cluster once (no-op when Ray is already up).
-
-    Loopback only (see the module docstring), no dashboard UI, ``num_cpus`` logical CPUs
-    (at least 1), worker logs kept in the session dir rather than echoed to this process.
-    """
-    import ray
-    from ray._private import ray_constants
-
-    with _ray_lock:
-        if ray.is_initialized():
-            return
-        # The env var above covers processes Ray starts; this covers a Ray imported earlier.
-        ray_constants.ENABLE_RAY_CLUSTER = False
-        _sweep_stale_temp_dirs()
-        temp_dir = tempfile.mkdtemp(prefix="keel-ray-", dir="/tmp")
-        Path(temp_dir, _OWNER_FILE).write_text(str(os.getpid()))
-        pythonpath = os.pathsep.join(
-            p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
-        )
-        ray.init(
-            num_cpus=max(1, num_cpus),
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            namespace="keel-mrp",
-            _temp_dir=temp_dir,
-            runtime_env={
-                "env_vars": {
-                    "PYTHONPATH": pythonpath,
-                    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                }
-            },
-        )
-        _ray_state.update(owned=True, temp_dir=temp_dir, num_cpus=max(1, num_cpus), remote=None)
-        atexit.register(ray_shutdown)
-
-
-def _children() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            out.setdefault(ppid, []).append(int(entry))
-    return out
-
-
-def _ray_pids() -> set[int]:
-    """The processes of the Ray node this process started (GCS, raylet, monitors, as Ray
-    lists them) and everything below them (agents, workers)."""
-    import ray
-
-    roots: list[int] = []
-    with contextlib.suppress(Exception):
-        node: Any = ray._private.worker._global_node
-        for infos in node.all_processes.values():
-            roots.extend(info.process.pid for info in infos if info.process is not None)
-    if not roots or not os.path.isdir("/proc"):
-        return set(roots)
-    children = _children()
-    found: set[int] = set()
-    stack = list(roots)
-    while stack:
-        pid = stack.pop()
-        if pid not in found:
-            found.add(pid)
-            stack.extend(children.get(pid, []))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _reap(pids: set[int], timeout_s: float = 5.0) -> None:
-    """Wait for ``pids`` to exit; SIGTERM, then SIGKILL, whatever Ray left behind.
-
-    ``ray.shutdown()`` stops its processes, but an agent that was still starting can
-    outlive its raylet; those PIDs were found as ours before the shutdown.
-    """
-    deadline = time.monotonic() + timeout_s
-    for sig in (None, signal.SIGTERM, signal.SIGKILL):
-        if sig is not None:
-            for pid in pids:
-                if _alive(pid):
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, sig)
-            deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.1)
-        if not any(_alive(p) for p in pids):
-            return
-
-
-def ray_shutdown() -> None:
-    """Stop the Ray cluster this process started (if any), make sure none of its
-    processes is left, and remove its temp dir."""
-    with _ray_lock:
-        if not _ray_state["owned"]:
-            return
-        import ray
-
-        pids = _ray_pids()
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        _reap(pids)
-        backend = _backends.get("ray")
-        if isinstance(backend, RayBackend):
-            backend.drop_pool()
-        temp_dir = _ray_state["temp_dir"]
-        _ray_state.update(owned=False, temp_dir=None, remote=None, num_cpus=0)
-    if temp_dir:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
 
 class ShardRunner:
     """A Ray actor that runs shard attempts one at a time.
@@ -514,66 +311,15 @@ class ShardRunner:
 
 
 class RayBackend(Backend):
-    """Each attempt on a pooled :class:`ShardRunner` actor (``num_cpus=1`` each)."""
+    """Each attempt on a pooled :class:`ShardRunner` actor (``activities.fanout``)."""
 
     name: BackendName = "ray"
 
     def __init__(self, num_cpus: int) -> None:
         self.num_cpus = num_cpus
-        self._idle: list[_Actor] = []
-        self._actors = 0  # idle + busy; never more than num_cpus (each holds a CPU)
+        self.pool = fanout.ActorPool(ShardRunner, num_cpus)
         # Slowest attempt seen (ms) per operator code digest, for batch sizes.
         self.slowest_ms: dict[str, float] = {}
-        self._pool_lock = threading.Lock()
-
-    def _actor_class(self) -> Any:
-        import ray
-
-        ray_init(self.num_cpus)
-        with _ray_lock:
-            cls = _ray_state["remote"]
-            if cls is None:
-                cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ShardRunner)
-                _ray_state["remote"] = cls
-            return cls
-
-    async def _acquire(self) -> _Actor:
-        """An idle actor, a new one while fewer than ``num_cpus`` exist, else wait for one
-        (polling: windows of one worker share the pool across event loops)."""
-        while True:
-            with self._pool_lock:
-                if self._idle:
-                    return self._idle.pop()
-                create = self._actors < self.num_cpus
-                if create:
-                    self._actors += 1
-            if create:
-                break
-            await asyncio.sleep(0.01)
-        try:
-            cls = await asyncio.to_thread(self._actor_class)
-            handle = cls.remote()
-            await _wait(handle.ready.remote())  # no timeout: a process start is not the shard's
-        except BaseException:
-            with self._pool_lock:
-                self._actors -= 1
-            raise
-        return _Actor(handle)
-
-    def _release(self, actor: _Actor) -> None:
-        with self._pool_lock:
-            self._idle.append(actor)
-
-    def _discard(self, ray: Any, actor: _Actor, futs: list[asyncio.Future[Any]]) -> None:
-        _kill(ray, actor.handle, futs)
-        with self._pool_lock:
-            self._actors -= 1
-
-    def drop_pool(self) -> None:
-        """Forget every actor (after ``ray_shutdown``)."""
-        with self._pool_lock:
-            self._idle.clear()
-            self._actors = 0
 
     def session(
         self, context: ShardContext, settings: Settings, timeout_s: float, lanes: int
@@ -582,30 +328,18 @@ class RayBackend(Backend):
         return RaySession(self, context, settings, timeout_s, min(lanes, self.num_cpus))
 
     async def run(self, task: ShardTask, settings: Settings, timeout_s: float) -> ShardAttempt:
-        import ray
-
-        actor = await self._acquire()
-        fut = asyncio.wrap_future(actor.handle.run.remote(task, settings).future())
+        actor = await self.pool.acquire()
+        fut = fanout.as_future(actor.handle.run.remote(task, settings))
         try:
             result: ShardAttempt = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
-            self._discard(ray, actor, [fut])
+            self.pool.discard(actor, [fut])
             raise AttemptTimeout(f"attempt ran past the shard timeout of {timeout_s:g}s") from None
         except BaseException:  # cancelled, or the actor died
-            self._discard(ray, actor, [fut])
+            self.pool.discard(actor, [fut])
             raise
-        self._release(actor)
+        self.pool.release(actor)
         return result
-
-
-class _Actor:
-    """A pooled :class:`ShardRunner` and the window contexts it holds."""
-
-    __slots__ = ("contexts", "handle")
-
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-        self.contexts: set[str] = set()
 
 
 class ShardNotStarted(Exception):
@@ -732,16 +466,14 @@ class RaySession:
         self.batch_size = max(1, min(MAX_BATCH, int(budget_ms / max(self.slowest_ms, 0.5))))
 
     async def _lane(self) -> None:
-        import ray
-
-        backend = self.backend
-        actor: _Actor | None = None
+        pool = self.backend.pool
+        actor: fanout.PooledActor | None = None
         calls: collections.deque[_Call] = collections.deque()
         try:
             while True:
                 while not self.stopped and len(calls) < PIPELINE_DEPTH and self.queue:
                     if actor is None:
-                        actor = await backend._acquire()
+                        actor = await pool.acquire()
                     batch = self._take()
                     if not batch:
                         break
@@ -749,12 +481,12 @@ class RaySession:
                     send = None if self.key in actor.contexts else self.context
                     actor.contexts.add(self.key)
                     ref = actor.handle.run_batch.remote(self.key, send, [b[0] for b in batch])
-                    call.fut = asyncio.wrap_future(ref.future())
+                    call.fut = fanout.as_future(ref)
                     call.started = time.monotonic()
                     calls.append(call)
                 if not calls:
                     if actor is not None:
-                        backend._release(actor)
+                        pool.release(actor)
                         actor = None
                     self.wake.clear()
                     if self.stopped and not self.queue:
@@ -768,7 +500,7 @@ class RaySession:
                     results = await asyncio.wait_for(asyncio.shield(head.fut), max(0.0, left))
                 except TimeoutError:
                     assert actor is not None
-                    backend._discard(ray, actor, [c.fut for c in calls if c.fut is not None])
+                    pool.discard(actor, [c.fut for c in calls if c.fut is not None])
                     actor = None
                     calls.popleft()
                     self._requeue(calls)
@@ -791,7 +523,7 @@ class RaySession:
                     raise
                 except Exception as e:  # the actor died (or Ray failed the call)
                     assert actor is not None
-                    backend._discard(ray, actor, [c.fut for c in calls if c.fut is not None])
+                    pool.discard(actor, [c.fut for c in calls if c.fut is not None])
                     actor = None
                     calls.popleft()
                     self._requeue(calls)
@@ -808,9 +540,9 @@ class RaySession:
         except BaseException:
             if actor is not None:
                 if calls:
-                    backend._discard(ray, actor, [c.fut for c in calls if c.fut is not None])
+                    pool.discard(actor, [c.fut for c in calls if c.fut is not None])
                 else:
-                    backend._release(actor)
+                    pool.release(actor)
             for call in calls:
                 for _, fut, _ in call.batch:
                     if not fut.done():
@@ -824,29 +556,7 @@ class RaySession:
         self.wake.set()
 
 
-async def _wait(ref: Any) -> Any:
-    return await asyncio.wrap_future(ref.future())
-
-
-def _kill(ray: Any, actor: Any, futs: list[asyncio.Future[Any]]) -> None:
-    # The calls' futures fail once their actor is gone; nobody awaits them any more.
-    for fut in futs:
-        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-    with contextlib.suppress(Exception):
-        ray.kill(actor, no_restart=True)
-
-
 _backends: dict[str, Backend] = {}
-
-
-async def ray_warm(num_cpus: int) -> None:
-    """Start Ray and ``num_cpus`` ready actors now (benches, worker start-up), so the first
-    window does not pay for them (about 10 s on a 2-core machine)."""
-    backend = get_backend("ray", num_cpus)
-    assert isinstance(backend, RayBackend)
-    actors = await asyncio.gather(*(backend._acquire() for _ in range(backend.num_cpus)))
-    for actor in actors:
-        backend._release(actor)
 
 
 def get_backend(name: BackendName, num_cpus: int) -> Backend:
@@ -874,9 +584,5 @@ __all__ = [
     "execute_item",
     "execute_shard",
     "get_backend",
-    "llm_client_for",
-    "ray_init",
-    "ray_shutdown",
-    "ray_warm",
     "store_for",
 ]

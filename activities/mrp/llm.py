@@ -1,9 +1,8 @@
 """``CachedLLMClient``: the LLM client MRP operators get as ``ctx.llm``.
 
-It calls models the way the ``llm.complete`` activity does (``activities.llm``: the same
-``LLMGateway`` request building, key handling, response reading, cost and error
-classification, LiteLLM configured by ``load_litellm``), but synchronously, from inside
-operator code, and with a cache:
+It calls models through the one gateway (``activities.llm.LLMGateway.call_blocking``: the
+request building, key handling, response reading, cost and error classification of every
+model call in Keel), synchronously, from inside operator code, and with a cache:
 
 - Every request is named by its **request digest**: BLAKE3 over the model name, LiteLLM
   model, messages, merged params (model defaults + call params) and JSON mode. The API base
@@ -17,8 +16,12 @@ operator code, and with a cache:
 - ``replay_only=True`` (``mrp replay``) refuses a cache miss with :class:`LLMReplayMiss`
   instead of calling a model.
 
-The model call runs under :func:`keel.mrp.egress.llm_egress`, which lifts the egress guard
-for this call only, and only for operators that declare ``llm`` egress.
+- Each real model call (not a cache hit) leaves an ``LLMCallLog`` in :attr:`LLMCallStats.logs`;
+  the activity that ran the operator records them (:func:`record_calls`): one ``llm_calls``
+  row and the ``keel_llm_*`` metrics per call, as for every other model call.
+
+The model call runs under :func:`activities.mrp.egress.llm_egress`, which lifts the egress
+guard for this call only, and only for operators that declare ``llm`` egress.
 """
 
 from __future__ import annotations
@@ -27,19 +30,38 @@ import contextlib
 import os
 import tempfile
 import threading
-import time
+import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from temporalio.common import MetricMeter
 
+from activities.llm import LLMGateway
+from activities.mrp.egress import guarded_operator, llm_egress
 from keel.digest import digest_json, is_digest
-from keel.llm import LLMMessage, LLMRequest, LLMUsage, ModelsConfig, UnknownModelError
-from keel.mrp.egress import guarded_operator, llm_egress
+from keel.llm import (
+    LLMMessage,
+    LLMRequest,
+    LLMUsage,
+    ModelsConfig,
+    UnknownModelError,
+)
 from keel.mrp.normalize import to_decimal
-from keel.mrp.sdk import LLMResult, LLMUnavailable, OperatorError
+from keel.mrp.registry import OperatorSpec
+from keel.mrp.sdk import LLMClient, LLMResult, LLMUnavailable, NoLLM, OperatorError
+from keel.records import LLMCallLog
+from keel.settings import Settings
+from store.artifacts import (
+    ArtifactError,
+    ArtifactStore,
+    LocalArtifactStore,
+    S3ArtifactStore,
+    artifact_store_from_settings,
+)
+from store.files import load_models_config
 
 __all__ = [
     "REQUEST_DIGEST_KIND",
@@ -52,6 +74,8 @@ __all__ = [
     "LocalCacheIndex",
     "S3CacheIndex",
     "cache_index_for",
+    "llm_client_for",
+    "record_calls",
     "request_digest",
 ]
 
@@ -153,35 +177,24 @@ class LocalCacheIndex:
 class S3CacheIndex:
     """References as objects ``refs/mrp-llm/<hex>`` in the artifact bucket."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: S3ArtifactStore) -> None:
         self.store = store
 
     def get(self, request_digest: str) -> str | None:
-        from store.artifacts import _client_error
-
-        try:
-            response = self.store._client.get_object(
-                Bucket=self.store.bucket, Key=f"{REFS_DIR}/{_hex(request_digest)}"
-            )
-        except _client_error():
+        data = self.store.get_named(f"{REFS_DIR}/{_hex(request_digest)}")
+        if data is None:
             return None
-        text = response["Body"].read().decode("ascii").strip()
+        text = data.decode("ascii").strip()
         return text if is_digest(text) else None
 
     def put(self, request_digest: str, answer_digest: str) -> None:
-        self.store.ensure_bucket()
-        self.store._client.put_object(
-            Bucket=self.store.bucket,
-            Key=f"{REFS_DIR}/{_hex(request_digest)}",
-            Body=(answer_digest + "\n").encode("ascii"),
-            ContentType="text/plain",
+        self.store.put_named(
+            f"{REFS_DIR}/{_hex(request_digest)}", (answer_digest + "\n").encode("ascii")
         )
 
 
-def cache_index_for(store: Any) -> LLMCacheIndex:
+def cache_index_for(store: ArtifactStore) -> LLMCacheIndex:
     """The reference index that lives with ``store`` (local folder or S3 bucket)."""
-    from store.artifacts import LocalArtifactStore, S3ArtifactStore
-
     if isinstance(store, LocalArtifactStore):
         return LocalCacheIndex(store.root / REFS_DIR)
     if isinstance(store, S3ArtifactStore):
@@ -195,7 +208,8 @@ def cache_index_for(store: Any) -> LLMCacheIndex:
 
 @dataclass
 class LLMCallStats:
-    """What one client (or fork) did: model calls, cache hits, tokens and spend."""
+    """What one client (or fork) did: model calls, cache hits, tokens and spend, and the
+    record of each model call for ``llm_calls`` (failed calls too)."""
 
     calls: int = 0
     cache_hits: int = 0
@@ -204,6 +218,7 @@ class LLMCallStats:
     cost_usd: Decimal = Decimal(0)
     unknown_cost_calls: int = 0
     request_digests: list[str] = field(default_factory=list)
+    logs: list[LLMCallLog] = field(default_factory=list)
 
     def add(self, result: LLMResult) -> None:
         self.request_digests.append(result.request_digest)
@@ -251,29 +266,30 @@ class CachedLLMClient:
         default_model: model used when a call names none ('' = the config's default).
         index: where references live; default: beside ``store``.
         timeout_s: per-call timeout.
+        workflow_id: the run's workflow, written with each call's record.
 
     Thread-safe. :meth:`fork` gives a client that shares everything but its
-    :attr:`stats`, so a runtime can count each shard's calls and spend.
+    :attr:`stats`, so a runtime can count (and record) each shard's calls and spend.
     """
 
     def __init__(
         self,
         models: ModelsConfig,
-        store: Any,
+        store: ArtifactStore,
         *,
         replay_only: bool = False,
         default_model: str = "",
         index: LLMCacheIndex | None = None,
         timeout_s: float = 60.0,
+        workflow_id: str | None = None,
     ) -> None:
-        from activities.llm import LLMGateway
-
         self.models = models
         self.store = store
         self.replay_only = replay_only
         self.default_model = default_model
         self.index = index if index is not None else cache_index_for(store)
         self.timeout_s = timeout_s
+        self.workflow_id = workflow_id
         self.stats = LLMCallStats()
         self._gateway = LLMGateway(models)
         self._locks: dict[str, threading.Lock] = {}
@@ -282,12 +298,9 @@ class CachedLLMClient:
 
     @classmethod
     def from_settings(
-        cls, settings: Any, *, replay_only: bool = False, default_model: str = ""
+        cls, settings: Settings, *, replay_only: bool = False, default_model: str = ""
     ) -> CachedLLMClient:
         """A client on ``settings``' models config and artifact store."""
-        from store.artifacts import artifact_store_from_settings
-        from store.files import load_models_config
-
         return cls(
             load_models_config(settings.models_config),
             artifact_store_from_settings(settings),
@@ -295,12 +308,15 @@ class CachedLLMClient:
             default_model=default_model,
         )
 
-    def fork(self) -> CachedLLMClient:
-        """A client sharing models, store, index and locks, with its own fresh stats."""
+    def fork(self, workflow_id: str | None = None) -> CachedLLMClient:
+        """A client sharing models, store, index and locks, with its own fresh stats (and,
+        when given, the workflow its calls are recorded under)."""
         child = object.__new__(CachedLLMClient)
         child.__dict__.update(self.__dict__)
         child.stats = LLMCallStats()
         child._stats_lock = threading.Lock()
+        if workflow_id is not None:
+            child.workflow_id = workflow_id
         return child
 
     def _lock_for(self, digest: str) -> threading.Lock:
@@ -311,8 +327,6 @@ class CachedLLMClient:
         answer = self.index.get(digest)
         if answer is None:
             return None
-        from store.artifacts import ArtifactError
-
         try:
             entry = LLMCacheEntry.model_validate(self.store.get_json(answer))
         except (ArtifactError, ValidationError, ValueError):
@@ -356,7 +370,7 @@ class CachedLLMClient:
             elif self.replay_only:
                 raise LLMReplayMiss(operator, digest)
             else:
-                entry = self._call(operator, req, model_name, spec, merged, digest)
+                entry = self._call(operator, req, model_name, spec.litellm_model, merged, digest)
                 self.index.put(digest, self.store.put_json(entry.model_dump(mode="json")))
                 result = LLMResult(
                     content=entry.content,
@@ -376,48 +390,33 @@ class CachedLLMClient:
         operator: str,
         req: LLMRequest,
         model_name: str,
-        spec: Any,
+        litellm_model: str,
         merged: dict[str, Any],
         digest: str,
     ) -> LLMCacheEntry:
-        from temporalio.exceptions import ApplicationError
-
-        from activities.llm import load_litellm
-
-        gateway = self._gateway
-        key: str | None = None
-        try:
-            key = gateway._api_key(model_name, spec)
-            kwargs = gateway._call_kwargs(req, spec, key)
-            with llm_egress():
-                # A first import of LiteLLM may happen here, inside operator code.
-                litellm = load_litellm()
-                started = time.monotonic()
-                raw = litellm.completion(**kwargs)
-            response = gateway._response(
-                litellm, raw, model_name, spec, (time.monotonic() - started) * 1000.0
-            )
-        except ApplicationError as e:
-            raise LLMCallFailed(
-                operator, e.type or "LLMError", e.message, retryable=not e.non_retryable
-            ) from None
-        except LLMUnavailable:
-            raise
-        except PermissionError:
-            raise
-        except Exception as e:
-            failure = gateway._failure(e, model_name, spec, key)
+        outcome = self._gateway.call_blocking(
+            req,
+            # Unique per model call: each one is spent, retried attempts included.
+            call_key=f"{self.workflow_id or 'mrp'}/llm/{digest[7:23]}/{uuid.uuid4().hex[:12]}",
+            workflow_id=self.workflow_id,
+            around=llm_egress,
+        )
+        with self._stats_lock:
+            self.stats.logs.append(outcome.log)
+        failure = outcome.failure
+        if failure is not None:
             raise LLMCallFailed(
                 operator,
                 failure.type or "LLMError",
                 failure.message,
                 retryable=not failure.non_retryable,
             ) from None
+        response = outcome.result()
         return LLMCacheEntry(
             request_digest=digest,
             request={
                 "model": model_name,
-                "litellm_model": spec.litellm_model,
+                "litellm_model": litellm_model,
                 "messages": [m.model_dump() for m in req.messages],
                 "params": merged,
                 "json_mode": req.json_mode,
@@ -426,6 +425,55 @@ class CachedLLMClient:
             usage=response.usage,
             cost_usd=None if response.cost_usd is None else to_decimal(response.cost_usd),
             model_name=model_name,
-            litellm_model=spec.litellm_model,
+            litellm_model=litellm_model,
             finish_reason=response.finish_reason,
         )
+
+
+# ---------------------------------------------------------------------------------------
+# What the runtime hands operators, and how their calls are recorded
+
+
+_cache_lock = threading.Lock()
+_llm_clients: dict[tuple[str, bool, str], CachedLLMClient] = {}
+
+
+def llm_client_for(
+    spec: OperatorSpec,
+    settings: Settings,
+    *,
+    replay_only: bool,
+    default_model: str = "",
+    workflow_id: str | None = None,
+) -> LLMClient:
+    """The LLM client an operator gets: a fork of the process's :class:`CachedLLMClient`
+    for these settings and mode when its operator.yaml lists ``llm`` egress, else one that
+    refuses every call."""
+    if "llm" not in spec.egress:
+        return NoLLM(spec.ref)
+    key = (
+        f"{settings.models_config}|{settings.artifact_backend}|{settings.artifacts_dir}",
+        replay_only,
+        default_model,
+    )
+    with _cache_lock:
+        client = _llm_clients.get(key)
+        if client is None:
+            client = CachedLLMClient.from_settings(
+                settings, replay_only=replay_only, default_model=default_model
+            )
+            _llm_clients[key] = client
+    return client.fork(workflow_id)
+
+
+def call_stats(client: LLMClient) -> LLMCallStats:
+    """What ``client`` did (nothing, for a client that refuses every call)."""
+    return client.stats if isinstance(client, CachedLLMClient) else LLMCallStats()
+
+
+async def record_calls(
+    gateway: LLMGateway, logs: list[LLMCallLog], meter: MetricMeter | None
+) -> None:
+    """Record MRP's model calls like every other one: ``llm_calls`` rows and metrics."""
+    for log in logs:
+        await gateway.record(log, meter)

@@ -1,0 +1,319 @@
+"""Ray fan-out for any family: one local Ray cluster per process and pools of ready actors.
+
+Nothing here knows what runs on an actor: a family passes its actor class (any class with a
+``ready()`` method that returns the actor's PID) and the calls it makes on it.
+
+- :func:`ray_init` starts the process's cluster once: loopback only (every Ray server binds
+  127.0.0.1), no dashboard UI, ``num_cpus`` logical CPUs, a short temp dir under /tmp named
+  by its owner's PID, and ``PYTHONPATH`` carrying the repository so Ray workers import our
+  packages and operator code. :func:`ray_shutdown` stops it and reaps every process it
+  started, even those Ray itself leaves behind; a worker process that dies takes its Ray
+  processes with it (Ray ties them to the driver's life), and the next start removes the
+  temp dirs of owners that are gone.
+- :class:`ActorPool` keeps at most ``size`` actors of one class (each holds one CPU),
+  started and ready before they get work, so a caller's timeout measures the work and not
+  a process start. An actor whose call timed out or was cancelled is :meth:`ActorPool.discard`-ed
+  (killed), never reused.
+- :func:`as_future` and :func:`gather` await object refs from asyncio, the latter with one
+  deadline for all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ActorPool",
+    "PooledActor",
+    "as_future",
+    "gather",
+    "kill",
+    "on_shutdown",
+    "ray_init",
+    "ray_shutdown",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Ray must treat this host as a single loopback node: with this set before Ray reads its
+# constants, every Ray server (GCS, raylet, workers, agents) binds 127.0.0.1 only.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+_ray_lock = threading.Lock()
+_ray_state: dict[str, Any] = {"owned": False, "temp_dir": None, "num_cpus": 0}
+_remotes: dict[tuple[type, int], Any] = {}
+_shutdown_hooks: list[Callable[[], None]] = []
+
+_OWNER_FILE = "keel-owner.pid"
+
+
+def _sweep_stale_temp_dirs() -> None:
+    """Remove Ray temp dirs left by Keel processes that are gone.
+
+    A worker stopped by a signal often never reaches :func:`ray_shutdown`: Ray's own
+    SIGTERM handling ends the process once its raylet is gone, and SIGKILL runs nothing.
+    Each dir names its owner's PID, so the next Ray start here removes what they left.
+    """
+    for d in Path("/tmp").glob("keel-ray-*"):
+        try:
+            owner = int((d / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being created
+        if owner != os.getpid() and not _alive(owner):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def ray_init(num_cpus: int) -> None:
+    """Start the process's local Ray cluster once (no-op when Ray is already up).
+
+    Loopback only (see the module docstring), no dashboard UI, ``num_cpus`` logical CPUs
+    (at least 1), worker logs kept in the session dir rather than echoed to this process.
+    """
+    import ray
+    from ray._private import ray_constants
+
+    with _ray_lock:
+        if ray.is_initialized():
+            return
+        # The env var above covers processes Ray starts; this covers a Ray imported earlier.
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        _sweep_stale_temp_dirs()
+        temp_dir = tempfile.mkdtemp(prefix="keel-ray-", dir="/tmp")
+        Path(temp_dir, _OWNER_FILE).write_text(str(os.getpid()))
+        pythonpath = os.pathsep.join(
+            p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
+        )
+        ray.init(
+            num_cpus=max(1, num_cpus),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            namespace="keel",
+            _temp_dir=temp_dir,
+            runtime_env={
+                "env_vars": {
+                    "PYTHONPATH": pythonpath,
+                    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                }
+            },
+        )
+        _ray_state.update(owned=True, temp_dir=temp_dir, num_cpus=max(1, num_cpus))
+        _remotes.clear()
+        atexit.register(ray_shutdown)
+
+
+def on_shutdown(hook: Callable[[], None]) -> None:
+    """Call ``hook`` (once per registration) after each :func:`ray_shutdown` of this
+    process's cluster: a pool forgets its actors there."""
+    with _ray_lock:
+        if hook not in _shutdown_hooks:
+            _shutdown_hooks.append(hook)
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def _ray_pids() -> set[int]:
+    """The processes of the Ray node this process started (GCS, raylet, monitors, as Ray
+    lists them) and everything below them (agents, workers)."""
+    import ray
+
+    roots: list[int] = []
+    with contextlib.suppress(Exception):
+        node: Any = ray._private.worker._global_node
+        for infos in node.all_processes.values():
+            roots.extend(info.process.pid for info in infos if info.process is not None)
+    if not roots or not os.path.isdir("/proc"):
+        return set(roots)
+    children = _children()
+    found: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid not in found:
+            found.add(pid)
+            stack.extend(children.get(pid, []))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _reap(pids: set[int], timeout_s: float = 5.0) -> None:
+    """Wait for ``pids`` to exit; SIGTERM, then SIGKILL, whatever Ray left behind.
+
+    ``ray.shutdown()`` stops its processes, but an agent that was still starting can
+    outlive its raylet; those PIDs were found as ours before the shutdown.
+    """
+    deadline = time.monotonic() + timeout_s
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            for pid in pids:
+                if _alive(pid):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, sig)
+            deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        if not any(_alive(p) for p in pids):
+            return
+
+
+def ray_shutdown() -> None:
+    """Stop the Ray cluster this process started (if any), make sure none of its
+    processes is left, and remove its temp dir."""
+    with _ray_lock:
+        if not _ray_state["owned"]:
+            return
+        import ray
+
+        pids = _ray_pids()
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        _reap(pids)
+        hooks = list(_shutdown_hooks)
+        temp_dir = _ray_state["temp_dir"]
+        _ray_state.update(owned=False, temp_dir=None, num_cpus=0)
+        _remotes.clear()
+    for hook in hooks:
+        hook()
+    if temp_dir:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _remote_class(actor_cls: type, num_cpus: int) -> Any:
+    """``actor_cls`` as a Ray actor class (no restarts, no task retries: the caller owns
+    retries), made once per cluster."""
+    import ray
+
+    with _ray_lock:
+        remote = _remotes.get((actor_cls, num_cpus))
+        if remote is None:
+            remote = ray.remote(num_cpus=num_cpus, max_restarts=0, max_task_retries=0)(actor_cls)
+            _remotes[(actor_cls, num_cpus)] = remote
+        return remote
+
+
+def as_future(ref: Any) -> asyncio.Future[Any]:
+    """An asyncio future for a Ray object ref (of this event loop)."""
+    return asyncio.wrap_future(ref.future())
+
+
+async def gather(refs: Sequence[Any], timeout_s: float | None = None) -> list[Any]:
+    """The results of ``refs`` in order; ``TimeoutError`` when they are not all done within
+    ``timeout_s``. Refs still running then are left to their actors (kill those with
+    :meth:`ActorPool.discard` to stop them)."""
+    futs = [as_future(r) for r in refs]
+    try:
+        return list(await asyncio.wait_for(asyncio.gather(*futs), timeout_s))
+    except BaseException:
+        for fut in futs:
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise
+
+
+def kill(actor: Any, futs: Sequence[asyncio.Future[Any]] = ()) -> None:
+    """Kill ``actor`` (a handle); ``futs`` are its calls, which fail once it is gone and
+    which nobody awaits any more."""
+    import ray
+
+    for fut in futs:
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+    with contextlib.suppress(Exception):
+        ray.kill(actor, no_restart=True)
+
+
+class PooledActor:
+    """An actor of a pool, and the keys of what its caller has sent it already."""
+
+    __slots__ = ("contexts", "handle")
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.contexts: set[str] = set()
+
+
+class ActorPool:
+    """At most ``size`` ready actors of ``actor_cls`` (one CPU each) on this process's
+    cluster, started on demand (:func:`ray_init` with ``size`` CPUs on first use).
+
+    Thread-safe: windows of one worker share a pool across event loops.
+    """
+
+    def __init__(self, actor_cls: type, size: int) -> None:
+        self.actor_cls = actor_cls
+        self.size = max(1, size)
+        self._idle: list[PooledActor] = []
+        self._actors = 0  # idle + busy; never more than size
+        self._lock = threading.Lock()
+        on_shutdown(self.drop)
+
+    def _remote(self) -> Any:
+        ray_init(self.size)
+        return _remote_class(self.actor_cls, 1)
+
+    async def acquire(self) -> PooledActor:
+        """An idle actor, a new one while fewer than ``size`` exist, else wait for one."""
+        while True:
+            with self._lock:
+                if self._idle:
+                    return self._idle.pop()
+                create = self._actors < self.size
+                if create:
+                    self._actors += 1
+            if create:
+                break
+            await asyncio.sleep(0.01)
+        try:
+            cls = await asyncio.to_thread(self._remote)
+            handle = cls.remote()
+            await as_future(handle.ready.remote())  # no timeout: a process start is not work
+        except BaseException:
+            with self._lock:
+                self._actors -= 1
+            raise
+        return PooledActor(handle)
+
+    def release(self, actor: PooledActor) -> None:
+        """Give a healthy actor back for the next caller."""
+        with self._lock:
+            self._idle.append(actor)
+
+    def discard(self, actor: PooledActor, futs: Sequence[asyncio.Future[Any]] = ()) -> None:
+        """Kill an actor whose call timed out, was cancelled or failed; ``futs`` are its
+        calls in flight."""
+        kill(actor.handle, futs)
+        with self._lock:
+            self._actors -= 1
+
+    def drop(self) -> None:
+        """Forget every actor (the cluster is gone)."""
+        with self._lock:
+            self._idle.clear()
+            self._actors = 0

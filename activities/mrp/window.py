@@ -1,0 +1,418 @@
+"""The map window: runs shards ``[start, end)`` of a run on a backend, with checkpoints,
+per-shard retries and timeouts, the budget, buffered shard records and heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.mrp.backends import (
+    MAX_BATCH,
+    PIPELINE_DEPTH,
+    AttemptTimeout,
+    RayBackend,
+    RaySession,
+    ShardAttempt,
+    ShardContext,
+    ShardItem,
+    ShardNotStarted,
+    ShardTask,
+    get_backend,
+)
+from activities.mrp.operators import OperatorHandle, phase_handle
+from keel.mrp.ir import JobIR, MapTask, ir_from_json
+from keel.mrp.ir import checkpoint_key as make_checkpoint_key
+from keel.mrp.run import ERROR_SHARD, ShardCounters, ShardRecord
+from keel.mrp.steps import MapWindowInput, MapWindowResult
+from store.artifacts import ArtifactStore
+from store.mrp_runs import lookup_checkpoints, record_shards, shards_with_output
+
+if TYPE_CHECKING:
+    from activities.mrp.activities import MrpActivities
+
+__all__ = ["MapWindow", "load_ir"]
+
+
+# Shard records are buffered and written in one transaction at most this often (and when
+# FLUSH_MAX are waiting, and at the window's end); each flush is followed by a heartbeat.
+FLUSH_EVERY_S = 0.25
+FLUSH_MAX = 64
+# Backoff between attempts of one shard: 0.2 s, 0.4 s, ... at most 5 s.
+RETRY_BACKOFF_S = 0.2
+RETRY_BACKOFF_MAX_S = 5.0
+
+
+_ir_cache: dict[str, JobIR] = {}
+
+
+def load_ir(store: ArtifactStore, digest: str) -> JobIR:
+    """The IR stored under ``digest`` (a few parsed IRs are kept per process)."""
+    ir = _ir_cache.get(digest)
+    if ir is None:
+        ir = ir_from_json(store.get_bytes(digest))
+        if len(_ir_cache) >= 8:
+            _ir_cache.pop(next(iter(_ir_cache)))
+        _ir_cache[digest] = ir
+    return ir
+
+
+# ---------------------------------------------------------------------------------------
+# One map window
+
+
+class MapWindow:
+    """The state of one map window attempt."""
+
+    def __init__(self, acts: MrpActivities, inp: MapWindowInput) -> None:
+        self.acts = acts
+        self.inp = inp
+        self.settings = acts._settings
+        self.counters = ShardCounters()
+        self.units = Decimal(0)
+        self.usd = Decimal(0)
+        self.llm_calls = 0
+        self.llm_cached = 0
+        self.done = 0
+        self.stop = False
+        self.stopped_by_budget = False
+        self.failure: ApplicationError | None = None
+        self.pending: list[tuple[ShardRecord, bool]] = []
+        self.flush_now = asyncio.Event()
+        self.flush_lock = asyncio.Lock()
+        self.operator_digest = ""
+        self.session: RaySession | None = None
+        self.meter: dict[str, Any] = {}
+
+    def _instruments(self) -> None:
+        """The window's metric instruments, made once (metrics never fail an activity)."""
+        with contextlib.suppress(Exception):
+            meter = activity.metric_meter()
+            self.meter = {
+                "latency": meter.create_histogram_float(
+                    "keel_mrp_shard_latency_ms", "MRP shard attempt latency", "ms"
+                ),
+                "shards": meter.create_counter("keel_mrp_shards", "MRP shards by outcome"),
+                "retries": meter.create_counter("keel_mrp_shard_retries", "MRP shard retries"),
+                "failures": meter.create_counter(
+                    "keel_mrp_shard_failures", "MRP shards failed for good"
+                ),
+            }
+
+    def _metric(self, name: str, value: float, attrs: dict[str, str]) -> None:
+        inst = self.meter.get(name)
+        if inst is not None:
+            with contextlib.suppress(Exception):
+                if name == "latency":
+                    inst.record(value, attrs)
+                else:
+                    inst.add(int(value), attrs)
+
+    def _note(self, record: ShardRecord, checkpoint: bool) -> None:
+        """Buffer a shard record (written by :meth:`_flush`)."""
+        self.pending.append((record, checkpoint))
+        if len(self.pending) >= FLUSH_MAX:
+            self.flush_now.set()
+
+    async def _flush(self) -> None:
+        """Write the buffered shard records in one transaction, then heartbeat progress."""
+        async with self.flush_lock:
+            batch, self.pending = self.pending, []
+            if batch:
+                try:
+                    await asyncio.to_thread(
+                        record_shards,
+                        self.acts.sessions,
+                        batch,
+                        operator_digest=self.operator_digest,
+                    )
+                except BaseException:
+                    self.pending[:0] = batch  # written by the next flush
+                    raise
+            activity.heartbeat({"done": self.done, "total": self.total})
+
+    async def _flusher(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.flush_now.wait(), FLUSH_EVERY_S)
+            self.flush_now.clear()
+            await self._flush()
+
+    def _over_budget(self) -> bool:
+        inp = self.inp
+        return (inp.remaining_units is not None and self.units > inp.remaining_units) or (
+            inp.remaining_usd is not None and self.usd > inp.remaining_usd
+        )
+
+    async def run(self) -> MapWindowResult:
+        t0 = time.monotonic()
+        inp = self.inp
+        store = self.acts.store
+        ir = await asyncio.to_thread(load_ir, store, inp.ir_digest)
+        tasks = ir.map_tasks[inp.start : inp.end]
+        self.total = len(tasks)
+        config = await asyncio.to_thread(self.acts.config)
+        handle = phase_handle(config, ir, "map")
+        binding = ir.operators["map"]
+        sessions = self.acts.sessions
+        self.operator_digest = binding.operator_digest
+        self._instruments()
+
+        # Shards this run already finished (an earlier attempt of this window) are done.
+        own = await asyncio.to_thread(
+            shards_with_output, sessions, inp.run_id, [t.shard_index for t in tasks]
+        )
+        to_run: list[MapTask] = []
+        for t in tasks:
+            if t.checkpoint_key != make_checkpoint_key(t.operator_digest, t.input_digest, t.seed):
+                raise ApplicationError(
+                    f"{t.shard_id}: checkpoint key does not match its operator, input and seed",
+                    type=ERROR_SHARD,
+                    non_retryable=True,
+                )
+            mine = own.get(t.shard_index)
+            if mine is not None and mine.checkpoint_key == t.checkpoint_key:
+                self.counters.skipped += 1
+                self.done += 1
+            else:
+                to_run.append(t)
+        if inp.use_checkpoints and to_run:
+            index = await asyncio.to_thread(
+                lookup_checkpoints, sessions, [t.checkpoint_key for t in to_run]
+            )
+            found = [index[t.checkpoint_key] for t in to_run if t.checkpoint_key in index]
+            present = set(
+                await asyncio.to_thread(lambda: [d for d in set(found) if store.exists(d)])
+            )
+            rest = []
+            for t in to_run:
+                digest = index.get(t.checkpoint_key)
+                if digest is not None and digest in present:
+                    self._note(
+                        self._record(t, "succeeded", "checkpoint", digest, 0, 0, None, None),
+                        False,
+                    )
+                    self.counters.skipped += 1
+                    self.done += 1
+                    self._metric("shards", 1, {"outcome": "skipped"})
+                else:
+                    rest.append(t)
+            to_run = rest
+        await self._flush()
+
+        backend = get_backend(inp.backend, min(config.caps.max_workers, os.cpu_count() or 1))
+        parallelism = inp.parallelism
+        if isinstance(backend, RayBackend):
+            # At most `parallelism` actors (so shards running at once) for this window; more
+            # shards than that are queued so batches and pipelined calls can be formed.
+            lanes = min(parallelism, backend.num_cpus)
+            context = ShardContext(
+                run_id=inp.run_id,
+                workflow_id=inp.workflow_id,
+                operator=handle,
+                params=dict(binding.params),
+                llm_replay_only=inp.llm_replay_only,
+                llm_model=self.acts._llm_model,
+            )
+            self.session = backend.session(context, self.settings, ir.limits.shard_timeout_s, lanes)
+            parallelism = lanes * MAX_BATCH * PIPELINE_DEPTH
+            weight = handle.spec.cost_weight
+            if inp.remaining_units is not None and weight > 0:
+                # Queued shards are committed spend: keep them within the remaining budget.
+                parallelism = max(lanes, min(parallelism, int(inp.remaining_units / weight)))
+        sem = asyncio.Semaphore(parallelism)
+        flusher = asyncio.create_task(self._flusher())
+        running: list[asyncio.Task[None]] = []
+        try:
+            for t in to_run:
+                await sem.acquire()
+                if self.stop:
+                    sem.release()
+                    break
+                running.append(asyncio.create_task(self._shard(t, handle, ir, backend, sem)))
+            await asyncio.gather(*running)
+        except BaseException:
+            for r in running:
+                r.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(*running, return_exceptions=True)
+            raise
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(BaseException):
+                await flusher
+            if self.session is not None:
+                await self.session.close()
+            # Whatever finished is recorded, even when the window fails or is cancelled.
+            await asyncio.shield(self._flush())
+        if self.failure is not None:
+            raise self.failure
+        self.counters.total = self.total
+        return MapWindowResult(
+            start=inp.start,
+            end=inp.end,
+            counters=self.counters,
+            cost_units=self.units,
+            cost_usd=self.usd,
+            llm_calls=self.llm_calls,
+            llm_cached=self.llm_cached,
+            stopped_by_budget=self.stopped_by_budget,
+            elapsed_s=time.monotonic() - t0,
+        )
+
+    def _record(
+        self,
+        t: MapTask,
+        state: Any,
+        source: Any,
+        digest: str | None,
+        attempts: int,
+        executions: int,
+        attempt: ShardAttempt | None,
+        error: str | None,
+        units: Decimal = Decimal(0),
+        usd: Decimal = Decimal(0),
+    ) -> ShardRecord:
+
+        return ShardRecord(
+            run_id=self.inp.run_id,
+            shard_index=t.shard_index,
+            shard_id=t.shard_id,
+            input_digest=t.input_digest,
+            checkpoint_key=t.checkpoint_key,
+            output_digest=digest,
+            state=state,
+            source=source,
+            attempts=attempts,
+            executions=executions,
+            latency_ms=attempt.latency_ms if attempt is not None else 0.0,
+            cost_units=units,
+            cost_usd=usd,
+            error=error,
+            updated_at=datetime.now(UTC),
+        )
+
+    async def _shard(
+        self, t: MapTask, handle: OperatorHandle, ir: JobIR, backend: Any, sem: asyncio.Semaphore
+    ) -> None:
+        inp = self.inp
+        limits = ir.limits
+        max_attempts = 1 + limits.max_shard_retries
+        units = Decimal(0)
+        usd = Decimal(0)
+        last_error = ""
+        attrs = {"backend": inp.backend, "operator": handle.spec.ref}
+        try:
+            for attempt_no in range(1, max_attempts + 1):
+                try:
+                    if self.session is not None:
+                        item = ShardItem(
+                            t.shard_index, t.shard_id, t.input_digest, t.seed, attempt_no
+                        )
+                        result = await self.session.run(item)
+                    else:
+                        task = ShardTask(
+                            run_id=inp.run_id,
+                            workflow_id=inp.workflow_id,
+                            shard_index=t.shard_index,
+                            shard_id=t.shard_id,
+                            input_digest=t.input_digest,
+                            seed=t.seed,
+                            operator=handle,
+                            params=dict(ir.operators["map"].params),
+                            llm_replay_only=inp.llm_replay_only,
+                            llm_model=self.acts._llm_model,
+                            attempt=attempt_no,
+                        )
+                        result = await backend.run(task, self.settings, limits.shard_timeout_s)
+                except AttemptTimeout as e:
+                    result = ShardAttempt(
+                        ok=False,
+                        error=str(e),
+                        retryable=True,
+                        latency_ms=limits.shard_timeout_s * 1000,
+                        units=handle.spec.cost_weight,
+                    )
+                except ShardNotStarted:
+                    return  # the window stopped before this attempt ran: left "cancelled"
+                units += result.units
+                usd += result.llm_usd
+                self.units += result.units
+                self.usd += result.llm_usd
+                self.llm_calls += result.llm_calls
+                self.llm_cached += result.llm_cached
+                await self.acts.record_llm_calls(result.llm_call_logs)
+                self._metric(
+                    "latency",
+                    result.latency_ms,
+                    {**attrs, "outcome": "ok" if result.ok else "error"},
+                )
+                if result.ok:
+                    assert result.output_digest is not None
+                    self._note(
+                        self._record(
+                            t,
+                            "succeeded",
+                            "computed",
+                            result.output_digest,
+                            attempt_no,
+                            1,
+                            result,
+                            None,
+                            units,
+                            usd,
+                        ),
+                        inp.use_checkpoints,
+                    )
+                    self.counters.run += 1
+                    self.done += 1
+                    self._metric("shards", 1, {"outcome": "run"})
+                    if self._over_budget() and not self.stop:
+                        self._stop()
+                        self.stopped_by_budget = True
+                    return
+                last_error = result.error or "unknown error"
+                if not result.retryable or attempt_no == max_attempts:
+                    break
+                self.counters.retried += 1
+                self._metric("retries", 1, attrs)
+                await asyncio.sleep(
+                    min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (attempt_no - 1))
+                )
+            # Failed for good: record it, stop the window, fail it naming the shard.
+            self.counters.failed += 1
+            self._metric("failures", 1, attrs)
+            self._note(
+                self._record(
+                    t, "failed", "none", None, attempt_no, 0, None, last_error, units, usd
+                ),
+                False,
+            )
+            if self.failure is None:
+                what = (
+                    f"after {attempt_no} attempts (retry cap {limits.max_shard_retries})"
+                    if attempt_no == max_attempts
+                    else f"on attempt {attempt_no} (not retryable)"
+                )
+                self.failure = ApplicationError(
+                    f"shard {t.shard_id} failed {what}: {last_error}",
+                    {"shard_id": t.shard_id, "shard_index": t.shard_index, "attempts": attempt_no},
+                    type=ERROR_SHARD,
+                    non_retryable=True,
+                )
+            self._stop()
+        finally:
+            sem.release()
+
+    def _stop(self) -> None:
+        """Start no more shards (queued Ray attempts are dropped, not run)."""
+        self.stop = True
+        if self.session is not None:
+            self.session.stop()

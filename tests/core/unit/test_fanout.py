@@ -1,0 +1,41 @@
+"""activities.fanout on a real local Ray cluster, with an actor class that knows nothing of
+MRP: pooled actors answer, gather keeps order, a deadline raises, a discarded actor's
+process is gone and the pool starts a new one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from activities import fanout
+from tests.support.fanout_actors import Echo
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    yield
+    fanout.ray_shutdown()
+
+
+async def test_pool_gather_timeout_and_discard(ray_cluster: None) -> None:
+    pool = fanout.ActorPool(Echo, 2)
+    a, b = await pool.acquire(), await pool.acquire()
+    got = await fanout.gather(
+        [a.handle.echo.remote(i) for i in range(3)] + [b.handle.echo.remote(9)]
+    )
+    assert [v for v, _ in got] == [0, 1, 2, 9]
+    pids = {pid for _, pid in got}
+    assert len(pids) == 2  # two actors, two processes
+
+    with pytest.raises(TimeoutError):
+        await fanout.gather([a.handle.echo.remote(1, nap_s=30.0)], timeout_s=0.5)
+    slow_pid = got[0][1]
+    pool.discard(a)
+    pool.release(b)
+    # The pool replaces the killed actor: a new process, and the survivor is reused.
+    c, d = await pool.acquire(), await pool.acquire()
+    fresh = await fanout.gather([c.handle.echo.remote(1), d.handle.echo.remote(2)])
+    fresh_pids = {pid for _, pid in fresh}
+    assert slow_pid not in fresh_pids
+    assert got[3][1] in fresh_pids
