@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,19 +15,17 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.llm import LLMGateway
+from activities.llm import LLMGateway, sql_recorder
 from activities.mrp import MrpActivities
 from activities.notify import NotifyActivities
 from activities.ollama import OllamaActivities
 from activities.records import RecordActivities
 from activities.rllm import RllmActivities
-from keel.records import LLMCallLog
 from keel.settings import Settings
 from sandbox.models import config_for
 from services.processes import SEARCH_ATTRIBUTES
 from store.db import get_sessionmaker
 from store.files import load_models_config
-from store.records import record_llm_call
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob
@@ -43,9 +40,6 @@ def build_activities(settings: Settings) -> list[Any]:
     """Activity callables bound to their real clients, built from settings."""
     sessions = get_sessionmaker(settings.resolved_database_url)
 
-    async def log_llm_call(entry: LLMCallLog) -> None:
-        await asyncio.to_thread(record_llm_call, sessions, entry)
-
     notify = NotifyActivities(
         default_url=settings.webhook_url,
         secret=settings.webhook_secret.get_secret_value(),
@@ -53,7 +47,7 @@ def build_activities(settings: Settings) -> list[Any]:
     )
     records = RecordActivities(sessions)
     models = load_models_config(settings.models_config)
-    llm = LLMGateway(models, on_call=log_llm_call)
+    llm = LLMGateway(models, on_call=sql_recorder(sessions))
     rllm = RllmActivities(
         llm, sessions, sandbox_config=config_for(settings.sandbox_config, settings.nsjail_path)
     )
