@@ -78,11 +78,18 @@ class ApprovalGate:
         self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
         self._local_handler_audit = workflow.patched(LOCAL_HANDLER_AUDIT_PATCH)
         self._audit_after_answer = workflow.patched(AUDIT_AFTER_ANSWER_PATCH)
-        # Handler audit rows waiting for the writer (after-answer runs), oldest first.
+        # Audit rows waiting for the writer (after-answer runs), oldest first.
         self._pending_audit: list[GateAuditEvent] = []
         self._audit_writer: asyncio.Task[None] | None = None
         self._event_seq = 0
-        self._opened = False  # the "opened" record is written: decisions come after it
+        # Older runs: the "opened" row is written, so decisions may come (their rows after
+        # it). After-answer runs queue it here, first, so nothing has to wait for it.
+        self._opened = False
+        if self._audit_after_answer:
+            self._pending_audit.append(
+                self._record("opened", actor=request.requester, comment=request.subject)
+            )
+            self._opened = True
         self._lock = asyncio.Lock()
         # Notices run beside the gate: a slow or failing webhook never delays a decision.
         self._notices: list[asyncio.Task[None]] = []
@@ -92,8 +99,11 @@ class ApprovalGate:
         workflow.upsert_search_attributes(
             [STATUS_KEY.value_set(GateStatus.PENDING.value), NAME_KEY.value_set(request.name)]
         )
-        await self._audit("opened", actor=request.requester, comment=request.subject)
-        self._opened = True
+        if self._audit_after_answer:
+            self._start_audit_writer()
+        else:
+            await self._audit("opened", actor=request.requester, comment=request.subject)
+            self._opened = True
         self._notify("gate.waiting")
 
         reminders = None
@@ -280,15 +290,39 @@ class ApprovalGate:
     ) -> None:
         """Write one audit row (idempotent by ``event_key``).
 
-        A row for an Update or Signal handler (a decision, a comment, a refusal) is queued
-        and written right after the answer, in order, by one writer task; the gate closes
-        only when the queue is empty. (Runs from before ``gate-audit-after-answer`` wrote it
-        before answering: a local activity, or before that a regular one.) The gate's own
-        events (opened, reminder, expired) are written in line.
+        Every row is queued and written in order by one writer task, so no step waits for
+        a row: a decision, a comment or a refusal is answered at once and its row follows
+        it; the gate closes only when the queue is empty. Runs from before
+        ``gate-audit-after-answer`` wrote each row before going on (a handler's as a local
+        activity inside the answering task, or before that a regular one).
         """
+        record = self._record(
+            event, actor=actor, comment=comment, request_id=request_id, details=details
+        )
+        if self._audit_after_answer:
+            self._pending_audit.append(record)
+            self._start_audit_writer()
+            return
+        await call(
+            RECORD_GATE_EVENT,
+            record,
+            summary=f"audit {event}",
+            local=in_handler and self._local_handler_audit,
+        )
+
+    def _record(
+        self,
+        event: str,
+        *,
+        actor: str | None,
+        comment: str = "",
+        request_id: str | None = None,
+        details: dict[str, object] | None = None,
+    ) -> GateAuditEvent:
+        """The next audit row: its key is the run and the row's place in it."""
         self._event_seq += 1
         info = workflow.info()
-        record = GateAuditEvent(
+        return GateAuditEvent(
             gate_id=info.workflow_id,
             gate_name=self._request.name,
             event=event,  # type: ignore[arg-type]
@@ -299,17 +333,10 @@ class ApprovalGate:
             at=workflow.now(),
             details=details or {},
         )
-        if in_handler and self._audit_after_answer:
-            self._pending_audit.append(record)
-            if self._audit_writer is None or self._audit_writer.done():
-                self._audit_writer = asyncio.create_task(self._write_pending_audit())
-            return
-        await call(
-            RECORD_GATE_EVENT,
-            record,
-            summary=f"audit {event}",
-            local=in_handler and self._local_handler_audit,
-        )
+
+    def _start_audit_writer(self) -> None:
+        if self._audit_writer is None or self._audit_writer.done():
+            self._audit_writer = asyncio.create_task(self._write_pending_audit())
 
     async def _write_pending_audit(self) -> None:
         """Write the handlers' audit rows one at a time, in the order they happened."""
