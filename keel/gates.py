@@ -48,7 +48,8 @@ class GateRequest(BaseModel):
         description="Small summary shown to approvers (digests, not payloads).",
     )
     expires_in_s: float = Field(default=24 * 3600, gt=0, le=365 * 24 * 3600)
-    remind_every_s: float | None = Field(default=None, gt=0)
+    # Bounded like expiry: a larger interval overflows the workflow timer (never fires).
+    remind_every_s: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
     max_reminders: int = Field(default=10, ge=0, le=1000)
     webhook_url: str | None = Field(
         default=None,

@@ -1,0 +1,31 @@
+"""What a gate request accepts: limits that keep the workflow's timers valid."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from keel.gates import GateRequest
+
+YEAR_S = 365 * 24 * 3600
+
+
+def request(**kw: object) -> GateRequest:
+    return GateRequest(name="deploy", requester="alice", approvers=["bob"], **kw)  # type: ignore[arg-type]
+
+
+def test_a_reminder_interval_over_a_year_is_refused() -> None:
+    # 1e300 s once reached the workflow and failed its task on every attempt
+    # (OverflowError building the timer); the API now answers 422 instead.
+    with pytest.raises(ValidationError, match="remind_every_s"):
+        request(remind_every_s=1e300, max_reminders=1)
+    with pytest.raises(ValidationError, match="remind_every_s"):
+        request(remind_every_s=YEAR_S + 1, max_reminders=1)
+
+
+def test_the_largest_limits_still_make_valid_timers() -> None:
+    r = request(remind_every_s=YEAR_S, expires_in_s=YEAR_S, max_reminders=1)
+    assert timedelta(seconds=r.remind_every_s or 0) == timedelta(days=365)
+    assert timedelta(seconds=r.expires_in_s) == timedelta(days=365)
