@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import trace
 from pydantic import JsonValue
@@ -54,6 +54,7 @@ from activities.mrp.operators import (
 )
 from activities.mrp.window import MapWindow, load_ir
 from keel.digest import digest_bytes, digest_json
+from keel.mrp import steps
 from keel.mrp.errors import (
     DslError,
     InputsRefused,
@@ -108,6 +109,9 @@ from store.mrp_runs import (
 )
 
 tracer = trace.get_tracer("keel.mrp")
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 
 # ---------------------------------------------------------------------------------------
@@ -231,7 +235,7 @@ class MrpActivities:
 
     # -- compile ---------------------------------------------------------------------------
 
-    @activity.defn(name="mrp.compile")
+    @activity.defn(name=steps.COMPILE.name)
     async def compile(self, inp: CompileInput) -> CompiledJob:
         """Compile (or, for a replay, load) the job and store everything it needs."""
         return await asyncio.to_thread(self._compile, inp)
@@ -412,7 +416,7 @@ class MrpActivities:
 
     # -- map -------------------------------------------------------------------------------
 
-    @activity.defn(name="mrp.map_window")
+    @activity.defn(name=steps.MAP_WINDOW.name)
     async def map_window(self, inp: MapWindowInput) -> MapWindowResult:
         """Run shards ``[start, end)``; see the module docstring."""
         with _span(
@@ -472,14 +476,21 @@ class MrpActivities:
         if logs:
             await record_calls(self.llm_gateway, logs, activity.metric_meter())
 
-    @activity.defn(name="mrp.reduce")
-    async def reduce(self, inp: PhaseInput) -> ReduceResult:
-        """Reduce every shard output of this run, in shard order."""
+    async def _in_thread_recording_calls(
+        self, phase: Callable[[_In, list[LLMCallLog]], _Out], inp: _In
+    ) -> _Out:
+        """Run a phase off the event loop; its operators' model calls are recorded even
+        when it fails (they were made, and paid for)."""
         call_logs: list[LLMCallLog] = []
         try:
-            return await asyncio.to_thread(self._reduce, inp, call_logs)
+            return await asyncio.to_thread(phase, inp, call_logs)
         finally:
             await self.record_llm_calls(call_logs)
+
+    @activity.defn(name=steps.REDUCE.name)
+    async def reduce(self, inp: PhaseInput) -> ReduceResult:
+        """Reduce every shard output of this run, in shard order."""
+        return await self._in_thread_recording_calls(self._reduce, inp)
 
     def _reduce(self, inp: PhaseInput, call_logs: list[LLMCallLog]) -> ReduceResult:
         from activities.mrp.operators import invoke_reduce
@@ -507,14 +518,10 @@ class MrpActivities:
                 cost_usd=llm.cost_usd,
             )
 
-    @activity.defn(name="mrp.evaluate")
+    @activity.defn(name=steps.EVALUATE.name)
     async def evaluate(self, inp: EvaluateInput) -> EvaluateResult:
         """Score the reduced value with the job's evaluator."""
-        call_logs: list[LLMCallLog] = []
-        try:
-            return await asyncio.to_thread(self._evaluate, inp, call_logs)
-        finally:
-            await self.record_llm_calls(call_logs)
+        return await self._in_thread_recording_calls(self._evaluate, inp)
 
     def _evaluate(self, inp: EvaluateInput, call_logs: list[LLMCallLog]) -> EvaluateResult:
         from activities.mrp.operators import invoke_evaluate
@@ -541,14 +548,10 @@ class MrpActivities:
                 cost_usd=llm.cost_usd,
             )
 
-    @activity.defn(name="mrp.produce")
+    @activity.defn(name=steps.PRODUCE.name)
     async def produce(self, inp: ProduceInput) -> ProduceOutput:
         """Write the reduced value to the sink under the run's output root."""
-        call_logs: list[LLMCallLog] = []
-        try:
-            return await asyncio.to_thread(self._produce, inp, call_logs)
-        finally:
-            await self.record_llm_calls(call_logs)
+        return await self._in_thread_recording_calls(self._produce, inp)
 
     def _produce(self, inp: ProduceInput, call_logs: list[LLMCallLog]) -> ProduceOutput:
         from activities.mrp.operators import invoke_produce
@@ -586,7 +589,7 @@ class MrpActivities:
 
     # -- finalise --------------------------------------------------------------------------
 
-    @activity.defn(name="mrp.finalise")
+    @activity.defn(name=steps.FINALISE.name)
     async def finalise(self, inp: FinaliseInput) -> FinaliseResult:
         """Store the run manifest, record the run, compare a replay with its original."""
         return await asyncio.to_thread(self._finalise, inp)
