@@ -28,4 +28,5 @@ CORPUS: tuple[str, ...] = (
     "rllm_local_steps",
     "mrp_approved",
     "mrp_budget_exceeded",
+    "mrp_overlap_windows",
 )

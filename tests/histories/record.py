@@ -381,6 +381,26 @@ async def mrp_approved(ctx: Ctx) -> Histories:
     return {"mrp_approved": await history_json(handle)}
 
 
+async def mrp_overlap_windows(ctx: Ctx) -> Histories:
+    """MRPJob with windows larger than max_workers (4 shards, 2 workers): after patch
+    ``mrp-overlap-windows`` two windows run at once, one worker each."""
+    handle = await ctx.client.start_workflow(
+        MRPJob.run,
+        MRPJobInput(
+            job_yaml=mrp_job("mrp-overlap", "word-count@1.0.0", "{}"),
+            backend="threads",
+            window_size=4,
+        ),
+        id=workflow_id_for("mrp-overlap", "rec-overlap"),
+        task_queue=ctx.task_queue,
+    )
+    result: MRPJobResult = await handle.result()
+    expect(result.status == "succeeded", f"succeeded, got {result.status}")
+    history = await history_json(handle)
+    expect("core_patch" in history, "the overlap patch marker is recorded")
+    return {"mrp_overlap_windows": history}
+
+
 async def mrp_budget_exceeded(ctx: Ctx) -> Histories:
     """MRPJob whose shards cost more than estimated: the kill switch cancels the map."""
     handle = await ctx.client.start_workflow(
@@ -413,6 +433,7 @@ SCENARIOS: dict[str, Scenario] = {
     "rllm_composed": rllm_composed,
     "mrp_approved": mrp_approved,
     "mrp_budget_exceeded": mrp_budget_exceeded,
+    "mrp_overlap_windows": mrp_overlap_windows,
 }
 
 
