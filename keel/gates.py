@@ -31,6 +31,11 @@ def gate_workflow_id(parent_workflow_id: str, name: str) -> str:
     return f"{parent_workflow_id}{GATE_ID_SEPARATOR}{name}"
 
 
+#: The longest a gate waits, and the longest between reminders (one year): the workflow's
+#: timers, and every API that opens a gate, stay within it.
+MAX_WAIT_S = 365 * 24 * 3600
+
+
 class GateRequest(BaseModel):
     """Input of ``ApprovalGate``: what is asked, by whom, of whom, and for how long."""
 
@@ -47,9 +52,9 @@ class GateRequest(BaseModel):
         default_factory=dict,
         description="Small summary shown to approvers (digests, not payloads).",
     )
-    expires_in_s: float = Field(default=24 * 3600, gt=0, le=365 * 24 * 3600)
+    expires_in_s: float = Field(default=24 * 3600, gt=0, le=MAX_WAIT_S)
     # Bounded like expiry: a larger interval overflows the workflow timer (never fires).
-    remind_every_s: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
+    remind_every_s: float | None = Field(default=None, gt=0, le=MAX_WAIT_S)
     max_reminders: int = Field(default=10, ge=0, le=1000)
     webhook_url: str | None = Field(
         default=None,

@@ -26,6 +26,7 @@ from keel.gates import (
     GATE_ID_SEPARATOR,
     GATE_STATUS_ATTRIBUTE,
     GATE_WORKFLOW_TYPE,
+    MAX_WAIT_S,
     GateComment,
     GateDecision,
     GateRequest,
@@ -66,8 +67,8 @@ class OpenGateBody(BaseModel):
     subject: str = Field(default="", max_length=2000)
     approvers: list[str] = Field(default_factory=list, max_length=100)
     details: dict[str, Any] = Field(default_factory=dict)
-    expires_in_s: float = Field(default=24 * 3600, gt=0, le=365 * 24 * 3600)
-    remind_every_s: float | None = Field(default=None, ge=1)
+    expires_in_s: float = Field(default=24 * 3600, gt=0, le=MAX_WAIT_S)
+    remind_every_s: float | None = Field(default=None, ge=1, le=MAX_WAIT_S)
     # No webhook_url here: notices from API-opened gates go to the worker's configured
     # KEEL_WEBHOOK_URL, so an API caller cannot point the worker at arbitrary hosts.
 
