@@ -29,4 +29,6 @@ CORPUS: tuple[str, ...] = (
     "mrp_approved",
     "mrp_budget_exceeded",
     "mrp_overlap_windows",
+    "mrp_rejected",
+    "mrp_evaluation_failed",
 )

@@ -381,6 +381,64 @@ async def mrp_approved(ctx: Ctx) -> Histories:
     return {"mrp_approved": await history_json(handle)}
 
 
+async def mrp_rejected(ctx: Ctx) -> Histories:
+    """MRPJob whose publish gate is rejected: map and reduce ran, produce never does."""
+    wid = workflow_id_for("mrp-rejected", "rec-rejected")
+    yaml_text = mrp_job(
+        "mrp-rejected",
+        "word-count@1.0.0",
+        "{}",
+        "approval:\n  gate: publish\n  approvers: [bob]\n  expires_in_s: 600\n",
+    )
+    handle = await ctx.client.start_workflow(
+        MRPJob.run,
+        MRPJobInput(job_yaml=yaml_text, backend="threads", window_size=2, requester="alice"),
+        id=wid,
+        task_queue=ctx.task_queue,
+    )
+    gate = ctx.client.get_workflow_handle(gate_workflow_id(wid, "publish"), result_type=GateState)
+
+    async def gate_started() -> bool:
+        try:
+            await gate.describe()
+        except RPCError:
+            return False
+        return True
+
+    await poll(gate_started, "the publish gate to start")
+    await gate.execute_update(
+        "decide",
+        GateDecision(decision="reject", actor="bob", comment="not now", request_id="mrp-r"),
+        result_type=GateState,
+    )
+    result: MRPJobResult = await handle.result()
+    expect(result.status == "rejected", f"rejected, got {result.status}")
+    expect(not result.produced, f"nothing produced: {result.produced}")
+    return {"mrp_rejected": await history_json(handle)}
+
+
+async def mrp_evaluation_failed(ctx: Ctx) -> Histories:
+    """MRPJob whose evaluator scores under min_score: the run ends before produce."""
+    evaluator = (
+        "evaluator:\n  operator: rules-check@1.0.0\n  params:\n    rules:\n"
+        '      - {name: impossible, path: totals.items, op: "==", value: -1}\n'
+        '  min_score: "1"\n'
+    )
+    handle = await ctx.client.start_workflow(
+        MRPJob.run,
+        MRPJobInput(
+            job_yaml=mrp_job("mrp-eval-failed", "word-count@1.0.0", "{}", evaluator),
+            backend="threads",
+            window_size=2,
+        ),
+        id=workflow_id_for("mrp-eval-failed", "rec-eval-failed"),
+        task_queue=ctx.task_queue,
+    )
+    result: MRPJobResult = await handle.result()
+    expect(result.status == "evaluation_failed", f"evaluation_failed, got {result.status}")
+    return {"mrp_evaluation_failed": await history_json(handle)}
+
+
 async def mrp_overlap_windows(ctx: Ctx) -> Histories:
     """MRPJob with windows larger than max_workers (4 shards, 2 workers): after patch
     ``mrp-overlap-windows`` two windows run at once, one worker each."""
@@ -434,6 +492,8 @@ SCENARIOS: dict[str, Scenario] = {
     "mrp_approved": mrp_approved,
     "mrp_budget_exceeded": mrp_budget_exceeded,
     "mrp_overlap_windows": mrp_overlap_windows,
+    "mrp_rejected": mrp_rejected,
+    "mrp_evaluation_failed": mrp_evaluation_failed,
 }
 
 
