@@ -361,9 +361,10 @@ async def _run_demo(settings: Settings) -> None:
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
     from client.temporal import cause_chain, connect
+    from keel.demo import DemoInput
     from keel.gates import gate_workflow_id
     from services.up import ui_link
-    from workflows.demo import DemoInput, KeelDemo
+    from workflows.demo import KeelDemo
 
     client = await connect(settings)
     approver = next(t for t in settings.api_tokens if "approver" in t.roles)

@@ -7,30 +7,15 @@ person (the demo decides it through the API), then the outcome.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from keel.gates import GateRequest, GateState
-    from keel.llm import LLMMessage, LLMRequest, LLMResponse
+    from keel.demo import DemoInput, DemoResult
+    from keel.gates import GateRequest
+    from keel.llm import LLMMessage, LLMRequest
     from keel.refs import LLM_COMPLETE
     from workflows.common import call
     from workflows.gate import open_gate
-
-
-class DemoInput(BaseModel):
-    topic: str = "durable workflows for AI work"
-    requester: str = "dev-requester"
-    approvers: list[str] = Field(default_factory=lambda: ["dev-approver"])
-    model: str = ""
-    expires_in_s: float = 3600
-
-
-class DemoResult(BaseModel):
-    draft: str
-    llm: LLMResponse
-    gate: GateState
-    published: bool
 
 
 @workflow.defn(name="KeelDemo")

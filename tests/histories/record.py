@@ -42,6 +42,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from client.temporal import connect
+from keel.demo import DemoInput, DemoResult
 from keel.gates import (
     GateComment,
     GateDecision,
@@ -64,7 +65,7 @@ from tests.support.scripted_openai import (
 )
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
-from workflows.demo import DemoInput, DemoResult, KeelDemo
+from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob
 from workflows.rllm import RllmApp

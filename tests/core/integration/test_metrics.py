@@ -9,13 +9,14 @@ import uuid
 from temporalio.service import RPCError
 
 from client.temporal import connect
+from keel.demo import DemoInput
 from keel.gates import GateDecision, gate_workflow_id
 from keel.settings import Settings
 from services.processes import free_port
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from workers.main import build_worker
 from workers.telemetry import make_runtime
-from workflows.demo import DemoInput, KeelDemo
+from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
 
 
