@@ -561,7 +561,7 @@ async def _watch(
     usually arrives before the check's first describe would have, so a run pays nothing
     for it (bench/cli_latency.py).
     """
-    from keel.rllm.ollama import OLLAMA_ENSURE_ACTIVITY, OllamaProgress
+    from keel.rllm.ollama import OLLAMA_ENSURE, OllamaProgress
 
     await services.ensure_worker(workflow_id, "runllm-worker.log")
     handle = client.get_workflow_handle(workflow_id)
@@ -571,7 +571,7 @@ async def _watch(
         nonlocal last
         desc = await handle.describe()
         for pa in desc.raw_description.pending_activities:
-            if pa.activity_type.name != OLLAMA_ENSURE_ACTIVITY:
+            if pa.activity_type.name != OLLAMA_ENSURE.name:
                 continue
             if not pa.heartbeat_details.payloads:
                 continue

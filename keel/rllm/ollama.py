@@ -17,8 +17,6 @@ from keel.refs import ActivityRef
 
 #: LiteLLM provider prefixes that reach an Ollama server.
 OLLAMA_PROVIDERS = ("ollama", "ollama_chat")
-#: Activity name of the check-and-pull step.
-OLLAMA_ENSURE_ACTIVITY = "rllm.ollama_ensure"
 
 
 def normalize_model(name: str) -> str:
@@ -83,7 +81,7 @@ class OllamaEnsureResult(BaseModel):
 
 #: The check-and-pull step (activities/ollama.py); the CLI follows its heartbeats by name.
 OLLAMA_ENSURE: ActivityRef[OllamaEnsureInput, OllamaEnsureResult] = ActivityRef(
-    OLLAMA_ENSURE_ACTIVITY, OllamaEnsureInput, OllamaEnsureResult
+    "rllm.ollama_ensure", OllamaEnsureInput, OllamaEnsureResult
 )
 
 

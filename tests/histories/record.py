@@ -345,11 +345,11 @@ policy:
 {extra}"""
 
 
-async def mrp_approved(ctx: Ctx) -> Histories:
-    """MRPJob on threads in windows of 2 shards: map, reduce, publish gate approved, produce."""
-    wid = workflow_id_for("mrp-approved", "rec-approved")
+async def mrp_gated(ctx: Ctx, job_id: str, decision: str) -> tuple[MRPJobResult, str]:
+    """MRPJob on threads in windows of 2 shards with a publish gate that bob decides."""
+    wid = workflow_id_for(job_id, f"rec-{job_id}")
     yaml_text = mrp_job(
-        "mrp-approved",
+        job_id,
         "word-count@1.0.0",
         "{}",
         "approval:\n  gate: publish\n  approvers: [bob]\n  expires_in_s: 600\n",
@@ -372,50 +372,28 @@ async def mrp_approved(ctx: Ctx) -> Histories:
     await poll(gate_started, "the publish gate to start")
     decided = await gate.execute_update(
         "decide",
-        GateDecision(decision="approve", actor="bob", comment="publish", request_id="mrp-1"),
+        GateDecision(decision=decision, actor="bob", comment=decision, request_id=f"{job_id}-1"),  # type: ignore[arg-type]
         result_type=GateState,
     )
-    expect(decided.status == GateStatus.APPROVED, f"approved, got {decided.status}")
+    expect(decided.status != GateStatus.PENDING, f"decided, got {decided.status}")
     result: MRPJobResult = await handle.result()
+    return result, await history_json(handle)
+
+
+async def mrp_approved(ctx: Ctx) -> Histories:
+    """Map, reduce, publish gate approved, produce."""
+    result, history = await mrp_gated(ctx, "mrp-approved", "approve")
     expect(result.status == "succeeded", f"succeeded, got {result.status}")
     expect(result.counters.run == 6 and len(result.produced) == 2, f"6 shards, 2 files: {result}")
-    return {"mrp_approved": await history_json(handle)}
+    return {"mrp_approved": history}
 
 
 async def mrp_rejected(ctx: Ctx) -> Histories:
-    """MRPJob whose publish gate is rejected: map and reduce ran, produce never does."""
-    wid = workflow_id_for("mrp-rejected", "rec-rejected")
-    yaml_text = mrp_job(
-        "mrp-rejected",
-        "word-count@1.0.0",
-        "{}",
-        "approval:\n  gate: publish\n  approvers: [bob]\n  expires_in_s: 600\n",
-    )
-    handle = await ctx.client.start_workflow(
-        MRPJob.run,
-        MRPJobInput(job_yaml=yaml_text, backend="threads", window_size=2, requester="alice"),
-        id=wid,
-        task_queue=ctx.task_queue,
-    )
-    gate = ctx.client.get_workflow_handle(gate_workflow_id(wid, "publish"), result_type=GateState)
-
-    async def gate_started() -> bool:
-        try:
-            await gate.describe()
-        except RPCError:
-            return False
-        return True
-
-    await poll(gate_started, "the publish gate to start")
-    await gate.execute_update(
-        "decide",
-        GateDecision(decision="reject", actor="bob", comment="not now", request_id="mrp-r"),
-        result_type=GateState,
-    )
-    result: MRPJobResult = await handle.result()
+    """The publish gate rejected: map and reduce ran, produce never does."""
+    result, history = await mrp_gated(ctx, "mrp-rejected", "reject")
     expect(result.status == "rejected", f"rejected, got {result.status}")
     expect(not result.produced, f"nothing produced: {result.produced}")
-    return {"mrp_rejected": await history_json(handle)}
+    return {"mrp_rejected": history}
 
 
 async def mrp_evaluation_failed(ctx: Ctx) -> Histories:

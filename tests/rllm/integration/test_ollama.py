@@ -22,7 +22,7 @@ from activities.ollama import OllamaActivities, ensure_models
 from keel.llm import ModelsConfig, ModelSpec
 from keel.rllm.errors import OllamaModelMissingError, error_from_payload
 from keel.rllm.ollama import (
-    OLLAMA_ENSURE_ACTIVITY,
+    OLLAMA_ENSURE,
     OllamaEnsureInput,
     OllamaEnsureResult,
     OllamaProgress,
@@ -124,7 +124,7 @@ class _EnsureOllama:
     @workflow.run
     async def run(self, req: OllamaEnsureInput) -> OllamaEnsureResult:
         return await workflow.execute_activity(
-            OLLAMA_ENSURE_ACTIVITY,
+            OLLAMA_ENSURE.name,
             req,
             result_type=OllamaEnsureResult,
             start_to_close_timeout=timedelta(minutes=5),
