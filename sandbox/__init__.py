@@ -4,7 +4,14 @@ Imports only the stdlib and pydantic (PyYAML lazily, to read configs/sandbox.yam
 See docs/sandbox.md for what the jail allows and forbids.
 """
 
-from sandbox.astgrep import AstGrepAction, AstGrepResult, apply_astgrep, apply_astgrep_async
+from sandbox.astgrep import (
+    AstGrepAction,
+    AstGrepResult,
+    ParseCheck,
+    apply_astgrep,
+    apply_astgrep_async,
+    check_parses_async,
+)
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.jail import Bind, ensure_available, find_nsjail, run, run_async
 from sandbox.models import (
@@ -26,6 +33,7 @@ __all__ = [
     "AstGrepAction",
     "AstGrepResult",
     "Bind",
+    "ParseCheck",
     "PythonBlockError",
     "PythonBlockResult",
     "SandboxConfig",
@@ -35,6 +43,7 @@ __all__ = [
     "SandboxUnavailable",
     "apply_astgrep",
     "apply_astgrep_async",
+    "check_parses_async",
     "default_config",
     "ensure_available",
     "find_nsjail",

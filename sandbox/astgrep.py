@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import os
 import shutil
 import sys
@@ -170,3 +171,58 @@ def apply_astgrep(
     """Blocking form of ``apply_astgrep_async``."""
     _no_running_loop("apply_astgrep")
     return asyncio.run(apply_astgrep_async(action, files, limits=limits, config=config))
+
+
+# An ast-grep rule matching tree-sitter's ERROR nodes: a file with none parses. (Tree-sitter
+# also inserts zero-width MISSING nodes, e.g. an unclosed paren, which no rule can name;
+# callers that need more, such as Python's ``ast.parse``, add their own check.)
+_PARSE_ERROR_RULE = "id: parse-error\nlanguage: {language}\nseverity: error\nrule:\n  kind: ERROR\n"
+
+
+class ParseCheck(BaseModel):
+    """Per file: the texts of its parse errors (empty when the file parses)."""
+
+    ok: bool
+    errors: dict[str, list[str]] = Field(default_factory=dict)
+    error: str | None = Field(None, description="the check itself failed (not the files)")
+    run: SandboxResult
+
+
+async def check_parses_async(
+    files: Mapping[str, str],
+    language: str,
+    *,
+    limits: SandboxLimits | None = None,
+    config: SandboxConfig | None = None,
+) -> ParseCheck:
+    """Parse ``files`` as ``language`` with ast-grep inside the jail and list ERROR nodes."""
+    cfg = config or default_config()
+    clean = {validate_relpath(p).as_posix(): text for p, text in files.items()}
+    argv = [JAIL_BINARY, "scan", "--rule", "/keel/rule.yml", "--json=compact"]
+    argv += ["--threads", str(cfg.astgrep.threads), *(f"./{p}" for p in clean)]
+    run = await run_async(
+        argv,
+        limits=limits,
+        workspace_files=clean,
+        readonly_files={"rule.yml": _PARSE_ERROR_RULE.format(language=language)},
+        env={"MALLOC_ARENA_MAX": "2", "NO_COLOR": "1"},
+        binds=[Bind(astgrep_binary(cfg), JAIL_BINARY)],
+        config=cfg,
+    )
+    # scan exits 1 when it found error-severity matches, i.e. parse errors.
+    if run.timed_out or run.killed_by_signal is not None or run.exit_code not in (0, 1):
+        return ParseCheck(
+            ok=False,
+            error=f"ast-grep failed (exit {run.exit_code}, signal {run.killed_by_signal}, "
+            f"timed out {run.timed_out}): {run.stderr.strip()[-2000:]}",
+            run=run,
+        )
+    try:
+        matches = json.loads(run.stdout or "[]")
+    except json.JSONDecodeError as e:
+        return ParseCheck(ok=False, error=f"ast-grep printed no JSON: {e}", run=run)
+    errors: dict[str, list[str]] = {p: [] for p in clean}
+    for m in matches:
+        path = str(m.get("file", "")).removeprefix("./")
+        errors.setdefault(path, []).append(str(m.get("text", ""))[:200])
+    return ParseCheck(ok=True, errors=errors, run=run)

@@ -35,6 +35,7 @@ from sandbox import (
     SandboxResult,
     SandboxUnavailable,
     apply_astgrep,
+    check_parses_async,
     run,
     run_async,
     run_python_block,
@@ -643,6 +644,30 @@ def test_astgrep_yaml_rule_and_bad_action() -> None:
         AstGrepAction(pattern="nomatch($A)", rewrite="x", language="python"), files, limits=SMALL
     )
     assert r.ok and r.changed_files == {} and r.diff == ""
+
+
+def test_check_parses_lists_error_nodes_per_file() -> None:
+    files = {
+        "good.py": "def f():\n    return 1\n",
+        "bad.py": "x = = 1\n",
+        "ok.js": "const a = 1;\n",
+    }
+    r = asyncio.run(
+        check_parses_async(
+            {k: v for k, v in files.items() if k.endswith(".py")}, "python", limits=SMALL
+        )
+    )
+    assert r.ok, r.error
+    assert r.errors["good.py"] == []
+    assert r.errors["bad.py"] == ["="]
+    r = asyncio.run(
+        check_parses_async(
+            {"ok.js": files["ok.js"], "bad.js": "const = ;\n"}, "javascript", limits=SMALL
+        )
+    )
+    assert r.ok and r.errors["ok.js"] == [] and r.errors["bad.js"]
+    r = asyncio.run(check_parses_async({"a.py": "x\n"}, "klingon", limits=SMALL))
+    assert not r.ok and r.error and "klingon" in r.error
 
 
 def test_astgrep_refuses_escaping_paths() -> None:
