@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     sandbox_config: Path | None = None
     nsjail_path: Path | None = None
 
+    # SRL collection (docs/srl.md): the step prompt pack and the actor pool's endpoints.
+    srl_prompts: Path = Path(__file__).resolve().parent.parent / "configs" / "teacher_prompts.yaml"
+    srl_actors_config: Path = (
+        Path(__file__).resolve().parent.parent / "configs" / "vllm_actors.yaml"
+    )
+
     @field_validator("api_tokens", "webhook_allowed_prefixes", "mrp_job_roots", mode="before")
     @classmethod
     def _tokens_from_json(cls, v: object) -> object:

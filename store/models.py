@@ -228,3 +228,34 @@ class MrpCheckpointRow(Base):
     input_digest: Mapped[str] = mapped_column(String)
     run_id: Mapped[str] = mapped_column(String)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SrlStepRow(Base):
+    """One SRL step (``keel.srl.trajectory.StepRow``): flat reward columns for reports and
+    export, and the whole §7 record as canonical JSON with its BLAKE3 digest.
+
+    The key is (collection, ``<task_id>#<step>``): a retried or replayed step is one row.
+    """
+
+    __tablename__ = "srl_steps"
+
+    collection: Mapped[str] = mapped_column(String(128), primary_key=True)
+    step_key: Mapped[str] = mapped_column(String(160), primary_key=True)
+    schema_version: Mapped[int] = mapped_column(Integer)
+    task_id: Mapped[str] = mapped_column(String(128))
+    step: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(200))
+    language: Mapped[str] = mapped_column(String(32))
+    template: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    format_ok: Mapped[bool] = mapped_column(Boolean)
+    verified: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    tests_passed: Mapped[float | None] = mapped_column(Float, nullable=True)
+    diff_lines: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    step_similarity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reward_total: Mapped[float | None] = mapped_column(Float, nullable=True)
+    record_json: Mapped[str] = mapped_column(Text)
+    record_digest: Mapped[str] = mapped_column(String(80))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_srl_steps_collection_task", "collection", "task_id"),)

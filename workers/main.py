@@ -21,19 +21,22 @@ from activities.notify import NotifyActivities
 from activities.ollama import OllamaActivities
 from activities.records import RecordActivities
 from activities.rllm import RllmActivities
+from activities.srl.episode import SrlActivities
 from keel.settings import Settings
 from sandbox.models import config_for
 from services.processes import SEARCH_ATTRIBUTES
+from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.files import load_models_config
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob
 from workflows.rllm import RllmApp
+from workflows.srl import SRLCollection, SRLEpisode
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo, RllmApp, MRPJob)
+WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo, RllmApp, MRPJob, SRLCollection, SRLEpisode)
 
 
 def build_activities(settings: Settings) -> list[Any]:
@@ -48,11 +51,17 @@ def build_activities(settings: Settings) -> list[Any]:
     records = RecordActivities(sessions)
     models = load_models_config(settings.models_config)
     llm = LLMGateway(models, on_call=sql_recorder(sessions))
-    rllm = RllmActivities(
-        llm, sessions, sandbox_config=config_for(settings.sandbox_config, settings.nsjail_path)
-    )
+    sandbox_config = config_for(settings.sandbox_config, settings.nsjail_path)
+    rllm = RllmActivities(llm, sessions, sandbox_config=sandbox_config)
     ollama = OllamaActivities(settings.ollama_base_url, models)
     mrp = MrpActivities(settings)
+    srl = SrlActivities(
+        sessions=sessions,
+        artifacts=artifact_store_from_settings(settings),
+        llm=llm,
+        prompts_path=settings.srl_prompts,
+        sandbox_config=sandbox_config,
+    )
     return [
         notify.webhook,
         records.gate_event,
@@ -60,6 +69,7 @@ def build_activities(settings: Settings) -> list[Any]:
         *rllm.all(),
         ollama.ensure,
         *mrp.all(),
+        *srl.all(),
     ]
 
 

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
 
     from keel.mrp.run import ERROR_COMPILE, ERROR_PHASE, ERROR_REPLAY_SOURCE, ERROR_SHARD
     from keel.refs import ActivityRef
+    from keel.srl.steps import ERROR_SRL_TASKS
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out")
@@ -112,6 +113,30 @@ MRP_FINALISE_RETRY = RetryPolicy(
     maximum_attempts=0,  # the record must land
 )
 
+# SRL (workflows/srl.py). A task file that does not validate is final; a model or actor
+# outage is waited out with backoff, and a step's record must land.
+SRL_WINDOW_TIMEOUT = timedelta(minutes=2)
+SRL_WINDOW_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+    non_retryable_error_types=[ERROR_SRL_TASKS],
+)
+SRL_GENERATE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=10,
+    non_retryable_error_types=[ERROR_SRL_TASKS],  # the gateway marks its own final errors
+)
+SRL_APPLY_TIMEOUT = timedelta(minutes=5)
+SRL_APPLY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+    non_retryable_error_types=[ERROR_SRL_TASKS],
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Options:
@@ -141,6 +166,9 @@ OPTIONS: dict[str, Options] = {
     "mrp.evaluate": Options(MRP_PHASE_TIMEOUT, MRP_PHASE_RETRY),
     "mrp.produce": Options(MRP_PHASE_TIMEOUT, MRP_PHASE_RETRY),
     "mrp.finalise": Options(MRP_FINALISE_TIMEOUT, MRP_FINALISE_RETRY),
+    "srl.window": Options(SRL_WINDOW_TIMEOUT, SRL_WINDOW_RETRY),
+    "srl.generate": Options(LLM_TIMEOUT, SRL_GENERATE_RETRY),
+    "srl.apply": Options(SRL_APPLY_TIMEOUT, SRL_APPLY_RETRY),
 }
 
 

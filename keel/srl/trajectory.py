@@ -83,6 +83,8 @@ class StepRecord(BaseModel):
     model_output: ModelOutput
     sandbox_result: dict[str, Any] | None = None
     reward: Reward | None = None
+    state_after: dict[str, Any] | None = None
+    text_digest: str | None = Field(None, description="the file after the step (artifact)")
 
     @field_validator("task_id")
     @classmethod
@@ -105,7 +107,7 @@ class StepRecord(BaseModel):
 class StepRow(BaseModel):
     """The SQL row of one step: flat columns for reports and export, the record as JSON.
 
-    ``step_key`` is the primary key (see :func:`step_key`); ``record_digest`` lets a
+    ``(collection, step_key)`` is the primary key (see :func:`step_key`); ``record_digest`` lets a
     second insert of the same key be told apart from a conflicting one.
     """
 

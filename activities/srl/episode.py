@@ -1,0 +1,455 @@
+"""The activities of an SRL episode: ``srl.window``, ``srl.generate`` and ``srl.apply``.
+
+``srl.generate`` asks the step's source for an answer (the gold replay, the teacher
+through the LLM gateway, or the actor pool); ``srl.apply`` parses it, applies the action
+in the jail, re-parses the result, scores it, merges the state and writes the step row.
+Writing is idempotent by (collection, ``<task_id>#<step>``): a retried ``srl.apply``
+finds the row and returns the outcome stored in it, so a step is never counted twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.common import MetricMeter
+from temporalio.exceptions import ApplicationError
+
+from activities.llm import LLMGateway
+from keel.llm import LLMMessage, LLMRequest
+from keel.srl.errors import StepFormatError
+from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, render_messages
+from keel.srl.rewards import combine, format_error_reward
+from keel.srl.state import State, StateUpdate, fit_budget, merge, render
+from keel.srl.step import PatternAction, RuleAction, action_text, parse_step
+from keel.srl.steps import (
+    APPLY,
+    ERROR_SRL_TASKS,
+    GENERATE,
+    WINDOW,
+    ApplyInput,
+    GenerateInput,
+    Generation,
+    SrlTask,
+    StepOutcome,
+    WindowInput,
+    WindowTasks,
+)
+from keel.srl.trajectory import ModelOutput, StepRecord, StepRow, step_key
+from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits
+from sandbox.astgrep import apply_astgrep_async, check_parses_async
+from store.artifacts import ArtifactNotFound, ArtifactStore
+from store.srl_steps import insert_step
+
+log = logging.getLogger(__name__)
+
+#: Tokens of the rendered state (the plan's 400-800 budget: its upper end).
+STATE_BUDGET = 800
+_TASK_FILES_CACHED = 4
+
+
+class ActorSource:
+    """What ``srl.generate`` needs of the actor pool (``activities.actors.ActorPool``)."""
+
+    async def generate(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None,
+        stop: list[str] | None = None,
+    ) -> Any:  # pragma: no cover - the interface
+        raise NotImplementedError
+
+
+def tasks_invalid(message: str) -> ApplicationError:
+    return ApplicationError(message, type=ERROR_SRL_TASKS, non_retryable=True)
+
+
+def parse_task_file(data: bytes) -> list[SrlTask]:
+    """The tasks of a JSONL task file; a bad line is named by its number."""
+    tasks: list[SrlTask] = []
+    for n, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(SrlTask.model_validate_json(line))
+        except ValueError as e:
+            raise tasks_invalid(f"task file line {n}: {e}") from None
+    return tasks
+
+
+class SrlActivities:
+    """The episode's activities bound to the store, the sandbox, the gateway and the pool.
+
+    ``actors`` is called once, on the first actor step, so a worker that never runs an
+    actor collection never reads the actor config.
+    """
+
+    def __init__(
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        artifacts: ArtifactStore,
+        llm: LLMGateway,
+        prompts_path: Path,
+        sandbox_config: SandboxConfig | None = None,
+        sandbox_limits: SandboxLimits | None = None,
+        actors: Callable[[], ActorSource] | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.artifacts = artifacts
+        self.llm = llm
+        self.prompts_path = prompts_path
+        self.sandbox_config = sandbox_config
+        self.sandbox_limits = sandbox_limits
+        self._actors_factory = actors
+        self._actors: ActorSource | None = None
+        self._pack: PromptPack | None = None
+        self._task_files: OrderedDict[str, list[SrlTask]] = OrderedDict()
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.window, self.generate, self.apply]
+
+    # -- inputs ----------------------------------------------------------------------
+    def tasks(self, digest: str) -> list[SrlTask]:
+        cached = self._task_files.get(digest)
+        if cached is not None:
+            self._task_files.move_to_end(digest)
+            return cached
+        try:
+            data = self.artifacts.get_bytes(digest)
+        except ArtifactNotFound:
+            raise tasks_invalid(f"task file {digest} is not in the artifact store") from None
+        tasks = parse_task_file(data)
+        self._task_files[digest] = tasks
+        while len(self._task_files) > _TASK_FILES_CACHED:
+            self._task_files.popitem(last=False)
+        return tasks
+
+    def task(self, digest: str, index: int) -> SrlTask:
+        tasks = self.tasks(digest)
+        if index >= len(tasks):
+            raise tasks_invalid(f"task {index} is past the end of {digest} ({len(tasks)} tasks)")
+        return tasks[index]
+
+    def text(self, task: SrlTask, digest: str | None) -> str:
+        if digest is None:
+            return task.pre
+        return self.artifacts.get_bytes(digest).decode("utf-8")
+
+    def pack(self) -> PromptPack:
+        if self._pack is None:
+            self._pack = parse_prompt_pack(self.prompts_path.read_text(encoding="utf-8"))
+        return self._pack
+
+    # -- activities ------------------------------------------------------------------
+    @activity.defn(name=WINDOW.name)
+    async def window(self, inp: WindowInput) -> WindowTasks:
+        tasks = await asyncio.to_thread(self.tasks, inp.tasks_digest)
+        return WindowTasks(task_ids=[t.task_id for t in tasks[inp.start : inp.end]])
+
+    @activity.defn(name=GENERATE.name)
+    async def generate(self, inp: GenerateInput) -> Generation:
+        task = self.task(inp.tasks_digest, inp.task_index)
+        text = self.text(task, inp.text_digest)
+        state = inp.state if inp.state.goals else merge(inp.state, _goal(task))
+        state = fit_budget(state, STATE_BUDGET)
+        messages = render_messages(
+            self.pack(),
+            instruction=task.instruction,
+            language=task.language,
+            file=task.file_name,
+            code=text,
+            state=render(state),
+        )
+        prompt: dict[str, Any] = {"messages": messages, "step": inp.step}
+        started = time.monotonic()
+        if inp.source == "gold_replay":
+            return Generation(
+                raw=gold_answer(task.gold_action, task.instruction),
+                model="gold",
+                state_before=state,
+                prompt=prompt,
+            )
+        meter = activity.metric_meter()
+        if inp.source == "teacher":
+            info = activity.info()
+            response = await self.llm.call(
+                LLMRequest(
+                    model=inp.model,
+                    messages=[LLMMessage.model_validate(m) for m in messages],
+                    params={
+                        "temperature": inp.temperature,
+                        "max_tokens": inp.max_tokens,
+                        "seed": inp.seed,
+                    },
+                ),
+                call_key=f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}",
+                workflow_id=info.workflow_id,
+                meter=meter,
+            )
+            latency = time.monotonic() - started
+            _actor_latency(meter, response.model_name, latency)
+            return Generation(
+                raw=response.content,
+                model=response.model_name,
+                state_before=state,
+                prompt=prompt,
+                latency_s=latency,
+            )
+        gen = await self.actors().generate(
+            messages,
+            max_tokens=inp.max_tokens,
+            temperature=inp.temperature,
+            seed=inp.seed,
+        )
+        latency = time.monotonic() - started
+        _actor_latency(meter, gen.model, latency)
+        return Generation(
+            raw=gen.text,
+            model=gen.model,
+            endpoint=gen.endpoint,
+            state_before=state,
+            prompt=prompt,
+            token_ids=gen.token_ids,
+            logprobs=gen.logprobs,
+            latency_s=latency,
+        )
+
+    def actors(self) -> ActorSource:
+        if self._actors is None:
+            if self._actors_factory is None:
+                raise ApplicationError(
+                    "this worker has no actor pool (set KEEL_SRL_ACTORS_CONFIG)",
+                    type="SrlNoActors",
+                    non_retryable=True,
+                )
+            self._actors = self._actors_factory()
+        return self._actors
+
+    @activity.defn(name=APPLY.name)
+    async def apply(self, inp: ApplyInput) -> StepOutcome:
+        task = self.task(inp.tasks_digest, inp.task_index)
+        key = step_key(task.task_id, inp.step)
+        text = self.text(task, inp.text_digest)
+        record, outcome = await self._score(task, inp, text)
+        row = StepRow.from_record(
+            record,
+            collection=inp.collection,
+            source=inp.source,
+            model=inp.generation.model,
+            language=task.language,
+            template=task.template,
+        )
+        stored, recorded = await asyncio.to_thread(insert_step, self.sessions, row)
+        meter = activity.metric_meter()
+        if not recorded:
+            # A retry of a step already written: the stored row is the step's truth.
+            outcome = _outcome_of(StepRecord.model_validate_json(stored.record_json), key)
+        if recorded:
+            attrs = {"source": inp.source, "model": inp.generation.model}
+            meter.create_counter("keel_srl_steps", "SRL steps recorded").add(1, attrs)
+            if outcome.verified:
+                meter.create_counter("keel_srl_verified_steps", "SRL verified steps").add(1, attrs)
+            if outcome.sandbox_failed:
+                meter.create_counter(
+                    "keel_srl_sandbox_failures", "SRL actions the sandbox failed to apply"
+                ).add(1, {"language": task.language})
+        return outcome.model_copy(update={"recorded": recorded})
+
+    async def _score(
+        self, task: SrlTask, inp: ApplyInput, text: str
+    ) -> tuple[StepRecord, StepOutcome]:
+        gen = inp.generation
+        state = inp.state
+        key = step_key(task.task_id, inp.step)
+        base: dict[str, Any] = {
+            "task_id": task.task_id,
+            "step": inp.step,
+            "prompt": gen.prompt,
+            "state_before": state.model_dump(mode="json"),
+        }
+        try:
+            step = parse_step(gen.raw)
+        except StepFormatError as e:
+            feedback = f"step {inp.step}: malformed answer ({e.kind})"
+            after = merge(state, StateUpdate(history=[feedback]))
+            record = StepRecord(
+                **base,
+                model_output=_output(gen, format_error=f"{e.kind}: {e.detail}"),
+                reward=format_error_reward(),
+                state_after=after.model_dump(mode="json"),
+                text_digest=inp.text_digest,
+            )
+            return record, _outcome_of(record, key)
+        result = await self._sandbox(task, step.action, text)
+        result_text: str | None = result["text"]
+        reward = combine(
+            action_text=step.action_text,
+            expert_text=action_text(task.gold_action),
+            pre=text,
+            result_text=result_text,
+            gold_post=task.post,
+            reparses=result["reparses"],
+        )
+        verified_now = reward.verified
+        changed = result_text is not None and result_text != text
+        text_digest = (
+            await asyncio.to_thread(self.artifacts.put_bytes, result_text.encode("utf-8"))
+            if changed and result_text is not None
+            else inp.text_digest
+        )
+        feedback = _feedback(inp.step, result, changed, verified_now)
+        after = merge(merge(state, step.state_update), StateUpdate(history=[feedback]))
+        sandbox_result = {k: v for k, v in result.items() if k != "text"}
+        record = StepRecord(
+            **base,
+            model_output=_output(
+                gen, think=step.think, action=step.action, update=step.state_update
+            ),
+            sandbox_result=sandbox_result,
+            reward=reward,
+            state_after=after.model_dump(mode="json"),
+            text_digest=text_digest,
+        )
+        return record, _outcome_of(record, key)
+
+    async def _sandbox(
+        self, task: SrlTask, action: PatternAction | RuleAction, text: str
+    ) -> dict[str, Any]:
+        """Apply ``action`` to the task's file in the jail and re-parse the result.
+
+        A bad action, a timeout or a crash of ast-grep is a result (the model's mistake,
+        recorded); a jail that cannot start raises, so the activity is retried.
+        """
+        name = task.file_name
+        if isinstance(action, RuleAction):
+            sg = AstGrepAction(rule=action.yaml_text)
+        else:
+            sg = AstGrepAction(
+                pattern=action.pattern, rewrite=action.rewrite, language=action.language
+            )
+        try:
+            applied = await apply_astgrep_async(
+                sg, {name: text}, limits=self.sandbox_limits, config=self.sandbox_config
+            )
+        except SandboxError as e:  # refused request (e.g. a path): the action's fault
+            return _sandbox_result(ok=False, error=str(e))
+        diff_digest = None
+        if applied.diff or applied.run.stderr:
+            diff_digest = await asyncio.to_thread(
+                self.artifacts.put_json,
+                {"diff": applied.diff, "stderr": applied.run.stderr[-20_000:]},
+            )
+        run = applied.run
+        facts: dict[str, Any] = {
+            "timed_out": run.timed_out,
+            "exit_code": run.exit_code,
+            "duration_ms": run.duration_ms,
+            "artifact": diff_digest,
+        }
+        if not applied.ok:
+            return _sandbox_result(ok=False, error=applied.error, **facts)
+        result_text = applied.changed_files.get(name, text)
+        check = await check_parses_async(
+            {name: result_text},
+            action.language,
+            limits=self.sandbox_limits,
+            config=self.sandbox_config,
+        )
+        parse_errors = check.errors.get(name, []) if check.ok else [check.error or "check failed"]
+        if check.ok and not parse_errors and action.language == "python":
+            parse_errors = _python_parse_errors(result_text)
+        return {
+            **_sandbox_result(ok=True, **facts),
+            "text": result_text,
+            "reparses": check.ok and not parse_errors,
+            "parse_errors": parse_errors[:5],
+        }
+
+
+def _sandbox_result(*, ok: bool, error: str | None = None, **facts: Any) -> dict[str, Any]:
+    return {"ok": ok, "error": error, "text": None, "reparses": False, "parse_errors": [], **facts}
+
+
+def _python_parse_errors(text: str) -> list[str]:
+    # Tree-sitter's zero-width MISSING nodes escape the ast-grep rule; CPython's parser
+    # (parsing only, nothing runs) catches them.
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        return [f"python: {type(e).__name__}: {e}"[:200]]
+    return []
+
+
+def _goal(task: SrlTask) -> StateUpdate:
+    return StateUpdate(goals=[task.instruction[:256]])
+
+
+def _feedback(step: int, result: dict[str, Any], changed: bool, verified: bool) -> str:
+    if not result["ok"]:
+        return f"step {step}: the action failed: {(result['error'] or '')[:180]}"
+    if verified:
+        return f"step {step}: applied; the file now matches the goal"
+    if not changed:
+        return f"step {step}: applied but matched nothing; the file is unchanged"
+    if not result["reparses"]:
+        return f"step {step}: applied but the result does not parse"
+    return f"step {step}: applied; the file changed but does not match the goal yet"
+
+
+def _output(
+    gen: Generation,
+    *,
+    think: str = "",
+    action: PatternAction | RuleAction | None = None,
+    update: StateUpdate | None = None,
+    format_error: str | None = None,
+) -> ModelOutput:
+    return ModelOutput(
+        think=think,
+        action=action.model_dump(mode="json") if action is not None else None,
+        state_update=update.model_dump(mode="json", exclude_defaults=True) if update else None,
+        raw=gen.raw,
+        format_error=format_error,
+        token_ids=gen.token_ids,
+        logprobs=gen.logprobs,
+    )
+
+
+def _outcome_of(record: StepRecord, key: str) -> StepOutcome:
+    """The outcome a step's record implies (also for a row read back on a retry)."""
+    reward = record.reward
+    sandbox = record.sandbox_result or {}
+    verified = bool(reward and reward.verified)
+    return StepOutcome(
+        step_key=key,
+        format_ok=record.model_output.format_error is None,
+        applied=bool(sandbox.get("ok")),
+        verified=verified,
+        reward_total=reward.total if reward else 0.0,
+        state=State.model_validate(record.state_after or record.state_before),
+        text_digest=record.text_digest,
+        done=verified,
+        recorded=True,
+        sandbox_failed=bool(sandbox) and not sandbox.get("ok"),
+    )
+
+
+def _actor_latency(meter: MetricMeter, model: str, seconds: float) -> None:
+    try:
+        meter.create_histogram("keel_srl_actor_latency_ms", "SRL answer latency", "ms").record(
+            round(seconds * 1000), {"model": model}
+        )
+    except Exception as e:  # metrics never fail a step
+        log.warning("srl latency metric failed: %s", e)

@@ -1,0 +1,83 @@
+"""The step prompt: the teacher/actor prompt pack (configs/teacher_prompts.yaml) rendered
+with a task, the file as it is now and the state; and the gold replay's answer.
+
+Pure: the pack's YAML text comes in as a string and messages go out as plain dicts.
+"""
+
+from __future__ import annotations
+
+import json
+from string import Formatter
+from typing import Final
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from keel.srl.step import PatternAction, action_text
+
+#: Placeholders a user template may use (anything else is refused when the pack loads).
+FIELDS: Final = ("instruction", "language", "file", "code", "state")
+MAX_CODE_CHARS: Final = 24_000
+
+
+class PromptPackInvalid(ValueError):
+    """configs/teacher_prompts.yaml is not a valid prompt pack."""
+
+
+class PromptPack(BaseModel):
+    """A system prompt and a user template with ``{instruction}``, ``{language}``,
+    ``{file}``, ``{code}`` and ``{state}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str = Field(min_length=1, max_length=20_000)
+    user: str = Field(min_length=1, max_length=20_000)
+
+    @field_validator("user")
+    @classmethod
+    def _placeholders(cls, value: str) -> str:
+        names = {name for _, name, _, _ in Formatter().parse(value) if name is not None}
+        unknown = sorted(names - set(FIELDS))
+        if unknown:
+            raise ValueError(f"unknown placeholders {unknown}; allowed: {list(FIELDS)}")
+        if "code" not in names:
+            raise ValueError("the user template must show the code: add {code}")
+        return value
+
+
+def parse_prompt_pack(text: str) -> PromptPack:
+    """Parse the YAML prompt pack; ``PromptPackInvalid`` says what is wrong."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PromptPackInvalid(f"not YAML: {e}") from None
+    try:
+        return PromptPack.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'pack'}: {err['msg']}" for err in e.errors()
+        )
+        raise PromptPackInvalid(problems) from None
+
+
+def render_messages(
+    pack: PromptPack, *, instruction: str, language: str, file: str, code: str, state: str
+) -> list[dict[str, str]]:
+    """The chat messages of one step (code cut at ``MAX_CODE_CHARS``, marked)."""
+    if len(code) > MAX_CODE_CHARS:
+        code = code[:MAX_CODE_CHARS] + "\n# [cut]\n"
+    user = pack.user.format(
+        instruction=instruction, language=language, file=file, code=code, state=state
+    )
+    return [{"role": "system", "content": pack.system}, {"role": "user", "content": user}]
+
+
+def gold_answer(action: PatternAction, instruction: str) -> str:
+    """The answer a gold replay gives: the expert action in the answer format, so it goes
+    through the same parser, sandbox and rewards as a model's."""
+    update = {"decisions": [f"apply the expert rewrite for: {instruction}"[:256]]}
+    return (
+        f"<think>Expert action for this task.</think>"
+        f"<action>{action_text(action)}</action>"
+        f"<state_update>{json.dumps(update, ensure_ascii=False)}</state_update>"
+    )

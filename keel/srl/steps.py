@@ -1,0 +1,216 @@
+"""SRL collections and episodes as a workflow sees them: inputs, results, activity models
+and references.
+
+``workflows/srl.py`` runs ``SRLCollection`` (windows of ``SRLEpisode`` children, continued
+as new) and ``SRLEpisode`` (generate → apply, until verified or the step cap); the
+activities in ``activities/srl/`` implement each reference under the same name. Pure
+models: no I/O. A task list is a JSONL file of :class:`SrlTask` lines in the artifact
+store, named by its digest, so no history carries the code itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from keel.refs import ActivityRef
+from keel.srl.state import State
+from keel.srl.step import Language, PatternAction
+from keel.srl.trajectory import Source, check_id
+
+MAX_STEPS: Final = 20
+MAX_WINDOW: Final = 200
+MAX_PER_RUN: Final = 1000
+#: The ApplicationError type of a task file (or task) that cannot be used: not retried.
+ERROR_SRL_TASKS: Final = "SrlTasksInvalid"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SrlTask(BaseModel):
+    """One refactoring task of a collection: a file, what to do, and the expert action.
+
+    A ``keel.srl.synth.SynthTask`` line is one (its other fields are ignored here and
+    stay in the task file).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    task_id: str
+    instruction: str = Field(min_length=1, max_length=4000)
+    language: Language
+    file: str = Field(min_length=1, max_length=512)
+    pre: str
+    post: str
+    gold_action: PatternAction
+    template: str | None = None
+
+    @field_validator("task_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return check_id(value, "task id")
+
+    @property
+    def file_name(self) -> str:
+        """The file's name in the sandbox workspace (its base name: one file a task)."""
+        base = self.file.replace("\\", "/").rsplit("/", 1)[-1]
+        return base or "file"
+
+
+class Generation(_Model):
+    """What the model (or the gold replay) answered for one step."""
+
+    raw: str
+    model: str
+    state_before: State = Field(description="the state the prompt showed (goals seeded)")
+    endpoint: str = ""
+    prompt: dict[str, Any] = Field(default_factory=dict)
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    latency_s: float = 0.0
+
+
+class CollectionTotals(_Model):
+    """Counters of a collection so far (carried across continue-as-new)."""
+
+    episodes: int = 0
+    steps: int = 0
+    verified_steps: int = 0
+    verified_episodes: int = 0
+    format_errors: int = 0
+    sandbox_failures: int = 0
+    failed_episodes: int = 0
+
+    def plus(self, other: CollectionTotals) -> CollectionTotals:
+        return CollectionTotals(
+            **{k: getattr(self, k) + getattr(other, k) for k in CollectionTotals.model_fields}
+        )
+
+
+class CollectionInput(_Model):
+    """Input of ``SRLCollection``: which tasks, who answers, and how much at once.
+
+    ``source`` says who proposes each step: ``gold_replay`` (the task's gold action,
+    passed through the same parser, sandbox and rewards: the expert source, never a
+    model's precision), ``teacher`` (``model`` from configs/models.yaml through the LLM
+    gateway) or ``actor`` (the actor pool of configs/vllm_actors.yaml, scored against the
+    expert). ``offset`` and ``totals`` are the collection's own bookkeeping across
+    continue-as-new; a caller leaves them out.
+    """
+
+    collection: str
+    tasks_digest: str = Field(pattern=r"^blake3:[0-9a-f]{64}$")
+    task_count: int = Field(ge=0, le=1_000_000)
+    source: Source = "gold_replay"
+    model: str = Field(default="", max_length=200)
+    max_steps: int = Field(default=3, ge=1, le=MAX_STEPS)
+    window: int = Field(default=8, ge=1, le=MAX_WINDOW)
+    per_run: int = Field(default=200, ge=1, le=MAX_PER_RUN)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=512, ge=16, le=8192)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    offset: int = Field(default=0, ge=0)
+    totals: CollectionTotals = Field(default_factory=CollectionTotals)
+
+    @field_validator("collection")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return check_id(value, "collection")
+
+
+class CollectionResult(_Model):
+    collection: str
+    task_count: int
+    totals: CollectionTotals
+
+
+class CollectionProgress(_Model):
+    """What the ``progress`` query returns: the totals so far and where the run is."""
+
+    collection: str
+    task_count: int
+    done: int
+    in_flight: int
+    totals: CollectionTotals
+    runs: int = Field(description="workflow runs so far (continue-as-new adds one)")
+
+
+class EpisodeInput(_Model):
+    collection: str
+    tasks_digest: str
+    task_index: int = Field(ge=0)
+    task_id: str
+    source: Source
+    model: str = ""
+    max_steps: int = Field(default=3, ge=1, le=MAX_STEPS)
+    temperature: float = 0.0
+    max_tokens: int = 512
+    seed: int = 0
+
+
+class EpisodeResult(_Model):
+    task_id: str
+    steps: int
+    verified: bool
+    totals: CollectionTotals
+
+
+class WindowInput(_Model):
+    tasks_digest: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+
+class WindowTasks(_Model):
+    """Task ids of one window, by index in the task file (ids only: the code stays out
+    of the history)."""
+
+    task_ids: list[str]
+
+
+class GenerateInput(_Model):
+    collection: str
+    tasks_digest: str
+    task_index: int
+    step: int = Field(ge=1)
+    source: Source
+    model: str = ""
+    state: State
+    text_digest: str | None = Field(None, description="the file now; None: the task's pre")
+    temperature: float = 0.0
+    max_tokens: int = 512
+    seed: int = 0
+
+
+class ApplyInput(_Model):
+    collection: str
+    tasks_digest: str
+    task_index: int
+    step: int = Field(ge=1)
+    source: Source
+    state: State
+    text_digest: str | None = None
+    generation: Generation
+
+
+class StepOutcome(_Model):
+    """What one applied step changed: the reward signals, the new state and file."""
+
+    step_key: str
+    format_ok: bool
+    applied: bool
+    verified: bool
+    reward_total: float
+    state: State
+    text_digest: str | None
+    done: bool
+    recorded: bool = Field(description="False when the row was already there (a retry)")
+    sandbox_failed: bool = False
+
+
+WINDOW: Final = ActivityRef("srl.window", WindowInput, WindowTasks)
+GENERATE: Final = ActivityRef("srl.generate", GenerateInput, Generation)
+APPLY: Final = ActivityRef("srl.apply", ApplyInput, StepOutcome)

@@ -1,0 +1,208 @@
+"""``SRLCollection`` and ``SRLEpisode``: SRL trajectory collection as durable workflows.
+
+A collection runs its tasks as child ``SRLEpisode`` workflows (id
+``srl/<collection>/<task_id>``), at most ``window`` in flight, and continues as new
+after ``per_run`` episodes, so a 10,000-task collection keeps every run's history small.
+An episode repeats two activities until the action is verified or the step cap:
+
+1. ``srl.generate``: the state rendered into the prompt, one answer from the source
+   (gold replay, the teacher through the LLM gateway, or the actor pool);
+2. ``srl.apply``: parse, apply in the sandbox, re-parse, reward, merge the state, and
+   write the step row (idempotent by collection and ``<task_id>#<step>``).
+
+The answer is in the history between the two, so a worker lost during ``srl.apply``
+replays the same answer: the step is recorded once and never lost (docs/srl.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from keel.srl.state import State
+    from keel.srl.steps import (
+        APPLY,
+        GENERATE,
+        WINDOW,
+        ApplyInput,
+        CollectionInput,
+        CollectionProgress,
+        CollectionResult,
+        CollectionTotals,
+        EpisodeInput,
+        EpisodeResult,
+        GenerateInput,
+        WindowInput,
+    )
+    from keel.srl.trajectory import episode_id
+    from workflows.common import call
+
+COLLECTION_TYPE = "SRLCollection"
+EPISODE_TYPE = "SRLEpisode"
+
+
+@workflow.defn(name=EPISODE_TYPE)
+class SRLEpisode:
+    """One task: steps until the action is verified or ``max_steps``."""
+
+    @workflow.init
+    def __init__(self, inp: EpisodeInput) -> None:
+        self._totals = CollectionTotals(episodes=1)
+        self._step = 0
+
+    @workflow.query(name="progress")
+    def progress(self) -> CollectionTotals:
+        return self._totals
+
+    @workflow.run
+    async def run(self, inp: EpisodeInput) -> EpisodeResult:
+        state = State()
+        text_digest: str | None = None
+        verified = False
+        for step in range(1, inp.max_steps + 1):
+            self._step = step
+            generation = await call(
+                GENERATE,
+                GenerateInput(
+                    collection=inp.collection,
+                    tasks_digest=inp.tasks_digest,
+                    task_index=inp.task_index,
+                    step=step,
+                    source=inp.source,
+                    model=inp.model,
+                    state=state,
+                    text_digest=text_digest,
+                    temperature=inp.temperature,
+                    max_tokens=inp.max_tokens,
+                    seed=inp.seed + step,
+                ),
+                summary=f"step {step}: {inp.source} proposes an action",
+            )
+            outcome = await call(
+                APPLY,
+                ApplyInput(
+                    collection=inp.collection,
+                    tasks_digest=inp.tasks_digest,
+                    task_index=inp.task_index,
+                    step=step,
+                    source=inp.source,
+                    state=generation.state_before,
+                    text_digest=text_digest,
+                    generation=generation,
+                ),
+                summary=f"step {step}: sandbox, reward, record",
+            )
+            self._totals = self._totals.plus(
+                CollectionTotals(
+                    steps=1,
+                    verified_steps=int(outcome.verified),
+                    format_errors=int(not outcome.format_ok),
+                    sandbox_failures=int(outcome.sandbox_failed),
+                )
+            )
+            state, text_digest = outcome.state, outcome.text_digest
+            if outcome.done:
+                verified = outcome.verified
+                break
+        if verified:
+            self._totals = self._totals.plus(CollectionTotals(verified_episodes=1))
+        return EpisodeResult(
+            task_id=inp.task_id, steps=self._step, verified=verified, totals=self._totals
+        )
+
+
+@workflow.defn(name=COLLECTION_TYPE)
+class SRLCollection:
+    """Tasks ``offset..offset+per_run`` of a task file as episodes, then continue as new."""
+
+    @workflow.init
+    def __init__(self, inp: CollectionInput) -> None:
+        self._inp = inp
+        self._totals = inp.totals
+        self._done = inp.offset
+        self._in_flight = 0
+
+    @workflow.query(name="progress")
+    def progress(self) -> CollectionProgress:
+        return CollectionProgress(
+            collection=self._inp.collection,
+            task_count=self._inp.task_count,
+            done=self._done,
+            in_flight=self._in_flight,
+            totals=self._totals,
+            runs=self._inp.offset // self._inp.per_run + 1,
+        )
+
+    @workflow.run
+    async def run(self, inp: CollectionInput) -> CollectionResult:
+        end = min(inp.task_count, inp.offset + inp.per_run)
+        if inp.offset < end:
+            ids = await call(
+                WINDOW,
+                WindowInput(tasks_digest=inp.tasks_digest, start=inp.offset, end=end),
+                summary=f"tasks {inp.offset}..{end}",
+            )
+            await self._episodes(inp, ids.task_ids)
+        if end < inp.task_count:
+            workflow.continue_as_new(inp.model_copy(update={"offset": end, "totals": self._totals}))
+        return CollectionResult(
+            collection=inp.collection, task_count=inp.task_count, totals=self._totals
+        )
+
+    async def _episodes(self, inp: CollectionInput, task_ids: list[str]) -> None:
+        """Run the episodes with at most ``window`` in flight, in task order."""
+        pending: set[asyncio.Task[EpisodeResult | None]] = set()
+        for i, task_id in enumerate(task_ids):
+            if len(pending) >= inp.window:
+                pending = await self._settle(pending)
+            child = EpisodeInput(
+                collection=inp.collection,
+                tasks_digest=inp.tasks_digest,
+                task_index=inp.offset + i,
+                task_id=task_id,
+                source=inp.source,
+                model=inp.model,
+                max_steps=inp.max_steps,
+                temperature=inp.temperature,
+                max_tokens=inp.max_tokens,
+                seed=inp.seed,
+            )
+            pending.add(asyncio.create_task(self._episode(child)))
+            self._in_flight = len(pending)
+        while pending:
+            pending = await self._settle(pending)
+
+    async def _settle(
+        self, pending: set[asyncio.Task[EpisodeResult | None]]
+    ) -> set[asyncio.Task[EpisodeResult | None]]:
+        done, rest = await workflow.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            result = task.result()
+            self._done += 1
+            self._totals = self._totals.plus(
+                result.totals
+                if result is not None
+                else CollectionTotals(episodes=1, failed_episodes=1)
+            )
+        self._in_flight = len(rest)
+        return set(rest)
+
+    async def _episode(self, child: EpisodeInput) -> EpisodeResult | None:
+        """One episode's result, or ``None`` when it failed (counted, the collection goes on)."""
+        try:
+            result: EpisodeResult = await workflow.execute_child_workflow(
+                EPISODE_TYPE,
+                child,
+                id=episode_id(child.collection, child.task_id),
+                result_type=EpisodeResult,
+                execution_timeout=timedelta(hours=6),
+                static_summary=f"task {child.task_id}",
+            )
+        except ChildWorkflowError as err:
+            workflow.logger.warning("episode %s failed: %s", child.task_id, err.cause or err)
+            return None
+        return result
