@@ -439,6 +439,7 @@ class LLMGateway:
             latency_ms=latency_ms,
             cost_usd=cost,
             finish_reason=getattr(choice, "finish_reason", None),
+            reasoning=getattr(choice.message, "reasoning_content", None) or None,
         )
 
     def _failure(

@@ -58,6 +58,15 @@ EXIT_CODES: dict[str, dict[str, int]] = {
         "replay_mismatch": 6,  # a replay produced a different digest
         "not_found": 7,  # no run with that id
     },
+    "srl": {
+        "ok": 0,
+        "error": 1,  # unexpected error, Temporal or the worker unavailable
+        "usage": 2,  # bad command line or settings
+        "invalid_input": 3,  # a task file or dataset that does not validate (line named)
+        "checksum_mismatch": 4,  # a dataset file whose sha256 or size differs (nothing written)
+        "run_failed": 5,  # the collection failed
+        "not_found": 7,  # no such collection, task or steps
+    },
     "rllm": {
         "ok": 0,
         "RLLM_INTERNAL_ERROR": 1,
@@ -81,6 +90,7 @@ EXIT_CODES: dict[str, dict[str, int]] = {
 ERROR_STYLES: dict[str, Literal["envelope", "payload"]] = {
     "keel": "envelope",
     "mrp": "envelope",
+    "srl": "envelope",
     "rllm": "payload",
 }
 

@@ -98,6 +98,9 @@ class LLMResponse(BaseModel):
     latency_ms: float
     cost_usd: float | None = None
     finish_reason: str | None = None
+    #: Reasoning the provider (or LiteLLM, which moves a leading ``<think>`` block out of
+    #: the content for OpenAI-compatible servers) returned apart from ``content``.
+    reasoning: str | None = None
 
 
 class ModelSpec(BaseModel):

@@ -40,8 +40,10 @@ from keel.srl.steps import (
     Generation,
     SrlTask,
     StepOutcome,
+    TasksInvalid,
     WindowInput,
     WindowTasks,
+    parse_tasks,
 )
 from keel.srl.trajectory import ModelOutput, StepRecord, StepRow, step_key
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits
@@ -73,19 +75,6 @@ class ActorSource:
 
 def tasks_invalid(message: str) -> ApplicationError:
     return ApplicationError(message, type=ERROR_SRL_TASKS, non_retryable=True)
-
-
-def parse_task_file(data: bytes) -> list[SrlTask]:
-    """The tasks of a JSONL task file; a bad line is named by its number."""
-    tasks: list[SrlTask] = []
-    for n, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            tasks.append(SrlTask.model_validate_json(line))
-        except ValueError as e:
-            raise tasks_invalid(f"task file line {n}: {e}") from None
-    return tasks
 
 
 class SrlActivities:
@@ -130,7 +119,10 @@ class SrlActivities:
             data = self.artifacts.get_bytes(digest)
         except ArtifactNotFound:
             raise tasks_invalid(f"task file {digest} is not in the artifact store") from None
-        tasks = parse_task_file(data)
+        try:
+            tasks = parse_tasks(data)
+        except TasksInvalid as e:
+            raise tasks_invalid(f"{digest}: {e}") from None
         self._task_files[digest] = tasks
         while len(self._task_files) > _TASK_FILES_CACHED:
             self._task_files.popitem(last=False)
@@ -201,7 +193,7 @@ class SrlActivities:
             latency = time.monotonic() - started
             _actor_latency(meter, response.model_name, latency)
             return Generation(
-                raw=response.content,
+                raw=_with_think(response.content, response.reasoning),
                 model=response.model_name,
                 state_before=state,
                 prompt=prompt,
@@ -390,6 +382,14 @@ def _python_parse_errors(text: str) -> list[str]:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         return [f"python: {type(e).__name__}: {e}"[:200]]
     return []
+
+
+def _with_think(content: str, reasoning: str | None) -> str:
+    """The answer as the model wrote it: LiteLLM moves a ``<think>`` block out of the
+    content into ``reasoning_content``; the step format needs it back in place."""
+    if reasoning is None or "<think>" in content:
+        return content
+    return f"<think>{reasoning}</think>{content}"
 
 
 def _goal(task: SrlTask) -> StateUpdate:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from keel.refs import ActivityRef
 from keel.srl.state import State
@@ -58,6 +58,36 @@ class SrlTask(BaseModel):
         """The file's name in the sandbox workspace (its base name: one file a task)."""
         base = self.file.replace("\\", "/").rsplit("/", 1)[-1]
         return base or "file"
+
+
+class TasksInvalid(ValueError):
+    """A task file line that is not an :class:`SrlTask` (the message names the line)."""
+
+
+def parse_tasks(data: bytes) -> list[SrlTask]:
+    """The tasks of a JSONL task file; a bad line is named by its number, a repeated task
+    id too (a step key is ``<task_id>#<step>``: two tasks with one id would share rows)."""
+    tasks: list[SrlTask] = []
+    seen: set[str] = set()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TasksInvalid(f"task file is not UTF-8: {e}") from None
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            task = SrlTask.model_validate_json(line)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(map(str, err['loc'])) or 'line'}: {err['msg']}" for err in e.errors()
+            )
+            raise TasksInvalid(f"task file line {n}: {problems}") from None
+        if task.task_id in seen:
+            raise TasksInvalid(f"task file line {n}: task id {task.task_id!r} repeats")
+        seen.add(task.task_id)
+        tasks.append(task)
+    return tasks
 
 
 class Generation(_Model):

@@ -1,0 +1,370 @@
+"""``srl``: collect SRL trajectories and look at them (docs/srl.md).
+
+``srl collect TASKS.jsonl`` runs an ``SRLCollection`` on the configured Temporal server
+(or the embedded one, started on demand, with a worker) and shows a live progress line;
+``srl show``, ``srl report`` (teacher precision, Markdown), ``srl export`` (JSONL and
+Parquet) and ``srl state dump`` read the step rows in SQL. Output, errors and exit codes
+follow the CLI toolkit (``cli/toolkit.py``): text on a terminal, one JSON document
+otherwise, ``{"error": {...}}`` on failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+from cli import toolkit
+from cli.toolkit import CliFailure, note, output
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from cli.envelope import CliError
+    from keel.settings import Settings
+    from keel.srl.steps import CollectionInput, CollectionResult
+    from keel.srl.trajectory import StepRow
+
+app = typer.Typer(
+    help="SRL trajectory collection: collect, show, report, export, state (docs/srl.md).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+state_app = typer.Typer(help="The structured state of a task's episode.", no_args_is_help=True)
+app.add_typer(state_app, name="state")
+
+EXIT_CODES = toolkit.EXIT_CODES["srl"]
+
+JsonOpt = Annotated[
+    bool | None,
+    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
+]
+CollectionOpt = Annotated[
+    str, typer.Option("--collection", "-c", help="The collection id", show_default=False)
+]
+
+
+def _failure(code: str, lines: list[str] | str, details: Any = None) -> CliFailure:
+    return CliFailure("srl", code, lines, details=details)
+
+
+def _fail(code: str, lines: list[str] | str, details: Any = None) -> NoReturn:
+    raise _failure(code, lines, details)
+
+
+def _translate(err: BaseException) -> CliError | None:
+    from keel.srl.steps import TasksInvalid
+    from services.local import ServiceUnavailable
+
+    if isinstance(err, TasksInvalid):
+        return _failure("invalid_input", str(err)).error
+    if isinstance(err, ServiceUnavailable):
+        return _failure("error", str(err)).error
+    if isinstance(err, toolkit.SettingsInvalid):
+        return _failure("usage", str(err)).error
+    return None
+
+
+def _emit(doc: Any, text: str) -> None:
+    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
+
+
+# -- collect -------------------------------------------------------------------------------
+
+
+def _progress_line(p: Any, started: float) -> str:
+    t = p.totals
+    minutes = max(time.monotonic() - started, 1e-6) / 60
+    precision = f"{t.verified_steps / t.steps:.1%}" if t.steps else "-"
+    return (
+        f"episodes {p.done}/{p.task_count} ({p.in_flight} running), steps {t.steps}, "
+        f"verified {t.verified_steps}, precision {precision}, {t.steps / minutes:.1f} steps/min"
+    )
+
+
+async def _watch(client: Client, workflow_id: str, services: Any, show: bool) -> None:
+    from keel.srl.steps import CollectionProgress
+
+    handle = client.get_workflow_handle(workflow_id)
+    started = time.monotonic()
+    last = ""
+
+    async def tick() -> None:
+        nonlocal last
+        p = await handle.query("progress", result_type=CollectionProgress)
+        line = _progress_line(p, started)
+        if line != last:
+            sys.stderr.write("\r\033[K" + line)
+            sys.stderr.flush()
+            last = line
+
+    await toolkit.watch_services(
+        services,
+        on_dead=lambda why: _failure("error", why),
+        tick=tick if show else None,
+        interval_s=1.0,
+    )
+
+
+async def _collect(
+    settings: Settings, inp: CollectionInput, *, wait: bool, stay: bool
+) -> CollectionResult | None:
+    from temporalio.client import WorkflowFailureError
+
+    from client.srl import start_collection
+    from services.local import LocalServices
+
+    services = LocalServices(settings, note)
+    try:
+        client = await services.connect()
+        handle = await start_collection(client, inp, task_queue=settings.task_queue)
+        if output.human:
+            note(f"Started {handle.id}: {inp.task_count} tasks, source {inp.source}")
+        await services.ensure_worker(handle.id, "srl-worker.log")
+        if not wait:
+            return None
+        show = sys.stderr.isatty()
+        try:
+            return await toolkit.wait_watching(
+                handle.result(), _watch(client, handle.id, services, show)
+            )
+        except WorkflowFailureError as err:
+            _fail("run_failed", f"collection {inp.collection} failed: {err.cause or err}")
+        finally:
+            if show:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+    finally:
+        await asyncio.to_thread(services.stop, stay or not wait)
+
+
+@app.command()
+def collect(
+    tasks: Annotated[
+        Path, typer.Argument(help="Task file (JSONL of SrlTask; `srl synth` writes one)")
+    ],
+    collection: CollectionOpt,
+    source: Annotated[
+        str, typer.Option(help="gold_replay (the expert), teacher (a model) or actor (the pool)")
+    ] = "gold_replay",
+    model: Annotated[str, typer.Option(help="Teacher model (configs/models.yaml)")] = "",
+    max_steps: Annotated[int, typer.Option(min=1, max=20, help="Step cap per episode")] = 3,
+    window: Annotated[int, typer.Option(min=1, max=200, help="Episodes in flight")] = 8,
+    per_run: Annotated[
+        int, typer.Option(min=1, max=1000, help="Episodes per run before continue-as-new")
+    ] = 200,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N tasks")] = None,
+    temperature: Annotated[float, typer.Option(min=0.0, max=2.0)] = 0.0,
+    max_tokens: Annotated[int, typer.Option(min=16, max=8192)] = 512,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait, with progress")] = True,
+    stay: Annotated[bool, typer.Option("--stay", help="Keep services this started")] = False,
+    json_out: JsonOpt = None,
+) -> None:
+    """Run an SRLCollection over a task file: every step recorded once, in SQL."""
+    from pydantic import ValidationError
+
+    from client.srl import collection_workflow_id, upload_tasks
+    from keel.srl.steps import CollectionInput
+    from store.artifacts import artifact_store_from_settings
+
+    output.choose(json_out)
+    if source not in ("gold_replay", "teacher", "actor"):
+        _fail_now("usage", f"--source must be gold_replay, teacher or actor, not {source!r}")
+    with toolkit.reported(_translate):
+        settings = toolkit.load_settings()
+        try:
+            data = tasks.read_bytes()
+        except OSError as e:
+            _fail("invalid_input", f"cannot read {tasks}: {e.strerror or e}")
+        if limit is not None:
+            data = b"".join(data.splitlines(keepends=True)[:limit])
+        digest, count = upload_tasks(artifact_store_from_settings(settings), data)
+        try:
+            inp = CollectionInput(
+                collection=collection,
+                tasks_digest=digest,
+                task_count=count,
+                source=source,  # type: ignore[arg-type]
+                model=model,
+                max_steps=max_steps,
+                window=window,
+                per_run=per_run,
+                temperature=temperature,
+                max_tokens=max_tokens,
+            )
+        except ValidationError as e:
+            _fail("usage", [err["msg"] for err in e.errors()])
+        started = time.monotonic()
+        result = asyncio.run(_collect(settings, inp, wait=wait, stay=stay))
+        if result is None:
+            wid = collection_workflow_id(collection)
+            _emit(
+                {"collection": collection, "workflow_id": wid, "status": "running"},
+                f"{collection}: started ({wid}); follow it with `srl show {collection}`",
+            )
+            return
+        elapsed = time.monotonic() - started
+        t = result.totals
+        doc = {**result.model_dump(mode="json"), "elapsed_s": round(elapsed, 3)}
+        rate = t.steps / (elapsed / 60) if elapsed > 0 else 0.0
+        _emit(
+            doc,
+            f"{collection}: {t.episodes} episodes ({t.verified_episodes} verified, "
+            f"{t.failed_episodes} failed), {t.steps} steps, {t.verified_steps} verified, "
+            f"{t.format_errors} malformed, {t.sandbox_failures} sandbox failures; "
+            f"{elapsed:.1f}s ({rate:.1f} steps/min)",
+        )
+
+
+def _fail_now(code: str, line: str) -> NoReturn:
+    raise typer.Exit(toolkit.report(_failure(code, line).error))
+
+
+# -- show, report, export, state -----------------------------------------------------------
+
+
+def _rows(settings: Settings, collection: str, task_id: str | None = None) -> list[StepRow]:
+    from store.srl_steps import list_steps
+
+    rows = list_steps(toolkit.sessions(settings), collection, task_id=task_id)
+    if not rows:
+        what = f"task {task_id} in " if task_id else ""
+        _fail("not_found", f"no steps recorded for {what}collection {collection!r}")
+    return rows
+
+
+@app.command()
+def show(
+    collection: Annotated[str, typer.Argument(help="The collection id")],
+    json_out: JsonOpt = None,
+) -> None:
+    """A collection's status, progress or result, and its recorded steps."""
+    from client.srl import collection_view
+    from services.local import LocalServices
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        settings = toolkit.load_settings()
+
+        async def view() -> Any:
+            services = LocalServices(settings, note)
+            try:
+                client = await services.connect()
+                return await collection_view(client, toolkit.sessions(settings), collection)
+            finally:
+                await asyncio.to_thread(services.stop, True)
+
+        v = asyncio.run(view())
+        if v is None:
+            _fail("not_found", f"no collection {collection!r}")
+        r = v.recorded
+        _emit(
+            v.model_dump(mode="json"),
+            f"{collection}: {v.status}, {v.done}/{v.task_count} episodes; recorded "
+            f"{r['steps']} steps, {r['verified']} verified, {r['format_errors']} malformed",
+        )
+
+
+@app.command()
+def report(
+    collection: CollectionOpt,
+    out: Annotated[Path | None, typer.Option(help="Write the Markdown here")] = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """The precision report: verified / total by source, model, language and template."""
+    from keel.srl.trajectory import precision_lines, precision_report
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        rows = _rows(toolkit.load_settings(), collection)
+        text = precision_report(rows, title=f"SRL precision: {collection}")
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+            note(f"wrote {out}")
+        lines = [p.model_dump() | {"precision": p.precision} for p in precision_lines(rows)]
+        _emit({"collection": collection, "lines": lines, "markdown": text}, text.rstrip())
+
+
+@app.command()
+def export(
+    collection: CollectionOpt,
+    out: Annotated[Path, typer.Option(help="Folder for steps.jsonl and steps.parquet")],
+    json_out: JsonOpt = None,
+) -> None:
+    """Write the collection's steps: §7 JSONL records and Parquet with reward columns."""
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        rows = _rows(toolkit.load_settings(), collection)
+        paths = write_export(rows, out)
+        _emit(
+            {"collection": collection, "steps": len(rows), **{k: str(v) for k, v in paths.items()}},
+            f"{collection}: {len(rows)} steps -> {paths['jsonl']}, {paths['parquet']}",
+        )
+
+
+def write_export(rows: list[StepRow], out: Path) -> dict[str, Path]:
+    """``steps.jsonl`` (one §7 record a line) and ``steps.parquet`` (the row's columns,
+    rewards flat, the record as JSON text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from keel.srl.trajectory import StepRow
+
+    out.mkdir(parents=True, exist_ok=True)
+    jsonl = out / "steps.jsonl"
+    with jsonl.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(row.record_json + "\n")
+    columns = list(StepRow.model_fields)
+    table = pa.table({c: [getattr(r, c) for r in rows] for c in columns})
+    parquet = out / "steps.parquet"
+    pq.write_table(table, parquet)
+    return {"jsonl": jsonl, "parquet": parquet}
+
+
+@state_app.command("dump")
+def state_dump(
+    task_id: Annotated[str, typer.Argument(help="The task id")],
+    collection: CollectionOpt,
+    json_out: JsonOpt = None,
+) -> None:
+    """The task's state after its last recorded step (and before it, at step 1)."""
+    import json
+
+    from keel.srl.state import parse_state, render
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        rows = _rows(toolkit.load_settings(), collection, task_id)
+        last = json.loads(rows[-1].record_json)
+        state = parse_state(last.get("state_after") or last["state_before"])
+        _emit(
+            {
+                "collection": collection,
+                "task_id": task_id,
+                "step": rows[-1].step,
+                "state": state.model_dump(),
+            },
+            render(state),
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    toolkit.run(
+        app,
+        argv,
+        translate=_translate,
+        usage=lambda message: _failure("usage", message).error,
+        unexpected=lambda err: _failure("error", f"{type(err).__name__}: {err}").error,
+        default_json=False,
+    )
+
+
+if __name__ == "__main__":
+    main()
