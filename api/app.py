@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from api.errors import install_error_handlers
-from api.routes import gates, health, mrp, rllm
+from api.routes import gates, health, mrp, rllm, srl
 from keel.settings import Settings
 from store.db import get_sessionmaker
 
@@ -40,4 +40,5 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.include_router(gates.router)
     app.include_router(rllm.router)
     app.include_router(mrp.router)
+    app.include_router(srl.router)
     return app

@@ -45,7 +45,11 @@ def upload_tasks(artifacts: ArtifactStore, data: bytes) -> tuple[str, int]:
 
 
 async def start_collection(
-    client: Client, inp: CollectionInput, *, task_queue: str
+    client: Client,
+    inp: CollectionInput,
+    *,
+    task_queue: str,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, CollectionResult]:
     """Start ``SRLCollection`` by type name; a running collection with that id is refused
     (``WorkflowAlreadyStartedError``), a finished one may be run again (its step rows are
@@ -57,6 +61,7 @@ async def start_collection(
         workflow_id=collection_workflow_id(inp.collection),
         task_queue=task_queue,
         result_type=CollectionResult,
+        memo=memo,
         static_summary=f"SRL collection {inp.collection}: {inp.task_count} tasks, {inp.source}",
     )
 

@@ -22,6 +22,7 @@ from keel.srl.trajectory import Source, check_id
 MAX_STEPS: Final = 20
 MAX_WINDOW: Final = 200
 MAX_PER_RUN: Final = 1000
+MAX_FILE_CHARS: Final = 200_000
 #: The ApplicationError type of a task file (or task) that cannot be used: not retried.
 ERROR_SRL_TASKS: Final = "SrlTasksInvalid"
 
@@ -43,10 +44,10 @@ class SrlTask(BaseModel):
     instruction: str = Field(min_length=1, max_length=4000)
     language: Language
     file: str = Field(min_length=1, max_length=512)
-    pre: str
-    post: str
+    pre: str = Field(max_length=MAX_FILE_CHARS)
+    post: str = Field(max_length=MAX_FILE_CHARS)
     gold_action: PatternAction
-    template: str | None = None
+    template: str | None = Field(None, max_length=64)
 
     @field_validator("task_id")
     @classmethod

@@ -1,0 +1,160 @@
+"""SRL collections over HTTP: start one (``POST /srl/collections``), read it
+(``GET /srl/collections/{collection}``).
+
+The body carries the tasks inline (at most ``MAX_API_TASKS``; a bigger set goes into the
+artifact store first, e.g. with ``srl collect``, and is named by ``tasks_digest``).
+Starting needs the ``requester`` role; a collection is read back by the caller who
+started it and ``admin`` (to anyone else its id is a 404). A running collection with the
+same id is a 409; with an ``Idempotency-Key`` a repeated request answers the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anyio import to_thread
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
+from api.errors import ERROR_RESPONSES, ApiError
+from api.idempotency import IdempotencyKey, idempotent
+from client.srl import CollectionView, collection_view, collection_workflow_id, start_collection
+from keel.access import ACCESS_MEMO, access_for
+from keel.digest import canonical_json
+from keel.srl.steps import (
+    MAX_PER_RUN,
+    MAX_STEPS,
+    MAX_WINDOW,
+    CollectionInput,
+    SrlTask,
+    TasksInvalid,
+    parse_tasks,
+)
+from keel.srl.trajectory import Source
+from store.artifacts import ArtifactNotFound, ArtifactStore, artifact_store_from_settings
+
+router = APIRouter(prefix="/srl", tags=["srl"], responses=ERROR_RESPONSES)
+
+MAX_API_TASKS = 1000
+_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class StartCollectionBody(BaseModel):
+    """Start a collection over inline ``tasks`` or a task file already stored
+    (``tasks_digest``); exactly one of them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    collection: str = Field(pattern=_ID, description="The collection id", examples=["demo"])
+    tasks: list[SrlTask] | None = Field(None, min_length=1, max_length=MAX_API_TASKS)
+    tasks_digest: str | None = Field(None, pattern=r"^blake3:[0-9a-f]{64}$")
+    source: Source = "gold_replay"
+    model: str = Field(default="", max_length=200)
+    max_steps: int = Field(default=3, ge=1, le=MAX_STEPS)
+    window: int = Field(default=8, ge=1, le=MAX_WINDOW)
+    per_run: int = Field(default=200, ge=1, le=MAX_PER_RUN)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=512, ge=16, le=8192)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StartCollectionBody:
+        if (self.tasks is None) == (self.tasks_digest is None):
+            raise ValueError("give exactly one of tasks and tasks_digest")
+        return self
+
+
+class StartedCollection(BaseModel):
+    collection: str
+    workflow_id: str
+    task_count: int
+    status: str = "running"
+
+
+def _store(request: Request) -> ArtifactStore:
+    store: ArtifactStore | None = getattr(request.app.state, "srl_store", None)
+    if store is None:
+        store = artifact_store_from_settings(request.app.state.settings)
+        request.app.state.srl_store = store
+    return store
+
+
+def _stored_tasks(store: ArtifactStore, body: StartCollectionBody) -> tuple[str, int]:
+    """The task file's digest and task count; 404/422 when it is missing or invalid."""
+    if body.tasks is not None:
+        data = b"".join(canonical_json(t) + b"\n" for t in body.tasks)
+        try:
+            count = len(parse_tasks(data))
+        except TasksInvalid as e:
+            raise ApiError(422, "validation_failed", str(e)) from None
+        return store.put_bytes(data), count
+    assert body.tasks_digest is not None
+    try:
+        data = store.get_bytes(body.tasks_digest)
+    except ArtifactNotFound:
+        raise ApiError(404, "not_found", f"no task file {body.tasks_digest}") from None
+    try:
+        return body.tasks_digest, len(parse_tasks(data))
+    except TasksInvalid as e:
+        raise ApiError(422, "validation_failed", str(e)) from None
+
+
+@router.post("/collections", status_code=202, response_model=StartedCollection)
+async def start(
+    request: Request,
+    body: StartCollectionBody,
+    client: ClientDep,
+    sessions: SessionsDep,
+    caller: RequesterDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """Start an SRLCollection; 202 with the workflow id to follow it by."""
+
+    async def run() -> tuple[int, Any]:
+        digest, count = await to_thread.run_sync(_stored_tasks, _store(request), body)
+        inp = CollectionInput(
+            collection=body.collection,
+            tasks_digest=digest,
+            task_count=count,
+            source=body.source,
+            model=body.model,
+            max_steps=body.max_steps,
+            window=body.window,
+            per_run=body.per_run,
+            temperature=body.temperature,
+            max_tokens=body.max_tokens,
+        )
+        try:
+            await start_collection(
+                client,
+                inp,
+                task_queue=request.app.state.settings.task_queue,
+                memo={ACCESS_MEMO: access_for(caller.actor)},
+            )
+        except WorkflowAlreadyStartedError:
+            raise ApiError(409, "conflict", f"collection {body.collection!r} is running") from None
+        wid = collection_workflow_id(body.collection)
+        return 202, StartedCollection(
+            collection=body.collection, workflow_id=wid, task_count=count
+        ).model_dump()
+
+    return await idempotent(
+        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
+        path=request.url.path, body=body, run=run,
+    )  # fmt: skip
+
+
+@router.get("/collections/{collection}", response_model=CollectionView)
+async def get_collection(
+    collection: str, client: ClientDep, sessions: SessionsDep, caller: CallerDep
+) -> CollectionView:
+    """A collection's status, progress or totals, and the steps recorded in SQL."""
+    missing = ApiError(404, "not_found", f"no SRL collection {collection!r}")
+    wid = collection_workflow_id(collection)
+    if not await may_read_run(client, wid, caller):
+        raise missing
+    view = await collection_view(client, sessions, collection)
+    if view is None:
+        raise missing
+    return view
