@@ -130,6 +130,9 @@ SRL_GENERATE_RETRY = RetryPolicy(
     non_retryable_error_types=[ERROR_SRL_TASKS],  # the gateway marks its own final errors
 )
 SRL_APPLY_TIMEOUT = timedelta(minutes=5)
+# Both step activities heartbeat every 2 s (activities/srl/episode.py): a lost worker's
+# step is retried elsewhere after this, not after the whole start-to-close limit.
+SRL_HEARTBEAT = timedelta(seconds=10)
 SRL_APPLY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -167,8 +170,8 @@ OPTIONS: dict[str, Options] = {
     "mrp.produce": Options(MRP_PHASE_TIMEOUT, MRP_PHASE_RETRY),
     "mrp.finalise": Options(MRP_FINALISE_TIMEOUT, MRP_FINALISE_RETRY),
     "srl.window": Options(SRL_WINDOW_TIMEOUT, SRL_WINDOW_RETRY),
-    "srl.generate": Options(LLM_TIMEOUT, SRL_GENERATE_RETRY),
-    "srl.apply": Options(SRL_APPLY_TIMEOUT, SRL_APPLY_RETRY),
+    "srl.generate": Options(LLM_TIMEOUT, SRL_GENERATE_RETRY, heartbeat=SRL_HEARTBEAT),
+    "srl.apply": Options(SRL_APPLY_TIMEOUT, SRL_APPLY_RETRY, heartbeat=SRL_HEARTBEAT),
 }
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 #: Tokens of the rendered state (the plan's 400-800 budget: its upper end).
 STATE_BUDGET = 800
 _TASK_FILES_CACHED = 4
+HEARTBEAT_EVERY_S = 2.0
+T = TypeVar("T")
 
 
 class ActorSource:
@@ -152,6 +155,9 @@ class SrlActivities:
 
     @activity.defn(name=GENERATE.name)
     async def generate(self, inp: GenerateInput) -> Generation:
+        return await _beating(self._generate(inp))
+
+    async def _generate(self, inp: GenerateInput) -> Generation:
         task = self.task(inp.tasks_digest, inp.task_index)
         text = self.text(task, inp.text_digest)
         state = inp.state if inp.state.goals else merge(inp.state, _goal(task))
@@ -231,6 +237,9 @@ class SrlActivities:
 
     @activity.defn(name=APPLY.name)
     async def apply(self, inp: ApplyInput) -> StepOutcome:
+        return await _beating(self._apply(inp))
+
+    async def _apply(self, inp: ApplyInput) -> StepOutcome:
         task = self.task(inp.tasks_digest, inp.task_index)
         key = step_key(task.task_id, inp.step)
         text = self.text(task, inp.text_digest)
@@ -368,6 +377,25 @@ class SrlActivities:
             "reparses": check.ok and not parse_errors,
             "parse_errors": parse_errors[:5],
         }
+
+
+async def _beating(work: Awaitable[T]) -> T:
+    """``work``, heartbeating every ``HEARTBEAT_EVERY_S`` meanwhile: a worker lost in the
+    middle of a step is noticed after the heartbeat timeout (``OPTIONS``), not after the
+    step's whole start-to-close limit."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+
+    beater = asyncio.create_task(beat())
+    try:
+        return await work
+    finally:
+        beater.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beater
 
 
 def _sandbox_result(*, ok: bool, error: str | None = None, **facts: Any) -> dict[str, Any]:
