@@ -31,4 +31,7 @@ CORPUS: tuple[str, ...] = (
     "mrp_overlap_windows",
     "mrp_rejected",
     "mrp_evaluation_failed",
+    "srl_collection",
+    "srl_collection_last",
+    "srl_episode_recovered",
 )

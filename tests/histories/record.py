@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 import tempfile
@@ -41,6 +42,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
+from client.srl import start_collection, upload_tasks
 from client.temporal import connect
 from keel.demo import DemoInput, DemoResult
 from keel.gates import (
@@ -54,7 +56,9 @@ from keel.gates import (
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.rllm.run import RllmRunInput, RllmRunResult
 from keel.settings import Settings
+from keel.srl.steps import CollectionInput, EpisodeResult
 from services.processes import TemporalDevServer, free_port
+from store.artifacts import artifact_store_from_settings
 from store.files import bundle_files
 from tests.histories import CORPUS, HISTORIES_DIR
 from tests.support.scripted_openai import (
@@ -87,6 +91,7 @@ class Ctx:
     task_queue: str
     webhook_url: str
     llm: ScriptedOpenAIServer
+    settings: Settings
 
 
 Histories = dict[str, str]  # file stem -> history JSON
@@ -455,6 +460,73 @@ async def mrp_budget_exceeded(ctx: Ctx) -> Histories:
     return {"mrp_budget_exceeded": await history_json(handle)}
 
 
+SRL_ANSWER = (
+    "<think>swap the arguments</think>"
+    '<action>{"pattern": "divide($A, $B)", "rewrite": "divide($B, $A)", "language": "python"}'
+    '</action><state_update>{"decisions": ["swap"]}</state_update>'
+)
+
+
+async def srl_collection(ctx: Ctx) -> Histories:
+    """A teacher collection of three tasks, two per run (so it continues as new once); one
+    answer is malformed (a recorded step with reward -1) and that episode's second step
+    is verified."""
+    tasks = [
+        {
+            "task_id": f"swap-{i}",
+            "instruction": "swap the arguments of divide",
+            "language": "python",
+            "file": "div.py",
+            "pre": f"d = divide({i + 10}, 2)\n",
+            "post": f"d = divide(2, {i + 10})\n",
+            "gold_action": {
+                "pattern": "divide($A, $B)",
+                "rewrite": "divide($B, $A)",
+                "language": "python",
+            },
+        }
+        for i in range(3)
+    ]
+    data = "".join(json.dumps(t) + "\n" for t in tasks).encode()
+    digest, count = upload_tasks(artifact_store_from_settings(ctx.settings), data)
+    inp = CollectionInput(
+        collection=f"{ID_PREFIX}-srl",
+        tasks_digest=digest,
+        task_count=count,
+        source="teacher",
+        model="local",
+        window=2,
+        per_run=2,
+    )
+    before = ctx.llm.default
+    ctx.llm.enqueue(ScriptedReply(content="no tags at all"))
+    ctx.llm.default = ScriptedReply(content=SRL_ANSWER)
+    try:
+        handle = await start_collection(ctx.client, inp, task_queue=ctx.task_queue)
+        result = await handle.result()
+    finally:
+        ctx.llm.default = before
+    t = result.totals
+    expect((t.episodes, t.steps, t.verified_steps, t.format_errors) == (3, 4, 3, 1), f"{t}")
+    first_run = ctx.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
+    episodes = [
+        ctx.client.get_workflow_handle(f"srl/{inp.collection}/swap-{i}", result_type=EpisodeResult)
+        for i in range(3)
+    ]
+    two_steps = None
+    for ep in episodes:
+        r = await ep.result()
+        if r.steps == 2:
+            two_steps = ep
+    expect(two_steps is not None, "an episode with a malformed step and a verified one")
+    assert two_steps is not None
+    return {
+        "srl_collection": await history_json(first_run),
+        "srl_collection_last": await history_json(handle),
+        "srl_episode_recovered": await history_json(two_steps),
+    }
+
+
 SCENARIOS: dict[str, Scenario] = {
     "gate_approved_update": gate_approved_update,
     "gate_local_audit": gate_local_audit,
@@ -473,6 +545,7 @@ SCENARIOS: dict[str, Scenario] = {
     "mrp_overlap_windows": mrp_overlap_windows,
     "mrp_rejected": mrp_rejected,
     "mrp_evaluation_failed": mrp_evaluation_failed,
+    "srl_collection": srl_collection,
 }
 
 
@@ -514,6 +587,7 @@ async def record(names: list[str], out: Path) -> list[Path]:
                     task_queue=settings.task_queue,
                     webhook_url=hooks.url,
                     llm=llm,
+                    settings=settings,
                 )
                 async with build_worker(client, settings):
                     for name in names:
