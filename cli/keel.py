@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from cli._exit import run_and_exit
-from cli.toolkit import EXIT_CODES, load_settings
+from cli.toolkit import EXIT_CODES, load_settings, sessions
 from keel.settings import Settings
 
 app = typer.Typer(
@@ -416,6 +416,7 @@ async def _run_demo(settings: Settings) -> None:
     typer.echo(f"   {ui_link(settings, gate_id)}")
     await _run_rllm_examples(client, settings)
     failed = await _run_mrp_examples(client, settings)
+    failed += await _run_srl_example(client, settings)
     if failed:
         raise RuntimeError("the demo's checks failed:\n  " + "\n  ".join(failed))
     typer.echo("All checks passed.")
@@ -458,6 +459,57 @@ async def _run_rllm_examples(client: Any, settings: Settings) -> None:
             f"      {calls} model call(s), {retries} recovery retries, "
             f"{r.usage.total_tokens} tokens, {r.total_latency_ms:.0f} ms; {ui_link(settings, wid)}"
         )
+
+
+SRL_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "srl" / "tasks.jsonl"
+
+
+async def _run_srl_example(client: Any, settings: Settings) -> list[str]:
+    """A small SRL collection: the local model as the teacher on six refactoring tasks,
+    then the gold actions replayed as the expert source; both precisions, honestly."""
+    from client.srl import start_collection, upload_tasks
+    from keel.srl.steps import CollectionInput
+    from keel.srl.trajectory import precision_lines
+    from services.up import ui_link
+    from store.artifacts import artifact_store_from_settings
+    from store.srl_steps import list_steps
+
+    typer.echo("8. SRL collection on examples/srl/tasks.jsonl (SRLCollection, as `srl collect`)")
+    digest, count = upload_tasks(artifact_store_from_settings(settings), SRL_EXAMPLE.read_bytes())
+    sm = sessions(settings)
+    failed: list[str] = []
+    run = uuid.uuid4().hex[:8]
+    for source, model in (("teacher", "local"), ("gold_replay", "")):
+        collection = f"demo-{source.replace('_', '-')}-{run}"
+        inp = CollectionInput(
+            collection=collection,
+            tasks_digest=digest,
+            task_count=count,
+            source=source,  # type: ignore[arg-type]
+            model=model,
+            max_steps=2,
+            window=3,
+            max_tokens=256,
+        )
+        handle = await start_collection(client, inp, task_queue=settings.task_queue)
+        result = await handle.result()
+        t = result.totals
+        rows = await asyncio.to_thread(list_steps, sm, collection)
+        for line in precision_lines(rows):
+            typer.echo(
+                f"   {line.source} {line.model} {line.language}: "
+                f"{line.verified}/{line.total} verified"
+            )
+        typer.echo(
+            f"   {collection}: {t.steps} steps ({t.format_errors} malformed, "
+            f"{t.sandbox_failures} sandbox failures), {t.verified_steps} verified; "
+            f"{ui_link(settings, handle.id)}"
+        )
+        if len(rows) != t.steps or t.failed_episodes:
+            failed.append(f"SRL {source}: {len(rows)} rows for {t.steps} steps, {t}")
+        if source == "gold_replay" and t.verified_episodes != count:
+            failed.append(f"SRL gold replay verified {t.verified_episodes} of {count} tasks")
+    return failed
 
 
 MRP_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "mrp"

@@ -112,6 +112,11 @@ def test_demo_end_to_end(tmp_path):
         assert f"examples/mrp/{job}.yaml: succeeded" in out
     assert out.count("matches golden.json") == 2, out  # the pure examples
     assert "matched every digest" in out, out  # the LLM example, by replay
+    # The SRL collection: the local model as teacher (whatever its precision), then the
+    # gold actions, each of the six verified.
+    assert "8. SRL collection on examples/srl/tasks.jsonl" in out, out
+    assert "gold_replay gold python: 3/3 verified" in out, out
+    assert "gold_replay gold java: 1/1 verified" in out, out
     assert "All checks passed." in out
     assert not (tmp_path / "keel" / "run" / "up.json").exists()  # the demo stopped what it started
 
