@@ -62,7 +62,7 @@ async def start_collection(
         task_queue=task_queue,
         result_type=CollectionResult,
         memo=memo,
-        static_summary=f"SRL collection {inp.collection}: {inp.task_count} tasks, {inp.source}",
+        static_summary=f"SRL collection {inp.collection} ({inp.source})",
     )
 
 

@@ -122,6 +122,7 @@ class SRLCollection:
     @workflow.init
     def __init__(self, inp: CollectionInput) -> None:
         self._inp = inp
+        self._task_count = inp.task_count
         self._totals = inp.totals
         self._done = inp.offset
         self._in_flight = 0
@@ -130,7 +131,7 @@ class SRLCollection:
     def progress(self) -> CollectionProgress:
         return CollectionProgress(
             collection=self._inp.collection,
-            task_count=self._inp.task_count,
+            task_count=self._task_count,
             done=self._done,
             in_flight=self._in_flight,
             totals=self._totals,
@@ -139,21 +140,39 @@ class SRLCollection:
 
     @workflow.run
     async def run(self, inp: CollectionInput) -> CollectionResult:
-        end = min(inp.task_count, inp.offset + inp.per_run)
-        if inp.offset < end:
-            ids = await call(
-                WINDOW,
-                WindowInput(tasks_digest=inp.tasks_digest, start=inp.offset, end=end),
-                summary=f"tasks {inp.offset}..{end}",
+        window = await call(
+            WINDOW,
+            WindowInput(
+                tasks_digest=inp.tasks_digest,
+                tasks_file=inp.tasks_file,
+                start=inp.offset,
+                count=inp.per_run,
+            ),
+            summary=f"tasks from {inp.offset}",
+        )
+        self._task_count = window.task_count
+        await self._episodes(inp, window.tasks_digest, window.task_ids)
+        end = inp.offset + len(window.task_ids)
+        if end < window.task_count:
+            workflow.continue_as_new(
+                inp.model_copy(
+                    update={
+                        "offset": end,
+                        "totals": self._totals,
+                        "tasks_digest": window.tasks_digest,
+                        "tasks_file": None,
+                        "task_count": window.task_count,
+                    }
+                )
             )
-            await self._episodes(inp, ids.task_ids)
-        if end < inp.task_count:
-            workflow.continue_as_new(inp.model_copy(update={"offset": end, "totals": self._totals}))
         return CollectionResult(
-            collection=inp.collection, task_count=inp.task_count, totals=self._totals
+            collection=inp.collection,
+            tasks_digest=window.tasks_digest,
+            task_count=window.task_count,
+            totals=self._totals,
         )
 
-    async def _episodes(self, inp: CollectionInput, task_ids: list[str]) -> None:
+    async def _episodes(self, inp: CollectionInput, digest: str, task_ids: list[str]) -> None:
         """Run the episodes with at most ``window`` in flight, in task order."""
         pending: set[asyncio.Task[EpisodeResult | None]] = set()
         for i, task_id in enumerate(task_ids):
@@ -161,7 +180,7 @@ class SRLCollection:
                 pending = await self._settle(pending)
             child = EpisodeInput(
                 collection=inp.collection,
-                tasks_digest=inp.tasks_digest,
+                tasks_digest=digest,
                 task_index=inp.offset + i,
                 task_id=task_id,
                 source=inp.source,

@@ -150,8 +150,27 @@ class SrlActivities:
     # -- activities ------------------------------------------------------------------
     @activity.defn(name=WINDOW.name)
     async def window(self, inp: WindowInput) -> WindowTasks:
-        tasks = await asyncio.to_thread(self.tasks, inp.tasks_digest)
-        return WindowTasks(task_ids=[t.task_id for t in tasks[inp.start : inp.end]])
+        digest = inp.tasks_digest
+        if digest is None:
+            digest = await asyncio.to_thread(self._store_file, inp.tasks_file or "")
+        tasks = await asyncio.to_thread(self.tasks, digest)
+        return WindowTasks(
+            tasks_digest=digest,
+            task_count=len(tasks),
+            task_ids=[t.task_id for t in tasks[inp.start : inp.start + inp.count]],
+        )
+
+    def _store_file(self, path: str) -> str:
+        """A task file named by path (``temporal workflow start``): into the store."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise tasks_invalid(f"cannot read task file {path}: {e.strerror or e}") from None
+        try:
+            parse_tasks(data)
+        except TasksInvalid as e:
+            raise tasks_invalid(f"{path}: {e}") from None
+        return self.artifacts.put_bytes(data)
 
     @activity.defn(name=GENERATE.name)
     async def generate(self, inp: GenerateInput) -> Generation:

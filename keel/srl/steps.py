@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from keel.refs import ActivityRef
 from keel.srl.state import State
@@ -124,17 +131,21 @@ class CollectionTotals(_Model):
 class CollectionInput(_Model):
     """Input of ``SRLCollection``: which tasks, who answers, and how much at once.
 
-    ``source`` says who proposes each step: ``gold_replay`` (the task's gold action,
-    passed through the same parser, sandbox and rewards: the expert source, never a
-    model's precision), ``teacher`` (``model`` from configs/models.yaml through the LLM
-    gateway) or ``actor`` (the actor pool of configs/vllm_actors.yaml, scored against the
-    expert). ``offset`` and ``totals`` are the collection's own bookkeeping across
+    The tasks are a JSONL file of :class:`SrlTask` lines: ``tasks_digest`` names one in
+    the artifact store (``srl collect`` and the API put it there), or ``tasks_file`` a path
+    the worker reads (for ``temporal workflow start`` with plain JSON; the first window
+    stores it, and the collection goes on by its digest). ``source`` says who proposes
+    each step: ``gold_replay`` (the task's gold action, passed through the same parser,
+    sandbox and rewards: the expert source, never a model's precision), ``teacher``
+    (``model`` from configs/models.yaml through the LLM gateway) or ``actor`` (the actor
+    pool of configs/vllm_actors.yaml, scored against the expert). ``offset``,
+    ``task_count`` and ``totals`` are the collection's own bookkeeping across
     continue-as-new; a caller leaves them out.
     """
 
     collection: str
-    tasks_digest: str = Field(pattern=r"^blake3:[0-9a-f]{64}$")
-    task_count: int = Field(ge=0, le=1_000_000)
+    tasks_digest: str | None = Field(None, pattern=r"^blake3:[0-9a-f]{64}$")
+    tasks_file: str | None = Field(None, min_length=1, max_length=1000)
     source: Source = "gold_replay"
     model: str = Field(default="", max_length=200)
     max_steps: int = Field(default=3, ge=1, le=MAX_STEPS)
@@ -144,6 +155,7 @@ class CollectionInput(_Model):
     max_tokens: int = Field(default=512, ge=16, le=8192)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     offset: int = Field(default=0, ge=0)
+    task_count: int | None = Field(default=None, ge=0)
     totals: CollectionTotals = Field(default_factory=CollectionTotals)
 
     @field_validator("collection")
@@ -151,9 +163,16 @@ class CollectionInput(_Model):
     def _id(cls, value: str) -> str:
         return check_id(value, "collection")
 
+    @model_validator(mode="after")
+    def _one_task_source(self) -> CollectionInput:
+        if (self.tasks_digest is None) == (self.tasks_file is None):
+            raise ValueError("give exactly one of tasks_digest and tasks_file")
+        return self
+
 
 class CollectionResult(_Model):
     collection: str
+    tasks_digest: str
     task_count: int
     totals: CollectionTotals
 
@@ -162,7 +181,7 @@ class CollectionProgress(_Model):
     """What the ``progress`` query returns: the totals so far and where the run is."""
 
     collection: str
-    task_count: int
+    task_count: int | None = Field(description="None until the first window read the tasks")
     done: int
     in_flight: int
     totals: CollectionTotals
@@ -190,15 +209,18 @@ class EpisodeResult(_Model):
 
 
 class WindowInput(_Model):
-    tasks_digest: str
+    tasks_digest: str | None = None
+    tasks_file: str | None = None
     start: int = Field(ge=0)
-    end: int = Field(ge=0)
+    count: int = Field(ge=1, le=MAX_PER_RUN)
 
 
 class WindowTasks(_Model):
-    """Task ids of one window, by index in the task file (ids only: the code stays out
-    of the history)."""
+    """Task ids ``start..start+count`` of the task file, by index (ids only: the code
+    stays out of the history), with the file's digest and its number of tasks."""
 
+    tasks_digest: str
+    task_count: int
     task_ids: list[str]
 
 
