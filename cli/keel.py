@@ -581,7 +581,8 @@ def actors_serve(
     logging to ``<data_dir>/logs/actors/<name>.log``; one that exits is restarted after
     1, 2, 4 ... 30 s. Ctrl-C or SIGTERM stops them all by PID.
     """
-    from keel.srl.actors import ActorsConfigError, shell_line, vllm_command, vllm_env
+    from keel.srl.actors import shell_line, vllm_command, vllm_env
+    from keel.srl.errors import ActorsConfigError
     from services.processes import ManagedProcess, port_open
     from store.files import load_actors_config
 

@@ -17,7 +17,8 @@ from keel.rllm.errors import DependencyResolutionError, ParseError
 from keel.rllm.model import RllmProgram
 from keel.rllm.parser import parse_bytes
 from keel.rllm.run import uses_paths
-from keel.srl.actors import ActorsConfig, ActorsConfigError, parse_actors_config
+from keel.srl.actors import ActorsConfig, parse_actors_config
+from keel.srl.errors import ActorsConfigError
 
 
 def load_rllm(path: str | os.PathLike[str]) -> RllmProgram:

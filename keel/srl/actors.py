@@ -13,7 +13,7 @@ from typing import Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from keel.srl.errors import SrlError
+from keel.srl.errors import ActorsConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 # scheme, host (a name, IPv4, or [IPv6]), optional port, path; no query or fragment.
@@ -30,10 +30,6 @@ MANAGED_FLAGS = (
     "-q",
     "--max-model-len",
 )
-
-
-class ActorsConfigError(SrlError, ValueError):
-    """The actors config is not YAML or does not validate; the message names each bad key."""
 
 
 class ActorEndpoint(BaseModel):

@@ -9,12 +9,12 @@ import pytest
 from activities.actors import parse_chat_response
 from keel.srl.actors import (
     ActorEndpoint,
-    ActorsConfigError,
     parse_actors_config,
     shell_line,
     vllm_command,
     vllm_env,
 )
+from keel.srl.errors import ActorsConfigError
 from store.files import load_actors_config
 
 ROOT = Path(__file__).resolve().parents[3]
