@@ -320,11 +320,19 @@ class ActorPool:
         slot.checking = True
         try:
             server: Literal["health", "models"] = "health"
-            resp = await self._client.get(f"{e.root_url}/health", timeout=HEALTH_TIMEOUT_S)
-            if resp.status_code in (404, 405):
+            resp: httpx.Response | None = await self._client.get(
+                f"{e.root_url}/health", timeout=HEALTH_TIMEOUT_S
+            )
+            if resp is not None and resp.status_code in (404, 405):
                 server = "models"
-                resp = await self._client.get(f"{e.base_url}/models", timeout=HEALTH_TIMEOUT_S)
-            if resp.status_code != 200:
+                try:
+                    resp = await self._client.get(f"{e.base_url}/models", timeout=HEALTH_TIMEOUT_S)
+                except httpx.TimeoutException:
+                    # It answered /health at once, so it serves; llama-cpp-python's
+                    # /v1/models waits for the model lock, i.e. behind a generation that
+                    # another client (another worker's pool) is running there.
+                    resp = None
+            if resp is not None and resp.status_code != 200:
                 raise _EndpointFailed(
                     f"health check: HTTP {resp.status_code}: {_excerpt(resp.text)}", "health"
                 )

@@ -17,7 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from activities.actors import ActorPool, EndpointState, Generation, NoHealthyActor
+from activities.actors import (
+    ActorPool,
+    ActorRequestError,
+    EndpointState,
+    Generation,
+    NoHealthyActor,
+)
 from keel.srl.actors import ActorEndpoint, ActorsConfig
 from services.model_server import LocalModelServer
 from services.processes import free_port, pid_alive
@@ -203,3 +209,33 @@ async def test_killed_actor_is_drained_its_request_rerouted_and_it_returns(
         # a has served none and b four: a takes the next request.
         again = await pool.generate(HELLO, max_tokens=4, temperature=0.0, seed=1)
         assert again.endpoint == "a" and again.attempts == ["a"]
+
+
+async def test_a_refused_request_is_not_rerouted(servers: Servers) -> None:
+    # Over the 1024-token context: llama-cpp-python answers 400, which any actor would.
+    long = [{"role": "user", "content": "word " * 2000}]
+    async with ActorPool(servers.config(("b", "c"))) as pool:
+        with pytest.raises(ActorRequestError) as err:
+            await pool.generate(long, max_tokens=4, temperature=0.0, seed=None)
+        assert err.value.endpoint == "b" and err.value.status == 400
+        assert [(s.healthy, s.failures) for s in pool.snapshot()] == [(True, 0), (True, 0)]
+
+
+async def test_a_timeout_drains_the_endpoint_and_tries_the_next(servers: Servers) -> None:
+    cfg = servers.config(("b", "c"), request_timeout_s=0.2, retry_dead_after_s=60)
+    async with ActorPool(cfg) as pool:
+        with pytest.raises(NoHealthyActor) as err:
+            await pool.generate(HELLO, max_tokens=64, temperature=0.0, seed=None)
+        assert err.value.attempts == ["b", "c"]
+        assert "no answer in 0.2s" in str(err.value)
+        for s in pool.snapshot():
+            assert not s.healthy and s.failures == 1 and s.last_error == "no answer in 0.2s"
+    # The servers are still running the abandoned generations (llama-cpp-python does not
+    # stop on a disconnect). Busy is not dead: a new pool finds both healthy, and its
+    # requests wait their turn, so later tests find the servers idle.
+    async with ActorPool(servers.config(("b", "c"))) as pool:
+        assert [s.healthy for s in pool.snapshot()] == [True, True]
+        gens = await asyncio.gather(
+            *(pool.generate(HELLO, max_tokens=1, temperature=0.0, seed=None) for _ in "bc")
+        )
+        assert sorted(g.endpoint for g in gens) == ["b", "c"]

@@ -86,8 +86,8 @@ def test_serve_starts_restarts_and_stops_children_by_pid(tmp_path: Path) -> None
         for line in proc.stdout:
             if line.startswith("Stop with Ctrl-C"):
                 break
-            name, _, pid, *_ = line.split()
-            pids[name] = int(pid)
+            name, _, pid_text, *_ = line.split()
+            pids[name] = int(pid_text)
         assert sorted(pids) == ["g0", "g1"]
         assert all(pid_alive(p) for p in pids.values())
         logs = tmp_path / "data" / "logs" / "actors"
