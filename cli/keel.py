@@ -590,6 +590,140 @@ async def _run_mrp_examples(
     return failed
 
 
+actors_app = typer.Typer(
+    help="The SRL actor servers: one `vllm serve` per GPU (docs/srl-actors.md).",
+    no_args_is_help=True,
+)
+app.add_typer(actors_app, name="actors")
+
+VLLM_MISSING = (
+    "vLLM is not installed here (no `vllm` beside {python} or on PATH); install it on the "
+    "GPU machine with `uv pip install vllm` (it is not a Keel extra: docs/srl-actors.md)"
+)
+
+
+def _find_vllm() -> str | None:
+    import shutil
+
+    beside = Path(sys.executable).parent / "vllm"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("vllm")
+
+
+@actors_app.command("serve")
+def actors_serve(
+    config: Annotated[Path, typer.Option(help="The actors config (endpoints, GPUs, ports)")] = Path(
+        "configs/vllm_actors.yaml"
+    ),
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the command lines and start nothing")
+    ] = False,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="Start only this endpoint (repeatable)")
+    ] = None,
+    vllm: Annotated[
+        str | None, typer.Option(help="The vllm executable (default: beside Python, or on PATH)")
+    ] = None,
+) -> None:
+    """Start one `vllm serve` per endpoint of the config and keep them running until Ctrl-C.
+
+    Each is a child process in its own process group, bound to the endpoint's
+    ``bind_host`` (127.0.0.1 unless configured), on its GPU (``CUDA_VISIBLE_DEVICES``),
+    logging to ``<data_dir>/logs/actors/<name>.log``; one that exits is restarted after
+    1, 2, 4 ... 30 s. Ctrl-C or SIGTERM stops them all by PID.
+    """
+    from keel.srl.actors import shell_line, vllm_command, vllm_env
+    from keel.srl.errors import ActorsConfigError
+    from services.processes import ManagedProcess, port_open
+    from store.files import load_actors_config
+
+    try:
+        cfg = load_actors_config(config)
+    except ActorsConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(EXIT_CODES["keel"]["usage"]) from None
+    endpoints = cfg.endpoints
+    if only:
+        unknown = sorted(set(only) - {e.name for e in endpoints})
+        if unknown:
+            typer.echo(f"error: no endpoint named {', '.join(unknown)} in {config}", err=True)
+            raise typer.Exit(EXIT_CODES["keel"]["usage"])
+        endpoints = [e for e in endpoints if e.name in only]
+    exe = vllm or _find_vllm()
+    if dry_run:
+        for e in endpoints:
+            typer.echo(shell_line(e, exe or "vllm"))
+        return
+    if exe is None:
+        typer.echo("error: " + VLLM_MISSING.format(python=sys.executable), err=True)
+        raise typer.Exit(EXIT_CODES["keel"]["error"])
+    busy = [
+        f"{e.name} ({e.bind_host}:{e.port})"
+        for e in endpoints
+        if port_open(e.port, "127.0.0.1" if e.bind_host in ("0.0.0.0", "::") else e.bind_host)
+    ]
+    if busy:
+        typer.echo(f"error: ports already in use: {', '.join(busy)}", err=True)
+        raise typer.Exit(EXIT_CODES["keel"]["error"])
+
+    _setup_logging()
+    logs = load_settings().data_dir / "logs" / "actors"
+    procs = {
+        e.name: ManagedProcess(
+            f"actor {e.name}", vllm_command(e, exe), logs / f"{e.name}.log", env=vllm_env(e)
+        )
+        for e in endpoints
+    }
+    restarts = {name: WorkerRestarts() for name in procs}
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+
+    def spawn(proc: ManagedProcess) -> int:
+        # A child inherits the signal mask: unblocked, it can still be stopped by SIGTERM.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+        try:
+            return proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # one arriving while spawn unblocked it: stop what started
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    try:
+        for e in endpoints:
+            pid = spawn(procs[e.name])
+            restarts[e.name].started(time.monotonic())
+            typer.echo(f"{e.name} pid {pid} {e.base_url} (log {logs / (e.name + '.log')})")
+        typer.echo("Stop with Ctrl-C.")
+        sys.stdout.flush()
+        while signal.sigtimedwait(stop_signals, 0.5) is None:
+            # A dead actor is drained by the pool and comes back when it answers again.
+            now = time.monotonic()
+            for name, proc in procs.items():
+                if proc.running():
+                    continue
+                r = restarts[name]
+                if r.due is None:
+                    delay = r.schedule(now)
+                    code = proc.proc.returncode if proc.proc is not None else None
+                    typer.echo(
+                        f"{name} (pid {proc.pid}) exited with code {code}; restarting it in "
+                        f"{delay:.0f}s (log {proc.log_path})",
+                        err=True,
+                    )
+                elif now >= r.due:
+                    r.started(now)
+                    typer.echo(f"{name} restarted (pid {spawn(proc)})", err=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for proc in procs.values():
+            proc.stop()
+    typer.echo("actors stopped")
+
+
 def main() -> None:
     run_and_exit(app)
 

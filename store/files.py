@@ -1,4 +1,5 @@
-"""Reading users' files: ``.rllm`` apps (with every file they use) and the models config.
+"""Reading users' files: ``.rllm`` apps (with every file they use), the models config and
+the SRL actors config.
 
 ``keel`` parses text and bytes and stays pure; this module opens the files, so the CLI,
 the API and the worker read a user's files in one way, with the same errors.
@@ -16,6 +17,8 @@ from keel.rllm.errors import DependencyResolutionError, ParseError
 from keel.rllm.model import RllmProgram
 from keel.rllm.parser import parse_bytes
 from keel.rllm.run import uses_paths
+from keel.srl.actors import ActorsConfig, parse_actors_config
+from keel.srl.errors import ActorsConfigError
 
 
 def load_rllm(path: str | os.PathLike[str]) -> RllmProgram:
@@ -107,3 +110,20 @@ def load_models_config(path: str | Path, env: Mapping[str, str] | None = None) -
     except OSError as e:
         raise ModelsConfigError(f"{path}: cannot read models config: {e.strerror or e}") from e
     return parse_models_config(text, str(path), os.environ if env is None else env)
+
+
+def load_actors_config(path: str | Path) -> ActorsConfig:
+    """Read and validate an SRL actors config file (:func:`keel.srl.actors.parse_actors_config`).
+
+    Raises:
+        ActorsConfigError: the file cannot be read, or its message names the file and the
+            offending key.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ActorsConfigError(
+            f"{path}: cannot read actors config: {getattr(e, 'strerror', None) or e}"
+        ) from e
+    return parse_actors_config(text, str(path))

@@ -60,3 +60,7 @@ class ManifestMismatch(SrlError, ValueError):
 
 class TemplateNotApplicable(SrlError, ValueError):
     """A synthetic-task template finds nothing it can rewrite safely in a source file."""
+
+
+class ActorsConfigError(SrlError, ValueError):
+    """The actors config is not YAML or does not validate; the message names each bad key."""
