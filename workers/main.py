@@ -15,6 +15,7 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.actors import ActorPool
 from activities.llm import LLMGateway, sql_recorder
 from activities.mrp import MrpActivities
 from activities.notify import NotifyActivities
@@ -27,7 +28,7 @@ from sandbox.models import config_for
 from services.processes import SEARCH_ATTRIBUTES
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
-from store.files import load_models_config
+from store.files import load_actors_config, load_models_config
 from workflows.demo import KeelDemo
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob
@@ -61,6 +62,7 @@ def build_activities(settings: Settings) -> list[Any]:
         llm=llm,
         prompts_path=settings.srl_prompts,
         sandbox_config=sandbox_config,
+        actors=lambda: ActorPool(load_actors_config(settings.srl_actors_config)),
     )
     return [
         notify.webhook,

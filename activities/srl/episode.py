@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
-from temporalio.common import MetricMeter
 from temporalio.exceptions import ApplicationError
 
+from activities.actors import ActorPool, ActorRequestError
 from activities.llm import LLMGateway
 from keel.llm import LLMMessage, LLMRequest
 from keel.srl.errors import StepFormatError
@@ -61,21 +61,6 @@ HEARTBEAT_EVERY_S = 2.0
 T = TypeVar("T")
 
 
-class ActorSource:
-    """What ``srl.generate`` needs of the actor pool (``activities.actors.ActorPool``)."""
-
-    async def generate(
-        self,
-        messages: list[dict[str, str]],
-        *,
-        max_tokens: int,
-        temperature: float,
-        seed: int | None,
-        stop: list[str] | None = None,
-    ) -> Any:  # pragma: no cover - the interface
-        raise NotImplementedError
-
-
 def tasks_invalid(message: str) -> ApplicationError:
     return ApplicationError(message, type=ERROR_SRL_TASKS, non_retryable=True)
 
@@ -96,7 +81,7 @@ class SrlActivities:
         prompts_path: Path,
         sandbox_config: SandboxConfig | None = None,
         sandbox_limits: SandboxLimits | None = None,
-        actors: Callable[[], ActorSource] | None = None,
+        actors: Callable[[], ActorPool] | None = None,
     ) -> None:
         self.sessions = sessions
         self.artifacts = artifacts
@@ -105,7 +90,8 @@ class SrlActivities:
         self.sandbox_config = sandbox_config
         self.sandbox_limits = sandbox_limits
         self._actors_factory = actors
-        self._actors: ActorSource | None = None
+        self._actors: ActorPool | None = None
+        self._actors_lock = asyncio.Lock()
         self._pack: PromptPack | None = None
         self._task_files: OrderedDict[str, list[SrlTask]] = OrderedDict()
 
@@ -215,23 +201,24 @@ class SrlActivities:
                 workflow_id=info.workflow_id,
                 meter=meter,
             )
-            latency = time.monotonic() - started
-            _actor_latency(meter, response.model_name, latency)
             return Generation(
                 raw=_with_think(response.content, response.reasoning),
                 model=response.model_name,
                 state_before=state,
                 prompt=prompt,
-                latency_s=latency,
+                latency_s=time.monotonic() - started,
             )
-        gen = await self.actors().generate(
-            messages,
-            max_tokens=inp.max_tokens,
-            temperature=inp.temperature,
-            seed=inp.seed,
-        )
-        latency = time.monotonic() - started
-        _actor_latency(meter, gen.model, latency)
+        pool = await self.actors()
+        try:
+            gen = await pool.generate(
+                messages,
+                max_tokens=inp.max_tokens,
+                temperature=inp.temperature,
+                seed=inp.seed,
+            )
+        except ActorRequestError as e:  # the actor refused this request: asking again won't help
+            raise ApplicationError(str(e), type="SrlActorRefused", non_retryable=True) from None
+        # NoHealthyActor propagates: retried with backoff (OPTIONS) until one is back.
         return Generation(
             raw=gen.text,
             model=gen.model,
@@ -240,19 +227,24 @@ class SrlActivities:
             prompt=prompt,
             token_ids=gen.token_ids,
             logprobs=gen.logprobs,
-            latency_s=latency,
+            latency_s=gen.latency_s,
         )
 
-    def actors(self) -> ActorSource:
-        if self._actors is None:
-            if self._actors_factory is None:
-                raise ApplicationError(
-                    "this worker has no actor pool (set KEEL_SRL_ACTORS_CONFIG)",
-                    type="SrlNoActors",
-                    non_retryable=True,
-                )
-            self._actors = self._actors_factory()
-        return self._actors
+    async def actors(self) -> ActorPool:
+        """The worker's actor pool, started (first health check) on first use."""
+        async with self._actors_lock:
+            if self._actors is None:
+                if self._actors_factory is None:
+                    raise ApplicationError(
+                        "this worker has no actor pool (configs/vllm_actors.yaml, "
+                        "KEEL_SRL_ACTORS_CONFIG)",
+                        type="SrlNoActors",
+                        non_retryable=True,
+                    )
+                pool = self._actors_factory()
+                await pool.start()
+                self._actors = pool
+            return self._actors
 
     @activity.defn(name=APPLY.name)
     async def apply(self, inp: ApplyInput) -> StepOutcome:
@@ -471,6 +463,7 @@ def _output(
         format_error=format_error,
         token_ids=gen.token_ids,
         logprobs=gen.logprobs,
+        endpoint=gen.endpoint or None,
     )
 
 
@@ -491,12 +484,3 @@ def _outcome_of(record: StepRecord, key: str) -> StepOutcome:
         recorded=True,
         sandbox_failed=bool(sandbox) and not sandbox.get("ok"),
     )
-
-
-def _actor_latency(meter: MetricMeter, model: str, seconds: float) -> None:
-    try:
-        meter.create_histogram("keel_srl_actor_latency_ms", "SRL answer latency", "ms").record(
-            round(seconds * 1000), {"model": model}
-        )
-    except Exception as e:  # metrics never fail a step
-        log.warning("srl latency metric failed: %s", e)

@@ -63,6 +63,7 @@ class ModelOutput(BaseModel):
     format_error: str | None = None
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    endpoint: str | None = Field(None, description="the actor that answered (actor mode)")
 
 
 class StepRecord(BaseModel):
