@@ -1,0 +1,69 @@
+"""keel.srl.steps and keel.srl.prompts: task files, collection inputs, the prompt pack."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from keel.srl.prompts import PromptPackInvalid, gold_answer, parse_prompt_pack, render_messages
+from keel.srl.step import action_text, parse_step
+from keel.srl.steps import CollectionInput, TasksInvalid, parse_tasks
+from tests.srl.conftest import EXAMPLE_TASKS, HAND_TASKS, tasks_jsonl
+
+PACK = Path(__file__).resolve().parents[3] / "configs" / "teacher_prompts.yaml"
+
+
+def test_task_files() -> None:
+    tasks = parse_tasks(EXAMPLE_TASKS.read_bytes())
+    assert [t.task_id for t in tasks] == [t["task_id"] for t in HAND_TASKS]
+    assert tasks[0].file_name == "calc.py"
+    # Extra fields (a SynthTask line's provenance) are ignored; blank lines skipped.
+    extra = json.dumps({**HAND_TASKS[0], "license": "PSF-2.0", "sha256": "0" * 64})
+    assert parse_tasks(f"\n{extra}\n\n".encode())[0].task_id == "py-rename"
+    with pytest.raises(TasksInvalid, match="line 2: task id 'py-rename' repeats"):
+        parse_tasks(tasks_jsonl([HAND_TASKS[0], HAND_TASKS[0]]))
+    with pytest.raises(TasksInvalid, match="line 1: language: "):
+        parse_tasks(tasks_jsonl([{**HAND_TASKS[0], "language": "cobol"}]))
+    with pytest.raises(TasksInvalid, match="line 1: task_id: Value error"):
+        parse_tasks(tasks_jsonl([{**HAND_TASKS[0], "task_id": "a/b"}]))
+    with pytest.raises(TasksInvalid, match="not UTF-8"):
+        parse_tasks(b"\xff\xfe")
+
+
+def test_collection_input_needs_exactly_one_task_source() -> None:
+    digest = "blake3:" + "0" * 64
+    assert CollectionInput(collection="c", tasks_file="/t.jsonl").tasks_digest is None
+    for bad in ({}, {"tasks_digest": digest, "tasks_file": "/t.jsonl"}):
+        with pytest.raises(ValidationError, match="exactly one of tasks_digest and tasks_file"):
+            CollectionInput(collection="c", **bad)
+    with pytest.raises(ValidationError, match="collection"):
+        CollectionInput(collection="a b", tasks_digest=digest)
+
+
+def test_prompt_pack_renders_and_refuses_unknown_placeholders() -> None:
+    pack = parse_prompt_pack(PACK.read_text())
+    system, user = render_messages(
+        pack, instruction="swap", language="python", file="a.py", code="x = f(1, 2)", state="S"
+    )
+    assert system["role"] == "system" and '{"pattern": "...",' in system["content"]
+    assert "Task: swap" in user["content"] and "x = f(1, 2)" in user["content"]
+    with pytest.raises(PromptPackInvalid, match=r"unknown placeholders \['secret'\]"):
+        parse_prompt_pack("system: s\nuser: '{code} {secret}'\n")
+    with pytest.raises(PromptPackInvalid, match=r"add \{code\}"):
+        parse_prompt_pack("system: s\nuser: '{instruction}'\n")
+    with pytest.raises(PromptPackInvalid, match="not YAML"):
+        parse_prompt_pack("system: [")
+    long = render_messages(
+        pack, instruction="i", language="python", file="f", code="x" * 30_000, state=""
+    )
+    assert "# [cut]" in long[1]["content"]
+
+
+def test_gold_answer_parses_back_to_the_gold_action() -> None:
+    task = parse_tasks(EXAMPLE_TASKS.read_bytes())[3]
+    step = parse_step(gold_answer(task.gold_action, task.instruction))
+    assert step.action == task.gold_action
+    assert step.action_text == action_text(task.gold_action)
