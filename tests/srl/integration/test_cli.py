@@ -1,0 +1,91 @@
+"""The ``srl`` CLI as a user runs it (subprocesses), against the session's dev server: no
+worker polls the test's task queue, so ``srl collect`` starts one and stops it; output is
+JSON because stdout is a pipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.srl.conftest import EXAMPLE_TASKS
+
+REPO = Path(__file__).resolve().parents[3]
+SRL = [sys.executable, "-m", "cli.srl"]
+
+
+@pytest.fixture
+def env(tmp_path: Path, temporal_address: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "KEEL_DATA_DIR": str(tmp_path / "keel"),
+        "KEEL_TEMPORAL_ADDRESS": temporal_address,
+        "KEEL_TASK_QUEUE": f"srl-cli-{uuid.uuid4()}",
+        "KEEL_METRICS_PORT": "0",
+    }
+
+
+def srl(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        SRL + args, env=env, capture_output=True, text=True, timeout=240, cwd=REPO
+    )
+
+
+def doc(proc: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(proc.stdout)
+
+
+def test_collect_report_export_state(env: dict[str, str], tmp_path: Path) -> None:
+    proc = srl(["collect", str(EXAMPLE_TASKS), "--collection", "cli1", "--limit", "4"], env)
+    assert proc.returncode == 0, proc.stderr
+    result = doc(proc)
+    assert result["task_count"] == 4 and result["totals"]["verified_steps"] == 4
+
+    report = srl(["report", "--collection", "cli1", "--out", str(tmp_path / "r.md")], env)
+    assert report.returncode == 0, report.stderr
+    lines = {(x["language"], x["verified"], x["total"]) for x in doc(report)["lines"]}
+    assert lines == {("python", 3, 3), ("javascript", 1, 1)}
+    assert (
+        "| gold_replay | gold | python | hand | 3 | 3 | 100.0% |" in (tmp_path / "r.md").read_text()
+    )
+
+    out = tmp_path / "export"
+    exported = srl(["export", "--collection", "cli1", "--out", str(out)], env)
+    assert exported.returncode == 0, exported.stderr
+    table = pq.read_table(out / "steps.parquet")
+    assert table.num_rows == 4
+    assert set(table.column("verified").to_pylist()) == {True}
+    assert {"reward_total", "step_similarity", "diff_lines", "record_json"} <= set(
+        table.column_names
+    )
+    records = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in records] == ["js-rename", "py-none", "py-rename", "py-swap"]
+    assert all(r["schema_version"] == 1 and r["reward"]["verified"] for r in records)
+
+    state = srl(["state", "dump", "py-swap", "--collection", "cli1"], env)
+    assert state.returncode == 0, state.stderr
+    dumped = doc(state)
+    assert dumped["step"] == 1
+    assert dumped["state"]["goals"] == ["rewrite `divide($A, $B)` as `divide($B, $A)`"]
+    assert dumped["state"]["history"] == ["step 1: applied; the file now matches the goal"]
+
+
+def test_errors_are_the_envelope_with_srl_exit_codes(env: dict[str, str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_id": "x"}\n')
+    proc = srl(["collect", str(bad), "--collection", "c"], env)
+    assert proc.returncode == 3, proc.stderr
+    err = doc(proc)["error"]
+    assert err["family"] == "srl" and err["type"] == "invalid_input"
+    assert "task file line 1: instruction: Field required" in err["message"]
+    missing = srl(["report", "--collection", "nothing-here"], env)
+    assert missing.returncode == 7 and doc(missing)["error"]["type"] == "not_found"
+    usage = srl(["collect", str(bad), "--collection", "c", "--source", "oracle"], env)
+    assert usage.returncode == 2 and "--source must be" in usage.stderr
