@@ -13,6 +13,7 @@ import ast
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -29,7 +30,14 @@ from keel.llm import LLMMessage, LLMRequest
 from keel.srl.errors import StepFormatError
 from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, render_messages
 from keel.srl.rewards import combine, format_error_reward
-from keel.srl.state import State, StateUpdate, fit_budget, merge, render
+from keel.srl.state import (
+    State,
+    StateUpdate,
+    fit_budget,
+    heuristic_count_tokens,
+    merge,
+    render,
+)
 from keel.srl.step import PatternAction, RuleAction, action_text, parse_step
 from keel.srl.steps import (
     APPLY,
@@ -166,7 +174,7 @@ class SrlActivities:
         task = self.task(inp.tasks_digest, inp.task_index)
         text = self.text(task, inp.text_digest)
         state = inp.state if inp.state.goals else merge(inp.state, _goal(task))
-        state = fit_budget(state, STATE_BUDGET)
+        state, state_tokens = await self._fit(state, inp.source)
         messages = render_messages(
             self.pack(),
             instruction=task.instruction,
@@ -175,7 +183,11 @@ class SrlActivities:
             code=text,
             state=render(state),
         )
-        prompt: dict[str, Any] = {"messages": messages, "step": inp.step}
+        prompt: dict[str, Any] = {
+            "messages": messages,
+            "step": inp.step,
+            "state_tokens": state_tokens,
+        }
         started = time.monotonic()
         if inp.source == "gold_replay":
             return Generation(
@@ -229,6 +241,30 @@ class SrlActivities:
             logprobs=gen.logprobs,
             latency_s=gen.latency_s,
         )
+
+    async def _fit(self, state: State, source: str) -> tuple[State, int]:
+        """The state within ``STATE_BUDGET`` tokens, and its size.
+
+        The heuristic counter overestimates, so a state it finds small enough fits. Only a
+        larger one is measured with the serving model's tokenizer (the actor pool's
+        endpoints: llama.cpp and vLLM offer one); the heuristic, scaled to that measure,
+        then guides the trimming.
+        """
+        rendered = render(state)
+        guess = heuristic_count_tokens(rendered)
+        if guess <= STATE_BUDGET:
+            return state, guess
+        counter = heuristic_count_tokens
+        if source == "actor":
+            served = await (await self.actors()).count_tokens(rendered)
+            if served is not None:
+                ratio = served / guess
+
+                def counter(text: str) -> int:
+                    return math.ceil(heuristic_count_tokens(text) * ratio)
+
+        fitted = fit_budget(state, STATE_BUDGET, counter)
+        return fitted, counter(render(fitted))
 
     async def actors(self) -> ActorPool:
         """The worker's actor pool, started (first health check) on first use."""
