@@ -73,6 +73,16 @@ EXIT_CODES: dict[str, dict[str, int]] = {
         "RLLM_PYTHON_BLOCK_FAILED": 18,
         "RLLM_OLLAMA_MODEL_MISSING": 19,
     },
+    "srl": {
+        "ok": 0,
+        "error": 1,  # unexpected error, the sandbox unavailable
+        "usage": 2,  # bad command line (click), an unknown dataset or language
+        "download_impossible": 3,  # no --from: there is no network to download from
+        "manifest_required": 4,  # the published hashes are unknown and no --manifest given
+        "manifest_mismatch": 5,  # a file's size or sha256 differs from the manifest
+        "not_found": 6,  # a file the manifest lists, or an ingested dataset, is missing
+        "too_few_tasks": 7,  # srl synth verified fewer tasks than --min asks
+    },
 }
 
 #: How each family writes an error on stdout. ``envelope``: ``{"error": CliError}`` in
@@ -82,6 +92,7 @@ ERROR_STYLES: dict[str, Literal["envelope", "payload"]] = {
     "keel": "envelope",
     "mrp": "envelope",
     "rllm": "payload",
+    "srl": "envelope",
 }
 
 
