@@ -331,9 +331,9 @@ def python_parses(text: str) -> bool:
     return True
 
 
-async def parses_in_jail(texts: Mapping[str, str], language: str) -> dict[str, bool]:
-    """``{key: parses}`` for texts of one language, by ast-grep in the jail, batched;
-    Python texts must also pass ``ast.parse``."""
+async def astgrep_parses(texts: Mapping[str, str], language: str) -> dict[str, bool]:
+    """``{key: parses}`` for texts of one language by ast-grep's parser in the jail
+    (no ERROR node), :data:`PARSE_BATCH` files per jail run."""
     from sandbox import check_parses_async
 
     ext = PARSE_EXTENSIONS[language]
@@ -347,9 +347,15 @@ async def parses_in_jail(texts: Mapping[str, str], language: str) -> dict[str, b
             raise DataError(f"the parse check itself failed: {check.error}")
         for i, key in enumerate(batch):
             ok[key] = not check.errors.get(f"f{i}{ext}")
+    return ok
+
+
+async def parses_in_jail(texts: Mapping[str, str], language: str) -> dict[str, bool]:
+    """:func:`astgrep_parses`, and for Python ``ast.parse`` as well."""
+    ok = await astgrep_parses(texts, language)
     if language == "python":
-        for key in keys:
-            ok[key] = ok[key] and python_parses(texts[key])
+        for key, text in texts.items():
+            ok[key] = ok[key] and python_parses(text)
     return ok
 
 
@@ -506,6 +512,7 @@ __all__ = [
     "ManifestMismatch",
     "ManifestRequired",
     "ProcessResult",
+    "astgrep_parses",
     "ingest_dataset",
     "load_config",
     "load_manifest",
