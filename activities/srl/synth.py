@@ -126,19 +126,24 @@ def stdlib_sources(max_files: int | None = None) -> Iterator[SourceFile]:
             return
 
 
+def _field(dist: md.Distribution, name: str) -> str:
+    # PackageMetadata promises get_all, not get; a missing field is None either way.
+    values = dist.metadata.get_all(name)
+    return str(values[0]) if values else ""
+
+
 def distribution_license(dist: md.Distribution) -> tuple[str | None, str]:
     """The SPDX id a distribution's metadata states, and where it was read; ``None``
     when it states none or something that is not one permissive id."""
-    meta = dist.metadata
-    expression = (meta.get("License-Expression") or "").strip()
+    expression = _field(dist, "License-Expression").strip()
     if expression:
         return (
             expression if expression in PERMISSIVE else None
         ), f"License-Expression: {expression}"
-    free = (meta.get("License") or "").strip()
+    free = _field(dist, "License").strip()
     if free and "\n" not in free and free.lower() in _LICENSE_ALIASES:
         return _LICENSE_ALIASES[free.lower()], f"License: {free}"
-    for classifier in meta.get_all("Classifier") or []:
+    for classifier in dist.metadata.get_all("Classifier") or []:
         if classifier in _CLASSIFIERS:
             return _CLASSIFIERS[classifier], f"Classifier: {classifier}"
     return None, f"License: {free[:60]!r}" if free else "no licence metadata"
@@ -157,7 +162,7 @@ def package_sources(languages: Iterable[str], max_files: int | None = None) -> I
     """JavaScript, TypeScript and Java files shipped inside installed distributions
     whose metadata states a permissive licence; sorted by package and path."""
     wanted = set(languages)
-    dists = sorted(md.distributions(), key=lambda d: (d.metadata.get("Name") or "").lower())
+    dists = sorted(md.distributions(), key=lambda d: _field(d, "Name").lower())
     count = 0
     for dist in dists:
         files = [
@@ -168,7 +173,7 @@ def package_sources(languages: Iterable[str], max_files: int | None = None) -> I
         spdx, _ = distribution_license(dist)
         if spdx is None:
             continue
-        name = dist.metadata.get("Name") or "unknown"
+        name = _field(dist, "Name") or "unknown"
         version = dist.version
         for rel in sorted(files, key=str):
             if str(rel).endswith((".d.ts", ".min.js")):
@@ -320,27 +325,32 @@ async def verified_synth_tasks(
     notes: list[str] = []
     exhausted: set[str] = set()
 
+    pending: dict[str, list[SynthTask]] = {lang: [] for lang in langs}
+
     async def fill(language: str, want: int) -> None:
+        """Verify only as many candidates as are still missing, in source order."""
         nonlocal candidates, runs
-        while len(kept[language]) < want and language not in exhausted:
-            chunk = [s for _, s in zip(range(SOURCE_CHUNK), streams[language], strict=False)]
-            if not chunk:
-                exhausted.add(language)
-                return
-            used.extend(chunk)
-            report = synthesise(chunk, seeds)
-            for template, n in report.refused.items():
-                _merge(refused, {template: {"not_applicable": n}})
-            fresh = [t for t in report.tasks if t.task_id not in seen]
-            seen.update(t.task_id for t in fresh)
-            fresh = fresh[: max(0, want - len(kept[language])) * 2 + 8]
-            if not fresh:
+        while len(kept[language]) < want:
+            if not pending[language]:
+                chunk = [s for _, s in zip(range(SOURCE_CHUNK), streams[language], strict=False)]
+                if not chunk:
+                    exhausted.add(language)
+                    return
+                used.extend(chunk)
+                report = synthesise(chunk, seeds)
+                for template, n in report.refused.items():
+                    _merge(refused, {template: {"not_applicable": n}})
+                fresh = [t for t in report.tasks if t.task_id not in seen]
+                seen.update(t.task_id for t in fresh)
+                pending[language].extend(fresh)
                 continue
-            candidates += len(fresh)
-            ok, more_refused, more_runs = await verify_tasks(fresh)
+            need = want - len(kept[language])
+            batch, pending[language] = pending[language][:need], pending[language][need:]
+            candidates += len(batch)
+            ok, more_refused, more_runs = await verify_tasks(batch)
             runs += more_runs
             _merge(refused, more_refused)
-            kept[language].extend(ok[: want - len(kept[language])])
+            kept[language].extend(ok)
 
     for language in langs:
         await fill(language, quotas[language])
@@ -348,8 +358,6 @@ async def verified_synth_tasks(
     for language in langs:
         if short <= 0:
             break
-        if language in exhausted:
-            continue
         before = len(kept[language])
         await fill(language, before + short)
         short -= len(kept[language]) - before
