@@ -23,6 +23,7 @@ import ast
 import datetime as dt
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -220,6 +221,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the data from other readers
     os.replace(tmp, path)
 
 
@@ -284,16 +286,35 @@ def ingest_dataset(
         num_records=len(records),
     )
     root = out / "raw" / dataset
-    for entry, data in checked:
-        _write_atomic(root / "source" / entry.name, data)
+    # Built beside the old copy and swapped in, so a re-ingest never mixes two versions'
+    # files and a crash leaves the previous ingest whole.
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out / "raw", prefix=f".{dataset}."))
+    staging.chmod(0o755)
+    try:
+        for entry, data in checked:
+            _write_atomic(staging / "source" / entry.name, data)
+        _write_atomic(
+            staging / "normalized" / f"{dataset}.jsonl",
+            b"".join(r.model_dump_json().encode() + b"\n" for r in records),
+        )
+        _write_atomic(
+            staging / "normalized" / "errors.jsonl",
+            b"".join(e.model_dump_json().encode() + b"\n" for e in malformed),
+        )
+        # Validated on the way out and again on the way in (read_meta), as the plan asks.
+        _write_atomic(staging / "_meta.json", meta.model_dump_json(indent=2).encode() + b"\n")
+        if root.exists():
+            old = root.with_name(f".{dataset}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(root, old)
+            os.replace(staging, root)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, root)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     normalized = root / "normalized" / f"{dataset}.jsonl"
-    _write_atomic(normalized, b"".join(r.model_dump_json().encode() + b"\n" for r in records))
-    _write_atomic(
-        root / "normalized" / "errors.jsonl",
-        b"".join(e.model_dump_json().encode() + b"\n" for e in malformed),
-    )
-    # Validated on the way out and again on the way in (read_meta), as the plan asks.
-    _write_atomic(root / "_meta.json", meta.model_dump_json(indent=2).encode() + b"\n")
     return IngestResult(
         dataset=dataset,
         meta=meta,

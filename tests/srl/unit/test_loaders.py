@@ -177,6 +177,24 @@ def test_a_listed_file_that_is_missing_is_named(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_reingest_replaces_the_previous_one_whole(tmp_path: Path) -> None:
+    ingest_dataset(
+        "commitpackft", FIXTURES / "commitpackft", tmp_path, manifest_path=manifest("commitpackft")
+    )
+    full = json.loads(manifest("commitpackft").read_text())
+    python_only = {**full, "files": [f for f in full["files"] if "python" in f["name"]]}
+    own = tmp_path / "python-only.json"
+    own.write_text(json.dumps(python_only))
+    result = ingest_dataset("commitpackft", FIXTURES / "commitpackft", tmp_path, manifest_path=own)
+    assert result.num_records == 2
+    source = tmp_path / "raw" / "commitpackft" / "source"
+    assert sorted(p.relative_to(source).as_posix() for p in source.rglob("*.jsonl")) == [
+        "data/python/data.jsonl"
+    ]
+    assert read_meta(tmp_path, "commitpackft").num_records == 2
+    assert [p.name for p in (tmp_path / "raw").iterdir()] == ["commitpackft"]
+
+
 def test_a_manifest_of_another_dataset_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="'marv'"):
         ingest_dataset(
