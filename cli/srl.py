@@ -1,4 +1,7 @@
-"""``srl``: collect SRL trajectories and look at them (docs/srl.md).
+"""``srl``: SRL datasets, synthetic tasks and trajectory collection (docs/srl-collect.md).
+
+``srl data ingest|process|stats`` and ``srl synth`` are in ``cli/srl_data.py``
+(docs/srl-data.md).
 
 ``srl collect TASKS.jsonl`` runs an ``SRLCollection`` on the configured Temporal server
 (or the embedded one, started on demand, with a worker) and shows a live progress line;
@@ -19,6 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from cli import toolkit
+from cli.srl_data import data_app, synth
+from cli.srl_data import translate as data_translate
 from cli.toolkit import CliFailure, note, output
 
 if TYPE_CHECKING:
@@ -30,12 +35,15 @@ if TYPE_CHECKING:
     from keel.srl.trajectory import StepRow
 
 app = typer.Typer(
-    help="SRL trajectory collection: collect, show, report, export, state (docs/srl.md).",
+    help="SRL (Supervised Reinforcement Learning) data engine for an ast-grep refactoring "
+    "agent: datasets, synthetic tasks, collections, reports (docs/srl-collect.md).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 state_app = typer.Typer(help="The structured state of a task's episode.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.command("synth")(synth)
 app.add_typer(state_app, name="state")
 
 EXIT_CODES = toolkit.EXIT_CODES["srl"]
@@ -61,6 +69,9 @@ def _translate(err: BaseException) -> CliError | None:
     from keel.srl.steps import TasksInvalid
     from services.local import ServiceUnavailable
 
+    known = data_translate(err)
+    if known is not None:
+        return known
     if isinstance(err, TasksInvalid):
         return _failure("invalid_input", str(err)).error
     if isinstance(err, ServiceUnavailable):

@@ -58,15 +58,6 @@ EXIT_CODES: dict[str, dict[str, int]] = {
         "replay_mismatch": 6,  # a replay produced a different digest
         "not_found": 7,  # no run with that id
     },
-    "srl": {
-        "ok": 0,
-        "error": 1,  # unexpected error, Temporal or the worker unavailable
-        "usage": 2,  # bad command line or settings
-        "invalid_input": 3,  # a task file or dataset that does not validate (line named)
-        "checksum_mismatch": 4,  # a dataset file whose sha256 or size differs (nothing written)
-        "run_failed": 5,  # the collection failed
-        "not_found": 7,  # no such collection, task or steps
-    },
     "rllm": {
         "ok": 0,
         "RLLM_INTERNAL_ERROR": 1,
@@ -81,6 +72,18 @@ EXIT_CODES: dict[str, dict[str, int]] = {
         "RLLM_DEPENDENCY_UNRESOLVED": 17,
         "RLLM_PYTHON_BLOCK_FAILED": 18,
         "RLLM_OLLAMA_MODEL_MISSING": 19,
+    },
+    "srl": {
+        "ok": 0,
+        "error": 1,  # unexpected error, the sandbox unavailable
+        "usage": 2,  # bad command line (click), an unknown dataset or language
+        "download_impossible": 3,  # no --from: there is no network to download from
+        "manifest_required": 4,  # the published hashes are unknown and no --manifest given
+        "manifest_mismatch": 5,  # a file's size or sha256 differs from the manifest
+        "not_found": 6,  # a file the manifest lists, an ingested dataset, a collection or steps
+        "too_few_tasks": 7,  # srl synth verified fewer tasks than --min asks
+        "invalid_input": 8,  # a task file that does not validate (its line named)
+        "run_failed": 9,  # the collection failed
     },
 }
 

@@ -14,9 +14,13 @@ Published field names. Confirmed from the dataset cards:
 * EditPackFT (``nuprl/EditPackFT``, card ``dataset_info.features``): the CommitPackFT
   fields plus ``ndiff``, ``instruction``, ``content``; parquet.
 
-Not confirmed (no card listing the fields could be read here): OCEDataFT
-(``zkzhang88/OCEData``; the OpenCodeEdit paper, arXiv 2509.25203, describes
-instruction / pre-edit / post-edit triplets), AgentPack (``nuprl/AgentPack``, a gated
+Read from the code that writes it, not from the file: OCEDataFT (``zkzhang88/OCEData``,
+also ``datasets/ocedataft.jsonl`` in the ``zkzhang88/OpenCodeEdit`` repository, arXiv
+2509.25203). OpenCodeEdit's ``generate_finetune_dataset.py`` writes ``old_code``,
+``new_code``, ``commit``, ``instr_type`` and the prompt, either Alpaca ``instruction``
+or ShareGPT ``messages``, whose ``## Instruction:`` section is the instruction.
+
+Not confirmed (no card listing the fields could be read here): AgentPack (``nuprl/AgentPack``, a gated
 dataset whose card lists no fields; arXiv 2509.21891), MaRV and SmellyCode. Their mappers
 take the first present of several candidate field names (:data:`CANDIDATE_FIELDS`) and
 must be checked against the real files before they are trusted; the error of a record
@@ -166,10 +170,18 @@ def flag_parse(record: NormalizedRecord, pre_parses: bool, post_parses: bool) ->
 Mapper = Callable[[Mapping[str, Any], int], NormalizedRecord]
 
 CANDIDATE_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    # OpenCodeEdit's generate_finetune_dataset.py writes old_code / new_code beside an
+    # Alpaca ``instruction`` or ShareGPT ``messages`` prompt that embeds the instruction;
+    # its triplet files use instruct_purify / code_before_purify / code_after_purify.
     "ocedataft": {
-        "instruction": ("instruction", "descriptive_instruction", "lazy_instruction"),
-        "pre": ("pre", "pre_code", "old_code", "input", "code_before"),
-        "post": ("post", "post_code", "new_code", "output", "code_after"),
+        "instruction": (
+            "instruct_purify",
+            "instruction",
+            "descriptive_instruction",
+            "lazy_instruction",
+        ),
+        "pre": ("old_code", "code_before_purify", "pre", "pre_code", "input", "code_before"),
+        "post": ("new_code", "code_after_purify", "post", "post_code", "code_after"),
         "path": ("file", "path", "filename"),
         "lang": ("language", "lang"),
     },
@@ -278,15 +290,41 @@ def map_editpackft(record: Mapping[str, Any], line: int) -> NormalizedRecord:
     )
 
 
-def _candidate_mapper(dataset: str, instruction_prefix: str = "") -> Mapper:
+_EMBEDDED_INSTRUCTION = re.compile(r"## Instruction:\n(.*?)\n## Code After:", re.DOTALL)
+
+
+def _prompt_instruction(record: Mapping[str, Any]) -> str | None:
+    """The user turn of a ShareGPT ``messages`` list, the form OpenCodeEdit's fine-tuning
+    files take when they carry no Alpaca ``instruction``."""
+    messages = record.get("messages")
+    if not isinstance(messages, list):
+        return None
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else None
+    return None
+
+
+def _candidate_mapper(
+    dataset: str, instruction_prefix: str = "", default_language: str | None = None
+) -> Mapper:
     def mapper(record: Mapping[str, Any], line: int) -> NormalizedRecord:
-        instruction = _first(dataset, line, record, "instruction")
-        assert instruction is not None  # required=True raised otherwise
+        instruction = _first(dataset, line, record, "instruction", required=False)
+        if instruction is None:
+            instruction = _prompt_instruction(record)
+        if instruction is None:
+            instruction = _first(dataset, line, record, "instruction")  # raises, naming all
+        assert instruction is not None
+        # A fine-tuning prompt holds the code too; keep only its instruction section.
+        embedded = _EMBEDDED_INSTRUCTION.search(instruction)
+        if embedded:
+            instruction = embedded.group(1)
         pre = _first(dataset, line, record, "pre")
         post = _first(dataset, line, record, "post")
         assert pre is not None and post is not None
         path = _first(dataset, line, record, "path", required=False)
-        lang = _first(dataset, line, record, "lang", required=False)
+        lang = _first(dataset, line, record, "lang", required=False) or default_language
         return _build(
             dataset,
             line,
@@ -304,7 +342,8 @@ def _candidate_mapper(dataset: str, instruction_prefix: str = "") -> Mapper:
     return mapper
 
 
-map_ocedataft = _candidate_mapper("ocedataft")
+# OCEDataFT is Python only: the pipeline's seeds are CommitPackFT's Python subset.
+map_ocedataft = _candidate_mapper("ocedataft", default_language="python")
 map_agentpack = _candidate_mapper("agentpack")
 map_marv = _candidate_mapper("marv", "Apply this refactoring: ")
 map_smellycode = _candidate_mapper("smellycode", "Refactor to remove this code smell: ")

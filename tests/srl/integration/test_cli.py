@@ -81,11 +81,11 @@ def test_errors_are_the_envelope_with_srl_exit_codes(env: dict[str, str], tmp_pa
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task_id": "x"}\n')
     proc = srl(["collect", str(bad), "--collection", "c"], env)
-    assert proc.returncode == 3, proc.stderr
+    assert proc.returncode == 8, proc.stderr
     err = doc(proc)["error"]
     assert err["family"] == "srl" and err["type"] == "invalid_input"
     assert "task file line 1: instruction: Field required" in err["message"]
     missing = srl(["report", "--collection", "nothing-here"], env)
-    assert missing.returncode == 7 and doc(missing)["error"]["type"] == "not_found"
+    assert missing.returncode == 6 and doc(missing)["error"]["type"] == "not_found"
     usage = srl(["collect", str(bad), "--collection", "c", "--source", "oracle"], env)
     assert usage.returncode == 2 and "--source must be" in usage.stderr

@@ -1,0 +1,546 @@
+"""SRL datasets on disk: ingest (check, normalise, ``_meta.json``) and process (parse
+check in the jail, dedup, token filter, split, stats reports). See docs/srl-data.md.
+
+The pure work (mappers, manifest check, dedup, split, report) is ``keel.srl.datasets``;
+this module reads and writes files and runs ast-grep in the sandbox.
+
+Layout under ``out``::
+
+    raw/<dataset>/source/<published files, byte for byte>
+    raw/<dataset>/normalized/<dataset>.jsonl   {instruction, pre, post, language, tags}
+    raw/<dataset>/normalized/errors.jsonl      one line per malformed record
+    raw/<dataset>/_meta.json
+    processed/{python,javascript,java}/{train,dev,test}.jsonl
+    reports/datasets/<dataset>.md, reports/datasets/all.md
+
+There is no network here: ingest reads local files (``--from PATH``); without them it
+raises :class:`DownloadImpossible` naming the URL and the credential's variable.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from keel.srl.datasets import (
+    DEFAULT_MAX_TOKENS,
+    LANGUAGE_GROUPS,
+    MAPPERS,
+    PARSE_FAILED_TAG,
+    DatasetMeta,
+    Manifest,
+    ManifestEntry,
+    NormaliseResult,
+    NormalizedRecord,
+    RecordError,
+    Sha256,
+    Spdx,
+    check_manifest,
+    dedupe,
+    filter_tokens,
+    flag_parse,
+    normalise_lines,
+    normalise_rows,
+    split_by_language,
+    stats_report,
+)
+from keel.srl.errors import ManifestMismatch
+from keel.srl.state import heuristic_count_tokens
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "srl" / "datasets.yaml"
+DATASETS: tuple[str, ...] = tuple(MAPPERS)
+# Extension ast-grep needs to pick the parser of a language it scans.
+PARSE_EXTENSIONS: dict[str, str] = {
+    "python": ".py",
+    "javascript": ".js",
+    "typescript": ".ts",
+    "java": ".java",
+}
+# Files per jail run of the parse check: one nsjail start costs more than parsing a file.
+PARSE_BATCH = 200
+
+
+class DataError(Exception):
+    """A dataset operation that cannot go on; the message says what to do."""
+
+
+class DownloadImpossible(DataError):
+    """No local files were given and this machine cannot download them."""
+
+
+class ManifestRequired(DataError):
+    """The published hashes are unknown and the user gave no manifest."""
+
+
+class DatasetFileMissing(DataError):
+    """A file the manifest lists is not under the ``--from`` folder."""
+
+
+# ---- config --------------------------------------------------------------------------
+
+
+class FileSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    sha256: Sha256 | None = None
+    size: int | None = Field(None, ge=0)
+
+
+class DatasetSpec(BaseModel):
+    """One dataset of ``configs/srl/datasets.yaml``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    url: str
+    version: str
+    license: Spdx
+    format: Literal["jsonl", "parquet"]
+    credential_env: str | None = None
+    default_language: str | None = None
+    fields_confirmed: bool = False
+    hashes_note: str = ""
+    files: list[FileSpec]
+
+    def published_manifest(self, dataset: str) -> Manifest | None:
+        """The manifest from the published hashes, ``None`` while any is unknown."""
+        if any(f.sha256 is None or f.size is None for f in self.files):
+            return None
+        return Manifest(
+            dataset=dataset,
+            version=self.version,
+            files=[ManifestEntry(name=f.name, sha256=f.sha256, size=f.size) for f in self.files],  # type: ignore[arg-type]
+        )
+
+
+class DatasetsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    datasets: dict[str, DatasetSpec]
+
+    def spec(self, dataset: str) -> DatasetSpec:
+        if dataset not in self.datasets:
+            raise DataError(f"unknown dataset {dataset!r}; known: {', '.join(self.datasets)}")
+        return self.datasets[dataset]
+
+
+def load_config(path: Path | None = None) -> DatasetsConfig:
+    """``configs/srl/datasets.yaml`` (or ``path``), validated; every dataset needs a mapper."""
+    raw = yaml.safe_load((path or DEFAULT_CONFIG).read_text(encoding="utf-8"))
+    config = DatasetsConfig.model_validate(raw)
+    unknown = sorted(set(config.datasets) - set(MAPPERS))
+    if unknown:
+        raise DataError(f"datasets without a mapper: {', '.join(unknown)}")
+    return config
+
+
+def load_manifest(path: Path) -> Manifest:
+    """A user's manifest (YAML or JSON): ``{dataset, version, files: [{name, sha256, size}]}``."""
+    return Manifest.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
+# ---- ingest --------------------------------------------------------------------------
+
+
+class FileRecordError(BaseModel):
+    """A malformed record with the published file it came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: str
+    error: RecordError
+
+    def render(self) -> str:
+        e = self.error
+        return f"{self.file}:{e.line}: {e.field}: {e.message}"
+
+
+class IngestResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str
+    meta: DatasetMeta
+    files: list[ManifestEntry]
+    normalized: str
+    num_records: int
+    malformed: list[FileRecordError]
+    fields_confirmed: bool
+    manifest_source: Literal["published", "user"]
+
+
+def download_impossible(dataset: str, spec: DatasetSpec) -> DownloadImpossible:
+    cred = (
+        f"; the download needs a token in ${spec.credential_env} (never stored by keel)"
+        if spec.credential_env
+        else ""
+    )
+    return DownloadImpossible(
+        f"{dataset}: downloading is impossible here (no network). Fetch {spec.url} "
+        f"elsewhere{cred}, then pass --from PATH (the folder holding "
+        f"{', '.join(f.name for f in spec.files)})"
+    )
+
+
+def _decode(dataset: str, name: str, fmt: str, data: bytes) -> NormaliseResult:
+    if fmt == "parquet":
+        import io
+
+        import pyarrow.parquet as pq
+
+        try:
+            rows: list[dict[str, Any]] = pq.read_table(io.BytesIO(data)).to_pylist()
+        except Exception as exc:  # pyarrow raises several types for a corrupt file
+            raise DataError(f"{name}: not a readable parquet file: {exc}") from None
+        return normalise_rows(dataset, rows)
+    text = data.decode("utf-8", errors="replace")
+    return normalise_lines(dataset, text.splitlines())
+
+
+def _bundle_sha256(entries: Sequence[ManifestEntry]) -> str:
+    """One digest for a dataset of several files: sha256 of ``sha256  name`` lines
+    (sha256sum's format), sorted by name; a single file's own sha256."""
+    if len(entries) == 1:
+        return entries[0].sha256
+    lines = "".join(f"{e.sha256}  {e.name}\n" for e in sorted(entries, key=lambda e: e.name))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the data from other readers
+    os.replace(tmp, path)
+
+
+def ingest_dataset(
+    dataset: str,
+    source_dir: Path | None,
+    out: Path,
+    *,
+    manifest_path: Path | None = None,
+    config: DatasetsConfig | None = None,
+    now: dt.datetime | None = None,
+) -> IngestResult:
+    """Check the published files under ``source_dir`` against the manifest, normalise
+    them and write ``raw/<dataset>/`` under ``out``.
+
+    Every file is checked before anything is written, so a size or sha256 mismatch
+    (:class:`ManifestMismatch`, naming the file) leaves ``out`` as it was. Malformed
+    records are written to ``errors.jsonl`` and returned, each with file and line.
+    """
+    cfg = config or load_config()
+    spec = cfg.spec(dataset)
+    if source_dir is None:
+        raise download_impossible(dataset, spec)
+    if manifest_path is not None:
+        manifest = load_manifest(manifest_path)
+        if manifest.dataset != dataset:
+            raise DataError(f"{manifest_path}: a manifest of {manifest.dataset!r}, not {dataset!r}")
+        manifest_source: Literal["published", "user"] = "user"
+    else:
+        published = spec.published_manifest(dataset)
+        if published is None:
+            raise ManifestRequired(
+                f"{dataset}: the published sha256/size of its files are unknown "
+                f"({spec.hashes_note.strip() or 'see configs/srl/datasets.yaml'}); "
+                "give --manifest FILE with the hashes of the files you downloaded"
+            )
+        manifest = published
+        manifest_source = "published"
+
+    checked: list[tuple[ManifestEntry, bytes]] = []
+    for entry in manifest.files:
+        path = source_dir / entry.name
+        if not path.is_file():
+            raise DatasetFileMissing(f"{entry.name}: not found under {source_dir}")
+        data = path.read_bytes()
+        checked.append((check_manifest(manifest, entry.name, data), data))
+
+    records: list[NormalizedRecord] = []
+    malformed: list[FileRecordError] = []
+    for entry, data in checked:
+        result = _decode(dataset, entry.name, spec.format, data)
+        records.extend(result.records)
+        malformed.extend(FileRecordError(file=entry.name, error=e) for e in result.errors)
+
+    entries = [entry for entry, _ in checked]
+    meta = DatasetMeta(
+        source=spec.source,
+        version=manifest.version,
+        license=spec.license,
+        downloaded_at=now or dt.datetime.now(dt.UTC),
+        sha256=_bundle_sha256(entries),
+        num_records=len(records),
+    )
+    root = out / "raw" / dataset
+    # Built beside the old copy and swapped in, so a re-ingest never mixes two versions'
+    # files and a crash leaves the previous ingest whole.
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out / "raw", prefix=f".{dataset}."))
+    staging.chmod(0o755)
+    try:
+        for entry, data in checked:
+            _write_atomic(staging / "source" / entry.name, data)
+        _write_atomic(
+            staging / "normalized" / f"{dataset}.jsonl",
+            b"".join(r.model_dump_json().encode() + b"\n" for r in records),
+        )
+        _write_atomic(
+            staging / "normalized" / "errors.jsonl",
+            b"".join(e.model_dump_json().encode() + b"\n" for e in malformed),
+        )
+        # Validated on the way out and again on the way in (read_meta), as the plan asks.
+        _write_atomic(staging / "_meta.json", meta.model_dump_json(indent=2).encode() + b"\n")
+        if root.exists():
+            old = root.with_name(f".{dataset}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(root, old)
+            os.replace(staging, root)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, root)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    normalized = root / "normalized" / f"{dataset}.jsonl"
+    return IngestResult(
+        dataset=dataset,
+        meta=meta,
+        files=entries,
+        normalized=str(normalized),
+        num_records=len(records),
+        malformed=malformed,
+        fields_confirmed=spec.fields_confirmed,
+        manifest_source=manifest_source,
+    )
+
+
+def read_meta(out: Path, dataset: str) -> DatasetMeta:
+    return DatasetMeta.model_validate_json((out / "raw" / dataset / "_meta.json").read_bytes())
+
+
+def read_normalized(out: Path, dataset: str) -> list[NormalizedRecord]:
+    path = out / "raw" / dataset / "normalized" / f"{dataset}.jsonl"
+    return [
+        NormalizedRecord.model_validate_json(line)
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+
+
+# ---- process -------------------------------------------------------------------------
+
+
+def python_parses(text: str) -> bool:
+    """``ast.parse``: catches what ast-grep's ERROR rule cannot see (MISSING nodes)."""
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+async def astgrep_parses(texts: Mapping[str, str], language: str) -> dict[str, bool]:
+    """``{key: parses}`` for texts of one language by ast-grep's parser in the jail
+    (no ERROR node), :data:`PARSE_BATCH` files per jail run."""
+    from sandbox import check_parses_async
+
+    ext = PARSE_EXTENSIONS[language]
+    keys = list(texts)
+    ok: dict[str, bool] = {}
+    for start in range(0, len(keys), PARSE_BATCH):
+        batch = keys[start : start + PARSE_BATCH]
+        files = {f"f{i}{ext}": texts[k] for i, k in enumerate(batch)}
+        check = await check_parses_async(files, language)
+        if not check.ok:
+            raise DataError(f"the parse check itself failed: {check.error}")
+        for i, key in enumerate(batch):
+            ok[key] = not check.errors.get(f"f{i}{ext}")
+    return ok
+
+
+async def parses_in_jail(texts: Mapping[str, str], language: str) -> dict[str, bool]:
+    """:func:`astgrep_parses`, and for Python ``ast.parse`` as well."""
+    ok = await astgrep_parses(texts, language)
+    if language == "python":
+        for key, text in texts.items():
+            ok[key] = ok[key] and python_parses(text)
+    return ok
+
+
+class DatasetProcessStats(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str
+    records: int
+    parse_failed: int
+    unchecked_language: int
+    report: str
+
+
+class ProcessResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    datasets: list[DatasetProcessStats]
+    total: int
+    parse_failed: int
+    duplicates_dropped: int
+    too_long_dropped: int
+    other_language: int
+    max_tokens: int
+    splits: dict[str, dict[str, int]]
+    report: str
+
+
+def _jsonl(records: Sequence[NormalizedRecord]) -> bytes:
+    return b"".join(r.model_dump_json().encode() + b"\n" for r in records)
+
+
+async def process_datasets(
+    out: Path,
+    datasets: Sequence[str] | None = None,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    count_tokens: Callable[[str], int] = heuristic_count_tokens,
+) -> ProcessResult:
+    """Parse-check, dedupe (across datasets, in the order given), token-filter and split
+    the ingested datasets; write ``processed/`` and ``reports/datasets/`` under ``out``."""
+    names = list(datasets) if datasets else [d for d in DATASETS if (out / "raw" / d).is_dir()]
+    if not names:
+        raise DataError(f"nothing ingested under {out / 'raw'}; run `srl data ingest` first")
+    per_dataset: dict[str, list[NormalizedRecord]] = {}
+    for name in names:
+        if not (out / "raw" / name / "_meta.json").is_file():
+            raise DataError(f"{name}: not ingested under {out / 'raw'}")
+        read_meta(out, name)  # a hand-edited, invalid _meta.json stops here
+        per_dataset[name] = read_normalized(out, name)
+
+    # Parse check: every pre and post text, one language at a time, batched per jail run.
+    by_lang: dict[str, dict[str, str]] = {}
+    for name, records in per_dataset.items():
+        for i, rec in enumerate(records):
+            if rec.language in PARSE_EXTENSIONS:
+                by_lang.setdefault(rec.language, {})
+                by_lang[rec.language][f"{name}/{i}/pre"] = rec.pre
+                by_lang[rec.language][f"{name}/{i}/post"] = rec.post
+    parsed: dict[str, bool] = {}
+    for language, texts in sorted(by_lang.items()):
+        parsed.update(await parses_in_jail(texts, language))
+
+    stats: list[DatasetProcessStats] = []
+    flagged_all: list[NormalizedRecord] = []
+    reports = out / "reports" / "datasets"
+    for name, records in per_dataset.items():
+        flagged = []
+        unchecked = 0
+        for i, rec in enumerate(records):
+            if rec.language in PARSE_EXTENSIONS:
+                rec = flag_parse(rec, parsed[f"{name}/{i}/pre"], parsed[f"{name}/{i}/post"])
+            else:
+                unchecked += 1
+            flagged.append(rec)
+        failed = sum(PARSE_FAILED_TAG in r.tags for r in flagged)
+        report = stats_report(name, flagged, count_tokens) + (
+            f"\n- parse-failed (ast-grep in the jail, Python also ast.parse): {failed}\n"
+            f"- language not parse-checked (not Python, JS/TS or Java): {unchecked}\n"
+        )
+        _write_atomic(reports / f"{name}.md", report.encode())
+        stats.append(
+            DatasetProcessStats(
+                dataset=name,
+                records=len(flagged),
+                parse_failed=failed,
+                unchecked_language=unchecked,
+                report=str(reports / f"{name}.md"),
+            )
+        )
+        flagged_all.extend(flagged)
+
+    unique, duplicates = dedupe(flagged_all)
+    short, too_long = filter_tokens(unique, count_tokens, max_tokens)
+    grouped = split_by_language(short)
+    other = sum(1 for r in short if r.language not in LANGUAGE_GROUPS)
+    splits: dict[str, dict[str, int]] = {}
+    for group in ("python", "javascript", "java"):
+        parts = grouped.get(group, {"train": [], "dev": [], "test": []})
+        splits[group] = {}
+        for split in ("train", "dev", "test"):
+            items = parts[split]  # type: ignore[index]
+            _write_atomic(out / "processed" / group / f"{split}.jsonl", _jsonl(items))
+            splits[group][split] = len(items)
+
+    kept = [r for r in short if r.language in LANGUAGE_GROUPS]
+    summary = stats_report("all datasets (processed)", kept, count_tokens) + (
+        "\n## Processing\n\n"
+        f"- datasets: {', '.join(names)}\n"
+        f"- records read: {len(flagged_all)}\n"
+        f"- parse-failed (kept, tagged `{PARSE_FAILED_TAG}`): "
+        f"{sum(s.parse_failed for s in stats)}\n"
+        f"- duplicate (instruction, pre) dropped: {duplicates}\n"
+        f"- over {max_tokens} input tokens dropped: {too_long}\n"
+        f"- other languages left out of the splits: {other}\n\n"
+        "| language group | train | dev | test |\n| --- | ---: | ---: | ---: |\n"
+        + "".join(f"| {g} | {c['train']} | {c['dev']} | {c['test']} |\n" for g, c in splits.items())
+    )
+    _write_atomic(reports / "all.md", summary.encode())
+    return ProcessResult(
+        datasets=stats,
+        total=len(flagged_all),
+        parse_failed=sum(s.parse_failed for s in stats),
+        duplicates_dropped=duplicates,
+        too_long_dropped=too_long,
+        other_language=other,
+        max_tokens=max_tokens,
+        splits=splits,
+        report=str(reports / "all.md"),
+    )
+
+
+def stats_for(out: Path, dataset: str | None = None) -> dict[str, str]:
+    """The written Markdown reports: one dataset's, or all of them by name."""
+    reports = out / "reports" / "datasets"
+    if dataset is not None:
+        path = reports / f"{dataset}.md"
+        if not path.is_file():
+            raise DataError(f"no report {path}; run `srl data process` first")
+        return {dataset: path.read_text(encoding="utf-8")}
+    if not reports.is_dir():
+        raise DataError(f"no reports under {reports}; run `srl data process` first")
+    return {p.stem: p.read_text(encoding="utf-8") for p in sorted(reports.glob("*.md"))}
+
+
+__all__ = [
+    "DATASETS",
+    "DataError",
+    "DatasetFileMissing",
+    "DatasetSpec",
+    "DatasetsConfig",
+    "DownloadImpossible",
+    "FileRecordError",
+    "IngestResult",
+    "ManifestMismatch",
+    "ManifestRequired",
+    "ProcessResult",
+    "astgrep_parses",
+    "ingest_dataset",
+    "load_config",
+    "load_manifest",
+    "parses_in_jail",
+    "process_datasets",
+    "python_parses",
+    "read_meta",
+    "read_normalized",
+    "stats_for",
+]

@@ -1,0 +1,265 @@
+"""``srl data ingest|process|stats`` and ``srl synth`` (docs/srl-data.md).
+
+``srl data ingest <dataset> --from PATH`` checks the published files under PATH against
+the manifest (``configs/srl/datasets.yaml``, or ``--manifest FILE`` where the published
+hashes are unknown) and writes ``raw/<dataset>/`` under ``--out``; ``srl data process``
+parse-checks in the jail, dedupes, filters by tokens and splits; ``srl data stats``
+prints the Markdown reports. ``srl synth`` writes verified synthetic tasks as JSONL.
+
+Output: text on a terminal, one JSON document on stdout otherwise (``--json``/``--text``
+force either); errors as in every Keel CLI (``cli/toolkit.py``), family ``srl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cli import toolkit
+from cli.toolkit import CliFailure, note, output
+
+if TYPE_CHECKING:
+    from cli.envelope import CliError
+
+data_app = typer.Typer(
+    help="SRL datasets: ingest published files, process them into splits, show stats.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_CODES = toolkit.EXIT_CODES["srl"]
+
+JsonOpt = Annotated[
+    bool | None,
+    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
+]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Data root (default: <data dir>/srl)",
+        file_okay=False,
+        show_default=False,
+    ),
+]
+
+
+def _failure(code: str, lines: list[str] | str, details: Any = None) -> CliFailure:
+    return CliFailure("srl", code, lines, details=details)
+
+
+def translate(err: BaseException) -> CliError | None:
+    """The SRL data errors as the CLI reports them (None: not one of them)."""
+    from activities.srl.data import (
+        DataError,
+        DatasetFileMissing,
+        DownloadImpossible,
+        ManifestRequired,
+    )
+    from keel.srl.errors import ManifestMismatch
+    from sandbox import SandboxUnavailable
+
+    if isinstance(err, ManifestMismatch):
+        lines = [f"{err}", "nothing was written"]
+        return _failure("manifest_mismatch", lines, {"file": err.name}).error
+    if isinstance(err, DownloadImpossible):
+        return _failure("download_impossible", str(err)).error
+    if isinstance(err, ManifestRequired):
+        return _failure("manifest_required", str(err)).error
+    if isinstance(err, DatasetFileMissing):
+        return _failure("not_found", str(err)).error
+    if isinstance(err, DataError):
+        return _failure("usage", str(err)).error
+    if isinstance(err, SandboxUnavailable):
+        return _failure("error", f"the sandbox is unavailable: {err}").error
+    if isinstance(err, toolkit.SettingsInvalid):
+        return _failure("error", str(err)).error
+    return None
+
+
+def _reported() -> contextlib.AbstractContextManager[None]:
+    return toolkit.reported(translate)
+
+
+def _out(out: Path | None) -> Path:
+    if out is not None:
+        return out
+    return toolkit.load_settings().data_dir / "srl"
+
+
+def _emit(doc: Any, text: str) -> None:
+    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
+
+
+@data_app.command("ingest")
+def ingest(
+    dataset: Annotated[
+        str,
+        typer.Argument(help="commitpackft, ocedataft, editpackft, agentpack, marv or smellycode"),
+    ],
+    from_: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="Folder holding the published files (their published relative names)",
+            exists=True,
+            file_okay=False,
+            show_default=False,
+        ),
+    ] = None,
+    manifest: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifest",
+            help="Your manifest {dataset, version, files: [{name, sha256, size}]} (YAML/JSON)",
+            exists=True,
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Check the files against the manifest, normalise them, write _meta.json."""
+    from activities.srl.data import ingest_dataset
+
+    output.choose(json_out)
+    with _reported():
+        root = _out(out)
+        result = ingest_dataset(dataset, from_, root, manifest_path=manifest)
+        lines = [
+            f"{dataset}: {result.num_records} records -> {result.normalized}",
+            f"  manifest: {result.manifest_source}; files: "
+            + ", ".join(f"{f.name} ({f.size} bytes)" for f in result.files),
+            f"  licence {result.meta.license}, version {result.meta.version}, "
+            f"sha256 {result.meta.sha256}",
+        ]
+        if not result.fields_confirmed:
+            lines.append(
+                "  note: this dataset's field names are not confirmed from its card "
+                "(docs/srl-data.md); check the records"
+            )
+        lines.append(f"  malformed records: {len(result.malformed)}")
+        lines.extend(f"    {e.render()}" for e in result.malformed[:50])
+        _emit(result.model_dump(mode="json"), "\n".join(lines))
+
+
+@data_app.command("process")
+def process(
+    out: OutOpt = None,
+    datasets: Annotated[
+        list[str] | None,
+        typer.Option("--dataset", "-d", help="Only these datasets (repeat; default: all ingested)"),
+    ] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 2048,
+    json_out: JsonOpt = None,
+) -> None:
+    """Parse-check (ast-grep in the jail), dedupe, filter by tokens, split, report."""
+    from activities.srl.data import process_datasets
+
+    output.choose(json_out)
+    with _reported():
+        root = _out(out)
+        note(f"processing {root / 'raw'} (parse check in the jail)")
+        result = asyncio.run(process_datasets(root, datasets, max_tokens=max_tokens))
+        lines = [
+            f"records {result.total}, parse-failed {result.parse_failed}, duplicates "
+            f"dropped {result.duplicates_dropped}, over {max_tokens} tokens dropped "
+            f"{result.too_long_dropped}, other languages {result.other_language}"
+        ]
+        for group, counts in result.splits.items():
+            lines.append(
+                f"  {group:<10} train {counts['train']:>6}  dev {counts['dev']:>5}  "
+                f"test {counts['test']:>5}"
+            )
+        lines.append(f"report: {result.report}")
+        _emit(result.model_dump(mode="json"), "\n".join(lines))
+
+
+@data_app.command("stats")
+def stats(
+    dataset: Annotated[
+        str | None, typer.Argument(help="One dataset (default: every report)")
+    ] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Print the Markdown stats reports written by `srl data process`."""
+    from activities.srl.data import stats_for
+
+    output.choose(json_out)
+    with _reported():
+        reports = stats_for(_out(out), dataset)
+        _emit({"reports": reports}, "\n".join(reports.values()))
+
+
+def synth(
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="JSONL of verified tasks (a .summary.json beside it)",
+            dir_okay=False,
+        ),
+    ] = Path("srl-synth.jsonl"),
+    languages: Annotated[
+        list[str] | None,
+        typer.Option("--language", "-l", help="python, javascript, typescript, java (repeat)"),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Verified tasks wanted")] = 300,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds 0..N-1 per template")] = 2,
+    minimum: Annotated[
+        int | None, typer.Option("--min", help="Fail (exit 7) below this many verified tasks")
+    ] = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Synthesise ast-grep tasks over licensed package sources; keep those whose gold
+    action reproduces the post-text in the jail and re-parses."""
+    from activities.srl.synth import verified_synth_tasks
+
+    output.choose(json_out)
+    with _reported():
+        langs = languages or ["python", "javascript", "typescript"]
+        note(f"synthesising up to {limit} tasks for {', '.join(langs)}; verifying in the jail")
+        try:
+            outcome = asyncio.run(
+                verified_synth_tasks(languages=langs, limit=limit, seeds=list(range(seeds)))
+            )
+        except ValueError as e:
+            raise _failure("usage", str(e)) from None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(t.model_dump_json() + "\n" for t in outcome.tasks), encoding="utf-8")
+        summary = outcome.model_dump(mode="json", exclude={"tasks"})
+        summary["out"] = str(out)
+        summary_path = out.with_name(out.name + ".summary.json")
+        summary_path.write_text(
+            json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        lines = [
+            f"{len(outcome.tasks)} verified tasks -> {out}",
+            "  by language: "
+            + ", ".join(f"{k} {v}" for k, v in outcome.verified_by_language.items()),
+            f"  candidates checked {outcome.candidates}, sources {outcome.sources}, "
+            f"jail runs {outcome.jail_runs}, {outcome.seconds:.1f} s "
+            f"({outcome.seconds_per_jail_run * 1000:.0f} ms per jail run)",
+        ]
+        for template, reasons in sorted(outcome.refused.items()):
+            lines.append(
+                f"  refused {template}: "
+                + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
+            )
+        lines.extend(f"  note: {n}" for n in outcome.notes)
+        lines.append(f"summary: {summary_path}")
+        _emit(summary, "\n".join(lines))
+        if minimum is not None and len(outcome.tasks) < minimum:
+            raise _failure(
+                "too_few_tasks", f"only {len(outcome.tasks)} verified tasks, --min {minimum}"
+            )

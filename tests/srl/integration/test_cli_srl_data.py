@@ -1,0 +1,117 @@
+"""``srl data ingest --from``, ``srl data process``, ``srl data stats`` and ``srl synth``
+as a user runs them: the CLI in a subprocess, the real jail, exit codes and JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.srl.datasets import PARSE_FAILED_TAG, NormalizedRecord
+from keel.srl.synth import SynthTask
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests" / "srl" / "fixtures" / "datasets"
+DATASETS = ["commitpackft", "ocedataft", "editpackft", "agentpack", "marv", "smellycode"]
+
+
+def srl(*args: str | Path) -> tuple[int, Any, str]:
+    env = {**os.environ, "KEEL_ENV": "test"}
+    env.pop("HF_TOKEN", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.srl", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=280,
+        check=False,
+    )
+    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
+    return proc.returncode, doc, proc.stderr
+
+
+def test_ingest_process_stats(tmp_path: Path) -> None:
+    out = tmp_path / "data"
+    for ds in DATASETS:
+        rc, doc, err = srl(
+            "data", "ingest", ds, "--from", FIXTURES / ds,
+            "--manifest", FIXTURES / ds / "manifest.json", "--out", out, "--json",
+        )  # fmt: skip
+        assert rc == 0, err
+        assert doc["dataset"] == ds and doc["num_records"] == doc["meta"]["num_records"] > 0
+        assert doc["malformed"], ds  # every fixture holds one malformed record
+    rc, doc, err = srl("data", "process", "--out", out, "--json")
+    assert rc == 0, err
+    assert doc["total"] == 10
+    assert doc["duplicates_dropped"] == 1  # EditPackFT repeats a CommitPackFT record
+    assert doc["parse_failed"] == 1  # CommitPackFT's "Half an edit" post-text
+    written = 0
+    for group, counts in doc["splits"].items():
+        for split, n in counts.items():
+            lines = (out / "processed" / group / f"{split}.jsonl").read_text().splitlines()
+            records = [NormalizedRecord.model_validate_json(line) for line in lines]
+            assert len(records) == n
+            written += n
+            flagged = [r for r in records if PARSE_FAILED_TAG in r.tags]
+            assert all(r.instruction == "Half an edit" for r in flagged)
+    assert written == doc["total"] - doc["duplicates_dropped"] - doc["too_long_dropped"]
+    assert (
+        doc["splits"]["java"]["train"]
+        + doc["splits"]["java"]["dev"]
+        + doc["splits"]["java"]["test"]
+        == 2
+    )
+    rc, doc, err = srl("data", "stats", "--out", out, "--json")
+    assert rc == 0, err
+    assert set(doc["reports"]) == {*DATASETS, "all"}
+    assert "duplicate (instruction, pre) dropped: 1" in doc["reports"]["all"]
+    assert "| java | 2 |" in doc["reports"]["all"]
+    rc, doc, err = srl("data", "process", "--out", out, "--json", "--max-tokens", "20")
+    assert rc == 0 and doc["too_long_dropped"] > 0
+
+
+def test_ingest_errors_have_their_exit_codes(tmp_path: Path) -> None:
+    out = tmp_path / "data"
+    rc, doc, err = srl("data", "ingest", "commitpackft", "--out", out, "--json")
+    assert rc == 3 and doc["error"]["type"] == "download_impossible"
+    assert "https://huggingface.co/datasets/bigcode/commitpackft" in err and "HF_TOKEN" in err
+    rc, doc, err = srl("data", "ingest", "commitpackft", "--from", FIXTURES / "commitpackft",
+                       "--out", out, "--json")  # fmt: skip
+    assert rc == 4 and doc["error"]["type"] == "manifest_required"
+    src = tmp_path / "marv"
+    shutil.copytree(FIXTURES / "marv", src)
+    (src / "marv.jsonl").write_bytes((src / "marv.jsonl").read_bytes() + b"\n")
+    rc, doc, err = srl("data", "ingest", "marv", "--from", src, "--manifest",
+                       src / "manifest.json", "--out", out, "--json")  # fmt: skip
+    assert rc == 5 and doc["error"]["details"] == {"file": "marv.jsonl"}
+    assert "marv.jsonl" in err and "nothing was written" in err
+    assert not out.exists()
+    rc, doc, err = srl("data", "ingest", "nosuch", "--from", src, "--out", out, "--json")
+    assert rc == 2 and "unknown dataset" in err
+
+
+def test_synth_writes_verified_tasks_and_a_summary(tmp_path: Path) -> None:
+    target = tmp_path / "synth.jsonl"
+    rc, doc, err = srl("synth", "--out", target, "-l", "python", "-l", "javascript",
+                       "--limit", "30", "--seeds", "4", "--min", "30", "--json")  # fmt: skip
+    assert rc == 0, err
+    tasks = [SynthTask.model_validate_json(line) for line in target.read_text().splitlines()]
+    assert len(tasks) == 30
+    assert {t.language for t in tasks} == {"python", "javascript"}
+    summary = json.loads((tmp_path / "synth.jsonl.summary.json").read_text())
+    assert summary == doc
+    assert summary["verified_by_language"] == {
+        "python": sum(t.language == "python" for t in tasks),
+        "javascript": sum(t.language == "javascript" for t in tasks),
+    }
+    rc, doc, err = srl("synth", "--out", target, "-l", "cobol", "--json")
+    assert rc == 2 and doc["error"]["type"] == "usage"
