@@ -283,7 +283,10 @@ def show(
 
 @app.command()
 def report(
-    collection: CollectionOpt,
+    collection: Annotated[
+        list[str],
+        typer.Option("--collection", "-c", help="A collection id (repeat to join several)"),
+    ],
     out: Annotated[Path | None, typer.Option(help="Write the Markdown here")] = None,
     json_out: JsonOpt = None,
 ) -> None:
@@ -292,14 +295,15 @@ def report(
 
     output.choose(json_out)
     with toolkit.reported(_translate):
-        rows = _rows(toolkit.load_settings(), collection)
-        text = precision_report(rows, title=f"SRL precision: {collection}")
+        settings = toolkit.load_settings()
+        rows = [r for c in collection for r in _rows(settings, c)]
+        text = precision_report(rows, title=f"SRL precision: {', '.join(collection)}")
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
             note(f"wrote {out}")
         lines = [p.model_dump() | {"precision": p.precision} for p in precision_lines(rows)]
-        _emit({"collection": collection, "lines": lines, "markdown": text}, text.rstrip())
+        _emit({"collections": collection, "lines": lines, "markdown": text}, text.rstrip())
 
 
 @app.command()
