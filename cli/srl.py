@@ -124,7 +124,9 @@ async def _watch(client: Client, workflow_id: str, services: Any, show: bool) ->
 
 async def _collect(
     settings: Settings, inp: CollectionInput, *, wait: bool, stay: bool
-) -> CollectionResult | None:
+) -> tuple[CollectionResult, float] | None:
+    """Start the collection (services on demand) and, with ``wait``, its result and the
+    seconds from its start to its result."""
     from temporalio.client import WorkflowFailureError
 
     from client.srl import start_collection
@@ -134,6 +136,7 @@ async def _collect(
     try:
         client = await services.connect()
         handle = await start_collection(client, inp, task_queue=settings.task_queue)
+        started = time.monotonic()
         if output.human:
             note(f"Started {handle.id}: {inp.task_count} tasks, source {inp.source}")
         await services.ensure_worker(handle.id, "srl-worker.log")
@@ -141,9 +144,10 @@ async def _collect(
             return None
         show = sys.stderr.isatty()
         try:
-            return await toolkit.wait_watching(
+            result = await toolkit.wait_watching(
                 handle.result(), _watch(client, handle.id, services, show)
             )
+            return result, time.monotonic() - started
         except WorkflowFailureError as err:
             _fail("run_failed", f"collection {inp.collection} failed: {err.cause or err}")
         finally:
@@ -210,16 +214,15 @@ def collect(
             )
         except ValidationError as e:
             _fail("usage", [err["msg"] for err in e.errors()])
-        started = time.monotonic()
-        result = asyncio.run(_collect(settings, inp, wait=wait, stay=stay))
-        if result is None:
+        done = asyncio.run(_collect(settings, inp, wait=wait, stay=stay))
+        if done is None:
             wid = collection_workflow_id(collection)
             _emit(
                 {"collection": collection, "workflow_id": wid, "status": "running"},
                 f"{collection}: started ({wid}); follow it with `srl show {collection}`",
             )
             return
-        elapsed = time.monotonic() - started
+        result, elapsed = done
         t = result.totals
         doc = {**result.model_dump(mode="json"), "elapsed_s": round(elapsed, 3)}
         rate = t.steps / (elapsed / 60) if elapsed > 0 else 0.0
