@@ -183,18 +183,17 @@ class SrlActivities:
             code=text,
             state=render(state),
         )
-        prompt: dict[str, Any] = {
-            "messages": messages,
-            "step": inp.step,
-            "state_tokens": state_tokens,
-        }
+        prompt = await asyncio.to_thread(
+            self.artifacts.put_json,
+            {"messages": messages, "step": inp.step, "state_tokens": state_tokens},
+        )
         started = time.monotonic()
         if inp.source == "gold_replay":
             return Generation(
                 raw=gold_answer(task.gold_action, task.instruction),
                 model="gold",
                 state_before=state,
-                prompt=prompt,
+                prompt_digest=prompt,
             )
         meter = activity.metric_meter()
         if inp.source == "teacher":
@@ -217,7 +216,7 @@ class SrlActivities:
                 raw=_with_think(response.content, response.reasoning),
                 model=response.model_name,
                 state_before=state,
-                prompt=prompt,
+                prompt_digest=prompt,
                 latency_s=time.monotonic() - started,
             )
         pool = await self.actors()
@@ -236,7 +235,7 @@ class SrlActivities:
             model=gen.model,
             endpoint=gen.endpoint,
             state_before=state,
-            prompt=prompt,
+            prompt_digest=prompt,
             token_ids=gen.token_ids,
             logprobs=gen.logprobs,
             latency_s=gen.latency_s,
@@ -324,7 +323,7 @@ class SrlActivities:
         base: dict[str, Any] = {
             "task_id": task.task_id,
             "step": inp.step,
-            "prompt": gen.prompt,
+            "prompt": await asyncio.to_thread(self.artifacts.get_json, gen.prompt_digest),
             "state_before": state.model_dump(mode="json"),
         }
         try:

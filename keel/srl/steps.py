@@ -105,7 +105,10 @@ class Generation(_Model):
     model: str
     state_before: State = Field(description="the state the prompt showed (goals seeded)")
     endpoint: str = ""
-    prompt: dict[str, Any] = Field(default_factory=dict)
+    prompt_digest: str = Field(
+        description="the prompt (messages, step, state size) in the artifact store: the code "
+        "it shows stays out of the history"
+    )
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     latency_s: float = 0.0
