@@ -1,0 +1,219 @@
+"""DesignPipeline on a real dev server: free text through a scripted OpenAI server, the
+guided form, questions answered by Update, a rejection that sends the planner round
+again, and an iteration with a diff and a cost delta."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from keel.design.steps import NODES, DesignAnswers, DesignInput, DesignResult, workflow_id
+from keel.gates import GateDecision, gate_workflow_id
+from keel.settings import Settings
+from store import design as design_store
+from store.artifacts import artifact_store_from_settings
+from store.db import get_sessionmaker
+from tests.design.unit.design_data import golden_cases
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
+from workers.main import build_worker
+from workflows.design import DesignPipeline
+from workflows.gate import ApprovalGate
+
+pytestmark = pytest.mark.usefixtures("codegen_modules")
+
+BATCH = golden_cases()["batch_training"]
+#: A guided form that leaves budget and regions open: the intake is not covered.
+PARTIAL_FORM: dict[str, Any] = {
+    "cloud": "aws",
+    "workload_types": ["batch"],
+    "data_classification": "internal",
+}
+
+
+async def start(client: Client, settings: Settings, **kw: Any) -> WorkflowHandle[Any, Any]:
+    project = kw.pop("project", f"p-{uuid.uuid4().hex[:8]}")
+    ds = kw.pop("decision_set", "ds1")
+    inp = DesignInput(project=project, decision_set=ds, requester="alice", **kw)
+    return await client.start_workflow(
+        DesignPipeline.run,
+        inp,
+        id=workflow_id(project, ds),
+        task_queue=settings.task_queue,
+        result_type=DesignResult,
+    )
+
+
+async def decide(client: Client, parent: str, gate: str, decision: str, comment: str = "") -> None:
+    """Decide gate ``gate`` of workflow ``parent`` once it is open."""
+    handle = client.get_workflow_handle(gate_workflow_id(parent, gate))
+    for _ in range(200):
+        try:
+            await handle.describe()
+            break
+        except RPCError:
+            await asyncio.sleep(0.1)
+    await handle.execute_update(
+        ApprovalGate.decide,
+        GateDecision(decision=decision, actor="bob", comment=comment),  # type: ignore[arg-type]
+    )
+
+
+async def wait_questions(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    for _ in range(200):
+        status = await handle.query("status")
+        if status["phase"] == "waiting_for_answers":
+            return [q["field"] for q in status["questions"]]
+        await asyncio.sleep(0.1)
+    raise AssertionError("the pipeline never asked")
+
+
+async def test_free_text_run_to_archive(
+    client: Client, settings: Settings, tmp_path: Path, codegen_modules: str
+) -> None:
+    reply = json.dumps({"constraints": BATCH["constraints"], "ambiguous": {}})
+    with ScriptedOpenAIServer([ScriptedReply(content=reply)]) as srv:
+        settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
+        async with build_worker(client, settings):
+            handle = await start(client, settings, requirements=BATCH["text"], project="acme")
+            await decide(client, handle.id, "plan-r1", "approve")
+            result: DesignResult = await handle.result()
+        request = srv.requests[0].json
+    assert request is not None
+    # One schema-constrained call carrying the text, validated in the activity.
+    assert request["response_format"]["type"] == "json_object"
+    assert "constraints" in request["response_format"]["schema"]["properties"]
+    assert request["messages"][-1]["content"] == BATCH["text"]
+    assert len(srv.requests) == 1
+
+    assert result.status == "completed"
+    assert result.constraints.model_dump(mode="json", exclude_defaults=True) == BATCH["constraints"]
+    assert result.coverage.covered
+    # The fixed order of §21.1; no questions were needed.
+    assert result.nodes_run == [n for n in NODES if n != "adaptive_questions"]
+    assert result.policy is not None and result.policy.overall != "fail"
+    assert result.file_count > 0 and result.files_digest
+    assert (result.validation and "passed" in result.validation.values()) or codegen_modules == "real"
+    assert result.archive_digest and result.version == 1
+
+    sm = get_sessionmaker(settings.resolved_database_url)
+    row = design_store.decision_set(sm, "acme", "ds1")
+    assert row is not None and row["status"] == "completed" and row["version"] == 1
+    counts = design_store.count_rows(sm, "acme", "ds1")
+    assert counts["agent_runs"] == len(result.nodes_run)
+    assert counts["approvals"] == 1 and counts["cost_estimates"] == 1
+    assert counts["artifacts"] == result.file_count + 1  # the files and the archive
+    types = [e["type"] for e in design_store.list_events(sm, "acme", "ds1")]
+    assert types[0] == "coverage" and types[-1] == "decision_set_saved"
+    assert {"plan", "cost", "policy", "gate_waiting", "approval", "artifacts"} <= set(types)
+    archive = artifact_store_from_settings(settings).get_bytes(result.archive_digest)
+    assert archive[:2] == b"PK"
+
+
+async def test_guided_questions_rejection_and_replan(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    handle = await start(client, settings, intake=PARTIAL_FORM, generate=False)
+    asked = await wait_questions(handle)
+    assert {"budget_band", "regions"} <= set(asked)
+
+    # The validator refuses an unknown field and a bad value, naming them; nothing changes.
+    with pytest.raises(WorkflowUpdateFailedError) as bad:
+        await handle.execute_update(
+            DesignPipeline.answers, DesignAnswers(answers={"budget": "low"})
+        )
+    assert "budget" in str(bad.value.cause)
+    with pytest.raises(WorkflowUpdateFailedError) as bad_value:
+        await handle.execute_update(
+            DesignPipeline.answers, DesignAnswers(answers={"regions": ["Mars 1"]})
+        )
+    assert "regions" in str(bad_value.value.cause)
+    assert await wait_questions(handle) == asked
+
+    await handle.execute_update(
+        DesignPipeline.answers,
+        DesignAnswers(answers={"budget_band": "medium", "regions": ["us-east-1"]}, actor="al"),
+    )
+    comment = "too expensive, cut the cost"
+    await decide(client, handle.id, "plan-r1", "reject", comment)
+    await decide(client, handle.id, "plan-r2", "approve")
+    result: DesignResult = await handle.result()
+
+    assert result.status == "completed"
+    assert result.plan_rounds == 2
+    assert result.rejection_comments == [comment]
+    assert result.nodes_run[:4] == [
+        "intake_extract",
+        "coverage_check",
+        "adaptive_questions",
+        "coverage_check",
+    ]
+    assert result.nodes_run.count("planner") == 2
+    assert "codegen" not in result.nodes_run
+
+    # The history shows the second round: its gate carries the comment it replanned for.
+    gate2 = await client.get_workflow_handle(gate_workflow_id(handle.id, "plan-r2")).result()
+    assert gate2["details"]["replanned_for"] == comment
+    started = [
+        e.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id
+        async for e in handle.fetch_history_events()
+        if e.HasField("child_workflow_execution_started_event_attributes")
+    ]
+    assert started == [
+        gate_workflow_id(handle.id, "plan-r1"),
+        gate_workflow_id(handle.id, "plan-r2"),
+    ]
+
+
+async def test_iteration_gives_diff_and_cost_delta(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    project = f"p-{uuid.uuid4().hex[:8]}"
+    form = {**PARTIAL_FORM, "budget_band": "medium", "regions": ["us-east-1"]}
+    first = await start(
+        client,
+        settings,
+        project=project,
+        intake=form,
+        require_approval=False,
+        generate=False,
+    )
+    base: DesignResult = await first.result()
+    assert base.status == "completed" and base.diff is None and base.cost is not None
+
+    second = await start(
+        client,
+        settings,
+        project=project,
+        decision_set="ds2",
+        previous_decision_set="ds1",
+        intake={"regions": ["us-east-1", "us-west-2"], "availability_target": 99.95},
+        require_approval=False,
+        generate=False,
+    )
+    gate = asyncio.create_task(decide(client, second.id, "plan-r1", "approve"))
+    result: DesignResult = await second.result()
+    await gate
+
+    assert result.status == "completed"
+    # The second region doubles each per-region line: a rise over the $500/20% threshold.
+    assert result.cost is not None and result.cost_delta_usd is not None
+    assert result.cost_delta_usd > 0
+    assert result.cost_delta_usd == pytest.approx(result.cost.monthly_usd - base.cost.monthly_usd)
+    assert result.gate_required and result.gate_reasons
+    assert result.diff is not None
+    changed = {c["path"] for c in result.diff["state"]["changed"]} | set(
+        result.diff["state"]["added"]
+    )
+    assert any(p.startswith("constraints.regions") for p in changed)
+    sm = get_sessionmaker(settings.resolved_database_url)
+    row = design_store.decision_set(sm, project, "ds2")
+    assert row is not None and row["parent_id"] == "ds1"
+    assert "diff" in [e["type"] for e in design_store.list_events(sm, project, "ds2")]
