@@ -474,7 +474,6 @@ async def diff_and_persist_node(state: GraphState) -> GraphState:
             files_digest=state["codegen"].files_digest if "codegen" in state else None,
             file_digests=files,
             report_files=report_files,
-            cards=state.get("cards", []),
             agent_runs=wf.agent_runs,
             approvals=wf.approvals,
             events=wf.events,

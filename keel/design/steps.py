@@ -19,7 +19,6 @@ from keel.design.critics import CostEstimate, PriceTable
 from keel.design.patterns import PatternCatalog
 from keel.design.planner import Plan
 from keel.design.policy import PolicyReport, PolicySettings
-from keel.design.reasons import ReasonCard
 from keel.refs import ActivityRef
 
 WORKFLOW_TYPE: Final = "DesignPipeline"
@@ -259,7 +258,6 @@ class PersistInput(_Model):
     report_files: dict[str, str] = Field(
         default_factory=dict, description="/reports files added to the archive (small)"
     )
-    cards: list[ReasonCard] = Field(default_factory=list)
     agent_runs: list[AgentRun] = Field(default_factory=list)
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     events: list[DesignEvent] = Field(default_factory=list)

@@ -100,7 +100,9 @@ async def test_free_text_run_to_archive(
     assert result.nodes_run == [n for n in NODES if n != "adaptive_questions"]
     assert result.policy is not None and result.policy.overall != "fail"
     assert result.file_count > 0 and result.files_digest
-    assert (result.validation and "passed" in result.validation.values()) or codegen_modules == "real"
+    assert (
+        result.validation and "passed" in result.validation.values()
+    ) or codegen_modules == "real"
     assert result.archive_digest and result.version == 1
 
     sm = get_sessionmaker(settings.resolved_database_url)
@@ -122,7 +124,8 @@ async def test_guided_questions_rejection_and_replan(
 ) -> None:
     handle = await start(client, settings, intake=PARTIAL_FORM, generate=False)
     asked = await wait_questions(handle)
-    assert {"budget_band", "regions"} <= set(asked)
+    # The fewest questions: regions alone lifts the score over 0.8 (budget is left open).
+    assert asked == ["regions"]
 
     # The validator refuses an unknown field and a bad value, naming them; nothing changes.
     with pytest.raises(WorkflowUpdateFailedError) as bad:
