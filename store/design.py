@@ -83,20 +83,7 @@ def persist(
             if not inserted:
                 raise VersionConflict(f"decision set {inp.decision_set} was created meanwhile")
         else:
-            version = row.version + 1
-            result = s.execute(
-                update(DecisionSetRow)
-                .where(
-                    DecisionSetRow.id == inp.decision_set,
-                    DecisionSetRow.project_id == inp.project,
-                    DecisionSetRow.version == row.version,
-                )
-                .values(**values, version=version)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                raise VersionConflict(
-                    f"decision set {inp.decision_set} is past version {row.version}"
-                )
+            version = bump_version(s, inp.project, inp.decision_set, row.version, values)
         ds = {"decision_set_id": inp.decision_set, "project_id": inp.project}
         s.execute(
             delete(DesignArtifactRow).where(
@@ -180,6 +167,28 @@ def persist(
                 ["project_id", "decision_set_id", "event_key"],
             )
         return version, count
+
+
+def bump_version(
+    session: Session, project: str, decision_set: str, read_version: int, values: dict[str, Any]
+) -> int:
+    """Update the decision set only if it is still at ``read_version``; the new version.
+
+    Raises:
+        VersionConflict: another writer bumped it since it was read.
+    """
+    result = session.execute(
+        update(DecisionSetRow)
+        .where(
+            DecisionSetRow.id == decision_set,
+            DecisionSetRow.project_id == project,
+            DecisionSetRow.version == read_version,
+        )
+        .values(**values, version=read_version + 1)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise VersionConflict(f"decision set {decision_set} is past version {read_version}")
+    return read_version + 1
 
 
 def load_previous(

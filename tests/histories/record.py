@@ -381,7 +381,6 @@ async def design_replanned(ctx: Ctx) -> Histories:
         ),
         id=design_workflow_id(project, "ds1"),
         task_queue=ctx.task_queue,
-        result_type=DesignResult,
     )
 
     async def asking() -> bool:
@@ -413,7 +412,6 @@ async def design_replanned(ctx: Ctx) -> Histories:
         ),
         id=design_workflow_id(project, "ds2"),
         task_queue=ctx.task_queue,
-        result_type=DesignResult,
     )
     await design_gate(ctx, second.id, "plan-r1", "approve", "")
     iterated: DesignResult = await second.result()

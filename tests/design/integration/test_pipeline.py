@@ -47,7 +47,6 @@ async def start(client: Client, settings: Settings, **kw: Any) -> WorkflowHandle
         inp,
         id=workflow_id(project, ds),
         task_queue=settings.task_queue,
-        result_type=DesignResult,
     )
 
 
