@@ -504,19 +504,23 @@ def build_graph() -> StateGraph[GraphState, Any, GraphState, GraphState]:
     """The §21.1 graph, every node run in the workflow. A fresh graph per call: the
     plugin rewrites the nodes of the graph it is given."""
     g: StateGraph[GraphState, Any, GraphState, GraphState] = StateGraph(GraphState)
-    here = {"execute_in": "workflow"}
-    g.add_node("intake_extract", intake_extract, metadata=dict(here))
-    g.add_node("coverage_check", coverage_check_node, metadata=dict(here))
-    g.add_node("adaptive_questions", adaptive_questions_node, metadata=dict(here))
-    g.add_node("planner", planner_node, metadata=dict(here))
-    g.add_node("critic_tech", critic_tech_node, metadata=dict(here))
-    g.add_node("critic_cost", critic_cost_node, metadata=dict(here))
-    g.add_node("policy_eval", policy_eval_node, metadata=dict(here))
-    g.add_node("gate_hitl", gate_hitl_node, metadata=dict(here))
-    g.add_node("codegen", codegen_node, metadata=dict(here))
-    g.add_node("validators", validators_node, metadata=dict(here))
-    g.add_node("rationale_compile", rationale_compile_node, metadata=dict(here))
-    g.add_node("diff_and_persist", diff_and_persist_node, metadata=dict(here))
+    nodes = {
+        "intake_extract": intake_extract,
+        "coverage_check": coverage_check_node,
+        "adaptive_questions": adaptive_questions_node,
+        "planner": planner_node,
+        "critic_tech": critic_tech_node,
+        "critic_cost": critic_cost_node,
+        "policy_eval": policy_eval_node,
+        "gate_hitl": gate_hitl_node,
+        "codegen": codegen_node,
+        "validators": validators_node,
+        "rationale_compile": rationale_compile_node,
+        "diff_and_persist": diff_and_persist_node,
+    }
+    for name, fn in nodes.items():
+        # The plugin shows a workflow node's summary as the run's current details.
+        g.add_node(name, fn, metadata={"execute_in": "workflow", "summary": f"design: {name}"})
     g.add_edge(START, "intake_extract")
     g.add_edge("intake_extract", "coverage_check")
     g.add_conditional_edges(

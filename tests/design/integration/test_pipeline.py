@@ -219,3 +219,57 @@ async def test_iteration_gives_diff_and_cost_delta(
     row = design_store.decision_set(sm, project, "ds2")
     assert row is not None and row["parent_id"] == "ds1"
     assert "diff" in [e["type"] for e in design_store.list_events(sm, project, "ds2")]
+
+
+async def test_reply_not_in_schema_is_a_retry_of_intake(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """A reply that is not the Constraint Schema fails the intake activity (validated
+    where the model was called) and the retry's reply is used; the workflow never sees
+    the bad one."""
+    good = json.dumps({"constraints": BATCH["constraints"], "ambiguous": {}})
+    bad = json.dumps({"constraints": {"cloud": "mars"}})
+    with ScriptedOpenAIServer(
+        [ScriptedReply(content="not json"), ScriptedReply(content=bad), ScriptedReply(content=good)]
+    ) as srv:
+        settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
+        async with build_worker(client, settings):
+            handle = await start(
+                client, settings, requirements=BATCH["text"], require_approval=False, generate=False
+            )
+            result = await handle.result()
+        assert len(srv.chat_requests) == 3
+    assert result.status == "completed"
+    assert result.constraints.model_dump(mode="json", exclude_defaults=True) == BATCH["constraints"]
+    failures = [
+        e.activity_task_failed_event_attributes.failure
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_failed_event_attributes")
+    ]
+    # Retries live in the activity's attempts, not as failed events; the last
+    # failure is kept on the completed activity's attempt count instead.
+    assert failures == []
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert 3 in attempts
+
+
+async def test_replays_mid_graph_on_every_task(client: Client, settings: Settings) -> None:
+    """With no workflow cache every task replays the graph from the start of history:
+    waiting on an Update, on a gate child and between rounds must all replay the same."""
+    async with build_worker(client, settings, max_cached_workflows=0):
+        handle = await start(client, settings, intake=PARTIAL_FORM, generate=False)
+        assert await wait_questions(handle) == ["regions"]
+        await handle.execute_update(
+            DesignPipeline.answers,
+            DesignAnswers(answers={"regions": ["eu-west-1"], "budget_band": "low"}),
+        )
+        await decide(client, handle.id, "plan-r1", "reject", "prefer serverless")
+        await decide(client, handle.id, "plan-r2", "approve")
+        result = await handle.result()
+    assert result.status == "completed" and result.plan_rounds == 2
+    assert result.rejection_comments == ["prefer serverless"]
+    assert result.constraints.regions == ["eu-west-1"]
