@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
@@ -143,6 +148,12 @@ async def test_guided_questions_rejection_and_replan(
         DesignPipeline.answers,
         DesignAnswers(answers={"budget_band": "medium", "regions": ["us-east-1"]}, actor="al"),
     )
+    # Answered: no question is open now, so a further answer is refused, not queued.
+    with pytest.raises(WorkflowUpdateFailedError) as closed:
+        await handle.execute_update(
+            DesignPipeline.answers, DesignAnswers(answers={"budget_band": "high"})
+        )
+    assert "no questions are open" in str(closed.value.cause)
     comment = "too expensive, cut the cost"
     await decide(client, handle.id, "plan-r1", "reject", comment)
     await decide(client, handle.id, "plan-r2", "approve")
@@ -151,6 +162,7 @@ async def test_guided_questions_rejection_and_replan(
     assert result.status == "completed"
     assert result.plan_rounds == 2
     assert result.rejection_comments == [comment]
+    assert result.constraints.budget_band == "medium"  # the refused answer left no trace
     assert result.nodes_run[:4] == [
         "intake_extract",
         "coverage_check",
@@ -273,3 +285,42 @@ async def test_replays_mid_graph_on_every_task(client: Client, settings: Setting
     assert result.status == "completed" and result.plan_rounds == 2
     assert result.rejection_comments == ["prefer serverless"]
     assert result.constraints.regions == ["eu-west-1"]
+
+
+async def test_answers_refused_when_none_open_and_rounds_run_out(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    handle = await start(
+        client, settings, intake=PARTIAL_FORM, generate=False, max_question_rounds=1
+    )
+    assert await wait_questions(handle) == ["regions"]
+    # An answer that leaves the intake short (withdraws the cloud): coverage stays under.
+    await handle.execute_update(
+        DesignPipeline.answers, DesignAnswers(answers={"cloud": None}, request_id="r1")
+    )
+    # The same request again is the same answer, not a second one.
+    await handle.execute_update(
+        DesignPipeline.answers, DesignAnswers(answers={"cloud": None}, request_id="r1")
+    )
+    result = await handle.result()
+    assert result.status == "not_covered"
+    assert not result.coverage.covered and result.plan is None
+    assert result.nodes_run == [
+        "intake_extract",
+        "coverage_check",
+        "adaptive_questions",
+        "coverage_check",
+        "rationale_compile",
+        "diff_and_persist",
+    ]
+
+
+async def test_unknown_previous_set_fails_at_once(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    handle = await start(
+        client, settings, previous_decision_set="nope", intake=PARTIAL_FORM, generate=False
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert "nope" in str(failed.value.cause)
