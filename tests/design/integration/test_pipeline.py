@@ -20,8 +20,10 @@ from temporalio.client import (
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from keel.design.steps import NODES, DesignAnswers, DesignInput, DesignResult, workflow_id
-from keel.gates import GateDecision, gate_workflow_id
+from client import design as design_client
+from client.design import start_design
+from keel.design.steps import NODES, DesignAnswers, DesignInput, DesignResult
+from keel.gates import gate_workflow_id
 from keel.settings import Settings
 from store import design as design_store
 from store.artifacts import artifact_store_from_settings
@@ -30,7 +32,6 @@ from tests.design.unit.design_data import golden_cases
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from workers.main import build_worker
 from workflows.design import DesignPipeline
-from workflows.gate import ApprovalGate
 
 pytestmark = pytest.mark.usefixtures("codegen_modules")
 
@@ -47,12 +48,7 @@ async def start(client: Client, settings: Settings, **kw: Any) -> WorkflowHandle
     project = kw.pop("project", f"p-{uuid.uuid4().hex[:8]}")
     ds = kw.pop("decision_set", "ds1")
     inp = DesignInput(project=project, decision_set=ds, requester="alice", **kw)
-    return await client.start_workflow(
-        DesignPipeline.run,
-        inp,
-        id=workflow_id(project, ds),
-        task_queue=settings.task_queue,
-    )
+    return await start_design(client, inp, task_queue=settings.task_queue)
 
 
 async def decide(client: Client, parent: str, gate: str, decision: str, comment: str = "") -> None:
@@ -64,17 +60,26 @@ async def decide(client: Client, parent: str, gate: str, decision: str, comment:
             break
         except RPCError:
             await asyncio.sleep(0.1)
-    await handle.execute_update(
-        ApprovalGate.decide,
-        GateDecision(decision=decision, actor="bob", comment=comment),  # type: ignore[arg-type]
+    _, project, ds = parent.split("/")
+    plan_round = int(gate.removeprefix("plan-r"))
+    state = await design_client.decide(
+        client,
+        project,
+        ds,
+        plan_round,
+        decision,
+        actor="bob",
+        comment=comment,  # type: ignore[arg-type]
     )
+    assert state.status.value == ("approved" if decision == "approve" else "rejected")
 
 
-async def wait_questions(handle: WorkflowHandle[Any, Any]) -> list[str]:
+async def wait_questions(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str]:
+    _, project, ds = handle.id.split("/")
     for _ in range(200):
-        status = await handle.query("status")
-        if status["phase"] == "waiting_for_answers":
-            return [q["field"] for q in status["questions"]]
+        status = await design_client.status(client, project, ds)
+        if status is not None and status.phase == "waiting_for_answers":
+            return [q.field for q in status.questions]
         await asyncio.sleep(0.1)
     raise AssertionError("the pipeline never asked")
 
@@ -127,7 +132,7 @@ async def test_guided_questions_rejection_and_replan(
     client: Client, settings: Settings, worker: Worker
 ) -> None:
     handle = await start(client, settings, intake=PARTIAL_FORM, generate=False)
-    asked = await wait_questions(handle)
+    asked = await wait_questions(client, handle)
     # The fewest questions: regions alone lifts the score over 0.8 (budget is left open).
     assert asked == ["regions"]
 
@@ -142,7 +147,7 @@ async def test_guided_questions_rejection_and_replan(
             DesignPipeline.answers, DesignAnswers(answers={"regions": ["Mars 1"]})
         )
     assert "regions" in str(bad_value.value.cause)
-    assert await wait_questions(handle) == asked
+    assert await wait_questions(client, handle) == asked
 
     await handle.execute_update(
         DesignPipeline.answers,
@@ -274,7 +279,7 @@ async def test_replays_mid_graph_on_every_task(client: Client, settings: Setting
     waiting on an Update, on a gate child and between rounds must all replay the same."""
     async with build_worker(client, settings, max_cached_workflows=0):
         handle = await start(client, settings, intake=PARTIAL_FORM, generate=False)
-        assert await wait_questions(handle) == ["regions"]
+        assert await wait_questions(client, handle) == ["regions"]
         await handle.execute_update(
             DesignPipeline.answers,
             DesignAnswers(answers={"regions": ["eu-west-1"], "budget_band": "low"}),
@@ -293,7 +298,7 @@ async def test_answers_refused_when_none_open_and_rounds_run_out(
     handle = await start(
         client, settings, intake=PARTIAL_FORM, generate=False, max_question_rounds=1
     )
-    assert await wait_questions(handle) == ["regions"]
+    assert await wait_questions(client, handle) == ["regions"]
     # An answer that leaves the intake short (withdraws the cloud): coverage stays under.
     await handle.execute_update(
         DesignPipeline.answers, DesignAnswers(answers={"cloud": None}, request_id="r1")
