@@ -329,3 +329,14 @@ async def test_unknown_previous_set_fails_at_once(
     with pytest.raises(WorkflowFailureError) as failed:
         await handle.result()
     assert "nope" in str(failed.value.cause)
+
+
+async def test_bad_guided_form_fails_the_run_naming_the_field(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    handle = await start(client, settings, intake={**PARTIAL_FORM, "regions": ["Mars 1"]})
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    cause = failed.value.cause
+    assert getattr(cause, "type", None) == "DesignInputInvalid"
+    assert "regions" in str(cause) and "not a region name" in str(cause)
