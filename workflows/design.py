@@ -17,7 +17,7 @@ child per planner round, and a rejection's comment sends the graph back to ``pla
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -581,9 +581,12 @@ class DesignPipeline:
             )
         self.status.phase = "running"
         app = registered_graph(GRAPH_NAME).compile()
-        final: GraphState = await app.ainvoke(
-            {"question_round": 0, "plan_round": 0, "cards": []},
-            config={"recursion_limit": RECURSION_LIMIT},
+        final = cast(
+            GraphState,
+            await app.ainvoke(
+                {"question_round": 0, "plan_round": 0, "cards": []},
+                config={"recursion_limit": RECURSION_LIMIT},
+            ),
         )
         self.status.phase = "done"
         await workflow.wait_condition(workflow.all_handlers_finished)
