@@ -83,7 +83,7 @@ with workflow.unsafe.imports_passed_through():
 #: The name the graph is registered under in the plugin.
 GRAPH_NAME = "design"
 #: LangGraph counts supersteps; questions and planner rounds loop, so this bounds
-#: (5 question rounds x 2) + (10 planner rounds x 5) + 12 with room to spare.
+#: the most the input allows, (20 question rounds x 2) + (10 planner rounds x 6) + 12 = 112.
 RECURSION_LIMIT = 200
 INTAKE_PROMPT = "intake_extract"
 
