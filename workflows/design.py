@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from langgraph.graph import END, START, StateGraph
+    from langsmith.run_helpers import tracing_context
     from temporalio.langgraph import graph as registered_graph
 
     from keel.design import steps
@@ -581,13 +582,17 @@ class DesignPipeline:
             )
         self.status.phase = "running"
         app = registered_graph(GRAPH_NAME).compile()
-        final = cast(
-            GraphState,
-            await app.ainvoke(
-                {"question_round": 0, "plan_round": 0, "cards": []},
-                config={"recursion_limit": RECURSION_LIMIT},
-            ),
-        )
+        # LangSmith tracing (switched on by LANGSMITH_TRACING in the worker's environment)
+        # would run its tracer inside the workflow: subprocesses and HTTP from workflow
+        # code. The history is the trace here, so it is off for the graph.
+        with tracing_context(enabled=False):
+            final = cast(
+                GraphState,
+                await app.ainvoke(
+                    {"question_round": 0, "plan_round": 0, "cards": []},
+                    config={"recursion_limit": RECURSION_LIMIT},
+                ),
+            )
         self.status.phase = "done"
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result(final)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -340,3 +341,24 @@ async def test_bad_guided_form_fails_the_run_naming_the_field(
     cause = failed.value.cause
     assert getattr(cause, "type", None) == "DesignInputInvalid"
     assert "regions" in str(cause) and "not a region name" in str(cause)
+
+
+async def test_langsmith_tracing_stays_out_of_the_workflow(
+    client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """LANGSMITH_TRACING in the worker's environment must not run LangSmith's tracer in
+    workflow code (it shells out and posts runs over HTTP)."""
+    monkeypatch.setenv("LANGSMITH_TRACING", "true")
+    monkeypatch.setenv("LANGSMITH_API_KEY", "lsv2_test")
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")  # nothing listens
+    form = {**PARTIAL_FORM, "budget_band": "low", "regions": ["us-east-1"]}
+    with caplog.at_level(logging.WARNING):
+        async with build_worker(client, settings):
+            handle = await start(client, settings, intake=form, require_approval=False)
+            result = await handle.result()
+    assert result.status == "completed"
+    traced = [r.getMessage() for r in caplog.records if "LangChainTracer" in r.getMessage()]
+    assert traced == []
