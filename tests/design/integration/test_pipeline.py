@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -23,12 +24,14 @@ from temporalio.worker import Worker
 
 from client import design as design_client
 from client.design import start_design
+from keel.design.reasons import node_idempotency_key
 from keel.design.steps import NODES, DesignAnswers, DesignInput, DesignResult
 from keel.gates import gate_workflow_id
 from keel.settings import Settings
 from store import design as design_store
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
+from store.models import AgentRunRow, LLMCallRow
 from tests.design.unit.design_data import golden_cases
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from workers.main import build_worker
@@ -127,6 +130,16 @@ async def test_free_text_run_to_archive(
     assert {"plan", "cost", "policy", "gate_waiting", "approval", "artifacts"} <= set(types)
     archive = artifact_store_from_settings(settings).get_bytes(result.archive_digest)
     assert archive[:2] == b"PK"
+    # §21.3: the intake node's key is blake3(thread | node | canonical input); its
+    # agent_runs row and its model call (attempt 1) are filed under it.
+    key = node_idempotency_key(
+        "design/acme/ds1", "intake_extract", {"text": BATCH["text"], "model": ""}
+    )
+    with sm() as s:
+        run = s.get(AgentRunRow, key)
+        calls = s.scalars(select(LLMCallRow.call_key)).all()
+    assert run is not None and run.agent == "intake_extract" and run.provider == "llm"
+    assert f"{key}/1" in calls
 
 
 async def test_guided_questions_rejection_and_replan(
