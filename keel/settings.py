@@ -101,6 +101,8 @@ class Settings(BaseSettings):
     sandbox_config: Path | None = None
     nsjail_path: Path | None = None
 
+    # Design pipelines (docs/design.md): patterns, prices and node prompts.
+    design_config_dir: Path = Path(__file__).resolve().parent.parent / "configs" / "design"
     # SRL collection (docs/srl.md): the step prompt pack and the actor pool's endpoints.
     srl_prompts: Path = Path(__file__).resolve().parent.parent / "configs" / "teacher_prompts.yaml"
     srl_actors_config: Path = (

@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -259,3 +260,115 @@ class SrlStepRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_srl_steps_collection_task", "collection", "task_id"),)
+
+
+# --- design pipelines (plan §7; docs/design.md "Store") ---------------------------------
+
+
+class DesignProjectRow(Base):
+    """A design project: the owner of its decision sets."""
+
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    owner_id: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DecisionSetRow(Base):
+    """One decision set; ``version`` is its optimistic lock (every update bumps it and
+    names the version it read)."""
+
+    __tablename__ = "decision_sets"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    parent_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    version: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(32))
+    constraints_json: Mapped[Any] = mapped_column(JSONType)
+    plan_json: Mapped[Any | None] = mapped_column(JSONType, nullable=True)
+    summary_md: Mapped[str] = mapped_column(Text)
+    persist_key: Mapped[str] = mapped_column(String(80))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DesignArtifactRow(Base):
+    """A file of a decision set's repository (or its archive, ``kind='archive'``)."""
+
+    __tablename__ = "artifacts"
+
+    decision_set_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    path: Mapped[str] = mapped_column(String(512), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(80))
+    kind: Mapped[str] = mapped_column(String(16))
+    size_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class AgentRunRow(Base):
+    """One node's run, keyed by its idempotency key (§21.3)."""
+
+    __tablename__ = "agent_runs"
+
+    idem_key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64))
+    decision_set_id: Mapped[str] = mapped_column(String(64))
+    agent: Mapped[str] = mapped_column(String(64))
+    provider: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(200))
+    input_digest: Mapped[str] = mapped_column(String(80))
+    output_json: Mapped[Any] = mapped_column(JSONType)
+    tokens_total: Mapped[int] = mapped_column(Integer)
+    latency_ms: Mapped[int] = mapped_column(Integer)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_agent_runs_decision_set", "project_id", "decision_set_id"),)
+
+
+class ApprovalRow(Base):
+    __tablename__ = "approvals"
+
+    decision_set_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gate: Mapped[str] = mapped_column(String(128), primary_key=True)
+    actor: Mapped[str] = mapped_column(String(256))
+    status: Mapped[str] = mapped_column(String(16))
+    comment: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class CostEstimateRow(Base):
+    __tablename__ = "cost_estimates"
+
+    decision_set_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    monthly_usd: Mapped[float] = mapped_column(Float)
+    delta_vs_prev_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    breakdown_json: Mapped[Any] = mapped_column(JSONType)
+    method: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DesignEventRow(Base):
+    """Every material change of a decision set, in order; ``event_key`` makes a retried
+    write land once."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(String(64))
+    decision_set_id: Mapped[str] = mapped_column(String(64))
+    event_key: Mapped[str] = mapped_column(String(200))
+    type: Mapped[str] = mapped_column(String(32))
+    payload_json: Mapped[Any] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("project_id", "decision_set_id", "event_key", name="uq_events_key"),
+        Index("ix_events_decision_set", "project_id", "decision_set_id", "id"),
+    )

@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 with workflow.unsafe.imports_passed_through():
     from keel.gates import GATE_WORKFLOW_TYPE, GateRequest, GateState
     from tests.histories import CORPUS, HISTORIES_DIR
-    from workers.main import WORKFLOWS
+    from workers.main import WORKFLOWS, plugins
     from workflows.gate import ApprovalGate
 
 # The expected names plus anything else committed there, so a new file is replayed too
@@ -50,7 +50,9 @@ def test_corpus_is_complete() -> None:
 async def test_history_replays(name: str) -> None:
     history = load(name)
     # Every workflow the worker registers, so a new family's histories replay too.
-    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=list(WORKFLOWS), data_converter=pydantic_data_converter, plugins=plugins()
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{name}: {result.replay_failure!r}"
 

@@ -13,9 +13,11 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.langgraph import LangGraphPlugin
+from temporalio.worker import Plugin, Worker
 
 from activities.actors import ActorPool
+from activities.design import DesignActivities
 from activities.llm import LLMGateway, sql_recorder
 from activities.mrp import MrpActivities
 from activities.notify import NotifyActivities
@@ -30,6 +32,7 @@ from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.files import load_actors_config, load_models_config
 from workflows.demo import KeelDemo
+from workflows.design import GRAPH_NAME, DesignPipeline, build_graph
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob
 from workflows.rllm import RllmApp
@@ -37,7 +40,23 @@ from workflows.srl import SRLCollection, SRLEpisode
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: Sequence[type] = (ApprovalGate, KeelDemo, RllmApp, MRPJob, SRLCollection, SRLEpisode)
+WORKFLOWS: Sequence[type] = (
+    ApprovalGate,
+    KeelDemo,
+    RllmApp,
+    MRPJob,
+    SRLCollection,
+    SRLEpisode,
+    DesignPipeline,
+)
+
+
+def plugins() -> list[Plugin]:
+    """The worker's (and a replayer's) plugins: LangGraph, with the design graph.
+
+    A fresh graph each call: the plugin rewrites the nodes of the graph it is given.
+    """
+    return [LangGraphPlugin(graphs={GRAPH_NAME: build_graph()})]
 
 
 def build_activities(settings: Settings) -> list[Any]:
@@ -64,6 +83,13 @@ def build_activities(settings: Settings) -> list[Any]:
         sandbox_config=sandbox_config,
         actors=lambda: ActorPool(load_actors_config(settings.srl_actors_config)),
     )
+    design = DesignActivities(
+        sessions=sessions,
+        artifacts=artifact_store_from_settings(settings),
+        llm=llm,
+        config_dir=settings.design_config_dir,
+        sandbox_config=sandbox_config,
+    )
     return [
         notify.webhook,
         records.gate_event,
@@ -72,6 +98,7 @@ def build_activities(settings: Settings) -> list[Any]:
         ollama.ensure,
         *mrp.all(),
         *srl.all(),
+        *design.all(),
     ]
 
 
@@ -90,6 +117,7 @@ def build_worker(
         activities=build_activities(settings),
         activity_executor=ThreadPoolExecutor(max_workers=8),
         max_cached_workflows=max_cached_workflows,
+        plugins=plugins(),
     )
 
 

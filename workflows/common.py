@@ -21,6 +21,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
+    from keel.design.steps import ERROR_DESIGN_CONFIG, ERROR_DESIGN_CONFLICT, ERROR_DESIGN_INPUT
     from keel.mrp.run import ERROR_COMPILE, ERROR_PHASE, ERROR_REPLAY_SOURCE, ERROR_SHARD
     from keel.refs import ActivityRef
     from keel.srl.steps import ERROR_SRL_TASKS
@@ -140,6 +141,46 @@ SRL_APPLY_RETRY = RetryPolicy(
     non_retryable_error_types=[ERROR_SRL_TASKS],
 )
 
+# Design pipelines (workflows/design.py). Bad configs/design data or a bad input is final;
+# a model reply that is not the Constraint Schema is retried like any model failure.
+DESIGN_LOAD_TIMEOUT = timedelta(seconds=30)
+DESIGN_LOAD_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+    non_retryable_error_types=[ERROR_DESIGN_CONFIG, ERROR_DESIGN_INPUT],
+)
+DESIGN_INTAKE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=5,
+    non_retryable_error_types=[ERROR_DESIGN_INPUT],
+)
+# Rendering is quick; a provider that writes the repository with a model is not.
+DESIGN_CODEGEN_TIMEOUT = timedelta(minutes=10)
+DESIGN_CODEGEN_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=3,
+    non_retryable_error_types=[ERROR_DESIGN_INPUT],
+)
+# The validators run the generated repository's ruff, mypy and pytest in the sandbox.
+DESIGN_VALIDATE_TIMEOUT = timedelta(minutes=15)
+DESIGN_VALIDATE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=3,
+)
+DESIGN_HEARTBEAT = timedelta(seconds=30)
+DESIGN_PERSIST_TIMEOUT = timedelta(minutes=2)
+DESIGN_PERSIST_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,  # the record must land; a lost version race is final
+    non_retryable_error_types=[ERROR_DESIGN_CONFLICT],
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Options:
@@ -172,6 +213,15 @@ OPTIONS: dict[str, Options] = {
     "srl.window": Options(SRL_WINDOW_TIMEOUT, SRL_WINDOW_RETRY),
     "srl.generate": Options(LLM_TIMEOUT, SRL_GENERATE_RETRY, heartbeat=SRL_HEARTBEAT),
     "srl.apply": Options(SRL_APPLY_TIMEOUT, SRL_APPLY_RETRY, heartbeat=SRL_HEARTBEAT),
+    "design.load": Options(DESIGN_LOAD_TIMEOUT, DESIGN_LOAD_RETRY),
+    "design.intake_extract": Options(LLM_TIMEOUT, DESIGN_INTAKE_RETRY),
+    "design.codegen": Options(
+        DESIGN_CODEGEN_TIMEOUT, DESIGN_CODEGEN_RETRY, heartbeat=DESIGN_HEARTBEAT
+    ),
+    "design.validate": Options(
+        DESIGN_VALIDATE_TIMEOUT, DESIGN_VALIDATE_RETRY, heartbeat=DESIGN_HEARTBEAT
+    ),
+    "design.persist": Options(DESIGN_PERSIST_TIMEOUT, DESIGN_PERSIST_RETRY),
 }
 
 

@@ -34,4 +34,6 @@ CORPUS: tuple[str, ...] = (
     "srl_collection",
     "srl_collection_last",
     "srl_episode_recovered",
+    "design_replanned",
+    "design_iteration",
 )

@@ -45,6 +45,8 @@ from temporalio.service import RPCError
 from client.srl import start_collection, upload_tasks
 from client.temporal import connect
 from keel.demo import DemoInput, DemoResult
+from keel.design.steps import DesignAnswers, DesignInput, DesignResult, DesignStatus
+from keel.design.steps import workflow_id as design_workflow_id
 from keel.gates import (
     GateComment,
     GateDecision,
@@ -70,6 +72,7 @@ from tests.support.scripted_openai import (
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
 from workflows.demo import KeelDemo
+from workflows.design import DesignPipeline
 from workflows.gate import ApprovalGate
 from workflows.mrp import MRPJob
 from workflows.rllm import RllmApp
@@ -329,6 +332,97 @@ async def rllm_composed(ctx: Ctx) -> Histories:
 MRP_CONFIG = Path(__file__).resolve().parents[1] / "support" / "mrp_operators" / "mrp.yaml"
 
 
+# Free text that states no region: the pipeline asks, then a reviewer rejects round 1.
+DESIGN_TEXT = "Nightly batch retraining of a churn model on internal CRM data, on AWS."
+DESIGN_EXTRACTED = json.dumps(
+    {
+        "constraints": {
+            "cloud": "aws",
+            "workload_types": ["batch"],
+            "data_classification": "internal",
+        },
+        "ambiguous": {"budget_band": "no budget named"},
+    }
+)
+
+
+async def design_gate(ctx: Ctx, parent: str, name: str, decision: str, comment: str) -> None:
+    gate = ctx.client.get_workflow_handle(gate_workflow_id(parent, name), result_type=GateState)
+
+    async def gate_started() -> bool:
+        try:
+            await gate.describe()
+        except RPCError:
+            return False
+        return True
+
+    await poll(gate_started, f"design gate {name} to start")
+    await gate.execute_update(
+        "decide",
+        GateDecision(decision=decision, actor="bob", comment=comment, request_id=name),  # type: ignore[arg-type]
+        result_type=GateState,
+    )
+
+
+async def design_replanned(ctx: Ctx) -> Histories:
+    """DesignPipeline: intake through the model, a question answered by Update, round 1
+    rejected with a comment, the planner again, round 2 approved; then an iteration on
+    the approved set whose cost rise forces the gate."""
+    project = f"{ID_PREFIX}-design"
+    ctx.llm.enqueue(ScriptedReply(content=DESIGN_EXTRACTED))
+    handle = await ctx.client.start_workflow(
+        DesignPipeline.run,
+        DesignInput(
+            project=project,
+            decision_set="ds1",
+            requester="alice",
+            requirements=DESIGN_TEXT,
+            generate=False,
+        ),
+        id=design_workflow_id(project, "ds1"),
+        task_queue=ctx.task_queue,
+    )
+
+    async def asking() -> bool:
+        status = await handle.query("status")
+        return bool(status["phase"] == "waiting_for_answers")
+
+    await poll(asking, "the design questions")
+    await handle.execute_update(
+        "answers",
+        DesignAnswers(answers={"regions": ["us-east-1"], "budget_band": "medium"}),
+        result_type=DesignStatus,
+    )
+    await design_gate(ctx, handle.id, "plan-r1", "reject", "too expensive")
+    await design_gate(ctx, handle.id, "plan-r2", "approve", "")
+    result: DesignResult = await handle.result()
+    expect(result.status == "completed", f"completed, got {result.status}")
+    expect(result.plan_rounds == 2, f"two planner rounds, got {result.plan_rounds}")
+
+    second = await ctx.client.start_workflow(
+        DesignPipeline.run,
+        DesignInput(
+            project=project,
+            decision_set="ds2",
+            requester="alice",
+            previous_decision_set="ds1",
+            intake={"regions": ["us-east-1", "us-west-2"]},
+            require_approval=False,
+            generate=False,
+        ),
+        id=design_workflow_id(project, "ds2"),
+        task_queue=ctx.task_queue,
+    )
+    await design_gate(ctx, second.id, "plan-r1", "approve", "")
+    iterated: DesignResult = await second.result()
+    expect(iterated.diff is not None, "a diff against ds1")
+    expect((iterated.cost_delta_usd or 0) > 0, f"a cost rise: {iterated.cost_delta_usd}")
+    return {
+        "design_replanned": await history_json(handle),
+        "design_iteration": await history_json(second),
+    }
+
+
 def mrp_job(job_id: str, operator: str, params: str, extra: str = "") -> str:
     return f"""
 dsl_version: "0.1"
@@ -546,6 +640,7 @@ SCENARIOS: dict[str, Scenario] = {
     "mrp_rejected": mrp_rejected,
     "mrp_evaluation_failed": mrp_evaluation_failed,
     "srl_collection": srl_collection,
+    "design_replanned": design_replanned,
 }
 
 

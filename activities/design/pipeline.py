@@ -1,0 +1,231 @@
+"""The activities of ``DesignPipeline`` (workflows/design.py), one per I/O node.
+
+Each is declared under its reference in ``keel.design.steps``. Big things (the generated
+repository, the validation report, the archive) go to the artifact store and history
+keeps their digests. Codegen and validators call ``activities.design.codegen`` and
+``activities.design.validators``, imported when first run so the worker starts without
+their heavier dependencies loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.llm import LLMGateway
+from keel.design import steps
+from keel.design.coverage import IntakeSnapshot
+from keel.design.critics import load_prices
+from keel.design.errors import DesignError
+from keel.design.patterns import load_patterns
+from keel.design.reasons import prompt_pack_hash
+from keel.design.steps import (
+    CodegenInput,
+    CodegenOutput,
+    IntakeInput,
+    IntakeOutput,
+    LoadInput,
+    LoadOutput,
+    PersistInput,
+    PersistOutput,
+    ValidateInput,
+    ValidateOutput,
+)
+from keel.digest import digest_bytes
+from keel.llm import LLMMessage, LLMRequest
+from store import design as design_store
+from store.artifacts import ArtifactStore
+
+#: Whole seconds between heartbeats of a long step (codegen, validators).
+HEARTBEAT_EVERY_S = 5.0
+#: A fixed timestamp for the archive's entries, so one repository is one digest.
+ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+
+
+class DesignActivities:
+    """The design activities bound to the store, the artifact store and the gateway."""
+
+    def __init__(
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        artifacts: ArtifactStore,
+        llm: LLMGateway,
+        config_dir: Path,
+        sandbox_config: Any = None,
+    ) -> None:
+        self.sessions = sessions
+        self.artifacts = artifacts
+        self.llm = llm
+        self.config_dir = config_dir
+        self.sandbox_config = sandbox_config
+
+    def all(self) -> list[Any]:
+        return [self.load, self.intake_extract, self.codegen, self.validate, self.persist]
+
+    @activity.defn(name=steps.LOAD.name)
+    def load(self, inp: LoadInput) -> LoadOutput:
+        """Patterns, prices and prompts from ``configs/design``, and the previous set."""
+        try:
+            catalog = load_patterns(_yaml(self.config_dir / "patterns.yaml"))
+            prices = load_prices(_yaml(self.config_dir / "prices.yaml"))
+        except (DesignError, OSError, yaml.YAMLError) as exc:
+            raise ApplicationError(
+                f"configs/design is not usable: {exc}",
+                type=steps.ERROR_DESIGN_CONFIG,
+                non_retryable=True,
+            ) from None
+        prompts = {
+            p.stem: p.read_text(encoding="utf-8")
+            for p in sorted((self.config_dir / "prompts").glob("*.md"))
+        }
+        previous = None
+        if inp.previous_decision_set:
+            previous = design_store.load_previous(
+                self.sessions, inp.project, inp.previous_decision_set
+            )
+        return LoadOutput(
+            catalog=catalog,
+            prices=prices,
+            prompts=prompts,
+            prompt_pack=prompt_pack_hash(prompts),
+            previous=previous,
+        )
+
+    @activity.defn(name=steps.INTAKE_EXTRACT.name)
+    async def intake_extract(self, inp: IntakeInput) -> IntakeOutput:
+        """Free text to the Constraint Schema: one JSON-mode call with the schema, the
+        reply validated here, so a reply that does not fit is a retry of this activity."""
+        info = activity.info()
+        req = LLMRequest(
+            model=inp.model,
+            messages=[
+                LLMMessage(role="system", content=inp.system_prompt),
+                LLMMessage(role="user", content=inp.text),
+            ],
+            params={"temperature": 0},
+            json_mode=True,
+            json_schema=IntakeSnapshot.model_json_schema(),
+        )
+        resp = await self.llm.call(
+            req,
+            call_key=f"{inp.key}/{info.attempt}",
+            workflow_id=info.workflow_id,
+            meter=activity.metric_meter(),
+        )
+        try:
+            snapshot = IntakeSnapshot.model_validate(json.loads(resp.content))
+        except (ValueError, ValidationError) as exc:
+            raise ApplicationError(
+                f"the model's reply is not the Constraint Schema: {str(exc)[:2000]}",
+                type=steps.ERROR_DESIGN_EXTRACT,
+            ) from None
+        return IntakeOutput(
+            snapshot=snapshot,
+            model=resp.model_name,
+            tokens_total=resp.usage.total_tokens,
+            latency_ms=int(resp.latency_ms),
+        )
+
+    @activity.defn(name=steps.CODEGEN.name)
+    async def codegen(self, inp: CodegenInput) -> CodegenOutput:
+        """The repository of the plan, stored as one JSON files map."""
+        from activities.design.codegen import render_repo
+
+        files: dict[str, str] = await _with_heartbeats(
+            asyncio.to_thread(
+                render_repo,
+                inp.plan,
+                inp.constraints,
+                project=inp.project,
+                decision_set=inp.decision_set,
+                rationale_md=inp.rationale_md,
+                cost=inp.cost,
+                policy=inp.policy,
+            )
+        )
+        digest = self.artifacts.put_json(files)
+        return CodegenOutput(
+            files_digest=digest,
+            file_count=len(files),
+            file_digests={p: digest_bytes(t.encode()) for p, t in sorted(files.items())},
+        )
+
+    @activity.defn(name=steps.VALIDATE.name)
+    async def validate(self, inp: ValidateInput) -> ValidateOutput:
+        """The validators on the stored repository; the report goes to the store."""
+        from activities.design.validators import validate_repo
+
+        files = self.artifacts.get_json(inp.files_digest)
+        report = await _with_heartbeats(validate_repo(files, sandbox_config=self.sandbox_config))
+        dumped = report.model_dump(mode="json")
+        summary = _validator_summary(dumped)
+        return ValidateOutput(report_digest=self.artifacts.put_json(dumped), summary=summary)
+
+    @activity.defn(name=steps.PERSIST.name)
+    def persist(self, inp: PersistInput) -> PersistOutput:
+        """The decision set's rows and its repository's archive, once per key."""
+        archive = None
+        size = None
+        if inp.files_digest is not None:
+            files: dict[str, str] = self.artifacts.get_json(inp.files_digest)
+            data = _zip({**files, **inp.report_files})
+            archive, size = self.artifacts.put_bytes(data), len(data)
+        try:
+            version, inserted = design_store.persist(
+                self.sessions, inp, archive_digest=archive, archive_size=size
+            )
+        except design_store.VersionConflict as exc:
+            raise ApplicationError(
+                str(exc), type=steps.ERROR_DESIGN_CONFLICT, non_retryable=True
+            ) from None
+        return PersistOutput(version=version, archive_digest=archive, inserted_events=inserted)
+
+
+def _validator_summary(report: dict[str, Any]) -> dict[str, str]:
+    """``name -> status`` of each validator in the report's list of results."""
+    out: dict[str, str] = {}
+    for value in report.values():
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict) and "name" in item and "status" in item:
+                    out[str(item["name"])] = str(item["status"])
+    return out
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _zip(files: dict[str, str]) -> bytes:
+    """A deterministic zip: sorted paths, fixed times, so equal repositories share a key."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(files):
+            info = zipfile.ZipInfo(path, date_time=ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, files[path])
+    return buf.getvalue()
+
+
+async def _with_heartbeats(work: Any) -> Any:
+    """Await ``work`` while heartbeating, so a lost worker is noticed within the
+    heartbeat timeout rather than the whole start-to-close limit."""
+    task = asyncio.ensure_future(work)
+    started = time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
+        if done:
+            return task.result()
+        activity.heartbeat({"running_s": round(time.monotonic() - started)})

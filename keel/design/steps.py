@@ -1,0 +1,289 @@
+"""The design pipeline as a workflow sees it: its input, Update and query models, each
+activity's input and output, and the activity references.
+
+``workflows/design.py`` runs ``DesignPipeline`` (the 12 nodes of plan §21.1 as a LangGraph
+graph); the activities in ``activities/design/`` implement each reference under the same
+name. Pure models: no I/O. The generated repository and the validation report live in the
+artifact store; history carries their digests and small summaries only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from keel.design.constraints import Constraints
+from keel.design.coverage import DEFAULT_THRESHOLD, Coverage, IntakeSnapshot, Question
+from keel.design.critics import CostEstimate, PriceTable
+from keel.design.patterns import PatternCatalog
+from keel.design.planner import Plan
+from keel.design.policy import PolicyReport, PolicySettings
+from keel.refs import ActivityRef
+
+WORKFLOW_TYPE: Final = "DesignPipeline"
+#: Node names in the fixed order of plan §21.1.
+NODES: Final = (
+    "intake_extract",
+    "coverage_check",
+    "adaptive_questions",
+    "planner",
+    "critic_tech",
+    "critic_cost",
+    "policy_eval",
+    "gate_hitl",
+    "codegen",
+    "validators",
+    "rationale_compile",
+    "diff_and_persist",
+)
+#: ApplicationError types that are final (not retried).
+ERROR_DESIGN_INPUT: Final = "DesignInputInvalid"
+ERROR_DESIGN_CONFIG: Final = "DesignConfigInvalid"
+ERROR_DESIGN_CONFLICT: Final = "DesignVersionConflict"
+#: An extractor reply that is not the Constraint Schema: retried (a new sample may fit).
+ERROR_DESIGN_EXTRACT: Final = "DesignExtractInvalid"
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def workflow_id(project: str, decision_set: str) -> str:
+    """The id of a decision set's pipeline: ``design/<project>/<decision set>``."""
+    return f"design/{project}/{decision_set}"
+
+
+class DesignInput(_Model):
+    """Input of ``DesignPipeline``: one decision set of one project.
+
+    ``requirements`` is free text for ``intake_extract``; ``intake`` is the guided mode's
+    whole form (``{field: value}`` of the Constraint Schema), which skips extraction. With
+    ``previous_decision_set`` (an approved one) the run starts from its constraints, and
+    the cost critic and the diff compare against it.
+    """
+
+    project: str = Field(pattern=_ID)
+    decision_set: str = Field(pattern=_ID)
+    requester: str = Field(min_length=1, max_length=256)
+    requirements: str = Field(default="", max_length=20_000)
+    intake: dict[str, Any] | None = None
+    previous_decision_set: str | None = Field(default=None, pattern=_ID)
+    model: str = Field(default="", description="Models-config name for intake; empty: default")
+    coverage_threshold: float = Field(default=DEFAULT_THRESHOLD, gt=0, le=1)
+    approvers: list[str] = Field(default_factory=list)
+    require_approval: bool = Field(
+        default=True,
+        description="Open the gate on every round. False: only when policy fails or the "
+        "cost delta is over the threshold (plan §23.5).",
+    )
+    gate_expires_in_s: float = Field(default=7 * 24 * 3600, gt=0)
+    max_plan_rounds: int = Field(default=3, ge=1, le=10)
+    max_question_rounds: int = Field(default=5, ge=1, le=20)
+    generate: bool = Field(default=True, description="Run codegen and validators")
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+
+    @field_validator("approvers")
+    @classmethod
+    def _approvers(cls, v: list[str]) -> list[str]:
+        return sorted(set(v))
+
+
+class DesignAnswers(_Model):
+    """Update ``answers``: values for the asked fields (``None`` withdraws a statement)."""
+
+    answers: dict[str, Any] = Field(min_length=1)
+    actor: str = Field(default="", max_length=256)
+    request_id: str = Field(default="", max_length=256)
+
+
+class DesignStatus(_Model):
+    """Query ``status`` and the reply of Update ``answers``."""
+
+    phase: str
+    node: str | None = None
+    coverage: Coverage | None = None
+    questions: list[Question] = Field(default_factory=list)
+    question_round: int = 0
+    plan_round: int = 0
+    gate_id: str | None = None
+    nodes_run: list[str] = Field(default_factory=list)
+
+
+class DesignResult(_Model):
+    """What ``DesignPipeline`` returns."""
+
+    project: str
+    decision_set: str
+    status: Literal["completed", "rejected", "expired", "not_covered"]
+    version: int = 0
+    constraints: Constraints
+    coverage: Coverage
+    plan: Plan | None = None
+    cost: CostEstimate | None = None
+    policy: PolicyReport | None = None
+    gate_required: bool = False
+    gate_reasons: list[str] = Field(default_factory=list)
+    plan_rounds: int = 0
+    rejection_comments: list[str] = Field(default_factory=list)
+    files_digest: str | None = None
+    file_count: int = 0
+    validation_digest: str | None = None
+    validation: dict[str, str] = Field(default_factory=dict)
+    rationale_digest: str | None = None
+    archive_digest: str | None = None
+    diff: dict[str, Any] | None = None
+    cost_delta_usd: float | None = None
+    cost_delta_pct: float | None = None
+    nodes_run: list[str] = Field(default_factory=list)
+
+
+# --- activities -------------------------------------------------------------------------
+
+
+class LoadInput(_Model):
+    project: str
+    previous_decision_set: str | None = None
+
+
+class PreviousState(_Model):
+    """An earlier decision set as the store holds it."""
+
+    decision_set: str
+    status: str
+    constraints: Constraints
+    plan: dict[str, Any] | None = None
+    cost: CostEstimate | None = None
+    file_digests: dict[str, str] = Field(default_factory=dict)
+
+
+class LoadOutput(_Model):
+    """The design data (``configs/design/``) and the previous decision set, if asked."""
+
+    catalog: PatternCatalog
+    prices: PriceTable
+    prompts: dict[str, str]
+    prompt_pack: str
+    previous: PreviousState | None = None
+
+
+class IntakeInput(_Model):
+    key: str
+    text: str = Field(min_length=1)
+    system_prompt: str
+    model: str = ""
+
+
+class IntakeOutput(_Model):
+    snapshot: IntakeSnapshot
+    model: str
+    tokens_total: int = 0
+    latency_ms: int = 0
+
+
+class CodegenInput(_Model):
+    key: str
+    project: str
+    decision_set: str
+    plan: Plan
+    constraints: Constraints
+    rationale_md: str
+    cost: CostEstimate
+    policy: PolicyReport
+
+
+class CodegenOutput(_Model):
+    """The files map (``path -> text``) is stored as JSON under ``files_digest``;
+    ``file_digests`` (``path -> digest``) is what the diff compares."""
+
+    files_digest: str
+    file_count: int
+    file_digests: dict[str, str]
+
+
+class ValidateInput(_Model):
+    key: str
+    files_digest: str
+
+
+class ValidateOutput(_Model):
+    report_digest: str
+    summary: dict[str, str] = Field(description="validator name -> passed|failed|not_run")
+
+
+class AgentRun(_Model):
+    """One node's run, an ``agent_runs`` row."""
+
+    key: str
+    agent: str
+    provider: str = "workflow"
+    model: str = ""
+    input_digest: str = ""
+    output: dict[str, Any] = Field(default_factory=dict)
+    tokens_total: int = 0
+    latency_ms: int = 0
+    ok: bool = True
+
+
+class ApprovalRecord(_Model):
+    gate: str
+    actor: str
+    status: str
+    comment: str = ""
+
+
+class DesignEvent(_Model):
+    """One ``events`` row; ``key`` makes a replayed write land once."""
+
+    key: str
+    type: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class PersistInput(_Model):
+    key: str
+    project: str
+    owner: str
+    decision_set: str
+    parent: str | None = None
+    status: str
+    constraints: Constraints
+    plan: dict[str, Any] | None = None
+    summary_md: str = ""
+    cost: CostEstimate | None = None
+    files_digest: str | None = None
+    file_digests: dict[str, str] = Field(default_factory=dict)
+    report_files: dict[str, str] = Field(
+        default_factory=dict, description="/reports files added to the archive (small)"
+    )
+    agent_runs: list[AgentRun] = Field(default_factory=list)
+    approvals: list[ApprovalRecord] = Field(default_factory=list)
+    events: list[DesignEvent] = Field(default_factory=list)
+
+
+class PersistOutput(_Model):
+    version: int
+    archive_digest: str | None = None
+    inserted_events: int = 0
+
+
+#: Reads configs/design (patterns, prices, prompts) and the previous decision set.
+LOAD: ActivityRef[LoadInput, LoadOutput] = ActivityRef("design.load", LoadInput, LoadOutput)
+#: Free text to the Constraint Schema through the LLM gateway, validated in the activity.
+INTAKE_EXTRACT: ActivityRef[IntakeInput, IntakeOutput] = ActivityRef(
+    "design.intake_extract", IntakeInput, IntakeOutput
+)
+#: The repository from the plan (activities/design/codegen.py ``render_repo``).
+CODEGEN: ActivityRef[CodegenInput, CodegenOutput] = ActivityRef(
+    "design.codegen", CodegenInput, CodegenOutput
+)
+#: The validators on the generated repository (activities/design/validators.py).
+VALIDATE: ActivityRef[ValidateInput, ValidateOutput] = ActivityRef(
+    "design.validate", ValidateInput, ValidateOutput
+)
+#: SQL rows of the decision set and the archive of its repository, idempotent by key.
+PERSIST: ActivityRef[PersistInput, PersistOutput] = ActivityRef(
+    "design.persist", PersistInput, PersistOutput
+)

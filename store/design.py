@@ -1,0 +1,261 @@
+"""Design pipelines in SQL (plan §7): one ``persist`` per decision set run, reads for the
+next iteration, the API and tests.
+
+``persist`` is idempotent by the run's persist key: a retried or replayed write finds its
+own key on the decision set and changes nothing. A different run updating the same
+decision set takes the optimistic lock: it names the version it read, and loses (raises
+:class:`VersionConflict`) when another writer bumped it first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from keel.design.critics import CostEstimate
+from keel.design.steps import DesignEvent, PersistInput, PreviousState
+from store.models import (
+    AgentRunRow,
+    ApprovalRow,
+    CostEstimateRow,
+    DecisionSetRow,
+    DesignArtifactRow,
+    DesignEventRow,
+    DesignProjectRow,
+)
+from store.records import _insert_ignoring_conflict
+
+
+class VersionConflict(RuntimeError):
+    """Another writer updated the decision set since it was read."""
+
+
+def persist(
+    sm: sessionmaker[Session],
+    inp: PersistInput,
+    *,
+    archive_digest: str | None,
+    archive_size: int | None = None,
+) -> tuple[int, int]:
+    """Write the decision set of ``inp`` with its rows; return (version, events inserted).
+
+    Raises:
+        VersionConflict: the decision set was updated by another run meanwhile.
+    """
+    now = datetime.now(UTC)
+    with sm.begin() as s:
+        _insert_ignoring_conflict(
+            s,
+            DesignProjectRow,
+            {"id": inp.project, "name": inp.project, "owner_id": inp.owner, "created_at": now},
+            ["id"],
+        )
+        row = s.get(DecisionSetRow, (inp.decision_set, inp.project), populate_existing=True)
+        values: dict[str, Any] = {
+            "parent_id": inp.parent,
+            "status": inp.status,
+            "constraints_json": inp.constraints.model_dump(mode="json"),
+            "plan_json": inp.plan,
+            "summary_md": inp.summary_md,
+            "persist_key": inp.key,
+            "updated_at": now,
+        }
+        if row is not None and row.persist_key == inp.key:
+            return row.version, 0
+        if row is None:
+            version = 1
+            inserted = _insert_ignoring_conflict(
+                s,
+                DecisionSetRow,
+                {
+                    **values,
+                    "id": inp.decision_set,
+                    "project_id": inp.project,
+                    "version": 1,
+                    "created_at": now,
+                },
+                ["id", "project_id"],
+            )
+            if not inserted:
+                raise VersionConflict(f"decision set {inp.decision_set} was created meanwhile")
+        else:
+            version = bump_version(s, inp.project, inp.decision_set, row.version, values)
+        ds = {"decision_set_id": inp.decision_set, "project_id": inp.project}
+        s.execute(
+            delete(DesignArtifactRow).where(
+                DesignArtifactRow.decision_set_id == inp.decision_set,
+                DesignArtifactRow.project_id == inp.project,
+            )
+        )
+        for path, digest in sorted(inp.file_digests.items()):
+            s.add(DesignArtifactRow(**ds, path=path, digest=digest, kind="file", created_at=now))
+        if archive_digest is not None:
+            s.add(
+                DesignArtifactRow(
+                    **ds,
+                    path="repository.zip",
+                    digest=archive_digest,
+                    kind="archive",
+                    size_bytes=archive_size,
+                    created_at=now,
+                )
+            )
+        for run in inp.agent_runs:
+            _insert_ignoring_conflict(
+                s,
+                AgentRunRow,
+                {
+                    **ds,
+                    "idem_key": run.key,
+                    "agent": run.agent,
+                    "provider": run.provider,
+                    "model": run.model,
+                    "input_digest": run.input_digest,
+                    "output_json": run.output,
+                    "tokens_total": run.tokens_total,
+                    "latency_ms": run.latency_ms,
+                    "ok": run.ok,
+                    "created_at": now,
+                },
+                ["idem_key"],
+            )
+        for a in inp.approvals:
+            _insert_ignoring_conflict(
+                s,
+                ApprovalRow,
+                {**ds, **a.model_dump(), "created_at": now},
+                ["decision_set_id", "project_id", "gate"],
+            )
+        if inp.cost is not None:
+            s.execute(
+                delete(CostEstimateRow).where(
+                    CostEstimateRow.decision_set_id == inp.decision_set,
+                    CostEstimateRow.project_id == inp.project,
+                )
+            )
+            s.add(
+                CostEstimateRow(
+                    **ds,
+                    monthly_usd=inp.cost.monthly_usd,
+                    delta_vs_prev_usd=inp.cost.delta_vs_prev_usd,
+                    breakdown_json=inp.cost.model_dump(mode="json"),
+                    method=inp.cost.method[:200],
+                    created_at=now,
+                )
+            )
+        saved = DesignEvent(
+            key=f"{inp.key}/saved",
+            type="decision_set_saved",
+            payload={"version": version, "status": inp.status, "archive": archive_digest},
+        )
+        count = 0
+        for e in [*inp.events, saved]:
+            count += _insert_ignoring_conflict(
+                s,
+                DesignEventRow,
+                {
+                    **ds,
+                    "event_key": e.key,
+                    "type": e.type,
+                    "payload_json": e.payload,
+                    "created_at": now,
+                },
+                ["project_id", "decision_set_id", "event_key"],
+            )
+        return version, count
+
+
+def bump_version(
+    session: Session, project: str, decision_set: str, read_version: int, values: dict[str, Any]
+) -> int:
+    """Update the decision set only if it is still at ``read_version``; the new version.
+
+    Raises:
+        VersionConflict: another writer bumped it since it was read.
+    """
+    result = session.execute(
+        update(DecisionSetRow)
+        .where(
+            DecisionSetRow.id == decision_set,
+            DecisionSetRow.project_id == project,
+            DecisionSetRow.version == read_version,
+        )
+        .values(**values, version=read_version + 1)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise VersionConflict(f"decision set {decision_set} is past version {read_version}")
+    return read_version + 1
+
+
+def load_previous(
+    sm: sessionmaker[Session], project: str, decision_set: str
+) -> PreviousState | None:
+    """A stored decision set as the next iteration starts from it; None if absent."""
+    with sm() as s:
+        row = s.get(DecisionSetRow, (decision_set, project))
+        if row is None:
+            return None
+        cost = s.get(CostEstimateRow, (decision_set, project))
+        files = s.execute(
+            select(DesignArtifactRow.path, DesignArtifactRow.digest).where(
+                DesignArtifactRow.decision_set_id == decision_set,
+                DesignArtifactRow.project_id == project,
+                DesignArtifactRow.kind == "file",
+            )
+        ).all()
+        return PreviousState(
+            decision_set=decision_set,
+            status=row.status,
+            constraints=row.constraints_json,
+            plan=row.plan_json,
+            cost=CostEstimate.model_validate(cost.breakdown_json) if cost else None,
+            file_digests={p: d for p, d in files},
+        )
+
+
+def decision_set(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any] | None:
+    """The decision set row as a dict (the API's and tests' view)."""
+    with sm() as s:
+        row = s.get(DecisionSetRow, (ds, project))
+        if row is None:
+            return None
+        return {c.key: getattr(row, c.key) for c in DecisionSetRow.__table__.columns}
+
+
+def list_events(sm: sessionmaker[Session], project: str, ds: str) -> Sequence[dict[str, Any]]:
+    """The decision set's events in the order they were written."""
+    with sm() as s:
+        rows = s.scalars(
+            select(DesignEventRow)
+            .where(DesignEventRow.project_id == project, DesignEventRow.decision_set_id == ds)
+            .order_by(DesignEventRow.id)
+        ).all()
+        return [
+            {"id": r.id, "key": r.event_key, "type": r.type, "payload": r.payload_json}
+            for r in rows
+        ]
+
+
+def count_rows(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, int]:
+    """Rows per design table for one decision set (tests, the CLI's show)."""
+    out: dict[str, int] = {}
+    with sm() as s:
+        for name, model in (
+            ("artifacts", DesignArtifactRow),
+            ("agent_runs", AgentRunRow),
+            ("approvals", ApprovalRow),
+            ("cost_estimates", CostEstimateRow),
+            ("events", DesignEventRow),
+        ):
+            rows = s.scalars(
+                select(model).where(
+                    model.project_id == project,  # type: ignore[attr-defined]
+                    model.decision_set_id == ds,  # type: ignore[attr-defined]
+                )
+            ).all()
+            out[name] = len(rows)
+    return out

@@ -1,0 +1,377 @@
+"""DesignPipeline on a real dev server: free text through a scripted OpenAI server, the
+guided form, questions answered by Update, a rejection that sends the planner round
+again, and an iteration with a diff and a cost delta."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from client import design as design_client
+from client.design import start_design
+from keel.design.reasons import node_idempotency_key
+from keel.design.steps import NODES, DesignAnswers, DesignInput, DesignResult
+from keel.gates import gate_workflow_id
+from keel.settings import Settings
+from store import design as design_store
+from store.artifacts import artifact_store_from_settings
+from store.db import get_sessionmaker
+from store.models import AgentRunRow, LLMCallRow
+from tests.design.unit.design_data import golden_cases
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
+from workers.main import build_worker
+from workflows.design import DesignPipeline
+
+pytestmark = pytest.mark.usefixtures("codegen_modules")
+
+BATCH = golden_cases()["batch_training"]
+#: A guided form that leaves budget and regions open: the intake is not covered.
+PARTIAL_FORM: dict[str, Any] = {
+    "cloud": "aws",
+    "workload_types": ["batch"],
+    "data_classification": "internal",
+}
+
+
+async def start(client: Client, settings: Settings, **kw: Any) -> WorkflowHandle[Any, Any]:
+    project = kw.pop("project", f"p-{uuid.uuid4().hex[:8]}")
+    ds = kw.pop("decision_set", "ds1")
+    inp = DesignInput(project=project, decision_set=ds, requester="alice", **kw)
+    return await start_design(client, inp, task_queue=settings.task_queue)
+
+
+async def decide(client: Client, parent: str, gate: str, decision: str, comment: str = "") -> None:
+    """Decide gate ``gate`` of workflow ``parent`` once it is open."""
+    handle = client.get_workflow_handle(gate_workflow_id(parent, gate))
+    for _ in range(200):
+        try:
+            await handle.describe()
+            break
+        except RPCError:
+            await asyncio.sleep(0.1)
+    _, project, ds = parent.split("/")
+    plan_round = int(gate.removeprefix("plan-r"))
+    state = await design_client.decide(
+        client,
+        project,
+        ds,
+        plan_round,
+        decision,
+        actor="bob",
+        comment=comment,  # type: ignore[arg-type]
+    )
+    assert state.status.value == ("approved" if decision == "approve" else "rejected")
+
+
+async def wait_questions(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str]:
+    _, project, ds = handle.id.split("/")
+    for _ in range(200):
+        status = await design_client.status(client, project, ds)
+        if status is not None and status.phase == "waiting_for_answers":
+            return [q.field for q in status.questions]
+        await asyncio.sleep(0.1)
+    raise AssertionError("the pipeline never asked")
+
+
+async def test_free_text_run_to_archive(
+    client: Client, settings: Settings, tmp_path: Path, codegen_modules: str
+) -> None:
+    reply = json.dumps({"constraints": BATCH["constraints"], "ambiguous": {}})
+    with ScriptedOpenAIServer([ScriptedReply(content=reply)]) as srv:
+        settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
+        async with build_worker(client, settings):
+            handle = await start(client, settings, requirements=BATCH["text"], project="acme")
+            await decide(client, handle.id, "plan-r1", "approve")
+            result: DesignResult = await handle.result()
+        request = srv.requests[0].json
+    assert request is not None
+    # One schema-constrained call carrying the text, validated in the activity.
+    assert request["response_format"]["type"] == "json_object"
+    assert "constraints" in request["response_format"]["schema"]["properties"]
+    assert request["messages"][-1]["content"] == BATCH["text"]
+    assert len(srv.requests) == 1
+
+    assert result.status == "completed"
+    assert result.constraints.model_dump(mode="json", exclude_defaults=True) == BATCH["constraints"]
+    assert result.coverage.covered
+    # The fixed order of §21.1; no questions were needed.
+    assert result.nodes_run == [n for n in NODES if n != "adaptive_questions"]
+    assert result.policy is not None and result.policy.overall != "fail"
+    assert result.file_count > 0 and result.files_digest
+    assert (
+        result.validation and "passed" in result.validation.values()
+    ) or codegen_modules == "real"
+    assert result.archive_digest and result.version == 1
+
+    sm = get_sessionmaker(settings.resolved_database_url)
+    row = design_store.decision_set(sm, "acme", "ds1")
+    assert row is not None and row["status"] == "completed" and row["version"] == 1
+    counts = design_store.count_rows(sm, "acme", "ds1")
+    assert counts["agent_runs"] == len(result.nodes_run)
+    assert counts["approvals"] == 1 and counts["cost_estimates"] == 1
+    assert counts["artifacts"] == result.file_count + 1  # the files and the archive
+    types = [e["type"] for e in design_store.list_events(sm, "acme", "ds1")]
+    assert types[0] == "coverage" and types[-1] == "decision_set_saved"
+    assert {"plan", "cost", "policy", "gate_waiting", "approval", "artifacts"} <= set(types)
+    archive = artifact_store_from_settings(settings).get_bytes(result.archive_digest)
+    assert archive[:2] == b"PK"
+    # §21.3: the intake node's key is blake3(thread | node | canonical input); its
+    # agent_runs row and its model call (attempt 1) are filed under it.
+    key = node_idempotency_key(
+        "design/acme/ds1", "intake_extract", {"text": BATCH["text"], "model": ""}
+    )
+    with sm() as s:
+        run = s.get(AgentRunRow, key)
+        calls = s.scalars(select(LLMCallRow.call_key)).all()
+    assert run is not None and run.agent == "intake_extract" and run.provider == "llm"
+    assert f"{key}/1" in calls
+
+
+async def test_guided_questions_rejection_and_replan(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    handle = await start(client, settings, intake=PARTIAL_FORM, generate=False)
+    asked = await wait_questions(client, handle)
+    # The fewest questions: regions alone lifts the score over 0.8 (budget is left open).
+    assert asked == ["regions"]
+
+    # The validator refuses an unknown field and a bad value, naming them; nothing changes.
+    with pytest.raises(WorkflowUpdateFailedError) as bad:
+        await handle.execute_update(
+            DesignPipeline.answers, DesignAnswers(answers={"budget": "low"})
+        )
+    assert "budget" in str(bad.value.cause)
+    with pytest.raises(WorkflowUpdateFailedError) as bad_value:
+        await handle.execute_update(
+            DesignPipeline.answers, DesignAnswers(answers={"regions": ["Mars 1"]})
+        )
+    assert "regions" in str(bad_value.value.cause)
+    assert await wait_questions(client, handle) == asked
+
+    await handle.execute_update(
+        DesignPipeline.answers,
+        DesignAnswers(answers={"budget_band": "medium", "regions": ["us-east-1"]}, actor="al"),
+    )
+    # Answered: no question is open now, so a further answer is refused, not queued.
+    with pytest.raises(WorkflowUpdateFailedError) as closed:
+        await handle.execute_update(
+            DesignPipeline.answers, DesignAnswers(answers={"budget_band": "high"})
+        )
+    assert "no questions are open" in str(closed.value.cause)
+    comment = "too expensive, cut the cost"
+    await decide(client, handle.id, "plan-r1", "reject", comment)
+    await decide(client, handle.id, "plan-r2", "approve")
+    result: DesignResult = await handle.result()
+
+    assert result.status == "completed"
+    assert result.plan_rounds == 2
+    assert result.rejection_comments == [comment]
+    assert result.constraints.budget_band == "medium"  # the refused answer left no trace
+    assert result.nodes_run[:4] == [
+        "intake_extract",
+        "coverage_check",
+        "adaptive_questions",
+        "coverage_check",
+    ]
+    assert result.nodes_run.count("planner") == 2
+    assert "codegen" not in result.nodes_run
+
+    # The history shows the second round: its gate carries the comment it replanned for.
+    gate2 = await client.get_workflow_handle(gate_workflow_id(handle.id, "plan-r2")).result()
+    assert gate2["details"]["replanned_for"] == comment
+    started = [
+        e.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id
+        async for e in handle.fetch_history_events()
+        if e.HasField("child_workflow_execution_started_event_attributes")
+    ]
+    assert started == [
+        gate_workflow_id(handle.id, "plan-r1"),
+        gate_workflow_id(handle.id, "plan-r2"),
+    ]
+
+
+async def test_iteration_gives_diff_and_cost_delta(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    project = f"p-{uuid.uuid4().hex[:8]}"
+    form = {**PARTIAL_FORM, "budget_band": "medium", "regions": ["us-east-1"]}
+    first = await start(
+        client,
+        settings,
+        project=project,
+        intake=form,
+        require_approval=False,
+        generate=False,
+    )
+    base: DesignResult = await first.result()
+    assert base.status == "completed" and base.diff is None and base.cost is not None
+
+    second = await start(
+        client,
+        settings,
+        project=project,
+        decision_set="ds2",
+        previous_decision_set="ds1",
+        intake={"regions": ["us-east-1", "us-west-2"], "availability_target": 99.95},
+        require_approval=False,
+        generate=False,
+    )
+    gate = asyncio.create_task(decide(client, second.id, "plan-r1", "approve"))
+    result: DesignResult = await second.result()
+    await gate
+
+    assert result.status == "completed"
+    # The second region doubles each per-region line: a rise over the $500/20% threshold.
+    assert result.cost is not None and result.cost_delta_usd is not None
+    assert result.cost_delta_usd > 0
+    assert result.cost_delta_usd == pytest.approx(result.cost.monthly_usd - base.cost.monthly_usd)
+    assert result.gate_required and result.gate_reasons
+    assert result.diff is not None
+    changed = {c["path"] for c in result.diff["state"]["changed"]} | set(
+        result.diff["state"]["added"]
+    )
+    assert any(p.startswith("constraints.regions") for p in changed)
+    sm = get_sessionmaker(settings.resolved_database_url)
+    row = design_store.decision_set(sm, project, "ds2")
+    assert row is not None and row["parent_id"] == "ds1"
+    assert "diff" in [e["type"] for e in design_store.list_events(sm, project, "ds2")]
+
+
+async def test_reply_not_in_schema_is_a_retry_of_intake(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """A reply that is not the Constraint Schema fails the intake activity (validated
+    where the model was called) and the retry's reply is used; the workflow never sees
+    the bad one."""
+    good = json.dumps({"constraints": BATCH["constraints"], "ambiguous": {}})
+    bad = json.dumps({"constraints": {"cloud": "mars"}})
+    with ScriptedOpenAIServer(
+        [ScriptedReply(content="not json"), ScriptedReply(content=bad), ScriptedReply(content=good)]
+    ) as srv:
+        settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
+        async with build_worker(client, settings):
+            handle = await start(
+                client, settings, requirements=BATCH["text"], require_approval=False, generate=False
+            )
+            result = await handle.result()
+        assert len(srv.chat_requests) == 3
+    assert result.status == "completed"
+    assert result.constraints.model_dump(mode="json", exclude_defaults=True) == BATCH["constraints"]
+    failures = [
+        e.activity_task_failed_event_attributes.failure
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_failed_event_attributes")
+    ]
+    # Retries live in the activity's attempts, not as failed events; the last
+    # failure is kept on the completed activity's attempt count instead.
+    assert failures == []
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert 3 in attempts
+
+
+async def test_replays_mid_graph_on_every_task(client: Client, settings: Settings) -> None:
+    """With no workflow cache every task replays the graph from the start of history:
+    waiting on an Update, on a gate child and between rounds must all replay the same."""
+    async with build_worker(client, settings, max_cached_workflows=0):
+        handle = await start(client, settings, intake=PARTIAL_FORM, generate=False)
+        assert await wait_questions(client, handle) == ["regions"]
+        await handle.execute_update(
+            DesignPipeline.answers,
+            DesignAnswers(answers={"regions": ["eu-west-1"], "budget_band": "low"}),
+        )
+        await decide(client, handle.id, "plan-r1", "reject", "prefer serverless")
+        await decide(client, handle.id, "plan-r2", "approve")
+        result = await handle.result()
+    assert result.status == "completed" and result.plan_rounds == 2
+    assert result.rejection_comments == ["prefer serverless"]
+    assert result.constraints.regions == ["eu-west-1"]
+
+
+async def test_answers_refused_when_none_open_and_rounds_run_out(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    handle = await start(
+        client, settings, intake=PARTIAL_FORM, generate=False, max_question_rounds=1
+    )
+    assert await wait_questions(client, handle) == ["regions"]
+    # An answer that leaves the intake short (withdraws the cloud): coverage stays under.
+    await handle.execute_update(
+        DesignPipeline.answers, DesignAnswers(answers={"cloud": None}, request_id="r1")
+    )
+    # The same request again is the same answer, not a second one.
+    await handle.execute_update(
+        DesignPipeline.answers, DesignAnswers(answers={"cloud": None}, request_id="r1")
+    )
+    result = await handle.result()
+    assert result.status == "not_covered"
+    assert not result.coverage.covered and result.plan is None
+    assert result.nodes_run == [
+        "intake_extract",
+        "coverage_check",
+        "adaptive_questions",
+        "coverage_check",
+        "rationale_compile",
+        "diff_and_persist",
+    ]
+
+
+async def test_unknown_previous_set_fails_at_once(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    handle = await start(
+        client, settings, previous_decision_set="nope", intake=PARTIAL_FORM, generate=False
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert "nope" in str(failed.value.cause)
+
+
+async def test_bad_guided_form_fails_the_run_naming_the_field(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    handle = await start(client, settings, intake={**PARTIAL_FORM, "regions": ["Mars 1"]})
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    cause = failed.value.cause
+    assert getattr(cause, "type", None) == "DesignInputInvalid"
+    assert "regions" in str(cause) and "not a region name" in str(cause)
+
+
+async def test_langsmith_tracing_stays_out_of_the_workflow(
+    client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """LANGSMITH_TRACING in the worker's environment must not run LangSmith's tracer in
+    workflow code (it shells out and posts runs over HTTP)."""
+    monkeypatch.setenv("LANGSMITH_TRACING", "true")
+    monkeypatch.setenv("LANGSMITH_API_KEY", "lsv2_test")
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")  # nothing listens
+    form = {**PARTIAL_FORM, "budget_band": "low", "regions": ["us-east-1"]}
+    with caplog.at_level(logging.WARNING):
+        async with build_worker(client, settings):
+            handle = await start(client, settings, intake=form, require_approval=False)
+            result = await handle.result()
+    assert result.status == "completed"
+    traced = [r.getMessage() for r in caplog.records if "LangChainTracer" in r.getMessage()]
+    assert traced == []

@@ -1,0 +1,44 @@
+"""The pipeline's models and graph shape: ids, input checks, the §21.1 node order."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from keel.design.steps import NODES, DesignAnswers, DesignInput, workflow_id
+from workflows.common import OPTIONS
+from workflows.design import build_graph
+
+
+def test_graph_has_the_twelve_nodes_in_order() -> None:
+    assert list(build_graph().nodes) == list(NODES)
+    assert len(NODES) == 12
+
+
+def test_every_design_activity_has_limits() -> None:
+    from keel.design import steps
+
+    for ref in (steps.LOAD, steps.INTAKE_EXTRACT, steps.CODEGEN, steps.VALIDATE, steps.PERSIST):
+        assert ref.name in OPTIONS, ref.name
+    # The long ones heartbeat, so a lost worker is noticed before their whole limit.
+    assert OPTIONS[steps.CODEGEN.name].heartbeat is not None
+    assert OPTIONS[steps.VALIDATE.name].heartbeat is not None
+
+
+def test_input_ids_and_defaults() -> None:
+    inp = DesignInput(
+        project="acme", decision_set="ds-1", requester="al", approvers=["b", "a", "b"]
+    )
+    assert workflow_id(inp.project, inp.decision_set) == "design/acme/ds-1"
+    assert inp.approvers == ["a", "b"]
+    assert inp.generate and inp.require_approval
+    for bad in ("", "a/b", "../x", "x" * 65):
+        with pytest.raises(ValidationError):
+            DesignInput(project=bad, decision_set="ds1", requester="al")
+    with pytest.raises(ValidationError):
+        DesignInput(project="p", decision_set="ds1", requester="al", surprise=1)  # type: ignore[call-arg]
+
+
+def test_answers_need_at_least_one_field() -> None:
+    with pytest.raises(ValidationError):
+        DesignAnswers(answers={})

@@ -1,0 +1,736 @@
+"""``DesignPipeline``: requirements to a reviewed, costed, approved and generated design.
+
+One workflow per decision set, id ``design/<project>/<decision set>``. The 12 nodes of
+plan §21.1 are a LangGraph ``StateGraph`` run through Temporal's LangGraph plugin
+(``temporalio.langgraph.LangGraphPlugin``, registered on the worker with
+:func:`build_graph`). Every node runs in the workflow (``execute_in="workflow"``): the
+pure ones (coverage, questions, planner, critics, policy, rationale) compute there and
+replay, and the ones that do I/O (intake, codegen, validators, persist) each call their
+own activity through ``workflows.common.call``, so each keeps its row of limits in
+``OPTIONS``, a summary in the Web UI and pydantic models in history. The graph is the
+checkpoint-free part of LangGraph: the workflow history is the checkpoint.
+
+Loops: ``adaptive_questions`` waits for Update ``answers`` and goes back to
+``coverage_check`` until the intake is covered; ``gate_hitl`` opens an ``ApprovalGate``
+child per planner round, and a rejection's comment sends the graph back to ``planner``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict, cast
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from langgraph.graph import END, START, StateGraph
+    from langsmith.run_helpers import tracing_context
+    from temporalio.langgraph import graph as registered_graph
+
+    from keel.design import steps
+    from keel.design.constraints import FIELD_NAMES, is_stated
+    from keel.design.coverage import (
+        Coverage,
+        IntakeSnapshot,
+        Question,
+        adaptive_questions,
+        apply_answers,
+        coverage_check,
+    )
+    from keel.design.critics import (
+        CostEstimate,
+        TechReview,
+        bill_of_materials,
+        estimate_cost,
+        review_plan,
+    )
+    from keel.design.diff import change_summary, change_summary_md, state_diff
+    from keel.design.errors import ConstraintError
+    from keel.design.planner import Plan, interpret_comment
+    from keel.design.planner import plan as make_plan
+    from keel.design.policy import PolicyReport, evaluate_policy, gate_required
+    from keel.design.reasons import (
+        ReasonCard,
+        Trigger,
+        critic_cost_card,
+        critic_tech_card,
+        design_rationale_md,
+        node_idempotency_key,
+        planner_cards,
+        rationale_json,
+    )
+    from keel.design.steps import (
+        AgentRun,
+        ApprovalRecord,
+        CodegenInput,
+        CodegenOutput,
+        DesignAnswers,
+        DesignEvent,
+        DesignInput,
+        DesignResult,
+        DesignStatus,
+        IntakeInput,
+        LoadInput,
+        LoadOutput,
+        PersistInput,
+        ValidateInput,
+        ValidateOutput,
+    )
+    from keel.digest import canonical_json, digest_json
+    from keel.gates import GateRequest, GateStatus, gate_workflow_id
+    from workflows.common import call
+    from workflows.gate import open_gate
+
+#: The name the graph is registered under in the plugin.
+GRAPH_NAME = "design"
+#: LangGraph counts supersteps; questions and planner rounds loop, so this bounds
+#: the most the input allows, (20 question rounds x 2) + (10 planner rounds x 6) + 12 = 112.
+RECURSION_LIMIT = 200
+INTAKE_PROMPT = "intake_extract"
+
+
+class GraphState(TypedDict, total=False):
+    """The graph's shared state (plan §21.2): each node merges its keys in."""
+
+    snapshot: IntakeSnapshot
+    coverage: Coverage
+    question_round: int
+    plan: Plan
+    plan_round: int
+    rejection_comment: str | None
+    review: TechReview
+    cost: CostEstimate
+    policy: PolicyReport
+    gate_required: bool
+    gate_reasons: list[str]
+    gate_status: str
+    cards: list[ReasonCard]
+    codegen: CodegenOutput
+    validation: ValidateOutput
+    rationale: dict[str, Any]
+    rationale_md: str
+    outcome: str
+    version: int
+    archive_digest: str | None
+    diff: dict[str, Any] | None
+
+
+def _wf() -> DesignPipeline:
+    # The graph's node functions are the worker's (the plugin holds the graph built at
+    # worker start) while the instance is the sandbox's copy of the class, so an
+    # isinstance check would fail: the type is by contract, not by identity.
+    pipeline: DesignPipeline = workflow.instance()
+    return pipeline
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+# --- nodes --------------------------------------------------------------------------
+
+
+async def intake_extract(state: GraphState) -> GraphState:
+    """Free text to the Constraint Schema (an activity), or the guided form as given;
+    on an iteration both are merged over the previous decision set's constraints."""
+    wf = _wf()
+    inp, data = wf.inp, wf.data
+    base = (
+        IntakeSnapshot(constraints=data.previous.constraints) if data.previous else IntakeSnapshot()
+    )
+    if inp.intake is not None:
+        snapshot = _apply(base, inp.intake, "intake")
+        wf.run_node("intake_extract", {"intake": inp.intake}, {"mode": "guided"})
+        return {"snapshot": snapshot}
+    if not inp.requirements.strip():
+        wf.run_node("intake_extract", {}, {"mode": "previous" if data.previous else "empty"})
+        return {"snapshot": base}
+    key = wf.key("intake_extract", {"text": inp.requirements, "model": inp.model})
+    out = await call(
+        steps.INTAKE_EXTRACT,
+        IntakeInput(
+            key=key,
+            text=inp.requirements,
+            system_prompt=data.prompts[INTAKE_PROMPT],
+            model=inp.model,
+        ),
+        summary=f"intake_extract: {len(inp.requirements)} chars",
+    )
+    extracted = out.snapshot.constraints
+    stated = {f: _dump(getattr(extracted, f)) for f in FIELD_NAMES if is_stated(extracted, f)}
+    merged = _apply(base, stated, "extracted")
+    snapshot = IntakeSnapshot(
+        constraints=merged.constraints, ambiguous={**merged.ambiguous, **out.snapshot.ambiguous}
+    )
+    wf.run_node(
+        "intake_extract",
+        {"text_digest": digest_json(inp.requirements)},
+        {"stated": sorted(stated), "ambiguous": sorted(out.snapshot.ambiguous)},
+        key=key,
+        provider="llm",
+        model=out.model,
+        tokens=out.tokens_total,
+        latency_ms=out.latency_ms,
+    )
+    return {"snapshot": snapshot}
+
+
+def _apply(base: IntakeSnapshot, values: dict[str, Any], what: str) -> IntakeSnapshot:
+    try:
+        return apply_answers(base, values)
+    except ConstraintError as exc:
+        raise ApplicationError(
+            f"{what} is not the Constraint Schema: {exc}",
+            [i.model_dump() for i in exc.issues],
+            type=steps.ERROR_DESIGN_INPUT,
+            non_retryable=True,
+        ) from None
+
+
+async def coverage_check_node(state: GraphState) -> GraphState:
+    wf = _wf()
+    cov = coverage_check(state["snapshot"], wf.inp.coverage_threshold)
+    wf.status.coverage = cov
+    wf.run_node(
+        "coverage_check",
+        state["snapshot"],
+        {"score": cov.score, "covered": cov.covered, "conflicts": len(cov.conflicts)},
+    )
+    wf.event("coverage", {"score": cov.score, "missing": cov.missing, "covered": cov.covered})
+    return {"coverage": cov}
+
+
+# Routers are async: LangGraph runs a sync one in an executor, which a workflow has not.
+async def after_coverage(state: GraphState) -> str:
+    if state["coverage"].covered:
+        return "planner"
+    if state.get("question_round", 0) >= _wf().inp.max_question_rounds:
+        return "rationale_compile"
+    return "adaptive_questions"
+
+
+async def adaptive_questions_node(state: GraphState) -> GraphState:
+    """Ask the fewest questions and wait for Update ``answers``."""
+    wf = _wf()
+    questions = adaptive_questions(state["coverage"])
+    n = state.get("question_round", 0) + 1
+    snapshot = await wf.ask(questions, state["snapshot"], n)
+    wf.run_node(
+        "adaptive_questions",
+        {"questions": [q.field for q in questions], "round": n},
+        {"answered": snapshot.constraints.model_dump(mode="json", exclude_defaults=True)},
+    )
+    return {"snapshot": snapshot, "question_round": n}
+
+
+async def planner_node(state: GraphState) -> GraphState:
+    wf = _wf()
+    comment = state.get("rejection_comment")
+    constraints = state["snapshot"].constraints
+    node_input = {"constraints": constraints, "rejection_comment": comment}
+    key = wf.key("planner", node_input)
+    chosen = make_plan(constraints, wf.data.catalog, rejection_comment=comment)
+    n = state.get("plan_round", 0) + 1
+    trigger: Trigger = "user_reject" if comment else "constraints_updated"
+    cards = planner_cards(
+        chosen,
+        idempotency_key=key,
+        constraints_keys=[f for f in FIELD_NAMES if is_stated(constraints, f)],
+        trigger=trigger,
+        ts=wf.now(),
+        prompt_pack=wf.data.prompt_pack,
+    )
+    output: dict[str, Any] = {
+        "round": n,
+        "choices": {c.capability.value: c.pattern_id for c in chosen.choices},
+        "gaps": [g.capability.value for g in chosen.gaps],
+    }
+    if comment:
+        output["feedback"] = interpret_comment(comment, wf.data.catalog).model_dump(mode="json")
+    wf.status.plan_round = n
+    wf.run_node("planner", node_input, output, key=key)
+    wf.event("plan", output)
+    return {"plan": chosen, "plan_round": n, "cards": cards}
+
+
+async def critic_tech_node(state: GraphState) -> GraphState:
+    wf = _wf()
+    constraints, chosen = state["snapshot"].constraints, state["plan"]
+    key = wf.key("critic_tech", {"constraints": constraints, "plan": chosen})
+    review = review_plan(constraints, chosen, wf.data.catalog)
+    card = critic_tech_card(
+        review, idempotency_key=key, trigger="regen", ts=wf.now(), prompt_pack=wf.data.prompt_pack
+    )
+    wf.run_node("critic_tech", {"plan": key}, {"risks": len(review.risks)}, key=key)
+    return {"review": review, "cards": [*state["cards"], card]}
+
+
+async def critic_cost_node(state: GraphState) -> GraphState:
+    wf = _wf()
+    chosen = state["plan"]
+    previous = wf.data.previous.cost if wf.data.previous else None
+    key = wf.key("critic_cost", {"plan": chosen, "previous": previous})
+    cost = estimate_cost(bill_of_materials(chosen, wf.data.catalog), wf.data.prices, previous)
+    card = critic_cost_card(
+        cost, idempotency_key=key, trigger="regen", ts=wf.now(), prompt_pack=wf.data.prompt_pack
+    )
+    summary = {
+        "monthly_usd": cost.monthly_usd,
+        "delta_vs_prev_usd": cost.delta_vs_prev_usd,
+        "delta_vs_prev_pct": cost.delta_vs_prev_pct,
+        "unpriced": len(cost.unpriced),
+    }
+    wf.run_node("critic_cost", {"plan": key}, summary, key=key)
+    wf.event("cost", summary)
+    return {"cost": cost, "cards": [*state["cards"], card]}
+
+
+async def policy_eval_node(state: GraphState) -> GraphState:
+    wf = _wf()
+    constraints, chosen = state["snapshot"].constraints, state["plan"]
+    report = evaluate_policy(
+        constraints, chosen, wf.data.catalog, state["cost"], state["review"], wf.inp.policy
+    )
+    decision = gate_required(state["cost"], report, wf.inp.policy)
+    key = wf.key("policy_eval", {"plan": chosen, "cost": state["cost"]})
+    wf.run_node("policy_eval", {"plan": key}, {"overall": report.overall}, key=key)
+    wf.event("policy", {"overall": report.overall, "gate_required": decision.required})
+    return {
+        "policy": report,
+        "gate_required": decision.required,
+        "gate_reasons": list(decision.reasons),
+    }
+
+
+async def gate_hitl_node(state: GraphState) -> GraphState:
+    """An ``ApprovalGate`` child per planner round, unless neither the input nor §23.5
+    asks for one."""
+    wf = _wf()
+    inp, cost, report = wf.inp, state["cost"], state["policy"]
+    n = state["plan_round"]
+    if not (inp.require_approval or state["gate_required"]):
+        wf.run_node("gate_hitl", {"round": n}, {"status": "not_required"})
+        return {"gate_status": "not_required", "rejection_comment": None}
+    name = f"plan-r{n}"
+    wf.status.gate_id = gate_workflow_id(workflow.info().workflow_id, name)
+    wf.status.phase = "waiting_for_approval"
+    details: dict[str, Any] = {
+        "decision_set": inp.decision_set,
+        "round": n,
+        "plan": {c.capability.value: c.pattern_id for c in state["plan"].choices},
+        "monthly_usd": cost.monthly_usd,
+        "delta_vs_prev_usd": cost.delta_vs_prev_usd,
+        "policy": report.overall,
+        "gate_reasons": state["gate_reasons"],
+    }
+    if state.get("rejection_comment"):
+        details["replanned_for"] = state["rejection_comment"]
+    wf.event("gate_waiting", {"gate": name, "round": n})
+    gate = await open_gate(
+        GateRequest(
+            name=name,
+            requester=inp.requester,
+            approvers=inp.approvers,
+            subject=f"Design {inp.project}/{inp.decision_set}, planner round {n}: "
+            f"${cost.monthly_usd:,.2f}/month, policy {report.overall}",
+            details=details,
+            expires_in_s=inp.gate_expires_in_s,
+        )
+    )
+    wf.status.phase = "running"
+    actor = gate.decided_by or ""
+    wf.approvals.append(
+        ApprovalRecord(
+            gate=name, actor=actor, status=gate.status.value, comment=gate.decision_comment
+        )
+    )
+    wf.run_node("gate_hitl", {"round": n}, {"status": gate.status.value, "by": actor})
+    wf.event("approval", {"gate": name, "status": gate.status.value, "by": actor})
+    if gate.status == GateStatus.REJECTED:
+        wf.rejection_comments.append(gate.decision_comment)
+        return {"gate_status": "rejected", "rejection_comment": gate.decision_comment}
+    return {"gate_status": gate.status.value, "rejection_comment": None}
+
+
+async def after_gate(state: GraphState) -> str:
+    status = state["gate_status"]
+    if status in ("approved", "not_required"):
+        return "codegen" if _wf().inp.generate else "rationale_compile"
+    if (
+        status == "rejected"
+        and state.get("rejection_comment")
+        and state["plan_round"] < _wf().inp.max_plan_rounds
+    ):
+        return "planner"
+    return "rationale_compile"
+
+
+def _rationale_md(state: GraphState) -> str:
+    return design_rationale_md(state["plan"], state["cards"], state["policy"], state["cost"])
+
+
+async def codegen_node(state: GraphState) -> GraphState:
+    wf = _wf()
+    inp = wf.inp
+    node_input = {"plan": state["plan"], "constraints": state["snapshot"].constraints}
+    key = wf.key("codegen", {**node_input, "cost": state["cost"], "policy": state["policy"]})
+    out = await call(
+        steps.CODEGEN,
+        CodegenInput(
+            key=key,
+            project=inp.project,
+            decision_set=inp.decision_set,
+            plan=state["plan"],
+            constraints=state["snapshot"].constraints,
+            rationale_md=_rationale_md(state),
+            cost=state["cost"],
+            policy=state["policy"],
+        ),
+        summary=f"codegen: {len(state['plan'].choices)} capabilities",
+    )
+    wf.run_node(
+        "codegen", {"plan": key}, {"files": out.file_count, "digest": out.files_digest}, key=key
+    )
+    wf.event("artifacts", {"files": out.file_count, "digest": out.files_digest})
+    return {"codegen": out}
+
+
+async def validators_node(state: GraphState) -> GraphState:
+    wf = _wf()
+    files = state["codegen"].files_digest
+    key = wf.key("validators", {"files": files})
+    out = await call(
+        steps.VALIDATE,
+        ValidateInput(key=key, files_digest=files),
+        summary=f"validators on {state['codegen'].file_count} files",
+    )
+    wf.run_node("validators", {"files": files}, dict(out.summary), key=key)
+    wf.event("validation", {"summary": out.summary, "report": out.report_digest})
+    return {"validation": out}
+
+
+async def rationale_compile_node(state: GraphState) -> GraphState:
+    wf = _wf()
+    cards = state.get("cards", [])
+    if "plan" not in state:
+        wf.run_node("rationale_compile", {}, {"cards": 0})
+        return {"rationale": rationale_json(cards), "rationale_md": ""}
+    md = _rationale_md(state)
+    wf.run_node("rationale_compile", {"cards": len(cards)}, {"cards": len(cards)})
+    return {"rationale": rationale_json(cards), "rationale_md": md}
+
+
+def _outcome(state: GraphState) -> str:
+    if not state["coverage"].covered:
+        return "not_covered"
+    status = state.get("gate_status")
+    if status == "rejected":
+        return "rejected"
+    if status == "expired":
+        return "expired"
+    return "completed"
+
+
+async def diff_and_persist_node(state: GraphState) -> GraphState:
+    """The Change Summary against the previous decision set, then the SQL rows and the
+    repository's archive (one idempotent activity)."""
+    wf = _wf()
+    inp, previous = wf.inp, wf.data.previous
+    outcome = _outcome(state)
+    new_state = _state_of(state)
+    files = state["codegen"].file_digests if "codegen" in state else {}
+    cost = state.get("cost")
+    diff: dict[str, Any] | None = None
+    summary_md = state.get("rationale_md", "")
+    if previous is not None:
+        old_state = {
+            "constraints": previous.constraints.model_dump(mode="json"),
+            "plan": previous.plan or {},
+        }
+        delta = cost.delta_vs_prev_usd if cost else None
+        sd = state_diff(old_state, new_state)
+        summary = change_summary(old_state, new_state, previous.file_digests, files, delta)
+        diff = {"summary": summary.model_dump(mode="json"), "state": sd.model_dump(mode="json")}
+        summary_md = change_summary_md(summary, sd) + "\n\n" + summary_md
+        wf.event("diff", {"previous": previous.decision_set, "cost_delta_usd": delta})
+    key = wf.key("diff_and_persist", {"state": new_state, "files": files, "outcome": outcome})
+    wf.run_node("diff_and_persist", {"outcome": outcome}, {"files": len(files)}, key=key)
+    wf.event("run_complete", {"status": outcome})
+    report_files = {"reports/rationale.json": canonical_json(state.get("rationale", {})).decode()}
+    if diff is not None:
+        report_files["reports/diff.json"] = canonical_json(diff).decode()
+    out = await call(
+        steps.PERSIST,
+        PersistInput(
+            key=key,
+            project=inp.project,
+            owner=inp.requester,
+            decision_set=inp.decision_set,
+            parent=inp.previous_decision_set,
+            status=outcome,
+            constraints=state["snapshot"].constraints,
+            plan=new_state.get("plan"),
+            summary_md=summary_md,
+            cost=cost,
+            files_digest=state["codegen"].files_digest if "codegen" in state else None,
+            file_digests=files,
+            report_files=report_files,
+            agent_runs=wf.agent_runs,
+            approvals=wf.approvals,
+            events=wf.events,
+        ),
+        summary=f"persist {inp.project}/{inp.decision_set}: {outcome}",
+    )
+    return {
+        "outcome": outcome,
+        "version": out.version,
+        "archive_digest": out.archive_digest,
+        "diff": diff,
+    }
+
+
+def _state_of(state: GraphState) -> dict[str, Any]:
+    """The decision set's state as the diff compares it (JSON)."""
+    out: dict[str, Any] = {"constraints": state["snapshot"].constraints.model_dump(mode="json")}
+    if "plan" in state:
+        out["plan"] = state["plan"].model_dump(mode="json", exclude={"candidates"})
+    if "cost" in state:
+        out["cost"] = {"monthly_usd": state["cost"].monthly_usd}
+    if "policy" in state:
+        out["policy"] = {"overall": state["policy"].overall}
+    return out
+
+
+def build_graph() -> StateGraph[GraphState, Any, GraphState, GraphState]:
+    """The §21.1 graph, every node run in the workflow. A fresh graph per call: the
+    plugin rewrites the nodes of the graph it is given."""
+    g: StateGraph[GraphState, Any, GraphState, GraphState] = StateGraph(GraphState)
+    nodes = {
+        "intake_extract": intake_extract,
+        "coverage_check": coverage_check_node,
+        "adaptive_questions": adaptive_questions_node,
+        "planner": planner_node,
+        "critic_tech": critic_tech_node,
+        "critic_cost": critic_cost_node,
+        "policy_eval": policy_eval_node,
+        "gate_hitl": gate_hitl_node,
+        "codegen": codegen_node,
+        "validators": validators_node,
+        "rationale_compile": rationale_compile_node,
+        "diff_and_persist": diff_and_persist_node,
+    }
+    for name, fn in nodes.items():
+        # The plugin shows a workflow node's summary as the run's current details.
+        g.add_node(name, fn, metadata={"execute_in": "workflow", "summary": f"design: {name}"})
+    g.add_edge(START, "intake_extract")
+    g.add_edge("intake_extract", "coverage_check")
+    g.add_conditional_edges(
+        "coverage_check",
+        after_coverage,
+        ["planner", "adaptive_questions", "rationale_compile"],
+    )
+    g.add_edge("adaptive_questions", "coverage_check")
+    g.add_edge("planner", "critic_tech")
+    g.add_edge("critic_tech", "critic_cost")
+    g.add_edge("critic_cost", "policy_eval")
+    g.add_edge("policy_eval", "gate_hitl")
+    g.add_conditional_edges("gate_hitl", after_gate, ["codegen", "planner", "rationale_compile"])
+    g.add_edge("codegen", "validators")
+    g.add_edge("validators", "rationale_compile")
+    g.add_edge("rationale_compile", "diff_and_persist")
+    g.add_edge("diff_and_persist", END)
+    return g
+
+
+@workflow.defn(name=steps.WORKFLOW_TYPE)
+class DesignPipeline:
+    """One decision set through the §21.1 graph. Update ``answers``, query ``status``."""
+
+    @workflow.init
+    def __init__(self, inp: DesignInput) -> None:
+        self.inp = inp
+        self.status = DesignStatus(phase="starting")
+        self.agent_runs: list[AgentRun] = []
+        self.approvals: list[ApprovalRecord] = []
+        self.events: list[DesignEvent] = []
+        self.rejection_comments: list[str] = []
+        self._data: LoadOutput | None = None
+        self._snapshot: IntakeSnapshot | None = None
+        self._answered: IntakeSnapshot | None = None
+        self._answer_ids: set[str] = set()
+
+    @property
+    def data(self) -> LoadOutput:
+        assert self._data is not None, "design data is loaded before the graph runs"
+        return self._data
+
+    @workflow.run
+    async def run(self, inp: DesignInput) -> DesignResult:
+        self.status.phase = "loading"
+        self._data = await call(
+            steps.LOAD,
+            LoadInput(project=inp.project, previous_decision_set=inp.previous_decision_set),
+            summary="load patterns, prices, prompts"
+            + (f" and {inp.previous_decision_set}" if inp.previous_decision_set else ""),
+        )
+        if inp.previous_decision_set and self._data.previous is None:
+            raise ApplicationError(
+                f"previous decision set {inp.previous_decision_set!r} of project "
+                f"{inp.project!r} is not in the store",
+                type=steps.ERROR_DESIGN_INPUT,
+                non_retryable=True,
+            )
+        self.status.phase = "running"
+        app = registered_graph(GRAPH_NAME).compile()
+        # LangSmith tracing (switched on by LANGSMITH_TRACING in the worker's environment)
+        # would run its tracer inside the workflow: subprocesses and HTTP from workflow
+        # code. The history is the trace here, so it is off for the graph.
+        with tracing_context(enabled=False):
+            final = cast(
+                GraphState,
+                await app.ainvoke(
+                    {"question_round": 0, "plan_round": 0, "cards": []},
+                    config={"recursion_limit": RECURSION_LIMIT},
+                ),
+            )
+        self.status.phase = "done"
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._result(final)
+
+    def _result(self, final: GraphState) -> DesignResult:
+        cost = final.get("cost")
+        validation = final.get("validation")
+        codegen = final.get("codegen")
+        return DesignResult(
+            project=self.inp.project,
+            decision_set=self.inp.decision_set,
+            status=final["outcome"],  # type: ignore[typeddict-item]
+            version=final.get("version", 0),
+            constraints=final["snapshot"].constraints,
+            coverage=final["coverage"],
+            plan=final.get("plan"),
+            cost=cost,
+            policy=final.get("policy"),
+            gate_required=final.get("gate_required", False),
+            gate_reasons=final.get("gate_reasons", []),
+            plan_rounds=final.get("plan_round", 0),
+            rejection_comments=list(self.rejection_comments),
+            files_digest=codegen.files_digest if codegen else None,
+            file_count=codegen.file_count if codegen else 0,
+            validation_digest=validation.report_digest if validation else None,
+            validation=dict(validation.summary) if validation else {},
+            rationale_digest=digest_json(final.get("rationale", {})),
+            archive_digest=final.get("archive_digest"),
+            diff=final.get("diff"),
+            cost_delta_usd=cost.delta_vs_prev_usd if cost else None,
+            cost_delta_pct=cost.delta_vs_prev_pct if cost else None,
+            nodes_run=list(self.status.nodes_run),
+        )
+
+    # --- helpers the nodes use ------------------------------------------------------
+
+    def key(self, node: str, node_input: Any) -> str:
+        """The node's idempotency key (§21.3): thread = this workflow's id."""
+        return node_idempotency_key(workflow.info().workflow_id, node, _dump_deep(node_input))
+
+    def now(self) -> str:
+        return workflow.now().isoformat()
+
+    def run_node(
+        self,
+        node: str,
+        node_input: Any,
+        output: dict[str, Any],
+        *,
+        key: str | None = None,
+        provider: str = "workflow",
+        model: str = "",
+        tokens: int = 0,
+        latency_ms: int = 0,
+    ) -> None:
+        """Note a node's run: the query's progress and an ``agent_runs`` row."""
+        self.status.node = node
+        self.status.nodes_run.append(node)
+        run_key = key or self.key(node, node_input)
+        # A node that runs again (a new round) with the same input keeps one key; the
+        # round count makes each run's row its own.
+        seq = sum(1 for r in self.agent_runs if r.agent == node)
+        self.agent_runs.append(
+            AgentRun(
+                key=run_key if seq == 0 else f"{run_key}#{seq}",
+                agent=node,
+                provider=provider,
+                model=model,
+                input_digest=digest_json(_dump_deep(node_input)),
+                output=output,
+                tokens_total=tokens,
+                latency_ms=latency_ms,
+            )
+        )
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        self.events.append(
+            DesignEvent(key=f"{len(self.events):04d}-{kind}", type=kind, payload=payload)
+        )
+
+    async def ask(
+        self, questions: list[Question], snapshot: IntakeSnapshot, n: int
+    ) -> IntakeSnapshot:
+        """Open the questions and wait for Update ``answers``; the answered snapshot."""
+        self._snapshot, self._answered = snapshot, None
+        self.status.questions = questions
+        self.status.question_round = n
+        self.status.phase = "waiting_for_answers"
+        self.event("questions", {"round": n, "fields": [q.field for q in questions]})
+        await workflow.wait_condition(lambda: self._answered is not None)
+        answered = self._answered
+        assert answered is not None
+        self.status.questions = []
+        self.status.phase = "running"
+        self._snapshot = None
+        return answered
+
+    # --- messages -------------------------------------------------------------------
+
+    @workflow.update
+    async def answers(self, answers: DesignAnswers) -> DesignStatus:
+        """Answers to the open questions (any Constraint Schema field may be given)."""
+        if answers.request_id and answers.request_id in self._answer_ids:
+            return self.status
+        if answers.request_id:
+            self._answer_ids.add(answers.request_id)
+        assert self._snapshot is not None
+        self._answered = apply_answers(self._snapshot, answers.answers)
+        self.event("answers", {"fields": sorted(answers.answers), "by": answers.actor})
+        return self.status
+
+    @answers.validator
+    def _validate_answers(self, answers: DesignAnswers) -> None:
+        if answers.request_id and answers.request_id in self._answer_ids:
+            return
+        if self._snapshot is None or self._answered is not None:
+            raise ApplicationError(
+                f"no questions are open (phase {self.status.phase})", type="NoOpenQuestions"
+            )
+        try:
+            apply_answers(self._snapshot, answers.answers)
+        except ConstraintError as exc:
+            raise ApplicationError(
+                f"answers refused: {exc}",
+                [i.model_dump() for i in exc.issues],
+                type=steps.ERROR_DESIGN_INPUT,
+            ) from None
+
+    @workflow.query(name="status")
+    def get_status(self) -> DesignStatus:
+        return self.status
+
+
+def _dump_deep(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: _dump_deep(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_dump_deep(v) for v in value]
+    return value
