@@ -1,0 +1,1 @@
+"""Activities of the design family (issue 9)."""
