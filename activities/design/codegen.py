@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,8 +77,7 @@ def check_paths(files: Mapping[str, str]) -> dict[str, str]:
         if not path or path.startswith("/") or _BAD_CHARS.search(path):
             problems.append(f"{path!r}: not a relative path")
             continue
-        parts = PurePosixPath(path).parts
-        if any(p in ("..", ".") for p in parts) or path.endswith("/") or "//" in path:
+        if any(seg in ("", ".", "..") for seg in path.split("/")):
             problems.append(f"{path!r}: '.' / '..' segments and empty names are not allowed")
             continue
         if len(text.encode()) > MAX_FILE_BYTES:
