@@ -245,6 +245,11 @@ async def run_pytest(files: Mapping[str, str], config: SandboxConfig) -> Validat
 # -------------------------------------------------------------------------------- host
 
 
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
 async def _host(
     argv: Sequence[str], cwd: Path, timeout_s: float = HOST_TIMEOUT_S
 ) -> tuple[int | None, str, str]:
@@ -260,13 +265,13 @@ async def _host(
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except (TimeoutError, asyncio.CancelledError):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    except TimeoutError:
+        _kill_group(proc.pid)
         await proc.wait()
-        if asyncio.current_task() is not None and asyncio.current_task().cancelling():  # type: ignore[union-attr]
-            raise
         return None, "", f"timed out after {timeout_s:g} s"
+    except asyncio.CancelledError:
+        _kill_group(proc.pid)
+        raise
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
