@@ -43,6 +43,6 @@ fi
 CHECKOV_VERSION="3.3.30"
 if [ ! -x .tools/checkov/bin/checkov ] || ! .tools/checkov/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('checkov') != '$CHECKOV_VERSION')" 2>/dev/null; then
   echo "keel: installing checkov $CHECKOV_VERSION into .tools/checkov ..." >&2
-  uv venv -q --allow-existing --python 3.11 .tools/checkov
+  uv venv -q --allow-existing --python .venv/bin/python .tools/checkov
   uv pip install -q --python .tools/checkov/bin/python "checkov==$CHECKOV_VERSION"
 fi

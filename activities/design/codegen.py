@@ -822,7 +822,7 @@ class AnthropicProvider:
         self,
         *,
         api_key: str,
-        model: str = "claude-sonnet-4-5",
+        model: str = "claude-sonnet-4-6",
         base_url: str | None = None,
         max_tokens: int = 16000,
         timeout_s: float = 300.0,

@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from activities.design.codegen import (
     AnthropicProvider,
     CodeGenError,
+    LiteLLMProvider,
     TemplateRenderer,
     check_paths,
     parse_file_map,
     render_repo,
     render_request,
 )
+from activities.llm import LLMGateway
 from keel.design.reasons import rationale_json
+from keel.llm import ModelsConfig, ModelSpec
+from keel.records import LLMCallLog
 from tests.design.codegen_cases import CASES, request_for
 from tests.support.scripted_anthropic import ScriptedAnthropicServer
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -168,3 +177,71 @@ def test_anthropic_provider_refuses_escaping_paths_and_cut_answers() -> None:
         pytest.raises(CodeGenError, match="max_tokens"),
     ):
         asyncio.run(go(srv.base_url))
+
+
+def test_litellm_provider_through_the_gateway() -> None:
+    answer = json.dumps({"services/app.py": "x = 1\n", "tests/test_app.py": "def test_x(): ...\n"})
+    logs: list[LLMCallLog] = []
+
+    async def on_call(log: LLMCallLog) -> None:
+        logs.append(log)
+
+    with ScriptedOpenAIServer([ScriptedReply(content=answer)]) as srv:
+        gateway = LLMGateway(
+            ModelsConfig(
+                default="scripted",
+                models={
+                    "scripted": ModelSpec(litellm_model="openai/scripted", api_base=srv.base_url)
+                },
+            ),
+            on_call=on_call,
+        )
+        provider = LiteLLMProvider(gateway, call_key="test/codegen/1", workflow_id="design/p/ds")
+        files = asyncio.run(provider.generate(request_for("streaming_features")))
+        sent = srv.requests[0].json
+    assert files == {"services/app.py": "x = 1\n", "tests/test_app.py": "def test_x(): ...\n"}
+    assert sent is not None
+    assert sent["response_format"]["type"] == "json_object"
+    assert sent["messages"][0]["role"] == "system"
+    assert '"ingest": "ingest:msk-kafka"' in sent["messages"][1]["content"]
+    assert [entry.call_key for entry in logs] == ["test/codegen/1"]
+
+
+def test_litellm_provider_refuses_a_bad_answer() -> None:
+    with ScriptedOpenAIServer([ScriptedReply(content='{"/abs.py": "x"}')]) as srv:
+        gateway = LLMGateway(
+            ModelsConfig(
+                default="scripted",
+                models={
+                    "scripted": ModelSpec(litellm_model="openai/scripted", api_base=srv.base_url)
+                },
+            )
+        )
+        with pytest.raises(CodeGenError, match="not a relative path"):
+            asyncio.run(LiteLLMProvider(gateway).generate(request_for("rag")))
+
+
+_DIGEST_SCRIPT = """
+import hashlib, json
+from activities.design.codegen import render_request
+from tests.design.codegen_cases import CASES, request_for
+blob = json.dumps([render_request(request_for(c)) for c in CASES], sort_keys=True)
+print(hashlib.sha256(blob.encode()).hexdigest())
+"""
+
+
+def test_same_bytes_across_processes_and_hash_seeds() -> None:
+    root = Path(__file__).resolve().parents[3]
+    digests = set()
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", _DIGEST_SCRIPT],
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1 and len(next(iter(digests))) == 64
