@@ -540,9 +540,19 @@ async def run_sbom(files: Mapping[str, str], root: Path) -> tuple[ValidatorResul
 # --------------------------------------------------------------------------- the report
 
 
+#: Seconds between heartbeats while one validator runs (a jailed mypy can take minutes).
+HEARTBEAT_EVERY_S = 10.0
+
+
 def _heartbeat(detail: str) -> None:
     if activity.in_activity():
         activity.heartbeat(detail)
+
+
+async def _keep_beating(current: list[str]) -> None:
+    while True:
+        await asyncio.sleep(HEARTBEAT_EVERY_S)
+        _heartbeat(current[0])
 
 
 def report_files(report: ValidationReport) -> dict[str, str]:
@@ -560,48 +570,61 @@ async def validate_repo(
     """Run every validator on ``files``; the report's ``files`` hold ``reports/*.json``.
 
     Order: secrets, ruff, mypy, pytest (jailed), hcl, checkov, actionlint, hadolint,
-    sbom. The activity heartbeats between validators when it runs in one.
+    sbom. Inside an activity it heartbeats with the running validator's name at each
+    step and every :data:`HEARTBEAT_EVERY_S` seconds during one.
     """
     files = check_paths(files)
     config = sandbox_config or default_config()
     results: list[ValidatorResult] = []
     timings: dict[str, float] = {}
+    current = ["start"]
+    sbom_text: str | None = None
 
     async def timed(name: str, step: Callable[[], Awaitable[ValidatorResult]]) -> None:
+        current[0] = name
         _heartbeat(name)
         started = time.monotonic()
         results.append(await step())
         timings[name] = round(time.monotonic() - started, 3)
 
-    sbom_text: str | None = None
-
     async def secrets() -> ValidatorResult:
         return scan_secrets(files)
 
-    await timed("secrets", secrets)
-    await timed("ruff", lambda: run_ruff(files, config))
-    await timed("mypy", lambda: run_mypy(files, config))
-    await timed("pytest", lambda: run_pytest(files, config))
-    with tempfile.TemporaryDirectory(prefix="keel-validate-") as tmp:
-        root = Path(tmp)
-        for path, text in files.items():
-            target = root / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+    async def run_all() -> None:
+        nonlocal sbom_text
+        await timed("secrets", secrets)
+        await timed("ruff", lambda: run_ruff(files, config))
+        await timed("mypy", lambda: run_mypy(files, config))
+        await timed("pytest", lambda: run_pytest(files, config))
+        with tempfile.TemporaryDirectory(prefix="keel-validate-") as tmp:
+            root = Path(tmp)
+            for path, text in files.items():
+                target = root / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text, encoding="utf-8")
 
-        async def hcl() -> ValidatorResult:
-            return run_hcl(files)
+            async def hcl() -> ValidatorResult:
+                return run_hcl(files)
 
-        async def sbom() -> ValidatorResult:
-            nonlocal sbom_text
-            result, sbom_text = await run_sbom(files, root)
-            return result
+            async def sbom() -> ValidatorResult:
+                nonlocal sbom_text
+                result, sbom_text = await run_sbom(files, root)
+                return result
 
-        await timed("hcl", hcl)
-        await timed("checkov", lambda: run_checkov(files, root))
-        await timed("actionlint", lambda: run_actionlint(files, root))
-        await timed("hadolint", lambda: run_hadolint(files, root))
-        await timed("sbom", sbom)
+            await timed("hcl", hcl)
+            await timed("checkov", lambda: run_checkov(files, root))
+            await timed("actionlint", lambda: run_actionlint(files, root))
+            await timed("hadolint", lambda: run_hadolint(files, root))
+            await timed("sbom", sbom)
+
+    beating = asyncio.create_task(_keep_beating(current)) if activity.in_activity() else None
+    try:
+        await run_all()
+    finally:
+        if beating is not None:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
     results = [
         r.model_copy(update={"details": {**r.details, "seconds": timings.get(r.name)}})
         for r in results

@@ -71,3 +71,21 @@ def test_tools_that_cannot_run_are_not_run(tmp_path: object) -> None:
     assert report.passed is True and report.complete is False
     assert set(report.not_run) == set(status) - {"secrets"}
     assert '"status": "not_run"' in report.files["reports/ruff.json"]
+
+
+def test_heartbeats_name_each_validator_inside_an_activity() -> None:
+    from temporalio import activity
+    from temporalio.testing import ActivityEnvironment
+
+    config = SandboxConfig.model_validate({"nsjail_path": "/nonexistent/nsjail"})
+    beats: list[str] = []
+
+    @activity.defn
+    async def validate(files: dict[str, str]) -> ValidationReport:
+        return await validate_repo(files, sandbox_config=config)
+
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details[0])
+    report = asyncio.run(env.run(validate, {"a.py": "x = 1\n"}))
+    assert [x.name for x in report.results] == beats[: len(report.results)]
+    assert beats[:4] == ["secrets", "ruff", "mypy", "pytest"]
