@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -130,6 +132,22 @@ def _venv_bin(name: str) -> str | None:
     return which(name)
 
 
+@functools.cache
+def _minor_version(executable: str) -> str | None:
+    """``"3.11"`` for an interpreter (run on the host: it is the interpreter, not repo code)."""
+    try:
+        out = subprocess.run(
+            [executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
 def _site_packages() -> list[str]:
     return [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
 
@@ -152,6 +170,15 @@ async def _jailed(
         runtime = python_runtime(config)
     except SandboxUnavailable as exc:
         return ValidatorResult(name=name, status="not_run", summary=f"no jail: {exc}")
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if binary is None and _minor_version(runtime.executable) != here:
+        # This venv's compiled packages only load in the same minor version.
+        return ValidatorResult(
+            name=name,
+            status="not_run",
+            summary=f"the jail's interpreter {runtime.executable} is not Python {here}; "
+            "set python.interpreter in configs/sandbox.yaml",
+        )
     binds = list(runtime.binds)
     visible = {b.src for b in binds}
     site = _site_packages()
