@@ -35,3 +35,14 @@ if [ ! -x .venv/bin/python ] || ! uv sync --frozen --all-extras --check >/dev/nu
   echo "keel: installing Python packages with uv (first run builds llama-cpp-python: minutes) ..." >&2
   CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" uv sync --frozen --all-extras
 fi
+
+# checkov (the Terraform scanner of the design validators) lives in its own environment:
+# its current releases need versions of shared packages that conflict with Keel's pins
+# (in .venv uv can only resolve checkov 3.0.34, from 2023). The validator finds it at
+# .tools/checkov/bin/checkov; without it that validator reports not_run.
+CHECKOV_VERSION="3.3.30"
+if [ ! -x .tools/checkov/bin/checkov ] || ! .tools/checkov/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('checkov') != '$CHECKOV_VERSION')" 2>/dev/null; then
+  echo "keel: installing checkov $CHECKOV_VERSION into .tools/checkov ..." >&2
+  uv venv -q --allow-existing --python .venv/bin/python .tools/checkov
+  uv pip install -q --python .tools/checkov/bin/python "checkov==$CHECKOV_VERSION"
+fi

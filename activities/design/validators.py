@@ -1,0 +1,676 @@
+"""Validators (§21.1 node 10) run on a generated repository.
+
+ruff, mypy and pytest execute (or import) the repository's code, so they run inside the
+nsjail sandbox with the repository as the jail's workspace. The other checks only read
+files and run on the host in a temporary directory: an HCL parse and checkov on the
+Terraform, actionlint on the workflows, hadolint on a Dockerfile, a CycloneDX SBOM of
+``requirements.txt`` and a secret scan (patterns below). Each result is a
+:class:`~keel.design.validation.ValidatorResult`; a validator whose tool is missing, or
+whose jail cannot start, is ``not_run`` with the reason, never ``passed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+
+from activities.design.codegen import check_paths
+from keel.design.validation import ValidationReport, ValidatorResult
+from sandbox.errors import SandboxError, SandboxUnavailable
+from sandbox.jail import Bind, run_async
+from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
+from sandbox.python_block import python_runtime
+
+log = logging.getLogger(__name__)
+
+#: Limits of one jailed tool run (mypy over FastAPI and pydantic needs room).
+JAIL_LIMITS = SandboxLimits(
+    wall_time_s=240,
+    cpu_time_s=240,
+    memory_mb=2048,
+    max_processes=64,
+    max_file_size_mb=16,
+    max_open_files=1024,
+    max_output_bytes=2_000_000,
+    tmpfs_size_mb=64,
+    workspace_size_mb=64,
+)
+#: Wall-clock limit of one host tool run.
+HOST_TIMEOUT_S = 240.0
+#: The checkov environment scripts/bootstrap.sh makes; KEEL_CHECKOV overrides it.
+CHECKOV_ENV = "KEEL_CHECKOV"
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_OUTPUT_TAIL = 4000
+
+# ------------------------------------------------------------------------ secret scan
+
+#: (rule id, pattern). Kept narrow so a generated repository can be clean: each matches a
+#: credential's own shape, not words such as "password".
+SECRET_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("aws-access-key-id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
+    (
+        "aws-secret-access-key",
+        re.compile(r"(?i)aws_?secret_?access_?key\s*[:=]\s*['\"]?[A-Za-z0-9/+=]{40}\b"),
+    ),
+    (
+        "private-key",
+        re.compile(r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED |PGP )?PRIVATE KEY"),
+    ),
+    (
+        "github-token",
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b"),
+    ),
+    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b")),
+    ("anthropic-api-key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
+    ("openai-api-key", re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9]{32,}\b")),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
+    (
+        "assigned-secret",
+        re.compile(
+            r"(?i)\b(?:api_?key|secret(?:_?key)?|access_?token|auth_?token|password)\b"
+            r"\s*[:=]\s*['\"][A-Za-z0-9/+_\-]{20,}['\"]"
+        ),
+    ),
+)
+
+
+def _redact(text: str) -> str:
+    return text[:4] + "…" + f"({len(text)} chars)"
+
+
+def scan_secrets(files: Mapping[str, str]) -> ValidatorResult:
+    """Pattern scan of every file; a finding names the file, line and rule, never the value."""
+    findings: list[dict[str, Any]] = []
+    for path in sorted(files):
+        for lineno, line in enumerate(files[path].splitlines(), start=1):
+            for rule, pattern in SECRET_RULES:
+                for m in pattern.finditer(line):
+                    findings.append(
+                        {"file": path, "line": lineno, "rule": rule, "match": _redact(m.group(0))}
+                    )
+    if findings:
+        rules = sorted({f["rule"] for f in findings})
+        return ValidatorResult(
+            name="secrets",
+            status="failed",
+            summary=f"{len(findings)} possible secret(s): {', '.join(rules)}",
+            details={"findings": findings[:200], "rules": [r for r, _ in SECRET_RULES]},
+        )
+    return ValidatorResult(
+        name="secrets",
+        status="passed",
+        summary=f"no secrets found in {len(files)} files",
+        details={"rules": [r for r, _ in SECRET_RULES]},
+    )
+
+
+# ------------------------------------------------------------------------------ jailed
+
+
+def _venv_bin(name: str) -> str | None:
+    """A tool installed next to this interpreter (the project's venv), else on PATH."""
+    here = Path(sys.executable).parent / name
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    from shutil import which
+
+    return which(name)
+
+
+@functools.cache
+def _minor_version(executable: str) -> str | None:
+    """``"3.11"`` for an interpreter (run on the host: it is the interpreter, not repo code)."""
+    try:
+        out = subprocess.run(
+            [executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def _site_packages() -> list[str]:
+    return [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
+
+
+async def _jailed(
+    name: str,
+    argv_tail: Sequence[str],
+    files: Mapping[str, str],
+    config: SandboxConfig,
+    *,
+    binary: str | None = None,
+) -> SandboxResult | ValidatorResult:
+    """Run ``python -m <tool>`` (or ``binary``) in a jail holding the repository.
+
+    The jail's interpreter may be a system one (this venv's base interpreter can sit
+    where the jail cannot traverse); the venv's site-packages are then bound read-only
+    and put on ``PYTHONPATH`` so the tools and the repository's dependencies import.
+    """
+    try:
+        runtime = python_runtime(config)
+    except SandboxUnavailable as exc:
+        return ValidatorResult(name=name, status="not_run", summary=f"no jail: {exc}")
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if binary is None and _minor_version(runtime.executable) != here:
+        # This venv's compiled packages only load in the same minor version.
+        return ValidatorResult(
+            name=name,
+            status="not_run",
+            summary=f"the jail's interpreter {runtime.executable} is not Python {here}; "
+            "set python.interpreter in configs/sandbox.yaml",
+        )
+    binds = list(runtime.binds)
+    visible = {b.src for b in binds}
+    site = _site_packages()
+    for path in site:
+        real = os.path.realpath(path)
+        if not any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
+            binds.append(Bind(real, real))
+    env = {
+        "PYTHONPATH": ":".join(os.path.realpath(p) for p in site),
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # The repository's tests need none of this venv's pytest plugins, and some are
+        # slow to import.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "MYPY_FORCE_COLOR": "0",
+    }
+    if binary is not None:
+        real = os.path.realpath(binary)
+        binds.append(Bind(real, "/keel-tools/" + os.path.basename(real)))
+        argv = ["/keel-tools/" + os.path.basename(real), *argv_tail]
+    else:
+        argv = [runtime.executable, "-B", *argv_tail]
+    try:
+        return await run_async(
+            argv,
+            limits=JAIL_LIMITS,
+            workspace_files=dict(files),
+            env=env,
+            binds=binds,
+            config=config,
+        )
+    except (SandboxUnavailable, SandboxError) as exc:
+        return ValidatorResult(name=name, status="not_run", summary=f"the jail did not run: {exc}")
+
+
+def _from_jail(name: str, run: SandboxResult | ValidatorResult, what: str) -> ValidatorResult:
+    if isinstance(run, ValidatorResult):
+        return run
+    output = (run.stdout + ("\n" + run.stderr if run.stderr.strip() else "")).strip()
+    details = {
+        "exit_code": run.exit_code,
+        "duration_ms": run.duration_ms,
+        "timed_out": run.timed_out,
+        "output": output[-_OUTPUT_TAIL:],
+        "sandbox": "nsjail",
+    }
+    if run.ok:
+        return ValidatorResult(
+            name=name, status="passed", summary=f"{what}: clean", details=details
+        )
+    if run.timed_out or run.killed_by_signal is not None:
+        why = "timed out" if run.timed_out else f"killed by signal {run.killed_by_signal}"
+        return ValidatorResult(
+            name=name, status="failed", summary=f"{what}: {why}", details=details
+        )
+    last = next((ln for ln in reversed(output.splitlines()) if ln.strip()), "no output")
+    return ValidatorResult(
+        name=name,
+        status="failed",
+        summary=f"{what}: exit {run.exit_code}: {last[:300]}",
+        details=details,
+    )
+
+
+async def run_ruff(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
+    binary = _venv_bin("ruff")
+    if binary is None:
+        return ValidatorResult(name="ruff", status="not_run", summary="ruff is not installed")
+    run = await _jailed(
+        "ruff",
+        ["check", "--no-cache", "--output-format", "concise", "."],
+        files,
+        config,
+        binary=binary,
+    )
+    return _from_jail("ruff", run, "ruff check")
+
+
+async def run_mypy(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
+    run = await _jailed("mypy", ["-m", "mypy", "--cache-dir=/dev/null"], files, config)
+    return _from_jail("mypy", run, "mypy")
+
+
+async def run_pytest(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
+    run = await _jailed(
+        "pytest", ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header"], files, config
+    )
+    return _from_jail("pytest", run, "pytest")
+
+
+# -------------------------------------------------------------------------------- host
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def _host(
+    argv: Sequence[str], cwd: Path, timeout_s: float = HOST_TIMEOUT_S
+) -> tuple[int | None, str, str]:
+    """Run a read-only tool over ``cwd``; (exit code or None on timeout, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        _kill_group(proc.pid)
+        await proc.wait()
+        return None, "", f"timed out after {timeout_s:g} s"
+    except asyncio.CancelledError:
+        _kill_group(proc.pid)
+        raise
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def run_hcl(files: Mapping[str, str]) -> ValidatorResult:
+    """Parse every ``.tf`` file with python-hcl2."""
+    tf = sorted(p for p in files if p.endswith(".tf"))
+    if not tf:
+        return ValidatorResult(name="hcl", status="not_run", summary="no Terraform files")
+    try:
+        import hcl2
+    except ImportError:
+        return ValidatorResult(name="hcl", status="not_run", summary="python-hcl2 is not installed")
+    errors: dict[str, str] = {}
+    resources: dict[str, int] = {}
+    for path in tf:
+        try:
+            doc = hcl2.loads(files[path])
+        except Exception as exc:  # the parser raises lark errors of several classes
+            errors[path] = f"{type(exc).__name__}: {str(exc)[:500]}"
+            continue
+        resources[path] = sum(len(block) for block in doc.get("resource", []))
+    if errors:
+        return ValidatorResult(
+            name="hcl",
+            status="failed",
+            summary=f"{len(errors)} of {len(tf)} Terraform files do not parse",
+            details={"errors": errors},
+        )
+    return ValidatorResult(
+        name="hcl",
+        status="passed",
+        summary=f"{len(tf)} Terraform files parse, {sum(resources.values())} resources",
+        details={"resources": resources},
+    )
+
+
+def _checkov_binary() -> str | None:
+    explicit = os.environ.get(CHECKOV_ENV)
+    for candidate in (explicit, str(_REPO_ROOT / ".tools" / "checkov" / "bin" / "checkov")):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return _venv_bin("checkov")
+
+
+async def run_checkov(files: Mapping[str, str], root: Path) -> ValidatorResult:
+    if not any(p.endswith(".tf") for p in files):
+        return ValidatorResult(name="checkov", status="not_run", summary="no Terraform files")
+    binary = _checkov_binary()
+    if binary is None:
+        return ValidatorResult(
+            name="checkov",
+            status="not_run",
+            summary="checkov is not installed (scripts/bootstrap.sh puts it in .tools/checkov)",
+        )
+    frameworks = ["terraform", "github_actions"] + (["dockerfile"] if "Dockerfile" in files else [])
+    code, out, err = await _host(
+        [
+            binary,
+            "-d",
+            ".",
+            "--framework",
+            *frameworks,
+            "-o",
+            "json",
+            "--quiet",
+            "--compact",
+            "--skip-download",
+            "--soft-fail",
+        ],
+        root,
+    )
+    if code is None:
+        return ValidatorResult(name="checkov", status="not_run", summary=f"checkov {err}")
+    try:
+        data = json.loads(out)
+    except json.JSONDecodeError:
+        return ValidatorResult(
+            name="checkov",
+            status="not_run",
+            summary=f"checkov gave no JSON report (exit {code})",
+            details={"stderr": err[-_OUTPUT_TAIL:]},
+        )
+    reports = data if isinstance(data, list) else [data]
+    summary: dict[str, Any] = {}
+    failed: list[dict[str, Any]] = []
+    for report in reports:
+        if not isinstance(report, dict) or "check_type" not in report:
+            continue
+        summary[report["check_type"]] = report.get("summary", {})
+        for check in report.get("results", {}).get("failed_checks", []):
+            failed.append(
+                {
+                    "check_id": check.get("check_id"),
+                    "check_name": check.get("check_name"),
+                    "file": str(check.get("file_path", "")).lstrip("/"),
+                    "resource": check.get("resource"),
+                }
+            )
+    parse_errors = sum(int(s.get("parsing_errors", 0)) for s in summary.values())
+    passed = sum(int(s.get("passed", 0)) for s in summary.values())
+    details = {"summary": summary, "failed_checks": failed}
+    if failed or parse_errors:
+        ids = sorted({str(f["check_id"]) for f in failed})
+        return ValidatorResult(
+            name="checkov",
+            status="failed",
+            summary=f"{len(failed)} failed checks ({', '.join(ids[:10])}), {parse_errors} parse errors",
+            details=details,
+        )
+    return ValidatorResult(
+        name="checkov", status="passed", summary=f"{passed} checks passed", details=details
+    )
+
+
+async def run_actionlint(files: Mapping[str, str], root: Path) -> ValidatorResult:
+    workflows = sorted(
+        p for p in files if p.startswith(".github/workflows/") and p.endswith((".yml", ".yaml"))
+    )
+    if not workflows:
+        return ValidatorResult(name="actionlint", status="not_run", summary="no workflows")
+    binary = _venv_bin("actionlint")
+    if binary is None:
+        return ValidatorResult(
+            name="actionlint", status="not_run", summary="actionlint is not installed"
+        )
+    code, out, err = await _host(
+        [binary, "-no-color", "-format", "{{json .}}", "-shellcheck=", "-pyflakes=", *workflows],
+        root,
+    )
+    if code is None:
+        return ValidatorResult(name="actionlint", status="not_run", summary=f"actionlint {err}")
+    try:
+        findings = json.loads(out or "[]")
+    except json.JSONDecodeError:
+        return ValidatorResult(
+            name="actionlint",
+            status="not_run",
+            summary=f"unreadable actionlint output (exit {code})",
+            details={"stderr": err[-_OUTPUT_TAIL:]},
+        )
+    if code not in (0, 1):
+        return ValidatorResult(
+            name="actionlint",
+            status="not_run",
+            summary=f"actionlint failed to run (exit {code})",
+            details={"stderr": err[-_OUTPUT_TAIL:]},
+        )
+    items = [
+        {
+            "file": f.get("filepath"),
+            "line": f.get("line"),
+            "kind": f.get("kind"),
+            "message": f.get("message"),
+        }
+        for f in findings
+    ]
+    if items:
+        return ValidatorResult(
+            name="actionlint",
+            status="failed",
+            summary=f"{len(items)} findings in {len(workflows)} workflows",
+            details={"findings": items},
+        )
+    return ValidatorResult(
+        name="actionlint",
+        status="passed",
+        summary=f"{len(workflows)} workflows clean",
+        details={"workflows": workflows},
+    )
+
+
+async def run_hadolint(files: Mapping[str, str], root: Path) -> ValidatorResult:
+    dockerfiles = sorted(p for p in files if p.rsplit("/", 1)[-1] == "Dockerfile")
+    if not dockerfiles:
+        return ValidatorResult(
+            name="hadolint", status="not_run", summary="no Dockerfile in the repository"
+        )
+    binary = _venv_bin("hadolint")
+    if binary is None:
+        return ValidatorResult(
+            name="hadolint", status="not_run", summary="hadolint is not installed"
+        )
+    code, out, err = await _host(
+        [binary, "--no-color", "-f", "json", "--failure-threshold", "warning", *dockerfiles], root
+    )
+    if code is None:
+        return ValidatorResult(name="hadolint", status="not_run", summary=f"hadolint {err}")
+    try:
+        findings = json.loads(out or "[]")
+    except json.JSONDecodeError:
+        return ValidatorResult(
+            name="hadolint",
+            status="not_run",
+            summary=f"unreadable hadolint output (exit {code})",
+            details={"stderr": err[-_OUTPUT_TAIL:]},
+        )
+    serious = [f for f in findings if f.get("level") in ("error", "warning")]
+    details = {"findings": findings, "dockerfiles": dockerfiles}
+    if serious or code != 0:
+        return ValidatorResult(
+            name="hadolint",
+            status="failed",
+            summary=f"{len(serious)} warnings or errors: "
+            + ", ".join(sorted({str(f.get("code")) for f in serious})),
+            details=details,
+        )
+    return ValidatorResult(
+        name="hadolint",
+        status="passed",
+        summary=f"{len(dockerfiles)} Dockerfile(s) clean ({len(findings)} info/style notes)",
+        details=details,
+    )
+
+
+async def run_sbom(files: Mapping[str, str], root: Path) -> tuple[ValidatorResult, str | None]:
+    """CycloneDX SBOM of ``requirements.txt``; the SBOM text comes back beside the result."""
+    if "requirements.txt" not in files:
+        return ValidatorResult(name="sbom", status="not_run", summary="no requirements.txt"), None
+    binary = _venv_bin("cyclonedx-py")
+    if binary is None:
+        return ValidatorResult(
+            name="sbom", status="not_run", summary="cyclonedx-bom is not installed"
+        ), None
+    code, out, err = await _host(
+        [
+            binary,
+            "requirements",
+            "--of",
+            "JSON",
+            "--output-reproducible",
+            "-o",
+            "-",
+            "requirements.txt",
+        ],
+        root,
+    )
+    if code != 0:
+        return (
+            ValidatorResult(
+                name="sbom",
+                status="failed" if code is not None else "not_run",
+                summary=f"cyclonedx-py requirements: exit {code}: {err.strip()[-300:]}",
+            ),
+            None,
+        )
+    try:
+        bom = json.loads(out)
+    except json.JSONDecodeError:
+        return ValidatorResult(name="sbom", status="failed", summary="the SBOM is not JSON"), None
+    components = [
+        f"{c.get('name')}=={c.get('version')}"
+        for c in bom.get("components", [])
+        if isinstance(c, dict)
+    ]
+    return (
+        ValidatorResult(
+            name="sbom",
+            status="passed",
+            summary=f"CycloneDX {bom.get('specVersion')} SBOM, {len(components)} components",
+            details={"components": components, "path": "reports/sbom.cdx.json"},
+        ),
+        out if out.endswith("\n") else out + "\n",
+    )
+
+
+# --------------------------------------------------------------------------- the report
+
+
+#: Seconds between heartbeats while one validator runs (a jailed mypy can take minutes).
+HEARTBEAT_EVERY_S = 10.0
+
+
+def _heartbeat(detail: str) -> None:
+    if activity.in_activity():
+        activity.heartbeat(detail)
+
+
+async def _keep_beating(current: list[str]) -> None:
+    while True:
+        await asyncio.sleep(HEARTBEAT_EVERY_S)
+        _heartbeat(current[0])
+
+
+def report_files(report: ValidationReport) -> dict[str, str]:
+    """``reports/<validator>.json`` for each result (the SBOM file is added by validate_repo)."""
+    return {
+        f"reports/{r.name}.json": json.dumps(r.model_dump(mode="json"), indent=2, sort_keys=True)
+        + "\n"
+        for r in report.results
+    }
+
+
+async def validate_repo(
+    files: dict[str, str], *, sandbox_config: SandboxConfig | None = None
+) -> ValidationReport:
+    """Run every validator on ``files``; the report's ``files`` hold ``reports/*.json``.
+
+    Order: secrets, ruff, mypy, pytest (jailed), hcl, checkov, actionlint, hadolint,
+    sbom. Inside an activity it heartbeats with the running validator's name at each
+    step and every :data:`HEARTBEAT_EVERY_S` seconds during one.
+    """
+    files = check_paths(files)
+    config = sandbox_config or default_config()
+    results: list[ValidatorResult] = []
+    timings: dict[str, float] = {}
+    current = ["start"]
+    sbom_text: str | None = None
+
+    async def timed(name: str, step: Callable[[], Awaitable[ValidatorResult]]) -> None:
+        current[0] = name
+        _heartbeat(name)
+        started = time.monotonic()
+        results.append(await step())
+        timings[name] = round(time.monotonic() - started, 3)
+
+    async def secrets() -> ValidatorResult:
+        return scan_secrets(files)
+
+    async def run_all() -> None:
+        nonlocal sbom_text
+        await timed("secrets", secrets)
+        await timed("ruff", lambda: run_ruff(files, config))
+        await timed("mypy", lambda: run_mypy(files, config))
+        await timed("pytest", lambda: run_pytest(files, config))
+        with tempfile.TemporaryDirectory(prefix="keel-validate-") as tmp:
+            root = Path(tmp)
+            for path, text in files.items():
+                target = root / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text, encoding="utf-8")
+
+            async def hcl() -> ValidatorResult:
+                return run_hcl(files)
+
+            async def sbom() -> ValidatorResult:
+                nonlocal sbom_text
+                result, sbom_text = await run_sbom(files, root)
+                return result
+
+            await timed("hcl", hcl)
+            await timed("checkov", lambda: run_checkov(files, root))
+            await timed("actionlint", lambda: run_actionlint(files, root))
+            await timed("hadolint", lambda: run_hadolint(files, root))
+            await timed("sbom", sbom)
+
+    beating = asyncio.create_task(_keep_beating(current)) if activity.in_activity() else None
+    try:
+        await run_all()
+    finally:
+        if beating is not None:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+    results = [
+        r.model_copy(update={"details": {**r.details, "seconds": timings.get(r.name)}})
+        for r in results
+    ]
+    report = ValidationReport(results=results)
+    out = report_files(report)
+    if sbom_text is not None:
+        out["reports/sbom.cdx.json"] = sbom_text
+    log.info(
+        "validated %d files: %s", len(files), ", ".join(f"{r.name}={r.status}" for r in results)
+    )
+    return report.model_copy(update={"files": out})
+
+
+__all__ = [
+    "JAIL_LIMITS",
+    "SECRET_RULES",
+    "report_files",
+    "run_hcl",
+    "scan_secrets",
+    "validate_repo",
+]

@@ -1,0 +1,91 @@
+"""ValidationReport: ``passed`` and ``not_run`` derive from the results; not_run never passes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from activities.design.validators import run_hcl, scan_secrets, validate_repo
+from keel.design.validation import ValidationReport, ValidatorResult
+from sandbox.models import SandboxConfig
+
+
+def r(name: str, status: str) -> ValidatorResult:
+    return ValidatorResult.model_validate({"name": name, "status": status, "summary": status})
+
+
+def test_not_run_is_neither_passed_nor_complete() -> None:
+    report = ValidationReport(results=[r("ruff", "passed"), r("checkov", "not_run")])
+    assert report.passed is True
+    assert report.not_run == ["checkov"]
+    assert report.complete is False
+    assert ValidationReport(results=[r("ruff", "passed")]).complete is True
+
+
+def test_a_failure_fails_the_report() -> None:
+    report = ValidationReport(results=[r("ruff", "failed"), r("mypy", "passed")])
+    assert report.passed is False and report.complete is False
+
+
+def test_derived_fields_ignore_what_is_passed_in_and_round_trip() -> None:
+    forged = ValidationReport.model_validate(
+        {"results": [r("pytest", "failed").model_dump()], "passed": True, "not_run": []}
+    )
+    assert forged.passed is False
+    again = ValidationReport.model_validate_json(forged.model_dump_json())
+    assert again == forged
+
+
+def test_bad_status_refused() -> None:
+    with pytest.raises(ValueError):
+        ValidatorResult.model_validate({"name": "x", "status": "skipped", "summary": ""})
+
+
+def test_hcl_parse_error_fails_and_no_terraform_is_not_run() -> None:
+    assert run_hcl({"infra/a/main.tf": 'resource "x" "y" {\n  a = \n'}).status == "failed"
+    assert run_hcl({"infra/a/main.tf": 'resource "x" "y" {\n  a = 1\n}\n'}).status == "passed"
+    assert run_hcl({"README.md": "x"}).status == "not_run"
+
+
+def test_secret_rules_match_shapes_not_words() -> None:
+    token = "ghp_" + "a1B2" * 9
+    assert scan_secrets({"a.py": f'TOKEN = "{token}"\n'}).status == "failed"
+    clean = {"a.py": 'password = os.environ["PASSWORD"]\napi_key: str = ""\n'}
+    assert scan_secrets(clean).status == "passed"
+
+
+def test_tools_that_cannot_run_are_not_run(tmp_path: object) -> None:
+    # No jail can start with a missing nsjail; no Dockerfile means nothing for hadolint.
+    config = SandboxConfig.model_validate({"nsjail_path": "/nonexistent/nsjail"})
+    files = {"a.py": "x = 1\n", "tests/test_a.py": "def test_a() -> None:\n    pass\n"}
+    report = asyncio.run(validate_repo(files, sandbox_config=config))
+    status = {x.name: x.status for x in report.results}
+    for name in ("ruff", "mypy", "pytest"):
+        assert status[name] == "not_run", report.result(name)
+    assert status["hadolint"] == "not_run"
+    assert "no Dockerfile" in report.result("hadolint").summary  # type: ignore[union-attr]
+    for name in ("hcl", "checkov", "actionlint", "sbom"):
+        assert status[name] == "not_run"
+    assert status["secrets"] == "passed"
+    assert report.passed is True and report.complete is False
+    assert set(report.not_run) == set(status) - {"secrets"}
+    assert '"status": "not_run"' in report.files["reports/ruff.json"]
+
+
+def test_heartbeats_name_each_validator_inside_an_activity() -> None:
+    from temporalio import activity
+    from temporalio.testing import ActivityEnvironment
+
+    config = SandboxConfig.model_validate({"nsjail_path": "/nonexistent/nsjail"})
+    beats: list[str] = []
+
+    @activity.defn
+    async def validate(files: dict[str, str]) -> ValidationReport:
+        return await validate_repo(files, sandbox_config=config)
+
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details[0])
+    report = asyncio.run(env.run(validate, {"a.py": "x = 1\n"}))
+    assert [x.name for x in report.results] == beats[: len(report.results)]
+    assert beats[:4] == ["secrets", "ruff", "mypy", "pytest"]
