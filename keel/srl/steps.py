@@ -10,7 +10,7 @@ store, named by its digest, so no history carries the code itself.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from pydantic import (
     BaseModel,
