@@ -475,6 +475,9 @@ async def diff_and_persist_node(state: GraphState) -> GraphState:
             files_digest=state["codegen"].files_digest if "codegen" in state else None,
             file_digests=files,
             report_files=report_files,
+            validation_digest=(
+                state["validation"].report_digest if "validation" in state else None
+            ),
             agent_runs=wf.agent_runs,
             approvals=wf.approvals,
             events=wf.events,

@@ -28,7 +28,7 @@ from keel.design import steps
 from keel.design.coverage import IntakeSnapshot
 from keel.design.critics import load_prices
 from keel.design.errors import DesignError
-from keel.design.patterns import load_patterns
+from keel.design.patterns import PatternCatalog, load_patterns
 from keel.design.reasons import prompt_pack_hash
 from keel.design.steps import (
     CodegenInput,
@@ -73,6 +73,10 @@ class DesignActivities:
 
     def all(self) -> list[Any]:
         return [self.load, self.intake_extract, self.codegen, self.validate, self.persist]
+
+    def _catalog(self) -> PatternCatalog:
+        """The pattern catalogue the plan was made from (BOM comments, Dockerfiles)."""
+        return load_patterns(_yaml(self.config_dir / "patterns.yaml"))
 
     @activity.defn(name=steps.LOAD.name)
     def load(self, inp: LoadInput) -> LoadOutput:
@@ -153,6 +157,7 @@ class DesignActivities:
                 rationale_md=inp.rationale_md,
                 cost=inp.cost,
                 policy=inp.policy,
+                catalog=self._catalog(),
             )
         )
         digest = self.artifacts.put_json(files)
@@ -180,7 +185,10 @@ class DesignActivities:
         size = None
         if inp.files_digest is not None:
             files: dict[str, str] = self.artifacts.get_json(inp.files_digest)
-            data = _zip({**files, **inp.report_files})
+            validation: dict[str, str] = {}
+            if inp.validation_digest is not None:
+                validation = self.artifacts.get_json(inp.validation_digest).get("files", {})
+            data = _zip({**files, **validation, **inp.report_files})
             archive, size = self.artifacts.put_bytes(data), len(data)
         try:
             version, inserted = design_store.persist(

@@ -258,6 +258,9 @@ class PersistInput(_Model):
     report_files: dict[str, str] = Field(
         default_factory=dict, description="/reports files added to the archive (small)"
     )
+    validation_digest: str | None = Field(
+        None, description="the validators' report: its reports/*.json files go in the archive"
+    )
     agent_runs: list[AgentRun] = Field(default_factory=list)
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     events: list[DesignEvent] = Field(default_factory=list)

@@ -366,8 +366,8 @@ async def design_gate(ctx: Ctx, parent: str, name: str, decision: str, comment: 
 
 async def design_replanned(ctx: Ctx) -> Histories:
     """DesignPipeline: intake through the model, a question answered by Update, round 1
-    rejected with a comment, the planner again, round 2 approved; then an iteration on
-    the approved set whose cost rise forces the gate."""
+    rejected with a comment, the planner again, round 2 approved, the repository generated
+    and validated; then an iteration on the approved set whose cost rise forces the gate."""
     project = f"{ID_PREFIX}-design"
     ctx.llm.enqueue(ScriptedReply(content=DESIGN_EXTRACTED))
     handle = await ctx.client.start_workflow(
@@ -377,7 +377,6 @@ async def design_replanned(ctx: Ctx) -> Histories:
             decision_set="ds1",
             requester="alice",
             requirements=DESIGN_TEXT,
-            generate=False,
         ),
         id=design_workflow_id(project, "ds1"),
         task_queue=ctx.task_queue,
