@@ -1,0 +1,233 @@
+"""The Keel console in a real browser: Debian's headless Chromium driven by Playwright,
+against the API served by uvicorn on a loopback port over the session's dev server and a
+real worker.
+
+Screenshots of each panel in light and dark mode go to ``test-artifacts/console/``
+(git-ignored); axe-core (vendored, ``tests/support/axe/``) checks each view for serious
+or critical accessibility violations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from playwright.async_api import async_playwright
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from api.app import create_app
+from keel.settings import Settings
+from services.processes import free_port
+from services.up import ui_link
+from tests.srl.conftest import HAND_TASKS
+from tests.support.api import auth, open_gate, token
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "console"
+AXE = ROOT / "tests" / "support" / "axe" / "axe.min.js"
+AXE_SHA256 = "880970c081707360e64f34cea25ff91892f5bc95675b0776925b9709dd8a68bb"
+WAIT_MS = 20_000
+
+
+@pytest.fixture
+async def console_url(api_settings: Settings, client: Client, worker: Worker) -> AsyncIterator[str]:
+    """The API (and so the console) served by uvicorn on a loopback port."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(api_settings, client=client),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+        )
+    )
+    serving = asyncio.create_task(server.serve())
+    for _ in range(200):
+        if server.started or serving.done():
+            break
+        await asyncio.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 10)
+
+
+@pytest.fixture
+async def api(console_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A plain HTTP client of the same server, for what the test does beside the page."""
+    async with httpx.AsyncClient(base_url=console_url) as c:
+        yield c
+
+
+@pytest.fixture
+async def page(tmp_path: Path) -> AsyncIterator[Any]:
+    """A page in a fresh Chromium profile at 1280x800."""
+    assert CHROMIUM.exists(), "no /usr/bin/chromium: run scripts/bootstrap.sh as root"
+    async with async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1280, "height": 800},
+            # axe-core is injected as an inline script, which the console's policy forbids.
+            bypass_csp=True,
+        )
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            page.set_default_timeout(WAIT_MS)
+            yield page
+        finally:
+            await context.close()
+
+
+async def sign_in(page: Any, url: str, actor: str) -> None:
+    """Enter ``actor``'s token in the settings and save it."""
+    await page.goto(f"{url}/ui")
+    await page.get_by_role("button", name="Settings").click()
+    await page.get_by_label("API token").fill(token(actor))
+    await page.get_by_role("button", name="Save token").click()
+    await page.wait_for_selector("#view-inbox:not([hidden])")
+
+
+async def snapshot(page: Any, name: str) -> None:
+    """Screenshots of the page in light and dark mode; both must differ."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    backgrounds = []
+    for scheme in ("light", "dark"):
+        await page.emulate_media(color_scheme=scheme)
+        await page.screenshot(path=str(ARTIFACTS / f"{name}-{scheme}.png"), full_page=True)
+        backgrounds.append(await page.evaluate("getComputedStyle(document.body).backgroundColor"))
+        await check_accessibility(page, f"{name} ({scheme})")
+    await page.emulate_media(color_scheme="light")
+    assert backgrounds[0] != backgrounds[1], backgrounds
+
+
+async def check_accessibility(page: Any, where: str) -> None:
+    """axe-core finds no serious or critical violation on the page as it is."""
+    if not await page.evaluate("typeof window.axe !== 'undefined'"):
+        assert hashlib.sha256(AXE.read_bytes()).hexdigest() == AXE_SHA256
+        await page.add_script_tag(path=str(AXE))
+    result = await page.evaluate("() => axe.run(document, {resultTypes: ['violations']})")
+    bad = [
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}"
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+    assert not bad, f"{where}: {bad}"
+
+
+async def test_inbox_approve_with_comment_and_a_refusal(
+    page: Any, console_url: str, api: httpx.AsyncClient
+) -> None:
+    mine = await open_gate(api, subject=f"ship build {uuid.uuid4().hex[:6]}", expires_in_s=7200)
+    own = await open_gate(
+        api, name="own", subject=f"alice's own {uuid.uuid4().hex[:6]}", approvers=[]
+    )
+
+    # Without a token the console opens on its settings.
+    await page.goto(f"{console_url}/ui")
+    await page.wait_for_selector("#view-settings:not([hidden])")
+    await snapshot(page, "settings")
+
+    await sign_in(page, console_url, "bob")
+    card = page.locator("li.gate", has_text=mine["subject"])
+    await card.wait_for()
+    assert await card.locator(".gate-requester").inner_text() == "alice"
+    assert await card.locator(".gate-approvers").inner_text() == "bob"
+    assert re.fullmatch(r"in (1h 59m|2h 0m)", await card.locator(".gate-expiry").inner_text())
+    await page.locator("li.gate", has_text=own["subject"]).wait_for()
+    count = int(await page.locator("#inbox-count").inner_text())
+    assert count >= 2  # bob is an approver of both gates (any approver may decide `own`)
+    # The canvas waits for a design session.
+    assert "No design session yet" in await page.locator("#right").inner_text()
+    await snapshot(page, "inbox")
+
+    # Keyboard: the comment field and the buttons are reachable by their labels.
+    await card.get_by_label("Comment").fill("checked the eval report")
+    await card.get_by_role("button", name=f"Approve: {mine['subject']}").click()
+    await card.wait_for(state="detached")
+    await page.get_by_text(f"Approved: {mine['subject']}").wait_for()
+    assert int(await page.locator("#inbox-count").inner_text()) == count - 1
+    state = (await api.get(f"/gates/{mine['gate_id']}", headers=auth("bob"))).json()
+    assert state["status"] == "approved" and state["decided_by"] == "bob"
+    assert state["decision_comment"] == "checked the eval report"
+
+    # Alice requested `own`: her approval is refused, with the API's own words.
+    await sign_in(page, console_url, "alice")
+    card = page.locator("li.gate", has_text=own["subject"])
+    await card.get_by_role("button", name=f"Approve: {own['subject']}").click()
+    refusal = card.locator(".refusal")
+    await refusal.wait_for()
+    assert await refusal.inner_text() == "Refused: alice requested this gate and cannot decide it"
+    await card.wait_for()  # still pending, still listed
+    state = (await api.get(f"/gates/{own['gate_id']}", headers=auth("alice"))).json()
+    assert state["status"] == "pending"
+    await snapshot(page, "inbox-refused")
+
+    # Narrow: the canvas and the navigation fold behind buttons.
+    await page.set_viewport_size({"width": 420, "height": 800})
+    assert not await page.locator("#right").is_visible()
+    assert not await page.locator("#left").is_visible()
+    await page.get_by_role("button", name="Menu").click()
+    assert await page.locator("#left").is_visible()
+    await snapshot(page, "narrow-menu")
+
+
+async def test_runs_lists_a_collection_and_links_to_temporal(
+    page: Any, console_url: str, api: httpx.AsyncClient, api_settings: Settings
+) -> None:
+    collection = f"console-{uuid.uuid4().hex[:8]}"
+    resp = await api.post(
+        "/srl/collections",
+        json={"collection": collection, "tasks": HAND_TASKS[:2], "window": 2},
+        headers=auth("alice"),
+    )
+    assert resp.status_code == 202, resp.text
+    wid = resp.json()["workflow_id"]
+
+    await sign_in(page, console_url, "alice")
+    await page.get_by_role("button", name="Runs").click()
+    row = page.locator("#runs-body tr", has_text=wid)
+    await row.wait_for()
+    assert "SRL collection" in await row.inner_text()
+    link = row.get_by_role("link", name=f"Open {wid} in the Temporal Web UI")
+    assert await link.get_attribute("href") == ui_link(api_settings, wid)
+    # The view refreshes itself until the collection ends.
+    await row.locator(".status-completed").wait_for()
+
+    # The theme switch overrides the system's setting.
+    await page.get_by_role("button", name="Theme: system").click()
+    assert await page.evaluate("document.documentElement.dataset.theme") == "light"
+    await page.get_by_role("button", name="Theme: light").click()
+    assert await page.evaluate("document.documentElement.dataset.theme") == "dark"
+    await page.get_by_role("button", name="Theme: dark").click()
+    assert await page.evaluate("document.documentElement.dataset.theme ?? null") is None
+    await snapshot(page, "runs")
+
+    await page.get_by_role("button", name="New design session").click()
+    await page.get_by_role("heading", name="Design session", exact=True).wait_for()
+    await snapshot(page, "design")
