@@ -148,9 +148,11 @@ async def test_inbox_approve_with_comment_and_a_refusal(
         api, name="own", subject=f"alice's own {uuid.uuid4().hex[:6]}", approvers=[]
     )
 
-    # Without a token the console opens on its settings.
+    # Without a token the console opens on its settings; Tab first reaches the skip link.
     await page.goto(f"{console_url}/ui")
     await page.wait_for_selector("#view-settings:not([hidden])")
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.textContent") == "Skip to content"
     await snapshot(page, "settings")
 
     await sign_in(page, console_url, "bob")
@@ -166,9 +168,12 @@ async def test_inbox_approve_with_comment_and_a_refusal(
     assert "No design session yet" in await page.locator("#right").inner_text()
     await snapshot(page, "inbox")
 
-    # Keyboard: the comment field and the buttons are reachable by their labels.
+    # By keyboard: the comment field by its label, then Tab to Approve and Enter.
     await card.get_by_label("Comment").fill("checked the eval report")
-    await card.get_by_role("button", name=f"Approve: {mine['subject']}").click()
+    await page.keyboard.press("Tab")
+    focused = await page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert focused == f"Approve: {mine['subject']}"
+    await page.keyboard.press("Enter")
     await card.wait_for(state="detached")
     await page.get_by_text(f"Approved: {mine['subject']}").wait_for()
     assert int(await page.locator("#inbox-count").inner_text()) == count - 1
