@@ -202,7 +202,30 @@ async def test_inbox_approve_with_comment_and_a_refusal(
     await snapshot(page, "narrow-menu")
 
 
-async def test_runs_lists_a_collection_and_links_to_temporal(
+# A job that stops at its approval gate until bob decides (threads: the test is about the page).
+GATED_JOB = """
+dsl_version: "0.1"
+job_id: {job_id}
+inputs:
+  items: ["one two", "three four five"]
+  by: item
+map:
+  operator: word-count@1.0.0
+reduce:
+  operator: numeric-sum@1.0.0
+produce:
+  operator: json-writer@1.0.0
+  sink: {{kind: json, destination: console.json}}
+policy:
+  max_workers: 2
+  budget_units: "20"
+approval:
+  gate: ship
+  approvers: [bob]
+"""
+
+
+async def test_runs_and_an_mrp_gate_approved_from_the_inbox(
     page: Any, console_url: str, api: httpx.AsyncClient, api_settings: Settings
 ) -> None:
     collection = f"console-{uuid.uuid4().hex[:8]}"
@@ -212,17 +235,29 @@ async def test_runs_lists_a_collection_and_links_to_temporal(
         headers=auth("alice"),
     )
     assert resp.status_code == 202, resp.text
-    wid = resp.json()["workflow_id"]
+    srl_wid = resp.json()["workflow_id"]
+    job_id = f"console-{uuid.uuid4().hex[:8]}"
+    resp = await api.post(
+        "/mrp/jobs",
+        json={"job_yaml": GATED_JOB.format(job_id=job_id), "backend": "threads"},
+        headers=auth("alice"),
+    )
+    assert resp.status_code == 202, resp.text
+    mrp_wid = resp.json()["workflow_id"]
 
     await sign_in(page, console_url, "alice")
     await page.get_by_role("button", name="Runs").click()
-    row = page.locator("#runs-body tr", has_text=wid)
-    await row.wait_for()
-    assert "SRL collection" in await row.inner_text()
-    link = row.get_by_role("link", name=f"Open {wid} in the Temporal Web UI")
-    assert await link.get_attribute("href") == ui_link(api_settings, wid)
-    # The view refreshes itself until the collection ends.
-    await row.locator(".status-completed").wait_for()
+    srl_row = page.locator("#runs-body tr", has_text=srl_wid)
+    await srl_row.wait_for()
+    assert "SRL collection" in await srl_row.inner_text()
+    link = srl_row.get_by_role("link", name=f"Open {srl_wid} in the Temporal Web UI")
+    assert await link.get_attribute("href") == ui_link(api_settings, srl_wid)
+    # The view refreshes itself: the collection ends, the job waits at its gate.
+    await srl_row.locator(".status-completed").wait_for()
+    mrp_row = page.locator("#runs-body tr", has_text=mrp_wid)
+    await mrp_row.get_by_text("approval: ").wait_for()
+    assert "MRP job" in await mrp_row.inner_text()
+    assert await mrp_row.locator(".status-running").count() == 1
 
     # The theme switch overrides the system's setting.
     await page.get_by_role("button", name="Theme: system").click()
@@ -232,6 +267,21 @@ async def test_runs_lists_a_collection_and_links_to_temporal(
     await page.get_by_role("button", name="Theme: dark").click()
     assert await page.evaluate("document.documentElement.dataset.theme ?? null") is None
     await snapshot(page, "runs")
+
+    # Bob approves the job's produce gate from the inbox; the job then completes.
+    await sign_in(page, console_url, "bob")
+    card = page.locator("li.gate", has_text=mrp_wid)
+    assert await card.locator(".gate-parent").inner_text() == mrp_wid
+    assert (await card.locator(".gate-subject").inner_text()).startswith(
+        f"Produce MRP job {job_id}"
+    )
+    await card.get_by_label("Comment").fill("counts look right")
+    await card.get_by_role("button", name="Approve: Produce MRP job").click()
+    await card.wait_for(state="detached")
+    await page.get_by_role("button", name="Runs").click()
+    await page.locator("#runs-body tr", has_text=mrp_wid).locator(".status-completed").wait_for()
+    gate = await api.get(f"/gates/{mrp_wid}/gate/ship", headers=auth("bob"))
+    assert gate.json()["decision_comment"] == "counts look right"
 
     await page.get_by_role("button", name="New design session").click()
     await page.get_by_role("heading", name="Design session", exact=True).wait_for()
