@@ -166,6 +166,14 @@ async def test_inbox_approve_with_comment_and_a_refusal(
     assert await page.evaluate("document.activeElement.textContent") == "Skip to content"
     await snapshot(page, "settings")
 
+    # A token the API does not know: its refusal is shown, nothing is listed.
+    await page.get_by_label("API token").fill("not-a-token")
+    await page.get_by_role("button", name="Save token").click()
+    await page.get_by_text(
+        "The API refused the token: the bearer token is not valid (Settings)."
+    ).wait_for()
+    assert await page.locator("li.gate").count() == 0
+
     await sign_in(page, console_url, "bob")
     card = page.locator("li.gate", has_text=mine["subject"])
     await card.wait_for()
