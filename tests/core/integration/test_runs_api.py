@@ -107,7 +107,10 @@ async def test_console_files_are_served_with_a_strict_policy(http: httpx.AsyncCl
     script = await http.get("/ui/assets/console.js")
     assert script.status_code == 200
     assert script.headers["content-type"].startswith("text/javascript")
-    # The token goes in a header, never in an address.
+    # The token goes in a header, never in an address: its field has no name, so even a
+    # form submitted without the script carries no token (and the policy forbids it).
     assert '"Bearer " + token' in script.text
+    assert '<input type="password" id="token-input" spellcheck="false"' in page.text
+    assert "form-action 'none'" in csp
     assert (await http.get("/ui/assets/console.css")).status_code == 200
     assert_error(await http.get("/ui/assets/other.js"), 404, "not_found")
