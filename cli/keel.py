@@ -81,7 +81,7 @@ def up(
     """
     from services.model_server import LocalModelServer, unavailable_reason
     from services.processes import ManagedProcess, ServiceError, TemporalDevServer, port_open
-    from services.up import keel_process, read_state, state_file, write_state
+    from services.up import console_link, keel_process, read_state, state_file, write_state
 
     _setup_logging()
     settings = load_settings()
@@ -152,6 +152,7 @@ def up(
         typer.echo(f"  Model      {services['model']['address']} (SmolLM2-135M, llama.cpp)")
     typer.echo(f"  Worker     task queue {settings.task_queue!r} (log {logs / 'worker.log'})")
     typer.echo(f"  API        {services['api']['address']}  (docs: /docs)")
+    typer.echo(f"  Console    {console_link(settings)}  (approval inbox, runs; an API token)")
     typer.echo("Stop with Ctrl-C or `keel down`.")
     sys.stdout.flush()
 
@@ -363,7 +364,7 @@ async def _run_demo(settings: Settings) -> None:
     from client.temporal import cause_chain, connect
     from keel.demo import DemoInput
     from keel.gates import gate_workflow_id
-    from services.up import ui_link
+    from services.up import console_link, ui_link
     from workflows.demo import KeelDemo
 
     client = await connect(settings)
@@ -414,6 +415,7 @@ async def _run_demo(settings: Settings) -> None:
     typer.echo("Where to look in the Temporal Web UI:")
     typer.echo(f"   {ui_link(settings, wid)}")
     typer.echo(f"   {ui_link(settings, gate_id)}")
+    typer.echo(f"The Keel console (approval inbox, runs): {console_link(settings)}")
     await _run_rllm_examples(client, settings)
     failed = await _run_mrp_examples(client, settings)
     failed += await _run_srl_example(client, settings)

@@ -30,6 +30,17 @@ if ! command -v c++ >/dev/null 2>&1; then
   fi
 fi
 
+# The console's browser tests drive Debian's Chromium (Playwright never downloads a
+# browser here). Installed once; a machine that has it keeps it.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "keel: installing Chromium for the console's browser tests ..." >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "keel: the console's browser tests need /usr/bin/chromium (apt-get install chromium chromium-driver)" >&2
+  fi
+fi
+
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ ! -x .venv/bin/python ] || ! uv sync --frozen --all-extras --check >/dev/null 2>&1; then
   echo "keel: installing Python packages with uv (first run builds llama-cpp-python: minutes) ..." >&2

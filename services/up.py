@@ -53,6 +53,11 @@ def ui_link(settings: Settings, workflow_id: str | None = None) -> str:
     return f"{base}/{urllib.parse.quote(workflow_id, safe='')}"
 
 
+def console_link(settings: Settings) -> str:
+    """The Keel console (approval inbox, runs) served by ``keel up``'s API."""
+    return f"http://127.0.0.1:{settings.api_port}/ui"
+
+
 def keel_process(command: str, log_path: Path) -> ManagedProcess:
     """``keel <command>`` (``worker``, ``api``) as a child process in its own session."""
     return ManagedProcess(command, [sys.executable, "-m", "cli.keel", command], log_path)

