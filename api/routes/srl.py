@@ -14,7 +14,7 @@ from typing import Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
@@ -24,15 +24,12 @@ from client.srl import CollectionView, collection_view, collection_workflow_id, 
 from keel.access import ACCESS_MEMO, access_for
 from keel.digest import canonical_json
 from keel.srl.steps import (
-    MAX_PER_RUN,
-    MAX_STEPS,
-    MAX_WINDOW,
     CollectionInput,
+    CollectionOptions,
     SrlTask,
     TasksInvalid,
     parse_tasks,
 )
-from keel.srl.trajectory import Source
 from store.artifacts import ArtifactNotFound, ArtifactStore, artifact_store_from_settings
 
 router = APIRouter(prefix="/srl", tags=["srl"], responses=ERROR_RESPONSES)
@@ -41,22 +38,14 @@ MAX_API_TASKS = 1000
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
-class StartCollectionBody(BaseModel):
+class StartCollectionBody(CollectionOptions):
     """Start a collection over inline ``tasks`` or a task file already stored
-    (``tasks_digest``); exactly one of them."""
-
-    model_config = ConfigDict(extra="forbid")
+    (``tasks_digest``); exactly one of them. The options are the workflow's own
+    (``CollectionOptions``), so a body the API accepts is a valid input."""
 
     collection: str = Field(pattern=_ID, description="The collection id", examples=["demo"])
     tasks: list[SrlTask] | None = Field(None, min_length=1, max_length=MAX_API_TASKS)
     tasks_digest: str | None = Field(None, pattern=r"^blake3:[0-9a-f]{64}$")
-    source: Source = "gold_replay"
-    model: str = Field(default="", max_length=200)
-    max_steps: int = Field(default=3, ge=1, le=MAX_STEPS)
-    window: int = Field(default=8, ge=1, le=MAX_WINDOW)
-    per_run: int = Field(default=200, ge=1, le=MAX_PER_RUN)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(default=512, ge=16, le=8192)
 
     @model_validator(mode="after")
     def _one_source(self) -> StartCollectionBody:
@@ -117,13 +106,7 @@ async def start(
             collection=body.collection,
             tasks_digest=digest,
             task_count=count,
-            source=body.source,
-            model=body.model,
-            max_steps=body.max_steps,
-            window=body.window,
-            per_run=body.per_run,
-            temperature=body.temperature,
-            max_tokens=body.max_tokens,
+            **body.model_dump(include=set(CollectionOptions.model_fields)),
         )
         try:
             await start_collection(

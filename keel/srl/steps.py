@@ -131,7 +131,20 @@ class CollectionTotals(_Model):
         )
 
 
-class CollectionInput(_Model):
+class CollectionOptions(_Model):
+    """Who answers and how much at once: what ``srl collect``, ``POST /srl/collections``
+    and ``temporal workflow start`` all take, with the same bounds."""
+
+    source: Source = "gold_replay"
+    model: str = Field(default="", max_length=200)
+    max_steps: int = Field(default=3, ge=1, le=MAX_STEPS)
+    window: int = Field(default=8, ge=1, le=MAX_WINDOW)
+    per_run: int = Field(default=200, ge=1, le=MAX_PER_RUN)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=512, ge=16, le=8192)
+
+
+class CollectionInput(CollectionOptions):
     """Input of ``SRLCollection``: which tasks, who answers, and how much at once.
 
     The tasks are a JSONL file of :class:`SrlTask` lines: ``tasks_digest`` names one in
@@ -149,13 +162,6 @@ class CollectionInput(_Model):
     collection: str
     tasks_digest: str | None = Field(None, pattern=r"^blake3:[0-9a-f]{64}$")
     tasks_file: str | None = Field(None, min_length=1, max_length=1000)
-    source: Source = "gold_replay"
-    model: str = Field(default="", max_length=200)
-    max_steps: int = Field(default=3, ge=1, le=MAX_STEPS)
-    window: int = Field(default=8, ge=1, le=MAX_WINDOW)
-    per_run: int = Field(default=200, ge=1, le=MAX_PER_RUN)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(default=512, ge=16, le=8192)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     offset: int = Field(default=0, ge=0)
     task_count: int | None = Field(default=None, ge=0)
