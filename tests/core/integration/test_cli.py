@@ -139,3 +139,16 @@ def test_bad_settings_give_one_clear_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: SettingsError") and "api_tokens" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("script", ["keel", "mrp", "runllm", "srl"])
+def test_installed_scripts_run_from_any_folder(script: str, tmp_path: Path) -> None:
+    """The README runs `.venv/bin/keel`, whose sys.path starts at .venv/bin, not the repo:
+    a dependency's own top-level `cli` package (python-hcl2 8 ships one) would shadow
+    ours and every command would fail to import."""
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / script), "--help"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"Usage: {script}" in proc.stdout
