@@ -9,13 +9,13 @@ rows in SQL (``store/srl_steps.py``).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowHandle
 
-from client.temporal import describe_or_none, start_by_type, status_name
+from client.temporal import RunStatus, describe_or_none, start_by_type, status_name
 from keel.srl.steps import (
     CollectionInput,
     CollectionProgress,
@@ -71,7 +71,7 @@ class CollectionView(BaseModel):
 
     collection: str
     workflow_id: str
-    status: Literal["running", "completed", "failed", "canceled", "terminated", "timed_out"]
+    status: RunStatus
     task_count: int | None = None
     done: int | None = None
     totals: CollectionTotals | None = None

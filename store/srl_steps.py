@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from keel.srl.trajectory import StepRecord, StepRow
+from keel.srl.trajectory import StepRow
 from store.models import SrlStepRow
 from store.records import _insert_ignoring_conflict
 
@@ -64,17 +63,3 @@ def count_steps(sm: sessionmaker[Session], collection: str) -> dict[str, int]:
     with sm() as session:
         steps, verified, bad = session.execute(q).one()
     return {"steps": steps, "verified": verified, "format_errors": bad}
-
-
-def collections(sm: sessionmaker[Session]) -> Sequence[str]:
-    with sm() as session:
-        return list(
-            session.scalars(
-                select(SrlStepRow.collection).distinct().order_by(SrlStepRow.collection)
-            )
-        )
-
-
-def records(rows: Sequence[StepRow]) -> list[StepRecord]:
-    """The §7 records of ``rows``."""
-    return [StepRecord.model_validate_json(r.record_json) for r in rows]

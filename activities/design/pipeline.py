@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
 from keel.design import steps
 from keel.design.coverage import IntakeSnapshot
@@ -147,7 +147,7 @@ class DesignActivities:
         """The repository of the plan, stored as one JSON files map."""
         from activities.design.codegen import render_repo
 
-        files: dict[str, str] = await _with_heartbeats(
+        files: dict[str, str] = await heartbeating(
             asyncio.to_thread(
                 render_repo,
                 inp.plan,
@@ -158,7 +158,8 @@ class DesignActivities:
                 cost=inp.cost,
                 policy=inp.policy,
                 catalog=self._catalog(),
-            )
+            ),
+            every_s=HEARTBEAT_EVERY_S,
         )
         digest = self.artifacts.put_json(files)
         return CodegenOutput(
@@ -173,7 +174,8 @@ class DesignActivities:
         from activities.design.validators import validate_repo
 
         files = self.artifacts.get_json(inp.files_digest)
-        report = await _with_heartbeats(validate_repo(files, sandbox_config=self.sandbox_config))
+        # validate_repo heartbeats itself, naming the validator that runs.
+        report = await validate_repo(files, sandbox_config=self.sandbox_config)
         dumped = report.model_dump(mode="json")
         summary = _validator_summary(dumped)
         return ValidateOutput(report_digest=self.artifacts.put_json(dumped), summary=summary)
@@ -225,15 +227,3 @@ def _zip(files: dict[str, str]) -> bytes:
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, files[path])
     return buf.getvalue()
-
-
-async def _with_heartbeats(work: Any) -> Any:
-    """Await ``work`` while heartbeating, so a lost worker is noticed within the
-    heartbeat timeout rather than the whole start-to-close limit."""
-    task = asyncio.ensure_future(work)
-    started = time.monotonic()
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
-        if done:
-            return task.result()
-        activity.heartbeat({"running_s": round(time.monotonic() - started)})

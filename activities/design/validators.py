@@ -30,6 +30,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.design.codegen import check_paths
+from activities.heartbeat import heartbeating
 from keel.design.validation import ValidationReport, ValidatorResult
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.jail import Bind, run_async
@@ -576,12 +577,6 @@ def _heartbeat(detail: str) -> None:
         activity.heartbeat(detail)
 
 
-async def _keep_beating(current: list[str]) -> None:
-    while True:
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
-        _heartbeat(current[0])
-
-
 def report_files(report: ValidationReport) -> dict[str, str]:
     """``reports/<validator>.json`` for each result (the SBOM file is added by validate_repo)."""
     return {
@@ -644,14 +639,7 @@ async def validate_repo(
             await timed("hadolint", lambda: run_hadolint(files, root))
             await timed("sbom", sbom)
 
-    beating = asyncio.create_task(_keep_beating(current)) if activity.in_activity() else None
-    try:
-        await run_all()
-    finally:
-        if beating is not None:
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
+    await heartbeating(run_all(), every_s=HEARTBEAT_EVERY_S, details=lambda: current[0])
     results = [
         r.model_copy(update={"details": {**r.details, "seconds": timings.get(r.name)}})
         for r in results

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +24,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.actors import ActorPool, ActorRequestError
+from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
 from keel.llm import LLMMessage, LLMRequest
 from keel.srl.errors import StepFormatError
@@ -168,7 +168,7 @@ class SrlActivities:
 
     @activity.defn(name=GENERATE.name)
     async def generate(self, inp: GenerateInput) -> Generation:
-        return await _beating(self._generate(inp))
+        return await heartbeating(self._generate(inp), every_s=HEARTBEAT_EVERY_S)
 
     async def _generate(self, inp: GenerateInput) -> Generation:
         task = self.task(inp.tasks_digest, inp.task_index)
@@ -283,7 +283,7 @@ class SrlActivities:
 
     @activity.defn(name=APPLY.name)
     async def apply(self, inp: ApplyInput) -> StepOutcome:
-        return await _beating(self._apply(inp))
+        return await heartbeating(self._apply(inp), every_s=HEARTBEAT_EVERY_S)
 
     async def _apply(self, inp: ApplyInput) -> StepOutcome:
         task = self.task(inp.tasks_digest, inp.task_index)
@@ -423,25 +423,6 @@ class SrlActivities:
             "reparses": check.ok and not parse_errors,
             "parse_errors": parse_errors[:5],
         }
-
-
-async def _beating(work: Awaitable[T]) -> T:
-    """``work``, heartbeating every ``HEARTBEAT_EVERY_S`` meanwhile: a worker lost in the
-    middle of a step is noticed after the heartbeat timeout (``OPTIONS``), not after the
-    step's whole start-to-close limit."""
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(HEARTBEAT_EVERY_S)
-
-    beater = asyncio.create_task(beat())
-    try:
-        return await work
-    finally:
-        beater.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await beater
 
 
 def _sandbox_result(*, ok: bool, error: str | None = None, **facts: Any) -> dict[str, Any]:
