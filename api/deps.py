@@ -15,6 +15,7 @@ from api.errors import ApiError
 from client.temporal import describe_or_none
 from keel.access import ACCESS_MEMO, RunAccess, may_read
 from keel.settings import Settings
+from store.artifacts import ArtifactStore, artifact_store_from_settings
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,15 @@ def get_client(request: Request) -> Client:
 def get_sessions(request: Request) -> sessionmaker[Session]:
     sessions: sessionmaker[Session] = request.app.state.sessions
     return sessions
+
+
+def get_artifacts(request: Request) -> ArtifactStore:
+    """The artifact store of the app's settings, made on first use and kept on the app."""
+    store: ArtifactStore | None = getattr(request.app.state, "artifacts", None)
+    if store is None:
+        store = artifact_store_from_settings(request.app.state.settings)
+        request.app.state.artifacts = store
+    return store
 
 
 _bearer = HTTPBearer(auto_error=False, description="Keel API token (KEEL_API_TOKENS)")
@@ -83,6 +93,7 @@ async def may_read_run(client: Client, workflow_id: str, caller: Caller) -> bool
 
 ClientDep = Annotated[Client, Depends(get_client)]
 SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
+ArtifactsDep = Annotated[ArtifactStore, Depends(get_artifacts)]
 CallerDep = Annotated[Caller, Depends(get_caller)]
 ApproverDep = Annotated[Caller, Depends(require_role("approver"))]
 RequesterDep = Annotated[Caller, Depends(require_role("requester"))]

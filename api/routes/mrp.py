@@ -24,7 +24,14 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
+from api.deps import (
+    ArtifactsDep,
+    CallerDep,
+    ClientDep,
+    RequesterDep,
+    SessionsDep,
+    may_read_run,
+)
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent
 from client.mrp import MrpJobView, job_view, start_job
@@ -33,7 +40,6 @@ from keel.digest import digest_json
 from keel.mrp.dsl import parse_job
 from keel.mrp.errors import DslError
 from keel.mrp.run import MAX_WINDOW_SIZE, Backend, MRPJobInput, workflow_id_for
-from store.artifacts import ArtifactStore, artifact_store_from_settings
 
 router = APIRouter(prefix="/mrp", tags=["mrp"], responses=ERROR_RESPONSES)
 
@@ -210,21 +216,16 @@ async def submit_job(
     )  # fmt: skip
 
 
-def _store(request: Request) -> ArtifactStore:
-    """The artifact store run manifests live in (made once per app)."""
-    store: ArtifactStore | None = getattr(request.app.state, "mrp_store", None)
-    if store is None:
-        store = artifact_store_from_settings(request.app.state.settings)
-        request.app.state.mrp_store = store
-    return store
-
-
 @router.get("/jobs/{run_id:path}", response_model=MrpJobView)
 async def get_job(
-    request: Request, run_id: str, client: ClientDep, sessions: SessionsDep, caller: CallerDep
+    run_id: str,
+    client: ClientDep,
+    sessions: SessionsDep,
+    artifacts: ArtifactsDep,
+    caller: CallerDep,
 ) -> MrpJobView:
     """A run's status, shard counters, cost and digests (run id or workflow id)."""
-    view = await job_view(client, sessions, run_id, _store(request))
+    view = await job_view(client, sessions, run_id, artifacts)
     # Another caller's run reads as missing: a 403 would confirm that the id exists.
     if view is None or not await may_read_run(client, view.workflow_id, caller):
         raise ApiError(404, "not_found", f"no MRP run {run_id!r}")

@@ -17,7 +17,14 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field, model_validator
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
+from api.deps import (
+    ArtifactsDep,
+    CallerDep,
+    ClientDep,
+    RequesterDep,
+    SessionsDep,
+    may_read_run,
+)
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent
 from client.srl import CollectionView, collection_view, collection_workflow_id, start_collection
@@ -30,7 +37,7 @@ from keel.srl.steps import (
     TasksInvalid,
     parse_tasks,
 )
-from store.artifacts import ArtifactNotFound, ArtifactStore, artifact_store_from_settings
+from store.artifacts import ArtifactNotFound, ArtifactStore
 
 router = APIRouter(prefix="/srl", tags=["srl"], responses=ERROR_RESPONSES)
 
@@ -61,14 +68,6 @@ class StartedCollection(BaseModel):
     status: str = "running"
 
 
-def _store(request: Request) -> ArtifactStore:
-    store: ArtifactStore | None = getattr(request.app.state, "srl_store", None)
-    if store is None:
-        store = artifact_store_from_settings(request.app.state.settings)
-        request.app.state.srl_store = store
-    return store
-
-
 def _stored_tasks(store: ArtifactStore, body: StartCollectionBody) -> tuple[str, int]:
     """The task file's digest and task count; 404/422 when it is missing or invalid."""
     if body.tasks is not None:
@@ -95,13 +94,14 @@ async def start(
     body: StartCollectionBody,
     client: ClientDep,
     sessions: SessionsDep,
+    artifacts: ArtifactsDep,
     caller: RequesterDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Any:
     """Start an SRLCollection; 202 with the workflow id to follow it by."""
 
     async def run() -> tuple[int, Any]:
-        digest, count = await to_thread.run_sync(_stored_tasks, _store(request), body)
+        digest, count = await to_thread.run_sync(_stored_tasks, artifacts, body)
         inp = CollectionInput(
             collection=body.collection,
             tasks_digest=digest,
