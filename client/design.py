@@ -8,20 +8,29 @@ child ``.../gate/plan-r<round>``.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
-from temporalio.client import Client, WorkflowHandle
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError
 
-from client.temporal import describe_or_none, start_by_type
+from client.temporal import RunStatus, cause_chain, describe_or_none, start_by_type, status_name
 from keel.design.steps import (
+    EVENT_RUN_ERROR,
     WORKFLOW_TYPE,
     DesignAnswers,
+    DesignEvent,
     DesignInput,
     DesignResult,
     DesignStatus,
+    EventsSince,
+    event_key,
     workflow_id,
 )
 from keel.gates import GateDecision, GateState, gate_workflow_id
+from store.design import list_events
 
 
 def gate_name(plan_round: int) -> str:
@@ -85,4 +94,101 @@ async def decide(
         "decide",
         GateDecision(decision=decision, actor=actor, comment=comment, request_id=request_id),
         result_type=GateState,
+    )
+
+
+class EventsPage(BaseModel):
+    """A decision set's events after a place, and whether more can come."""
+
+    events: list[DesignEvent] = Field(default_factory=list)
+    status: RunStatus | None = Field(None, description="None: no such run, none stored")
+    done: bool = Field(description="the last event has been given: run-complete or run-error")
+
+
+async def events_since(
+    client: Client,
+    sessions: sessionmaker[Session],
+    project: str,
+    decision_set: str,
+    after: int = -1,
+) -> EventsPage:
+    """The events of a decision set after place ``after`` (-1: all), for SSE and the CLI.
+
+    A running pipeline answers its ``events`` query; a finished one is read from the
+    ``events`` table (persist wrote every event, ``run-complete`` last), which also serves
+    a run whose history is gone. A run that failed or was terminated ends with a
+    ``run-error`` event made here: the workflow could not write it.
+    """
+    wid = workflow_id(project, decision_set)
+    desc = await describe_or_none(client, wid, WORKFLOW_TYPE)
+    if desc is None or status_name(desc) == "completed":
+        rows = await asyncio.to_thread(list_events, sessions, project, decision_set)
+        stored = [DesignEvent(key=r["key"], type=r["type"], payload=r["payload"]) for r in rows]
+        if desc is None and not stored:
+            return EventsPage(status=None, done=True)
+        return EventsPage(
+            events=[e for e in stored if e.seq > after],
+            status="completed",
+            done=desc is not None or bool(stored),
+        )
+    status = status_name(desc)
+    handle = client.get_workflow_handle(wid)
+    try:
+        events = await handle.query(
+            "events", EventsSince(after=after), result_type=list[DesignEvent]
+        )
+    except RPCError:
+        # A run that ended without a result may have no worker able to answer: its
+        # stored events are all there is.
+        if status == "running":
+            raise
+        rows = await asyncio.to_thread(list_events, sessions, project, decision_set)
+        events = [
+            DesignEvent(key=r["key"], type=r["type"], payload=r["payload"])
+            for r in rows
+            if r["seq"] > after
+        ]
+    if status == "running":
+        return EventsPage(events=events, status=status, done=False)
+    last = events[-1].seq if events else after
+    # The node the run was in: the last event's (the query answers only after ``after``).
+    node = events[-1].payload.get("node_name") if events else None
+    error = await _run_error(handle, project, decision_set, last + 1, status, node)
+    return EventsPage(
+        events=[*events, error],
+        status=status,
+        done=True,
+    )
+
+
+async def _run_error(
+    handle: WorkflowHandle[Any, Any],
+    project: str,
+    decision_set: str,
+    seq: int,
+    status: str,
+    node: str | None,
+) -> DesignEvent:
+    """The ``run-error`` event (plan §22.3) of a run that ended ``status``."""
+    message = f"the run ended {status}"
+    try:
+        await handle.result()
+    except WorkflowFailureError as err:
+        chain = cause_chain(err)
+        message = str(chain[-1]) or message
+    except RPCError:
+        pass
+    desc = await handle.describe()
+    ts = desc.close_time.isoformat() if desc.close_time else ""
+    return DesignEvent(
+        key=event_key(seq, EVENT_RUN_ERROR),
+        type=EVENT_RUN_ERROR,
+        payload={
+            "project_id": project,
+            "decision_set_id": decision_set,
+            "node_name": node,
+            "message": message,
+            "status": status,
+            "ts": ts,
+        },
     )

@@ -17,7 +17,14 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from keel.design.critics import CostEstimate
-from keel.design.steps import DesignEvent, PersistInput, PreviousState
+from keel.design.steps import (
+    EVENT_RUN_COMPLETE,
+    DesignEvent,
+    PersistInput,
+    PreviousState,
+    event_key,
+    event_seq,
+)
 from store.models import (
     AgentRunRow,
     ApprovalRow,
@@ -147,13 +154,9 @@ def persist(
                     created_at=now,
                 )
             )
-        saved = DesignEvent(
-            key=f"{inp.key}/saved",
-            type="decision_set_saved",
-            payload={"version": version, "status": inp.status, "archive": archive_digest},
-        )
+        done = completed_event(inp, version, archive_digest, now)
         count = 0
-        for e in [*inp.events, saved]:
+        for e in [*inp.events, done]:
             count += _insert_ignoring_conflict(
                 s,
                 DesignEventRow,
@@ -167,6 +170,25 @@ def persist(
                 ["project_id", "decision_set_id", "event_key"],
             )
         return version, count
+
+
+def completed_event(
+    inp: PersistInput, version: int, archive_digest: str | None, now: datetime
+) -> DesignEvent:
+    """The ``run-complete`` event, always the run's last (plan §22.3)."""
+    return DesignEvent(
+        key=event_key(len(inp.events), EVENT_RUN_COMPLETE),
+        type=EVENT_RUN_COMPLETE,
+        payload={
+            "project_id": inp.project,
+            "decision_set_id": inp.decision_set,
+            "node_name": "diff_and_persist",
+            "ts": now.isoformat(),
+            "version": version,
+            "status": inp.status,
+            "archive_digest": archive_digest,
+        },
+    )
 
 
 def bump_version(
@@ -226,6 +248,21 @@ def decision_set(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, 
         return {c.key: getattr(row, c.key) for c in DecisionSetRow.__table__.columns}
 
 
+def stored_event(sm: sessionmaker[Session], project: str, ds: str, key: str) -> DesignEvent | None:
+    """The event ``key`` of a decision set as written; None if absent."""
+    with sm() as s:
+        row = s.scalars(
+            select(DesignEventRow).where(
+                DesignEventRow.project_id == project,
+                DesignEventRow.decision_set_id == ds,
+                DesignEventRow.event_key == key,
+            )
+        ).one_or_none()
+        if row is None:
+            return None
+        return DesignEvent(key=row.event_key, type=row.type, payload=row.payload_json)
+
+
 def list_events(sm: sessionmaker[Session], project: str, ds: str) -> Sequence[dict[str, Any]]:
     """The decision set's events in the order they were written."""
     with sm() as s:
@@ -235,7 +272,13 @@ def list_events(sm: sessionmaker[Session], project: str, ds: str) -> Sequence[di
             .order_by(DesignEventRow.id)
         ).all()
         return [
-            {"id": r.id, "key": r.event_key, "type": r.type, "payload": r.payload_json}
+            {
+                "id": r.id,
+                "seq": event_seq(r.event_key),
+                "key": r.event_key,
+                "type": r.type,
+                "payload": r.payload_json,
+            }
             for r in rows
         ]
 

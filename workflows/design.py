@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         DesignInput,
         DesignResult,
         DesignStatus,
+        EventsSince,
         IntakeInput,
         LoadInput,
         LoadOutput,
@@ -196,7 +197,10 @@ async def coverage_check_node(state: GraphState) -> GraphState:
         state["snapshot"],
         {"score": cov.score, "covered": cov.covered, "conflicts": len(cov.conflicts)},
     )
-    wf.event("coverage", {"score": cov.score, "missing": cov.missing, "covered": cov.covered})
+    wf.event(
+        steps.EVENT_COVERAGE,
+        {"score": cov.score, "missing": cov.missing, "covered": cov.covered},
+    )
     return {"coverage": cov}
 
 
@@ -249,7 +253,9 @@ async def planner_node(state: GraphState) -> GraphState:
         output["feedback"] = interpret_comment(comment, wf.data.catalog).model_dump(mode="json")
     wf.status.plan_round = n
     wf.run_node("planner", node_input, output, key=key)
-    wf.event("plan", output)
+    wf.event(steps.EVENT_PLAN, output)
+    for card in cards:
+        wf.event(steps.EVENT_REASON_CARD, card.model_dump(mode="json"))
     return {"plan": chosen, "plan_round": n, "cards": cards}
 
 
@@ -262,6 +268,7 @@ async def critic_tech_node(state: GraphState) -> GraphState:
         review, idempotency_key=key, trigger="regen", ts=wf.now(), prompt_pack=wf.data.prompt_pack
     )
     wf.run_node("critic_tech", {"plan": key}, {"risks": len(review.risks)}, key=key)
+    wf.event(steps.EVENT_REASON_CARD, card.model_dump(mode="json"))
     return {"review": review, "cards": [*state["cards"], card]}
 
 
@@ -281,7 +288,8 @@ async def critic_cost_node(state: GraphState) -> GraphState:
         "unpriced": len(cost.unpriced),
     }
     wf.run_node("critic_cost", {"plan": key}, summary, key=key)
-    wf.event("cost", summary)
+    wf.event(steps.EVENT_COST, cost.model_dump(mode="json"))
+    wf.event(steps.EVENT_REASON_CARD, card.model_dump(mode="json"))
     return {"cost": cost, "cards": [*state["cards"], card]}
 
 
@@ -294,7 +302,10 @@ async def policy_eval_node(state: GraphState) -> GraphState:
     decision = gate_required(state["cost"], report, wf.inp.policy)
     key = wf.key("policy_eval", {"plan": chosen, "cost": state["cost"]})
     wf.run_node("policy_eval", {"plan": key}, {"overall": report.overall}, key=key)
-    wf.event("policy", {"overall": report.overall, "gate_required": decision.required})
+    wf.event(
+        steps.EVENT_POLICY,
+        {**report.model_dump(mode="json"), "gate_required": decision.required},
+    )
     return {
         "policy": report,
         "gate_required": decision.required,
@@ -325,7 +336,7 @@ async def gate_hitl_node(state: GraphState) -> GraphState:
     }
     if state.get("rejection_comment"):
         details["replanned_for"] = state["rejection_comment"]
-    wf.event("gate_waiting", {"gate": name, "round": n})
+    wf.event(steps.EVENT_GATE_WAITING, {"gate": name, "gate_id": wf.status.gate_id, "round": n})
     gate = await open_gate(
         GateRequest(
             name=name,
@@ -345,7 +356,7 @@ async def gate_hitl_node(state: GraphState) -> GraphState:
         )
     )
     wf.run_node("gate_hitl", {"round": n}, {"status": gate.status.value, "by": actor})
-    wf.event("approval", {"gate": name, "status": gate.status.value, "by": actor})
+    wf.event(steps.EVENT_APPROVAL, {"gate": name, "status": gate.status.value, "by": actor})
     if gate.status == GateStatus.REJECTED:
         wf.rejection_comments.append(gate.decision_comment)
         return {"gate_status": "rejected", "rejection_comment": gate.decision_comment}
@@ -391,7 +402,7 @@ async def codegen_node(state: GraphState) -> GraphState:
     wf.run_node(
         "codegen", {"plan": key}, {"files": out.file_count, "digest": out.files_digest}, key=key
     )
-    wf.event("artifacts", {"files": out.file_count, "digest": out.files_digest})
+    wf.event(steps.EVENT_ARTIFACTS, {"files": out.file_count, "digest": out.files_digest})
     return {"codegen": out}
 
 
@@ -405,7 +416,7 @@ async def validators_node(state: GraphState) -> GraphState:
         summary=f"validators on {state['codegen'].file_count} files",
     )
     wf.run_node("validators", {"files": files}, dict(out.summary), key=key)
-    wf.event("validation", {"summary": out.summary, "report": out.report_digest})
+    wf.event(steps.EVENT_VALIDATION, {"summary": out.summary, "report": out.report_digest})
     return {"validation": out}
 
 
@@ -452,10 +463,9 @@ async def diff_and_persist_node(state: GraphState) -> GraphState:
         summary = change_summary(old_state, new_state, previous.file_digests, files, delta)
         diff = {"summary": summary.model_dump(mode="json"), "state": sd.model_dump(mode="json")}
         summary_md = change_summary_md(summary, sd) + "\n\n" + summary_md
-        wf.event("diff", {"previous": previous.decision_set, "cost_delta_usd": delta})
+        wf.event(steps.EVENT_DIFF, {"previous": previous.decision_set, **diff["summary"]})
     key = wf.key("diff_and_persist", {"state": new_state, "files": files, "outcome": outcome})
     wf.run_node("diff_and_persist", {"outcome": outcome}, {"files": len(files)}, key=key)
-    wf.event("run_complete", {"status": outcome})
     report_files = {"reports/rationale.json": canonical_json(state.get("rationale", {})).decode()}
     if diff is not None:
         report_files["reports/diff.json"] = canonical_json(diff).decode()
@@ -484,6 +494,9 @@ async def diff_and_persist_node(state: GraphState) -> GraphState:
         ),
         summary=f"persist {inp.project}/{inp.decision_set}: {outcome}",
     )
+    if out.completed is not None:
+        # The event persist wrote last, as written: the query and the events table agree.
+        wf.events.append(out.completed)
     return {
         "outcome": outcome,
         "version": out.version,
@@ -672,8 +685,19 @@ class DesignPipeline:
         )
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
+        """Note an event: the ``events`` query shows it at once, persist writes it."""
+        envelope = {
+            "project_id": self.inp.project,
+            "decision_set_id": self.inp.decision_set,
+            "node_name": self.status.node,
+            "ts": self.now(),
+        }
         self.events.append(
-            DesignEvent(key=f"{len(self.events):04d}-{kind}", type=kind, payload=payload)
+            DesignEvent(
+                key=steps.event_key(len(self.events), kind),
+                type=kind,
+                payload={**envelope, **payload},
+            )
         )
 
     async def ask(
@@ -684,7 +708,7 @@ class DesignPipeline:
         self.status.questions = questions
         self.status.question_round = n
         self.status.phase = "waiting_for_answers"
-        self.event("questions", {"round": n, "fields": [q.field for q in questions]})
+        self.event(steps.EVENT_QUESTIONS, {"round": n, "fields": [q.field for q in questions]})
         await workflow.wait_condition(lambda: self._answered is not None)
         answered = self._answered
         assert answered is not None
@@ -704,7 +728,7 @@ class DesignPipeline:
             self._answer_ids.add(answers.request_id)
         assert self._snapshot is not None
         self._answered = apply_answers(self._snapshot, answers.answers)
-        self.event("answers", {"fields": sorted(answers.answers), "by": answers.actor})
+        self.event(steps.EVENT_ANSWERS, {"fields": sorted(answers.answers), "by": answers.actor})
         return self.status
 
     @answers.validator
@@ -727,6 +751,11 @@ class DesignPipeline:
     @workflow.query(name="status")
     def get_status(self) -> DesignStatus:
         return self.status
+
+    @workflow.query(name="events")
+    def get_events(self, since: EventsSince) -> list[DesignEvent]:
+        """The events after place ``since.after``, for live streams (SSE, the CLI)."""
+        return self.events[since.after + 1 :]
 
 
 def _dump_deep(value: Any) -> Any:

@@ -200,7 +200,16 @@ class DesignActivities:
             raise ApplicationError(
                 str(exc), type=steps.ERROR_DESIGN_CONFLICT, non_retryable=True
             ) from None
-        return PersistOutput(version=version, archive_digest=archive, inserted_events=inserted)
+        # Read back, not rebuilt: a retried persist returns the event the first one wrote.
+        completed = design_store.stored_event(
+            self.sessions,
+            inp.project,
+            inp.decision_set,
+            steps.event_key(len(inp.events), steps.EVENT_RUN_COMPLETE),
+        )
+        return PersistOutput(
+            version=version, archive_digest=archive, inserted_events=inserted, completed=completed
+        )
 
 
 def _validator_summary(report: dict[str, Any]) -> dict[str, str]:

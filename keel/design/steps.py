@@ -234,12 +234,53 @@ class ApprovalRecord(_Model):
     comment: str = ""
 
 
+#: Event types, named as the SSE stream sends them (plan §22.3, plus the intake's own).
+EVENT_COVERAGE: Final = "coverage-update"
+EVENT_QUESTIONS: Final = "questions"
+EVENT_ANSWERS: Final = "answers"
+EVENT_PLAN: Final = "plan-ready"
+EVENT_REASON_CARD: Final = "reason-card"
+EVENT_COST: Final = "cost-update"
+EVENT_POLICY: Final = "policy-update"
+EVENT_GATE_WAITING: Final = "gate-waiting"
+EVENT_APPROVAL: Final = "approval"
+EVENT_ARTIFACTS: Final = "artifacts"
+EVENT_VALIDATION: Final = "validation"
+EVENT_DIFF: Final = "diff-update"
+#: Always the last event of a finished run (written by ``design.persist`` with the version).
+EVENT_RUN_COMPLETE: Final = "run-complete"
+#: Not written by the workflow: a reader adds it for a run that failed or was terminated.
+EVENT_RUN_ERROR: Final = "run-error"
+
+
+def event_key(seq: int, type_: str) -> str:
+    """An event's key: its place in the run (``seq``, from 0) and its type."""
+    return f"{seq:04d}-{type_}"
+
+
+def event_seq(key: str) -> int:
+    """The place in the run of the event keyed ``key`` (:func:`event_key`)."""
+    return int(key.split("-", 1)[0])
+
+
 class DesignEvent(_Model):
-    """One ``events`` row; ``key`` makes a replayed write land once."""
+    """One ``events`` row; ``key`` (:func:`event_key`) makes a replayed write land once.
+    The payload carries ``project_id``, ``decision_set_id``, ``node_name`` and ``ts``
+    besides the type's own fields (plan §21.6)."""
 
     key: str
     type: str
     payload: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def seq(self) -> int:
+        return event_seq(self.key)
+
+
+class EventsSince(_Model):
+    """Query ``events``: the events after place ``after`` (-1: all of them)."""
+
+    after: int = Field(default=-1, ge=-1)
 
 
 class PersistInput(_Model):
@@ -270,6 +311,9 @@ class PersistOutput(_Model):
     version: int
     archive_digest: str | None = None
     inserted_events: int = 0
+    completed: DesignEvent | None = Field(
+        None, description="the run-complete event written last, with the version"
+    )
 
 
 #: Reads configs/design (patterns, prices, prompts) and the previous decision set.

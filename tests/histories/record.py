@@ -69,6 +69,7 @@ from tests.support.scripted_openai import (
     ScriptedReply,
     write_models_config,
 )
+from tests.support.srl import SWAP_ANSWER, divide_tasks, tasks_jsonl
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
 from workflows.demo import KeelDemo
@@ -553,34 +554,11 @@ async def mrp_budget_exceeded(ctx: Ctx) -> Histories:
     return {"mrp_budget_exceeded": await history_json(handle)}
 
 
-SRL_ANSWER = (
-    "<think>swap the arguments</think>"
-    '<action>{"pattern": "divide($A, $B)", "rewrite": "divide($B, $A)", "language": "python"}'
-    '</action><state_update>{"decisions": ["swap"]}</state_update>'
-)
-
-
 async def srl_collection(ctx: Ctx) -> Histories:
     """A teacher collection of three tasks, two per run (so it continues as new once); one
     answer is malformed (a recorded step with reward -1) and that episode's second step
     is verified."""
-    tasks = [
-        {
-            "task_id": f"swap-{i}",
-            "instruction": "swap the arguments of divide",
-            "language": "python",
-            "file": "div.py",
-            "pre": f"d = divide({i + 10}, 2)\n",
-            "post": f"d = divide(2, {i + 10})\n",
-            "gold_action": {
-                "pattern": "divide($A, $B)",
-                "rewrite": "divide($B, $A)",
-                "language": "python",
-            },
-        }
-        for i in range(3)
-    ]
-    data = "".join(json.dumps(t) + "\n" for t in tasks).encode()
+    data = tasks_jsonl(divide_tasks(3))
     digest, count = upload_tasks(artifact_store_from_settings(ctx.settings), data)
     inp = CollectionInput(
         collection=f"{ID_PREFIX}-srl",
@@ -593,7 +571,7 @@ async def srl_collection(ctx: Ctx) -> Histories:
     )
     before = ctx.llm.default
     ctx.llm.enqueue(ScriptedReply(content="no tags at all"))
-    ctx.llm.default = ScriptedReply(content=SRL_ANSWER)
+    ctx.llm.default = ScriptedReply(content=SWAP_ANSWER)
     try:
         handle = await start_collection(ctx.client, inp, task_queue=ctx.task_queue)
         result = await handle.result()

@@ -11,6 +11,7 @@ import pytest
 
 from keel.settings import Settings
 from store.artifacts import artifact_store_from_settings
+from tests.support.srl import tasks_jsonl
 
 EXAMPLE_TASKS = Path(__file__).resolve().parents[2] / "examples" / "srl" / "tasks.jsonl"
 
@@ -18,10 +19,6 @@ EXAMPLE_TASKS = Path(__file__).resolve().parents[2] / "examples" / "srl" / "task
 HAND_TASKS: list[dict[str, Any]] = [
     json.loads(line) for line in EXAMPLE_TASKS.read_text().splitlines() if line.strip()
 ]
-
-
-def tasks_jsonl(tasks: list[dict[str, Any]]) -> bytes:
-    return "".join(json.dumps(t) + "\n" for t in tasks).encode()
 
 
 @pytest.fixture

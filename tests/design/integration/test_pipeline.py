@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -25,7 +26,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from client import design as design_client
-from client.design import start_design
+from client.design import EventsPage, events_since, start_design
 from keel.design.reasons import node_idempotency_key
 from keel.design.steps import NODES, DesignAnswers, DesignInput, DesignResult
 from keel.gates import gate_workflow_id
@@ -94,8 +95,11 @@ async def test_free_text_run_to_archive(client: Client, settings: Settings, tmp_
         settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
         async with build_worker(client, settings):
             handle = await start(client, settings, requirements=BATCH["text"], project="acme")
+            sm = get_sessionmaker(settings.resolved_database_url)
+            live = await _events_until(client, sm, "acme", "ds1", "gate-waiting")
             await decide(client, handle.id, "plan-r1", "approve")
             result: DesignResult = await handle.result()
+            done = await events_since(client, sm, "acme", "ds1")
         request = srv.requests[0].json
     assert request is not None
     # One schema-constrained call carrying the text, validated in the activity.
@@ -123,8 +127,20 @@ async def test_free_text_run_to_archive(client: Client, settings: Settings, tmp_
     assert counts["approvals"] == 1 and counts["cost_estimates"] == 1
     assert counts["artifacts"] == result.file_count + 1  # the files and the archive
     types = [e["type"] for e in design_store.list_events(sm, "acme", "ds1")]
-    assert types[0] == "coverage" and types[-1] == "decision_set_saved"
-    assert {"plan", "cost", "policy", "gate_waiting", "approval", "artifacts"} <= set(types)
+    assert types[0] == "coverage-update" and types[-1] == "run-complete"
+    assert {"plan-ready", "reason-card", "cost-update", "policy-update", "approval"} <= set(types)
+    # Live, the query gave the events up to the gate; finished, the table gives the same
+    # events on, places unbroken, run-complete last with the version.
+    assert live.status == "running" and not live.done and live.events[-1].type == "gate-waiting"
+    assert done.done and done.status == "completed"
+    assert done.events[: len(live.events)] == live.events
+    assert [e.seq for e in done.events] == list(range(len(done.events)))
+    assert done.events[-1].payload["version"] == 1
+    assert {e.payload["decision_set_id"] for e in done.events} == {"ds1"}
+    card = next(e.payload for e in done.events if e.type == "reason-card")
+    assert card["node_name"] == "planner" and card["prompt_pack_hash"]
+    cost = next(e.payload for e in done.events if e.type == "cost-update")
+    assert cost["monthly_usd"] == result.cost.monthly_usd  # type: ignore[union-attr]
     archive = artifact_store_from_settings(settings).get_bytes(result.archive_digest)
     assert archive[:2] == b"PK"
     with zipfile.ZipFile(io.BytesIO(archive)) as z:
@@ -250,7 +266,19 @@ async def test_iteration_gives_diff_and_cost_delta(
     sm = get_sessionmaker(settings.resolved_database_url)
     row = design_store.decision_set(sm, project, "ds2")
     assert row is not None and row["parent_id"] == "ds1"
-    assert "diff" in [e["type"] for e in design_store.list_events(sm, project, "ds2")]
+    assert "diff-update" in [e["type"] for e in design_store.list_events(sm, project, "ds2")]
+
+
+async def _events_until(
+    client: Client, sm: sessionmaker[Session], project: str, ds: str, kind: str
+) -> EventsPage:
+    """The events of a running decision set once one of type ``kind`` is among them."""
+    for _ in range(300):
+        page = await events_since(client, sm, project, ds)
+        if any(e.type == kind for e in page.events):
+            return page
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no {kind} event in {page.events}")
 
 
 async def test_reply_not_in_schema_is_a_retry_of_intake(

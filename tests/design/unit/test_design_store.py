@@ -31,8 +31,8 @@ def persist_input(key: str, **kw: object) -> PersistInput:
         "agent_runs": [AgentRun(key=f"{key}/planner", agent="planner")],
         "approvals": [ApprovalRecord(gate="plan-r1", actor="bob", status="approved")],
         "events": [
-            DesignEvent(key="0000-coverage", type="coverage", payload={"score": 1.0}),
-            DesignEvent(key="0001-plan", type="plan"),
+            DesignEvent(key="0000-coverage-update", type="coverage-update", payload={"score": 1.0}),
+            DesignEvent(key="0001-plan-ready", type="plan-ready"),
         ],
     }
     fields.update(kw)
@@ -53,8 +53,12 @@ def test_persist_is_idempotent_by_key(sm: sessionmaker[Session]) -> None:
         "events": 3,
     }
     events = design_store.list_events(sm, "acme", "ds1")
-    assert [e["type"] for e in events] == ["coverage", "plan", "decision_set_saved"]
+    assert [e["type"] for e in events] == ["coverage-update", "plan-ready", "run-complete"]
+    assert [e["seq"] for e in events] == [0, 1, 2]
     assert events[-1]["payload"]["version"] == 1
+    # The retried activity reads back the run-complete event the first write made.
+    again = design_store.stored_event(sm, "acme", "ds1", "0002-run-complete")
+    assert again is not None and again.payload == events[-1]["payload"]
 
 
 def test_new_run_bumps_version_and_stale_writer_loses(sm: sessionmaker[Session]) -> None:

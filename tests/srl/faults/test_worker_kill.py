@@ -33,39 +33,24 @@ from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.files import load_models_config
 from store.srl_steps import list_steps
-from tests.srl.conftest import HAND_TASKS, tasks_jsonl
 from tests.support.faults import sigkill, spawn_ready_worker, wait_until
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
+from tests.support.srl import SWAP_ANSWER, divide_tasks, tasks_jsonl
 from workers.main import build_worker
 
 pytestmark = pytest.mark.slow  # waits out the dead worker's heartbeat timeout
-
-ANSWER = (
-    "<think>swap the arguments</think>"
-    '<action>{"pattern": "divide($A, $B)", "rewrite": "divide($B, $A)", "language": "python"}'
-    '</action><state_update>{"decisions": ["swap"]}</state_update>'
-)
-
-
-def _divide_tasks(n: int) -> list[dict[str, object]]:
-    base = next(t for t in HAND_TASKS if t["task_id"] == "py-swap")
-    return [
-        {**base, "task_id": f"swap-{i}", "pre": f"d = divide({i + 10}, 2)\n",
-         "post": f"d = divide(2, {i + 10})\n"}
-        for i in range(n)
-    ]  # fmt: skip
 
 
 async def test_worker_killed_mid_step_loses_no_step_and_records_none_twice(
     client: Client, settings: Settings, tmp_path: Path, spawned
 ) -> None:
-    with ScriptedOpenAIServer(default=ScriptedReply(content=ANSWER)) as llm:
+    with ScriptedOpenAIServer(default=ScriptedReply(content=SWAP_ANSWER)) as llm:
         write_models_config(tmp_path / "models.yaml", llm.base_url)
         settings = settings.model_copy(update={"models_config": tmp_path / "models.yaml"})
         worker = await spawn_ready_worker(settings, tmp_path / "worker.log", spawned)
         collection = f"kill-{uuid.uuid4().hex[:8]}"
         digest, count = upload_tasks(
-            artifact_store_from_settings(settings), tasks_jsonl(_divide_tasks(3))
+            artifact_store_from_settings(settings), tasks_jsonl(divide_tasks(3))
         )
         inp = CollectionInput(
             collection=collection, tasks_digest=digest, task_count=count,
@@ -139,7 +124,7 @@ async def test_apply_retried_after_its_row_is_written_returns_the_stored_step(
         llm=LLMGateway(load_models_config(settings.models_config)),
         prompts_path=settings.srl_prompts,
     )
-    digest = artifacts.put_bytes(tasks_jsonl(_divide_tasks(1)))
+    digest = artifacts.put_bytes(tasks_jsonl(divide_tasks(1)))
     env = ActivityEnvironment()
     gen = await env.run(
         acts.generate,

@@ -27,6 +27,7 @@ from store.files import load_models_config
 from store.srl_steps import list_steps
 from tests.srl.conftest import HAND_TASKS, tasks_jsonl
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
+from tests.support.srl import SWAP_ANSWER
 from workflows.srl import SRLCollection, SRLEpisode
 
 
@@ -71,19 +72,13 @@ async def test_gold_replay_verifies_every_task_and_continues_as_new(
 
 
 MALFORMED = "I would rename it. <action>{not json</action>"
-GOOD_DIVIDE = (
-    "<think>swap the two arguments</think>"
-    '<action>{"pattern": "divide($A, $B)", "rewrite": "divide($B, $A)", "language": "python"}'
-    "</action>"
-    '<state_update>{"decisions": ["swap divide arguments"]}</state_update>'
-)
 
 
 async def test_teacher_malformed_answer_is_a_recorded_step_then_recovers(
     client: Client, settings: Settings, tmp_path: Path
 ) -> None:
     with ScriptedOpenAIServer(
-        [ScriptedReply(content=MALFORMED)], default=ScriptedReply(content=GOOD_DIVIDE)
+        [ScriptedReply(content=MALFORMED)], default=ScriptedReply(content=SWAP_ANSWER)
     ) as srv:
         settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
         from workers.main import build_worker
