@@ -36,9 +36,134 @@ from store.models import (
 )
 from store.records import _insert_ignoring_conflict
 
+#: The status of a decision set noted by :func:`submit_decision_set` whose pipeline has
+#: not persisted yet.
+SUBMITTED = "submitted"
+
 
 class VersionConflict(RuntimeError):
     """Another writer updated the decision set since it was read."""
+
+
+class NotYours(PermissionError):
+    """The project exists and belongs to someone else."""
+
+
+class DecisionSetExists(ValueError):
+    """The project already has a decision set of that id."""
+
+
+def create_project(sm: sessionmaker[Session], project: str, *, owner: str, name: str = "") -> bool:
+    """Create the project for ``owner``; True if created, False if ``owner`` has it already.
+
+    Raises:
+        NotYours: another owner has a project of that id.
+    """
+    with sm.begin() as s:
+        created = _insert_ignoring_conflict(
+            s,
+            DesignProjectRow,
+            {
+                "id": project,
+                "name": name or project,
+                "owner_id": owner,
+                "created_at": datetime.now(UTC),
+            },
+            ["id"],
+        )
+        if created:
+            return True
+        row = s.get(DesignProjectRow, project)
+        if row is None or row.owner_id != owner:
+            raise NotYours(f"project {project!r} belongs to another owner")
+        return False
+
+
+def project_row(sm: sessionmaker[Session], project: str) -> dict[str, Any] | None:
+    """The project's row as a dict; None if there is none."""
+    with sm() as s:
+        row = s.get(DesignProjectRow, project)
+        if row is None:
+            return None
+        return {c.key: getattr(row, c.key) for c in DesignProjectRow.__table__.columns}
+
+
+def projects_of(sm: sessionmaker[Session], owner: str | None) -> list[dict[str, Any]]:
+    """The projects of ``owner`` (None: every project), newest first."""
+    with sm() as s:
+        q = select(DesignProjectRow).order_by(DesignProjectRow.created_at.desc())
+        if owner is not None:
+            q = q.where(DesignProjectRow.owner_id == owner)
+        return [
+            {c.key: getattr(r, c.key) for c in DesignProjectRow.__table__.columns}
+            for r in s.scalars(q).all()
+        ]
+
+
+def submit_decision_set(
+    sm: sessionmaker[Session], project: str, decision_set: str, *, parent: str | None = None
+) -> None:
+    """Note a decision set as submitted (version 0) before its pipeline starts, so readers
+    find its project at once; the pipeline's persist makes it version 1.
+
+    Raises:
+        DecisionSetExists: the project has that decision set already.
+    """
+    now = datetime.now(UTC)
+    with sm.begin() as s:
+        inserted = _insert_ignoring_conflict(
+            s,
+            DecisionSetRow,
+            {
+                "id": decision_set,
+                "project_id": project,
+                "parent_id": parent,
+                "version": 0,
+                "status": SUBMITTED,
+                "constraints_json": {},
+                "plan_json": None,
+                "summary_md": "",
+                "persist_key": "",
+                "created_at": now,
+                "updated_at": now,
+            },
+            ["id", "project_id"],
+        )
+    if not inserted:
+        raise DecisionSetExists(f"project {project!r} has a decision set {decision_set!r}")
+
+
+def projects_with(sm: sessionmaker[Session], decision_set: str) -> list[str]:
+    """The projects that have a decision set of that id (ids are per project)."""
+    with sm() as s:
+        return list(
+            s.scalars(
+                select(DecisionSetRow.project_id)
+                .where(DecisionSetRow.id == decision_set)
+                .order_by(DecisionSetRow.project_id)
+            ).all()
+        )
+
+
+def decision_sets_of(sm: sessionmaker[Session], project: str) -> list[dict[str, Any]]:
+    """The project's decision sets, newest first (id, parent, version, status, times)."""
+    with sm() as s:
+        rows = s.scalars(
+            select(DecisionSetRow)
+            .where(DecisionSetRow.project_id == project)
+            .order_by(DecisionSetRow.created_at.desc(), DecisionSetRow.id)
+        ).all()
+        return [
+            {
+                "id": r.id,
+                "parent_id": r.parent_id,
+                "version": r.version,
+                "status": r.status,
+                "created_at": r.created_at,
+                "updated_at": r.updated_at,
+            }
+            for r in rows
+        ]
 
 
 def persist(
@@ -219,7 +344,8 @@ def load_previous(
     """A stored decision set as the next iteration starts from it; None if absent."""
     with sm() as s:
         row = s.get(DecisionSetRow, (decision_set, project))
-        if row is None:
+        if row is None or row.version == 0:
+            # Version 0 is only submitted: nothing to start an iteration from.
             return None
         cost = s.get(CostEstimateRow, (decision_set, project))
         files = s.execute(

@@ -89,3 +89,29 @@ def test_load_previous_round_trip(sm: sessionmaker[Session]) -> None:
     assert prev.cost == inp.cost
     # Files only: the archive is not part of the repository the diff compares.
     assert prev.file_digests == inp.file_digests
+
+
+def test_projects_belong_to_their_owner(sm: sessionmaker[Session]) -> None:
+    assert design_store.create_project(sm, "p1", owner="alice", name="Pipelines")
+    assert not design_store.create_project(sm, "p1", owner="alice")
+    with pytest.raises(design_store.NotYours):
+        design_store.create_project(sm, "p1", owner="bob")
+    assert [p["id"] for p in design_store.projects_of(sm, "alice")] == ["p1"]
+    assert design_store.projects_of(sm, "bob") == []
+    row = design_store.project_row(sm, "p1")
+    assert row is not None and row["name"] == "Pipelines" and row["owner_id"] == "alice"
+
+
+def test_submitted_decision_set_is_version_0_until_persist(sm: sessionmaker[Session]) -> None:
+    design_store.create_project(sm, "acme", owner="alice")
+    design_store.submit_decision_set(sm, "acme", "ds1")
+    with pytest.raises(design_store.DecisionSetExists):
+        design_store.submit_decision_set(sm, "acme", "ds1")
+    assert design_store.projects_with(sm, "ds1") == ["acme"]
+    [row] = design_store.decision_sets_of(sm, "acme")
+    assert (row["version"], row["status"]) == (0, design_store.SUBMITTED)
+    # Nothing to iterate from yet; the pipeline's persist makes it version 1.
+    assert design_store.load_previous(sm, "acme", "ds1") is None
+    version, _ = design_store.persist(sm, persist_input("k1"), archive_digest=None)
+    assert version == 1
+    assert design_store.load_previous(sm, "acme", "ds1") is not None
