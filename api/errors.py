@@ -19,6 +19,10 @@ class ErrorBody(BaseModel):
     code: str
     message: str
     details: Any = None
+    # Plan §22.4: the run and node an error is about, where a route knows them (left out
+    # of the body otherwise).
+    run_id: str | None = None
+    node_name: str | None = None
 
 
 class ErrorResponse(BaseModel):
@@ -35,6 +39,9 @@ class ApiError(Exception):
         message: str,
         details: Any = None,
         headers: dict[str, str] | None = None,
+        *,
+        run_id: str | None = None,
+        node_name: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -42,13 +49,28 @@ class ApiError(Exception):
         self.message = message
         self.details = details
         self.headers = headers
+        self.run_id = run_id
+        self.node_name = node_name
 
 
 def error_response(
-    status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: dict[str, str] | None = None,
+    *,
+    run_id: str | None = None,
+    node_name: str | None = None,
 ) -> JSONResponse:
-    body = ErrorResponse(error=ErrorBody(code=code, message=message, details=details))
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+    error = ErrorBody(
+        code=code, message=message, details=details, run_id=run_id, node_name=node_name
+    )
+    content = ErrorResponse(error=error).model_dump(mode="json")
+    for key in ("run_id", "node_name"):
+        if content["error"][key] is None:
+            del content["error"][key]
+    return JSONResponse(content, status_code=status, headers=headers)
 
 
 _HTTP_CODES = {
@@ -79,7 +101,10 @@ ERROR_RESPONSES[400] = {
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+        return error_response(
+            exc.status, exc.code, exc.message, exc.details, exc.headers,
+            run_id=exc.run_id, node_name=exc.node_name,
+        )  # fmt: skip
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

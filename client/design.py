@@ -39,10 +39,15 @@ def gate_name(plan_round: int) -> str:
 
 
 async def start_design(
-    client: Client, inp: DesignInput, *, task_queue: str
+    client: Client,
+    inp: DesignInput,
+    *,
+    task_queue: str,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, DesignResult]:
     """Start the decision set's pipeline; a decision set that ran before is refused
-    (``WorkflowAlreadyStartedError``): a new iteration is a new decision set."""
+    (``WorkflowAlreadyStartedError``): a new iteration is a new decision set. The API
+    passes the access ``memo`` (``keel.access``) so its read checks know the owner."""
     return await start_by_type(
         client,
         WORKFLOW_TYPE,
@@ -51,6 +56,7 @@ async def start_design(
         task_queue=task_queue,
         result_type=DesignResult,
         reject_duplicate=True,
+        memo=memo,
     )
 
 

@@ -428,3 +428,35 @@ def count_rows(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, in
             ).all()
             out[name] = len(rows)
     return out
+
+
+def artifacts_of(sm: sessionmaker[Session], project: str, ds: str) -> list[dict[str, Any]]:
+    """The decision set's artifact rows (files and the archive), by path."""
+    with sm() as s:
+        rows = s.scalars(
+            select(DesignArtifactRow)
+            .where(DesignArtifactRow.project_id == project, DesignArtifactRow.decision_set_id == ds)
+            .order_by(DesignArtifactRow.path)
+        ).all()
+        return [
+            {"path": r.path, "digest": r.digest, "kind": r.kind, "size_bytes": r.size_bytes}
+            for r in rows
+        ]
+
+
+def is_archive(sm: sessionmaker[Session], digest: str) -> bool:
+    """Whether ``digest`` is the archive of some decision set (what download links serve)."""
+    with sm() as s:
+        found = s.scalars(
+            select(DesignArtifactRow.digest)
+            .where(DesignArtifactRow.digest == digest, DesignArtifactRow.kind == "archive")
+            .limit(1)
+        ).first()
+        return found is not None
+
+
+def cost_of(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any] | None:
+    """The stored cost estimate (the critic's whole estimate); None if there is none."""
+    with sm() as s:
+        row = s.get(CostEstimateRow, (ds, project))
+        return dict(row.breakdown_json) if row is not None else None

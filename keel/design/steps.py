@@ -56,8 +56,9 @@ def workflow_id(project: str, decision_set: str) -> str:
     return f"design/{project}/{decision_set}"
 
 
-class DesignInput(_Model):
-    """Input of ``DesignPipeline``: one decision set of one project.
+class DesignOptions(_Model):
+    """What the caller of a decision set chooses (``POST /projects/{id}/constraints`` takes
+    exactly these); :class:`DesignInput` adds who and which, from the path and the caller.
 
     ``requirements`` is free text for ``intake_extract``; ``intake`` is the guided mode's
     whole form (``{field: value}`` of the Constraint Schema), which skips extraction. With
@@ -65,9 +66,6 @@ class DesignInput(_Model):
     the cost critic and the diff compare against it.
     """
 
-    project: str = Field(pattern=_ID)
-    decision_set: str = Field(pattern=_ID)
-    requester: str = Field(min_length=1, max_length=256)
     requirements: str = Field(default="", max_length=20_000)
     intake: dict[str, Any] | None = None
     previous_decision_set: str | None = Field(default=None, pattern=_ID)
@@ -84,11 +82,26 @@ class DesignInput(_Model):
     max_question_rounds: int = Field(default=5, ge=1, le=20)
     generate: bool = Field(default=True, description="Run codegen and validators")
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    webhook_url: str | None = Field(
+        default=None,
+        description="Where plan.ready, gate.waiting, run.complete and run.error are POSTed "
+        "(HMAC-signed; the worker's KEEL_WEBHOOK_URL or under KEEL_WEBHOOK_ALLOWED_PREFIXES). "
+        "None: no notices.",
+    )
 
     @field_validator("approvers")
     @classmethod
     def _approvers(cls, v: list[str]) -> list[str]:
         return sorted(set(v))
+
+
+class DesignInput(DesignOptions):
+    """Input of ``DesignPipeline``: one decision set of one project (see
+    :class:`DesignOptions` for the rest)."""
+
+    project: str = Field(pattern=_ID)
+    decision_set: str = Field(pattern=_ID)
+    requester: str = Field(min_length=1, max_length=256)
 
 
 class DesignAnswers(_Model):
