@@ -168,11 +168,28 @@ class GateNotice(BaseModel):
     at: datetime
 
 
+class DesignNotice(BaseModel):
+    """Body of a webhook notice about a design pipeline (plan §22.5). It lives here, beside
+    :class:`GateNotice`, because ``notify.webhook`` delivers both."""
+
+    event: Literal["plan.ready", "gate.waiting", "run.complete", "run.error"]
+    project_id: str
+    decision_set_id: str
+    workflow_id: str
+    node_name: str | None = None
+    gate_id: str | None = None
+    plan_round: int | None = None
+    status: str | None = Field(None, description="run.complete: the outcome")
+    version: int | None = Field(None, description="run.complete: the stored version")
+    message: str | None = Field(None, description="run.error: what failed")
+    at: datetime
+
+
 class WebhookDelivery(BaseModel):
     """Input of the ``notify.webhook`` activity. ``url`` empty means the worker's default."""
 
     url: str = ""
-    notice: GateNotice
+    notice: GateNotice | DesignNotice
     idempotency_key: str
 
 

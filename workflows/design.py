@@ -17,10 +17,11 @@ child per planner round, and a rejection's comment sends the graph back to ``pla
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypedDict, cast
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from langgraph.graph import END, START, StateGraph
@@ -78,7 +79,14 @@ with workflow.unsafe.imports_passed_through():
         ValidateOutput,
     )
     from keel.digest import canonical_json, digest_json
-    from keel.gates import GateRequest, GateStatus, gate_workflow_id
+    from keel.gates import (
+        DesignNotice,
+        GateRequest,
+        GateStatus,
+        WebhookDelivery,
+        gate_workflow_id,
+    )
+    from keel.refs import NOTIFY_WEBHOOK
     from workflows.common import call
     from workflows.gate import open_gate
 
@@ -254,6 +262,7 @@ async def planner_node(state: GraphState) -> GraphState:
     wf.status.plan_round = n
     wf.run_node("planner", node_input, output, key=key)
     wf.event(steps.EVENT_PLAN, output)
+    wf.notify("plan.ready", plan_round=n)
     for card in cards:
         wf.event(steps.EVENT_REASON_CARD, card.model_dump(mode="json"))
     return {"plan": chosen, "plan_round": n, "cards": cards}
@@ -337,6 +346,7 @@ async def gate_hitl_node(state: GraphState) -> GraphState:
     if state.get("rejection_comment"):
         details["replanned_for"] = state["rejection_comment"]
     wf.event(steps.EVENT_GATE_WAITING, {"gate": name, "gate_id": wf.status.gate_id, "round": n})
+    wf.notify("gate.waiting", gate_id=wf.status.gate_id, plan_round=n)
     gate = await open_gate(
         GateRequest(
             name=name,
@@ -574,6 +584,8 @@ class DesignPipeline:
         self._snapshot: IntakeSnapshot | None = None
         self._answered: IntakeSnapshot | None = None
         self._answer_ids: set[str] = set()
+        # Webhook notices run beside the pipeline: a slow receiver never holds it up.
+        self._notices: list[asyncio.Task[None]] = []
 
     @property
     def data(self) -> LoadOutput:
@@ -582,6 +594,20 @@ class DesignPipeline:
 
     @workflow.run
     async def run(self, inp: DesignInput) -> DesignResult:
+        try:
+            result = await self._run(inp)
+        except FailureError as err:
+            # A failure ends the run: tell the webhook, then fail as before. Other
+            # exceptions fail the workflow task, which retries: no notice for those.
+            if inp.webhook_url:
+                await self._deliver("run.error", message=str(err.cause or err) or str(err))
+            await asyncio.gather(*self._notices)
+            raise
+        self.notify("run.complete", status=result.status, version=result.version)
+        await asyncio.gather(*self._notices)
+        return result
+
+    async def _run(self, inp: DesignInput) -> DesignResult:
         self.status.phase = "loading"
         self._data = await call(
             steps.LOAD,
@@ -699,6 +725,39 @@ class DesignPipeline:
                 payload={**envelope, **payload},
             )
         )
+
+    def notify(self, event: str, **fields: Any) -> None:
+        """Send webhook notice ``event`` beside the pipeline, if the input names a URL."""
+        if self.inp.webhook_url:
+            self._notices.append(asyncio.create_task(self._deliver(event, **fields)))
+
+    async def _deliver(self, event: str, **fields: Any) -> None:
+        info = workflow.info()
+        notice = DesignNotice(
+            event=event,  # type: ignore[arg-type]
+            project_id=self.inp.project,
+            decision_set_id=self.inp.decision_set,
+            workflow_id=info.workflow_id,
+            node_name=self.status.node,
+            at=workflow.now(),
+            **fields,
+        )
+        # One key per event and round: a retried delivery is the same notice to receivers.
+        round_ = fields.get("plan_round")
+        suffix = f":{round_}" if round_ is not None else ""
+        try:
+            await call(
+                NOTIFY_WEBHOOK,
+                WebhookDelivery(
+                    url=self.inp.webhook_url or "",
+                    notice=notice,
+                    idempotency_key=f"{info.run_id}:{event}{suffix}",
+                ),
+                summary=f"notify {event}",
+            )
+        except ActivityError as err:
+            # A notice that cannot be delivered must not fail the design.
+            workflow.logger.warning("design notice %s not delivered: %s", event, err.cause)
 
     async def ask(
         self, questions: list[Question], snapshot: IntakeSnapshot, n: int

@@ -56,6 +56,7 @@ from keel.design.steps import (
 )
 from keel.gates import gate_workflow_id
 from keel.settings import Settings
+from keel.webhooks import webhook_url_allowed
 from store import design as design_store
 from store.artifacts import ArtifactNotFound
 
@@ -260,12 +261,23 @@ async def _start(
                 f"previous_decision_set {prev!r} is not a stored decision set of {project!r}",
                 [{"loc": ["body", "previous_decision_set"], "msg": "not stored"}],
             )
+    settings: Settings = request.app.state.settings
+    url = options.webhook_url
+    if url is not None and not (
+        url == settings.webhook_url or webhook_url_allowed(url, settings.webhook_allowed_prefixes)
+    ):
+        # The worker would refuse it; say so now rather than drop every notice.
+        raise ApiError(
+            422,
+            "validation_failed",
+            "webhook_url is not KEEL_WEBHOOK_URL nor under KEEL_WEBHOOK_ALLOWED_PREFIXES",
+            [{"loc": ["body", "webhook_url"], "msg": "not allowed"}],
+        )
     ds = f"ds-{uuid.uuid4().hex[:12]}"
     inp = DesignInput(project=project, decision_set=ds, requester=caller.actor, **dict(options))
     await to_thread.run_sync(
         lambda: design_store.submit_decision_set(sessions, project, ds, parent=prev)
     )
-    settings: Settings = request.app.state.settings
     await design_client.start_design(
         client,
         inp,

@@ -23,11 +23,13 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.app import create_app
-from keel import signed_urls
+from keel import signed_urls, webhooks
 from keel.settings import Settings
 from services.processes import free_port
 from store.design import decision_sets_of
-from tests.support.api import assert_error, auth
+from tests.support.api import asgi_client, assert_error, auth, with_tokens
+from tests.support.webhook_receiver import WebhookReceiver
+from workers.main import build_worker
 
 #: A guided form that covers the intake: no questions, straight to the planner.
 FULL_FORM: dict[str, Any] = {
@@ -393,3 +395,77 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
     frames = events_only(await read_sse(http, ds, "alice", last_event_id=0))
     assert frames[-1].event == "run-error" and frames[-1].data["status"] == "terminated"
     assert (await timeline(http, ds))[-1]["type"] == "run-error"
+
+
+async def _until_done(http: httpx.AsyncClient, ds: str) -> list[dict[str, Any]]:
+    for _ in range(600):
+        resp = await http.get(f"/decision-sets/{ds}/events", headers=auth("alice"))
+        assert resp.status_code == 200, resp.text
+        if resp.json()["done"]:
+            events: list[dict[str, Any]] = resp.json()["events"]
+            return events
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"decision set {ds} did not finish")
+
+
+async def test_webhooks_signed_for_plan_gate_complete_and_error(
+    client: Client, settings: Settings
+) -> None:
+    with WebhookReceiver() as receiver:
+        # The worker posts only to allowed URLs; the API refuses others at once.
+        settings.webhook_allowed_prefixes = [receiver.url]
+        app = create_app(with_tokens(settings), client=client)
+        async with build_worker(client, settings), asgi_client(app) as http:
+            project = await new_project(http)
+            assert_error(
+                await http.post(
+                    f"/projects/{project}/constraints",
+                    json={"intake": FULL_FORM, "webhook_url": "http://127.0.0.1:1/elsewhere"},
+                    headers=auth("alice"),
+                ),
+                422,
+                "validation_failed",
+            )
+            hooks = {"webhook_url": receiver.url, "generate": False}
+            ds = (await submit(http, project, intake=FULL_FORM, approvers=["bob"], **hooks))[
+                "decision_set_id"
+            ]
+            for _ in range(100):
+                resp = await approve(http, ds)
+                if resp.status_code == 200:
+                    break
+                assert_error(resp, 409, "no_open_gate")
+                await asyncio.sleep(0.1)
+            assert resp.status_code == 200, resp.text
+            assert (await _until_done(http, ds))[-1]["type"] == "run-complete"
+
+            bad = {**PARTIAL_FORM, "regions": ["Mars 1"]}
+            failed = (await submit(http, project, intake=bad, **hooks))["decision_set_id"]
+            assert (await _until_done(http, failed))[-1]["type"] == "run-error"
+
+    secret = settings.webhook_secret.get_secret_value()
+    by_ds: dict[str, list[dict[str, Any]]] = {}
+    for d in receiver.deliveries:
+        ts = int(d.headers["X-Keel-Timestamp"])
+        assert webhooks.verify(secret, ts, d.body, d.headers["X-Keel-Signature"], now=time.time())
+        assert d.headers["X-Keel-Event"] == d.json["event"] and d.headers["Idempotency-Key"]
+        by_ds.setdefault(d.json["decision_set_id"], []).append(d.json)
+    ok = by_ds[ds]
+    assert [n["event"] for n in ok if n["event"] != "gate.waiting"][-1] == "run.complete"
+    assert sorted(n["event"] for n in ok) == [
+        "gate.waiting",
+        "plan.ready",
+        "run.complete",
+    ]
+    gate = next(n for n in ok if n["event"] == "gate.waiting")
+    assert gate["gate_id"] == f"design/{project}/{ds}/gate/plan-r1" and gate["plan_round"] == 1
+    done = next(n for n in ok if n["event"] == "run.complete")
+    assert done["status"] == "completed" and done["version"] == 1
+    [error] = by_ds[failed]
+    assert error["event"] == "run.error" and "regions" in error["message"]
+    # A forged signature does not verify.
+    d = receiver.deliveries[0]
+    assert not webhooks.verify(
+        "not-the-secret", int(d.headers["X-Keel-Timestamp"]), d.body,
+        d.headers["X-Keel-Signature"], now=time.time(),
+    )  # fmt: skip
