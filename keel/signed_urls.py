@@ -36,4 +36,6 @@ def verify(key: bytes, path: str, expires: int, sig: str, *, now: float) -> bool
     """True if ``sig`` signs ``path`` and ``expires``, and ``expires`` is still ahead of ``now``."""
     if now >= expires:
         return False
-    return hmac.compare_digest(signature(key, path, expires), sig)
+    # Bytes: compare_digest refuses str with non-ASCII characters, and ``sig`` is whatever
+    # the query string held.
+    return hmac.compare_digest(signature(key, path, expires).encode(), sig.encode())

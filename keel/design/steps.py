@@ -19,6 +19,7 @@ from keel.design.critics import CostEstimate, PriceTable
 from keel.design.patterns import PatternCatalog
 from keel.design.planner import Plan
 from keel.design.policy import PolicyReport, PolicySettings
+from keel.gates import MAX_WAIT_S
 from keel.refs import ActivityRef
 
 WORKFLOW_TYPE: Final = "DesignPipeline"
@@ -77,11 +78,11 @@ class DesignOptions(_Model):
         description="Open the gate on every round. False: only when policy fails or the "
         "cost delta is over the threshold (plan §23.5).",
     )
-    gate_expires_in_s: float = Field(default=7 * 24 * 3600, gt=0)
+    # Bounded like the gate's own expiry: a longer one would fail the gate's input.
+    gate_expires_in_s: float = Field(default=7 * 24 * 3600, gt=0, le=MAX_WAIT_S)
     max_plan_rounds: int = Field(default=3, ge=1, le=10)
     max_question_rounds: int = Field(default=5, ge=1, le=20)
     generate: bool = Field(default=True, description="Run codegen and validators")
-    policy: PolicySettings = Field(default_factory=PolicySettings)
     webhook_url: str | None = Field(
         default=None,
         description="Where plan.ready, gate.waiting, run.complete and run.error are POSTed "
@@ -96,12 +97,15 @@ class DesignOptions(_Model):
 
 
 class DesignInput(DesignOptions):
-    """Input of ``DesignPipeline``: one decision set of one project (see
-    :class:`DesignOptions` for the rest)."""
+    """Input of ``DesignPipeline``: one decision set of one project, who asks, and the
+    policy settings (see :class:`DesignOptions` for the rest)."""
 
     project: str = Field(pattern=_ID)
     decision_set: str = Field(pattern=_ID)
     requester: str = Field(min_length=1, max_length=256)
+    # Organisation-wide knobs: set by who starts the workflow, never by an API caller
+    # (a requester could otherwise switch off the cost gate for their own run).
+    policy: PolicySettings = Field(default_factory=PolicySettings)
 
 
 class DesignAnswers(_Model):

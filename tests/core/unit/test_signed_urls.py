@@ -29,6 +29,8 @@ def test_any_change_breaks_the_signature() -> None:
     flipped = ("0" if sig[0] != "0" else "1") + sig[1:]
     assert not signed_urls.verify(KEY, PATH, 1_000, flipped, now=0)
     assert not signed_urls.verify(KEY, PATH, 1_000, "", now=0)
+    # Whatever a query string holds is an answer, not an error.
+    assert not signed_urls.verify(KEY, PATH, 1_000, "é" * 64, now=0)
 
 
 def test_the_key_is_bound_to_its_purpose() -> None:

@@ -344,11 +344,14 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
         "not_found",
     )  # fmt: skip
 
-    # Bad bodies: a field the API sets itself, a threshold out of range, not JSON.
+    # Bad bodies: a field the API sets itself, values out of range.
     for body in (
         {"intake": PARTIAL_FORM, "project": "other"},
         {"intake": PARTIAL_FORM, "requester": "mallory"},
         {"intake": PARTIAL_FORM, "coverage_threshold": 2},
+        # Policy is the organisation's: a caller cannot loosen the cost gate of its run.
+        {"intake": PARTIAL_FORM, "policy": {"gate_delta_usd": 1e9}},
+        {"intake": PARTIAL_FORM, "gate_expires_in_s": 10 * 365 * 24 * 3600},
     ):
         assert_error(
             await http.post(f"/projects/{project}/constraints", json=body, headers=auth("alice")),
