@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from keel.design.critics import CostEstimate
 from keel.design.steps import (
     EVENT_RUN_COMPLETE,
+    AgentRun,
     DesignEvent,
     PersistInput,
     PreviousState,
@@ -295,6 +296,33 @@ def persist(
                 ["project_id", "decision_set_id", "event_key"],
             )
         return version, count
+
+
+def record_agent_run(sm: sessionmaker[Session], project: str, ds: str, run: AgentRun) -> bool:
+    """Write one node's ``agent_runs`` row now (an activity that paid for a model); the
+    row persist writes later under the same key is then ignored. True if inserted."""
+    with sm.begin() as s:
+        return bool(
+            _insert_ignoring_conflict(
+                s,
+                AgentRunRow,
+                {
+                    "decision_set_id": ds,
+                    "project_id": project,
+                    "idem_key": run.key,
+                    "agent": run.agent,
+                    "provider": run.provider,
+                    "model": run.model,
+                    "input_digest": run.input_digest,
+                    "output_json": run.output,
+                    "tokens_total": run.tokens_total,
+                    "latency_ms": run.latency_ms,
+                    "ok": run.ok,
+                    "created_at": datetime.now(UTC),
+                },
+                ["idem_key"],
+            )
+        )
 
 
 def completed_event(

@@ -384,7 +384,12 @@ async def codegen_node(state: GraphState) -> GraphState:
     wf = _wf()
     inp = wf.inp
     node_input = {"plan": state["plan"], "constraints": state["snapshot"].constraints}
-    key = wf.key("codegen", {**node_input, "cost": state["cost"], "policy": state["policy"]})
+    key_input: dict[str, Any] = {**node_input, "cost": state["cost"], "policy": state["policy"]}
+    if inp.codegen != "template":
+        # A model's repository is another output than the templates' (and than another
+        # model's), so it has its own key; the templates' key is what it always was.
+        key_input["codegen"] = {"provider": inp.codegen, "model": inp.codegen_model}
+    key = wf.key("codegen", key_input)
     out = await call(
         steps.CODEGEN,
         CodegenInput(
@@ -396,11 +401,19 @@ async def codegen_node(state: GraphState) -> GraphState:
             rationale_md=_rationale_md(state),
             cost=state["cost"],
             policy=state["policy"],
+            codegen=inp.codegen,
+            codegen_model=inp.codegen_model,
         ),
-        summary=f"codegen: {len(state['plan'].choices)} capabilities",
+        summary=f"codegen: {len(state['plan'].choices)} capabilities"
+        + ("" if inp.codegen == "template" else f" by {inp.codegen}"),
     )
     wf.run_node(
-        "codegen", {"plan": key}, {"files": out.file_count, "digest": out.files_digest}, key=key
+        "codegen",
+        {"plan": key},
+        {"files": out.file_count, "digest": out.files_digest},
+        key=key,
+        provider=inp.codegen,
+        model=inp.codegen_model,
     )
     wf.event(steps.EVENT_ARTIFACTS, {"files": out.file_count, "digest": out.files_digest})
     return {"codegen": out}

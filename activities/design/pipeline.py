@@ -12,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
+from activities.mrp.llm import cache_index_for
 from keel.design import steps
 from keel.design.coverage import IntakeSnapshot
 from keel.design.critics import load_prices
@@ -31,6 +33,7 @@ from keel.design.errors import DesignError
 from keel.design.patterns import PatternCatalog, load_patterns
 from keel.design.reasons import prompt_pack_hash
 from keel.design.steps import (
+    AgentRun,
     CodegenInput,
     CodegenOutput,
     IntakeInput,
@@ -42,7 +45,7 @@ from keel.design.steps import (
     ValidateInput,
     ValidateOutput,
 )
-from keel.digest import digest_bytes
+from keel.digest import digest_bytes, digest_json
 from keel.llm import LLMMessage, LLMRequest
 from store import design as design_store
 from store.artifacts import ArtifactStore
@@ -51,6 +54,8 @@ from store.artifacts import ArtifactStore
 HEARTBEAT_EVERY_S = 5.0
 #: A fixed timestamp for the archive's entries, so one repository is one digest.
 ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+#: Where a codegen model's answer is recorded by node key, next to the artifacts.
+CODEGEN_REFS_DIR = "refs/design-codegen"
 
 
 class DesignActivities:
@@ -64,8 +69,12 @@ class DesignActivities:
         llm: LLMGateway,
         config_dir: Path,
         sandbox_config: Any = None,
+        anthropic_api_key: SecretStr | None = None,
+        anthropic_base_url: str = "",
     ) -> None:
         self.sessions = sessions
+        self.anthropic_api_key = anthropic_api_key
+        self.anthropic_base_url = anthropic_base_url
         self.artifacts = artifacts
         self.llm = llm
         self.config_dir = config_dir
@@ -144,29 +153,101 @@ class DesignActivities:
 
     @activity.defn(name=steps.CODEGEN.name)
     async def codegen(self, inp: CodegenInput) -> CodegenOutput:
-        """The repository of the plan, stored as one JSON files map."""
-        from activities.design.codegen import render_repo
+        """The repository of the plan by the chosen provider, stored as one JSON files map.
 
-        files: dict[str, str] = await heartbeating(
-            asyncio.to_thread(
-                render_repo,
-                inp.plan,
-                inp.constraints,
-                project=inp.project,
-                decision_set=inp.decision_set,
-                rationale_md=inp.rationale_md,
-                cost=inp.cost,
-                policy=inp.policy,
-                catalog=self._catalog(),
-            ),
-            every_s=HEARTBEAT_EVERY_S,
+        A model's answer is recorded under the node's idempotency key (a reference in the
+        artifact store) as soon as it is checked: a retry of this activity, after a worker
+        was lost once the model had answered, takes the recorded answer instead of paying
+        for the model again. The node's ``agent_runs`` row (provider, model, time) is then
+        written before the activity returns.
+        """
+        from activities.design.codegen import CodeGenRequest, render_request
+
+        started = time.monotonic()
+        request = CodeGenRequest(
+            project=inp.project,
+            decision_set=inp.decision_set,
+            plan=inp.plan,
+            constraints=inp.constraints,
+            rationale_md=inp.rationale_md,
+            cost=inp.cost,
+            policy=inp.policy,
+            catalog=self._catalog(),
         )
-        digest = self.artifacts.put_json(files)
-        return CodegenOutput(
+        reused = False
+        if inp.codegen == "template":
+            files: dict[str, str] = await heartbeating(
+                asyncio.to_thread(render_request, request), every_s=HEARTBEAT_EVERY_S
+            )
+            digest = self.artifacts.put_json(files)
+        else:
+            index = cache_index_for(self.artifacts, CODEGEN_REFS_DIR)
+            ref = digest_bytes(inp.key.encode())
+            recorded = await asyncio.to_thread(index.get, ref)
+            if recorded is not None and self.artifacts.exists(recorded):
+                files, digest, reused = self.artifacts.get_json(recorded), recorded, True
+            else:
+                files = await heartbeating(self._generate(inp, request), every_s=HEARTBEAT_EVERY_S)
+                digest = self.artifacts.put_json(files)
+                await asyncio.to_thread(index.put, ref, digest)
+        output = CodegenOutput(
             files_digest=digest,
             file_count=len(files),
             file_digests={p: digest_bytes(t.encode()) for p, t in sorted(files.items())},
         )
+        run = AgentRun(
+            key=inp.key,
+            agent="codegen",
+            provider=inp.codegen,
+            model=inp.codegen_model,
+            input_digest=digest_json({"plan": inp.key}),
+            output={"files": output.file_count, "digest": digest, "reused_answer": reused},
+            latency_ms=int((time.monotonic() - started) * 1000),
+        )
+        # Written here, not only by persist, so a paid model answer shows in agent_runs
+        # even when the run fails later (validators, a lost version race).
+        await asyncio.to_thread(
+            design_store.record_agent_run, self.sessions, inp.project, inp.decision_set, run
+        )
+        return output
+
+    async def _generate(self, inp: CodegenInput, request: Any) -> dict[str, str]:
+        """One model answer by the provider ``inp.codegen`` names, checked
+        (``parse_file_map``), or a typed ``ApplicationError``."""
+        from activities.design.codegen import AnthropicProvider, CodeGenError, LiteLLMProvider
+
+        info = activity.info()
+        try:
+            if inp.codegen == "litellm":
+                return await LiteLLMProvider(
+                    self.llm,
+                    model=inp.codegen_model,
+                    call_key=f"{inp.key}/{info.attempt}",
+                    workflow_id=info.workflow_id,
+                ).generate(request)
+            key = self.anthropic_api_key.get_secret_value() if self.anthropic_api_key else ""
+            if not key:
+                raise ApplicationError(
+                    "codegen 'anthropic' needs KEEL_ANTHROPIC_API_KEY on the worker",
+                    type=steps.ERROR_DESIGN_CONFIG,
+                    non_retryable=True,
+                )
+            provider = AnthropicProvider(
+                api_key=key,
+                base_url=self.anthropic_base_url or None,
+                **({"model": inp.codegen_model} if inp.codegen_model else {}),
+            )
+            try:
+                return await provider.generate(request)
+            except Exception as exc:
+                raise _anthropic_error(exc) from None
+            finally:
+                await provider.aclose()
+        except CodeGenError as exc:
+            raise ApplicationError(
+                f"the model's answer is not a usable repository: {str(exc)[:2000]}",
+                type=steps.ERROR_DESIGN_CODEGEN,
+            ) from None
 
     @activity.defn(name=steps.VALIDATE.name)
     async def validate(self, inp: ValidateInput) -> ValidateOutput:
@@ -210,6 +291,26 @@ class DesignActivities:
         return PersistOutput(
             version=version, archive_digest=archive, inserted_events=inserted, completed=completed
         )
+
+
+def _anthropic_error(exc: Exception) -> Exception:
+    """An Anthropic SDK failure as Temporal should retry it: a 4xx other than 408, 409 and
+    429 is final, the rest retry. Anything else (a ``CodeGenError``) passes unchanged."""
+    import anthropic
+
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        final = 400 <= status < 500 and status not in (408, 409, 429)
+        return ApplicationError(
+            f"Anthropic API: HTTP {status}",
+            type="DesignCodegenProvider",
+            non_retryable=final,
+        )
+    if isinstance(exc, anthropic.APIError):
+        return ApplicationError(
+            f"Anthropic API: {type(exc).__name__}", type="DesignCodegenProvider"
+        )
+    return exc
 
 
 def _validator_summary(report: dict[str, Any]) -> dict[str, str]:

@@ -175,13 +175,15 @@ class LocalCacheIndex:
 
 
 class S3CacheIndex:
-    """References as objects ``refs/mrp-llm/<hex>`` in the artifact bucket."""
+    """References as objects ``<refs_dir>/<hex>`` (``refs/mrp-llm/<hex>``) in the
+    artifact bucket."""
 
-    def __init__(self, store: S3ArtifactStore) -> None:
+    def __init__(self, store: S3ArtifactStore, refs_dir: str = REFS_DIR) -> None:
         self.store = store
+        self.refs_dir = refs_dir
 
     def get(self, request_digest: str) -> str | None:
-        data = self.store.get_named(f"{REFS_DIR}/{_hex(request_digest)}")
+        data = self.store.get_named(f"{self.refs_dir}/{_hex(request_digest)}")
         if data is None:
             return None
         text = data.decode("ascii").strip()
@@ -189,16 +191,17 @@ class S3CacheIndex:
 
     def put(self, request_digest: str, answer_digest: str) -> None:
         self.store.put_named(
-            f"{REFS_DIR}/{_hex(request_digest)}", (answer_digest + "\n").encode("ascii")
+            f"{self.refs_dir}/{_hex(request_digest)}", (answer_digest + "\n").encode("ascii")
         )
 
 
-def cache_index_for(store: ArtifactStore) -> LLMCacheIndex:
-    """The reference index that lives with ``store`` (local folder or S3 bucket)."""
+def cache_index_for(store: ArtifactStore, refs_dir: str = REFS_DIR) -> LLMCacheIndex:
+    """The reference index that lives with ``store`` (local folder or S3 bucket);
+    ``refs_dir`` keeps another user's references (design codegen) apart from MRP's."""
     if isinstance(store, LocalArtifactStore):
-        return LocalCacheIndex(store.root / REFS_DIR)
+        return LocalCacheIndex(store.root / refs_dir)
     if isinstance(store, S3ArtifactStore):
-        return S3CacheIndex(store)
+        return S3CacheIndex(store, refs_dir)
     raise TypeError(f"no LLM cache index for {type(store).__name__}")
 
 

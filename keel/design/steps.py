@@ -43,8 +43,12 @@ ERROR_DESIGN_CONFIG: Final = "DesignConfigInvalid"
 ERROR_DESIGN_CONFLICT: Final = "DesignVersionConflict"
 #: An extractor reply that is not the Constraint Schema: retried (a new sample may fit).
 ERROR_DESIGN_EXTRACT: Final = "DesignExtractInvalid"
+#: A codegen model's answer is not a usable repository (retried: a model may do better).
+ERROR_DESIGN_CODEGEN: Final = "DesignCodegenInvalid"
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+#: The codegen providers ``DesignInput.codegen`` may name (activities/design/codegen.py).
+CodegenProvider = Literal["template", "litellm", "anthropic"]
 
 
 class _Model(BaseModel):
@@ -84,6 +88,17 @@ class DesignInput(_Model):
     max_question_rounds: int = Field(default=5, ge=1, le=20)
     generate: bool = Field(default=True, description="Run codegen and validators")
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    codegen: CodegenProvider = Field(
+        default="template",
+        description="Who writes the repository: the deterministic templates, a model of the "
+        "models config through LiteLLM, or Anthropic's API",
+    )
+    codegen_model: str = Field(
+        default="",
+        max_length=200,
+        description="litellm: a models-config name (empty: the default); anthropic: the "
+        "Claude model id (empty: the provider's default)",
+    )
 
     @field_validator("approvers")
     @classmethod
@@ -192,6 +207,9 @@ class CodegenInput(_Model):
     rationale_md: str
     cost: CostEstimate
     policy: PolicyReport
+    # Defaults keep histories recorded before providers were selectable replaying.
+    codegen: CodegenProvider = "template"
+    codegen_model: str = ""
 
 
 class CodegenOutput(_Model):
