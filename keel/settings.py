@@ -141,6 +141,11 @@ class Settings(BaseSettings):
     def artifacts_dir(self) -> Path:
         return self.data_dir / "artifacts"
 
+    @property
+    def design_repos_dir(self) -> Path:
+        """The design projects' git repositories (one bare repository per project)."""
+        return self.data_dir / "design" / "repos"
+
     def check_secrets(self) -> None:
         """Refuse to run outside dev/test with a default secret."""
         if self.env != "prod":

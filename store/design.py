@@ -173,6 +173,7 @@ def persist(
     *,
     archive_digest: str | None,
     archive_size: int | None = None,
+    git_commit: str | None = None,
 ) -> tuple[int, int]:
     """Write the decision set of ``inp`` with its rows; return (version, events inserted).
 
@@ -280,7 +281,7 @@ def persist(
                     created_at=now,
                 )
             )
-        done = completed_event(inp, version, archive_digest, now)
+        done = completed_event(inp, version, archive_digest, now, git_commit)
         count = 0
         for e in [*inp.events, done]:
             count += _insert_ignoring_conflict(
@@ -326,7 +327,11 @@ def record_agent_run(sm: sessionmaker[Session], project: str, ds: str, run: Agen
 
 
 def completed_event(
-    inp: PersistInput, version: int, archive_digest: str | None, now: datetime
+    inp: PersistInput,
+    version: int,
+    archive_digest: str | None,
+    now: datetime,
+    git_commit: str | None = None,
 ) -> DesignEvent:
     """The ``run-complete`` event, always the run's last (plan §22.3)."""
     return DesignEvent(
@@ -340,8 +345,19 @@ def completed_event(
             "version": version,
             "status": inp.status,
             "archive_digest": archive_digest,
+            "git_commit": git_commit,
         },
     )
+
+
+def version_after(sm: sessionmaker[Session], project: str, ds: str, key: str) -> int:
+    """The version :func:`persist` with ``key`` will give the decision set, as of now
+    (the commit message names it before the rows are written)."""
+    with sm() as s:
+        row = s.get(DecisionSetRow, (ds, project))
+        if row is None:
+            return 1
+        return row.version if row.persist_key == key else row.version + 1
 
 
 def bump_version(

@@ -113,6 +113,7 @@ class GraphState(TypedDict, total=False):
     outcome: str
     version: int
     archive_digest: str | None
+    git_commit: str | None
     diff: dict[str, Any] | None
 
 
@@ -510,10 +511,14 @@ async def diff_and_persist_node(state: GraphState) -> GraphState:
     if out.completed is not None:
         # The event persist wrote last, as written: the query and the events table agree.
         wf.events.append(out.completed)
+    if diff is not None and out.git_commit is not None:
+        # The commit exists only once persist ran; the Diff Summary names it (§22.2).
+        diff["summary"]["git_commit"] = out.git_commit
     return {
         "outcome": outcome,
         "version": out.version,
         "archive_digest": out.archive_digest,
+        "git_commit": out.git_commit,
         "diff": diff,
     }
 
@@ -650,6 +655,7 @@ class DesignPipeline:
             validation=dict(validation.summary) if validation else {},
             rationale_digest=digest_json(final.get("rationale", {})),
             archive_digest=final.get("archive_digest"),
+            git_commit=final.get("git_commit"),
             diff=final.get("diff"),
             cost_delta_usd=cost.delta_vs_prev_usd if cost else None,
             cost_delta_pct=cost.delta_vs_prev_pct if cost else None,

@@ -48,6 +48,7 @@ from keel.design.steps import (
 from keel.digest import digest_bytes, digest_json
 from keel.llm import LLMMessage, LLMRequest
 from store import design as design_store
+from store import design_git
 from store.artifacts import ArtifactStore
 
 #: Whole seconds between heartbeats of a long step (codegen, validators).
@@ -71,7 +72,9 @@ class DesignActivities:
         sandbox_config: Any = None,
         anthropic_api_key: SecretStr | None = None,
         anthropic_base_url: str = "",
+        repos_dir: Path | None = None,
     ) -> None:
+        self.repos_dir = repos_dir
         self.sessions = sessions
         self.anthropic_api_key = anthropic_api_key
         self.anthropic_base_url = anthropic_base_url
@@ -263,19 +266,23 @@ class DesignActivities:
 
     @activity.defn(name=steps.PERSIST.name)
     def persist(self, inp: PersistInput) -> PersistOutput:
-        """The decision set's rows and its repository's archive, once per key."""
+        """The decision set's commit in the project's git repository, its rows and its
+        repository's archive, once per key."""
         archive = None
         size = None
+        repository: dict[str, str] = dict(inp.report_files)
         if inp.files_digest is not None:
             files: dict[str, str] = self.artifacts.get_json(inp.files_digest)
             validation: dict[str, str] = {}
             if inp.validation_digest is not None:
                 validation = self.artifacts.get_json(inp.validation_digest).get("files", {})
-            data = _zip({**files, **validation, **inp.report_files})
+            repository = {**files, **validation, **inp.report_files}
+            data = _zip(repository)
             archive, size = self.artifacts.put_bytes(data), len(data)
+        commit = self._commit(inp, repository)
         try:
             version, inserted = design_store.persist(
-                self.sessions, inp, archive_digest=archive, archive_size=size
+                self.sessions, inp, archive_digest=archive, archive_size=size, git_commit=commit
             )
         except design_store.VersionConflict as exc:
             raise ApplicationError(
@@ -289,8 +296,37 @@ class DesignActivities:
             steps.event_key(len(inp.events), steps.EVENT_RUN_COMPLETE),
         )
         return PersistOutput(
-            version=version, archive_digest=archive, inserted_events=inserted, completed=completed
+            version=version,
+            archive_digest=archive,
+            inserted_events=inserted,
+            completed=completed,
+            git_commit=commit,
         )
+
+    def _commit(self, inp: PersistInput, repository: dict[str, str]) -> str | None:
+        """Commit the decision set to its project's repository (none without a
+        ``repos_dir``); the commit id. Before the rows, so run-complete can name it; a
+        retry finds the tagged commit and makes no second one."""
+        if self.repos_dir is None:
+            return None
+        version = design_store.version_after(self.sessions, inp.project, inp.decision_set, inp.key)
+        message = (
+            f"decision set {inp.decision_set} v{version}: {inp.status}\n\n"
+            f"project: {inp.project}\n"
+            f"previous decision set: {inp.parent or '-'}\n"
+            f"persist key: {inp.key}\n"
+        )
+        try:
+            return design_git.commit_decision_set(
+                self.repos_dir,
+                inp.project,
+                inp.decision_set,
+                {**repository, "plan.md": inp.summary_md},
+                message=message,
+                parent_decision_set=inp.parent,
+            )
+        except design_git.GitError as exc:
+            raise ApplicationError(str(exc), type="DesignGitFailed") from None
 
 
 def _anthropic_error(exc: Exception) -> Exception:

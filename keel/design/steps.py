@@ -149,6 +149,9 @@ class DesignResult(_Model):
     validation: dict[str, str] = Field(default_factory=dict)
     rationale_digest: str | None = None
     archive_digest: str | None = None
+    git_commit: str | None = Field(
+        None, description="the decision set's commit in the project's git repository"
+    )
     diff: dict[str, Any] | None = None
     cost_delta_usd: float | None = None
     cost_delta_pct: float | None = None
@@ -331,6 +334,9 @@ class PersistOutput(_Model):
     inserted_events: int = 0
     completed: DesignEvent | None = Field(
         None, description="the run-complete event written last, with the version"
+    )
+    git_commit: str | None = Field(
+        None, description="the decision set's commit in the project's git repository"
     )
 
 
