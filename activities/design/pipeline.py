@@ -140,13 +140,7 @@ class DesignActivities:
             workflow_id=info.workflow_id,
             meter=activity.metric_meter(),
         )
-        try:
-            snapshot = IntakeSnapshot.model_validate(json.loads(resp.content))
-        except (ValueError, ValidationError) as exc:
-            raise ApplicationError(
-                f"the model's reply is not the Constraint Schema: {str(exc)[:2000]}",
-                type=steps.ERROR_DESIGN_EXTRACT,
-            ) from None
+        snapshot = parse_intake_reply(resp.content)
         return IntakeOutput(
             snapshot=snapshot,
             model=resp.model_name,
@@ -327,6 +321,24 @@ class DesignActivities:
             )
         except design_git.GitError as exc:
             raise ApplicationError(str(exc), type="DesignGitFailed") from None
+
+
+def parse_intake_reply(content: str) -> IntakeSnapshot:
+    """The intake model's reply as an ``IntakeSnapshot``, checked in the activity that
+    called the model.
+
+    Raises:
+        ApplicationError: ``DesignExtractInvalid`` (retryable) for any reply that is not
+            the schema, however malformed; never another exception.
+    """
+    try:
+        return IntakeSnapshot.model_validate(json.loads(content))
+    # RecursionError: a reply nested deeper than the parser's stack is no schema either.
+    except (ValueError, ValidationError, RecursionError) as exc:
+        raise ApplicationError(
+            f"the model's reply is not the Constraint Schema: {str(exc)[:2000]}",
+            type=steps.ERROR_DESIGN_EXTRACT,
+        ) from None
 
 
 def _anthropic_error(exc: Exception) -> Exception:
