@@ -57,6 +57,8 @@ HEARTBEAT_EVERY_S = 5.0
 ZIP_TIME = (2020, 1, 1, 0, 0, 0)
 #: Where a codegen model's answer is recorded by node key, next to the artifacts.
 CODEGEN_REFS_DIR = "refs/design-codegen"
+#: The Claude model of ``codegen="anthropic"`` when ``codegen_model`` is empty.
+ANTHROPIC_DEFAULT_MODEL = "claude-sonnet-4-6"
 
 
 class DesignActivities:
@@ -231,8 +233,8 @@ class DesignActivities:
                 )
             provider = AnthropicProvider(
                 api_key=key,
+                model=inp.codegen_model or ANTHROPIC_DEFAULT_MODEL,
                 base_url=self.anthropic_base_url or None,
-                **({"model": inp.codegen_model} if inp.codegen_model else {}),
             )
             try:
                 return await provider.generate(request)

@@ -147,3 +147,29 @@ async def test_anthropic_codegen_through_the_activity_asks_once(settings: Settin
         again = await ActivityEnvironment().run(acts.codegen, inp)
     assert first == again and first.file_count == 2
     assert len(srv.requests) == 1 and srv.requests[0]["model"] == "claude-test"
+
+
+async def test_a_retried_persist_makes_no_second_commit(settings: Settings) -> None:
+    from store.design_git import commit_of, git, repo_path
+    from tests.design.unit.test_design_store import persist_input
+
+    acts = activities(settings, repos_dir=settings.design_repos_dir)
+    artifacts = artifact_store_from_settings(settings)
+    files = {"README.md": "# r\n", "app.py": "x = 1\n"}
+    inp = persist_input(
+        "k-persist",
+        files_digest=artifacts.put_json(files),
+        report_files={"reports/rationale.json": "[]\n"},
+    )
+    first = ActivityEnvironment().run(acts.persist, inp)
+    again = ActivityEnvironment().run(acts.persist, inp)  # a retry after it landed
+    repo = repo_path(settings.design_repos_dir, "acme")
+    assert first.git_commit and again.git_commit == first.git_commit
+    assert commit_of(repo, "ds1") == first.git_commit
+    assert git(repo, "rev-list", "--all", "--count").stdout.strip() == "1"
+    tree = git(repo, "ls-tree", "-r", "--name-only", first.git_commit).stdout.split()
+    assert tree == ["README.md", "app.py", "plan.md", "reports/rationale.json"]
+    assert git(repo, "show", f"{first.git_commit}:plan.md").stdout == "# ds1"
+    assert first.completed is not None
+    assert first.completed.payload["git_commit"] == first.git_commit
+    assert again.completed == first.completed
