@@ -9,6 +9,10 @@ node key, waits. The test waits for that record (the reference file next to the
 artifacts) while the activity is still running, and then kills the worker. A second
 worker takes the activity over after its heartbeat timeout, finds the recorded answer
 and the run completes; the scripted server saw one request in all.
+
+The lock also holds up the gateway's ``llm_calls`` row of the model call, which gives up
+after SQLite's busy timeout (10 s) and is only logged; the ``agent_runs`` write waits as
+long, so the test has that long to see the record (it polls every 50 ms).
 """
 
 from __future__ import annotations
