@@ -103,6 +103,10 @@ class Settings(BaseSettings):
 
     # Design pipelines (docs/design.md): patterns, prices and node prompts.
     design_config_dir: Path = Path(__file__).resolve().parent.parent / "configs" / "design"
+    # Codegen by Anthropic (DesignInput.codegen = "anthropic"): the API key, and another
+    # Anthropic-compatible server's base URL (empty: Anthropic's).
+    anthropic_api_key: SecretStr = SecretStr("")
+    anthropic_base_url: str = ""
     # SRL collection (docs/srl.md): the step prompt pack and the actor pool's endpoints.
     srl_prompts: Path = Path(__file__).resolve().parent.parent / "configs" / "teacher_prompts.yaml"
     srl_actors_config: Path = (
@@ -136,6 +140,11 @@ class Settings(BaseSettings):
     @property
     def artifacts_dir(self) -> Path:
         return self.data_dir / "artifacts"
+
+    @property
+    def design_repos_dir(self) -> Path:
+        """The design projects' git repositories (one bare repository per project)."""
+        return self.data_dir / "design" / "repos"
 
     def check_secrets(self) -> None:
         """Refuse to run outside dev/test with a default secret."""

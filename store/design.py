@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from keel.design.critics import CostEstimate
 from keel.design.steps import (
     EVENT_RUN_COMPLETE,
+    AgentRun,
     DesignEvent,
     PersistInput,
     PreviousState,
@@ -172,6 +173,7 @@ def persist(
     *,
     archive_digest: str | None,
     archive_size: int | None = None,
+    git_commit: str | None = None,
 ) -> tuple[int, int]:
     """Write the decision set of ``inp`` with its rows; return (version, events inserted).
 
@@ -279,7 +281,7 @@ def persist(
                     created_at=now,
                 )
             )
-        done = completed_event(inp, version, archive_digest, now)
+        done = completed_event(inp, version, archive_digest, now, git_commit)
         count = 0
         for e in [*inp.events, done]:
             count += _insert_ignoring_conflict(
@@ -297,8 +299,39 @@ def persist(
         return version, count
 
 
+def record_agent_run(sm: sessionmaker[Session], project: str, ds: str, run: AgentRun) -> bool:
+    """Write one node's ``agent_runs`` row now (an activity that paid for a model); the
+    row persist writes later under the same key is then ignored. True if inserted."""
+    with sm.begin() as s:
+        return bool(
+            _insert_ignoring_conflict(
+                s,
+                AgentRunRow,
+                {
+                    "decision_set_id": ds,
+                    "project_id": project,
+                    "idem_key": run.key,
+                    "agent": run.agent,
+                    "provider": run.provider,
+                    "model": run.model,
+                    "input_digest": run.input_digest,
+                    "output_json": run.output,
+                    "tokens_total": run.tokens_total,
+                    "latency_ms": run.latency_ms,
+                    "ok": run.ok,
+                    "created_at": datetime.now(UTC),
+                },
+                ["idem_key"],
+            )
+        )
+
+
 def completed_event(
-    inp: PersistInput, version: int, archive_digest: str | None, now: datetime
+    inp: PersistInput,
+    version: int,
+    archive_digest: str | None,
+    now: datetime,
+    git_commit: str | None = None,
 ) -> DesignEvent:
     """The ``run-complete`` event, always the run's last (plan §22.3)."""
     return DesignEvent(
@@ -312,8 +345,19 @@ def completed_event(
             "version": version,
             "status": inp.status,
             "archive_digest": archive_digest,
+            "git_commit": git_commit,
         },
     )
+
+
+def version_after(sm: sessionmaker[Session], project: str, ds: str, key: str) -> int:
+    """The version :func:`persist` with ``key`` will give the decision set, as of now
+    (the commit message names it before the rows are written)."""
+    with sm() as s:
+        row = s.get(DecisionSetRow, (ds, project))
+        if row is None:
+            return 1
+        return row.version if row.persist_key == key else row.version + 1
 
 
 def bump_version(

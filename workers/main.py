@@ -89,6 +89,9 @@ def build_activities(settings: Settings) -> list[Any]:
         llm=llm,
         config_dir=settings.design_config_dir,
         sandbox_config=sandbox_config,
+        anthropic_api_key=settings.anthropic_api_key,
+        anthropic_base_url=settings.anthropic_base_url,
+        repos_dir=settings.design_repos_dir,
     )
     return [
         notify.webhook,

@@ -121,6 +121,7 @@ class GraphState(TypedDict, total=False):
     outcome: str
     version: int
     archive_digest: str | None
+    git_commit: str | None
     diff: dict[str, Any] | None
 
 
@@ -394,7 +395,12 @@ async def codegen_node(state: GraphState) -> GraphState:
     wf = _wf()
     inp = wf.inp
     node_input = {"plan": state["plan"], "constraints": state["snapshot"].constraints}
-    key = wf.key("codegen", {**node_input, "cost": state["cost"], "policy": state["policy"]})
+    key_input: dict[str, Any] = {**node_input, "cost": state["cost"], "policy": state["policy"]}
+    if inp.codegen != "template":
+        # A model's repository is another output than the templates' (and than another
+        # model's), so it has its own key; the templates' key is what it always was.
+        key_input["codegen"] = {"provider": inp.codegen, "model": inp.codegen_model}
+    key = wf.key("codegen", key_input)
     out = await call(
         steps.CODEGEN,
         CodegenInput(
@@ -406,11 +412,19 @@ async def codegen_node(state: GraphState) -> GraphState:
             rationale_md=_rationale_md(state),
             cost=state["cost"],
             policy=state["policy"],
+            codegen=inp.codegen,
+            codegen_model=inp.codegen_model,
         ),
-        summary=f"codegen: {len(state['plan'].choices)} capabilities",
+        summary=f"codegen: {len(state['plan'].choices)} capabilities"
+        + ("" if inp.codegen == "template" else f" by {inp.codegen}"),
     )
     wf.run_node(
-        "codegen", {"plan": key}, {"files": out.file_count, "digest": out.files_digest}, key=key
+        "codegen",
+        {"plan": key},
+        {"files": out.file_count, "digest": out.files_digest},
+        key=key,
+        provider=inp.codegen,
+        model=inp.codegen_model,
     )
     wf.event(steps.EVENT_ARTIFACTS, {"files": out.file_count, "digest": out.files_digest})
     return {"codegen": out}
@@ -507,10 +521,14 @@ async def diff_and_persist_node(state: GraphState) -> GraphState:
     if out.completed is not None:
         # The event persist wrote last, as written: the query and the events table agree.
         wf.events.append(out.completed)
+    if diff is not None and out.git_commit is not None:
+        # The commit exists only once persist ran; the Diff Summary names it (§22.2).
+        diff["summary"]["git_commit"] = out.git_commit
     return {
         "outcome": outcome,
         "version": out.version,
         "archive_digest": out.archive_digest,
+        "git_commit": out.git_commit,
         "diff": diff,
     }
 
@@ -663,6 +681,7 @@ class DesignPipeline:
             validation=dict(validation.summary) if validation else {},
             rationale_digest=digest_json(final.get("rationale", {})),
             archive_digest=final.get("archive_digest"),
+            git_commit=final.get("git_commit"),
             diff=final.get("diff"),
             cost_delta_usd=cost.delta_vs_prev_usd if cost else None,
             cost_delta_pct=cost.delta_vs_prev_pct if cost else None,

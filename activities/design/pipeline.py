@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -31,6 +32,7 @@ from keel.design.errors import DesignError
 from keel.design.patterns import PatternCatalog, load_patterns
 from keel.design.reasons import prompt_pack_hash
 from keel.design.steps import (
+    AgentRun,
     CodegenInput,
     CodegenOutput,
     IntakeInput,
@@ -42,15 +44,21 @@ from keel.design.steps import (
     ValidateInput,
     ValidateOutput,
 )
-from keel.digest import digest_bytes
+from keel.digest import digest_bytes, digest_json
 from keel.llm import LLMMessage, LLMRequest
 from store import design as design_store
+from store import design_git
 from store.artifacts import ArtifactStore
+from store.refs import ref_index_for
 
 #: Whole seconds between heartbeats of a long step (codegen, validators).
 HEARTBEAT_EVERY_S = 5.0
 #: A fixed timestamp for the archive's entries, so one repository is one digest.
 ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+#: Where a codegen model's answer is recorded by node key, next to the artifacts.
+CODEGEN_REFS_DIR = "refs/design-codegen"
+#: The Claude model of ``codegen="anthropic"`` when ``codegen_model`` is empty.
+ANTHROPIC_DEFAULT_MODEL = "claude-sonnet-4-6"
 
 
 class DesignActivities:
@@ -64,8 +72,14 @@ class DesignActivities:
         llm: LLMGateway,
         config_dir: Path,
         sandbox_config: Any = None,
+        anthropic_api_key: SecretStr | None = None,
+        anthropic_base_url: str = "",
+        repos_dir: Path | None = None,
     ) -> None:
+        self.repos_dir = repos_dir
         self.sessions = sessions
+        self.anthropic_api_key = anthropic_api_key
+        self.anthropic_base_url = anthropic_base_url
         self.artifacts = artifacts
         self.llm = llm
         self.config_dir = config_dir
@@ -128,13 +142,7 @@ class DesignActivities:
             workflow_id=info.workflow_id,
             meter=activity.metric_meter(),
         )
-        try:
-            snapshot = IntakeSnapshot.model_validate(json.loads(resp.content))
-        except (ValueError, ValidationError) as exc:
-            raise ApplicationError(
-                f"the model's reply is not the Constraint Schema: {str(exc)[:2000]}",
-                type=steps.ERROR_DESIGN_EXTRACT,
-            ) from None
+        snapshot = parse_intake_reply(resp.content)
         return IntakeOutput(
             snapshot=snapshot,
             model=resp.model_name,
@@ -144,29 +152,101 @@ class DesignActivities:
 
     @activity.defn(name=steps.CODEGEN.name)
     async def codegen(self, inp: CodegenInput) -> CodegenOutput:
-        """The repository of the plan, stored as one JSON files map."""
-        from activities.design.codegen import render_repo
+        """The repository of the plan by the chosen provider, stored as one JSON files map.
 
-        files: dict[str, str] = await heartbeating(
-            asyncio.to_thread(
-                render_repo,
-                inp.plan,
-                inp.constraints,
-                project=inp.project,
-                decision_set=inp.decision_set,
-                rationale_md=inp.rationale_md,
-                cost=inp.cost,
-                policy=inp.policy,
-                catalog=self._catalog(),
-            ),
-            every_s=HEARTBEAT_EVERY_S,
+        A model's answer is recorded under the node's idempotency key (a reference in the
+        artifact store) as soon as it is checked: a retry of this activity, after a worker
+        was lost once the model had answered, takes the recorded answer instead of paying
+        for the model again. The node's ``agent_runs`` row (provider, model, time) is then
+        written before the activity returns.
+        """
+        from activities.design.codegen import CodeGenRequest, render_request
+
+        started = time.monotonic()
+        request = CodeGenRequest(
+            project=inp.project,
+            decision_set=inp.decision_set,
+            plan=inp.plan,
+            constraints=inp.constraints,
+            rationale_md=inp.rationale_md,
+            cost=inp.cost,
+            policy=inp.policy,
+            catalog=self._catalog(),
         )
-        digest = self.artifacts.put_json(files)
-        return CodegenOutput(
+        reused = False
+        if inp.codegen == "template":
+            files: dict[str, str] = await heartbeating(
+                asyncio.to_thread(render_request, request), every_s=HEARTBEAT_EVERY_S
+            )
+            digest = self.artifacts.put_json(files)
+        else:
+            index = ref_index_for(self.artifacts, CODEGEN_REFS_DIR)
+            ref = digest_bytes(inp.key.encode())
+            recorded = await asyncio.to_thread(index.get, ref)
+            if recorded is not None and self.artifacts.exists(recorded):
+                files, digest, reused = self.artifacts.get_json(recorded), recorded, True
+            else:
+                files = await heartbeating(self._generate(inp, request), every_s=HEARTBEAT_EVERY_S)
+                digest = self.artifacts.put_json(files)
+                await asyncio.to_thread(index.put, ref, digest)
+        output = CodegenOutput(
             files_digest=digest,
             file_count=len(files),
             file_digests={p: digest_bytes(t.encode()) for p, t in sorted(files.items())},
         )
+        run = AgentRun(
+            key=inp.key,
+            agent="codegen",
+            provider=inp.codegen,
+            model=inp.codegen_model,
+            input_digest=digest_json({"plan": inp.key}),
+            output={"files": output.file_count, "digest": digest, "reused_answer": reused},
+            latency_ms=int((time.monotonic() - started) * 1000),
+        )
+        # Written here, not only by persist, so a paid model answer shows in agent_runs
+        # even when the run fails later (validators, a lost version race).
+        await asyncio.to_thread(
+            design_store.record_agent_run, self.sessions, inp.project, inp.decision_set, run
+        )
+        return output
+
+    async def _generate(self, inp: CodegenInput, request: Any) -> dict[str, str]:
+        """One model answer by the provider ``inp.codegen`` names, checked
+        (``parse_file_map``), or a typed ``ApplicationError``."""
+        from activities.design.codegen import AnthropicProvider, CodeGenError, LiteLLMProvider
+
+        info = activity.info()
+        try:
+            if inp.codegen == "litellm":
+                return await LiteLLMProvider(
+                    self.llm,
+                    model=inp.codegen_model,
+                    call_key=f"{inp.key}/{info.attempt}",
+                    workflow_id=info.workflow_id,
+                ).generate(request)
+            key = self.anthropic_api_key.get_secret_value() if self.anthropic_api_key else ""
+            if not key:
+                raise ApplicationError(
+                    "codegen 'anthropic' needs KEEL_ANTHROPIC_API_KEY on the worker",
+                    type=steps.ERROR_DESIGN_CONFIG,
+                    non_retryable=True,
+                )
+            provider = AnthropicProvider(
+                api_key=key,
+                model=inp.codegen_model or ANTHROPIC_DEFAULT_MODEL,
+                base_url=self.anthropic_base_url or None,
+            )
+            try:
+                return await provider.generate(request)
+            except Exception as exc:
+                raise _anthropic_error(exc) from None
+            finally:
+                await provider.aclose()
+        except CodeGenError as exc:
+            raise ApplicationError(
+                f"the model's answer is not a usable repository: {str(exc)[:2000]}",
+                type=steps.ERROR_DESIGN_CODEGEN,
+            ) from None
 
     @activity.defn(name=steps.VALIDATE.name)
     async def validate(self, inp: ValidateInput) -> ValidateOutput:
@@ -182,19 +262,23 @@ class DesignActivities:
 
     @activity.defn(name=steps.PERSIST.name)
     def persist(self, inp: PersistInput) -> PersistOutput:
-        """The decision set's rows and its repository's archive, once per key."""
+        """The decision set's commit in the project's git repository, its rows and its
+        repository's archive, once per key."""
         archive = None
         size = None
+        repository: dict[str, str] = dict(inp.report_files)
         if inp.files_digest is not None:
             files: dict[str, str] = self.artifacts.get_json(inp.files_digest)
             validation: dict[str, str] = {}
             if inp.validation_digest is not None:
                 validation = self.artifacts.get_json(inp.validation_digest).get("files", {})
-            data = _zip({**files, **validation, **inp.report_files})
+            repository = {**files, **validation, **inp.report_files}
+            data = _zip(repository)
             archive, size = self.artifacts.put_bytes(data), len(data)
+        commit = self._commit(inp, repository)
         try:
             version, inserted = design_store.persist(
-                self.sessions, inp, archive_digest=archive, archive_size=size
+                self.sessions, inp, archive_digest=archive, archive_size=size, git_commit=commit
             )
         except design_store.VersionConflict as exc:
             raise ApplicationError(
@@ -208,8 +292,75 @@ class DesignActivities:
             steps.event_key(len(inp.events), steps.EVENT_RUN_COMPLETE),
         )
         return PersistOutput(
-            version=version, archive_digest=archive, inserted_events=inserted, completed=completed
+            version=version,
+            archive_digest=archive,
+            inserted_events=inserted,
+            completed=completed,
+            git_commit=commit,
         )
+
+    def _commit(self, inp: PersistInput, repository: dict[str, str]) -> str | None:
+        """Commit the decision set to its project's repository (none without a
+        ``repos_dir``); the commit id. Before the rows, so run-complete can name it; a
+        retry finds the tagged commit and makes no second one."""
+        if self.repos_dir is None:
+            return None
+        version = design_store.version_after(self.sessions, inp.project, inp.decision_set, inp.key)
+        message = (
+            f"decision set {inp.decision_set} v{version}: {inp.status}\n\n"
+            f"project: {inp.project}\n"
+            f"previous decision set: {inp.parent or '-'}\n"
+            f"persist key: {inp.key}\n"
+        )
+        try:
+            return design_git.commit_decision_set(
+                self.repos_dir,
+                inp.project,
+                inp.decision_set,
+                {**repository, "plan.md": inp.summary_md},
+                message=message,
+                parent_decision_set=inp.parent,
+            )
+        except design_git.GitError as exc:
+            raise ApplicationError(str(exc), type="DesignGitFailed") from None
+
+
+def parse_intake_reply(content: str) -> IntakeSnapshot:
+    """The intake model's reply as an ``IntakeSnapshot``, checked in the activity that
+    called the model.
+
+    Raises:
+        ApplicationError: ``DesignExtractInvalid`` (retryable) for any reply that is not
+            the schema, however malformed; never another exception.
+    """
+    try:
+        return IntakeSnapshot.model_validate(json.loads(content))
+    # RecursionError: a reply nested deeper than the parser's stack is no schema either.
+    except (ValueError, ValidationError, RecursionError) as exc:
+        raise ApplicationError(
+            f"the model's reply is not the Constraint Schema: {str(exc)[:2000]}",
+            type=steps.ERROR_DESIGN_EXTRACT,
+        ) from None
+
+
+def _anthropic_error(exc: Exception) -> Exception:
+    """An Anthropic SDK failure as Temporal should retry it: a 4xx other than 408, 409 and
+    429 is final, the rest retry. Anything else (a ``CodeGenError``) passes unchanged."""
+    import anthropic
+
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        final = 400 <= status < 500 and status not in (408, 409, 429)
+        return ApplicationError(
+            f"Anthropic API: HTTP {status}",
+            type="DesignCodegenProvider",
+            non_retryable=final,
+        )
+    if isinstance(exc, anthropic.APIError):
+        return ApplicationError(
+            f"Anthropic API: {type(exc).__name__}", type="DesignCodegenProvider"
+        )
+    return exc
 
 
 def _validator_summary(report: dict[str, Any]) -> dict[str, str]:

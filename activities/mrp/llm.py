@@ -26,22 +26,18 @@ guard for this call only, and only for operators that declare ``llm`` egress.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import threading
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 from temporalio.common import MetricMeter
 
 from activities.llm import LLMGateway
 from activities.mrp.egress import guarded_operator, llm_egress
-from keel.digest import digest_json, is_digest
+from keel.digest import digest_json
 from keel.llm import (
     LLMMessage,
     LLMRequest,
@@ -54,26 +50,17 @@ from keel.mrp.registry import OperatorSpec
 from keel.mrp.sdk import LLMClient, LLMResult, LLMUnavailable, NoLLM, OperatorError
 from keel.records import LLMCallLog
 from keel.settings import Settings
-from store.artifacts import (
-    ArtifactError,
-    ArtifactStore,
-    LocalArtifactStore,
-    S3ArtifactStore,
-    artifact_store_from_settings,
-)
+from store.artifacts import ArtifactError, ArtifactStore, artifact_store_from_settings
 from store.files import load_models_config
+from store.refs import RefIndex, ref_index_for
 
 __all__ = [
     "REQUEST_DIGEST_KIND",
     "CachedLLMClient",
     "LLMCacheEntry",
-    "LLMCacheIndex",
     "LLMCallFailed",
     "LLMCallStats",
     "LLMReplayMiss",
-    "LocalCacheIndex",
-    "S3CacheIndex",
-    "cache_index_for",
     "llm_client_for",
     "record_calls",
     "request_digest",
@@ -119,87 +106,6 @@ class LLMCacheEntry(BaseModel):
     model_name: str
     litellm_model: str
     finish_reason: str | None = None
-
-
-# ---------------------------------------------------------------------------------------
-# request digest -> answer digest references
-
-
-class LLMCacheIndex(Protocol):
-    """Where the ``request digest -> answer digest`` references live."""
-
-    def get(self, request_digest: str) -> str | None:
-        """The answer digest, or None."""
-        ...
-
-    def put(self, request_digest: str, answer_digest: str) -> None:
-        """Record (or overwrite) a reference."""
-        ...
-
-
-def _hex(digest: str) -> str:
-    if not is_digest(digest):
-        raise ValueError(f"not a blake3 digest: {digest!r}")
-    return digest.removeprefix("blake3:")
-
-
-class LocalCacheIndex:
-    """References as small files ``<root>/<hex[:2]>/<hex>`` holding the answer digest."""
-
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-
-    def _path(self, request_digest: str) -> Path:
-        h = _hex(request_digest)
-        return self.root / h[:2] / h
-
-    def get(self, request_digest: str) -> str | None:
-        try:
-            text = self._path(request_digest).read_text(encoding="ascii").strip()
-        except FileNotFoundError:
-            return None
-        return text if is_digest(text) else None
-
-    def put(self, request_digest: str, answer_digest: str) -> None:
-        path = self._path(request_digest)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ref.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as f:
-                f.write(answer_digest + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-
-
-class S3CacheIndex:
-    """References as objects ``refs/mrp-llm/<hex>`` in the artifact bucket."""
-
-    def __init__(self, store: S3ArtifactStore) -> None:
-        self.store = store
-
-    def get(self, request_digest: str) -> str | None:
-        data = self.store.get_named(f"{REFS_DIR}/{_hex(request_digest)}")
-        if data is None:
-            return None
-        text = data.decode("ascii").strip()
-        return text if is_digest(text) else None
-
-    def put(self, request_digest: str, answer_digest: str) -> None:
-        self.store.put_named(
-            f"{REFS_DIR}/{_hex(request_digest)}", (answer_digest + "\n").encode("ascii")
-        )
-
-
-def cache_index_for(store: ArtifactStore) -> LLMCacheIndex:
-    """The reference index that lives with ``store`` (local folder or S3 bucket)."""
-    if isinstance(store, LocalArtifactStore):
-        return LocalCacheIndex(store.root / REFS_DIR)
-    if isinstance(store, S3ArtifactStore):
-        return S3CacheIndex(store)
-    raise TypeError(f"no LLM cache index for {type(store).__name__}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -279,7 +185,7 @@ class CachedLLMClient:
         *,
         replay_only: bool = False,
         default_model: str = "",
-        index: LLMCacheIndex | None = None,
+        index: RefIndex | None = None,
         timeout_s: float = 60.0,
         workflow_id: str | None = None,
     ) -> None:
@@ -287,7 +193,7 @@ class CachedLLMClient:
         self.store = store
         self.replay_only = replay_only
         self.default_model = default_model
-        self.index = index if index is not None else cache_index_for(store)
+        self.index = index if index is not None else ref_index_for(store, REFS_DIR)
         self.timeout_s = timeout_s
         self.workflow_id = workflow_id
         self.stats = LLMCallStats()

@@ -44,8 +44,12 @@ ERROR_DESIGN_CONFIG: Final = "DesignConfigInvalid"
 ERROR_DESIGN_CONFLICT: Final = "DesignVersionConflict"
 #: An extractor reply that is not the Constraint Schema: retried (a new sample may fit).
 ERROR_DESIGN_EXTRACT: Final = "DesignExtractInvalid"
+#: A codegen model's answer is not a usable repository (retried: a model may do better).
+ERROR_DESIGN_CODEGEN: Final = "DesignCodegenInvalid"
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+#: The codegen providers ``DesignInput.codegen`` may name (activities/design/codegen.py).
+CodegenProvider = Literal["template", "litellm", "anthropic"]
 
 
 class _Model(BaseModel):
@@ -88,6 +92,17 @@ class DesignOptions(_Model):
         description="Where plan.ready, gate.waiting, run.complete and run.error are POSTed "
         "(HMAC-signed; the worker's KEEL_WEBHOOK_URL or under KEEL_WEBHOOK_ALLOWED_PREFIXES). "
         "None: no notices.",
+    )
+    codegen: CodegenProvider = Field(
+        default="template",
+        description="Who writes the repository: the deterministic templates, a model of the "
+        "models config through LiteLLM, or Anthropic's API",
+    )
+    codegen_model: str = Field(
+        default="",
+        max_length=200,
+        description="litellm: a models-config name (empty: the default); anthropic: the "
+        "Claude model id (empty: the provider's default)",
     )
 
     @field_validator("approvers")
@@ -151,6 +166,9 @@ class DesignResult(_Model):
     validation: dict[str, str] = Field(default_factory=dict)
     rationale_digest: str | None = None
     archive_digest: str | None = None
+    git_commit: str | None = Field(
+        None, description="the decision set's commit in the project's git repository"
+    )
     diff: dict[str, Any] | None = None
     cost_delta_usd: float | None = None
     cost_delta_pct: float | None = None
@@ -209,6 +227,9 @@ class CodegenInput(_Model):
     rationale_md: str
     cost: CostEstimate
     policy: PolicyReport
+    # Defaults keep histories recorded before providers were selectable replaying.
+    codegen: CodegenProvider = "template"
+    codegen_model: str = ""
 
 
 class CodegenOutput(_Model):
@@ -330,6 +351,9 @@ class PersistOutput(_Model):
     inserted_events: int = 0
     completed: DesignEvent | None = Field(
         None, description="the run-complete event written last, with the version"
+    )
+    git_commit: str | None = Field(
+        None, description="the decision set's commit in the project's git repository"
     )
 
 

@@ -34,6 +34,7 @@ from keel.settings import Settings
 from store import design as design_store
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
+from store.design_git import commit_of, git, repo_path
 from store.models import AgentRunRow, LLMCallRow
 from tests.design.unit.design_data import golden_cases
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
@@ -267,6 +268,25 @@ async def test_iteration_gives_diff_and_cost_delta(
     row = design_store.decision_set(sm, project, "ds2")
     assert row is not None and row["parent_id"] == "ds1"
     assert "diff-update" in [e["type"] for e in design_store.list_events(sm, project, "ds2")]
+
+    # One commit per decision set in the project's repository, the first the second's parent.
+    assert base.git_commit and result.git_commit and base.git_commit != result.git_commit
+    assert result.diff["summary"]["git_commit"] == result.git_commit
+    repo = repo_path(settings.design_repos_dir, project)
+    assert git(repo, "rev-parse", f"{result.git_commit}^").stdout.strip() == base.git_commit
+    assert commit_of(repo, "ds1") == base.git_commit
+    assert commit_of(repo, "ds2") == result.git_commit
+    changed = set(
+        git(repo, "diff", "--name-only", base.git_commit, result.git_commit).stdout.split()
+    )
+    assert {"plan.md", "reports/rationale.json", "reports/diff.json"} <= changed
+    assert git(repo, "log", "-1", "--format=%s", result.git_commit).stdout.startswith(
+        "decision set ds2 v1: completed"
+    )
+    completed = [
+        e for e in design_store.list_events(sm, project, "ds2") if e["type"] == "run-complete"
+    ]
+    assert completed[0]["payload"]["git_commit"] == result.git_commit
 
 
 async def _events_until(
