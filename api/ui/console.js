@@ -612,10 +612,16 @@
 
   async function loadQuestions(sess, form, fields) {
     let questions = [];
-    try {
-      const d = await api("GET", "/decision-sets/" + enc(sess.id));
-      if (d.live && d.live.phase === "waiting_for_answers") questions = d.live.questions.filter((q) => fields.includes(q.field));
-    } catch (_) { questions = []; }
+    // The event is written just before the pipeline starts waiting: ask again for a while.
+    for (let tries = 0; tries < 40 && !questions.length && !sess.done && state.ds === sess; tries++) {
+      if (tries) await sleep(250);
+      try {
+        const d = await api("GET", "/decision-sets/" + enc(sess.id));
+        if (d.live && d.live.phase === "waiting_for_answers") questions = d.live.questions.filter((q) => fields.includes(q.field));
+        else if (!d.live) break;
+      } catch (_) { questions = []; }
+      if (!form.isConnected) return;
+    }
     if (!form.isConnected) return;
     if (!questions.length) { form.replaceWith(el("p", { class: "muted small", text: "Not open any more." })); return; }
     for (const q of questions) {
