@@ -303,7 +303,7 @@
     $("#session-form").hidden = false;
     $("#session").hidden = true;
     $("#ds-status").hidden = true;
-    $("#design-title").textContent = "New design session";
+    $("#design-title").textContent = "Design session";
   }
 
   async function startSession(ev) {
