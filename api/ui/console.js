@@ -758,6 +758,7 @@
     $("#viewer-title").textContent = (diff ? "Diff of " : "") + path;
     const pre = $("#viewer-text");
     pre.textContent = "Loading…";
+    delete pre.dataset.kind;
     try {
       const r = diff
         ? await api("GET", "/decision-sets/" + enc(sess.id) + "/diff/" + encPath(path))

@@ -42,6 +42,7 @@ from workers.main import build_worker
 EXTRACTED = {"cloud": "aws", "workload_types": ["batch"], "data_classification": "internal"}
 REQUIREMENTS = "Nightly batch training of a churn model on AWS; internal data only."
 CODEGEN_WAIT_MS = 240_000
+FIRST_EVENT_WAIT_MS = 90_000
 
 
 @pytest.fixture
@@ -95,7 +96,8 @@ async def test_design_session_from_text_to_repository(
     # in the API's words and nothing changes.
     question = page.locator("#timeline li.event-questions")
     regions = question.get_by_role("textbox")
-    await regions.wait_for()
+    # The first intake in a fresh worker process imports LiteLLM: allow it time.
+    await regions.wait_for(timeout=FIRST_EVENT_WAIT_MS)
     assert await regions.get_attribute("name") == "regions"
     assert 0 < await page.locator("#coverage-meter").evaluate("m => m.value") < 1
     await regions.fill("Mars 1")
@@ -166,11 +168,13 @@ async def test_design_session_from_text_to_repository(
     await readme.click()
     viewer = page.locator("#viewer-text")
     await page.locator("#viewer-title").get_by_text("README.md").wait_for()
+    await page.locator("#viewer-text[data-kind=file]").wait_for()
     shown = await viewer.text_content()
     assert "Against " + ds in await page.locator("#diff-against").inner_text()
     await panels(page, "design-canvas")
     await page.get_by_role("button", name="Diff of README.md").click()
     await page.locator("#viewer-title").get_by_text("Diff of README.md").wait_for()
+    await page.locator("#viewer-text[data-kind=diff]").wait_for()
     diff = await viewer.text_content()
     assert diff.startswith("--- /dev/null\n+++ " + code_ds + "/README.md")
 
