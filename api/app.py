@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from api.errors import install_error_handlers
-from api.routes import design, gates, health, mrp, rllm, runs, srl, ui
+from api.routes import design, design_files, gates, health, mrp, rllm, runs, srl, ui
 from keel.settings import Settings
 from store.db import get_sessionmaker
 
@@ -42,6 +42,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.include_router(mrp.router)
     app.include_router(srl.router)
     app.include_router(design.router)
+    app.include_router(design_files.router)
     app.include_router(runs.router)
     app.include_router(ui.router)
     return app
