@@ -9,6 +9,7 @@ child ``.../gate/plan-r<round>``.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -103,6 +104,11 @@ async def decide(
     )
 
 
+#: How long a reader waits for a worker to answer the ``events`` query before it takes
+#: "nothing yet" for the answer (a stream sends its pings meanwhile).
+QUERY_TIMEOUT = timedelta(seconds=5)
+
+
 class EventsPage(BaseModel):
     """A decision set's events after a place, and whether more can come."""
 
@@ -141,13 +147,18 @@ async def events_since(
     handle = client.get_workflow_handle(wid)
     try:
         events = await handle.query(
-            "events", EventsSince(after=after), result_type=list[DesignEvent]
+            "events",
+            EventsSince(after=after),
+            result_type=list[DesignEvent],
+            rpc_timeout=QUERY_TIMEOUT,
         )
     except RPCError:
+        if status == "running":
+            # No worker has answered yet (a fresh worker still starting, or all of them
+            # busy or restarting): nothing new for now, and the reader asks again.
+            return EventsPage(events=[], status=status, done=False)
         # A run that ended without a result may have no worker able to answer: its
         # stored events are all there is.
-        if status == "running":
-            raise
         rows = await asyncio.to_thread(list_events, sessions, project, decision_set)
         events = [
             DesignEvent(key=r["key"], type=r["type"], payload=r["payload"])

@@ -192,20 +192,21 @@ def _not_found(ds: str) -> ApiError:
     return ApiError(404, "not_found", f"no decision set {ds!r}")
 
 
-def _owns(sessions: Any, caller: Caller, project: str) -> bool:
+def owns_project(sessions: Any, caller: Caller, project: str) -> bool:
+    """Whether ``caller`` owns ``project`` (admin: whether it exists)."""
     if ADMIN_ROLE in caller.roles:
         return design_store.project_row(sessions, project) is not None
     row = design_store.project_row(sessions, project)
     return row is not None and row["owner_id"] == caller.actor
 
 
-async def _project_of(
+async def project_of(
     client: Client, sessions: Any, caller: Caller, ds: str, *, approvers_too: bool = False
 ) -> str:
     """The project of decision set ``ds`` that ``caller`` may see: its project's owner and
     admin (and, with ``approvers_too``, the approvers the run names). Else a 404."""
     for project in await to_thread.run_sync(design_store.projects_with, sessions, ds):
-        if await to_thread.run_sync(_owns, sessions, caller, project):
+        if await to_thread.run_sync(owns_project, sessions, caller, project):
             return project
         if approvers_too and await may_read_run(client, workflow_id(project, ds), caller):
             return project
@@ -305,7 +306,7 @@ async def submit_constraints(
     """Start a decision set of the caller's project: 202 with its id and stream URL."""
 
     async def run() -> tuple[int, Any]:
-        if not await to_thread.run_sync(_owns, sessions, caller, project):
+        if not await to_thread.run_sync(owns_project, sessions, caller, project):
             raise ApiError(404, "not_found", f"no project {project!r}")
         started = await _start(request, client, sessions, caller, project, body)
         return 202, started.model_dump(mode="json")
@@ -368,7 +369,7 @@ async def stream(
 ) -> StreamingResponse:
     """The decision set's events as Server-Sent Events (``id:`` = the event's seq); with
     ``Last-Event-ID`` only the events after it. Ends after ``run-complete`` or ``run-error``."""
-    project = await _project_of(client, sessions, caller, decision_set_id)
+    project = await project_of(client, sessions, caller, decision_set_id)
     after = -1
     if last_event_id is not None and last_event_id.strip():
         try:
@@ -396,7 +397,7 @@ async def list_events(
     after: Annotated[int, Query(ge=-1)] = -1,
 ) -> EventsView:
     """The timeline: the same events as the stream, after ``after``."""
-    project = await _project_of(client, sessions, caller, decision_set_id)
+    project = await project_of(client, sessions, caller, decision_set_id)
     page = await design_client.events_since(client, sessions, project, decision_set_id, after)
     return EventsView(
         decision_set_id=decision_set_id,
@@ -434,7 +435,7 @@ async def get_decision_set(
     """A decision set: the pipeline's status while it runs; once stored, its row, plan,
     cost, policy, validation summary, diff and artifacts."""
     ds = decision_set_id
-    project = await _project_of(client, sessions, caller, ds)
+    project = await project_of(client, sessions, caller, ds)
     wid = workflow_id(project, ds)
     desc = await describe_or_none(client, wid)
     live = None
@@ -493,7 +494,7 @@ async def answer(
     """Answer the open questions (Update ``answers``): 200 with the new status; a refused
     value is 422 naming the field; no open questions: 409."""
     ds = decision_set_id
-    project = await _project_of(client, sessions, caller, ds)
+    project = await project_of(client, sessions, caller, ds)
     wid = workflow_id(project, ds)
 
     async def run() -> tuple[int, Any]:
@@ -553,7 +554,7 @@ async def approve(
     """Decide the gate of the current planner round: 200 with the gate's state; no open
     gate: 409; the caller is not an approver of it (or requested it): 403."""
     ds = decision_set_id
-    project = await _project_of(client, sessions, caller, ds, approvers_too=True)
+    project = await project_of(client, sessions, caller, ds, approvers_too=True)
     wid = workflow_id(project, ds)
 
     async def run() -> tuple[int, Any]:
@@ -609,7 +610,7 @@ async def generate(
     whose previous is this one, run with ``generate=true``. 409 unless this one completed
     without a repository."""
     ds = decision_set_id
-    project = await _project_of(client, sessions, caller, ds)
+    project = await project_of(client, sessions, caller, ds)
     options = body or GenerateBody()
 
     async def run() -> tuple[int, Any]:
@@ -669,7 +670,7 @@ async def download_link(
     """A signed URL of the repository archive, valid ``DOWNLOAD_TTL_S`` seconds; 404 when
     the decision set has no archive (planned with ``generate=false``)."""
     ds = decision_set_id
-    project = await _project_of(client, sessions, caller, ds)
+    project = await project_of(client, sessions, caller, ds)
     artifacts = await to_thread.run_sync(design_store.artifacts_of, sessions, project, ds)
     archive = next((a for a in artifacts if a["kind"] == "archive"), None)
     if archive is None:

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from api.deps import ArtifactsDep, CallerDep, ClientDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.routes.design import _owns, _project_of
+from api.routes.design import owns_project, project_of
 from store import design as design_store
 from store.artifacts import ArtifactNotFound, ArtifactStore
 
@@ -87,7 +87,7 @@ async def list_decision_sets(
     project: str, sessions: SessionsDep, caller: CallerDep
 ) -> DecisionSetList:
     """The project's decision sets, newest first; another owner's project is a 404."""
-    if not await to_thread.run_sync(_owns, sessions, caller, project):
+    if not await to_thread.run_sync(owns_project, sessions, caller, project):
         raise ApiError(404, "not_found", f"no project {project!r}")
     rows = await to_thread.run_sync(design_store.decision_sets_of, sessions, project)
     return DecisionSetList(
@@ -119,7 +119,7 @@ def _parent(sessions: Any, project: str, ds: str) -> str | None:
 async def _files_of(
     client: Any, sessions: Any, artifacts: ArtifactStore, caller: Any, ds: str
 ) -> tuple[str, dict[str, bytes]]:
-    project = await _project_of(client, sessions, caller, ds)
+    project = await project_of(client, sessions, caller, ds)
     files = await to_thread.run_sync(_archive_files, sessions, artifacts, project, ds)
     if files is None:
         raise ApiError(404, "not_found", f"decision set {ds!r} has no repository")

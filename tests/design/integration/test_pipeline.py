@@ -424,3 +424,19 @@ async def test_langsmith_tracing_stays_out_of_the_workflow(
     assert result.status == "completed"
     traced = [r.getMessage() for r in caplog.records if "LangChainTracer" in r.getMessage()]
     assert traced == []
+
+
+async def test_events_of_a_run_no_worker_answers_yet_are_none_for_now(
+    client: Client, settings: Settings
+) -> None:
+    """A reader (the SSE stream, the CLI) asking before any worker has taken the run
+    gets "nothing yet", not an error: a fresh worker may take a while to start."""
+    project = f"p-{uuid.uuid4().hex[:8]}"
+    inp = DesignInput(project=project, decision_set="ds1", requester="alice", generate=False)
+    handle = await start_design(client, inp, task_queue=f"nobody-{uuid.uuid4().hex[:6]}")
+    try:
+        sm = get_sessionmaker(settings.resolved_database_url)
+        page = await events_since(client, sm, project, "ds1")
+        assert (page.events, page.status, page.done) == ([], "running", False)
+    finally:
+        await handle.terminate("test over")
