@@ -239,24 +239,7 @@ def persist(
                 )
             )
         for run in inp.agent_runs:
-            _insert_ignoring_conflict(
-                s,
-                AgentRunRow,
-                {
-                    **ds,
-                    "idem_key": run.key,
-                    "agent": run.agent,
-                    "provider": run.provider,
-                    "model": run.model,
-                    "input_digest": run.input_digest,
-                    "output_json": run.output,
-                    "tokens_total": run.tokens_total,
-                    "latency_ms": run.latency_ms,
-                    "ok": run.ok,
-                    "created_at": now,
-                },
-                ["idem_key"],
-            )
+            _insert_agent_run(s, inp.project, inp.decision_set, run, now)
         for a in inp.approvals:
             _insert_ignoring_conflict(
                 s,
@@ -303,27 +286,30 @@ def record_agent_run(sm: sessionmaker[Session], project: str, ds: str, run: Agen
     """Write one node's ``agent_runs`` row now (an activity that paid for a model); the
     row persist writes later under the same key is then ignored. True if inserted."""
     with sm.begin() as s:
-        return bool(
-            _insert_ignoring_conflict(
-                s,
-                AgentRunRow,
-                {
-                    "decision_set_id": ds,
-                    "project_id": project,
-                    "idem_key": run.key,
-                    "agent": run.agent,
-                    "provider": run.provider,
-                    "model": run.model,
-                    "input_digest": run.input_digest,
-                    "output_json": run.output,
-                    "tokens_total": run.tokens_total,
-                    "latency_ms": run.latency_ms,
-                    "ok": run.ok,
-                    "created_at": datetime.now(UTC),
-                },
-                ["idem_key"],
-            )
-        )
+        return _insert_agent_run(s, project, ds, run, datetime.now(UTC))
+
+
+def _insert_agent_run(s: Session, project: str, ds: str, run: AgentRun, now: datetime) -> bool:
+    """One ``agent_runs`` row unless its key is there already; True if inserted."""
+    return _insert_ignoring_conflict(
+        s,
+        AgentRunRow,
+        {
+            "decision_set_id": ds,
+            "project_id": project,
+            "idem_key": run.key,
+            "agent": run.agent,
+            "provider": run.provider,
+            "model": run.model,
+            "input_digest": run.input_digest,
+            "output_json": run.output,
+            "tokens_total": run.tokens_total,
+            "latency_ms": run.latency_ms,
+            "ok": run.ok,
+            "created_at": now,
+        },
+        ["idem_key"],
+    )
 
 
 def completed_event(
