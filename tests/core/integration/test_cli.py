@@ -141,7 +141,7 @@ def test_bad_settings_give_one_clear_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("script", ["keel", "mrp", "runllm", "srl"])
+@pytest.mark.parametrize("script", ["keel", "mrp", "runllm", "srl", "design"])
 def test_installed_scripts_run_from_any_folder(script: str, tmp_path: Path) -> None:
     """The README runs `.venv/bin/keel`, whose sys.path starts at .venv/bin, not the repo:
     a dependency's own top-level `cli` package (python-hcl2 8 ships one) would shadow
