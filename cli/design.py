@@ -143,6 +143,20 @@ async def _with_client(settings: Settings, work: Any) -> Any:
         await asyncio.to_thread(services.stop, True)
 
 
+async def _running_status(client: Client, project: str, ds: str, what: str) -> Any:
+    """The ``status`` of a running decision set; not_found (saying why) otherwise."""
+    from client import design as design_client
+    from client.temporal import describe_or_none, status_name
+    from keel.design.steps import WORKFLOW_TYPE, workflow_id
+
+    desc = await describe_or_none(client, workflow_id(project, ds), WORKFLOW_TYPE)
+    if desc is None:
+        _fail("not_found", f"no decision set {project}/{ds} has run")
+    if status_name(desc) != "running":
+        _fail("not_found", f"{project}/{ds} has {what}: the run is {status_name(desc)}")
+    return await design_client.status(client, project, ds)
+
+
 def _cmd(*words: str) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
@@ -514,8 +528,7 @@ def answer(
         actor = user(as_user)
 
         async def work(client: Client) -> Any:
-            if await design_client.status(client, project, decision_set) is None:
-                _fail("not_found", f"no running decision set {project}/{decision_set}")
+            await _running_status(client, project, decision_set, "no open questions")
             return await design_client.answer(
                 client, project, decision_set, DesignAnswers(answers=answers, actor=actor)
             )
@@ -547,9 +560,7 @@ def approve(
         actor = user(as_user)
 
         async def work(client: Client) -> Any:
-            st = await design_client.status(client, project, decision_set)
-            if st is None:
-                _fail("not_found", f"no decision set {project}/{decision_set} has run")
+            st = await _running_status(client, project, decision_set, "no open gate")
             if st.phase != "waiting_for_approval" or not st.plan_round:
                 _fail("not_found", f"{project}/{decision_set} has no open gate (phase {st.phase})")
             gate = await design_client.decide(
@@ -696,9 +707,15 @@ def show(
         if view["status"] == SUBMITTED:
 
             async def live(client: Client) -> Any:
-                return await asyncio.wait_for(
-                    design_client.status(client, project, decision_set), 10
-                )
+                from temporalio.service import RPCError
+
+                try:
+                    return await asyncio.wait_for(
+                        design_client.status(client, project, decision_set), 10
+                    )
+                except (RPCError, TimeoutError) as e:
+                    note(f"the run does not answer its status query: {e}")
+                    return None
 
             st = asyncio.run(_with_client(settings, live))
             view["live"] = None if st is None else st.model_dump(mode="json")
@@ -713,6 +730,7 @@ def diff(
     json_out: JsonOpt = None,
 ) -> None:
     """The Change Summary of a decision set against its previous one."""
+    from keel.design.diff import state_diff
     from store.design import decision_set as ds_row
     from store.design import load_previous
 
@@ -736,6 +754,11 @@ def diff(
             p for p in set(new.file_digests) & set(old.file_digests)
             if new.file_digests[p] != old.file_digests[p]
         )  # fmt: skip
+        old_row = ds_row(sm, project, parent) or {}
+        changes = state_diff(
+            {"constraints": old_row.get("constraints_json"), "plan": old_row.get("plan_json")},
+            {"constraints": row["constraints_json"], "plan": row["plan_json"]},
+        )
         cost = new.cost
         doc = {
             "project": project,
@@ -746,6 +769,11 @@ def diff(
             "files_modified": modified,
             "docs_changed": summary.get("docs_changed", []),
             "state_keys_changed": summary.get("state_keys_changed", []),
+            "changes": {
+                "added": changes.added,
+                "removed": changes.removed,
+                "changed": [c.model_dump(mode="json") for c in changes.changed],
+            },
             "cost_delta_usd": summary.get("cost_delta_usd"),
             "cost_delta_pct": cost.delta_vs_prev_pct if cost else None,
             "monthly_usd": cost.monthly_usd if cost else None,
@@ -754,7 +782,13 @@ def diff(
         for label, paths in (("added", added), ("removed", removed), ("modified", modified)):
             lines.append(f"  files {label} ({len(paths)})" + "".join(f"\n    {p}" for p in paths))
         keys = doc["state_keys_changed"]
-        lines.append(f"  state keys changed ({len(keys)})" + "".join(f"\n    {k}" for k in keys))
+        lines.append(f"  state keys changed: {', '.join(keys) or 'none'}")
+        for path in changes.added:
+            lines.append(f"    + {path}")
+        for path in changes.removed:
+            lines.append(f"    - {path}")
+        for c in changes.changed:
+            lines.append(f"    ~ {c.path}: {json.dumps(c.old)} -> {json.dumps(c.new)}")
         lines.append(
             f"  cost: {_usd(doc['monthly_usd'])}/month"
             f"{_delta(doc['cost_delta_usd'], doc['cost_delta_pct'])}"
