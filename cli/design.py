@@ -722,6 +722,16 @@ def show(
         _emit(view, _view_text(view))
 
 
+def _diffable(row: dict[str, Any]) -> dict[str, Any]:
+    """A decision set as ``design diff`` compares it: its constraints and the pattern
+    chosen per capability (the candidates' scoring would drown the choices)."""
+    plan = row.get("plan_json") or {}
+    return {
+        "constraints": row.get("constraints_json") or {},
+        "plan": {c["capability"]: c["pattern_id"] for c in plan.get("choices", [])},
+    }
+
+
 @app.command()
 def diff(
     project: ProjectArg,
@@ -755,10 +765,7 @@ def diff(
             if new.file_digests[p] != old.file_digests[p]
         )  # fmt: skip
         old_row = ds_row(sm, project, parent) or {}
-        changes = state_diff(
-            {"constraints": old_row.get("constraints_json"), "plan": old_row.get("plan_json")},
-            {"constraints": row["constraints_json"], "plan": row["plan_json"]},
-        )
+        changes = state_diff(_diffable(old_row), _diffable(row))
         cost = new.cost
         doc = {
             "project": project,

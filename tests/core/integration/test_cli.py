@@ -129,6 +129,10 @@ def test_demo_end_to_end(tmp_path):
     assert "8. SRL collection on examples/srl/tasks.jsonl" in out, out
     assert "gold_replay gold python: 3/3 verified" in out, out
     assert "gold_replay gold java: 1/1 verified" in out, out
+    # The design step: a guided form to a generated repository that no validator failed.
+    assert "9. Design pipeline on a guided intake form" in out, out
+    assert "/ds1: completed, version 1, 8 capabilities" in out, out
+    assert "validators: secrets passed, ruff passed, mypy passed, pytest passed" in out, out
     assert "All checks passed." in out
     assert not (tmp_path / "keel" / "run" / "up.json").exists()  # the demo stopped what it started
 

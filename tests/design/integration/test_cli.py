@@ -211,11 +211,10 @@ def test_iteration_diff(env: dict[str, str], tmp_path: Path) -> None:
     d = doc(diffed)
     assert d["previous"] == "ds1"
     assert {"constraints", "cost", "plan"} <= set(d["state_keys_changed"]), d
-    assert {
-        "path": "constraints.workload_types",
-        "old": ["batch"],
-        "new": ["batch", "online"],
-    } in d["changes"]["changed"], d["changes"]
+    # The added workload, and the serving pattern the planner changed for it.
+    assert d["changes"]["added"] == ["constraints.workload_types[1]"], d["changes"]
+    changed = {c["path"]: (c["old"], c["new"]) for c in d["changes"]["changed"]}
+    assert changed["plan.serve"][0] == "serve:sagemaker-batch-transform", changed
     assert d["cost_delta_usd"] == pytest.approx(d["monthly_usd"] - first)
     assert d["files_added"] == d["files_removed"] == d["files_modified"] == []
     no_diff = design(["diff", "acme", "ds1"], env)
