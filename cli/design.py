@@ -75,12 +75,13 @@ def _fail(code: str, lines: list[str] | str, details: Any = None) -> NoReturn:
 def _translate(err: BaseException) -> CliError | None:
     from pydantic import ValidationError
     from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.exceptions import WorkflowAlreadyStartedError
 
     from client.temporal import cause_chain
     from services.local import ServiceUnavailable
     from store.design import DecisionSetExists, NotYours
 
-    if isinstance(err, NotYours | DecisionSetExists):
+    if isinstance(err, NotYours | DecisionSetExists | WorkflowAlreadyStartedError):
         return _failure("conflict", str(err)).error
     if isinstance(err, WorkflowUpdateFailedError):
         return _failure("refused", str(cause_chain(err)[-1])).error
@@ -310,6 +311,7 @@ async def _follow(
     from client.design import events_since
 
     after = -1
+    last: DesignEvent | None = None
     while True:
         dead = services.dead()
         if dead:
@@ -324,11 +326,13 @@ async def _follow(
             note(event_line(e, project, ds))
             if e.type == "questions":
                 await _questions(client, project, ds, interactive=interactive, actor=actor)
-            after = e.seq
+            after, last = e.seq, e
         if page.done:
-            if not page.events and page.status is None:
+            # The running run's query may already have given run-complete: then the
+            # finished page has nothing after it.
+            if last is None:
                 _fail("not_found", f"no decision set {ds!r} in project {project!r}")
-            return page.events[-1]
+            return last
         await asyncio.sleep(POLL_S)
 
 
@@ -377,8 +381,7 @@ async def _run(
     try:
         client = await services.connect()
         handle = await start_design(client, inp, task_queue=settings.task_queue)
-        if output.human or not detach:
-            note(f"Started {handle.id}")
+        note(f"Started {handle.id}")
         await services.ensure_worker(handle.id, "design-worker.log")
         if detach:
             return None

@@ -179,22 +179,22 @@ def test_questions_rejection_approval_show_diff(env: dict[str, str], tmp_path: P
 
 def test_iteration_diff(env: dict[str, str], tmp_path: Path) -> None:
     """A second decision set from an approved one: its Change Summary and cost delta."""
-    assert design(["new", "acme"], env).returncode == 0
+    assert design(["new", "iter"], env).returncode == 0
     side: list[subprocess.CompletedProcess[str]] = []
 
     def approve_if_forced(line: str) -> None:
         # No gate unless §23.5 forces one (policy fail, a cost rise over the threshold).
-        forced = re.search(r"waiting for approval: design approve acme (\S+)", line)
+        forced = re.search(r"waiting for approval: design approve iter (\S+)", line)
         if forced:
-            side.append(design(["approve", "acme", forced.group(1), "--as", "bob"], env))
+            side.append(design(["approve", "iter", forced.group(1), "--as", "bob"], env))
 
     base = dict(golden_cases()["batch_training"]["constraints"])
     form = write_json(tmp_path / "form.json", base)
-    args = ["run", "acme", "--no-generate", "--no-require-approval"]
+    args = ["run", "iter", "--no-generate", "--no-require-approval"]
     rc, out, lines = follow([*args, "--intake", str(form)], env, approve_if_forced)
     assert rc == 0, "\n".join(lines)
     assert json.loads(out)["decision_set"] == "ds1"  # the default id: ds<N>
-    first = doc(design(["show", "acme", "ds1"], env))["cost"]["monthly_usd"]
+    first = doc(design(["show", "iter", "ds1"], env))["cost"]["monthly_usd"]
 
     more = write_json(tmp_path / "more.json", {"workload_types": ["batch", "online"]})
     rc2, out2, lines2 = follow(
@@ -203,10 +203,10 @@ def test_iteration_diff(env: dict[str, str], tmp_path: Path) -> None:
     assert rc2 == 0, "\n".join(lines2)
     assert json.loads(out2)["decision_set"] == "ds2"
     assert any("] diff against ds1:" in line for line in lines2), lines2
-    sets = doc(design(["show", "acme"], env))["decision_sets"]
+    sets = doc(design(["show", "iter"], env))["decision_sets"]
     assert [(d["id"], d["parent_id"]) for d in sets] == [("ds2", "ds1"), ("ds1", None)]
 
-    diffed = design(["diff", "acme", "ds2"], env)
+    diffed = design(["diff", "iter", "ds2"], env)
     assert diffed.returncode == 0, diffed.stderr
     d = doc(diffed)
     assert d["previous"] == "ds1"
@@ -217,9 +217,9 @@ def test_iteration_diff(env: dict[str, str], tmp_path: Path) -> None:
     assert changed["plan.serve"][0] == "serve:sagemaker-batch-transform", changed
     assert d["cost_delta_usd"] == pytest.approx(d["monthly_usd"] - first)
     assert d["files_added"] == d["files_removed"] == d["files_modified"] == []
-    no_diff = design(["diff", "acme", "ds1"], env)
+    no_diff = design(["diff", "iter", "ds1"], env)
     assert no_diff.returncode == 3 and "no previous decision set" in no_diff.stderr
-    no_zip = design(["download", "acme", "ds1"], env)
+    no_zip = design(["download", "iter", "ds1"], env)
     assert no_zip.returncode == 3 and "--no-generate" in no_zip.stderr
 
 
