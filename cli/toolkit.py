@@ -85,6 +85,19 @@ EXIT_CODES: dict[str, dict[str, int]] = {
         "invalid_input": 8,  # a task file that does not validate (its line named)
         "run_failed": 9,  # the collection failed
     },
+    "design": {
+        "ok": 0,  # the decision set completed
+        "error": 1,  # unexpected error, Temporal or the worker unavailable
+        "usage": 2,  # bad command line (click), no requirements given
+        "not_found": 3,  # no such project, decision set, open gate, diff or archive
+        "invalid_input": 4,  # an unreadable file, an intake that is not the schema
+        "refused": 5,  # an answer or a gate decision the workflow refused (its reason given)
+        "conflict": 6,  # the project is another user's, the decision set exists
+        "rejected": 7,  # the plan was rejected (no comment, or no rounds left)
+        "not_covered": 8,  # the questions were not answered into coverage
+        "expired": 9,  # the gate expired undecided
+        "run_failed": 10,  # the pipeline failed or was terminated (run-error)
+    },
 }
 
 #: How each family writes an error on stdout. ``envelope``: ``{"error": CliError}`` in
@@ -94,6 +107,7 @@ ERROR_STYLES: dict[str, Literal["envelope", "payload"]] = {
     "keel": "envelope",
     "mrp": "envelope",
     "srl": "envelope",
+    "design": "envelope",
     "rllm": "payload",
 }
 

@@ -129,6 +129,10 @@ def test_demo_end_to_end(tmp_path):
     assert "8. SRL collection on examples/srl/tasks.jsonl" in out, out
     assert "gold_replay gold python: 3/3 verified" in out, out
     assert "gold_replay gold java: 1/1 verified" in out, out
+    # The design step: a guided form to a generated repository that no validator failed.
+    assert "9. Design pipeline on a guided intake form" in out, out
+    assert "/ds1: completed, version 1, 8 capabilities" in out, out
+    assert "validators: secrets passed, ruff passed, mypy passed, pytest passed" in out, out
     assert "All checks passed." in out
     assert not (tmp_path / "keel" / "run" / "up.json").exists()  # the demo stopped what it started
 
@@ -141,7 +145,7 @@ def test_bad_settings_give_one_clear_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("script", ["keel", "mrp", "runllm", "srl"])
+@pytest.mark.parametrize("script", ["keel", "mrp", "runllm", "srl", "design"])
 def test_installed_scripts_run_from_any_folder(script: str, tmp_path: Path) -> None:
     """The README runs `.venv/bin/keel`, whose sys.path starts at .venv/bin, not the repo:
     a dependency's own top-level `cli` package (python-hcl2 8 ships one) would shadow

@@ -1,0 +1,856 @@
+"""``design``: MLOps design pipelines from the command line (docs/design-cli.md).
+
+``design new`` creates a project, ``design run`` notes a decision set, starts its
+``DesignPipeline`` on the configured Temporal server (or the embedded one, started on
+demand, with a worker) and follows its events, one line each; ``design answer`` and
+``design approve`` answer its questions and decide its gate from another terminal;
+``design show``, ``design diff`` and ``design download`` read what the pipeline stored.
+Output, errors and exit codes follow the CLI toolkit (``cli/toolkit.py``): text on a
+terminal, one JSON document otherwise, ``{"error": {...}}`` on failure; the live event
+lines go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+from cli import toolkit
+from cli.toolkit import CliFailure, note, output
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+    from temporalio.client import Client
+
+    from cli.envelope import CliError
+    from keel.design.steps import DesignEvent, DesignInput
+    from keel.settings import Settings
+
+app = typer.Typer(
+    help="MLOps design pipelines: requirements to a reviewed plan and a generated, "
+    "validated repository (docs/design-cli.md).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_CODES = toolkit.EXIT_CODES["design"]
+#: The exit code of each end a pipeline can reach (its ``run-complete`` status).
+OUTCOME_EXIT = {
+    "completed": EXIT_CODES["ok"],
+    "rejected": EXIT_CODES["rejected"],
+    "expired": EXIT_CODES["expired"],
+    "not_covered": EXIT_CODES["not_covered"],
+}
+#: How often ``design run`` asks for new events.
+POLL_S = 0.5
+
+JsonOpt = Annotated[
+    bool | None,
+    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
+]
+ProjectArg = Annotated[str, typer.Argument(help="The project id")]
+DecisionSetArg = Annotated[str, typer.Argument(help="The decision set id")]
+AsOpt = Annotated[
+    str | None,
+    typer.Option("--as", help="Act as this user (default: $KEEL_USER, else the login name)"),
+]
+
+
+def _failure(code: str, lines: list[str] | str, details: Any = None) -> CliFailure:
+    return CliFailure("design", code, lines, details=details)
+
+
+def _fail(code: str, lines: list[str] | str, details: Any = None) -> NoReturn:
+    raise _failure(code, lines, details)
+
+
+def _translate(err: BaseException) -> CliError | None:
+    from pydantic import ValidationError
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from client.temporal import cause_chain
+    from services.local import ServiceUnavailable
+    from store.design import DecisionSetExists, NotYours
+
+    if isinstance(err, NotYours | DecisionSetExists | WorkflowAlreadyStartedError):
+        return _failure("conflict", str(err)).error
+    if isinstance(err, WorkflowUpdateFailedError):
+        return _failure("refused", str(cause_chain(err)[-1])).error
+    if isinstance(err, ValidationError):
+        return _failure("invalid_input", [_pydantic_line(e) for e in err.errors()]).error
+    if isinstance(err, ServiceUnavailable):
+        return _failure("error", str(err)).error
+    if isinstance(err, toolkit.SettingsInvalid):
+        return _failure("usage", str(err)).error
+    return None
+
+
+def _pydantic_line(err: Any) -> str:
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']}" if where else err["msg"]
+
+
+def _emit(doc: Any, text: str) -> None:
+    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
+
+
+def user(explicit: str | None = None) -> str:
+    """Who the CLI acts as: ``--as``, else ``$KEEL_USER``, else the login name."""
+    import getpass
+
+    if explicit:
+        return explicit
+    if os.environ.get("KEEL_USER"):
+        return os.environ["KEEL_USER"]
+    try:
+        return getpass.getuser() or "design"
+    except Exception:
+        return "design"
+
+
+def _owned_project(sm: sessionmaker[Session], project: str, actor: str) -> dict[str, Any]:
+    from store.design import project_row
+
+    row = project_row(sm, project)
+    if row is None:
+        raise CliFailure(
+            "design",
+            "not_found",
+            f"no project {project!r}",
+            hint=f"create it with `design new {project}`",
+        )
+    if row["owner_id"] != actor:
+        _fail("conflict", f"project {project!r} belongs to {row['owner_id']}, not {actor}")
+    return row
+
+
+async def _with_client(settings: Settings, work: Any) -> Any:
+    """``await work(client)`` on the configured server (started on demand)."""
+    from services.local import LocalServices
+
+    services = LocalServices(settings, note)
+    try:
+        return await work(await services.connect())
+    finally:
+        await asyncio.to_thread(services.stop, True)
+
+
+async def _running_status(client: Client, project: str, ds: str, what: str) -> Any:
+    """The ``status`` of a running decision set; not_found (saying why) otherwise."""
+    from client import design as design_client
+    from client.temporal import describe_or_none, status_name
+    from keel.design.steps import WORKFLOW_TYPE, workflow_id
+
+    desc = await describe_or_none(client, workflow_id(project, ds), WORKFLOW_TYPE)
+    if desc is None:
+        _fail("not_found", f"no decision set {project}/{ds} has run")
+    if status_name(desc) != "running":
+        _fail("not_found", f"{project}/{ds} has {what}: the run is {status_name(desc)}")
+    return await design_client.status(client, project, ds)
+
+
+def _cmd(*words: str) -> str:
+    return " ".join(shlex.quote(w) for w in words)
+
+
+# -- event lines ---------------------------------------------------------------------------
+
+
+def _usd(value: Any) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def _delta(usd: Any, pct: Any) -> str:
+    if usd is None:
+        return ""
+    text = f"{'+' if usd >= 0 else '-'}${abs(usd):,.2f}"
+    if pct is not None:
+        text += f", {pct:+.1f}%"
+    return f" ({text} against the previous set)"
+
+
+def event_line(e: DesignEvent, project: str, ds: str) -> str:
+    """One line for one pipeline event, as ``design run`` prints it."""
+    p = e.payload
+    node = p.get("node_name") or "-"
+    t = e.type
+    if t == "coverage-update":
+        text = f"coverage {p.get('score', 0):.2f}, " + (
+            "covered"
+            if p.get("covered")
+            else f"not covered (missing {', '.join(p['missing'])})"
+            if p.get("missing")
+            else "not covered"
+        )
+    elif t == "questions":
+        text = f"questions (round {p.get('round')}): {', '.join(p.get('fields', []))}"
+    elif t == "answers":
+        text = f"answers from {p.get('by') or '?'}: {', '.join(p.get('fields', []))}"
+    elif t == "plan-ready":
+        choices = ", ".join(f"{k}={v}" for k, v in p.get("choices", {}).items())
+        gaps = f"; gaps: {', '.join(p['gaps'])}" if p.get("gaps") else ""
+        text = f"plan round {p.get('round')}: {choices}{gaps}"
+    elif t == "reason-card":
+        choice = (p.get("choice") or {}).get("id")
+        text = f"reason card ({p.get('agent')}): {choice or 'no choice'}, "
+        text += f"confidence {p.get('confidence', 0):.2f}"
+    elif t == "cost-update":
+        unpriced = len(p.get("unpriced") or [])
+        text = f"cost {_usd(p.get('monthly_usd'))}/month"
+        text += _delta(p.get("delta_vs_prev_usd"), p.get("delta_vs_prev_pct"))
+        text += f", {unpriced} unpriced" if unpriced else ""
+    elif t == "policy-update":
+        flagged = [f"{r['id']} {r['status']}" for r in p.get("rules", []) if r["status"] != "pass"]
+        text = f"policy {p.get('overall')}" + (f" ({', '.join(flagged)})" if flagged else "")
+        text += ", gate required" if p.get("gate_required") else ""
+    elif t == "gate-waiting":
+        text = (
+            f"gate {p.get('gate')} waiting for approval: "
+            f"{_cmd('design', 'approve', project, ds)} "
+            f"(or --reject --comment '...' to plan again)"
+        )
+    elif t == "approval":
+        text = f"gate {p.get('gate')} {p.get('status')} by {p.get('by') or '?'}"
+    elif t == "artifacts":
+        text = f"codegen: {p.get('files')} files"
+    elif t == "validation":
+        summary = p.get("summary", {})
+        text = "validators: " + ", ".join(f"{k} {v}" for k, v in summary.items())
+    elif t == "diff-update":
+        text = (
+            f"diff against {p.get('previous')}: {p.get('files_added')} files added, "
+            f"{p.get('files_removed')} removed, {p.get('files_modified')} modified; "
+            f"{len(p.get('state_keys_changed', []))} state keys changed"
+        )
+    elif t == "run-complete":
+        text = f"run complete: {p.get('status')}, version {p.get('version')}"
+        if p.get("archive_digest"):
+            text += f"; download with {_cmd('design', 'download', project, ds)}"
+    elif t == "run-error":
+        text = f"run error ({p.get('status')}): {p.get('message')}"
+    else:
+        text = json.dumps(p, default=str)[:200]
+    return f"[{node}] {text}"
+
+
+# -- new -----------------------------------------------------------------------------------
+
+
+@app.command()
+def new(
+    project: ProjectArg,
+    name: Annotated[str, typer.Option(help="A display name (default: the id)")] = "",
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Create a project owned by you."""
+    import re
+
+    from store.design import create_project
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", project):
+            _fail("usage", f"a project id is letters, digits, '.', '_' and '-', not {project!r}")
+        owner = user(as_user)
+        sm = toolkit.sessions(toolkit.load_settings())
+        created = create_project(sm, project, owner=owner, name=name)
+        _emit(
+            {"project": project, "owner": owner, "created": created},
+            f"{project}: {'created' if created else 'exists already'} (owner {owner}); "
+            f"start a decision set with `design run {project} --requirements '...'`",
+        )
+
+
+# -- run -----------------------------------------------------------------------------------
+
+
+def _read_input(requirements: str | None, file: Path | None, intake: Path | None) -> Any:
+    text = requirements or ""
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as e:
+            _fail("invalid_input", f"cannot read {file}: {e.strerror or e}")
+    form = None
+    if intake is not None:
+        try:
+            form = json.loads(intake.read_text(encoding="utf-8"))
+        except OSError as e:
+            _fail("invalid_input", f"cannot read {intake}: {e.strerror or e}")
+        except json.JSONDecodeError as e:
+            _fail("invalid_input", f"{intake} is not JSON: {e}")
+        if not isinstance(form, dict):
+            _fail("invalid_input", f"{intake} must hold a JSON object of Constraint Schema fields")
+    return text, form
+
+
+async def _follow(
+    client: Client,
+    sm: sessionmaker[Session],
+    services: Any,
+    project: str,
+    ds: str,
+    *,
+    interactive: bool,
+    actor: str,
+) -> DesignEvent:
+    """Print each event of the decision set as it comes; the last (run-complete or
+    run-error)."""
+    from temporalio.service import RPCError
+
+    from client.design import events_since
+
+    after = -1
+    last: DesignEvent | None = None
+    while True:
+        dead = services.dead()
+        if dead:
+            _fail("error", dead)
+        try:
+            page = await events_since(client, sm, project, ds, after)
+        except RPCError:
+            # A run whose first task no worker has taken yet cannot answer its query.
+            await asyncio.sleep(POLL_S)
+            continue
+        for e in page.events:
+            note(event_line(e, project, ds))
+            if e.type == "questions":
+                await _questions(client, project, ds, interactive=interactive, actor=actor)
+            after, last = e.seq, e
+        if page.done:
+            # The running run's query may already have given run-complete: then the
+            # finished page has nothing after it.
+            if last is None:
+                _fail("not_found", f"no decision set {ds!r} in project {project!r}")
+            return last
+        await asyncio.sleep(POLL_S)
+
+
+async def _questions(
+    client: Client, project: str, ds: str, *, interactive: bool, actor: str
+) -> None:
+    """Show the open questions and how to answer them; on a terminal, ask them."""
+    from client.design import answer, status
+    from keel.design.steps import DesignAnswers
+
+    st = await status(client, project, ds)
+    if st is None or not st.questions:
+        return
+    for q in st.questions:
+        choices = f" [{' | '.join(q.choices)}]" if q.choices else ""
+        note(f"    ? {q.field}: {q.text}{choices}")
+    example = [f"{q.field}=..." for q in st.questions]
+    note(f"    answer with: {_cmd('design', 'answer', project, ds)} {' '.join(example)}")
+    if not interactive:
+        return
+    values: dict[str, Any] = {}
+    for q in st.questions:
+        raw = await asyncio.to_thread(input, f"{q.field}? ")
+        if raw.strip():
+            values[q.field] = parse_value(raw.strip())
+    if values:
+        await answer(client, project, ds, DesignAnswers(answers=values, actor=actor))
+
+
+def parse_value(raw: str) -> Any:
+    """A value given on the command line: JSON when it parses, else the string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+async def _run(
+    settings: Settings, inp: DesignInput, *, detach: bool, stay: bool
+) -> DesignEvent | None:
+    from client.design import start_design
+    from services.local import LocalServices
+
+    sm = toolkit.sessions(settings)
+    services = LocalServices(settings, note)
+    try:
+        client = await services.connect()
+        handle = await start_design(client, inp, task_queue=settings.task_queue)
+        note(f"Started {handle.id}")
+        await services.ensure_worker(handle.id, "design-worker.log")
+        if detach:
+            return None
+        interactive = sys.stdin.isatty() and sys.stderr.isatty()
+        return await _follow(
+            client,
+            sm,
+            services,
+            inp.project,
+            inp.decision_set,
+            interactive=interactive,
+            actor=inp.requester,
+        )
+    finally:
+        await asyncio.to_thread(services.stop, stay or detach)
+
+
+@app.command()
+def run(
+    project: ProjectArg,
+    requirements: Annotated[
+        str | None, typer.Option("--requirements", "-r", help="The requirements as free text")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Read the requirements from this file")
+    ] = None,
+    intake: Annotated[
+        Path | None,
+        typer.Option(help="Guided mode: a JSON file of Constraint Schema fields (no model)"),
+    ] = None,
+    previous: Annotated[
+        str | None, typer.Option(help="Iterate on this (approved) decision set")
+    ] = None,
+    decision_set: Annotated[
+        str | None,
+        typer.Option("--decision-set", "-d", help="The new decision set's id (default ds<N>)"),
+    ] = None,
+    generate: Annotated[
+        bool, typer.Option("--generate/--no-generate", help="Run codegen and the validators")
+    ] = True,
+    approver: Annotated[
+        list[str] | None, typer.Option("--approver", help="Who may decide the gate (repeat)")
+    ] = None,
+    require_approval: Annotated[
+        bool,
+        typer.Option(
+            "--require-approval/--no-require-approval",
+            help="Open the gate every round; with --no-..., only when policy fails or the "
+            "cost rose over the threshold",
+        ),
+    ] = True,
+    model: Annotated[str, typer.Option(help="Intake model (configs/models.yaml)")] = "",
+    detach: Annotated[bool, typer.Option("--detach", help="Start it and return")] = False,
+    stay: Annotated[bool, typer.Option("--stay", help="Keep services this started")] = False,
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Start a decision set and follow its events until it ends."""
+    from keel.design.steps import DesignInput
+    from store.design import decision_sets_of, submit_decision_set
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        if sum(x is not None for x in (requirements, file)) > 1:
+            _fail("usage", "give the requirements once: --requirements or --file")
+        text, form = _read_input(requirements, file, intake)
+        if not text.strip() and form is None and previous is None:
+            _fail("usage", "give --requirements, --file, --intake or --previous")
+        settings = toolkit.load_settings()
+        sm = toolkit.sessions(settings)
+        actor = user(as_user)
+        _owned_project(sm, project, actor)
+        known = decision_sets_of(sm, project)
+        if previous is not None and not any(d["id"] == previous for d in known):
+            _fail("not_found", f"project {project!r} has no decision set {previous!r}")
+        ds = decision_set or f"ds{len(known) + 1}"
+        inp = DesignInput(
+            project=project,
+            decision_set=ds,
+            requester=actor,
+            requirements=text,
+            intake=form,
+            previous_decision_set=previous,
+            model=model,
+            approvers=approver or [],
+            require_approval=require_approval,
+            generate=generate,
+        )
+        submit_decision_set(sm, project, ds, parent=previous)
+        last = asyncio.run(_run(settings, inp, detach=detach, stay=stay))
+        if last is None:
+            _emit(
+                {"project": project, "decision_set": ds, "status": "running"},
+                f"{project}/{ds}: started; follow it with `design show {project} {ds}`",
+            )
+            return
+        p = last.payload
+        if last.type == "run-error":
+            _emit(
+                {"project": project, "decision_set": ds, "status": "failed", "error": p},
+                f"{project}/{ds}: failed: {p.get('message')}",
+            )
+            raise typer.Exit(EXIT_CODES["run_failed"])
+        status = p.get("status", "completed")
+        doc = {
+            "project": project,
+            "decision_set": ds,
+            "status": status,
+            "version": p.get("version"),
+            "archive_digest": p.get("archive_digest"),
+        }
+        text_out = f"{project}/{ds}: {status}, version {p.get('version')}"
+        if p.get("archive_digest"):
+            text_out += f"; {_cmd('design', 'download', project, ds)}"
+        _emit(doc, text_out)
+        code = OUTCOME_EXIT.get(status, EXIT_CODES["run_failed"])
+        if code:
+            raise typer.Exit(code)
+
+
+# -- answer, approve -----------------------------------------------------------------------
+
+
+@app.command()
+def answer(
+    project: ProjectArg,
+    decision_set: DecisionSetArg,
+    values: Annotated[
+        list[str], typer.Argument(help="field=value (the value is JSON when it parses)")
+    ],
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Answer the open questions of a running decision set."""
+    from client import design as design_client
+    from keel.design.steps import DesignAnswers
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        answers: dict[str, Any] = {}
+        for item in values:
+            field, sep, raw = item.partition("=")
+            if not sep or not field:
+                _fail("usage", f"an answer is field=value, not {item!r}")
+            answers[field.strip()] = parse_value(raw)
+        settings = toolkit.load_settings()
+        actor = user(as_user)
+
+        async def work(client: Client) -> Any:
+            await _running_status(client, project, decision_set, "no open questions")
+            return await design_client.answer(
+                client, project, decision_set, DesignAnswers(answers=answers, actor=actor)
+            )
+
+        st = asyncio.run(_with_client(settings, work))
+        _emit(
+            {"project": project, "decision_set": decision_set, "status": st.model_dump()},
+            f"{project}/{decision_set}: answered {', '.join(sorted(answers))}; phase {st.phase}",
+        )
+
+
+@app.command()
+def approve(
+    project: ProjectArg,
+    decision_set: DecisionSetArg,
+    reject: Annotated[bool, typer.Option("--reject", help="Reject the plan instead")] = False,
+    comment: Annotated[
+        str, typer.Option(help="Why; a rejection's comment is the next planner round's input")
+    ] = "",
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Decide the open gate of a decision set (approve, or --reject with a comment)."""
+    from client import design as design_client
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        settings = toolkit.load_settings()
+        actor = user(as_user)
+
+        async def work(client: Client) -> Any:
+            st = await _running_status(client, project, decision_set, "no open gate")
+            if st.phase != "waiting_for_approval" or not st.plan_round:
+                _fail("not_found", f"{project}/{decision_set} has no open gate (phase {st.phase})")
+            gate = await design_client.decide(
+                client,
+                project,
+                decision_set,
+                st.plan_round,
+                "reject" if reject else "approve",
+                actor=actor,
+                comment=comment,
+            )
+            return st.plan_round, gate
+
+        plan_round, gate = asyncio.run(_with_client(settings, work))
+        _emit(
+            {
+                "project": project,
+                "decision_set": decision_set,
+                "round": plan_round,
+                "gate": gate.model_dump(mode="json"),
+            },
+            f"{project}/{decision_set}: gate plan-r{plan_round} {gate.status.value} by {actor}",
+        )
+
+
+# -- show, diff, download ------------------------------------------------------------------
+
+
+def _events(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, dict[str, Any]]:
+    """The last stored event of each type."""
+    from store.design import list_events
+
+    return {e["type"]: e["payload"] for e in list_events(sm, project, ds)}
+
+
+def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any]:
+    """What ``design show <project> <ds>`` shows of a stored decision set."""
+    from store.design import count_rows, decision_set
+
+    row = decision_set(sm, project, ds)
+    if row is None:
+        _fail("not_found", f"project {project!r} has no decision set {ds!r}")
+    ev = _events(sm, project, ds)
+    cost, policy = ev.get("cost-update"), ev.get("policy-update")
+    validation = ev.get("validation", {}).get("summary")
+    return {
+        "project": project,
+        "decision_set": ds,
+        "previous": row["parent_id"],
+        "version": row["version"],
+        "status": row["status"],
+        "plan": ev.get("plan-ready", {}).get("choices"),
+        "cost": None
+        if cost is None
+        else {
+            k: cost.get(k)
+            for k in ("monthly_usd", "delta_vs_prev_usd", "delta_vs_prev_pct", "unpriced")
+        },
+        "policy": None
+        if policy is None
+        else {"overall": policy.get("overall"), "rules": policy.get("rules", [])},
+        "validation": validation,
+        "archive_digest": ev.get("run-complete", {}).get("archive_digest"),
+        "rows": count_rows(sm, project, ds),
+        "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None,
+    }
+
+
+def _view_text(v: dict[str, Any]) -> str:
+    lines = [f"{v['project']}/{v['decision_set']}: {v['status']}, version {v['version']}"]
+    if v.get("live"):
+        live = v["live"]
+        lines.append(f"  running: phase {live['phase']}, node {live.get('node') or '-'}")
+    if v["previous"]:
+        lines.append(f"  previous: {v['previous']}")
+    if v["plan"]:
+        lines.append("  plan: " + ", ".join(f"{k}={p}" for k, p in v["plan"].items()))
+    if v["cost"]:
+        c = v["cost"]
+        unpriced = f", {len(c['unpriced'])} unpriced" if c.get("unpriced") else ""
+        lines.append(
+            f"  cost: {_usd(c['monthly_usd'])}/month"
+            f"{_delta(c['delta_vs_prev_usd'], c['delta_vs_prev_pct'])}{unpriced}"
+        )
+    if v["policy"]:
+        p = v["policy"]
+        flagged = [f"{r['id']} {r['status']}" for r in p["rules"] if r["status"] != "pass"]
+        lines.append(f"  policy: {p['overall']}" + (f" ({', '.join(flagged)})" if flagged else ""))
+    if v["validation"]:
+        lines.append("  validation: " + ", ".join(f"{k} {s}" for k, s in v["validation"].items()))
+    if v["archive_digest"]:
+        lines.append(f"  archive: {_cmd('design', 'download', v['project'], v['decision_set'])}")
+    return "\n".join(lines)
+
+
+@app.command()
+def show(
+    project: Annotated[
+        str | None, typer.Argument(help="A project (none: your projects)", show_default=False)
+    ] = None,
+    decision_set: Annotated[
+        str | None, typer.Argument(help="A decision set (none: the project's)", show_default=False)
+    ] = None,
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Your projects, a project's decision sets, or one decision set (status, cost,
+    policy, validation)."""
+    from client import design as design_client
+    from store.design import SUBMITTED, decision_sets_of, projects_of
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        settings = toolkit.load_settings()
+        sm = toolkit.sessions(settings)
+        actor = user(as_user)
+        if project is None:
+            rows = projects_of(sm, actor)
+            doc = [
+                {"project": r["id"], "name": r["name"], "created_at": r["created_at"].isoformat()}
+                for r in rows
+            ]
+            text = "\n".join(f"{r['project']}  {r['name']}" for r in doc) or "no projects"
+            _emit({"owner": actor, "projects": doc}, text)
+            return
+        _owned_project(sm, project, actor)
+        if decision_set is None:
+            sets = [
+                {
+                    **d,
+                    "created_at": d["created_at"].isoformat(),
+                    "updated_at": d["updated_at"].isoformat(),
+                }
+                for d in decision_sets_of(sm, project)
+            ]
+            text = "\n".join(
+                f"{d['id']}  {d['status']}  v{d['version']}"
+                + (f"  (from {d['parent_id']})" if d["parent_id"] else "")
+                for d in sets
+            )
+            _emit({"project": project, "decision_sets": sets}, text or "no decision sets")
+            return
+        view = decision_set_view(sm, project, decision_set)
+        if view["status"] == SUBMITTED:
+
+            async def live(client: Client) -> Any:
+                from temporalio.service import RPCError
+
+                try:
+                    return await asyncio.wait_for(
+                        design_client.status(client, project, decision_set), 10
+                    )
+                except (RPCError, TimeoutError) as e:
+                    note(f"the run does not answer its status query: {e}")
+                    return None
+
+            st = asyncio.run(_with_client(settings, live))
+            view["live"] = None if st is None else st.model_dump(mode="json")
+        _emit(view, _view_text(view))
+
+
+def _diffable(row: dict[str, Any]) -> dict[str, Any]:
+    """A decision set as ``design diff`` compares it: its constraints and the pattern
+    chosen per capability (the candidates' scoring would drown the choices)."""
+    plan = row.get("plan_json") or {}
+    return {
+        "constraints": row.get("constraints_json") or {},
+        "plan": {c["capability"]: c["pattern_id"] for c in plan.get("choices", [])},
+    }
+
+
+@app.command()
+def diff(
+    project: ProjectArg,
+    decision_set: DecisionSetArg,
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """The Change Summary of a decision set against its previous one."""
+    from keel.design.diff import state_diff
+    from store.design import decision_set as ds_row
+    from store.design import load_previous
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        sm = toolkit.sessions(toolkit.load_settings())
+        _owned_project(sm, project, user(as_user))
+        row = ds_row(sm, project, decision_set)
+        if row is None:
+            _fail("not_found", f"project {project!r} has no decision set {decision_set!r}")
+        parent = row["parent_id"]
+        if parent is None:
+            _fail("not_found", f"{project}/{decision_set} has no previous decision set")
+        summary = _events(sm, project, decision_set).get("diff-update")
+        new, old = load_previous(sm, project, decision_set), load_previous(sm, project, parent)
+        if summary is None or new is None or old is None:
+            _fail("not_found", f"{project}/{decision_set} has no Change Summary (not finished)")
+        added = sorted(set(new.file_digests) - set(old.file_digests))
+        removed = sorted(set(old.file_digests) - set(new.file_digests))
+        modified = sorted(
+            p for p in set(new.file_digests) & set(old.file_digests)
+            if new.file_digests[p] != old.file_digests[p]
+        )  # fmt: skip
+        old_row = ds_row(sm, project, parent) or {}
+        changes = state_diff(_diffable(old_row), _diffable(row))
+        cost = new.cost
+        doc = {
+            "project": project,
+            "decision_set": decision_set,
+            "previous": parent,
+            "files_added": added,
+            "files_removed": removed,
+            "files_modified": modified,
+            "docs_changed": summary.get("docs_changed", []),
+            "state_keys_changed": summary.get("state_keys_changed", []),
+            "changes": {
+                "added": changes.added,
+                "removed": changes.removed,
+                "changed": [c.model_dump(mode="json") for c in changes.changed],
+            },
+            "cost_delta_usd": summary.get("cost_delta_usd"),
+            "cost_delta_pct": cost.delta_vs_prev_pct if cost else None,
+            "monthly_usd": cost.monthly_usd if cost else None,
+        }
+        lines = [f"{project}/{decision_set} against {parent}:"]
+        for label, paths in (("added", added), ("removed", removed), ("modified", modified)):
+            lines.append(f"  files {label} ({len(paths)})" + "".join(f"\n    {p}" for p in paths))
+        keys = doc["state_keys_changed"]
+        lines.append(f"  state keys changed: {', '.join(keys) or 'none'}")
+        for path in changes.added:
+            lines.append(f"    + {path}")
+        for path in changes.removed:
+            lines.append(f"    - {path}")
+        for c in changes.changed:
+            lines.append(f"    ~ {c.path}: {json.dumps(c.old)} -> {json.dumps(c.new)}")
+        lines.append(
+            f"  cost: {_usd(doc['monthly_usd'])}/month"
+            f"{_delta(doc['cost_delta_usd'], doc['cost_delta_pct'])}"
+        )
+        _emit(doc, "\n".join(lines))
+
+
+@app.command()
+def download(
+    project: ProjectArg,
+    decision_set: DecisionSetArg,
+    out: Annotated[
+        Path | None, typer.Option("--output", "-o", help="The zip (default <project>-<ds>.zip)")
+    ] = None,
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Write the decision set's generated repository as a zip."""
+    from store.artifacts import artifact_store_from_settings
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        settings = toolkit.load_settings()
+        sm = toolkit.sessions(settings)
+        _owned_project(sm, project, user(as_user))
+        digest = _events(sm, project, decision_set).get("run-complete", {}).get("archive_digest")
+        if not digest:
+            _fail(
+                "not_found",
+                f"{project}/{decision_set} has no repository (not finished, or run with "
+                "--no-generate)",
+            )
+        data = artifact_store_from_settings(settings).get_bytes(digest)
+        target = out or Path(f"{project}-{decision_set}.zip")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        _emit(
+            {"path": str(target), "bytes": len(data), "digest": digest},
+            f"wrote {target} ({len(data):,} bytes)",
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    toolkit.run(
+        app,
+        argv,
+        translate=_translate,
+        usage=lambda message: _failure("usage", message).error,
+        unexpected=lambda err: _failure("error", f"{type(err).__name__}: {err}").error,
+        default_json=False,
+    )
+
+
+if __name__ == "__main__":
+    main()
