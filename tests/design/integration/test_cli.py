@@ -127,9 +127,7 @@ def test_questions_rejection_approval_show_diff(env: dict[str, str], tmp_path: P
             # A value that does not validate is refused by the workflow, naming the field.
             side.append(design(["answer", ACME, "ds1", 'regions=["Mars 1"]'], env))
             side.append(
-                design(
-                    ["answer", ACME, "ds1", 'regions=["us-east-1"]', "budget_band=medium"], env
-                )
+                design(["answer", ACME, "ds1", 'regions=["us-east-1"]', "budget_band=medium"], env)
             )
         elif f"gate plan-r1 waiting for approval: design approve {ACME} ds1" in line:
             side.append(design(["approve", ACME, "ds1"], env))  # alice asked: refused
@@ -188,7 +186,7 @@ def test_iteration_diff(env: dict[str, str], tmp_path: Path) -> None:
 
     def approve_if_forced(line: str) -> None:
         # No gate unless §23.5 forces one (policy fail, a cost rise over the threshold).
-        forced = re.search(r"waiting for approval: design approve iter (\S+)", line)
+        forced = re.search(rf"waiting for approval: design approve {ITER} (\S+)", line)
         if forced:
             side.append(design(["approve", ITER, forced.group(1), "--as", "bob"], env))
 
@@ -256,7 +254,7 @@ def test_generated_repository_download(env: dict[str, str], tmp_path: Path) -> N
     assert result["status"] == "completed" and result["archive_digest"]
     text = "\n".join(lines)
     assert "[codegen] codegen: " in text and "[validators] validators: secrets passed" in text
-    assert "download with design download gen ds1" in text
+    assert f"download with design download {GEN} ds1" in text
 
     view = doc(design(["show", GEN, "ds1"], env))
     # Nothing failed; a validator with nothing to check (no Dockerfile) is not_run.
