@@ -96,14 +96,25 @@ def record_gate_event(sm: sessionmaker[Session], event: GateAuditEvent) -> bool:
 
 
 def list_gate_events(sm: sessionmaker[Session], gate_id: str) -> list[GateAuditEvent]:
-    """The audit trail of one gate, oldest first (ties in time keep insertion order)."""
+    """The audit trail of one gate, oldest first.
+
+    Ties in time go by the row's place in its run (the number after the last ``:`` of
+    ``event_key``): a gate writes its rows concurrently, so insertion order is not theirs.
+    """
     with sm() as session:
         rows = session.scalars(
             select(GateAuditRow)
             .where(GateAuditRow.gate_id == gate_id)
             .order_by(GateAuditRow.at, GateAuditRow.id)
         ).all()
-        return [GateAuditEvent.model_validate(r, from_attributes=True) for r in rows]
+        events = [GateAuditEvent.model_validate(r, from_attributes=True) for r in rows]
+    return sorted(events, key=lambda e: (e.at, _place_in_run(e.event_key)))
+
+
+def _place_in_run(event_key: str) -> int:
+    """``<run id>:<n>`` → n; a key of another shape sorts first (stable: insertion order)."""
+    _, _, tail = event_key.rpartition(":")
+    return int(tail) if tail.isdigit() else 0
 
 
 def record_llm_call(sm: sessionmaker[Session], call: LLMCallLog) -> bool:

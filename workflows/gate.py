@@ -53,6 +53,16 @@ LOCAL_HANDLER_AUDIT_PATCH = "gate-local-handler-audit"
 # the decision is already durable in history when the caller hears it (the Update's
 # completion is an event), so a worker lost in between writes the row on replay.
 AUDIT_AFTER_ANSWER_PATCH = "gate-audit-after-answer"
+# Runs started before this patch queued the rows for one writer task, which wrote the next
+# row when the last one's completion came. A worker picking a run up cold can run an
+# Update's handler before it has applied completions already in history (it folds
+# command-less workflow tasks; temporalio/sdk-python#1591), and replay then runs it after
+# them: the handler's row went to a busy writer the first time and to a new one on replay,
+# the commands came in another order and the run failed with a nondeterminism error (a
+# server restart under load showed it). Newer runs start each row's activity where the row
+# is made, so no command depends on when a completion is applied; rows may then be written
+# out of order, and readers order them by time and their place in the run (``event_key``).
+AUDIT_ROWS_AT_ONCE_PATCH = "gate-audit-rows-at-once"
 
 
 @workflow.defn(name=GATE_WORKFLOW_TYPE)
@@ -78,6 +88,11 @@ class ApprovalGate:
         self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
         self._local_handler_audit = workflow.patched(LOCAL_HANDLER_AUDIT_PATCH)
         self._audit_after_answer = workflow.patched(AUDIT_AFTER_ANSWER_PATCH)
+        self._audit_at_once = self._audit_after_answer and workflow.patched(
+            AUDIT_ROWS_AT_ONCE_PATCH
+        )
+        # Rows being written (at-once runs): the run ends only when all are.
+        self._audit_writes: list[asyncio.Task[None]] = []
         # Audit rows waiting for the writer (after-answer runs), oldest first.
         self._pending_audit: list[GateAuditEvent] = []
         self._audit_writer: asyncio.Task[None] | None = None
@@ -129,6 +144,7 @@ class ApprovalGate:
         if self._audit_writer is not None:
             await workflow.wait_condition(lambda: not self._pending_audit)
             await self._audit_writer
+        await asyncio.gather(*self._audit_writes)
         await asyncio.gather(*self._notices)
         return self._state
 
@@ -299,6 +315,9 @@ class ApprovalGate:
         record = self._record(
             event, actor=actor, comment=comment, request_id=request_id, details=details
         )
+        if self._audit_at_once:
+            self._write_at_once(record)
+            return
         if self._audit_after_answer:
             self._pending_audit.append(record)
             self._start_audit_writer()
@@ -334,7 +353,18 @@ class ApprovalGate:
             details=details or {},
         )
 
+    def _write_at_once(self, record: GateAuditEvent) -> None:
+        self._audit_writes.append(asyncio.create_task(self._write_row(record)))
+
+    async def _write_row(self, record: GateAuditEvent) -> None:
+        await call(RECORD_GATE_EVENT, record, summary=f"audit {record.event}")
+
     def _start_audit_writer(self) -> None:
+        if self._audit_at_once:
+            # The "opened" row made in __init__, where no task can start yet.
+            while self._pending_audit:
+                self._write_at_once(self._pending_audit.pop(0))
+            return
         if self._audit_writer is None or self._audit_writer.done():
             self._audit_writer = asyncio.create_task(self._write_pending_audit())
 

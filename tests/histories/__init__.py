@@ -15,6 +15,7 @@ CORPUS: tuple[str, ...] = (
     "gate_approved_update",
     "gate_local_audit",
     "gate_audit_after_answer",
+    "gate_audit_rows_at_once",
     "gate_rejected_signal",
     "gate_expired_with_reminders",
     "gate_duplicate_request",

@@ -175,6 +175,12 @@ async def gate_audit_after_answer(ctx: Ctx) -> Histories:
     return await gate_approved_update(ctx, "gate_audit_after_answer")
 
 
+async def gate_audit_rows_at_once(ctx: Ctx) -> Histories:
+    """gate_approved_update after patch ``gate-audit-rows-at-once``: each audit row's
+    activity starts where the row is made (no writer task between them)."""
+    return await gate_approved_update(ctx, "gate_audit_rows_at_once")
+
+
 async def gate_rejected_signal(ctx: Ctx) -> Histories:
     handle = await start_gate(ctx, "gate_rejected_signal")
     await handle.signal(
@@ -602,6 +608,7 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_approved_update": gate_approved_update,
     "gate_local_audit": gate_local_audit,
     "gate_audit_after_answer": gate_audit_after_answer,
+    "gate_audit_rows_at_once": gate_audit_rows_at_once,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,

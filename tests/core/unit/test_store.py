@@ -178,6 +178,18 @@ def test_gate_events_round_trip_in_time_order(sm: sessionmaker[Session]) -> None
     assert list_gate_events(sm, "no/such/gate") == []
 
 
+def test_gate_events_at_the_same_time_go_by_their_place_in_the_run(
+    sm: sessionmaker[Session],
+) -> None:
+    # A gate starts each row's write where the row is made, so rows of one workflow task
+    # (same time) can land in any order; "r:10" must also follow "r:9", not "r:1".
+    rows = [gate_event(f"r:{n}", event="comment", at=T0) for n in (10, 2, 9, 1)]
+    for e in rows:
+        assert record_gate_event(sm, e)
+    got = list_gate_events(sm, "design/p/ds1/gate/pre-codegen")
+    assert [e.event_key for e in got] == ["r:1", "r:2", "r:9", "r:10"]
+
+
 def test_gate_event_details_stored_as_json(sm: sessionmaker[Session]) -> None:
     record_gate_event(sm, gate_event("r:1", details={"when": T0, "ok": True}))
     (got,) = list_gate_events(sm, "design/p/ds1/gate/pre-codegen")
