@@ -66,11 +66,17 @@ def handle_of(client: Client, project: str, decision_set: str) -> WorkflowHandle
 
 
 async def status(client: Client, project: str, decision_set: str) -> DesignStatus | None:
-    """The ``status`` query of a running or finished pipeline; None when there is none."""
+    """The ``status`` query of a running or finished pipeline; None when there is none.
+
+    Raises:
+        RPCError: no worker answered within ``QUERY_TIMEOUT`` (none running, or all busy).
+    """
     wid = workflow_id(project, decision_set)
     if await describe_or_none(client, wid, WORKFLOW_TYPE) is None:
         return None
-    return await handle_of(client, project, decision_set).query("status", result_type=DesignStatus)
+    return await handle_of(client, project, decision_set).query(
+        "status", result_type=DesignStatus, rpc_timeout=QUERY_TIMEOUT
+    )
 
 
 async def answer(

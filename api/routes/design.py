@@ -15,6 +15,7 @@ token, so a browser or ``curl`` can fetch it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -440,7 +441,9 @@ async def get_decision_set(
     desc = await describe_or_none(client, wid)
     live = None
     if desc is not None and desc.status is not None and desc.status.name == "RUNNING":
-        live = await design_client.status(client, project, ds)
+        # No worker answering (one restarting) leaves out the live part, not the rest.
+        with contextlib.suppress(RPCError):
+            live = await design_client.status(client, project, ds)
     stored = await to_thread.run_sync(_stored_view, sessions, project, ds)
     row = stored["row"]
     if row is not None:
@@ -475,7 +478,16 @@ async def _live_status(client: Client, project: str, ds: str) -> DesignStatus:
     desc = await describe_or_none(client, wid)
     if desc is None or desc.status is None or desc.status.name != "RUNNING":
         raise ApiError(409, "conflict", f"decision set {ds!r} is not running", run_id=wid)
-    st = await design_client.status(client, project, ds)
+    try:
+        st = await design_client.status(client, project, ds)
+    except RPCError:
+        raise ApiError(
+            503,
+            "no_worker",
+            f"no worker answered for decision set {ds!r}: try again shortly",
+            headers={"Retry-After": "5"},
+            run_id=wid,
+        ) from None
     if st is None:
         raise ApiError(409, "conflict", f"decision set {ds!r} is not running", run_id=wid)
     return st

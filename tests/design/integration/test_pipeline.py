@@ -440,3 +440,20 @@ async def test_events_of_a_run_no_worker_answers_yet_are_none_for_now(
         assert (page.events, page.status, page.done) == ([], "running", False)
     finally:
         await handle.terminate("test over")
+
+
+async def test_status_of_a_run_no_worker_answers_fails_fast(
+    client: Client, settings: Settings
+) -> None:
+    """The status query (behind GET /decision-sets/{id}, answers and approve) gives up
+    after QUERY_TIMEOUT when no worker answers, instead of holding the caller 30 s."""
+    project = f"p-{uuid.uuid4().hex[:8]}"
+    inp = DesignInput(project=project, decision_set="ds1", requester="alice", generate=False)
+    handle = await start_design(client, inp, task_queue=f"nobody-{uuid.uuid4().hex[:6]}")
+    try:
+        began = asyncio.get_running_loop().time()
+        with pytest.raises(RPCError):
+            await design_client.status(client, project, "ds1")
+        assert asyncio.get_running_loop().time() - began < 15
+    finally:
+        await handle.terminate("test over")
