@@ -22,6 +22,7 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
 from keel.gates import GateDecision, GateRequest, GateStatus
+from keel.records import GateAuditEvent
 from keel.settings import Settings
 from services.processes import LOOPBACK
 from tests.support.faults import (
@@ -192,16 +193,17 @@ async def test_worker_sigkill_after_side_effect_before_completion(
     await approve_and_check(client, settings, handle)
 
     # Attempt 2 ran after the crash and found the row already there (returned False).
-    records: set[int] = set()
+    records: dict[int, str] = {}  # scheduled event id -> the row's event
     attempts: dict[int, int] = {}
-    outcomes: list[tuple[int, bool]] = []
+    outcomes: dict[str, tuple[int, bool]] = {}
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if (
-                event.activity_task_scheduled_event_attributes.activity_type.name
-                == GATE_EVENT_ACTIVITY
-            ):
-                records.add(event.event_id)
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name == GATE_EVENT_ACTIVITY:
+                (row,) = await client.data_converter.decode(
+                    scheduled.input.payloads, [GateAuditEvent]
+                )
+                records[event.event_id] = row.event
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             started = event.activity_task_started_event_attributes
             attempts[started.scheduled_event_id] = started.attempt
@@ -209,9 +211,13 @@ async def test_worker_sigkill_after_side_effect_before_completion(
             done = event.activity_task_completed_event_attributes
             if done.scheduled_event_id in records:
                 (written,) = await client.data_converter.decode(done.result.payloads, [bool])
-                outcomes.append((attempts[done.scheduled_event_id], written))
-    # opened: retried after the kill, a no-op; approved: written once, after the answer.
-    assert outcomes == [(2, False), (1, True)]
+                outcomes[records[done.scheduled_event_id]] = (
+                    attempts[done.scheduled_event_id],
+                    written,
+                )
+    # opened: retried after the kill, a no-op; approved: written once, after the answer
+    # (rows are written side by side since gate-audit-rows-at-once: either may end first).
+    assert outcomes == {"opened": (2, False), "approved": (1, True)}
     assert await local_activity_names(handle) == []
 
 
