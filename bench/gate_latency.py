@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,8 @@ async def main(n: int, settle_s: float) -> None:
             task_queue=settings.task_queue,
             workflows=[*WORKFLOWS, FloorGate],
             activities=build_activities(settings),
+            # build_activities has sync activities (design.load), which need an executor.
+            activity_executor=ThreadPoolExecutor(max_workers=8),
         )
         base = f"http://127.0.0.1:{settings.api_port}"
         requester = {"Authorization": f"Bearer {token(settings, 'requester')}"}
