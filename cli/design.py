@@ -134,12 +134,13 @@ def _owned_project(sm: sessionmaker[Session], project: str, actor: str) -> dict[
 
 
 async def _with_client(settings: Settings, work: Any) -> Any:
-    """``await work(client)`` on the configured server (started on demand)."""
+    """``await work(client)`` on the configured server. Never starts one: these commands
+    answer or read a running decision set, and none runs on a server that is down."""
     from services.local import LocalServices
 
     services = LocalServices(settings, note)
     try:
-        return await work(await services.connect())
+        return await work(await services.connect(start=False))
     finally:
         await asyncio.to_thread(services.stop, True)
 
@@ -708,6 +709,7 @@ def show(
             return
         view = decision_set_view(sm, project, decision_set)
         if view["status"] == SUBMITTED:
+            from services.local import ServiceUnavailable
 
             async def live(client: Client) -> Any:
                 from temporalio.service import RPCError
@@ -720,7 +722,11 @@ def show(
                     note(f"the run does not answer its status query: {e}")
                     return None
 
-            st = asyncio.run(_with_client(settings, live))
+            try:
+                st = asyncio.run(_with_client(settings, live))
+            except ServiceUnavailable as e:
+                note(f"no live status: {e}")
+                st = None
             view["live"] = None if st is None else st.model_dump(mode="json")
         _emit(view, _view_text(view))
 

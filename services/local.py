@@ -58,9 +58,11 @@ class LocalServices:
             )
         return None
 
-    async def connect(self) -> Client:
+    async def connect(self, *, start: bool = True) -> Client:
         """A client for the configured server, or the embedded one (``keel up`` started in
-        the background when nothing answers on its address)."""
+        the background when nothing answers on its address, unless ``start`` is False: a
+        command that only reads or answers a run has nothing to do on a server it would
+        have to start, since no run can be there)."""
         from client.temporal import connect
 
         settings = self.settings
@@ -69,6 +71,11 @@ class LocalServices:
             if settings.temporal_address:
                 raise ServiceUnavailable(
                     f"the Temporal server at {address} (KEEL_TEMPORAL_ADDRESS) does not answer"
+                )
+            if not start:
+                raise ServiceUnavailable(
+                    f"no Temporal server at {address}, so nothing runs there; "
+                    "start Keel with `keel up`"
                 )
             self.note(f"No Temporal server at {address}; starting Keel (keel up) ...")
             try:

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from services.local import reachable
+from services.processes import free_port
 from tests.design.unit.design_data import golden_cases
 
 REPO = Path(__file__).resolve().parents[3]
@@ -269,3 +271,26 @@ def test_generated_repository_download(env: dict[str, str], tmp_path: Path) -> N
         names = set(z.namelist())
         assert z.testzip() is None
     assert {"README.md", "services/serve/app.py", "reports/ruff.json"} <= names
+
+
+def test_answer_never_starts_servers(tmp_path: Path) -> None:
+    """With nothing on the embedded address, `design answer` fails at once and says how to
+    start Keel; it does not start `keel up` (no run can be waiting on a server that is
+    down), as it did before."""
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "KEEL_TEMPORAL_ADDRESS"},
+        "KEEL_DATA_DIR": str(tmp_path / "keel"),
+        "KEEL_DEV_SERVER_PORT": str(port),
+        "KEEL_METRICS_PORT": "0",
+        "KEEL_USER": "alice",
+    }
+    project = f"down-{_RUN}"
+    assert design(["new", project], env).returncode == 0
+    started = time.monotonic()
+    answered = design(["answer", project, "ds1", "regions=us-east-1"], env, timeout=60)
+    assert answered.returncode == 1, answered.stderr
+    assert "keel up" in answered.stderr and f"127.0.0.1:{port}" in answered.stderr
+    assert time.monotonic() - started < 30  # starting keel up takes longer than this
+    assert not (tmp_path / "keel" / "up.log").exists()
+    assert not reachable(f"127.0.0.1:{port}")
