@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,11 +39,60 @@ class ServiceError(RuntimeError):
     """A service could not start; the message says why and where its log is."""
 
 
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
+#: The kernel's ephemeral ports when /proc does not say (Linux's default).
+EPHEMERAL_DEFAULT = (32768, 60999)
+#: The lowest port :func:`free_port` picks.
+LOWEST_PICKED = 10_000
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel gives to ``bind(0)`` and to outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return EPHEMERAL_DEFAULT
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+        return True
+
+
+def _kernel_port() -> int:
+    """A port the kernel picks, free right now: for a server that binds it at once."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for a server that binds it later.
+
+    Picked below the kernel's ephemeral range: between the pick and the bind, seconds
+    later, no outgoing connection and no other process's ``bind(0)`` (the Temporal dev
+    server picks its internal ports that way) can take it. CI once saw ``keel up`` find its
+    API port, picked the kernel's way, taken while the dev server and the model server
+    started. Never the same port twice in one process.
+    """
+    low, _ = ephemeral_range()
+    rng = random.SystemRandom()
+    with _handed_out_lock:
+        for _ in range(200 if low - LOWEST_PICKED >= 1000 else 0):
+            port = rng.randrange(LOWEST_PICKED, low)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+        while (port := _kernel_port()) in _handed_out:
+            pass
+        _handed_out.add(port)
+        return port
 
 
 def port_open(port: int, host: str = LOOPBACK) -> bool:
@@ -183,8 +234,8 @@ class TemporalDevServer:
             "start-dev",
             "--ip", LOOPBACK,
             "--port", str(self.port),
-            "--http-port", str(free_port()),
-            "--metrics-port", str(free_port()),
+            "--http-port", str(_kernel_port()),
+            "--metrics-port", str(_kernel_port()),
             "--db-filename", str(self.db_file),
             "--sqlite-pragma", "journal_mode=wal",
             "--sqlite-pragma", "synchronous=normal",
@@ -205,8 +256,35 @@ class TemporalDevServer:
         self.db_file.parent.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess("temporal dev server", self.argv(), self.log_path)
         pid = self.process.start()
+        deadline = time.monotonic() + timeout_s
         self.process.wait_port(self.port, timeout_s)
+        self._wait_serving(deadline)
         return pid
+
+    def _wait_serving(self, deadline: float) -> None:
+        """Until the frontend's health check says SERVING: its port opens before it is
+        healthy, and a client connecting in between fails with "Frontend is not healthy
+        yet" (CI saw it)."""
+        assert self.process is not None
+        health = [find_binary("temporal"), "operator", "cluster", "health"]
+        health += ["--address", self.address, "--namespace", self.namespace]
+        out = ""
+        while time.monotonic() < deadline:
+            if not self.process.running():
+                break
+            try:
+                done = subprocess.run(health, capture_output=True, text=True, timeout=10)
+            except subprocess.TimeoutExpired:
+                continue
+            out = (done.stdout + done.stderr).strip()
+            if done.returncode == 0 and "SERVING" in out and "NOT_SERVING" not in out:
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise ServiceError(
+            f"temporal dev server was not healthy in time ({out or 'no answer'}; log "
+            f"{self.process.log_path}):\n{tail(self.process.log_path)}"
+        )
 
     def stop(self) -> None:
         if self.process is not None:

@@ -7,7 +7,10 @@ Set ``KEEL_TEST_TEMPORAL_ADDRESS`` to run against an existing server instead.
 
 from __future__ import annotations
 
+import ast
 import os
+import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,6 +34,21 @@ from tests.support.api import asgi_client, with_tokens
 from workers.main import build_worker
 
 pytest_plugins = ["tests.support.faults"]
+
+# CPython before 3.13 keeps ``ast.parse``'s recursion count in interpreter-wide state
+# (cpython gh-106905): two threads parsing at once can raise SystemError "AST constructor
+# recursion depth mismatch". Here pytest rewrites a module imported late in a worker's
+# thread (anyio's, httpx's) while another thread parses: CI failed twice on it, once in
+# test_keel_pure, once importing anthropic. In the test process parses go one at a time.
+if sys.version_info < (3, 13):
+    _ast_parse = ast.parse
+    _parse_lock = threading.RLock()
+
+    def _one_parse_at_a_time(*args: Any, **kwargs: Any) -> Any:
+        with _parse_lock:
+            return _ast_parse(*args, **kwargs)
+
+    ast.parse = _one_parse_at_a_time  # type: ignore[assignment]
 
 
 POSTGRES_URL = os.environ.get("KEEL_TEST_POSTGRES_URL", "")

@@ -25,6 +25,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -343,13 +344,26 @@ def read_normalized(out: Path, dataset: str) -> list[NormalizedRecord]:
 # ---- process -------------------------------------------------------------------------
 
 
-def python_parses(text: str) -> bool:
-    """``ast.parse``: catches what ast-grep's ERROR rule cannot see (MISSING nodes)."""
+# CPython before 3.13 keeps ``ast.parse``'s recursion count in interpreter-wide state
+# (cpython gh-106905): two threads parsing at once can raise SystemError "AST constructor
+# recursion depth mismatch". A worker parses on its event loop and in its activity
+# threads, so Keel's parses go one at a time.
+_PARSE_LOCK = threading.Lock()
+
+
+def python_syntax_error(text: str) -> str | None:
+    """What CPython's parser (parsing only, nothing runs) says is wrong with ``text``, or
+    None: it catches what ast-grep's ERROR rule cannot see (tree-sitter's MISSING nodes)."""
     try:
-        ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
+        with _PARSE_LOCK:
+            ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def python_parses(text: str) -> bool:
+    return python_syntax_error(text) is None
 
 
 async def astgrep_parses(texts: Mapping[str, str], language: str) -> dict[str, bool]:
@@ -540,6 +554,7 @@ __all__ = [
     "parses_in_jail",
     "process_datasets",
     "python_parses",
+    "python_syntax_error",
     "read_meta",
     "read_normalized",
     "stats_for",

@@ -9,7 +9,6 @@ finds the row and returns the outcome stored in it, so a step is never counted t
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import logging
 import math
@@ -26,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from activities.actors import ActorPool, ActorRequestError
 from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
+from activities.srl.data import python_syntax_error
 from keel.llm import LLMMessage, LLMRequest
 from keel.srl.errors import StepFormatError
 from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, render_messages
@@ -431,12 +431,9 @@ def _sandbox_result(*, ok: bool, error: str | None = None, **facts: Any) -> dict
 
 def _python_parse_errors(text: str) -> list[str]:
     # Tree-sitter's zero-width MISSING nodes escape the ast-grep rule; CPython's parser
-    # (parsing only, nothing runs) catches them.
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        return [f"python: {type(e).__name__}: {e}"[:200]]
-    return []
+    # catches them.
+    error = python_syntax_error(text)
+    return [f"python: {error}"[:200]] if error else []
 
 
 def _with_think(content: str, reasoning: str | None) -> str:
