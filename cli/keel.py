@@ -152,7 +152,9 @@ def up(
         typer.echo(f"  Model      {services['model']['address']} (SmolLM2-135M, llama.cpp)")
     typer.echo(f"  Worker     task queue {settings.task_queue!r} (log {logs / 'worker.log'})")
     typer.echo(f"  API        {services['api']['address']}  (docs: /docs)")
-    typer.echo(f"  Console    {console_link(settings)}  (approval inbox, runs; an API token)")
+    typer.echo(
+        f"  Console    {console_link(settings)}  (design sessions, approval inbox, runs; an API token)"
+    )
     typer.echo("Stop with Ctrl-C or `keel down`.")
     sys.stdout.flush()
 
@@ -416,7 +418,9 @@ async def _run_demo(settings: Settings) -> None:
     typer.echo("Where to look in the Temporal Web UI:")
     typer.echo(f"   {ui_link(settings, wid)}")
     typer.echo(f"   {ui_link(settings, gate_id)}")
-    typer.echo(f"The Keel console (approval inbox, runs): {console_link(settings)}")
+    typer.echo(
+        f"The Keel console (design sessions, approval inbox, runs): {console_link(settings)}"
+    )
     await _run_rllm_examples(client, settings)
     failed = await _run_mrp_examples(client, settings)
     failed += await _run_srl_example(client, settings)

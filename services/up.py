@@ -54,7 +54,7 @@ def ui_link(settings: Settings, workflow_id: str | None = None) -> str:
 
 
 def console_link(settings: Settings) -> str:
-    """The Keel console (approval inbox, runs) served by ``keel up``'s API."""
+    """The Keel console (design sessions, approval inbox, runs) served by ``keel up``'s API."""
     return f"http://127.0.0.1:{settings.api_port}/ui"
 
 

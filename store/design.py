@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from keel.design.critics import CostEstimate
@@ -450,13 +450,17 @@ def count_rows(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, in
             ("cost_estimates", CostEstimateRow),
             ("events", DesignEventRow),
         ):
-            rows = s.scalars(
-                select(model).where(
-                    model.project_id == project,  # type: ignore[attr-defined]
-                    model.decision_set_id == ds,  # type: ignore[attr-defined]
+            out[name] = (
+                s.scalar(
+                    select(func.count())
+                    .select_from(model)
+                    .where(
+                        model.project_id == project,  # type: ignore[attr-defined]
+                        model.decision_set_id == ds,  # type: ignore[attr-defined]
+                    )
                 )
-            ).all()
-            out[name] = len(rows)
+                or 0
+            )
     return out
 
 

@@ -117,7 +117,7 @@ def test_demo_end_to_end(tmp_path):
     assert "Approved through the API" in out
     assert "Workflow completed: published=True" in out
     assert "/namespaces/default/workflows/demo%2F" in out
-    assert "The Keel console (approval inbox, runs): http://127.0.0.1:" in out
+    assert "The Keel console (design sessions, approval inbox, runs): http://127.0.0.1:" in out
     for name in ("summary", "extract_keywords", "compose_summary_keywords"):
         assert f"examples/{name}.rllm -> {{" in out  # the .rllm examples ran and printed
     for job in ("wordcount", "sentiment", "invoices"):  # the MRP examples ran and were checked
