@@ -79,6 +79,15 @@ async def seqs(pg: Any) -> list[int]:
     )]  # fmt: skip
 
 
+async def start_session(pg: Any, project: str) -> None:
+    """Start a design session from the console's form, the repository not generated."""
+    await pg.get_by_role("button", name="New design session").click()
+    await pg.get_by_label("Project").fill(project)
+    await pg.get_by_label("Requirements").fill(REQUIREMENTS)
+    await pg.get_by_label("Generate the repository once the plan is approved").uncheck()
+    await pg.get_by_role("button", name="Start session").click()
+
+
 async def test_design_session_from_text_to_repository(
     console_url: str,  # noqa: F811
     api: httpx.AsyncClient,  # noqa: F811
@@ -86,11 +95,7 @@ async def test_design_session_from_text_to_repository(
 ) -> None:
     project = f"churn-{uuid.uuid4().hex[:6]}"
     await sign_in(page, console_url, "alice")
-    await page.get_by_role("button", name="New design session").click()
-    await page.get_by_label("Project").fill(project)
-    await page.get_by_label("Requirements").fill(REQUIREMENTS)
-    await page.get_by_label("Generate the repository once the plan is approved").uncheck()
-    await page.get_by_role("button", name="Start session").click()
+    await start_session(page, project)
 
     # The intake left regions open: the question comes inline; a bad value is refused
     # in the API's words and nothing changes.

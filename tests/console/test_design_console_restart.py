@@ -31,8 +31,8 @@ from tests.console.test_console import (  # noqa: F401 (fixtures)
 from tests.console.test_design_console import (
     EXTRACTED,
     FIRST_EVENT_WAIT_MS,
-    REQUIREMENTS,
     seqs,
+    start_session,
 )
 from tests.support.api import auth
 from tests.support.faults import sigkill, spawn_ready_worker
@@ -105,11 +105,7 @@ async def test_stream_survives_a_worker_restart_mid_run(
 ) -> None:
     project = f"restart-{uuid.uuid4().hex[:6]}"
     await sign_in(page, console_url, "alice")
-    await page.get_by_role("button", name="New design session").click()
-    await page.get_by_label("Project").fill(project)
-    await page.get_by_label("Requirements").fill(REQUIREMENTS)
-    await page.get_by_label("Generate the repository once the plan is approved").uncheck()
-    await page.get_by_role("button", name="Start session").click()
+    await start_session(page, project)
 
     question = page.locator("#timeline li.event-questions")
     regions = question.get_by_role("textbox")
