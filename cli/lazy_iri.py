@@ -1,0 +1,39 @@
+"""The IRI grammar loaded at its first use, not at every CLI start.
+
+``jsonschema`` imports ``rfc3987_syntax`` when it is imported (for the ``iri`` and
+``iri-reference`` formats; it is installed here with ``jsonschema[format-nongpl]``), and
+that module builds an Earley parser from its grammar at import: 1.3-2.5 s of every
+``runllm run`` on this kind of machine (``python -X importtime``), for a format few
+schemas use. Before anything imports ``jsonschema``, :func:`defer` puts a module of that
+name in its place whose ``is_valid_syntax`` imports the real one at its first call; the
+formats are checked exactly as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+
+NAME = "rfc3987_syntax"
+
+
+def defer() -> None:
+    """Defer the grammar, unless ``jsonschema`` (or the grammar) is imported already."""
+    if NAME in sys.modules or "jsonschema" in sys.modules:
+        return
+    if importlib.util.find_spec(NAME) is None:
+        return  # jsonschema then checks no iri format, as it would without it anyway
+    stand_in = types.ModuleType(NAME, "rfc3987_syntax, imported at the first check")
+
+    def real() -> types.ModuleType:
+        if sys.modules.get(NAME) is stand_in:
+            del sys.modules[NAME]
+        return importlib.import_module(NAME)
+
+    def is_valid_syntax(term: str, value: str) -> bool:
+        return bool(real().is_valid_syntax(term, value))
+
+    stand_in.is_valid_syntax = is_valid_syntax  # type: ignore[attr-defined]
+    sys.modules[NAME] = stand_in
