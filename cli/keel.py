@@ -7,6 +7,7 @@ them, so ``keel --help`` and ``keel status`` start fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli import lazy_iri
 from cli._exit import run_and_exit
 from cli.toolkit import EXIT_CODES, load_settings, sessions
 from keel.settings import Settings
@@ -281,8 +283,11 @@ async def _run_worker(settings: Settings) -> None:
     from workers.telemetry import init_tracing, make_runtime
 
     init_tracing(settings)
-    # LiteLLM's import takes seconds: pay it at start, not inside the first LLM call.
+    # LiteLLM's import takes seconds: pay it at start, not inside the first LLM call; the
+    # same for the IRI grammar, whose first check may come inside a workflow task.
     await load_litellm_async()
+    with contextlib.suppress(ImportError):
+        lazy_iri.load_now()
     client = await connect(settings, runtime=make_runtime(settings))
     await ensure_search_attributes(client, settings.temporal_namespace)
     stop = asyncio.Event()

@@ -6,7 +6,9 @@ that module builds an Earley parser from its grammar at import: 1.3-2.5 s of eve
 ``runllm run`` on this kind of machine (``python -X importtime``), for a format few
 schemas use. Before anything imports ``jsonschema``, :func:`defer` puts a module of that
 name in its place whose ``is_valid_syntax`` imports the real one at its first call; the
-formats are checked exactly as before.
+formats are checked exactly as before. A long-running process (``keel worker``) calls
+:func:`load_now` at start: its first check may come inside a workflow task, which must
+not spend seconds importing.
 """
 
 from __future__ import annotations
@@ -27,13 +29,17 @@ def defer() -> None:
         return  # jsonschema then checks no iri format, as it would without it anyway
     stand_in = types.ModuleType(NAME, "rfc3987_syntax, imported at the first check")
 
-    def real() -> types.ModuleType:
-        if sys.modules.get(NAME) is stand_in:
-            del sys.modules[NAME]
-        return importlib.import_module(NAME)
-
     def is_valid_syntax(term: str, value: str) -> bool:
-        return bool(real().is_valid_syntax(term, value))
+        return bool(load_now().is_valid_syntax(term, value))
 
     stand_in.is_valid_syntax = is_valid_syntax  # type: ignore[attr-defined]
+    stand_in.deferred = True  # type: ignore[attr-defined]
     sys.modules[NAME] = stand_in
+
+
+def load_now() -> types.ModuleType:
+    """The real module, imported now if :func:`defer` put a stand-in in its place."""
+    module = sys.modules.get(NAME)
+    if module is not None and getattr(module, "deferred", False):
+        del sys.modules[NAME]
+    return importlib.import_module(NAME)

@@ -45,3 +45,19 @@ def test_a_cli_start_defers_the_grammar_and_checks_iris_the_same() -> None:
     assert deferred["iri-reference"] == direct["iri-reference"]
     assert deferred["iri-reference"][0] and not deferred["iri-reference"][1]  # type: ignore[index]
     assert deferred["after"] is True
+
+
+def test_a_worker_loads_the_real_grammar_at_start() -> None:
+    code = (
+        "import sys, cli.keel, keel.rllm.schema\n"
+        "from cli import lazy_iri\n"
+        "before = 'rfc3987_syntax.syntax_helpers' in sys.modules\n"
+        "real = lazy_iri.load_now()\n"
+        "print(before, real is sys.modules['rfc3987_syntax'], hasattr(real, 'syntax_parser'),"
+        " real.is_valid_syntax('iri', 'http://example.com/ä'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True", "True"]
