@@ -8,6 +8,7 @@ Set ``KEEL_TEST_TEMPORAL_ADDRESS`` to run against an existing server instead.
 from __future__ import annotations
 
 import ast
+import gc
 import os
 import sys
 import threading
@@ -36,17 +37,25 @@ from workers.main import build_worker
 pytest_plugins = ["tests.support.faults"]
 
 # CPython before 3.13 keeps ``ast.parse``'s recursion count in interpreter-wide state
-# (cpython gh-106905): two threads parsing at once can raise SystemError "AST constructor
+# (cpython gh-106905): a parse interrupted by another raises SystemError "AST constructor
 # recursion depth mismatch". Here pytest rewrites a module imported late in a worker's
-# thread (anyio's, httpx's) while another thread parses: CI failed twice on it, once in
-# test_keel_pure, once importing anthropic. In the test process parses go one at a time.
+# thread (anyio's, httpx's) while another thread parses, or a finalizer run by the
+# garbage collector inside a parse formats a traceback (which parses): CI failed on it
+# in test_keel_pure, importing anthropic, and in test_parse_threads. In the test process
+# parses go one at a time with the collector paused (activities/srl/data.py does the same).
 if sys.version_info < (3, 13):
     _ast_parse = ast.parse
     _parse_lock = threading.RLock()
 
     def _one_parse_at_a_time(*args: Any, **kwargs: Any) -> Any:
         with _parse_lock:
-            return _ast_parse(*args, **kwargs)
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                return _ast_parse(*args, **kwargs)
+            finally:
+                if collecting:
+                    gc.enable()
 
     ast.parse = _one_parse_at_a_time  # type: ignore[assignment]
 

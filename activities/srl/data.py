@@ -20,13 +20,15 @@ raises :class:`DownloadImpossible` naming the URL and the credential's variable.
 from __future__ import annotations
 
 import ast
+import contextlib
 import datetime as dt
+import gc
 import hashlib
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -345,17 +347,31 @@ def read_normalized(out: Path, dataset: str) -> list[NormalizedRecord]:
 
 
 # CPython before 3.13 keeps ``ast.parse``'s recursion count in interpreter-wide state
-# (cpython gh-106905): two threads parsing at once can raise SystemError "AST constructor
-# recursion depth mismatch". A worker parses on its event loop and in its activity
-# threads, so Keel's parses go one at a time.
+# (cpython gh-106905): a parse interrupted by another raises SystemError "AST constructor
+# recursion depth mismatch". The interruption is Python code running inside the parse: a
+# finalizer the garbage collector calls, which may parse itself or let another thread
+# run. A worker parses on its event loop and in its activity threads, so Keel's parses
+# go one at a time, with the collector paused (the parse itself runs no Python code).
 _PARSE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    with _PARSE_LOCK:
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if collecting:
+                gc.enable()
 
 
 def python_syntax_error(text: str) -> str | None:
     """What CPython's parser (parsing only, nothing runs) says is wrong with ``text``, or
     None: it catches what ast-grep's ERROR rule cannot see (tree-sitter's MISSING nodes)."""
     try:
-        with _PARSE_LOCK:
+        with _uninterrupted():
             ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         return f"{type(e).__name__}: {e}"

@@ -20,14 +20,15 @@ SOURCE = Path(threading.__file__).read_text()
 
 
 class _Cycle:
-    """Garbage in a reference cycle with a finalizer: the collector runs Python code (and
-    may switch threads) in the middle of whatever allocates next."""
+    """Garbage in a reference cycle with a finalizer that parses (as a finalizer that
+    formats a traceback does): the collector runs it, and may switch threads, in the
+    middle of whatever allocates next."""
 
     def __init__(self) -> None:
         self.me = self
 
     def __del__(self) -> None:
-        sum(range(50))
+        ast.parse("x = (1, [2, {3: 4}])")
 
 
 def _race(parse: Callable[[str], object], threads: int = 3, rounds: int = 20) -> Counter[str]:
