@@ -8,10 +8,8 @@ Set ``KEEL_TEST_TEMPORAL_ADDRESS`` to run against an existing server instead.
 from __future__ import annotations
 
 import ast
-import gc
 import os
 import sys
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.srl.data import uninterrupted
 from api.app import create_app
 from client.temporal import connect
 from keel.settings import Settings
@@ -42,20 +41,13 @@ pytest_plugins = ["tests.support.faults"]
 # thread (anyio's, httpx's) while another thread parses, or a finalizer run by the
 # garbage collector inside a parse formats a traceback (which parses): CI failed on it
 # in test_keel_pure, importing anthropic, and in test_parse_threads. In the test process
-# parses go one at a time with the collector paused (activities/srl/data.py does the same).
+# every parse goes the way Keel's own do (activities/srl/data.py).
 if sys.version_info < (3, 13):
     _ast_parse = ast.parse
-    _parse_lock = threading.RLock()
 
     def _one_parse_at_a_time(*args: Any, **kwargs: Any) -> Any:
-        with _parse_lock:
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
-                return _ast_parse(*args, **kwargs)
-            finally:
-                if collecting:
-                    gc.enable()
+        with uninterrupted():
+            return _ast_parse(*args, **kwargs)
 
     ast.parse = _one_parse_at_a_time  # type: ignore[assignment]
 

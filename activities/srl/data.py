@@ -352,11 +352,13 @@ def read_normalized(out: Path, dataset: str) -> list[NormalizedRecord]:
 # finalizer the garbage collector calls, which may parse itself or let another thread
 # run. A worker parses on its event loop and in its activity threads, so Keel's parses
 # go one at a time, with the collector paused (the parse itself runs no Python code).
-_PARSE_LOCK = threading.Lock()
+# Reentrant: tests/conftest.py wraps ``ast.parse`` itself in :func:`uninterrupted`.
+_PARSE_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
-def _uninterrupted() -> Iterator[None]:
+def uninterrupted() -> Iterator[None]:
+    """One parse at a time in this process, with the garbage collector paused."""
     with _PARSE_LOCK:
         collecting = gc.isenabled()
         gc.disable()
@@ -371,7 +373,7 @@ def python_syntax_error(text: str) -> str | None:
     """What CPython's parser (parsing only, nothing runs) says is wrong with ``text``, or
     None: it catches what ast-grep's ERROR rule cannot see (tree-sitter's MISSING nodes)."""
     try:
-        with _uninterrupted():
+        with uninterrupted():
             ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         return f"{type(e).__name__}: {e}"
@@ -574,4 +576,5 @@ __all__ = [
     "read_meta",
     "read_normalized",
     "stats_for",
+    "uninterrupted",
 ]

@@ -1,8 +1,9 @@
 """CPython before 3.13 keeps ``ast.parse``'s recursion count in interpreter-wide state
 (cpython gh-106905): two threads parsing at once raise SystemError "AST constructor
 recursion depth mismatch" when a switch lands inside one parse (garbage collection running
-a finalizer is enough). Keel's own parses take a lock; the test process's ``ast.parse``
-(pytest's assertion rewriting included) is wrapped in one by tests/conftest.py."""
+a finalizer is enough). Keel's own parses go one at a time with the garbage collector
+paused (``activities.srl.data.uninterrupted``); tests/conftest.py wraps the test
+process's ``ast.parse`` (pytest's assertion rewriting included) the same way."""
 
 from __future__ import annotations
 
