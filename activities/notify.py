@@ -15,8 +15,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from keel.digest import canonical_json
-from keel.gates import WebhookDelivery, WebhookResult
-from keel.refs import NOTIFY_WEBHOOK
+from keel.gates import WebhookDelivery, WebhookResult, WebhookTarget
+from keel.refs import NOTIFY_HAS_TARGET, NOTIFY_WEBHOOK
 from keel.retry import is_retryable_status, parse_retry_after
 from keel.webhooks import (
     EVENT_HEADER,
@@ -45,6 +45,12 @@ class NotifyActivities:
         self._secret = secret
         self._allowed_prefixes = tuple(allowed_prefixes)
         self._timeout_s = timeout_s
+
+    @activity.defn(name=NOTIFY_HAS_TARGET.name)
+    async def has_target(self, target: WebhookTarget) -> bool:
+        """Whether ``webhook`` would try to deliver a notice for this url: a workflow asks
+        once (as a local activity) and sends no notices when nothing would receive them."""
+        return bool(target.url or self._default_url)
 
     @activity.defn(name=NOTIFY_WEBHOOK.name)
     async def webhook(self, delivery: WebhookDelivery) -> WebhookResult:

@@ -193,6 +193,12 @@ class WebhookDelivery(BaseModel):
     idempotency_key: str
 
 
+class WebhookTarget(BaseModel):
+    """Input of the ``notify.has_target`` activity: a request's webhook url, empty for none."""
+
+    url: str = ""
+
+
 class WebhookResult(BaseModel):
     delivered: bool
     status_code: int | None = None

@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
-from keel.gates import WebhookDelivery, WebhookResult
+from keel.gates import WebhookDelivery, WebhookResult, WebhookTarget
 from keel.llm import LLMRequest, LLMResponse
 from keel.records import GateAuditEvent
 
@@ -48,4 +48,8 @@ RECORD_GATE_EVENT: ActivityRef[GateAuditEvent, bool] = ActivityRef(
 #: One signed webhook delivery (activities/notify.py).
 NOTIFY_WEBHOOK: ActivityRef[WebhookDelivery, WebhookResult] = ActivityRef(
     "notify.webhook", WebhookDelivery, WebhookResult
+)
+#: Whether a notice would be sent anywhere: the request's url or the worker's default.
+NOTIFY_HAS_TARGET: ActivityRef[WebhookTarget, bool] = ActivityRef(
+    "notify.has_target", WebhookTarget, bool
 )

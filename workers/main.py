@@ -95,6 +95,7 @@ def build_activities(settings: Settings) -> list[Any]:
     )
     return [
         notify.webhook,
+        notify.has_target,
         records.gate_event,
         llm.complete,
         *rllm.all(),

@@ -46,6 +46,10 @@ WEBHOOK_RETRY = RetryPolicy(
     non_retryable_error_types=["WebhookRejected", "WebhookMisconfigured"],
 )
 
+# A look at the worker's own settings (``notify.has_target``): nothing to wait out.
+CONFIG_TIMEOUT = timedelta(seconds=10)
+CONFIG_RETRY = RetryPolicy(maximum_attempts=3)
+
 LLM_TIMEOUT = timedelta(minutes=3)
 LLM_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -197,6 +201,7 @@ OPTIONS: dict[str, Options] = {
     "llm.complete": Options(LLM_TIMEOUT, LLM_RETRY),
     "records.gate_event": Options(RECORD_TIMEOUT, RECORD_RETRY),
     "notify.webhook": Options(WEBHOOK_TIMEOUT, WEBHOOK_RETRY),
+    "notify.has_target": Options(CONFIG_TIMEOUT, CONFIG_RETRY),
     "rllm.load": Options(RLLM_LOAD_TIMEOUT, RLLM_LOAD_RETRY),
     "rllm.generate": Options(LLM_TIMEOUT, LLM_RETRY),
     "rllm.block": Options(RLLM_BLOCK_TIMEOUT, RLLM_BLOCK_RETRY),

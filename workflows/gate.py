@@ -31,11 +31,12 @@ with workflow.unsafe.imports_passed_through():
         GateStatus,
         RefusedDecision,
         WebhookDelivery,
+        WebhookTarget,
         check_decision,
         gate_workflow_id,
     )
     from keel.records import GateAuditEvent
-    from keel.refs import NOTIFY_WEBHOOK, RECORD_GATE_EVENT
+    from keel.refs import NOTIFY_HAS_TARGET, NOTIFY_WEBHOOK, RECORD_GATE_EVENT
     from workflows.common import call
 
 STATUS_KEY = SearchAttributeKey.for_keyword(GATE_STATUS_ATTRIBUTE)
@@ -63,6 +64,13 @@ AUDIT_AFTER_ANSWER_PATCH = "gate-audit-after-answer"
 # is made, so no command depends on when a completion is applied; rows may then be written
 # out of order, and readers order them by time and their place in the run (``event_key``).
 AUDIT_ROWS_AT_ONCE_PATCH = "gate-audit-rows-at-once"
+# Runs started before this patch wrote the "opened" row and sent every notice as regular
+# activities, even with no webhook configured (the activity then skipped it). Each one's
+# completion was a workflow task, and a decision arriving meanwhile waited behind them.
+# Newer runs write the "opened" row and ask whether notices go anywhere as two local
+# activities inside the first workflow task, and send no notices when none would: an
+# opened gate then has nothing in flight, and a decision is answered at once.
+OPEN_LOCAL_PATCH = "gate-open-local"
 
 
 @workflow.defn(name=GATE_WORKFLOW_TYPE)
@@ -91,6 +99,10 @@ class ApprovalGate:
         self._audit_at_once = self._audit_after_answer and workflow.patched(
             AUDIT_ROWS_AT_ONCE_PATCH
         )
+        self._open_local = self._audit_at_once and workflow.patched(OPEN_LOCAL_PATCH)
+        # Whether notices go anywhere: known from the start in older runs (always sent),
+        # after the first task's local answer in open-local runs.
+        self._notices_on: bool | None = None if self._open_local else True
         # Rows being written (at-once runs): the run ends only when all are.
         self._audit_writes: list[asyncio.Task[None]] = []
         # Audit rows waiting for the writer (after-answer runs), oldest first.
@@ -100,10 +112,14 @@ class ApprovalGate:
         # Older runs: the "opened" row is written, so decisions may come (their rows after
         # it). After-answer runs queue it here, first, so nothing has to wait for it.
         self._opened = False
+        # Open-local runs write the "opened" row in the first task (``_open_locally``).
+        self._opened_row: GateAuditEvent | None = None
         if self._audit_after_answer:
-            self._pending_audit.append(
-                self._record("opened", actor=request.requester, comment=request.subject)
-            )
+            row = self._record("opened", actor=request.requester, comment=request.subject)
+            if self._open_local:
+                self._opened_row = row
+            else:
+                self._pending_audit.append(row)
             self._opened = True
         self._lock = asyncio.Lock()
         # Notices run beside the gate: a slow or failing webhook never delays a decision.
@@ -114,7 +130,9 @@ class ApprovalGate:
         workflow.upsert_search_attributes(
             [STATUS_KEY.value_set(GateStatus.PENDING.value), NAME_KEY.value_set(request.name)]
         )
-        if self._audit_after_answer:
+        if self._opened_row is not None:
+            await self._open_locally(request, self._opened_row)
+        elif self._audit_after_answer:
             self._start_audit_writer()
         else:
             await self._audit("opened", actor=request.requester, comment=request.subject)
@@ -147,6 +165,19 @@ class ApprovalGate:
         await asyncio.gather(*self._audit_writes)
         await asyncio.gather(*self._notices)
         return self._state
+
+    async def _open_locally(self, request: GateRequest, row: GateAuditEvent) -> None:
+        """The "opened" row and whether notices go anywhere, as local activities in the
+        first workflow task: when it completes, nothing of the opening is left in flight."""
+        _, self._notices_on = await asyncio.gather(
+            call(RECORD_GATE_EVENT, row, summary="audit opened", local=True),
+            call(
+                NOTIFY_HAS_TARGET,
+                WebhookTarget(url=request.webhook_url or ""),
+                summary="webhook target",
+                local=True,
+            ),
+        )
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -376,9 +407,16 @@ class ApprovalGate:
             self._pending_audit.pop(0)
 
     def _notify(self, event: str) -> None:
+        if self._notices_on is False:
+            return
         self._notices.append(asyncio.create_task(self._deliver(event)))
 
     async def _deliver(self, event: str) -> None:
+        if self._notices_on is None:
+            # A decision came in the first task, before its local answer.
+            await workflow.wait_condition(lambda: self._notices_on is not None)
+            if not self._notices_on:
+                return
         info = workflow.info()
         notice = GateNotice(
             event=event,  # type: ignore[arg-type]

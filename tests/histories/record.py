@@ -181,6 +181,13 @@ async def gate_audit_rows_at_once(ctx: Ctx) -> Histories:
     return await gate_approved_update(ctx, "gate_audit_rows_at_once")
 
 
+async def gate_open_local(ctx: Ctx) -> Histories:
+    """gate_approved_update after patch ``gate-open-local``: the "opened" row and the
+    webhook-target answer are local activities in the first task; no webhook configured,
+    so no notice activity at all."""
+    return await gate_approved_update(ctx, "gate_open_local")
+
+
 async def gate_rejected_signal(ctx: Ctx) -> Histories:
     handle = await start_gate(ctx, "gate_rejected_signal")
     await handle.signal(
@@ -191,11 +198,13 @@ async def gate_rejected_signal(ctx: Ctx) -> Histories:
     return {"gate_rejected_signal": await history_json(handle)}
 
 
-async def gate_expired_with_reminders(ctx: Ctx) -> Histories:
+async def gate_expired_with_reminders(
+    ctx: Ctx, scenario: str = "gate_expired_with_reminders"
+) -> Histories:
     """Real time, kept short: reminders at ~1 s and ~2 s, expiry at 3 s, webhooks delivered."""
     handle = await start_gate(
         ctx,
-        "gate_expired_with_reminders",
+        scenario,
         expires_in_s=3,
         remind_every_s=1,
         max_reminders=2,
@@ -204,12 +213,18 @@ async def gate_expired_with_reminders(ctx: Ctx) -> Histories:
     result = await handle.result()
     expect(result.status == GateStatus.EXPIRED, f"expired, got {result.status}")
     expect(result.reminders_sent == 2, f"2 reminders, got {result.reminders_sent}")
-    return {"gate_expired_with_reminders": await history_json(handle)}
+    return {scenario: await history_json(handle)}
 
 
-async def gate_duplicate_request(ctx: Ctx) -> Histories:
+async def gate_open_local_webhook(ctx: Ctx) -> Histories:
+    """gate_expired_with_reminders after patch ``gate-open-local``: a webhook is set, so
+    the target answer is yes and every notice is sent as before."""
+    return await gate_expired_with_reminders(ctx, "gate_open_local_webhook")
+
+
+async def gate_duplicate_request(ctx: Ctx, scenario: str = "gate_duplicate_request") -> Histories:
     """The same decision twice at once (a client retry): applied once, same answer twice."""
-    handle = await start_gate(ctx, "gate_duplicate_request")
+    handle = await start_gate(ctx, scenario)
     decision = GateDecision(decision="approve", actor="bob", request_id="req-1")
     first, again = await asyncio.gather(
         handle.execute_update(ApprovalGate.decide, decision),
@@ -218,7 +233,13 @@ async def gate_duplicate_request(ctx: Ctx) -> Histories:
     expect(first == again, "both updates answered with the same state")
     result = await handle.result()
     expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
-    return {"gate_duplicate_request": await history_json(handle)}
+    return {scenario: await history_json(handle)}
+
+
+async def gate_open_local_early(ctx: Ctx) -> Histories:
+    """gate_duplicate_request after patch ``gate-open-local``: the decisions are sent right
+    after the start, so they may reach the run before its local activities answer."""
+    return await gate_duplicate_request(ctx, "gate_open_local_early")
 
 
 async def gate_shared_key(ctx: Ctx) -> Histories:
@@ -609,6 +630,9 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_local_audit": gate_local_audit,
     "gate_audit_after_answer": gate_audit_after_answer,
     "gate_audit_rows_at_once": gate_audit_rows_at_once,
+    "gate_open_local": gate_open_local,
+    "gate_open_local_webhook": gate_open_local_webhook,
+    "gate_open_local_early": gate_open_local_early,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,
@@ -656,6 +680,8 @@ async def record(names: list[str], out: Path) -> list[Path]:
                     temporal_address=server.address,
                     task_queue="keel-replay-corpus",  # a fresh server: a fixed name diffs cleanly
                     webhook_url="",
+                    # The receiver's own url, so scenarios that name it get their notices.
+                    webhook_allowed_prefixes=[hooks.url],
                     metrics_port=0,
                     models_config=tmp / "models.yaml",
                     mrp_config=MRP_CONFIG,

@@ -31,3 +31,16 @@ async def local_activity_names(handle: WorkflowHandle[Any, Any]) -> list[str]:
         if marker.marker_name == LOCAL_ACTIVITY_MARKER:
             names.append(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
     return names
+
+
+async def local_activity_results(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, Any]]:
+    """(activity type, result as JSON) of each local activity the run completed, in
+    history order."""
+    results: list[tuple[str, Any]] = []
+    async for e in handle.fetch_history_events():
+        marker = e.marker_recorded_event_attributes
+        if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+            data = json.loads(marker.details["data"].payloads[0].data)
+            result = json.loads(marker.details["result"].payloads[0].data)
+            results.append((data["activity_type"], result))
+    return results

@@ -12,12 +12,12 @@ import signal
 import uuid
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 
 from client.temporal import connect
 from keel.gates import GateDecision, GateRequest, GateState, GateStatus
 from services.processes import TemporalDevServer, free_port, pid_alive
-from tests.support.faults import activity_events, audit_rows, fault_settings, wait_until
+from tests.support.faults import audit_rows, fault_settings, wait_until
+from tests.support.history import local_activity_names
 from workers.main import build_worker
 from workflows.gate import ApprovalGate
 
@@ -41,13 +41,13 @@ async def test_pending_gate_survives_server_restart(tmp_path, spawned, how: str)
         task_queue=settings.task_queue,
     )
     async with build_worker(client, settings):
-        # Settled: the "opened" record and the "waiting" notice are both in history, so
-        # nothing is in flight when the server goes down.
+        # Settled: the first task (the "opened" row and the webhook-target answer, both
+        # local activities) is in history, so nothing is in flight when the server goes down.
         async def settled() -> bool:
-            done = await activity_events(handle, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
-            return sorted(done) == ["notify.webhook", "records.gate_event"]
+            done = await local_activity_names(handle)
+            return sorted(done) == ["notify.has_target", "records.gate_event"]
 
-        await wait_until(settled, timeout_s=60, what="the opened record and waiting notice")
+        await wait_until(settled, timeout_s=60, what="the gate's first task")
         before = await handle.query(ApprovalGate.state)
     assert before.status == GateStatus.PENDING
 
