@@ -14,8 +14,9 @@ process. For each round, interleaved:
   trip itself is slower here (the floor too), so each is compared with its own floor;
 * API: a gate opened with ``POST /gates``, then ``POST /gates/{id}/approve`` timed as an
   HTTP client sees it (bearer token, ``Idempotency-Key``);
-* for reference, the ``state`` Query on the client's gate and the Signal path (send to
-  the gate's result).
+* for reference, the ``state`` Query on the client's gate, the Signal path (send to
+  the gate's result), and ``GET /health`` (an HTTP request whose route makes one RPC:
+  what any API call costs before its own work).
 
 Prints p50 and p90 of each and its ratio to the floor (the settled decide: to the settled
 floor), and ends with ``ratio <decide (client) p50 / floor p50>``.
@@ -87,6 +88,7 @@ async def main(n: int, settle_s: float) -> None:
         api_ms: list[float] = []
         query_ms: list[float] = []
         signal_ms: list[float] = []
+        health_ms: list[float] = []
         worker = Worker(
             client,
             task_queue=settings.task_queue,
@@ -171,6 +173,10 @@ async def main(n: int, settle_s: float) -> None:
                 resp.raise_for_status()
                 assert resp.json()["status"] == "approved", resp.text
 
+                t6h = time.perf_counter()
+                (await http.get("/health")).raise_for_status()
+                t7h = time.perf_counter()
+
                 handle = await open_gate()
                 t7 = time.perf_counter()
                 await handle.signal(
@@ -187,6 +193,7 @@ async def main(n: int, settle_s: float) -> None:
                     settled_ms.append((t4s - t3s) * 1000)
                     api_ms.append((t6 - t5) * 1000)
                     signal_ms.append((t8 - t7) * 1000)
+                    health_ms.append((t7h - t6h) * 1000)
         api.should_exit = True
         await serving
     finally:
@@ -203,6 +210,7 @@ async def main(n: int, settle_s: float) -> None:
         (f"decide Update, client, settled {settle_s:g} s", settled_ms, settled_base_ms),
         ("query state (reference)", query_ms, base_ms),
         ("signal decide -> result (reference)", signal_ms, base_ms),
+        ("GET /health, HTTP + 1 RPC (reference)", health_ms, base_ms),
     ):
         med = statistics.median(values)
         print(f"{name:<40}{med:>9.1f}{pct(values, 90):>9.1f}{med / floor_of:>12.2f}x")
