@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from activities.llm import load_litellm
-from activities.rllm import bundle_loader, load_resolved, param_issues
+from activities.rllm import bundle_loader, load_resolved, param_issues, parsed
 from keel.llm import ModelsConfig, ModelSpec
 from keel.rllm.errors import DependencyResolutionError, MetadataValidationError, ParseError
 from keel.rllm.model import LLMSpec
@@ -67,6 +67,18 @@ def test_bundle_loader_names_missing_files() -> None:
         bundle_loader({"a.rllm": ""})(Path("lib/b.rllm"))
     with pytest.raises(ParseError, match="relative path"):
         load_resolved("../a.rllm", {"a.rllm": ""})
+
+
+def test_a_bundled_file_is_parsed_once_and_each_caller_gets_its_own_copy() -> None:
+    text = (EXAMPLES / "summary.rllm").read_text()
+    first, again = parsed(text, "summary.rllm"), parsed(text, "summary.rllm")
+    assert first == again and first is not again
+    first.name = "changed"
+    assert parsed(text, "summary.rllm").name == again.name != "changed"
+    # A file that does not parse raises every time (errors are not kept).
+    for _ in range(2):
+        with pytest.raises(ParseError):
+            parsed("no frontmatter", "bad.rllm")
 
 
 def test_decode_input() -> None:
