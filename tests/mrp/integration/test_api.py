@@ -41,11 +41,14 @@ policy:
 
 
 async def wait_done(
-    http: httpx.AsyncClient, run_id: str, timeout: float = 120, actor: str = "alice"
+    http: httpx.AsyncClient, workflow_id: str, timeout: float = 120, actor: str = "alice"
 ) -> dict[str, Any]:
+    """Poll a run by the workflow id ``POST /mrp/jobs`` answered: by its run id alone, a run
+    whose compile step has not written its record yet is found through Temporal's
+    visibility, which lags a start by a moment (``client/mrp.py:find_workflow_id``)."""
     deadline = time.monotonic() + timeout
     while True:
-        resp = await http.get(f"/mrp/jobs/{run_id}", headers=auth(actor))
+        resp = await http.get(f"/mrp/jobs/{workflow_id}", headers=auth(actor))
         assert resp.status_code == 200, resp.text
         view = resp.json()
         if view["status"] != "running":
@@ -64,7 +67,7 @@ async def test_submit_yaml_then_read_the_finished_run(http: httpx.AsyncClient) -
     assert body["workflow_id"] == f"mrp/api-wordcount/{body['run_id']}"
     assert body["status"] == "running"
 
-    view = await wait_done(http, body["run_id"])
+    view = await wait_done(http, body["workflow_id"])
     assert view["status"] == "succeeded", view
     assert view["counters"]["total"] == 3 and view["counters"]["run"] == 3
     assert view["shards_total"] == 3 and view["shards_done"] == 3
@@ -85,7 +88,7 @@ async def test_submit_a_file_under_a_job_root(http: httpx.AsyncClient) -> None:
     )
     assert resp.status_code == 202, resp.text
     assert resp.json()["workflow_id"] == "mrp/example-wordcount/from-file-1"
-    view = await wait_done(http, "from-file-1")
+    view = await wait_done(http, resp.json()["workflow_id"])
     # inputs.files resolved beside the job file, on the worker: four files, four shards.
     assert view["status"] == "succeeded", view
     assert view["counters"]["total"] == 4
@@ -119,7 +122,7 @@ async def test_idempotency_key_starts_one_run(http: httpx.AsyncClient) -> None:
     )  # same key, another body
     assert other.status_code == 422
     assert other.json()["error"]["code"] == "idempotency_key_reused"
-    view = await wait_done(http, first.json()["run_id"])
+    view = await wait_done(http, first.json()["workflow_id"])
     assert view["status"] == "succeeded"
 
 
@@ -151,7 +154,7 @@ async def test_a_refused_job_reads_as_failed_with_the_rule(http: httpx.AsyncClie
         headers=auth("alice"),
     )
     assert resp.status_code == 202, resp.text
-    view = await wait_done(http, resp.json()["run_id"])
+    view = await wait_done(http, resp.json()["workflow_id"])
     assert view["status"] == "failed"
     assert view["error_type"] == "MrpCompileError"
     assert "MRP-P001" in view["error"]
@@ -184,7 +187,7 @@ async def test_inline_files_under_a_root_are_allowed(http: httpx.AsyncClient) ->
         headers=auth("alice"),
     )
     assert resp.status_code == 202, resp.text
-    view = await wait_done(http, "inline-rooted-1")
+    view = await wait_done(http, resp.json()["workflow_id"])
     assert view["status"] == "succeeded", view
     assert view["counters"]["total"] == 4
 
@@ -218,7 +221,7 @@ async def test_a_second_requester_gets_404_for_the_first_ones_job(
     )
     assert resp.status_code == 202, resp.text
     wid = resp.json()["workflow_id"]
-    view = await wait_done(http, "alices-run-1")
+    view = await wait_done(http, wid)
     assert view["status"] == "succeeded", view
     for ref in ("alices-run-1", wid):
         for other in ("carol", "bob"):
