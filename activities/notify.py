@@ -50,11 +50,15 @@ class NotifyActivities:
     async def has_target(self, target: WebhookTarget) -> bool:
         """Whether ``webhook`` would try to deliver a notice for this url: a workflow asks
         once (as a local activity) and sends no notices when nothing would receive them."""
-        return bool(target.url or self._default_url)
+        return bool(self._url_for(target.url))
+
+    def _url_for(self, url: str) -> str:
+        """Where a notice for ``url`` goes: that url, else the worker's default."""
+        return url or self._default_url
 
     @activity.defn(name=NOTIFY_WEBHOOK.name)
     async def webhook(self, delivery: WebhookDelivery) -> WebhookResult:
-        url = delivery.url or self._default_url
+        url = self._url_for(delivery.url)
         if not url:
             return WebhookResult(delivered=False, skipped_reason="no webhook url configured")
         if not url.lower().startswith(("http://", "https://")):

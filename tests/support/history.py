@@ -25,22 +25,18 @@ async def activity_names(handle: WorkflowHandle[Any, Any]) -> list[str]:
 
 async def local_activity_names(handle: WorkflowHandle[Any, Any]) -> list[str]:
     """The local activities the run completed, in history order (their markers)."""
-    names: list[str] = []
-    async for e in handle.fetch_history_events():
-        marker = e.marker_recorded_event_attributes
-        if marker.marker_name == LOCAL_ACTIVITY_MARKER:
-            names.append(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
-    return names
+    return [name for name, _ in await local_activity_results(handle)]
 
 
 async def local_activity_results(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, Any]]:
     """(activity type, result as JSON) of each local activity the run completed, in
-    history order."""
+    history order (None for one whose marker carries no result)."""
     results: list[tuple[str, Any]] = []
     async for e in handle.fetch_history_events():
         marker = e.marker_recorded_event_attributes
         if marker.marker_name == LOCAL_ACTIVITY_MARKER:
             data = json.loads(marker.details["data"].payloads[0].data)
-            result = json.loads(marker.details["result"].payloads[0].data)
+            payloads = marker.details["result"].payloads if "result" in marker.details else []
+            result = json.loads(payloads[0].data) if payloads else None
             results.append((data["activity_type"], result))
     return results
