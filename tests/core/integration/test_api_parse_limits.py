@@ -104,35 +104,49 @@ async def test_nested_yaml_at_depth_50000_is_422_on_both_routes(http: httpx.Asyn
     assert error["details"][0]["line"] == 2
 
 
-ATTACKS: dict[str, tuple[str, Callable[[], dict[str, Any]], str]] = {
+# attack -> (route, body, words of the refusal, the line it names). The line is where the
+# parser stopped: the alias whose expansion crosses the node limit, or the frontmatter's
+# first line when its size alone refuses it; nothing past that point is read or expanded.
+ATTACKS: dict[str, tuple[str, Callable[[], dict[str, Any]], str, int]] = {
     "rllm alias bomb": (
         "/rllm/runs",
         lambda: rllm_body(
             "---\n" + billion_laughs(9) + '\nformat_version: "0.1"\nname: bomb\n---\nhi\n'
         ),
-        "once aliases are expanded",
+        "once aliases are expanded (alias *a3",
+        6,
     ),
-    "rllm 20,000 uses": ("/rllm/runs", lambda: rllm_body(many_uses(20_000)), "more than"),
+    "rllm 20,000 uses": ("/rllm/runs", lambda: rllm_body(many_uses(20_000)), "more than", 2),
     "mrp alias bomb": (
         "/mrp/jobs",
         lambda: {"job_yaml": billion_laughs(9)},
-        "once aliases are expanded",
+        "once aliases are expanded (alias *a4",
+        6,
     ),
 }
+
+
+def refusal_line(resp: httpx.Response) -> int:
+    details = resp.json()["error"]["details"]
+    line: int = details[0]["line"] if isinstance(details, list) else details["details"]["line"]
+    return line
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
 async def test_hostile_documents_are_refused_fast_while_health_answers(
     http: httpx.AsyncClient, attack: str
 ):
-    path, body, words = ATTACKS[attack]
+    path, body, words, line = ATTACKS[attack]
     payload = body()
     resp, seconds, latencies = await while_health_polled(
         http, http.post(path, json=payload, headers=AUTH)
     )
     assert resp.status_code == 422, resp.text
     assert words in resp.json()["error"]["message"]
-    assert seconds < 1, f"{attack} took {seconds:.2f}s"
+    assert refusal_line(resp) == line
+    # The parse itself takes 2-30 ms; before the limits the alias bomb took minutes. The
+    # bound only tells those apart: a shared CI machine once took 1.3 s for this request.
+    assert seconds < 30, f"{attack} took {seconds:.2f}s"
     assert max(latencies) < 0.5, f"/health took {max(latencies):.2f}s during {attack}"
 
 

@@ -321,9 +321,13 @@ def billion_laughs(levels: int) -> str:
 def test_alias_bomb_is_refused_before_anything_walks_it():
     text = "---\n" + billion_laughs(9) + '\nformat_version: "0.1"\nname: bomb\n---\nhi\n'
     started = time.monotonic()
-    with pytest.raises(ParseError, match=f"more than {MAX_FRONTMATTER_NODES} nodes once aliases"):
+    with pytest.raises(
+        ParseError, match=f"more than {MAX_FRONTMATTER_NODES} nodes once aliases"
+    ) as info:
         parse_text(text)
-    assert time.monotonic() - started < 1
+    # 2 ms here; walking the expanded data would take minutes. A loose bound: CI is shared.
+    assert time.monotonic() - started < 30
+    assert "alias *a3 stands for" in info.value.message
 
 
 def test_alias_cycle_is_refused():
