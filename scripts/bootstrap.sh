@@ -43,7 +43,7 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Bytecode is compiled once, here. uv installs without it, and where Python may not write
-# it (PYTHONDONTWRITEBYTECODE=1, as on our CI machines, or a read-only tree) every process
+# it (PYTHONDONTWRITEBYTECODE=1, as on our development machines, or a read-only tree) every process
 # compiled every module it imports from source, every time: `import temporalio.client`
 # took 1.5 s instead of 0.5 s, `import litellm` 10.6 s instead of 5.2 s, and each CLI call,
 # worker, Ray worker and test subprocess paid the same. With nothing new to compile this
