@@ -37,7 +37,6 @@ from client.temporal import (
 )
 from keel.mrp.run import (
     ERROR_TYPES,
-    RUN_ID_ATTRIBUTE,
     WORKFLOW_TYPE,
     MRPJobInput,
     MRPJobResult,
@@ -46,6 +45,7 @@ from keel.mrp.run import (
     run_id_from_workflow_id,
     run_manifest_from_json,
 )
+from keel.search_attributes import RUN_ID_ATTRIBUTE
 from store.artifacts import ArtifactStore
 from store.mrp_runs import get_run, list_shards, shard_counts
 

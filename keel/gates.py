@@ -14,8 +14,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GATE_WORKFLOW_TYPE = "ApprovalGate"
-GATE_STATUS_ATTRIBUTE = "KeelGateStatus"
-GATE_NAME_ATTRIBUTE = "KeelGateName"
 GATE_ID_SEPARATOR = "/gate/"
 
 

@@ -22,17 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keel.gates import GATE_NAME_ATTRIBUTE, GATE_STATUS_ATTRIBUTE
-from keel.mrp.run import RUN_ID_ATTRIBUTE
+from keel.search_attributes import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-SEARCH_ATTRIBUTES = {
-    GATE_STATUS_ATTRIBUTE: "Keyword",
-    GATE_NAME_ATTRIBUTE: "Keyword",
-    RUN_ID_ATTRIBUTE: "Keyword",
-}
 
 
 class ServiceError(RuntimeError):

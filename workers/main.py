@@ -25,9 +25,9 @@ from activities.ollama import OllamaActivities
 from activities.records import RecordActivities
 from activities.rllm import RllmActivities
 from activities.srl.episode import SrlActivities
+from keel.search_attributes import SEARCH_ATTRIBUTES
 from keel.settings import Settings
 from sandbox.models import config_for
-from services.processes import SEARCH_ATTRIBUTES
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.files import load_actors_config, load_models_config

@@ -18,8 +18,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from keel.gates import (
-        GATE_NAME_ATTRIBUTE,
-        GATE_STATUS_ATTRIBUTE,
         GATE_WORKFLOW_TYPE,
         CommentEntry,
         GateComment,
@@ -37,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.records import GateAuditEvent
     from keel.refs import NOTIFY_HAS_TARGET, NOTIFY_WEBHOOK, RECORD_GATE_EVENT
+    from keel.search_attributes import GATE_NAME_ATTRIBUTE, GATE_STATUS_ATTRIBUTE
     from workflows.common import call
 
 STATUS_KEY = SearchAttributeKey.for_keyword(GATE_STATUS_ATTRIBUTE)

@@ -25,7 +25,6 @@ from keel.access import ACCESS_MEMO, RunAccess, access_for, may_read
 from keel.digest import digest_json
 from keel.gates import (
     GATE_ID_SEPARATOR,
-    GATE_STATUS_ATTRIBUTE,
     GATE_WORKFLOW_TYPE,
     MAX_WAIT_S,
     GateComment,
@@ -35,6 +34,7 @@ from keel.gates import (
     GateStatus,
     gate_workflow_id,
 )
+from keel.search_attributes import GATE_STATUS_ATTRIBUTE
 from workflows.gate import ApprovalGate, start_search_attributes
 
 router = APIRouter(prefix="/gates", tags=["gates"], responses=ERROR_RESPONSES)

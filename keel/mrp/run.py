@@ -27,9 +27,6 @@ from keel.digest import canonical_json, digest_json
 
 #: Temporal workflow type name of the runtime.
 WORKFLOW_TYPE = "MRPJob"
-# Keyword search attribute a run is started with: its run id, so a run id finds its
-# workflow id (``mrp/<job_id>/<run_id>``) in one visibility query.
-RUN_ID_ATTRIBUTE = "KeelMrpRunId"
 #: Shards per map window (one heartbeating activity) when neither input nor config says.
 DEFAULT_WINDOW_SIZE = 100
 #: Largest accepted window.

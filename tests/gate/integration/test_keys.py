@@ -12,7 +12,8 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from keel.gates import GATE_STATUS_ATTRIBUTE, GateRequest, GateState
+from keel.gates import GateRequest, GateState
+from keel.search_attributes import GATE_STATUS_ATTRIBUTE
 from services.processes import find_binary
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
