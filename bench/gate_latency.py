@@ -12,8 +12,9 @@ process. For each round, interleaved:
 * client, settled: the same on a gate opened ``--settle`` seconds before (default 0.3),
   as a person's click comes, against a floor settled as long: after a pause the round
   trip itself is slower here (the floor too), so each is compared with its own floor;
-* API: a gate opened with ``POST /gates``, then ``POST /gates/{id}/approve`` timed as an
-  HTTP client sees it (bearer token, ``Idempotency-Key``);
+* API: a gate opened with ``POST /gates`` and, once it runs (a Query, as for the other
+  gates), ``POST /gates/{id}/approve`` timed as an HTTP client sees it (bearer token,
+  ``Idempotency-Key``);
 * for reference, the ``state`` Query on the client's gate, the Signal path (send to
   the gate's result), and ``GET /health`` (an HTTP request whose route makes one RPC:
   what any API call costs before its own work).
@@ -163,6 +164,8 @@ async def main(n: int, settle_s: float) -> None:
                 )
                 resp.raise_for_status()
                 gate_id = resp.json()["gate_id"]
+                # running, as each gate is before timing (POST /gates returns once started)
+                await client.get_workflow_handle(gate_id).query(ApprovalGate.state)
                 t5 = time.perf_counter()
                 resp = await http.post(
                     f"/gates/{gate_id}/approve",
