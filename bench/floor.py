@@ -6,6 +6,9 @@ process, so that each prints Keel's time as a ratio of what Temporal itself need
 * ``FloorLLM``: a workflow that runs one activity, which makes one LiteLLM call to the
   given OpenAI-compatible server and returns its text; started and awaited like
   ``RllmApp``;
+* ``FloorLocalFirst``: ``FloorLLM`` with one local activity (``floor.pause``, a sleep of
+  the given milliseconds) in its first workflow task, before the activity, where
+  ``RllmApp`` runs ``rllm.load``: ``bench/local_activity_dispatch.py`` compares the two;
 * ``FloorGate``: a workflow that waits for one Update, whose handler records the decision
   and returns the state; the workflow then completes, like ``ApprovalGate``. A ``state``
   Query lets the bench wait until it runs, as it does for a gate.
@@ -15,6 +18,7 @@ Nothing here is Keel: no schema check, no stats, no audit, no sandbox.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from pydantic import BaseModel
@@ -24,6 +28,11 @@ from temporalio import activity, workflow
 class FloorCall(BaseModel):
     api_base: str
     prompt: str
+
+
+class FloorPausedCall(BaseModel):
+    call: FloorCall
+    pause_ms: int = 10
 
 
 class FloorState(BaseModel):
@@ -54,6 +63,25 @@ class FloorLLM:
     async def run(self, call: FloorCall) -> str:
         return await workflow.execute_activity(
             floor_complete, call, start_to_close_timeout=timedelta(minutes=1)
+        )
+
+
+@activity.defn(name="floor.pause")
+async def floor_pause(ms: int) -> int:
+    """Sleep ``ms`` milliseconds: a local activity's least work."""
+    await asyncio.sleep(ms / 1000)
+    return ms
+
+
+@workflow.defn(name="FloorLocalFirst")
+class FloorLocalFirst:
+    @workflow.run
+    async def run(self, inp: FloorPausedCall) -> str:
+        await workflow.execute_local_activity(
+            floor_pause, inp.pause_ms, start_to_close_timeout=timedelta(seconds=10)
+        )
+        return await workflow.execute_activity(
+            floor_complete, inp.call, start_to_close_timeout=timedelta(minutes=1)
         )
 
 
