@@ -45,16 +45,13 @@ from temporalio.worker import Worker  # noqa: E402
 
 from api.app import create_app  # noqa: E402
 from bench.floor import FloorGate, FloorState  # noqa: E402
+from bench.stats import p90  # noqa: E402
 from client.temporal import connect  # noqa: E402
 from keel.gates import GateDecision, GateRequest  # noqa: E402
 from keel.settings import Settings  # noqa: E402
 from services.processes import TemporalDevServer, free_port  # noqa: E402
 from workers.main import WORKFLOWS, build_activities  # noqa: E402
 from workflows.gate import ApprovalGate  # noqa: E402
-
-
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
 
 
 def token(settings: Settings, role: str) -> str:
@@ -216,7 +213,7 @@ async def main(n: int, settle_s: float) -> None:
         ("GET /health, HTTP + 1 RPC (reference)", health_ms, base_ms),
     ):
         med = statistics.median(values)
-        print(f"{name:<40}{med:>9.1f}{pct(values, 90):>9.1f}{med / floor_of:>12.2f}x")
+        print(f"{name:<40}{med:>9.1f}{p90(values):>9.1f}{med / floor_of:>12.2f}x")
     print(f"ratio (API) {statistics.median(api_ms) / base_ms:.2f}")
     print(f"ratio (settled gate) {statistics.median(settled_ms) / settled_base_ms:.2f}")
     print(f"ratio {statistics.median(client_ms) / base_ms:.2f}")

@@ -10,9 +10,9 @@ this process. Interleaved run by run, each started and awaited from the client:
   before the activity, in the first workflow task, where ``RllmApp`` runs ``rllm.load``.
 
 Without a delay of its own, the local activity would add about ``--pause-ms`` to a run.
-On the machines Keel was measured on it added about 50 ms, whatever the pause (2-40 ms):
-both of the run's matching dispatches (the first workflow task, and the one after the
-activity) waited tens of milliseconds (docs/rllm-runtime.md). This bench shows whether a
+On the machine Keel was measured on it added about 50 ms, whatever the pause (2-40 ms):
+the workflow task after the activity waited about 40 ms to start instead of about 10,
+while the first task waited as long as the floor's (docs/rllm-runtime.md). This bench shows whether a
 server and machine do that. Prints p50 and p90 of each, how long each dispatch waited
 (scheduled to started, p50), and ends with ``ratio <FloorLocalFirst p50 / floor p50>``.
 """
@@ -45,14 +45,11 @@ from bench.floor import (  # noqa: E402
     floor_complete,
     floor_pause,
 )
+from bench.stats import p90  # noqa: E402
 from client.temporal import connect  # noqa: E402
 from keel.settings import Settings  # noqa: E402
 from services.processes import TemporalDevServer, free_port  # noqa: E402
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply  # noqa: E402
-
-
-def p90(values: list[float]) -> float:
-    return statistics.quantiles(values, n=10)[-1] if len(values) > 2 else max(values)
 
 
 async def dispatch_waits(client: Any, workflow_id: str) -> list[float]:

@@ -37,6 +37,7 @@ from pydantic import JsonValue
 
 from activities.fanout import ray_init, ray_shutdown
 from activities.mrp.operators import OperatorHandle, load_mrp_config
+from bench.stats import p90
 from client.temporal import connect
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
@@ -169,10 +170,6 @@ def cpu_by_process() -> dict[str, float]:
     return out
 
 
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
-
-
 async def main(shards: int, workers: int, window: int, repeat: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-mrp-"))
     server = TemporalDevServer(tmp / "t.db", tmp / "t.log", port=free_port(), ui_port=None)
@@ -242,7 +239,7 @@ async def main(shards: int, workers: int, window: int, repeat: int) -> None:
         )
         print(
             f"per-shard attempt latency (Ray task incl. store read/write), ms: "
-            f"p50 {statistics.median(latencies):.1f}, p90 {pct(latencies, 90):.1f}, "
+            f"p50 {statistics.median(latencies):.1f}, p90 {p90(latencies):.1f}, "
             f"max {max(latencies):.1f}"
         )
     finally:

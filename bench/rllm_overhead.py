@@ -42,6 +42,7 @@ from temporalio.worker import Worker  # noqa: E402
 
 from activities.llm import load_litellm  # noqa: E402
 from bench.floor import FloorCall, FloorLLM, floor_complete  # noqa: E402
+from bench.stats import p90  # noqa: E402
 from client.temporal import connect  # noqa: E402
 from keel.rllm.contracts import render_prompt, template_variables, validate_input  # noqa: E402
 from keel.rllm.run import RllmRunInput, RllmRunResult  # noqa: E402
@@ -65,10 +66,6 @@ TEXT = (
 
 def p50(values: list[float]) -> float:
     return statistics.median(values)
-
-
-def p90(values: list[float]) -> float:
-    return statistics.quantiles(values, n=10)[-1] if len(values) > 2 else max(values)
 
 
 def answer_for(schema: dict[str, object]) -> str:
