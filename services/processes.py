@@ -28,6 +28,20 @@ log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 
+# How often the dev server's history service may read each of its task queues, per
+# second. The dev server has one history shard, so Temporal's default of 20 reads a
+# second is shared by every workflow on it: once a burst is spent, each workflow task,
+# activity, timer and visibility row waits for the next 50 ms mark before matching sees it.
+# On this kind of machine that put a one-activity workflow at ~96 ms p50 against ~43 ms
+# with the limit lifted, and it was the "slow mark" of docs/rllm-runtime.md. A read only
+# happens when there is a new task (or once a minute), so a higher limit costs nothing on
+# an idle server.
+DEV_SERVER_DYNAMIC_CONFIG = {
+    "history.transferProcessorMaxPollRPS": 1000,
+    "history.timerProcessorMaxPollRPS": 1000,
+    "history.visibilityProcessorMaxPollRPS": 1000,
+}
+
 
 class ServiceError(RuntimeError):
     """A service could not start; the message says why and where its log is."""
@@ -238,6 +252,8 @@ class TemporalDevServer:
         ]  # fmt: skip
         for key, kind in SEARCH_ATTRIBUTES.items():
             argv += ["--search-attribute", f"{key}={kind}"]
+        for key, value in DEV_SERVER_DYNAMIC_CONFIG.items():
+            argv += ["--dynamic-config-value", f"{key}={value}"]
         if self.ui_port:
             argv += ["--ui-ip", LOOPBACK, "--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
         else:
