@@ -9,11 +9,13 @@ this process. Interleaved run by run, each started and awaited from the client:
 * ``FloorLocalFirst``: the same workflow with a local activity that sleeps ``--pause-ms``
   before the activity, in the first workflow task, where ``RllmApp`` runs ``rllm.load``.
 
-Without a delay of its own, the local activity would add about ``--pause-ms`` to a run.
-On the machine Keel was measured on it added about 50 ms, whatever the pause (2-40 ms):
-the workflow task after the activity waited about 40 ms to start instead of about 10,
-while the first task waited as long as the floor's (docs/rllm-runtime.md). This bench shows whether a
-server and machine do that. Prints p50 and p90 of each, how long each dispatch waited
+Without a delay of its own, the local activity would add about ``--pause-ms`` (and one
+more workflow activation) to a run. On the dev server's default queue read limit it added
+about 50 ms, whatever the pause: each task waited for the next 50 ms mark of the history
+service's reads, and the activity's answer came just after one (docs/rllm-runtime.md, "The
+50 ms grid"). With the limit Keel's dev server sets, it adds about 16 ms for a 10 ms pause
+(2026-11-26: 56.9 against 40.6 ms p50, dispatch waits 2-3 ms). This bench shows what a
+server and machine do. Prints p50 and p90 of each, how long each dispatch waited
 (scheduled to started, p50), and ends with ``ratio <FloorLocalFirst p50 / floor p50>``.
 """
 

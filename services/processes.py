@@ -33,7 +33,7 @@ LOOPBACK = "127.0.0.1"
 # second is shared by every workflow on it: once a burst is spent, each workflow task,
 # activity, timer and visibility row waits for the next 50 ms mark before matching sees it.
 # On this kind of machine that put a one-activity workflow at ~96 ms p50 against ~43 ms
-# with the limit lifted, and it was the "slow mark" of docs/rllm-runtime.md. A read only
+# with the limit lifted (docs/rllm-runtime.md, "The 50 ms grid"). A read only
 # happens when there is a new task (or once a minute), so a higher limit costs nothing on
 # an idle server.
 DEV_SERVER_DYNAMIC_CONFIG = {

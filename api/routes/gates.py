@@ -279,20 +279,27 @@ async def _decide(
     idempotency_key: str | None,
 ) -> Any:
     async def run() -> tuple[int, Any]:
-        handle, desc = await _gate_handle(client, gate_id, caller)
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
-        state = await _send_update(
-            handle,
-            gate_id,
-            ApprovalGate.decide,
-            GateDecision(
-                decision=decision,  # type: ignore[arg-type]
-                actor=caller.actor,
-                comment=body.comment,
-                request_id=request_id_for(caller, idempotency_key),
-            ),
+        if GATE_ID_SEPARATOR not in gate_id:
+            raise _not_found(gate_id)
+        # One RPC on the way that succeeds: the Update itself. The gate accepts a decision
+        # only from a caller who may see it (a named approver, any approver when it names
+        # none, or admin; ApproverDep let no one else through), so the read check that
+        # _gate_handle makes would only repeat it. Every refusal and error goes through
+        # that check first, so a caller who may not see a gate learns no more than 404.
+        handle = client.get_workflow_handle(gate_id, result_type=GateState)
+        decision_in = GateDecision(
+            decision=decision,  # type: ignore[arg-type]
+            actor=caller.actor,
+            comment=body.comment,
+            request_id=request_id_for(caller, idempotency_key),
         )
+        try:
+            state = await _send_update(handle, gate_id, ApprovalGate.decide, decision_in)
+        except Exception:
+            _, desc = await _gate_handle(client, gate_id, caller)
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed") from None
+            raise
         return 200, state.model_dump(mode="json")
 
     return await idempotent(

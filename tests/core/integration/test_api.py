@@ -58,6 +58,31 @@ async def test_auth_matrix(http, api_settings):
     assert events == ["opened", "approved"]
 
 
+async def test_a_refused_decision_answers_as_a_read_would(http):
+    """A decision is one Update when it succeeds; a refused or failed one is explained by
+    the same check as a read, so a caller who may not see the gate gets 404 whatever
+    state it is in, and one who may gets the refusal."""
+    gid = (await open_gate(http, approvers=["bob"]))["gate_id"]
+    for path in (f"{gid}-nope", "no/such/gate/x", "plain-id"):
+        resp = await http.post(f"/gates/{path}/approve", json={}, headers=auth("bob"))
+        assert_error(resp, 404, "not_found")
+    # dave holds the approver role but is not named: 404 while open and once closed.
+    assert_error(
+        await http.post(f"/gates/{gid}/approve", json={}, headers=auth("dave")), 404, "not_found"
+    )
+    ok = await http.post(f"/gates/{gid}/reject", json={}, headers=auth("bob"))
+    assert ok.status_code == 200 and ok.json()["status"] == "rejected", ok.text
+    assert_error(
+        await http.post(f"/gates/{gid}/approve", json={}, headers=auth("dave")), 404, "not_found"
+    )
+    again = await http.post(f"/gates/{gid}/approve", json={}, headers=auth("bob"))
+    assert_error(again, 409, "gate_closed")
+    # root (admin) sees every gate: the refusal itself.
+    assert_error(
+        await http.post(f"/gates/{gid}/approve", json={}, headers=auth("root")), 409, "gate_closed"
+    )
+
+
 async def test_idempotency_keys(http, api_settings):
     gate = await open_gate(http)
     url = f"/gates/{gate['gate_id']}/approve"
