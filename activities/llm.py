@@ -39,7 +39,9 @@ from keel.llm import (
     LLMUsage,
     ModelsConfig,
     ModelSpec,
+    StructuredOutputForm,
     UnknownModelError,
+    response_format,
 )
 from keel.records import LLMCallLog
 from keel.refs import LLM_COMPLETE
@@ -303,7 +305,9 @@ class LLMGateway:
             litellm = await load_litellm_async()
             started = time.monotonic()
             raw = await litellm.acompletion(**kwargs)
-            outcome = self._outcome(litellm, raw, model_name, spec, started, call_key, workflow_id)
+            outcome = self._outcome(
+                litellm, raw, model_name, spec, started, call_key, workflow_id, _form(req, spec)
+            )
         except Exception as e:
             outcome = self._failed(e, model_name, spec, key, started, call_key, workflow_id)
         await self.record(outcome.log, meter)
@@ -336,7 +340,9 @@ class LLMGateway:
                 litellm = load_litellm()
                 started = time.monotonic()
                 raw = litellm.completion(**kwargs)
-            return self._outcome(litellm, raw, model_name, spec, started, call_key, workflow_id)
+            return self._outcome(
+                litellm, raw, model_name, spec, started, call_key, workflow_id, _form(req, spec)
+            )
         except PermissionError:
             raise  # the caller's own guard refused the call: its policy, not a model failure
         except Exception as e:
@@ -392,10 +398,14 @@ class LLMGateway:
 
     def _call_kwargs(self, req: LLMRequest, spec: ModelSpec, key: str | None) -> dict[str, Any]:
         params: dict[str, Any] = {**spec.params, **req.params}
-        if req.json_mode:
-            params["response_format"] = {"type": "json_object"}
-            if req.json_schema is not None:
-                params["response_format"]["schema"] = req.json_schema
+        fmt, _ = response_format(
+            spec.structured_output,
+            json_mode=req.json_mode,
+            schema=req.json_schema,
+            name=req.schema_name,
+        )
+        if fmt is not None:
+            params["response_format"] = fmt
         kwargs: dict[str, Any] = {
             **params,
             "model": spec.litellm_model,
@@ -418,6 +428,7 @@ class LLMGateway:
         model_name: str,
         spec: ModelSpec,
         latency_ms: float,
+        structured: StructuredOutputForm = "none",
     ) -> LLMResponse:
         choice = raw.choices[0]
         u = getattr(raw, "usage", None)
@@ -440,6 +451,7 @@ class LLMGateway:
             cost_usd=cost,
             finish_reason=getattr(choice, "finish_reason", None),
             reasoning=getattr(choice.message, "reasoning_content", None) or None,
+            structured=structured,
         )
 
     def _failure(
@@ -482,9 +494,10 @@ class LLMGateway:
         started: float,
         call_key: str,
         workflow_id: str | None,
+        structured: StructuredOutputForm = "none",
     ) -> LLMOutcome:
         latency_ms = (time.monotonic() - started) * 1000.0
-        response = self._response(litellm, raw, model_name, spec, latency_ms)
+        response = self._response(litellm, raw, model_name, spec, latency_ms, structured)
         log = _log(call_key, workflow_id, model_name, spec, "ok", None, latency_ms)
         log = log.model_copy(
             update={
@@ -515,6 +528,13 @@ class LLMGateway:
         latency_ms = (time.monotonic() - started) * 1000.0
         log = _log(call_key, workflow_id, model_name, spec, "error", failure.type, latency_ms)
         return LLMOutcome(log=log, failure=failure)
+
+
+def _form(req: LLMRequest, spec: ModelSpec) -> StructuredOutputForm:
+    """The structured form the call asked in (``none`` when it sent no schema)."""
+    return response_format(
+        spec.structured_output, json_mode=req.json_mode, schema=req.json_schema, name="x"
+    )[1]
 
 
 @dataclass(frozen=True)

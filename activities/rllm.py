@@ -247,20 +247,21 @@ class RllmActivities:
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         """One model call through the gateway, then the answer read and schema-checked.
 
-        JSON mode is always on; the schema goes along (``response_format.schema``) for
-        self-hosted models (those with an ``api_base``), whose servers can enforce it.
+        JSON mode is always on; the schema goes along for the server to decode against
+        where the model's entry says its server can (``structured_output`` in
+        configs/models.yaml) and the app did not opt out (``structured_output: false``).
 
         Raises:
             ApplicationError: the gateway's own errors (``LLM*`` types, retryable or not
                 as docs/llm.md says). A schema mismatch is not an error.
         """
-        spec = self.models.models.get(req.model)
         llm_req = LLMRequest(
             model=req.model,
             messages=[LLMMessage(role="user", content=req.prompt)],
             params=dict(req.params),
             json_mode=True,
-            json_schema=req.output_schema if spec is not None and spec.api_base else None,
+            json_schema=req.output_schema if req.structured_output else None,
+            schema_name=_schema_name(req.app),
             timeout_s=req.timeout_s,
         )
         resp = await self.gateway.complete(llm_req)
@@ -354,3 +355,9 @@ class RllmActivities:
     def all(self) -> list[Callable[..., Any]]:
         """The activity callables, for ``Worker(activities=...)``."""
         return [self.load, self.generate, self.block, self.record_stats]
+
+
+def _schema_name(app: str) -> str:
+    """The app's name as a schema name (OpenAI's form wants ``[A-Za-z0-9_-]{1,64}``)."""
+    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in app)[:64]
+    return name or "answer"

@@ -56,15 +56,35 @@ class LLMMessage(BaseModel):
     content: str
 
 
+#: How a model's server takes a JSON Schema that constrains its reply (``ModelSpec.structured_output``):
+#:
+#: * ``json_schema``: OpenAI's form, ``response_format: {"type": "json_schema", "json_schema":
+#:   {"name", "schema"}}``; vLLM and OpenAI decode against it, LiteLLM turns it into
+#:   Anthropic's and Gemini's own forms;
+#: * ``json_object_schema``: llama.cpp's (llama-cpp-python's server), ``{"type":
+#:   "json_object", "schema": ...}``, enforced by a grammar (the server refuses the
+#:   ``json_schema`` type);
+#: * ``none``: the server cannot be asked; the caller's parse-and-recover path does the work.
+StructuredOutputForm = Literal["json_schema", "json_object_schema", "none"]
+STRUCTURED_OUTPUT_FORMS: tuple[StructuredOutputForm, ...] = (
+    "json_schema",
+    "json_object_schema",
+    "none",
+)
+_SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
 class LLMRequest(BaseModel):
     """Input of the ``llm.complete`` activity.
 
     ``model`` is a name from the models config; empty means the config's default.
-    ``params`` go to the provider as is (temperature, max_tokens, seed, response_format,
-    ...) on top of the model's defaults. ``json_mode`` asks for a JSON object reply;
-    with ``json_schema`` as well, the schema goes along in
-    ``response_format: {"type": "json_object", "schema": ...}``, which llama-cpp-python's
-    server enforces by grammar; other servers may ignore or refuse the extra key.
+    ``params`` go to the provider as is (temperature, max_tokens, seed, ...) on top of the
+    model's defaults. ``json_mode`` asks for a JSON object reply. ``json_schema`` is the
+    JSON Schema the reply must fit: where the model's entry says its server can decode
+    against a schema (``ModelSpec.structured_output``), the gateway asks in that server's
+    form, so the reply fits by construction; elsewhere it asks for JSON mode at most and
+    the caller checks and recovers as before. ``schema_name`` names the schema for servers
+    that want a name (OpenAI's form).
     """
 
     model: str = ""
@@ -72,12 +92,31 @@ class LLMRequest(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     json_mode: bool = False
     json_schema: dict[str, Any] | None = None
+    schema_name: str = Field(default="answer", pattern=_SCHEMA_NAME.pattern)
     timeout_s: float = Field(default=60.0, gt=0)
 
     @field_validator("params")
     @classmethod
     def _reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _check_params(v)
+
+
+def response_format(
+    form: StructuredOutputForm, *, json_mode: bool, schema: dict[str, Any] | None, name: str
+) -> tuple[dict[str, Any] | None, StructuredOutputForm]:
+    """The ``response_format`` to send, and the structured form it uses.
+
+    With a schema and a server that takes one (``form`` not ``none``), the schema goes in
+    that server's form; otherwise JSON mode alone when asked (``{"type": "json_object"}``),
+    or nothing.
+    """
+    if schema is not None and form == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}, form
+    if schema is not None and form == "json_object_schema":
+        return {"type": "json_object", "schema": schema}, form
+    if json_mode:
+        return {"type": "json_object"}, "none"
+    return None, "none"
 
 
 class LLMUsage(BaseModel):
@@ -101,6 +140,9 @@ class LLMResponse(BaseModel):
     #: Reasoning the provider (or LiteLLM, which moves a leading ``<think>`` block out of
     #: the content for OpenAI-compatible servers) returned apart from ``content``.
     reasoning: str | None = None
+    #: The form in which the server was asked to decode against ``json_schema``
+    #: (``none``: it was not asked; the reply is checked by the caller only).
+    structured: StructuredOutputForm = "none"
 
 
 class ModelSpec(BaseModel):
@@ -120,6 +162,10 @@ class ModelSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     input_cost_per_token: float | None = Field(default=None, ge=0)
     output_cost_per_token: float | None = Field(default=None, ge=0)
+    #: Whether and how the model's server constrains a reply to a JSON Schema
+    #: (:data:`StructuredOutputForm`). ``none`` unless the config says so: a server asked
+    #: in a form it does not know may refuse the call or ignore the schema silently.
+    structured_output: StructuredOutputForm = "none"
 
     @field_validator("api_key_env")
     @classmethod

@@ -392,6 +392,7 @@ class RllmApp:
                     prompt=text,
                     params=program.llm_params,
                     output_schema=schema,
+                    structured_output=program.structured_output,
                 ),
                 summary=f"{program.name} attempt {n}" + (" (recovery)" if n > 1 else ""),
             )

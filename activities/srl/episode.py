@@ -26,7 +26,7 @@ from activities.actors import ActorPool, ActorRequestError
 from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
 from activities.srl.data import python_syntax_error
-from keel.llm import LLMMessage, LLMRequest
+from keel.llm import LLMMessage, LLMRequest, UnknownModelError
 from keel.srl.errors import StepFormatError
 from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, render_messages
 from keel.srl.rewards import combine, format_error_reward
@@ -38,7 +38,7 @@ from keel.srl.state import (
     merge,
     render,
 )
-from keel.srl.step import PatternAction, RuleAction, action_text, parse_step
+from keel.srl.step import PatternAction, RuleAction, action_text, parse_step, step_schema
 from keel.srl.steps import (
     APPLY,
     ERROR_SRL_TASKS,
@@ -175,6 +175,7 @@ class SrlActivities:
         text = self.text(task, inp.text_digest)
         state = inp.state if inp.state.goals else merge(inp.state, _goal(task))
         state, state_tokens = await self._fit(state, inp.source)
+        structured = inp.source == "teacher" and self._structured(inp.model)
         messages = render_messages(
             self.pack(),
             instruction=task.instruction,
@@ -182,6 +183,7 @@ class SrlActivities:
             file=task.file_name,
             code=text,
             state=render(state),
+            structured=structured,
         )
         prompt = await asyncio.to_thread(
             self.artifacts.put_json,
@@ -207,6 +209,11 @@ class SrlActivities:
                         "max_tokens": inp.max_tokens,
                         "seed": inp.seed,
                     },
+                    # Where the model's server decodes against a schema, the answer is the
+                    # step's JSON form by construction; elsewhere the tags, parsed as before.
+                    json_mode=structured,
+                    json_schema=step_schema(task.language) if structured else None,
+                    schema_name="srl_step",
                 ),
                 call_key=f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}",
                 workflow_id=info.workflow_id,
@@ -218,6 +225,8 @@ class SrlActivities:
                 state_before=state,
                 prompt_digest=prompt,
                 latency_s=time.monotonic() - started,
+                finish_reason=response.finish_reason,
+                structured=response.structured != "none",
             )
         pool = await self.actors()
         try:
@@ -240,6 +249,14 @@ class SrlActivities:
             logprobs=gen.logprobs,
             latency_s=gen.latency_s,
         )
+
+    def _structured(self, model: str) -> bool:
+        """Whether ``model``'s server decodes against a JSON Schema (configs/models.yaml
+        ``structured_output``); an unknown name is the gateway's error to report."""
+        try:
+            return self.llm.models.resolve(model)[1].structured_output != "none"
+        except UnknownModelError:
+            return False
 
     async def _fit(self, state: State, source: str) -> tuple[State, int]:
         """The state within ``STATE_BUDGET`` tokens, and its size.
@@ -327,7 +344,7 @@ class SrlActivities:
             "state_before": state.model_dump(mode="json"),
         }
         try:
-            step = parse_step(gen.raw)
+            step = parse_step(gen.raw, finish_reason=gen.finish_reason)
         except StepFormatError as e:
             feedback = f"step {inp.step}: malformed answer ({e.kind})"
             after = merge(state, StateUpdate(history=[feedback]))

@@ -107,6 +107,7 @@ FRONTMATTER_SCHEMA: dict[str, Any] = {
             "additionalProperties": {"type": "string", "pattern": OUTPUT_REF_PATTERN},
         },
         "output_format": {"type": "string", "enum": ["json"]},
+        "structured_output": {"type": "boolean"},
     },
 }
 
@@ -193,6 +194,10 @@ class RllmProgram(BaseModel):
     uses: list[UseSpec] = Field(default_factory=list)
     output_map: dict[str, str] = Field(default_factory=dict)
     output_format: Literal["json"] = "json"
+    #: Ask the model's server to decode against ``output_schema`` where it can
+    #: (``configs/models.yaml`` ``structured_output``); ``false`` in the frontmatter opts
+    #: out. The schema check and recovery prompt run either way.
+    structured_output: bool = True
     prompt_template: str
     recovery_template: str | None = None
     python_blocks: list[PythonBlock] = Field(default_factory=list)

@@ -909,6 +909,7 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
         uses=program_uses,
         output_map=data.get("output_map", {}),
         output_format=data.get("output_format", "json"),
+        structured_output=data.get("structured_output", True),
         prompt_template=prompt + "\n" if prompt else "",
         recovery_template=None if recovery is None else recovery[0] + "\n",
         python_blocks=blocks,

@@ -252,6 +252,8 @@ class GenerateRequest(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     output_schema: dict[str, Any]
     timeout_s: float = Field(default=120.0, gt=0)
+    #: The app's ``structured_output``: send the schema for the server to decode against.
+    structured_output: bool = True
 
 
 class GenerateResult(BaseModel):

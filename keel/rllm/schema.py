@@ -452,6 +452,11 @@ def _branch_misses(err: jsonschema.ValidationError, path: list[str | int]) -> bo
     return err.validator == "const" and len(here) == len(path) + 1 and here[:-1] == path
 
 
+def _is_false_branch(err: jsonschema.ValidationError) -> bool:
+    """Whether ``err`` is the error of a ``false`` subschema (it has no keyword)."""
+    return err.schema is False
+
+
 def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str]]:
     """Turn one jsonschema error into (path, message) pairs in our wording."""
     path: list[str | int] = list(err.absolute_path)
@@ -477,9 +482,17 @@ def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str
         return [([*path, k], f"{NOT_ALLOWED}{known}") for k in extra]
     if kw in ("anyOf", "oneOf") and err.context:
         branches: dict[Any, list[jsonschema.ValidationError]] = {}
-        for e in err.context:
-            branches.setdefault(e.relative_schema_path[0], []).append(e)
-        meant = [es for es in branches.values() if not any(_branch_misses(e, path) for e in es)]
+        for n, e in enumerate(err.context):
+            # A ``false`` branch's error carries no schema path (jsonschema yields it
+            # before the path is set): it is a branch of its own, one error long.
+            key = e.relative_schema_path[0] if e.relative_schema_path else ("false", n)
+            branches.setdefault(key, []).append(e)
+        # A ``false`` branch admits nothing, so it is never the form the value meant.
+        meant = [
+            es
+            for es in branches.values()
+            if not any(_branch_misses(e, path) or _is_false_branch(e) for e in es)
+        ]
         if len(meant) == 1:
             return [m for e in meant[0] for m in _message(e)]
         types: list[str] = []
@@ -488,7 +501,8 @@ def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str
                 if e.validator == "type" and list(e.absolute_path) == path:
                     want_t = e.validator_value
                     types += want_t if isinstance(want_t, list) else [want_t]
-        if not meant and len(types) >= len(branches):
+        real = [es for es in branches.values() if not any(_is_false_branch(e) for e in es)]
+        if not meant and real and len(types) >= len(real):
             # Every form is of another type (an optional field): say which types fit.
             names = list(dict.fromkeys(types))
             return [

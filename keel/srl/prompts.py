@@ -26,11 +26,17 @@ class PromptPackInvalid(ValueError):
 
 class PromptPack(BaseModel):
     """A system prompt and a user template with ``{instruction}``, ``{language}``,
-    ``{file}``, ``{code}`` and ``{state}``."""
+    ``{file}``, ``{code}`` and ``{state}``.
+
+    ``system`` asks for the tag form; ``system_structured`` (optional) replaces it when
+    the model's server decodes against the step's JSON Schema (the JSON form), so the
+    prompt describes the answer the schema allows.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     system: str = Field(min_length=1, max_length=20_000)
+    system_structured: str | None = Field(default=None, min_length=1, max_length=20_000)
     user: str = Field(min_length=1, max_length=20_000)
 
     @field_validator("user")
@@ -61,15 +67,25 @@ def parse_prompt_pack(text: str) -> PromptPack:
 
 
 def render_messages(
-    pack: PromptPack, *, instruction: str, language: str, file: str, code: str, state: str
+    pack: PromptPack,
+    *,
+    instruction: str,
+    language: str,
+    file: str,
+    code: str,
+    state: str,
+    structured: bool = False,
 ) -> list[dict[str, str]]:
-    """The chat messages of one step (code cut at ``MAX_CODE_CHARS``, marked)."""
+    """The chat messages of one step (code cut at ``MAX_CODE_CHARS``, marked).
+    ``structured``: the answer is the JSON form, so the pack's ``system_structured``
+    (when it has one) is the system prompt."""
     if len(code) > MAX_CODE_CHARS:
         code = code[:MAX_CODE_CHARS] + "\n# [cut]\n"
     user = pack.user.format(
         instruction=instruction, language=language, file=file, code=code, state=state
     )
-    return [{"role": "system", "content": pack.system}, {"role": "user", "content": user}]
+    system = pack.system_structured if structured and pack.system_structured else pack.system
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def gold_answer(action: PatternAction, instruction: str) -> str:

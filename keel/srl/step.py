@@ -1,11 +1,18 @@
 """Parsing one model answer into a typed :class:`Step`.
 
-An answer must hold ``<think>…</think><action>…</action><state_update>…</state_update>``.
-The action is either JSON ``{"pattern", "rewrite", "language"}`` (an ``ast-grep run
---pattern … --rewrite …`` call) or an ast-grep YAML rule (``id``, ``language``, ``rule``,
-optional ``fix`` …). :func:`parse_step` never lets an exception other than
-:class:`StepFormatError` escape, whatever the text: the episode records a malformed
-answer as a step with reward -1 instead of crashing.
+An answer comes in one of two forms:
+
+* tags: ``<think>…</think><action>…</action><state_update>…</state_update>``, where the
+  action is either JSON ``{"pattern", "rewrite", "language"}`` (an ``ast-grep run
+  --pattern … --rewrite …`` call) or an ast-grep YAML rule (``id``, ``language``,
+  ``rule``, optional ``fix`` …);
+* one JSON object ``{"think", "action", "state_update"}`` (:func:`step_schema`), what a
+  server that decodes against a JSON Schema returns, so the answer is in format by
+  construction.
+
+:func:`parse_step` never lets an exception other than :class:`StepFormatError` escape,
+whatever the text: the episode records a malformed answer as a step with reward -1
+instead of crashing.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ FORMAT_ERROR_KINDS = (
     "bad_action",
     "unknown_language",
     "bad_state_update",
+    "truncated",
 )
 
 # Far above any real answer; it bounds regex and parser work on a runaway generation.
@@ -254,18 +262,120 @@ def parse_action(body: str) -> PatternAction | RuleAction:
     return parse_rule_action(text)
 
 
-def parse_step(answer: str) -> Step:
-    """Parse a whole answer. Raises only :class:`StepFormatError`.
+def parse_step(answer: str, *, finish_reason: str | None = None) -> Step:
+    """Parse a whole answer, in either form. Raises only :class:`StepFormatError`.
 
-    Text outside the three tags is ignored (models often add a preamble); each tag must
-    appear exactly once.
+    Tags: text outside the three tags is ignored (models often add a preamble); each tag
+    must appear exactly once. JSON: an answer that is one object (after an optional
+    leading ``<think>`` block, which thinking models put before it) is read as
+    ``{"think", "action", "state_update"}``; the think block stands in for an empty
+    ``think``. An answer the server cut at its token limit (``finish_reason`` ``length``)
+    that does not parse is ``truncated``, not malformed: the budget was too small.
     """
     try:
-        return _parse_step(answer)
-    except StepFormatError:
+        return _parse_any(answer)
+    except StepFormatError as exc:
+        if finish_reason == "length" and exc.kind != "too_long":
+            raise StepFormatError(
+                "truncated", f"the answer was cut at the token limit ({exc.kind}: {exc.detail})"
+            ) from None
         raise
     except Exception as exc:  # the contract: never an unhandled exception
         raise StepFormatError("bad_action", f"unparseable answer: {type(exc).__name__}") from None
+
+
+_LEADING_THINK = re.compile(r"\A\s*<think>(?P<think>.*?)</think>\s*", re.DOTALL)
+
+
+def _parse_any(answer: str) -> Step:
+    if len(answer) > MAX_ANSWER_CHARS:
+        raise StepFormatError(
+            "too_long", f"answer has {len(answer)} chars, limit is {MAX_ANSWER_CHARS}"
+        )
+    lead = _LEADING_THINK.match(answer)
+    rest = answer[lead.end() :] if lead else answer
+    body = _strip_fence(rest)
+    if body.startswith("{") and "<action>" not in rest:
+        return parse_json_step(body, think=lead.group("think").strip() if lead else "")
+    if lead and "<think>" in rest:
+        # A thinking model's own reasoning block before a whole tag answer: not the answer's.
+        return _parse_step(rest)
+    return _parse_step(answer)
+
+
+def parse_json_step(text: str, *, think: str = "") -> Step:
+    """Parse the JSON form ``{"think", "action", "state_update"}``. The action is an
+    object ``{"pattern", "rewrite", "language"}`` or a string holding either action form;
+    ``think`` fills an empty or missing ``think``. Raises only :class:`StepFormatError`."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise StepFormatError("bad_json", f"answer is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise StepFormatError("bad_json", "answer must be a JSON object")
+    unknown = sorted(str(k) for k in data if k not in TAGS)
+    if unknown:
+        raise StepFormatError("bad_action", f"unknown answer keys {', '.join(unknown)}")
+    if "action" not in data:
+        raise StepFormatError("missing_tag", "the JSON answer has no action")
+    own_think = data.get("think", "")
+    if not isinstance(own_think, str):
+        raise StepFormatError("bad_action", "think: must be a string")
+    raw_action = data["action"]
+    if isinstance(raw_action, dict):
+        body = json.dumps(raw_action, ensure_ascii=False)
+        action: PatternAction | RuleAction = parse_pattern_action(body)
+    elif isinstance(raw_action, str):
+        body = _strip_fence(raw_action)
+        action = parse_action(raw_action)
+    else:
+        raise StepFormatError("bad_action", "action: must be an object or a string")
+    try:
+        update = parse_state_update(data.get("state_update") or {})
+    except StateUpdateInvalid as exc:
+        raise StepFormatError("bad_state_update", str(exc)) from None
+    return Step(
+        think=own_think.strip() or think,
+        action=action,
+        action_text=body,
+        state_update=update,
+    )
+
+
+def step_schema(language: Language) -> dict[str, Any]:
+    """The JSON Schema of a JSON-form answer for a task in ``language``.
+
+    Properties come in the order a model should write them (think first); the bounds
+    keep a constrained answer well inside a step's token budget, and the language is the
+    task's, so a constrained answer cannot name another.
+    """
+    short = {"type": "string", "maxLength": 200}
+    return {
+        "type": "object",
+        "properties": {
+            "think": {"type": "string", "maxLength": 400},
+            "action": {
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "minLength": 1, "maxLength": 300},
+                    "rewrite": {"type": "string", "maxLength": 300},
+                    "language": {"type": "string", "enum": [language]},
+                },
+                "required": ["pattern", "rewrite", "language"],
+                "additionalProperties": False,
+            },
+            "state_update": {
+                "type": "object",
+                "properties": {
+                    "decisions": {"type": "array", "items": short, "maxItems": 3},
+                    "next_focus": short,
+                },
+                "additionalProperties": False,
+            },
+        },
+        "required": ["think", "action", "state_update"],
+        "additionalProperties": False,
+    }
 
 
 def _parse_step(answer: str) -> Step:

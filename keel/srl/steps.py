@@ -112,6 +112,11 @@ class Generation(_Model):
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     latency_s: float = 0.0
+    #: Why the model stopped (``length``: cut at ``max_tokens``; such an answer that does
+    #: not parse is recorded as truncated, not malformed).
+    finish_reason: str | None = None
+    #: The server was asked to decode against the step's JSON Schema (the JSON form).
+    structured: bool = False
 
 
 class CollectionTotals(_Model):

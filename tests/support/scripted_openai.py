@@ -282,9 +282,10 @@ def _make_handler(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def models_yaml(base_url: str) -> str:
+def models_yaml(base_url: str, structured_output: str = "json_object_schema") -> str:
     """A models config whose default model ``local`` is the scripted server at ``base_url``
-    (free, so cost checks see 0)."""
+    (free, so cost checks see 0). It stands in for the embedded llama.cpp server, so by
+    default it takes a schema in llama.cpp's form (``structured_output``)."""
     return (
         "default: local\n"
         "models:\n"
@@ -293,10 +294,13 @@ def models_yaml(base_url: str) -> str:
         f"    api_base: {base_url}\n"
         "    input_cost_per_token: 0.0\n"
         "    output_cost_per_token: 0.0\n"
+        f"    structured_output: {structured_output}\n"
     )
 
 
-def write_models_config(path: Path, base_url: str) -> Path:
+def write_models_config(
+    path: Path, base_url: str, structured_output: str = "json_object_schema"
+) -> Path:
     """Write :func:`models_yaml` to ``path`` (for ``KEEL_MODELS_CONFIG``); returns ``path``."""
-    path.write_text(models_yaml(base_url))
+    path.write_text(models_yaml(base_url, structured_output))
     return path

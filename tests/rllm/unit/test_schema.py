@@ -263,3 +263,40 @@ def test_compatibility(source, target, fits):
 )
 def test_messages_for_the_wider_keywords(schema, value, lines):
     assert [i.line() for i in validate_instance(schema, value)] == lines
+
+
+# -- boolean schemas: a valid schema never crashes validation ------------------------
+BOOLEAN_FORMS = [
+    {"anyOf": [False, False]},
+    {"oneOf": [False, False, False]},
+    {"anyOf": [False, {"type": "string"}]},
+    {"oneOf": [False, {"type": "integer", "minimum": 5}]},
+    {"anyOf": [{"anyOf": [False]}, False]},
+    {"allOf": [False]},
+    {"not": True},
+    {"properties": {"a": False}},
+    {"items": False},
+    {"anyOf": [False, True]},
+    {"oneOf": [True, True]},
+]
+
+
+@pytest.mark.parametrize("schema", BOOLEAN_FORMS)
+@pytest.mark.parametrize("value", [1, "s", None, {"a": 1}, [1]])
+def test_boolean_subschemas_refuse_or_accept_without_crashing(schema, value):
+    check_schema(schema)
+    issues = validate_instance(schema, value)
+    assert all(i.message and i.path.startswith("$") for i in issues)
+
+
+def test_boolean_branches_are_refused_in_plain_words():
+    [issue] = validate_instance({"anyOf": [False, False]}, 1)
+    assert issue.message == "matches none of the 2 allowed forms (anyOf), got 1"
+    [issue] = validate_instance({"oneOf": [False, False, False]}, "x")
+    assert "none of the 3 allowed forms (oneOf)" in issue.message
+    # A 'false' branch is never the form meant: the other branch's wording is used.
+    [issue] = validate_instance({"anyOf": [False, {"type": "string"}]}, 1)
+    assert issue.message == "expected string, got integer 1"
+    [issue] = validate_instance({"oneOf": [False, {"type": "integer", "minimum": 5}]}, 1)
+    assert issue.message == "must be >= 5, got 1"
+    assert validate_instance({"anyOf": [False, True]}, 1) == []
