@@ -308,7 +308,9 @@ def parse_json_step(text: str, *, think: str = "") -> Step:
     object ``{"pattern", "rewrite", "language"}`` or a string holding either action form;
     ``think`` fills an empty or missing ``think``. Raises only :class:`StepFormatError`."""
     try:
-        data = json.loads(text)
+        # strict=False: a raw newline or tab inside a string (a grammar-constrained server
+        # lets one through) is read as that character, not refused.
+        data = json.loads(text, strict=False)
     except (ValueError, RecursionError) as exc:
         raise StepFormatError("bad_json", f"answer is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -353,12 +355,12 @@ def step_schema(language: Language) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
-            "think": {"type": "string", "maxLength": 400},
+            "think": {"type": "string", "maxLength": 300},
             "action": {
                 "type": "object",
                 "properties": {
-                    "pattern": {"type": "string", "minLength": 1, "maxLength": 300},
-                    "rewrite": {"type": "string", "maxLength": 300},
+                    "pattern": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "rewrite": {"type": "string", "maxLength": 200},
                     "language": {"type": "string", "enum": [language]},
                 },
                 "required": ["pattern", "rewrite", "language"],
