@@ -141,11 +141,7 @@ def ingest(
             f"  licence {result.meta.license}, version {result.meta.version}, "
             f"sha256 {result.meta.sha256}",
         ]
-        if not result.fields_confirmed:
-            lines.append(
-                "  note: this dataset's field names are not confirmed from its card "
-                "(docs/srl-data.md); check the records"
-            )
+        lines.extend(f"  warning: {w}" for w in result.warnings)
         lines.append(f"  malformed records: {len(result.malformed)}")
         lines.extend(f"    {e.render()}" for e in result.malformed[:50])
         _emit(result.model_dump(mode="json"), "\n".join(lines))
@@ -178,6 +174,11 @@ def process(
             lines.append(
                 f"  {group:<10} train {counts['train']:>6}  dev {counts['dev']:>5}  "
                 f"test {counts['test']:>5}"
+            )
+        if result.unconfirmed:
+            lines.append(
+                "warning: published layout NOT confirmed for "
+                f"{', '.join(result.unconfirmed)} (docs/srl-data.md)"
             )
         lines.append(f"report: {result.report}")
         _emit(result.model_dump(mode="json"), "\n".join(lines))

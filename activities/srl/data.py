@@ -1,4 +1,4 @@
-"""SRL datasets on disk: ingest (check, normalise, ``_meta.json``) and process (parse
+"""SRL datasets on disk: ingest (check, normalise, ``_meta.json``), process (parse
 check in the jail, dedup, token filter, split, stats reports). See docs/srl-data.md.
 
 The pure work (mappers, manifest check, dedup, split, report) is ``keel.srl.datasets``;
@@ -13,6 +13,10 @@ Layout under ``out``::
     processed/{python,javascript,java}/{train,dev,test}.jsonl
     reports/datasets/<dataset>.md, reports/datasets/all.md
 
+A dataset whose published layout is not confirmed (``fields_confirmed: false`` in
+``configs/srl/datasets.yaml``) is named as such at run time: a warning in the log, in
+``IngestResult.warnings`` and in ``ProcessResult.unconfirmed`` and its reports.
+
 There is no network here: ingest reads local files (``--from PATH``); without them it
 raises :class:`DownloadImpossible` naming the URL and the credential's variable.
 """
@@ -23,7 +27,9 @@ import ast
 import contextlib
 import datetime as dt
 import gc
+import gzip
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -33,7 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from keel.srl.datasets import (
     DEFAULT_MAX_TOKENS,
@@ -59,6 +65,8 @@ from keel.srl.datasets import (
 )
 from keel.srl.errors import ManifestMismatch
 from keel.srl.state import heuristic_count_tokens
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "srl" / "datasets.yaml"
 DATASETS: tuple[str, ...] = tuple(MAPPERS)
@@ -113,8 +121,26 @@ class DatasetSpec(BaseModel):
     credential_env: str | None = None
     default_language: str | None = None
     fields_confirmed: bool = False
+    # The public material the field mapping was checked against (or, for an unconfirmed
+    # layout, what was read and why it is not enough): docs/srl-data.md lists them.
+    layout_sources: list[str] = Field(default_factory=list)
     hashes_note: str = ""
     files: list[FileSpec]
+
+    @model_validator(mode="after")
+    def _confirmed_by_something(self) -> DatasetSpec:
+        if self.fields_confirmed and not self.layout_sources:
+            raise ValueError("fields_confirmed needs the layout_sources that confirm them")
+        return self
+
+    def layout_warning(self, dataset: str) -> str | None:
+        """The run-time warning of a dataset whose layout is not confirmed, else None."""
+        if self.fields_confirmed:
+            return None
+        return (
+            f"{dataset}: published layout NOT confirmed; its field mapping is inferred "
+            "(docs/srl-data.md), check the normalised records before trusting them"
+        )
 
     def published_manifest(self, dataset: str) -> Manifest | None:
         """The manifest from the published hashes, ``None`` while any is unknown."""
@@ -180,6 +206,7 @@ class IngestResult(BaseModel):
     malformed: list[FileRecordError]
     fields_confirmed: bool
     manifest_source: Literal["published", "user"]
+    warnings: list[str] = Field(default_factory=list)
 
 
 def download_impossible(dataset: str, spec: DatasetSpec) -> DownloadImpossible:
@@ -196,6 +223,11 @@ def download_impossible(dataset: str, spec: DatasetSpec) -> DownloadImpossible:
 
 
 def _decode(dataset: str, name: str, fmt: str, data: bytes) -> NormaliseResult:
+    if name.endswith(".gz"):  # AgentPack's shards: gzipped JSONL
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise DataError(f"{name}: not a readable gzip file: {exc}") from None
     if fmt == "parquet":
         import io
 
@@ -318,6 +350,9 @@ def ingest_dataset(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     normalized = root / "normalized" / f"{dataset}.jsonl"
+    warning = spec.layout_warning(dataset)
+    if warning:
+        log.warning(warning)
     return IngestResult(
         dataset=dataset,
         meta=meta,
@@ -327,6 +362,7 @@ def ingest_dataset(
         malformed=malformed,
         fields_confirmed=spec.fields_confirmed,
         manifest_source=manifest_source,
+        warnings=[warning] if warning else [],
     )
 
 
@@ -419,6 +455,7 @@ class DatasetProcessStats(BaseModel):
     records: int
     parse_failed: int
     unchecked_language: int
+    layout_confirmed: bool
     report: str
 
 
@@ -434,6 +471,9 @@ class ProcessResult(BaseModel):
     max_tokens: int
     splits: dict[str, dict[str, int]]
     report: str
+    unconfirmed: list[str] = Field(
+        default_factory=list, description="datasets read whose published layout is unconfirmed"
+    )
 
 
 def _jsonl(records: Sequence[NormalizedRecord]) -> bytes:
@@ -446,12 +486,18 @@ async def process_datasets(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     count_tokens: Callable[[str], int] = heuristic_count_tokens,
+    config: DatasetsConfig | None = None,
 ) -> ProcessResult:
     """Parse-check, dedupe (across datasets, in the order given), token-filter and split
     the ingested datasets; write ``processed/`` and ``reports/datasets/`` under ``out``."""
     names = list(datasets) if datasets else [d for d in DATASETS if (out / "raw" / d).is_dir()]
     if not names:
         raise DataError(f"nothing ingested under {out / 'raw'}; run `srl data ingest` first")
+    cfg = config or load_config()
+    warnings = {name: cfg.spec(name).layout_warning(name) for name in names}
+    for warning in warnings.values():
+        if warning:
+            log.warning(warning)
     per_dataset: dict[str, list[NormalizedRecord]] = {}
     for name in names:
         if not (out / "raw" / name / "_meta.json").is_file():
@@ -484,8 +530,14 @@ async def process_datasets(
                 unchecked += 1
             flagged.append(rec)
         failed = sum(PARSE_FAILED_TAG in r.tags for r in flagged)
+        layout = (
+            "NOT confirmed: the field mapping is inferred (docs/srl-data.md)"
+            if warnings[name]
+            else "confirmed (docs/srl-data.md)"
+        )
         report = stats_report(name, flagged, count_tokens) + (
-            f"\n- parse-failed (ast-grep in the jail, Python also ast.parse): {failed}\n"
+            f"\n- published layout: {layout}\n"
+            f"- parse-failed (ast-grep in the jail, Python also ast.parse): {failed}\n"
             f"- language not parse-checked (not Python, JS/TS or Java): {unchecked}\n"
         )
         _write_atomic(reports / f"{name}.md", report.encode())
@@ -495,6 +547,7 @@ async def process_datasets(
                 records=len(flagged),
                 parse_failed=failed,
                 unchecked_language=unchecked,
+                layout_confirmed=warnings[name] is None,
                 report=str(reports / f"{name}.md"),
             )
         )
@@ -514,9 +567,11 @@ async def process_datasets(
             splits[group][split] = len(items)
 
     kept = [r for r in short if r.language in LANGUAGE_GROUPS]
+    unconfirmed = [name for name in names if warnings[name]]
     summary = stats_report("all datasets (processed)", kept, count_tokens) + (
         "\n## Processing\n\n"
         f"- datasets: {', '.join(names)}\n"
+        f"- published layout NOT confirmed: {', '.join(unconfirmed) or 'none'}\n"
         f"- records read: {len(flagged_all)}\n"
         f"- parse-failed (kept, tagged `{PARSE_FAILED_TAG}`): "
         f"{sum(s.parse_failed for s in stats)}\n"
@@ -537,6 +592,7 @@ async def process_datasets(
         max_tokens=max_tokens,
         splits=splits,
         report=str(reports / "all.md"),
+        unconfirmed=unconfirmed,
     )
 
 

@@ -51,7 +51,11 @@ def test_ingest_process_stats(tmp_path: Path) -> None:
         assert doc["malformed"], ds  # every fixture holds one malformed record
     rc, doc, err = srl("data", "process", "--out", out, "--json")
     assert rc == 0, err
-    assert doc["total"] == 10
+    assert doc["total"] == 11
+    assert doc["unconfirmed"] == ["agentpack", "marv", "smellycode"]
+    assert [d["dataset"] for d in doc["datasets"] if not d["layout_confirmed"]] == doc[
+        "unconfirmed"
+    ]
     assert doc["duplicates_dropped"] == 1  # EditPackFT repeats a CommitPackFT record
     assert doc["parse_failed"] == 1  # CommitPackFT's "Half an edit" post-text
     written = 0
@@ -75,6 +79,9 @@ def test_ingest_process_stats(tmp_path: Path) -> None:
     assert set(doc["reports"]) == {*DATASETS, "all"}
     assert "duplicate (instruction, pre) dropped: 1" in doc["reports"]["all"]
     assert "| java | 2 |" in doc["reports"]["all"]
+    assert "published layout NOT confirmed: agentpack, marv, smellycode" in doc["reports"]["all"]
+    assert "- published layout: NOT confirmed" in doc["reports"]["marv"]
+    assert "- published layout: confirmed" in doc["reports"]["commitpackft"]
     rc, doc, err = srl("data", "process", "--out", out, "--json", "--max-tokens", "20")
     assert rc == 0 and doc["too_long_dropped"] > 0
 
