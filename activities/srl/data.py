@@ -1,5 +1,6 @@
 """SRL datasets on disk: ingest (check, normalise, ``_meta.json``), process (parse
-check in the jail, dedup, token filter, split, stats reports). See docs/srl-data.md.
+check in the jail, dedup, token filter, split, stats reports) and tasks (processed
+records as a task file for ``srl collect``). See docs/srl-data.md.
 
 The pure work (mappers, manifest check, dedup, split, report) is ``keel.srl.datasets``;
 this module reads and writes files and runs ast-grep in the sandbox.
@@ -65,6 +66,7 @@ from keel.srl.datasets import (
 )
 from keel.srl.errors import ManifestMismatch
 from keel.srl.state import heuristic_count_tokens
+from keel.srl.tasks import Refusal, tasks_from_records
 
 log = logging.getLogger(__name__)
 
@@ -596,6 +598,90 @@ async def process_datasets(
     )
 
 
+# ---- tasks ---------------------------------------------------------------------------
+
+GROUPS: tuple[str, ...] = ("python", "javascript", "java")
+SPLITS: tuple[str, ...] = ("train", "dev", "test")
+
+
+class TasksResult(BaseModel):
+    """What ``srl tasks`` wrote: the task file, what it holds and what it left out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    out: str
+    tasks: int
+    read: int
+    sources: list[str]
+    by_language: dict[str, int]
+    by_dataset: dict[str, int]
+    refused: dict[Refusal, int]
+    unconfirmed: list[str] = Field(
+        description="datasets in the task file whose published layout is unconfirmed"
+    )
+    gold_actions: bool = Field(
+        False, description="always False: a record has no expert action (no gold_replay)"
+    )
+
+
+def write_tasks(
+    out: Path,
+    dest: Path,
+    *,
+    groups: Sequence[str] | None = None,
+    splits: Sequence[str] = ("train",),
+    limit: int | None = None,
+    keep_parse_failed: bool = False,
+    config: DatasetsConfig | None = None,
+) -> TasksResult:
+    """Turn ``processed/<group>/<split>.jsonl`` under ``out`` into a task file at ``dest``
+    (JSONL of :class:`SrlTask` lines, no gold action) that ``srl collect`` takes.
+
+    Groups and splits are read in the order given, records in file order; a record that
+    makes no task (``pre == post``, a language the sandbox does not edit, over
+    ``MAX_FILE_CHARS``, tagged parse-failed, a repeat) is counted by reason in
+    ``refused``. The file is written whole or not at all."""
+    chosen_groups = list(groups or GROUPS)
+    for name, chosen, known in (("group", chosen_groups, GROUPS), ("split", splits, SPLITS)):
+        unknown = [c for c in chosen if c not in known]
+        if unknown:
+            raise DataError(f"unknown {name} {', '.join(unknown)}; known: {', '.join(known)}")
+    paths = [out / "processed" / g / f"{s}.jsonl" for g in chosen_groups for s in splits]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise DataError(f"{missing[0]}: not found; run `srl data process` first")
+
+    def records() -> Iterator[NormalizedRecord]:
+        for path in paths:
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield NormalizedRecord.model_validate_json(line)
+                except ValueError as exc:
+                    raise DataError(f"{path}:{n}: not a processed record: {exc}") from None
+
+    made = tasks_from_records(records(), keep_parse_failed=keep_parse_failed, limit=limit)
+    _write_atomic(dest, b"".join(t.model_dump_json().encode() + b"\n" for t in made.tasks))
+    by_language: dict[str, int] = {}
+    for task in made.tasks:
+        by_language[task.language] = by_language.get(task.language, 0) + 1
+    cfg = config or load_config()
+    unconfirmed = sorted(
+        d for d in made.by_dataset if d in cfg.datasets and cfg.datasets[d].layout_warning(d)
+    )
+    return TasksResult(
+        out=str(dest),
+        tasks=len(made.tasks),
+        read=made.read,
+        sources=[str(p) for p in paths],
+        by_language=by_language,
+        by_dataset=made.by_dataset,
+        refused=made.refused,
+        unconfirmed=unconfirmed,
+    )
+
+
 def stats_for(out: Path, dataset: str | None = None) -> dict[str, str]:
     """The written Markdown reports: one dataset's, or all of them by name."""
     reports = out / "reports" / "datasets"
@@ -621,6 +707,7 @@ __all__ = [
     "ManifestMismatch",
     "ManifestRequired",
     "ProcessResult",
+    "TasksResult",
     "astgrep_parses",
     "ingest_dataset",
     "load_config",
@@ -633,4 +720,5 @@ __all__ = [
     "read_normalized",
     "stats_for",
     "uninterrupted",
+    "write_tasks",
 ]
