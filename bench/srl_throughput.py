@@ -54,6 +54,8 @@ def bare_astgrep(task: SrlTask, workdir: Path) -> float:
     path = workdir / task.file_name
     path.write_text(task.pre)
     g = task.gold_action
+    if g is None:
+        raise SystemExit(f"{task.task_id} has no gold action to time")
     argv = [astgrep_binary(), "run", "--pattern", g.pattern, "--rewrite", g.rewrite]
     argv += ["--lang", g.language, "--update-all", str(path)]
     started = time.perf_counter()
@@ -66,6 +68,8 @@ def bare_astgrep(task: SrlTask, workdir: Path) -> float:
 
 async def jailed_astgrep(task: SrlTask) -> float:
     g = task.gold_action
+    if g is None:
+        raise SystemExit(f"{task.task_id} has no gold action to time")
     started = time.perf_counter()
     r = await apply_astgrep_async(
         AstGrepAction(pattern=g.pattern, rewrite=g.rewrite, language=g.language),

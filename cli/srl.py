@@ -1,7 +1,7 @@
 """``srl``: SRL datasets, synthetic tasks and trajectory collection (docs/srl-collect.md).
 
-``srl data ingest|process|stats`` and ``srl synth`` are in ``cli/srl_data.py``
-(docs/srl-data.md).
+``srl data ingest|process|stats``, ``srl tasks`` and ``srl synth`` are in
+``cli/srl_data.py`` (docs/srl-data.md).
 
 ``srl collect TASKS.jsonl`` runs an ``SRLCollection`` on the configured Temporal server
 (or the embedded one, started on demand, with a worker) and shows a live progress line;
@@ -23,6 +23,7 @@ import typer
 
 from cli import toolkit
 from cli.srl_data import data_app, synth
+from cli.srl_data import tasks as tasks_command
 from cli.srl_data import translate as data_translate
 from cli.toolkit import CliFailure, note, output
 
@@ -44,6 +45,7 @@ app = typer.Typer(
 state_app = typer.Typer(help="The structured state of a task's episode.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.command("synth")(synth)
+app.command("tasks")(tasks_command)
 app.add_typer(state_app, name="state")
 
 EXIT_CODES = toolkit.EXIT_CODES["srl"]

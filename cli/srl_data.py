@@ -1,10 +1,12 @@
-"""``srl data ingest|process|stats`` and ``srl synth`` (docs/srl-data.md).
+"""``srl data ingest|process|stats``, ``srl tasks`` and ``srl synth`` (docs/srl-data.md).
 
 ``srl data ingest <dataset> --from PATH`` checks the published files under PATH against
 the manifest (``configs/srl/datasets.yaml``, or ``--manifest FILE`` where the published
 hashes are unknown) and writes ``raw/<dataset>/`` under ``--out``; ``srl data process``
 parse-checks in the jail, dedupes, filters by tokens and splits; ``srl data stats``
-prints the Markdown reports. ``srl synth`` writes verified synthetic tasks as JSONL.
+prints the Markdown reports. ``srl tasks`` turns processed records into a task file
+for ``srl collect`` (no gold actions). ``srl synth`` writes verified synthetic tasks as
+JSONL.
 
 Output: text on a terminal, one JSON document on stdout otherwise (``--json``/``--text``
 force either); errors as in every Keel CLI (``cli/toolkit.py``), family ``srl``.
@@ -141,11 +143,7 @@ def ingest(
             f"  licence {result.meta.license}, version {result.meta.version}, "
             f"sha256 {result.meta.sha256}",
         ]
-        if not result.fields_confirmed:
-            lines.append(
-                "  note: this dataset's field names are not confirmed from its card "
-                "(docs/srl-data.md); check the records"
-            )
+        lines.extend(f"  warning: {w}" for w in result.warnings)
         lines.append(f"  malformed records: {len(result.malformed)}")
         lines.extend(f"    {e.render()}" for e in result.malformed[:50])
         _emit(result.model_dump(mode="json"), "\n".join(lines))
@@ -179,6 +177,11 @@ def process(
                 f"  {group:<10} train {counts['train']:>6}  dev {counts['dev']:>5}  "
                 f"test {counts['test']:>5}"
             )
+        if result.unconfirmed:
+            lines.append(
+                "warning: published layout NOT confirmed for "
+                f"{', '.join(result.unconfirmed)} (docs/srl-data.md)"
+            )
         lines.append(f"report: {result.report}")
         _emit(result.model_dump(mode="json"), "\n".join(lines))
 
@@ -198,6 +201,91 @@ def stats(
     with _reported():
         reports = stats_for(_out(out), dataset)
         _emit({"reports": reports}, "\n".join(reports.values()))
+
+
+def tasks(
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="The task file: JSONL of SrlTask lines (a .summary.json beside it)",
+            dir_okay=False,
+        ),
+    ] = Path("srl-tasks.jsonl"),
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="Data root holding processed/ (default: <data dir>/srl)",
+            file_okay=False,
+            show_default=False,
+        ),
+    ] = None,
+    groups: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--language", "-l", help="python, javascript (with TypeScript), java (repeat)"
+        ),
+    ] = None,
+    splits: Annotated[
+        list[str] | None, typer.Option("--split", "-s", help="train, dev, test (repeat)")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", "-n", min=1, help="At most N tasks")
+    ] = None,
+    keep_parse_failed: Annotated[
+        bool,
+        typer.Option(
+            "--keep-parse-failed", help="Keep records `srl data process` tagged parse-failed"
+        ),
+    ] = False,
+    minimum: Annotated[
+        int | None, typer.Option("--min", help="Fail (exit 7) below this many tasks")
+    ] = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Turn processed records into a task file for `srl collect`: one SrlTask a record,
+    with no gold action (collect with a teacher or actors, not gold_replay)."""
+    from activities.srl.data import write_tasks
+
+    output.choose(json_out)
+    with _reported():
+        root = _out(data)
+        result = write_tasks(
+            root,
+            out,
+            groups=groups,
+            splits=splits or ["train"],
+            limit=limit,
+            keep_parse_failed=keep_parse_failed,
+        )
+        summary = result.model_dump(mode="json")
+        summary_path = out.with_name(out.name + ".summary.json")
+        _write_summary(summary_path, summary)
+        lines = [
+            f"{result.tasks} tasks (of {result.read} records read) -> {out}",
+            "  by language: "
+            + (", ".join(f"{k} {v}" for k, v in result.by_language.items()) or "none"),
+            "  by dataset: "
+            + (", ".join(f"{k} {v}" for k, v in result.by_dataset.items()) or "none"),
+            "  refused: " + ", ".join(f"{k} {v}" for k, v in result.refused.items()),
+            "  no gold actions: collect with --source teacher or actor, not gold_replay",
+        ]
+        if result.unconfirmed:
+            lines.append(
+                "  warning: published layout NOT confirmed for "
+                f"{', '.join(result.unconfirmed)} (docs/srl-data.md)"
+            )
+        lines.append(f"summary: {summary_path}")
+        if minimum is not None and result.tasks < minimum:  # one document: the error
+            raise _failure("too_few_tasks", f"only {result.tasks} tasks, --min {minimum}", summary)
+        _emit(summary, "\n".join(lines))
+
+
+def _write_summary(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def synth(
@@ -240,9 +328,7 @@ def synth(
         summary = outcome.model_dump(mode="json", exclude={"tasks"})
         summary["out"] = str(out)
         summary_path = out.with_name(out.name + ".summary.json")
-        summary_path.write_text(
-            json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
+        _write_summary(summary_path, summary)
         lines = [
             f"{len(outcome.tasks)} verified tasks -> {out}",
             "  by language: "

@@ -1,5 +1,6 @@
-"""SRL datasets on disk: ingest (check, normalise, ``_meta.json``) and process (parse
-check in the jail, dedup, token filter, split, stats reports). See docs/srl-data.md.
+"""SRL datasets on disk: ingest (check, normalise, ``_meta.json``), process (parse
+check in the jail, dedup, token filter, split, stats reports) and tasks (processed
+records as a task file for ``srl collect``). See docs/srl-data.md.
 
 The pure work (mappers, manifest check, dedup, split, report) is ``keel.srl.datasets``;
 this module reads and writes files and runs ast-grep in the sandbox.
@@ -13,6 +14,10 @@ Layout under ``out``::
     processed/{python,javascript,java}/{train,dev,test}.jsonl
     reports/datasets/<dataset>.md, reports/datasets/all.md
 
+A dataset whose published layout is not confirmed (``fields_confirmed: false`` in
+``configs/srl/datasets.yaml``) is named as such at run time: a warning in the log, in
+``IngestResult.warnings`` and in ``ProcessResult.unconfirmed`` and its reports.
+
 There is no network here: ingest reads local files (``--from PATH``); without them it
 raises :class:`DownloadImpossible` naming the URL and the credential's variable.
 """
@@ -23,7 +28,9 @@ import ast
 import contextlib
 import datetime as dt
 import gc
+import gzip
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -33,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from keel.srl.datasets import (
     DEFAULT_MAX_TOKENS,
@@ -59,6 +66,9 @@ from keel.srl.datasets import (
 )
 from keel.srl.errors import ManifestMismatch
 from keel.srl.state import heuristic_count_tokens
+from keel.srl.tasks import Refusal, tasks_from_records
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "srl" / "datasets.yaml"
 DATASETS: tuple[str, ...] = tuple(MAPPERS)
@@ -113,8 +123,26 @@ class DatasetSpec(BaseModel):
     credential_env: str | None = None
     default_language: str | None = None
     fields_confirmed: bool = False
+    # The public material the field mapping was checked against (or, for an unconfirmed
+    # layout, what was read and why it is not enough): docs/srl-data.md lists them.
+    layout_sources: list[str] = Field(default_factory=list)
     hashes_note: str = ""
     files: list[FileSpec]
+
+    @model_validator(mode="after")
+    def _confirmed_by_something(self) -> DatasetSpec:
+        if self.fields_confirmed and not self.layout_sources:
+            raise ValueError("fields_confirmed needs the layout_sources that confirm them")
+        return self
+
+    def layout_warning(self, dataset: str) -> str | None:
+        """The run-time warning of a dataset whose layout is not confirmed, else None."""
+        if self.fields_confirmed:
+            return None
+        return (
+            f"{dataset}: published layout NOT confirmed; its field mapping is inferred "
+            "(docs/srl-data.md), check the normalised records before trusting them"
+        )
 
     def published_manifest(self, dataset: str) -> Manifest | None:
         """The manifest from the published hashes, ``None`` while any is unknown."""
@@ -180,6 +208,7 @@ class IngestResult(BaseModel):
     malformed: list[FileRecordError]
     fields_confirmed: bool
     manifest_source: Literal["published", "user"]
+    warnings: list[str] = Field(default_factory=list)
 
 
 def download_impossible(dataset: str, spec: DatasetSpec) -> DownloadImpossible:
@@ -196,6 +225,11 @@ def download_impossible(dataset: str, spec: DatasetSpec) -> DownloadImpossible:
 
 
 def _decode(dataset: str, name: str, fmt: str, data: bytes) -> NormaliseResult:
+    if name.endswith(".gz"):  # AgentPack's shards: gzipped JSONL
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise DataError(f"{name}: not a readable gzip file: {exc}") from None
     if fmt == "parquet":
         import io
 
@@ -318,6 +352,9 @@ def ingest_dataset(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     normalized = root / "normalized" / f"{dataset}.jsonl"
+    warning = spec.layout_warning(dataset)
+    if warning:
+        log.warning(warning)
     return IngestResult(
         dataset=dataset,
         meta=meta,
@@ -327,6 +364,7 @@ def ingest_dataset(
         malformed=malformed,
         fields_confirmed=spec.fields_confirmed,
         manifest_source=manifest_source,
+        warnings=[warning] if warning else [],
     )
 
 
@@ -419,6 +457,7 @@ class DatasetProcessStats(BaseModel):
     records: int
     parse_failed: int
     unchecked_language: int
+    layout_confirmed: bool
     report: str
 
 
@@ -434,6 +473,9 @@ class ProcessResult(BaseModel):
     max_tokens: int
     splits: dict[str, dict[str, int]]
     report: str
+    unconfirmed: list[str] = Field(
+        default_factory=list, description="datasets read whose published layout is unconfirmed"
+    )
 
 
 def _jsonl(records: Sequence[NormalizedRecord]) -> bytes:
@@ -446,12 +488,18 @@ async def process_datasets(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     count_tokens: Callable[[str], int] = heuristic_count_tokens,
+    config: DatasetsConfig | None = None,
 ) -> ProcessResult:
     """Parse-check, dedupe (across datasets, in the order given), token-filter and split
     the ingested datasets; write ``processed/`` and ``reports/datasets/`` under ``out``."""
     names = list(datasets) if datasets else [d for d in DATASETS if (out / "raw" / d).is_dir()]
     if not names:
         raise DataError(f"nothing ingested under {out / 'raw'}; run `srl data ingest` first")
+    cfg = config or load_config()
+    warnings = {name: cfg.spec(name).layout_warning(name) for name in names}
+    for warning in warnings.values():
+        if warning:
+            log.warning(warning)
     per_dataset: dict[str, list[NormalizedRecord]] = {}
     for name in names:
         if not (out / "raw" / name / "_meta.json").is_file():
@@ -484,8 +532,14 @@ async def process_datasets(
                 unchecked += 1
             flagged.append(rec)
         failed = sum(PARSE_FAILED_TAG in r.tags for r in flagged)
+        layout = (
+            "NOT confirmed: the field mapping is inferred (docs/srl-data.md)"
+            if warnings[name]
+            else "confirmed (docs/srl-data.md)"
+        )
         report = stats_report(name, flagged, count_tokens) + (
-            f"\n- parse-failed (ast-grep in the jail, Python also ast.parse): {failed}\n"
+            f"\n- published layout: {layout}\n"
+            f"- parse-failed (ast-grep in the jail, Python also ast.parse): {failed}\n"
             f"- language not parse-checked (not Python, JS/TS or Java): {unchecked}\n"
         )
         _write_atomic(reports / f"{name}.md", report.encode())
@@ -495,6 +549,7 @@ async def process_datasets(
                 records=len(flagged),
                 parse_failed=failed,
                 unchecked_language=unchecked,
+                layout_confirmed=warnings[name] is None,
                 report=str(reports / f"{name}.md"),
             )
         )
@@ -514,9 +569,11 @@ async def process_datasets(
             splits[group][split] = len(items)
 
     kept = [r for r in short if r.language in LANGUAGE_GROUPS]
+    unconfirmed = [name for name in names if warnings[name]]
     summary = stats_report("all datasets (processed)", kept, count_tokens) + (
         "\n## Processing\n\n"
         f"- datasets: {', '.join(names)}\n"
+        f"- published layout NOT confirmed: {', '.join(unconfirmed) or 'none'}\n"
         f"- records read: {len(flagged_all)}\n"
         f"- parse-failed (kept, tagged `{PARSE_FAILED_TAG}`): "
         f"{sum(s.parse_failed for s in stats)}\n"
@@ -537,6 +594,91 @@ async def process_datasets(
         max_tokens=max_tokens,
         splits=splits,
         report=str(reports / "all.md"),
+        unconfirmed=unconfirmed,
+    )
+
+
+# ---- tasks ---------------------------------------------------------------------------
+
+GROUPS: tuple[str, ...] = ("python", "javascript", "java")
+SPLITS: tuple[str, ...] = ("train", "dev", "test")
+
+
+class TasksResult(BaseModel):
+    """What ``srl tasks`` wrote: the task file, what it holds and what it left out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    out: str
+    tasks: int
+    read: int
+    sources: list[str]
+    by_language: dict[str, int]
+    by_dataset: dict[str, int]
+    refused: dict[Refusal, int]
+    unconfirmed: list[str] = Field(
+        description="datasets in the task file whose published layout is unconfirmed"
+    )
+    gold_actions: bool = Field(
+        False, description="always False: a record has no expert action (no gold_replay)"
+    )
+
+
+def write_tasks(
+    out: Path,
+    dest: Path,
+    *,
+    groups: Sequence[str] | None = None,
+    splits: Sequence[str] = ("train",),
+    limit: int | None = None,
+    keep_parse_failed: bool = False,
+    config: DatasetsConfig | None = None,
+) -> TasksResult:
+    """Turn ``processed/<group>/<split>.jsonl`` under ``out`` into a task file at ``dest``
+    (JSONL of :class:`SrlTask` lines, no gold action) that ``srl collect`` takes.
+
+    Groups and splits are read in the order given, records in file order; a record that
+    makes no task (``pre == post``, a language the sandbox does not edit, over
+    ``MAX_FILE_CHARS``, tagged parse-failed, a repeat) is counted by reason in
+    ``refused``. The file is written whole or not at all."""
+    chosen_groups = list(groups or GROUPS)
+    for name, chosen, known in (("group", chosen_groups, GROUPS), ("split", splits, SPLITS)):
+        unknown = [c for c in chosen if c not in known]
+        if unknown:
+            raise DataError(f"unknown {name} {', '.join(unknown)}; known: {', '.join(known)}")
+    paths = [out / "processed" / g / f"{s}.jsonl" for g in chosen_groups for s in splits]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise DataError(f"{missing[0]}: not found; run `srl data process` first")
+
+    def records() -> Iterator[NormalizedRecord]:
+        for path in paths:
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield NormalizedRecord.model_validate_json(line)
+                except ValueError as exc:
+                    raise DataError(f"{path}:{n}: not a processed record: {exc}") from None
+
+    made = tasks_from_records(records(), keep_parse_failed=keep_parse_failed, limit=limit)
+    _write_atomic(dest, b"".join(t.model_dump_json().encode() + b"\n" for t in made.tasks))
+    by_language: dict[str, int] = {}
+    for task in made.tasks:
+        by_language[task.language] = by_language.get(task.language, 0) + 1
+    cfg = config or load_config()
+    unconfirmed = sorted(
+        d for d in made.by_dataset if d in cfg.datasets and cfg.datasets[d].layout_warning(d)
+    )
+    return TasksResult(
+        out=str(dest),
+        tasks=len(made.tasks),
+        read=made.read,
+        sources=[str(p) for p in paths],
+        by_language=by_language,
+        by_dataset=made.by_dataset,
+        refused=made.refused,
+        unconfirmed=unconfirmed,
     )
 
 
@@ -565,6 +707,7 @@ __all__ = [
     "ManifestMismatch",
     "ManifestRequired",
     "ProcessResult",
+    "TasksResult",
     "astgrep_parses",
     "ingest_dataset",
     "load_config",
@@ -577,4 +720,5 @@ __all__ = [
     "read_normalized",
     "stats_for",
     "uninterrupted",
+    "write_tasks",
 ]

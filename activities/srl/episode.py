@@ -191,6 +191,11 @@ class SrlActivities:
         )
         started = time.monotonic()
         if inp.source == "gold_replay":
+            if task.gold_action is None:  # a task made from a dataset record (srl tasks)
+                raise tasks_invalid(
+                    f"task {task.task_id} has no gold action: gold_replay replays the task "
+                    "file's expert actions; collect from this file with a teacher or actors"
+                )
             return Generation(
                 raw=gold_answer(task.gold_action, task.instruction),
                 model="gold",
@@ -360,7 +365,7 @@ class SrlActivities:
         result_text: str | None = result["text"]
         reward = combine(
             action_text=step.action_text,
-            expert_text=action_text(task.gold_action),
+            expert_text=action_text(task.gold_action) if task.gold_action else "",
             pre=text,
             result_text=result_text,
             gold_post=task.post,

@@ -6,25 +6,35 @@ All pure: a loader activity reads the published files, checks them with
 back. A malformed record is returned as a :class:`MalformedRecord` with its 1-based line,
 never dropped silently.
 
-Published field names. Confirmed from the dataset cards:
+Published layouts, and where each was read (docs/srl-data.md keeps the list, and
+``configs/srl/datasets.yaml`` says per dataset whether it is confirmed):
 
 * CommitPackFT (``bigcode/commitpackft``, card "Data Fields"): ``commit``, ``old_file``,
   ``new_file``, ``old_contents``, ``new_contents``, ``subject``, ``message``, ``lang``,
   ``license``, ``repos``; JSONL per language.
-* EditPackFT (``nuprl/EditPackFT``, card ``dataset_info.features``): the CommitPackFT
-  fields plus ``ndiff``, ``instruction``, ``content``; parquet.
+* EditPackFT (``nuprl/EditPackFT``, card ``dataset_info.features``; the code that builds
+  it, ``editpackft/filter.py`` and ``format.py`` in ``nuprl/CanItEdit``): the
+  CommitPackFT fields plus ``ndiff``, ``instruction``, ``content``; parquet.
+* OCEDataFT (``zkzhang88/OpenCodeEdit`` ``datasets/ocedataft.jsonl``, also the Hub's
+  ``zkzhang88/OCEData``): read from the code that writes it, the repository's
+  ``generation/generate_finetune_dataset.py`` (its README: "JSONL files in ShareGPT
+  format"): ``old_code``, ``new_code``, ``commit``, ``instr_type`` and the prompt, either
+  ShareGPT ``messages`` (the default) or Alpaca ``instruction``, whose ``## Instruction:``
+  section is the instruction. The unfiltered ``ocedata.jsonl`` triplets use
+  ``instruct_purify``, ``code_before_purify``, ``code_after_purify``.
 
-Read from the code that writes it, not from the file: OCEDataFT (``zkzhang88/OCEData``,
-also ``datasets/ocedataft.jsonl`` in the ``zkzhang88/OpenCodeEdit`` repository, arXiv
-2509.25203). OpenCodeEdit's ``generate_finetune_dataset.py`` writes ``old_code``,
-``new_code``, ``commit``, ``instr_type`` and the prompt, either Alpaca ``instruction``
-or ShareGPT ``messages``, whose ``## Instruction:`` section is the instruction.
+Not confirmed:
 
-Not confirmed (no card listing the fields could be read here): AgentPack (``nuprl/AgentPack``, a gated
-dataset whose card lists no fields; arXiv 2509.21891), MaRV and SmellyCode. Their mappers
-take the first present of several candidate field names (:data:`CANDIDATE_FIELDS`) and
-must be checked against the real files before they are trusted; the error of a record
-that has none of the candidates names every candidate it tried.
+* AgentPack (``nuprl/AgentPack``): gated; its card's field list could not be read. What
+  public material shows (a loader that reads it with ``datasets``, a listing of its
+  files): ``train/`` holds ``.jsonl.gz`` shards whose rows are commits, ``event_id``,
+  ``agent``, ``repo``, ``sha``, a description, and ``patch``, a unified diff; no file
+  contents. :func:`map_agentpack` keeps a row whose patch changes one existing file in one
+  hunk, and makes the hunk's two sides the pre- and post-text (tagged ``fragment``: a
+  region of the file, not the whole file).
+* MaRV and SmellyCode: no published location or schema was found. Their mappers take the
+  first present of several candidate field names (:data:`CANDIDATE_FIELDS`); the error of
+  a record that has none of the candidates names every candidate it tried.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import blake3
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
@@ -76,7 +86,9 @@ LANGUAGE_GROUPS: dict[str, str] = {
 
 
 class NormalizedRecord(BaseModel):
-    """``{instruction, pre, post, language, tags}``: one edit task, whatever its source."""
+    """``{instruction, pre, post, language, tags, file}``: one edit task, whatever its
+    source. ``tags[0]`` is the dataset; ``file`` is the published path where the dataset
+    names one (``None`` where it does not, and in records written before it existed)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -85,6 +97,7 @@ class NormalizedRecord(BaseModel):
     post: str
     language: Annotated[str, StringConstraints(pattern=r"^[a-z0-9#+._-]+$")]
     tags: list[str] = Field(default_factory=list)
+    file: str | None = None
 
 
 class DatasetMeta(BaseModel):
@@ -185,12 +198,11 @@ CANDIDATE_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
         "path": ("file", "path", "filename"),
         "lang": ("language", "lang"),
     },
+    # A loader that reads AgentPack with ``datasets`` takes ``patch`` as it is, but the
+    # description from whichever of these is present: the column name is not confirmed.
     "agentpack": {
-        "instruction": ("message", "commit_message", "subject", "instruction"),
-        "pre": ("old_contents", "before", "pre"),
-        "post": ("new_contents", "after", "post"),
-        "path": ("new_file", "old_file", "path", "file"),
-        "lang": ("lang", "language"),
+        "instruction": ("description", "message", "commit_message", "pr_title"),
+        "patch": ("patch",),
     },
     "marv": {
         "instruction": ("description", "refactoring_type", "type", "instruction"),
@@ -244,14 +256,26 @@ def _language(dataset: str, line: int, path: str | None, declared: str | None) -
 
 
 def _build(
-    dataset: str, line: int, instruction: str, pre: str, post: str, language: str, tags: list[str]
+    dataset: str,
+    line: int,
+    instruction: str,
+    pre: str,
+    post: str,
+    language: str,
+    tags: list[str],
+    file: str | None = None,
 ) -> NormalizedRecord:
     if not instruction.strip():
         raise MalformedRecord(dataset, line, "instruction", "is empty")
     if pre == post:
         raise MalformedRecord(dataset, line, "post", "equals pre: the record is no edit")
     return NormalizedRecord(
-        instruction=instruction.strip(), pre=pre, post=post, language=language, tags=tags
+        instruction=instruction.strip(),
+        pre=pre,
+        post=post,
+        language=language,
+        tags=tags,
+        file=file or None,
     )
 
 
@@ -268,6 +292,7 @@ def map_commitpackft(record: Mapping[str, Any], line: int) -> NormalizedRecord:
         _text(ds, line, record, "new_contents"),
         _language(ds, line, path, lang if isinstance(lang, str) else None),
         [ds, f"license:{record.get('license') or 'unknown'}"],
+        path,
     )
 
 
@@ -287,6 +312,7 @@ def map_editpackft(record: Mapping[str, Any], line: int) -> NormalizedRecord:
         _text(ds, line, record, "new_contents"),
         _language(ds, line, path, lang if isinstance(lang, str) else None),
         [ds, f"license:{record.get('license') or 'unknown'}"],
+        path,
     )
 
 
@@ -333,18 +359,151 @@ def _candidate_mapper(
             post,
             _language(dataset, line, path, lang),
             [dataset],
+            path,
         )
 
     mapper.__doc__ = (
-        f"{dataset}: field names NOT confirmed from a dataset card; "
-        f"candidates {CANDIDATE_FIELDS[dataset]}."
+        f"{dataset}: the first present of the candidate fields {CANDIDATE_FIELDS[dataset]} "
+        "(see the module docstring for which of them a published source confirms)."
     )
     return mapper
 
 
+# ---- unified diffs (AgentPack) ------------------------------------------------------
+
+_HUNK_HEADER = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+class PatchHunk(NamedTuple):
+    """One hunk's two sides: context and removed lines, context and added lines."""
+
+    old: str
+    new: str
+
+
+class PatchFile(NamedTuple):
+    """One file of a unified diff; a path is ``None`` for ``/dev/null`` (created, deleted)."""
+
+    old_path: str | None
+    new_path: str | None
+    hunks: list[PatchHunk]
+
+
+def _diff_path(header: str) -> str | None:
+    path = header.rstrip("\r\n").split("\t", 1)[0].strip()
+    if path == "/dev/null":
+        return None
+    if path.startswith(("a/", "b/")):
+        path = path[2:]
+    return path
+
+
+def _hunk(lines: list[str], start: int, old_count: int, new_count: int) -> tuple[PatchHunk, int]:
+    """The hunk whose body starts at ``lines[start]``; returns it and the next index."""
+    old: list[str] = []
+    new: list[str] = []
+    sides: tuple[list[str], ...] = ()
+    i = start
+    while i < len(lines) and (old_count > 0 or new_count > 0 or lines[i].startswith("\\")):
+        text = lines[i]
+        tag, body = text[:1], text[1:]
+        if tag == "\\":  # "\ No newline at end of file": the line before has none
+            for side in sides:
+                side[-1] = side[-1].rstrip("\r\n")
+        elif tag == " " or text in ("\n", "\r\n"):  # a blank context line may lose its space
+            body = body if tag == " " else text
+            old.append(body)
+            new.append(body)
+            old_count, new_count, sides = old_count - 1, new_count - 1, (old, new)
+        elif tag == "-":
+            old.append(body)
+            old_count, sides = old_count - 1, (old,)
+        elif tag == "+":
+            new.append(body)
+            new_count, sides = new_count - 1, (new,)
+        else:
+            raise ValueError(f"line {i + 1} is not part of the hunk: {text[:40]!r}")
+        i += 1
+    if old_count != 0 or new_count != 0:
+        raise ValueError("a hunk is shorter than its @@ header says")
+    return PatchHunk("".join(old), "".join(new)), i
+
+
+def parse_unified_diff(patch: str) -> list[PatchFile]:
+    """The files and hunks of a unified diff (``git diff`` output or plain ``diff -u``).
+
+    Lines outside a hunk (``diff --git``, ``index``, mode lines) are skipped; a malformed
+    hunk raises ``ValueError``. Pure text work: nothing is applied.
+    """
+    lines = patch.splitlines(keepends=True)
+    files: list[PatchFile] = []
+    i = 0
+    while i < len(lines):
+        text = lines[i]
+        if text.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            files.append(PatchFile(_diff_path(text[4:]), _diff_path(lines[i + 1][4:]), []))
+            i += 2
+            continue
+        header = _HUNK_HEADER.match(text)
+        if header:
+            if not files:
+                raise ValueError(f"line {i + 1}: a hunk before any --- / +++ file header")
+            old_count = int(header.group(1)) if header.group(1) is not None else 1
+            new_count = int(header.group(2)) if header.group(2) is not None else 1
+            hunk, i = _hunk(lines, i + 1, old_count, new_count)
+            files[-1].hunks.append(hunk)
+            continue
+        i += 1
+    return files
+
+
+def map_agentpack(record: Mapping[str, Any], line: int) -> NormalizedRecord:
+    """AgentPack (layout NOT confirmed): a commit with a description and a unified-diff
+    ``patch``. Kept when the patch changes one existing file in one hunk; the hunk's sides
+    are the pre- and post-text, tagged ``fragment``."""
+    ds = "agentpack"
+    instruction = _first(ds, line, record, "instruction")
+    patch = _first(ds, line, record, "patch")
+    assert instruction is not None and patch is not None
+    try:
+        files = parse_unified_diff(patch)
+    except ValueError as exc:
+        raise MalformedRecord(ds, line, "patch", f"not a unified diff: {exc}") from None
+    touched = max(len(files), sum(t.startswith("diff --git ") for t in patch.splitlines()))
+    if touched != 1:
+        raise MalformedRecord(
+            ds, line, "patch", f"changes {touched} files; only one-file edits are kept"
+        )
+    changed = files[0]
+    if changed.old_path is None or changed.new_path is None:
+        raise MalformedRecord(
+            ds, line, "patch", "creates or deletes the file: there is no pre- or post-text"
+        )
+    if len(changed.hunks) != 1:
+        raise MalformedRecord(
+            ds,
+            line,
+            "patch",
+            f"{len(changed.hunks)} hunks; only one-hunk edits are kept (the patch holds "
+            "no whole file, so the pre-text is the hunk's old side)",
+        )
+    hunk = changed.hunks[0]
+    agent = record.get("agent")
+    tags = [ds, "fragment", *([f"agent:{agent}"] if isinstance(agent, str) and agent else [])]
+    return _build(
+        ds,
+        line,
+        instruction,
+        hunk.old,
+        hunk.new,
+        _language(ds, line, changed.new_path, None),
+        tags,
+        changed.new_path,
+    )
+
+
 # OCEDataFT is Python only: the pipeline's seeds are CommitPackFT's Python subset.
 map_ocedataft = _candidate_mapper("ocedataft", default_language="python")
-map_agentpack = _candidate_mapper("agentpack")
 map_marv = _candidate_mapper("marv", "Apply this refactoring: ")
 map_smellycode = _candidate_mapper("smellycode", "Refactor to remove this code smell: ")
 
@@ -356,7 +515,6 @@ MAPPERS: dict[str, Mapper] = {
     "marv": map_marv,
     "smellycode": map_smellycode,
 }
-CONFIRMED_FIELDS = frozenset({"commitpackft", "editpackft"})
 
 
 class RecordError(BaseModel):

@@ -42,7 +42,9 @@ class SrlTask(BaseModel):
     """One refactoring task of a collection: a file, what to do, and the expert action.
 
     A ``keel.srl.synth.SynthTask`` line is one (its other fields are ignored here and
-    stay in the task file).
+    stay in the task file). ``gold_action`` is ``None`` for a task made from a dataset
+    record (``srl tasks``): the record has the post-text, not the action that makes it,
+    so such a task cannot be gold-replayed. ``post`` always differs from ``pre``.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -53,13 +55,19 @@ class SrlTask(BaseModel):
     file: str = Field(min_length=1, max_length=512)
     pre: str = Field(max_length=MAX_FILE_CHARS)
     post: str = Field(max_length=MAX_FILE_CHARS)
-    gold_action: PatternAction
+    gold_action: PatternAction | None = None
     template: str | None = Field(None, max_length=64)
 
     @field_validator("task_id")
     @classmethod
     def _id(cls, value: str) -> str:
         return check_id(value, "task id")
+
+    @model_validator(mode="after")
+    def _an_edit(self) -> SrlTask:
+        if self.pre == self.post:
+            raise ValueError("post equals pre: a task must change the file")
+        return self
 
     @property
     def file_name(self) -> str:

@@ -1,5 +1,5 @@
-"""``srl data ingest --from``, ``srl data process``, ``srl data stats`` and ``srl synth``
-as a user runs them: the CLI in a subprocess, the real jail, exit codes and JSON."""
+"""``srl data ingest --from``, ``srl data process``, ``srl data stats``, ``srl tasks`` and
+``srl synth`` as a user runs them: the CLI in a subprocess, the real jail, exit codes and JSON."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from keel.srl.datasets import PARSE_FAILED_TAG, NormalizedRecord
+from keel.srl.steps import SrlTask, parse_tasks
 from keel.srl.synth import SynthTask
+from keel.srl.trajectory import check_id
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,7 +53,11 @@ def test_ingest_process_stats(tmp_path: Path) -> None:
         assert doc["malformed"], ds  # every fixture holds one malformed record
     rc, doc, err = srl("data", "process", "--out", out, "--json")
     assert rc == 0, err
-    assert doc["total"] == 10
+    assert doc["total"] == 11
+    assert doc["unconfirmed"] == ["agentpack", "marv", "smellycode"]
+    assert [d["dataset"] for d in doc["datasets"] if not d["layout_confirmed"]] == doc[
+        "unconfirmed"
+    ]
     assert doc["duplicates_dropped"] == 1  # EditPackFT repeats a CommitPackFT record
     assert doc["parse_failed"] == 1  # CommitPackFT's "Half an edit" post-text
     written = 0
@@ -75,8 +81,74 @@ def test_ingest_process_stats(tmp_path: Path) -> None:
     assert set(doc["reports"]) == {*DATASETS, "all"}
     assert "duplicate (instruction, pre) dropped: 1" in doc["reports"]["all"]
     assert "| java | 2 |" in doc["reports"]["all"]
+    assert "published layout NOT confirmed: agentpack, marv, smellycode" in doc["reports"]["all"]
+    assert "- published layout: NOT confirmed" in doc["reports"]["marv"]
+    assert "- published layout: confirmed" in doc["reports"]["commitpackft"]
     rc, doc, err = srl("data", "process", "--out", out, "--json", "--max-tokens", "20")
     assert rc == 0 and doc["too_long_dropped"] > 0
+
+
+def test_ingest_process_tasks_makes_a_task_file_for_collect(tmp_path: Path) -> None:
+    """CommitPackFT and EditPackFT fixtures (published layouts) through ingest, process
+    and `srl tasks`: one SrlTask line per usable record, no gold action."""
+    out = tmp_path / "data"
+    for ds in ("commitpackft", "editpackft"):
+        rc, doc, err = srl(
+            "data", "ingest", ds, "--from", FIXTURES / ds,
+            "--manifest", FIXTURES / ds / "manifest.json", "--out", out, "--json",
+        )  # fmt: skip
+        assert rc == 0 and doc["warnings"] == [], err
+    rc, doc, err = srl("data", "process", "--out", out, "--json")
+    assert rc == 0 and doc["unconfirmed"] == [], err
+    processed = [
+        NormalizedRecord.model_validate_json(line)
+        for group in ("python", "javascript", "java")
+        for split in ("train", "dev", "test")
+        for line in (out / "processed" / group / f"{split}.jsonl").read_text().splitlines()
+    ]
+    # CommitPackFT: "Use math.pi" (python), "Half an edit" (parse-failed), the arrow
+    # function (javascript); EditPackFT: its Java record (its Python one was a duplicate).
+    assert len(processed) == 4
+    target = tmp_path / "tasks" / "tasks.jsonl"
+    rc, doc, err = srl("tasks", "--data", out, "--out", target, "-s", "train", "-s", "dev",
+                       "-s", "test", "--json")  # fmt: skip
+    assert rc == 0, err
+    lines = target.read_text().splitlines()
+    tasks = [SrlTask.model_validate_json(line) for line in lines]
+    assert parse_tasks(target.read_bytes()) == tasks
+    usable = [r for r in processed if PARSE_FAILED_TAG not in r.tags]
+    by_pre = {r.pre: r for r in usable}
+    assert len(tasks) == len(usable) == 3
+    for task in tasks:
+        record = by_pre[task.pre]
+        assert (task.post, task.language, task.instruction) == (
+            record.post, record.language, record.instruction,
+        )  # fmt: skip
+        assert task.gold_action is None and "gold_action" in json.loads(lines[0])
+        assert task.task_id == f"{record.tags[0]}-{task.task_id.rsplit('-', 1)[1]}"
+        assert check_id(task.task_id, "task id") == task.task_id
+    assert sorted((t.language, t.file) for t in tasks) == [
+        ("java", "Box.java"), ("javascript", "add.js"), ("python", "geo.py"),
+    ]  # fmt: skip
+    assert doc["tasks"] == 3 and doc["read"] == 4
+    assert doc["refused"] == {
+        "no_edit": 0, "language": 0, "too_large": 0, "parse_failed": 1, "duplicate": 0,
+    }  # fmt: skip
+    assert doc["by_language"] == {"python": 1, "javascript": 1, "java": 1}
+    assert doc["gold_actions"] is False and doc["unconfirmed"] == []
+    summary = json.loads((tmp_path / "tasks" / "tasks.jsonl.summary.json").read_text())
+    assert summary == doc
+    # The same records give the same ids; --min fails when too few tasks come out.
+    rc, again, err = srl("tasks", "--data", out, "--out", tmp_path / "again.jsonl", "-s",
+                         "train", "-s", "dev", "-s", "test", "--json")  # fmt: skip
+    assert rc == 0 and again["tasks"] == 3
+    assert (tmp_path / "again.jsonl").read_text() == target.read_text()
+    rc, doc, err = srl("tasks", "--data", out, "--out", tmp_path / "few.jsonl", "--limit", "1",
+                       "-s", "train", "-s", "dev", "-s", "test", "--min", "2", "--json")  # fmt: skip
+    assert rc == 7 and doc["error"]["type"] == "too_few_tasks"
+    assert doc["error"]["details"]["tasks"] == 1
+    rc, doc, err = srl("tasks", "--data", tmp_path / "nothing", "--out", target, "--json")
+    assert rc == 2 and "srl data process" in err
 
 
 def test_ingest_errors_have_their_exit_codes(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from keel.srl.datasets import (
     Manifest,
     ManifestEntry,
     NormalizedRecord,
+    PatchHunk,
     assign_split,
     check_manifest,
     dedupe,
@@ -26,6 +27,7 @@ from keel.srl.datasets import (
     language_from_extension,
     normalise_lines,
     normalise_rows,
+    parse_unified_diff,
     split_by_language,
     stats_report,
 )
@@ -55,6 +57,7 @@ def test_commitpackft_maps_published_fields() -> None:
         post="x = np.linspace(-math.pi, math.pi, 30)\n",
         language="python",
         tags=["commitpackft", "license:mit"],
+        file="main.py",
     )
 
 
@@ -73,7 +76,7 @@ def test_editpackft_prefers_its_instruction() -> None:
     assert no_instruction.instruction == COMMITPACKFT_ROW["subject"]
 
 
-@pytest.mark.parametrize("dataset", ["ocedataft", "agentpack", "marv", "smellycode"])
+@pytest.mark.parametrize("dataset", ["ocedataft", "marv", "smellycode"])
 def test_candidate_mappers_take_the_first_present_field(dataset: str) -> None:
     fields = CANDIDATE_FIELDS[dataset]
     row = {
@@ -86,11 +89,76 @@ def test_candidate_mappers_take_the_first_present_field(dataset: str) -> None:
     assert rec.pre == "class A {}\n" and rec.post == "class B {}\n"
     assert rec.language == "java"
     assert rec.instruction.endswith("Long Method")
-    assert rec.tags == [dataset]
+    assert rec.tags == [dataset] and rec.file == "src/A.java"
     with pytest.raises(MalformedRecord) as err:
         MAPPERS[dataset]({k: v for k, v in row.items() if k != fields["pre"][-1]}, 9)
     assert err.value.line == 9
     assert fields["pre"][0] in err.value.field
+
+
+ONE_HUNK = """diff --git a/pkg/util.py b/pkg/util.py
+index 3f2a..9c1b 100644
+--- a/pkg/util.py
++++ b/pkg/util.py
+@@ -10,4 +10,4 @@ def helper():
+ def total(xs):
+-    return sum([x for x in xs])
++    return sum(x for x in xs)
+
+ VERSION = 1
+\\ No newline at end of file
+"""
+
+
+def test_a_unified_diff_is_read_into_files_and_hunks() -> None:
+    [changed] = parse_unified_diff(ONE_HUNK)
+    assert (changed.old_path, changed.new_path) == ("pkg/util.py", "pkg/util.py")
+    # A blank context line that lost its leading space still counts; the last line has no
+    # newline on either side.
+    assert changed.hunks == [
+        PatchHunk(
+            old="def total(xs):\n    return sum([x for x in xs])\n\nVERSION = 1",
+            new="def total(xs):\n    return sum(x for x in xs)\n\nVERSION = 1",
+        )
+    ]
+    created = parse_unified_diff("--- /dev/null\n+++ b/new.py\n@@ -0,0 +1 @@\n+x = 1\n")
+    assert created[0].old_path is None and created[0].hunks == [PatchHunk("", "x = 1\n")]
+    with pytest.raises(ValueError, match="shorter than its @@ header"):
+        parse_unified_diff("--- a/x.py\n+++ b/x.py\n@@ -1,3 +1,3 @@\n-a\n+b\n")
+    with pytest.raises(ValueError, match="before any --- / \\+\\+\\+ file header"):
+        parse_unified_diff("@@ -1 +1 @@\n-a\n+b\n")
+
+
+def test_agentpack_keeps_one_file_one_hunk_edits() -> None:
+    row = {"event_id": "e1", "agent": "codex", "description": "Use a generator", "patch": ONE_HUNK}
+    rec = MAPPERS["agentpack"](row, 7)
+    assert rec.instruction == "Use a generator" and rec.language == "python"
+    assert rec.file == "pkg/util.py" and rec.tags == ["agentpack", "fragment", "agent:codex"]
+    assert rec.pre.startswith("def total(xs):\n    return sum([")
+    # The description under another of the names public loaders try.
+    assert MAPPERS["agentpack"]({"message": "m", "patch": ONE_HUNK}, 1).instruction == "m"
+    refusals = {
+        "two files": ONE_HUNK + ONE_HUNK.replace("util.py", "other.py"),
+        "two hunks": ONE_HUNK.replace("\\ No newline at end of file\n", "")
+        + "@@ -20 +20 @@\n-a = 1\n+a = 2\n",
+        "a new file": "--- /dev/null\n+++ b/new.py\n@@ -0,0 +1 @@\n+x = 1\n",
+        "not a diff": "--- a/x.py\n+++ b/x.py\n@@ -1,3 +1,3 @@\n-a\n",
+        "no file": "just words",
+    }
+    messages = {}
+    for why, patch in refusals.items():
+        with pytest.raises(MalformedRecord) as err:
+            MAPPERS["agentpack"]({"description": "d", "patch": patch}, 3)
+        assert (err.value.line, err.value.field) == (3, "patch"), why
+        messages[why] = err.value.message
+    assert "changes 2 files" in messages["two files"]
+    assert "2 hunks" in messages["two hunks"]
+    assert "creates or deletes" in messages["a new file"]
+    assert "not a unified diff" in messages["not a diff"]
+    assert "changes 0 files" in messages["no file"]
+    with pytest.raises(MalformedRecord) as err:
+        MAPPERS["agentpack"]({"patch": ONE_HUNK}, 4)
+    assert "description" in err.value.field
 
 
 def test_normalise_lines_reports_every_malformed_line() -> None:

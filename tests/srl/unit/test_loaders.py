@@ -46,7 +46,7 @@ EXPECTED: dict[str, tuple[int, list[tuple[str, int, str]]]] = {
         ],
     ),
     "editpackft": (2, [("data/train-00000-of-00001.parquet", 3, "new_contents")]),
-    "agentpack": (1, [("data/train-00000-of-00001.parquet", 2, "new_contents|after|post")]),
+    "agentpack": (2, [("train/fixture-000.jsonl.gz", 3, "patch")]),
     "marv": (1, [("marv.jsonl", 2, "code_after|after|refactored_code|post")]),
     "smellycode": (1, [("smellycode.jsonl", 2, "instruction")]),
 }
@@ -113,12 +113,63 @@ def test_records_carry_the_published_fields(tmp_path: Path) -> None:
     assert {r.language for r in by_ds["ocedataft"]} == {"python"}
     assert [r.language for r in by_ds["editpackft"]] == ["python", "java"]
     assert by_ds["editpackft"][1].instruction == "Qualify the field access with this."
-    assert [r.language for r in by_ds["agentpack"]] == ["typescript"]
+    # AgentPack: the one-hunk patch's sides, the description, the path from the diff.
+    ap = by_ds["agentpack"]
+    assert [(r.language, r.file) for r in ap] == [
+        ("python", "src/geo.py"),
+        ("typescript", "src/id.ts"),
+    ]
+    assert ap[0].pre == "def area(r):\n    return 3.14 * r * r\n"
+    assert ap[0].post.startswith("import math\n") and ap[0].tags == [
+        "agentpack",
+        "fragment",
+        "agent:claude",
+    ]
+    assert ap[1].instruction == "Make id generic over its argument type."
+    assert cp[0].file == "geo.py" and by_ds["marv"][0].file == "src/Box.java"
     assert by_ds["marv"][0].instruction == "Apply this refactoring: Rename Method"
     assert by_ds["smellycode"][0].instruction.endswith("Magic Number")
     # The parquet fixtures really are parquet with the card's columns.
     table = pq.read_table(FIXTURES / "editpackft" / "data" / "train-00000-of-00001.parquet")
     assert {"ndiff", "instruction", "content", "old_contents"} <= set(table.column_names)
+
+
+@pytest.mark.parametrize("dataset", sorted(EXPECTED))
+def test_an_unconfirmed_layout_is_named_at_run_time(
+    dataset: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = load_config().spec(dataset)
+    with caplog.at_level("WARNING", logger="activities.srl.data"):
+        result = ingest_dataset(
+            dataset, FIXTURES / dataset, tmp_path, manifest_path=manifest(dataset)
+        )
+    assert result.fields_confirmed == spec.fields_confirmed
+    assert spec.layout_sources, dataset  # confirmed or not, what was read is listed
+    if spec.fields_confirmed:
+        assert result.warnings == [] and not caplog.records
+    else:
+        assert len(result.warnings) == 1 and "NOT confirmed" in result.warnings[0]
+        assert result.warnings[0].startswith(f"{dataset}: ")
+        assert [r.getMessage() for r in caplog.records] == result.warnings
+
+
+def test_which_layouts_are_confirmed() -> None:
+    confirmed = {name for name, spec in load_config().datasets.items() if spec.fields_confirmed}
+    assert confirmed == {"commitpackft", "ocedataft", "editpackft"}
+
+
+def test_a_corrupt_gzip_shard_is_an_error(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "train").mkdir(parents=True)
+    junk = b"\x1f\x8b not gzip"
+    (src / "train" / "x.jsonl.gz").write_bytes(junk)
+    own = tmp_path / "manifest.json"
+    own.write_text(json.dumps({"dataset": "agentpack", "version": "x", "files": [
+        {"name": "train/x.jsonl.gz", "sha256": hashlib.sha256(junk).hexdigest(), "size": len(junk)}
+    ]}))  # fmt: skip
+    with pytest.raises(DataError, match="not a readable gzip file"):
+        ingest_dataset("agentpack", src, tmp_path / "out", manifest_path=own)
+    assert not (tmp_path / "out").exists()
 
 
 def _copy(dataset: str, tmp: Path) -> Path:
