@@ -475,6 +475,9 @@ async def _run_rllm_examples(client: Any, settings: Settings) -> None:
 
 
 SRL_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "srl" / "tasks.jsonl"
+#: The demo's floor for the teacher's well-formed share (6 of 6 measured with structured
+#: output; 0 of 6 before it: docs/srl-collect.md).
+SRL_DEMO_MIN_WELL_FORMED = 0.9
 
 
 async def _run_srl_example(client: Any, settings: Settings) -> list[str]:
@@ -502,7 +505,9 @@ async def _run_srl_example(client: Any, settings: Settings) -> list[str]:
             model=model,
             max_steps=2,
             window=3,
-            max_tokens=256,
+            # Room for a whole JSON-form answer (the step schema's bounds): a cut one
+            # is recorded as truncated.
+            max_tokens=512,
         )
         handle = await start_collection(client, inp, task_queue=settings.task_queue)
         result = await handle.result()
@@ -513,13 +518,24 @@ async def _run_srl_example(client: Any, settings: Settings) -> list[str]:
                 f"   {line.source} {line.model} {line.language}: "
                 f"{line.verified}/{line.total} verified"
             )
+        well_formed = (t.steps - t.format_errors) / t.steps if t.steps else 0.0
+        verified = t.verified_steps / t.steps if t.steps else 0.0
         typer.echo(
-            f"   {collection}: {t.steps} steps ({t.format_errors} malformed, "
-            f"{t.sandbox_failures} sandbox failures), {t.verified_steps} verified; "
+            f"   {collection}: {t.steps} steps, {well_formed:.0%} well-formed "
+            f"({t.format_errors} malformed), {verified:.0%} verified "
+            f"({t.verified_steps}; {t.sandbox_failures} sandbox failures); "
             f"{ui_link(settings, handle.id)}"
         )
         if len(rows) != t.steps or t.failed_episodes:
             failed.append(f"SRL {source}: {len(rows)} rows for {t.steps} steps, {t}")
+        # The embedded model answers in the step's JSON form by construction (structured
+        # output): fewer well-formed answers is a regression. Its verified share is the
+        # small model's skill, printed, never a failure.
+        if source == "teacher" and well_formed < SRL_DEMO_MIN_WELL_FORMED:
+            failed.append(
+                f"SRL teacher: {well_formed:.0%} of answers well-formed, "
+                f"below {SRL_DEMO_MIN_WELL_FORMED:.0%}"
+            )
         if source == "gold_replay" and t.verified_episodes != count:
             failed.append(f"SRL gold replay verified {t.verified_episodes} of {count} tasks")
     return failed

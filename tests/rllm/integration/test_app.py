@@ -240,6 +240,21 @@ async def test_success_first_try(
     assert body["response_format"]["schema"]["required"] == ["summary", "sentences"]
 
     assert await activity_names(handle) == ["rllm.load", "rllm.generate", "rllm.record_stats"]
+
+
+async def test_an_app_may_opt_out_of_structured_output(
+    client: Client, rllm_settings: Settings, rllm_worker: Worker, llm: ScriptedOpenAIServer
+) -> None:
+    """``structured_output: false`` in the frontmatter: JSON mode, no schema sent; the
+    answer is still checked against the schema."""
+    text = (EXAMPLES / "summary.rllm").read_text()
+    assert text.startswith("---\n")
+    opted_out = "---\nstructured_output: false\n" + text[len("---\n") :]
+    files = {"summary.rllm": opted_out}
+    result, _ = await run_app(client, rllm_settings, "summary.rllm", files, TEXT)
+    assert result.output == {"summary": "Workflows survive crashes.", "sentences": 1}
+    (req,) = llm.chat_requests
+    assert req.json["response_format"] == {"type": "json_object"}
     (stats,) = get_stats(stats_db(rllm_settings), "summary")
     assert (stats.runs, stats.successes, stats.failures) == (1, 1, 0)
     assert (stats.input_compliance_pct, stats.output_compliance_pct) == (100.0, 100.0)

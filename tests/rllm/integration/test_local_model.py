@@ -57,6 +57,7 @@ async def local_worker(
         "    params: {temperature: 0.0, max_tokens: 256}\n"
         "    input_cost_per_token: 0.0\n"
         "    output_cost_per_token: 0.0\n"
+        "    structured_output: json_object_schema\n"
     )
     s = settings.model_copy(update={"models_config": models})
     async with build_worker(client, s) as w:
