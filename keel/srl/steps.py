@@ -41,8 +41,10 @@ class _Model(BaseModel):
 class SrlTask(BaseModel):
     """One refactoring task of a collection: a file, what to do, and the expert action.
 
-    A ``keel.srl.synth.SynthTask`` line is one (its other fields are ignored here and
-    stay in the task file).
+    ``post`` must differ from ``pre`` and the gold action be in the task's language.
+
+        A ``keel.srl.synth.SynthTask`` line is one (its other fields are ignored here and
+        stay in the task file).
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -60,6 +62,19 @@ class SrlTask(BaseModel):
     @classmethod
     def _id(cls, value: str) -> str:
         return check_id(value, "task id")
+
+    @model_validator(mode="after")
+    def _a_change_in_the_task_language(self) -> SrlTask:
+        # An unchanged file would verify a do-nothing action; an expert action in another
+        # language would never be applied (actions run in the task's language only).
+        if self.pre == self.post:
+            raise ValueError("post equals pre: a task must ask for a change")
+        if self.gold_action.language != self.language:
+            raise ValueError(
+                f"gold_action.language {self.gold_action.language!r} is not the task's "
+                f"language {self.language!r}"
+            )
+        return self
 
     @property
     def file_name(self) -> str:
