@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from keel.srl.canonical import CanonicalAction, canonical_action, text_similarity
+from keel.srl.canonical import CanonicalAction, text_similarity
 from keel.srl.step import Language, PatternAction, RuleAction
 
 FORMAT_ERROR_REWARD = -1.0
@@ -261,7 +261,7 @@ def combine(
     if action is None:
         return format_error_reward()
     w = weights or RewardWeights()
-    language_ok = language is None or canonical_action(action).language == language
+    language_ok = language is None or action.language == language
     what = effect(
         pre=pre,
         result_text=result_text,
