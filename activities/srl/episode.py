@@ -38,7 +38,7 @@ from keel.srl.state import (
     merge,
     render,
 )
-from keel.srl.step import PatternAction, RuleAction, action_text, parse_step, step_schema
+from keel.srl.step import PatternAction, RuleAction, parse_step, step_schema
 from keel.srl.steps import (
     APPLY,
     ERROR_SRL_TASKS,
@@ -364,12 +364,13 @@ class SrlActivities:
         result = await self._sandbox(task, step.action, text)
         result_text: str | None = result["text"]
         reward = combine(
-            action_text=step.action_text,
-            expert_text=action_text(task.gold_action) if task.gold_action else "",
+            action=step.action,
+            expert=task.gold_action,
             pre=text,
             result_text=result_text,
             gold_post=task.post,
             reparses=result["reparses"],
+            language=task.language,
         )
         verified_now = reward.verified
         changed = result_text is not None and result_text != text
@@ -378,7 +379,7 @@ class SrlActivities:
             if changed and result_text is not None
             else inp.text_digest
         )
-        feedback = _feedback(inp.step, result, changed, verified_now)
+        feedback = _feedback(inp.step, result, changed, verified_now, reward.effect)
         after = merge(merge(state, step.state_update), StateUpdate(history=[feedback]))
         sandbox_result = {k: v for k, v in result.items() if k != "text"}
         record = StepRecord(
@@ -396,12 +397,20 @@ class SrlActivities:
     async def _sandbox(
         self, task: SrlTask, action: PatternAction | RuleAction, text: str
     ) -> dict[str, Any]:
-        """Apply ``action`` to the task's file in the jail and re-parse the result.
+        """Apply ``action`` to the task's file in the jail and re-parse the result in the
+        task's language (never the one the action claims).
 
         A bad action, a timeout or a crash of ast-grep is a result (the model's mistake,
-        recorded); a jail that cannot start raises, so the activity is retried.
+        recorded); so is an action in another language than the task's, which is not
+        applied. A jail that cannot start raises, so the activity is retried.
         """
         name = task.file_name
+        if action.language != task.language:
+            return _sandbox_result(
+                ok=False,
+                error=f"not applied: the action's language is {action.language}, "
+                f"the task's is {task.language}",
+            )
         if isinstance(action, RuleAction):
             sg = AstGrepAction(rule=action.yaml_text)
         else:
@@ -432,12 +441,12 @@ class SrlActivities:
         result_text = applied.changed_files.get(name, text)
         check = await check_parses_async(
             {name: result_text},
-            action.language,
+            task.language,
             limits=self.sandbox_limits,
             config=self.sandbox_config,
         )
         parse_errors = check.errors.get(name, []) if check.ok else [check.error or "check failed"]
-        if check.ok and not parse_errors and action.language == "python":
+        if check.ok and not parse_errors and task.language == "python":
             parse_errors = _python_parse_errors(result_text)
         return {
             **_sandbox_result(ok=True, **facts),
@@ -470,7 +479,9 @@ def _goal(task: SrlTask) -> StateUpdate:
     return StateUpdate(goals=[task.instruction[:256]])
 
 
-def _feedback(step: int, result: dict[str, Any], changed: bool, verified: bool) -> str:
+def _feedback(
+    step: int, result: dict[str, Any], changed: bool, verified: bool, effect: str | None = None
+) -> str:
     if not result["ok"]:
         return f"step {step}: the action failed: {(result['error'] or '')[:180]}"
     if verified:
@@ -479,6 +490,8 @@ def _feedback(step: int, result: dict[str, Any], changed: bool, verified: bool) 
         return f"step {step}: applied but matched nothing; the file is unchanged"
     if not result["reparses"]:
         return f"step {step}: applied but the result does not parse"
+    if effect == "destructive":
+        return f"step {step}: applied but it removed code the goal keeps"
     return f"step {step}: applied; the file changed but does not match the goal yet"
 
 

@@ -1,24 +1,36 @@
 """Rewards of one SRL step.
 
-Four signals, each computed from texts the sandbox activity hands over:
+Signals, each computed from what the sandbox activity hands over:
 
-* ``verified``: the sandbox result equals the gold post-text exactly and re-parses in its
-  language (the re-parse needs ast-grep, so it comes in as a flag);
+* ``verified``: the sandbox result equals the gold post-text exactly and re-parses in the
+  task's language (the re-parse needs ast-grep, so it comes in as a flag);
+* ``effect``: what the action did to the file: ``equivalent`` (verified), ``partial``,
+  or degenerate: ``noop`` (unchanged), ``destructive`` (removed code the expert keeps),
+  ``unparseable``, ``failed`` (not applied: a sandbox error or the wrong language);
 * tests passed: the fraction of the task's tests that passed, where it has tests;
 * diff size: added and removed lines of the unified diff (difflib) from pre to result;
-* step-wise similarity, the SRL paper's reward (Deng et al., "Supervised Reinforcement
-  Learning", arXiv 2510.25992, §3): ``difflib.SequenceMatcher`` ratio ``2M/T`` between the
-  model's action text and the expert's, and -1 when the answer is malformed.
+* step-wise similarity, after the SRL paper's reward (Deng et al., "Supervised
+  Reinforcement Learning", arXiv 2510.25992, §3: ``difflib.SequenceMatcher`` ratio
+  ``2M/T`` between the model's action text and the expert's, -1 for a malformed answer),
+  changed so that it measures the action, not its spelling: 1.0 for any action whose
+  result is the expert's, else the canonical text similarity
+  (:mod:`keel.srl.canonical`) scaled by the effect (:func:`step_similarity`).
 
 :func:`combine` folds them into one :class:`Reward` with the documented weights of
-:class:`RewardWeights`.
+:class:`RewardWeights`. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
+from collections import Counter
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from keel.srl.canonical import CanonicalAction, text_similarity
+from keel.srl.step import Language, PatternAction, RuleAction
 
 FORMAT_ERROR_REWARD = -1.0
 
@@ -76,40 +88,129 @@ def unified_diff(pre: str, post: str, path: str = "file") -> str:
     )
 
 
-def step_similarity(action_text: str | None, expert_text: str) -> float:
-    """The SRL paper's step-wise reward: ``SequenceMatcher(None, a, b).ratio()`` in [0, 1],
-    or -1 when the answer had no valid action (``action_text`` is ``None``).
+Effect = Literal[
+    "equivalent", "partial", "noop", "destructive", "unparseable", "failed", "malformed"
+]
+#: Effects that earn (almost) nothing: the file is unchanged, broken or lost code the
+#: expert keeps, or the action was not applied.
+DEGENERATE_EFFECTS: frozenset[Effect] = frozenset({"noop", "destructive", "unparseable", "failed"})
+#: An unverified, non-degenerate action's similarity is this share of its text similarity:
+#: below 1.0, so only an action whose result is the expert's earns a full 1.0.
+PARTIAL_CAP = 0.9
+#: A degenerate action's similarity is this share of its text similarity (at most 0.1):
+#: a little signal among failures, never near a correct action's 1.0.
+DEGENERATE_FRACTION = 0.1
 
-    ``autojunk`` is off: its heuristic ignores characters frequent in texts over 200 chars,
-    which would make the score depend on the length of the action.
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def _tokens(text: str) -> Counter[str]:
+    return Counter(_TOKEN.findall(text))
+
+
+def removes_kept_code(pre: str, result: str, gold_post: str) -> bool:
+    """True when ``result`` has fewer copies of a token than both ``pre`` and the expert's
+    ``gold_post`` have: it removed code the expert keeps (e.g. a rewrite to the empty
+    string deletes every match, and the arguments the expert kept go with it). Tokens are
+    words and single punctuation characters."""
+    before, after, gold = _tokens(pre), _tokens(result), _tokens(gold_post)
+    return any(after[t] < min(n, gold[t]) for t, n in before.items() if t in gold)
+
+
+def effect(
+    *,
+    pre: str,
+    result_text: str | None,
+    gold_post: str,
+    reparses: bool,
+    applied_language_ok: bool = True,
+) -> Effect:
+    """What the action did to the file, judged against the expert's result ``gold_post``.
+
+    ``failed``: not applied (the sandbox refused or failed, or the action's language is
+    not the task's); ``equivalent``: the result is ``gold_post`` and re-parses (see
+    :func:`verified`); ``noop``: the file is unchanged; ``unparseable``: the result does
+    not re-parse; ``destructive``: it removed code the expert keeps
+    (:func:`removes_kept_code`); ``partial``: any other change.
     """
-    if action_text is None:
+    if result_text is None or not applied_language_ok:
+        return "failed"
+    if verified(result_text, gold_post, reparses):
+        return "equivalent"
+    if result_text == pre:
+        return "noop"
+    if not reparses:
+        return "unparseable"
+    if removes_kept_code(pre, result_text, gold_post):
+        return "destructive"
+    return "partial"
+
+
+def step_similarity(
+    action: PatternAction | RuleAction | CanonicalAction | None,
+    expert: PatternAction | RuleAction | CanonicalAction | None,
+    effect: Effect,
+) -> float | None:
+    """The step-wise reward, the SRL paper's similarity made to measure the action.
+
+    -1 for a malformed answer (``action`` is ``None``); ``None`` when the task has no
+    expert action; 1.0 for an ``equivalent`` action, whatever its spelling;
+    ``PARTIAL_CAP`` (0.9) · :func:`~keel.srl.canonical.text_similarity` for a ``partial``
+    one; ``DEGENERATE_FRACTION`` (0.1) · it for a degenerate one (``noop``,
+    ``destructive``, ``unparseable``, ``failed``). So every correct action scores the same
+    and above every other, and a do-nothing action scores at most 0.1.
+    """
+    if action is None or effect == "malformed":
         return FORMAT_ERROR_REWARD
-    return difflib.SequenceMatcher(None, action_text, expert_text, autojunk=False).ratio()
+    if expert is None:
+        return None
+    return _scaled(effect, text_similarity(action, expert))
+
+
+def _scaled(effect: Effect, text: float) -> float:
+    if effect == "equivalent":
+        return 1.0
+    share = DEGENERATE_FRACTION if effect in DEGENERATE_EFFECTS else PARTIAL_CAP
+    return share * text
 
 
 class RewardWeights(BaseModel):
     """Weights of :func:`combine`.
 
     ``total = similarity·w_sim + verified·w_verified + tests·w_tests - diff_excess·w_diff``
-    where ``diff_excess`` is how many more diff lines the result has than the gold
-    post-text's diff (0 when it is smaller), capped at ``diff_cap``. Defaults: the paper's
+    where ``similarity`` is :func:`step_similarity` (0 when the task has no expert action)
+    and ``diff_excess`` is how many more diff lines the result has than the gold
+    post-text's diff (0 when it is smaller), capped at ``diff_cap``. Defaults: the
     similarity is the main signal (1.0); a verified step earns as much again (1.0); tests
     add half (0.5); each extra diff line costs 0.01, at most 0.5. A malformed answer is
-    -1, whatever the weights.
+    -1, whatever the weights. Weights are non-negative and ``similarity + verified`` is
+    positive, so a correct action (similarity 1.0, verified, no excess) out-scores any
+    other with no more tests passed.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    similarity: float = 1.0
-    verified: float = 1.0
-    tests: float = 0.5
-    diff_line: float = 0.01
+    similarity: float = Field(default=1.0, ge=0.0)
+    verified: float = Field(default=1.0, ge=0.0)
+    tests: float = Field(default=0.5, ge=0.0)
+    diff_line: float = Field(default=0.01, ge=0.0)
     diff_cap: int = Field(default=50, ge=0)
+
+    @model_validator(mode="after")
+    def _correct_wins(self) -> RewardWeights:
+        if self.similarity + self.verified <= 0:
+            raise ValueError("similarity + verified must be positive: a correct step must win")
+        return self
 
 
 class Reward(BaseModel):
-    """All reward signals of one step and their weighted total."""
+    """All reward signals of one step and their weighted total.
+
+    ``effect`` says what the action did (see :func:`effect`; ``None`` in rows written
+    before it existed); ``text_similarity`` is the canonical text similarity before the
+    effect scaled it (``None`` for a malformed answer or a task without expert action);
+    ``step_similarity`` is ``None`` when the task has no expert action.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -119,41 +220,64 @@ class Reward(BaseModel):
     diff_added: int = Field(default=0, ge=0)
     diff_removed: int = Field(default=0, ge=0)
     gold_diff_lines: int = Field(default=0, ge=0)
-    step_similarity: float = Field(ge=-1.0, le=1.0)
+    step_similarity: float | None = Field(ge=-1.0, le=1.0)
+    text_similarity: float | None = Field(default=None, ge=0.0, le=1.0)
+    effect: Effect | None = None
     total: float
 
 
 def format_error_reward() -> Reward:
     """The reward of a malformed answer: -1, nothing else earned."""
-    return Reward(format_ok=False, verified=False, step_similarity=FORMAT_ERROR_REWARD, total=-1.0)
+    return Reward(
+        format_ok=False,
+        verified=False,
+        step_similarity=FORMAT_ERROR_REWARD,
+        effect="malformed",
+        total=-1.0,
+    )
 
 
 def combine(
     *,
-    action_text: str | None,
-    expert_text: str,
+    action: PatternAction | RuleAction | CanonicalAction | None,
+    expert: PatternAction | RuleAction | CanonicalAction | None,
     pre: str,
     result_text: str | None,
     gold_post: str,
     reparses: bool,
+    language: Language | None = None,
     tests_passed: float | None = None,
     weights: RewardWeights | None = None,
 ) -> Reward:
-    """The :class:`Reward` of one step; ``action_text=None`` means a format error.
+    """The :class:`Reward` of one step.
 
-    ``result_text`` is the file after the sandbox applied the action (``None`` when the
-    action failed to apply, which counts as an unchanged file for the diff size).
+    ``action`` is the parsed action (``None``: a format error, -1); ``expert`` the expert's
+    action (``None``: a task verified against ``gold_post`` only, ``step_similarity`` is
+    then ``None``); ``gold_post`` the expert's result text; ``pre`` the file before the
+    step; ``result_text`` the file after the sandbox applied the action (``None`` when it
+    failed to apply, which counts as an unchanged file for the diff size); ``language``
+    the task's: an action in another one counts as failed.
     """
-    if action_text is None:
+    if action is None:
         return format_error_reward()
     w = weights or RewardWeights()
-    is_verified = verified(result_text, gold_post, reparses)
-    diff = diff_size(pre, pre if result_text is None else result_text)
+    language_ok = language is None or action.language == language
+    what = effect(
+        pre=pre,
+        result_text=result_text,
+        gold_post=gold_post,
+        reparses=reparses,
+        applied_language_ok=language_ok,
+    )
+    is_verified = what == "equivalent"
+    applied = result_text if result_text is not None and language_ok else pre
+    diff = diff_size(pre, applied)
     gold_lines = diff_size(pre, gold_post).total
     excess = min(max(0, diff.total - gold_lines), w.diff_cap)
-    similarity = step_similarity(action_text, expert_text)
+    text = None if expert is None else text_similarity(action, expert)
+    similarity = None if text is None else _scaled(what, text)
     total = (
-        similarity * w.similarity
+        (similarity or 0.0) * w.similarity
         + (w.verified if is_verified else 0.0)
         + (tests_passed or 0.0) * w.tests
         - excess * w.diff_line
@@ -166,5 +290,7 @@ def combine(
         diff_removed=diff.removed,
         gold_diff_lines=gold_lines,
         step_similarity=similarity,
+        text_similarity=text,
+        effect=what,
         total=round(total, 6),
     )

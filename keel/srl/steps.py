@@ -44,7 +44,8 @@ class SrlTask(BaseModel):
     A ``keel.srl.synth.SynthTask`` line is one (its other fields are ignored here and
     stay in the task file). ``gold_action`` is ``None`` for a task made from a dataset
     record (``srl tasks``): the record has the post-text, not the action that makes it,
-    so such a task cannot be gold-replayed. ``post`` always differs from ``pre``.
+    so such a task cannot be gold-replayed. ``post`` must differ from ``pre``, and a gold
+    action be in the task's language.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -64,9 +65,16 @@ class SrlTask(BaseModel):
         return check_id(value, "task id")
 
     @model_validator(mode="after")
-    def _an_edit(self) -> SrlTask:
+    def _a_change_in_the_task_language(self) -> SrlTask:
+        # An unchanged file would verify a do-nothing action; an expert action in another
+        # language would never be applied (actions run in the task's language only).
         if self.pre == self.post:
-            raise ValueError("post equals pre: a task must change the file")
+            raise ValueError("post equals pre: a task must ask for a change")
+        if self.gold_action is not None and self.gold_action.language != self.language:
+            raise ValueError(
+                f"gold_action.language {self.gold_action.language!r} is not the task's "
+                f"language {self.language!r}"
+            )
         return self
 
     @property

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from keel.srl.prompts import PromptPackInvalid, gold_answer, parse_prompt_pack, render_messages
 from keel.srl.step import action_text, parse_step
-from keel.srl.steps import CollectionInput, TasksInvalid, parse_tasks
+from keel.srl.steps import CollectionInput, SrlTask, TasksInvalid, parse_tasks
 from tests.srl.conftest import EXAMPLE_TASKS, HAND_TASKS, tasks_jsonl
 
 PACK = Path(__file__).resolve().parents[3] / "configs" / "teacher_prompts.yaml"
@@ -67,3 +67,14 @@ def test_gold_answer_parses_back_to_the_gold_action() -> None:
     step = parse_step(gold_answer(task.gold_action, task.instruction))
     assert step.action == task.gold_action
     assert step.action_text == action_text(task.gold_action)
+
+
+def test_a_task_must_ask_for_a_change_in_its_own_language() -> None:
+    task = HAND_TASKS[0]
+    assert SrlTask.model_validate(task).pre != task["post"]
+    with pytest.raises(ValidationError, match="post equals pre: a task must ask for a change"):
+        SrlTask.model_validate({**task, "post": task["pre"]})
+    with pytest.raises(ValidationError, match=r"gold_action\.language 'java' is not the task's"):
+        SrlTask.model_validate({**task, "gold_action": {**task["gold_action"], "language": "java"}})
+    with pytest.raises(TasksInvalid, match=r"line 1: .*post equals pre"):
+        parse_tasks(tasks_jsonl([{**task, "post": task["pre"]}]))
