@@ -191,13 +191,14 @@ class SrlActivities:
         )
         started = time.monotonic()
         if inp.source == "gold_replay":
-            if task.gold_action is None:  # a task made from a dataset record (srl tasks)
+            expert, _ = task.expert_at(inp.step)
+            if expert is None:  # a task made from a dataset record (srl tasks)
                 raise tasks_invalid(
                     f"task {task.task_id} has no gold action: gold_replay replays the task "
                     "file's expert actions; collect from this file with a teacher or actors"
                 )
             return Generation(
-                raw=gold_answer(task.gold_action, task.instruction),
+                raw=gold_answer(expert, task.instruction),
                 model="gold",
                 state_before=state,
                 prompt_digest=prompt,
@@ -363,12 +364,14 @@ class SrlActivities:
             return record, _outcome_of(record, key)
         result = await self._sandbox(task, step.action, text)
         result_text: str | None = result["text"]
+        expert, expert_post = task.expert_at(inp.step)
         reward = combine(
             action=step.action,
-            expert=task.gold_action,
+            expert=expert,
             pre=text,
             result_text=result_text,
-            gold_post=task.post,
+            gold_post=expert_post,
+            final_post=task.post,
             reparses=result["reparses"],
             language=task.language,
         )

@@ -13,7 +13,7 @@ from typing import Final
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from keel.srl.step import PatternAction, action_text
+from keel.srl.step import PatternAction, RuleAction, action_text
 
 #: Placeholders a user template may use (anything else is refused when the pack loads).
 FIELDS: Final = ("instruction", "language", "file", "code", "state")
@@ -88,7 +88,7 @@ def render_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def gold_answer(action: PatternAction, instruction: str) -> str:
+def gold_answer(action: PatternAction | RuleAction, instruction: str) -> str:
     """The answer a gold replay gives: the expert action in the answer format, so it goes
     through the same parser, sandbox and rewards as a model's."""
     update = {"decisions": [f"apply the expert rewrite for: {instruction}"[:256]]}

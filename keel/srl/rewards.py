@@ -248,6 +248,7 @@ def combine(
     language: Language | None = None,
     tests_passed: float | None = None,
     weights: RewardWeights | None = None,
+    final_post: str | None = None,
 ) -> Reward:
     """The :class:`Reward` of one step.
 
@@ -256,7 +257,11 @@ def combine(
     then ``None``); ``gold_post`` the expert's result text; ``pre`` the file before the
     step; ``result_text`` the file after the sandbox applied the action (``None`` when it
     failed to apply, which counts as an unchanged file for the diff size); ``language``
-    the task's: an action in another one counts as failed.
+    the task's: an action in another one counts as failed. ``final_post`` is the task's
+    post-text when ``gold_post`` is the file after one step of a longer expert trajectory:
+    the step is compared with the expert's step, and ``verified`` means the task is done
+    (the result is ``final_post``); an action that reaches it at once is ``equivalent``
+    too, however many steps the expert took.
     """
     if action is None:
         return format_error_reward()
@@ -270,6 +275,10 @@ def combine(
         applied_language_ok=language_ok,
     )
     is_verified = what == "equivalent"
+    if final_post is not None and final_post != gold_post:
+        is_verified = language_ok and verified(result_text, final_post, reparses)
+        if is_verified:
+            what = "equivalent"
     applied = result_text if result_text is not None and language_ok else pre
     diff = diff_size(pre, applied)
     gold_lines = diff_size(pre, gold_post).total

@@ -22,8 +22,9 @@ from pydantic import (
 )
 
 from keel.refs import ActivityRef
+from keel.srl.expert import Expert
 from keel.srl.state import State
-from keel.srl.step import Language, PatternAction
+from keel.srl.step import Language, PatternAction, RuleAction
 from keel.srl.trajectory import Source, check_id
 
 MAX_STEPS: Final = 20
@@ -57,6 +58,10 @@ class SrlTask(BaseModel):
     pre: str = Field(max_length=MAX_FILE_CHARS)
     post: str = Field(max_length=MAX_FILE_CHARS)
     gold_action: PatternAction | None = None
+    #: The expert trajectory (``srl expert`` writes it from a verified collection): an
+    #: actor's step n is scored against the expert's step n, and its result against the
+    #: file after that step. ``None``: the gold action against ``post``, as before.
+    expert: Expert | None = None
     template: str | None = Field(None, max_length=64)
 
     @field_validator("task_id")
@@ -75,7 +80,21 @@ class SrlTask(BaseModel):
                 f"gold_action.language {self.gold_action.language!r} is not the task's "
                 f"language {self.language!r}"
             )
+        if self.expert is not None:
+            if self.expert.steps[-1].text_after != self.post:
+                raise ValueError("expert: its last step's file is not the task's post")
+            if any(s.action.language != self.language for s in self.expert.steps):
+                raise ValueError("expert: a step's action is not in the task's language")
         return self
+
+    def expert_at(self, step: int) -> tuple[PatternAction | RuleAction | None, str]:
+        """The expert's action for ``step`` and the file after it: the expert trajectory's
+        step (its last one past its end), else the gold action (or none) and ``post``."""
+        if self.expert is not None:
+            n = min(step, len(self.expert.steps))
+            at = self.expert.steps[n - 1]
+            return at.action, at.text_after
+        return self.gold_action, self.post
 
     @property
     def file_name(self) -> str:
