@@ -395,6 +395,7 @@ class ActorPool:
         temperature: float,
         seed: int | None,
         stop: list[str] | None = None,
+        top_p: float | None = None,
     ) -> Generation:
         """One chat completion on the least-loaded healthy endpoint, re-sent elsewhere if
         that endpoint fails mid-request.
@@ -421,6 +422,8 @@ class ActorPool:
         }
         if seed is not None:
             body["seed"] = seed
+        if top_p is not None:
+            body["top_p"] = top_p
         if stop:
             body["stop"] = stop
         attempts: list[str] = []

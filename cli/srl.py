@@ -68,12 +68,15 @@ def _fail(code: str, lines: list[str] | str, details: Any = None) -> NoReturn:
 
 
 def _translate(err: BaseException) -> CliError | None:
+    from client.srl import CollectionMismatch
     from keel.srl.steps import TasksInvalid
     from services.local import ServiceUnavailable
 
     known = data_translate(err)
     if known is not None:
         return known
+    if isinstance(err, CollectionMismatch):
+        return _failure("invalid_input", str(err)).error
     if isinstance(err, TasksInvalid):
         return _failure("invalid_input", str(err)).error
     if isinstance(err, ServiceUnavailable):
@@ -94,8 +97,9 @@ def _progress_line(p: Any, started: float) -> str:
     t = p.totals
     minutes = max(time.monotonic() - started, 1e-6) / 60
     precision = f"{t.verified_steps / t.steps:.1%}" if t.steps else "-"
+    episodes = p.task_count * p.samples if p.task_count is not None else None
     return (
-        f"episodes {p.done}/{p.task_count} ({p.in_flight} running), steps {t.steps}, "
+        f"episodes {p.done}/{episodes} ({p.in_flight} running), steps {t.steps}, "
         f"verified {t.verified_steps}, precision {precision}, {t.steps / minutes:.1f} steps/min"
     )
 
@@ -131,9 +135,10 @@ async def _collect(
     seconds from its start to its result."""
     from temporalio.client import WorkflowFailureError
 
-    from client.srl import start_collection
+    from client.srl import check_identity, start_collection
     from services.local import LocalServices
 
+    check_identity(toolkit.sessions(settings), inp)
     services = LocalServices(settings, note)
     try:
         client = await services.connect()
@@ -178,11 +183,21 @@ def collect(
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N tasks")] = None,
     temperature: Annotated[float, typer.Option(min=0.0, max=2.0)] = 0.0,
     max_tokens: Annotated[int, typer.Option(min=16, max=8192)] = 512,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling")] = 1.0,
+    samples: Annotated[
+        int, typer.Option(min=1, max=64, help="Rollouts per task, each with its own seed")
+    ] = 1,
+    seed: Annotated[
+        int, typer.Option(min=0, max=2**31 - 1, help="Base of every sample's seed")
+    ] = 0,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait, with progress")] = True,
     stay: Annotated[bool, typer.Option("--stay", help="Keep services this started")] = False,
     json_out: JsonOpt = None,
 ) -> None:
-    """Run an SRLCollection over a task file: every step recorded once, in SQL."""
+    """Run an SRLCollection over a task file: every step recorded once, in SQL.
+
+    Run again under the same id, it reuses every step recorded (no model call) and
+    collects what is missing; another source, model or sampling is refused."""
     from pydantic import ValidationError
 
     from client.srl import collection_workflow_id, upload_tasks
@@ -213,6 +228,9 @@ def collect(
                 per_run=per_run,
                 temperature=temperature,
                 max_tokens=max_tokens,
+                top_p=top_p,
+                samples=samples,
+                seed=seed,
             )
         except ValidationError as e:
             _fail("usage", [err["msg"] for err in e.errors()])
@@ -232,7 +250,8 @@ def collect(
             doc,
             f"{collection}: {t.episodes} episodes ({t.verified_episodes} verified, "
             f"{t.failed_episodes} failed), {t.steps} steps, {t.verified_steps} verified, "
-            f"{t.format_errors} malformed, {t.sandbox_failures} sandbox failures; "
+            f"{t.format_errors} malformed, {t.sandbox_failures} sandbox failures, "
+            f"{t.reused_steps} reused; "
             f"{elapsed:.1f}s ({rate:.1f} steps/min)",
         )
 
@@ -328,9 +347,43 @@ def export(
         )
 
 
+def _record_columns(record_json: str) -> dict[str, Any]:
+    """The record's parts a trainer reads, as flat values (JSON text for the open ones)."""
+    import json
+
+    record = json.loads(record_json)
+    out = record.get("model_output") or {}
+    sampling = record.get("sampling") or {}
+
+    def text(value: Any) -> str | None:
+        return None if value is None else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+    return {
+        "think": out.get("think", ""),
+        "action": text(out.get("action")),
+        "state_update": text(out.get("state_update")),
+        "raw": out.get("raw", ""),
+        "format_error": out.get("format_error"),
+        "prompt": text(record.get("prompt")),
+        "state_before": text(record.get("state_before")),
+        "state_after": text(record.get("state_after")),
+        "temperature": sampling.get("temperature"),
+        "top_p": sampling.get("top_p"),
+        "max_tokens": sampling.get("max_tokens"),
+        "prompt_tokens": out.get("prompt_tokens"),
+        "completion_tokens": out.get("completion_tokens"),
+        "finish_reason": out.get("finish_reason"),
+        "latency_s": out.get("latency_s"),
+        "cost_usd": out.get("cost_usd"),
+        "endpoint": out.get("endpoint"),
+    }
+
+
 def write_export(rows: list[StepRow], out: Path) -> dict[str, Path]:
-    """``steps.jsonl`` (one §7 record a line) and ``steps.parquet`` (the row's columns,
-    rewards flat, the record as JSON text)."""
+    """``steps.jsonl`` (one §7 record a line) and ``steps.parquet``: the row's columns
+    (rewards flat, sample and seed, the record as JSON text) and the record's parts as
+    columns of their own (think, action, state update, prompt, sampling, tokens,
+    finish_reason, latency, cost)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -341,8 +394,28 @@ def write_export(rows: list[StepRow], out: Path) -> dict[str, Path]:
     with jsonl.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(row.record_json + "\n")
-    columns = list(StepRow.model_fields)
-    table = pa.table({c: [getattr(r, c) for r in rows] for c in columns})
+    columns: dict[str, list[Any]] = {c: [getattr(r, c) for r in rows] for c in StepRow.model_fields}
+    extra = [_record_columns(r.record_json) for r in rows]
+    for name in _record_columns("{}"):
+        columns[name] = [e[name] for e in extra]
+    types = {
+        "seed": pa.int64(),
+        "temperature": pa.float64(),
+        "top_p": pa.float64(),
+        "max_tokens": pa.int64(),
+        "prompt_tokens": pa.int64(),
+        "completion_tokens": pa.int64(),
+        "latency_s": pa.float64(),
+        "cost_usd": pa.float64(),
+    }
+    fields = [
+        pa.field(c, types[c]) if c in types else pa.field(c, pa.array(v).type)
+        for c, v in columns.items()
+    ]
+    schema = pa.schema(
+        [f if f.type != pa.null() else pa.field(f.name, pa.string()) for f in fields]
+    )
+    table = pa.table(columns, schema=schema)
     parquet = out / "steps.parquet"
     pq.write_table(table, parquet)
     return {"jsonl": jsonl, "parquet": parquet}

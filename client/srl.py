@@ -24,7 +24,7 @@ from keel.srl.steps import (
     parse_tasks,
 )
 from store.artifacts import ArtifactStore
-from store.srl_steps import count_steps
+from store.srl_steps import count_steps, get_identity
 
 COLLECTION_TYPE = "SRLCollection"
 COLLECTION_PREFIX = "srl/"
@@ -44,6 +44,22 @@ def upload_tasks(artifacts: ArtifactStore, data: bytes) -> tuple[str, int]:
     return artifacts.put_bytes(data), len(tasks)
 
 
+class CollectionMismatch(ValueError):
+    """A run naming another source, model or sampling than the collection's recorded steps
+    (the message names both)."""
+
+
+def check_identity(sessions: sessionmaker[Session], inp: CollectionInput) -> None:
+    """Refuse, before starting, a run the collection's recorded identity would refuse
+    (``srl.window`` checks again: this is the early answer, not the guard)."""
+    stored = get_identity(sessions, inp.collection)
+    if stored is None:
+        return
+    mismatch = stored.mismatch(inp.identity())
+    if mismatch is not None:
+        raise CollectionMismatch(mismatch)
+
+
 async def start_collection(
     client: Client,
     inp: CollectionInput,
@@ -52,8 +68,10 @@ async def start_collection(
     memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, CollectionResult]:
     """Start ``SRLCollection`` by type name; a running collection with that id is refused
-    (``WorkflowAlreadyStartedError``), a finished one may be run again (its step rows are
-    kept: a step already written is not written twice)."""
+    (``WorkflowAlreadyStartedError``), a finished one may be run again: it reuses every
+    step recorded (no model call) and collects the rest. A run naming another source,
+    model or sampling fails in its first activity (``SrlCollectionMismatch``); callers
+    with the database call :func:`check_identity` first for an early answer."""
     return await start_by_type(
         client,
         COLLECTION_TYPE,

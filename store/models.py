@@ -258,8 +258,27 @@ class SrlStepRow(Base):
     record_json: Mapped[str] = mapped_column(Text)
     record_digest: Mapped[str] = mapped_column(String(80))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    sample: Mapped[int] = mapped_column(Integer, server_default="0")
+    seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (Index("ix_srl_steps_collection_task", "collection", "task_id"),)
+
+
+class SrlCollectionRow(Base):
+    """What an SRL collection's steps were drawn with (``keel.srl.steps.CollectionIdentity``),
+    written by its first run: a later run under the same id must name the same."""
+
+    __tablename__ = "srl_collections"
+
+    collection: Mapped[str] = mapped_column(String(128), primary_key=True)
+    source: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(200))
+    tasks_digest: Mapped[str] = mapped_column(String(80))
+    temperature: Mapped[float] = mapped_column(Float)
+    top_p: Mapped[float] = mapped_column(Float)
+    max_tokens: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 # --- design pipelines (plan §7; docs/design.md "Store") ---------------------------------

@@ -1,4 +1,5 @@
-"""SRL steps in SQL: written once per (collection, step key), read for reports and export."""
+"""SRL steps in SQL: written once per (collection, step key), read for reports, export and
+a collection run again (which reuses them); and each collection's identity, written once."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from keel.srl.steps import CollectionIdentity
 from keel.srl.trajectory import StepRow
-from store.models import SrlStepRow
+from store.models import SrlCollectionRow, SrlStepRow
 from store.records import _insert_ignoring_conflict
 
 _COLUMNS = tuple(StepRow.model_fields)
@@ -31,6 +33,56 @@ def insert_step(sm: sessionmaker[Session], row: StepRow) -> tuple[StepRow, bool]
         return _row(stored), False
 
 
+def get_step(sm: sessionmaker[Session], collection: str, key: str) -> StepRow | None:
+    """The row of one step, or None when it is not recorded."""
+    with sm() as session:
+        stored = session.get(SrlStepRow, (collection, key))
+        return _row(stored) if stored is not None else None
+
+
+_IDENTITY = tuple(CollectionIdentity.model_fields)
+
+
+def get_identity(sm: sessionmaker[Session], collection: str) -> CollectionIdentity | None:
+    """The identity a collection's first run recorded, or None."""
+    with sm() as session:
+        stored = session.get(SrlCollectionRow, collection)
+        if stored is None:
+            return None
+        return CollectionIdentity.model_validate({c: getattr(stored, c) for c in _IDENTITY})
+
+
+def record_identity(
+    sm: sessionmaker[Session], identity: CollectionIdentity
+) -> tuple[CollectionIdentity, bool]:
+    """Write the collection's identity unless it is there; return the stored one (the
+    first run's) and whether this call wrote it.
+
+    A collection recorded before identities were kept gets the first identity a run
+    brings, unless its rows name another source (then that source, so the run is refused).
+    """
+    values = {**identity.model_dump(), "created_at": datetime.now(UTC)}
+    with sm.begin() as session:
+        stored = session.get(SrlCollectionRow, identity.collection)
+        if stored is None:
+            sources = set(
+                session.scalars(
+                    select(SrlStepRow.source)
+                    .where(SrlStepRow.collection == identity.collection)
+                    .distinct()
+                )
+            )
+            if sources and identity.source not in sources:
+                legacy = identity.model_copy(update={"source": sorted(sources)[0]})
+                return legacy, False
+            if _insert_ignoring_conflict(session, SrlCollectionRow, values, ["collection"]):
+                return identity, True
+            stored = session.get(SrlCollectionRow, identity.collection, populate_existing=True)
+            if stored is None:  # pragma: no cover - the conflicting row exists
+                raise RuntimeError(f"srl collection {identity.collection} vanished")
+        return CollectionIdentity.model_validate({c: getattr(stored, c) for c in _IDENTITY}), False
+
+
 def _row(r: SrlStepRow) -> StepRow:
     return StepRow.model_validate({c: getattr(r, c) for c in _COLUMNS})
 
@@ -46,7 +98,7 @@ def list_steps(
     q = select(SrlStepRow).where(SrlStepRow.collection == collection)
     if task_id is not None:
         q = q.where(SrlStepRow.task_id == task_id)
-    q = q.order_by(SrlStepRow.task_id, SrlStepRow.step)
+    q = q.order_by(SrlStepRow.task_id, SrlStepRow.sample, SrlStepRow.step)
     if limit is not None:
         q = q.limit(limit)
     with sm() as session:

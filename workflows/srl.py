@@ -1,8 +1,10 @@
 """``SRLCollection`` and ``SRLEpisode``: SRL trajectory collection as durable workflows.
 
 A collection runs its tasks as child ``SRLEpisode`` workflows (id
-``srl/<collection>/<task_id>``), at most ``window`` in flight, and continues as new
-after ``per_run`` episodes, so a 10,000-task collection keeps every run's history small.
+``srl/<collection>/<task_id>``, ``~s<k>`` appended for sample ``k`` >= 1 of ``samples``),
+at most ``window`` in flight, and continues as new after ``per_run`` tasks, so a
+10,000-task collection keeps every run's history small. Each sample has its own seed
+(``keel.srl.trajectory.sample_seed``).
 An episode repeats two activities until the action is verified or the step cap:
 
 1. ``srl.generate``: the state rendered into the prompt, one answer from the source
@@ -12,6 +14,11 @@ An episode repeats two activities until the action is verified or the step cap:
 
 The answer is in the history between the two, so a worker lost during ``srl.apply``
 replays the same answer: the step is recorded once and never lost (docs/srl.md).
+
+A collection run again under the same id resumes: ``srl.window`` refuses a run naming
+another source, model or sampling, and ``srl.generate`` answers a step already recorded
+with its stored outcome (``Generation.recorded``, no model call), which the episode takes
+without ``srl.apply`` (patch ``srl-resume-recorded``).
 """
 
 from __future__ import annotations
@@ -38,11 +45,13 @@ with workflow.unsafe.imports_passed_through():
         GenerateInput,
         WindowInput,
     )
-    from keel.srl.trajectory import episode_id
+    from keel.srl.trajectory import episode_id, sample_seed
     from workflows.common import call
 
 COLLECTION_TYPE = "SRLCollection"
 EPISODE_TYPE = "SRLEpisode"
+#: A step ``srl.generate`` found recorded is taken as it is, without ``srl.apply``.
+RESUME_PATCH = "srl-resume-recorded"
 
 
 @workflow.defn(name=EPISODE_TYPE)
@@ -79,29 +88,37 @@ class SRLEpisode:
                     temperature=inp.temperature,
                     max_tokens=inp.max_tokens,
                     seed=inp.seed + step,
+                    top_p=inp.top_p,
+                    sample=inp.sample,
                 ),
                 summary=f"step {step}: {inp.source} proposes an action",
             )
-            outcome = await call(
-                APPLY,
-                ApplyInput(
-                    collection=inp.collection,
-                    tasks_digest=inp.tasks_digest,
-                    task_index=inp.task_index,
-                    step=step,
-                    source=inp.source,
-                    state=generation.state_before,
-                    text_digest=text_digest,
-                    generation=generation,
-                ),
-                summary=f"step {step}: sandbox, reward, record",
-            )
+            reused = generation.recorded is not None and workflow.patched(RESUME_PATCH)
+            if reused and generation.recorded is not None:
+                outcome = generation.recorded
+            else:
+                outcome = await call(
+                    APPLY,
+                    ApplyInput(
+                        collection=inp.collection,
+                        tasks_digest=inp.tasks_digest,
+                        task_index=inp.task_index,
+                        step=step,
+                        source=inp.source,
+                        state=generation.state_before,
+                        text_digest=text_digest,
+                        generation=generation,
+                        sample=inp.sample,
+                    ),
+                    summary=f"step {step}: sandbox, reward, record",
+                )
             self._totals = self._totals.plus(
                 CollectionTotals(
                     steps=1,
                     verified_steps=int(outcome.verified),
                     format_errors=int(not outcome.format_ok),
                     sandbox_failures=int(outcome.sandbox_failed),
+                    reused_steps=int(reused),
                 )
             )
             state, text_digest = outcome.state, outcome.text_digest
@@ -124,7 +141,7 @@ class SRLCollection:
         self._inp = inp
         self._task_count = inp.task_count
         self._totals = inp.totals
-        self._done = inp.offset
+        self._done = inp.offset * inp.samples
         self._in_flight = 0
 
     @workflow.query(name="progress")
@@ -136,6 +153,7 @@ class SRLCollection:
             in_flight=self._in_flight,
             totals=self._totals,
             runs=self._inp.offset // self._inp.per_run + 1,
+            samples=self._inp.samples,
         )
 
     @workflow.run
@@ -147,6 +165,7 @@ class SRLCollection:
                 tasks_file=inp.tasks_file,
                 start=inp.offset,
                 count=inp.per_run,
+                identity=inp.identity(),
             ),
             summary=f"tasks from {inp.offset}",
         )
@@ -173,25 +192,29 @@ class SRLCollection:
         )
 
     async def _episodes(self, inp: CollectionInput, digest: str, task_ids: list[str]) -> None:
-        """Run the episodes with at most ``window`` in flight, in task order."""
+        """Run the episodes (``samples`` a task) with at most ``window`` in flight, in task
+        and sample order."""
         pending: set[asyncio.Task[EpisodeResult | None]] = set()
         for i, task_id in enumerate(task_ids):
-            if len(pending) >= inp.window:
-                pending = await self._settle(pending)
-            child = EpisodeInput(
-                collection=inp.collection,
-                tasks_digest=digest,
-                task_index=inp.offset + i,
-                task_id=task_id,
-                source=inp.source,
-                model=inp.model,
-                max_steps=inp.max_steps,
-                temperature=inp.temperature,
-                max_tokens=inp.max_tokens,
-                seed=inp.seed,
-            )
-            pending.add(asyncio.create_task(self._episode(child)))
-            self._in_flight = len(pending)
+            for sample in range(inp.samples):
+                if len(pending) >= inp.window:
+                    pending = await self._settle(pending)
+                child = EpisodeInput(
+                    collection=inp.collection,
+                    tasks_digest=digest,
+                    task_index=inp.offset + i,
+                    task_id=task_id,
+                    source=inp.source,
+                    model=inp.model,
+                    max_steps=inp.max_steps,
+                    temperature=inp.temperature,
+                    max_tokens=inp.max_tokens,
+                    seed=sample_seed(inp.collection, task_id, sample, inp.seed),
+                    top_p=inp.top_p,
+                    sample=sample,
+                )
+                pending.add(asyncio.create_task(self._episode(child)))
+                self._in_flight = len(pending)
         while pending:
             pending = await self._settle(pending)
 
@@ -216,10 +239,11 @@ class SRLCollection:
             result: EpisodeResult = await workflow.execute_child_workflow(
                 EPISODE_TYPE,
                 child,
-                id=episode_id(child.collection, child.task_id),
+                id=episode_id(child.collection, child.task_id, child.sample),
                 result_type=EpisodeResult,
                 execution_timeout=timedelta(hours=6),
-                static_summary=f"task {child.task_id}",
+                static_summary=f"task {child.task_id}"
+                + (f" sample {child.sample}" if child.sample else ""),
             )
         except ChildWorkflowError as err:
             workflow.logger.warning("episode %s failed: %s", child.task_id, err.cause or err)

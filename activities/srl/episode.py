@@ -5,6 +5,11 @@ through the LLM gateway, or the actor pool); ``srl.apply`` parses it, applies th
 in the jail, re-parses the result, scores it, merges the state and writes the step row.
 Writing is idempotent by (collection, ``<task_id>#<step>``): a retried ``srl.apply``
 finds the row and returns the outcome stored in it, so a step is never counted twice.
+
+A collection run again reuses what it recorded: ``srl.window`` records the collection's
+identity (source, model, sampling) on the first run and refuses a run naming others;
+``srl.generate`` looks the step's row up first and, when it is there, returns its stored
+outcome without asking any model.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from keel.srl.state import (
 from keel.srl.step import PatternAction, RuleAction, parse_step, step_schema
 from keel.srl.steps import (
     APPLY,
+    ERROR_SRL_IDENTITY,
     ERROR_SRL_TASKS,
     GENERATE,
     WINDOW,
@@ -54,11 +60,11 @@ from keel.srl.steps import (
     WindowTasks,
     parse_tasks,
 )
-from keel.srl.trajectory import ModelOutput, StepRecord, StepRow, step_key
+from keel.srl.trajectory import ModelOutput, Sampling, StepRecord, StepRow, step_key
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits
 from sandbox.astgrep import apply_astgrep_async, check_parses_async
 from store.artifacts import ArtifactNotFound, ArtifactStore
-from store.srl_steps import insert_step
+from store.srl_steps import get_step, insert_step, record_identity
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +154,14 @@ class SrlActivities:
         if digest is None:
             digest = await asyncio.to_thread(self._store_file, inp.tasks_file or "")
         tasks = await asyncio.to_thread(self.tasks, digest)
+        if inp.identity is not None:
+            identity = inp.identity.model_copy(
+                update={"tasks_digest": inp.identity.tasks_digest or digest}
+            )
+            stored, _ = await asyncio.to_thread(record_identity, self.sessions, identity)
+            mismatch = stored.mismatch(identity)
+            if mismatch is not None:
+                raise ApplicationError(mismatch, type=ERROR_SRL_IDENTITY, non_retryable=True)
         return WindowTasks(
             tasks_digest=digest,
             task_count=len(tasks),
@@ -168,7 +182,35 @@ class SrlActivities:
 
     @activity.defn(name=GENERATE.name)
     async def generate(self, inp: GenerateInput) -> Generation:
-        return await heartbeating(self._generate(inp), every_s=HEARTBEAT_EVERY_S)
+        recorded = await asyncio.to_thread(self._recorded, inp)
+        if recorded is not None:
+            return recorded
+        gen = await heartbeating(self._generate(inp), every_s=HEARTBEAT_EVERY_S)
+        return gen.model_copy(update={"sampling": _sampling(inp)})
+
+    def _recorded(self, inp: GenerateInput) -> Generation | None:
+        """The step as an earlier run recorded it (a collection run again), or None."""
+        task = self.task(inp.tasks_digest, inp.task_index)
+        key = step_key(task.task_id, inp.step, inp.sample)
+        row = get_step(self.sessions, inp.collection, key)
+        if row is None:
+            return None
+        record = StepRecord.model_validate_json(row.record_json)
+        out = record.model_output
+        prompt = self.artifacts.put_json(record.prompt)
+        return Generation(
+            raw=out.raw,
+            model=row.model,
+            state_before=State.model_validate(record.state_before),
+            endpoint=out.endpoint or "",
+            prompt_digest=prompt,
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=out.completion_tokens,
+            finish_reason=out.finish_reason,
+            cost_usd=out.cost_usd,
+            sampling=record.sampling,
+            recorded=_outcome_of(record, key).model_copy(update={"recorded": False}),
+        )
 
     async def _generate(self, inp: GenerateInput) -> Generation:
         task = self.task(inp.tasks_digest, inp.task_index)
@@ -214,6 +256,7 @@ class SrlActivities:
                         "temperature": inp.temperature,
                         "max_tokens": inp.max_tokens,
                         "seed": inp.seed,
+                        **({"top_p": inp.top_p} if inp.top_p != 1.0 else {}),
                     },
                     # Where the model's server decodes against a schema, the answer is the
                     # step's JSON form by construction; elsewhere the tags, parsed as before.
@@ -231,7 +274,10 @@ class SrlActivities:
                 state_before=state,
                 prompt_digest=prompt,
                 latency_s=time.monotonic() - started,
+                prompt_tokens=response.usage.prompt_tokens,
+                completion_tokens=response.usage.completion_tokens,
                 finish_reason=response.finish_reason,
+                cost_usd=response.cost_usd,
                 structured=response.structured != "none",
             )
         pool = await self.actors()
@@ -241,6 +287,7 @@ class SrlActivities:
                 max_tokens=inp.max_tokens,
                 temperature=inp.temperature,
                 seed=inp.seed,
+                top_p=inp.top_p if inp.top_p != 1.0 else None,
             )
         except ActorRequestError as e:  # the actor refused this request: asking again won't help
             raise ApplicationError(str(e), type="SrlActorRefused", non_retryable=True) from None
@@ -254,6 +301,9 @@ class SrlActivities:
             token_ids=gen.token_ids,
             logprobs=gen.logprobs,
             latency_s=gen.latency_s,
+            prompt_tokens=gen.prompt_tokens,
+            completion_tokens=gen.completion_tokens,
+            finish_reason=gen.finish_reason,
         )
 
     def _structured(self, model: str) -> bool:
@@ -310,7 +360,7 @@ class SrlActivities:
 
     async def _apply(self, inp: ApplyInput) -> StepOutcome:
         task = self.task(inp.tasks_digest, inp.task_index)
-        key = step_key(task.task_id, inp.step)
+        key = step_key(task.task_id, inp.step, inp.sample)
         text = self.text(task, inp.text_digest)
         record, outcome = await self._score(task, inp, text)
         row = StepRow.from_record(
@@ -342,12 +392,13 @@ class SrlActivities:
     ) -> tuple[StepRecord, StepOutcome]:
         gen = inp.generation
         state = inp.state
-        key = step_key(task.task_id, inp.step)
+        key = step_key(task.task_id, inp.step, inp.sample)
         base: dict[str, Any] = {
             "task_id": task.task_id,
             "step": inp.step,
             "prompt": await asyncio.to_thread(self.artifacts.get_json, gen.prompt_digest),
             "state_before": state.model_dump(mode="json"),
+            "sampling": gen.sampling or (Sampling(sample=inp.sample) if inp.sample else None),
         }
         try:
             step = parse_step(gen.raw, finish_reason=gen.finish_reason)
@@ -478,6 +529,16 @@ def _with_think(content: str, reasoning: str | None) -> str:
     return f"<think>{reasoning}</think>{content}"
 
 
+def _sampling(inp: GenerateInput) -> Sampling:
+    return Sampling(
+        sample=inp.sample,
+        seed=inp.seed,
+        temperature=inp.temperature,
+        top_p=inp.top_p,
+        max_tokens=inp.max_tokens,
+    )
+
+
 def _goal(task: SrlTask) -> StateUpdate:
     return StateUpdate(goals=[task.instruction[:256]])
 
@@ -515,6 +576,11 @@ def _output(
         token_ids=gen.token_ids,
         logprobs=gen.logprobs,
         endpoint=gen.endpoint or None,
+        prompt_tokens=gen.prompt_tokens,
+        completion_tokens=gen.completion_tokens,
+        finish_reason=gen.finish_reason,
+        latency_s=gen.latency_s or None,
+        cost_usd=gen.cost_usd,
     )
 
 

@@ -5,7 +5,9 @@ The body carries the tasks inline (at most ``MAX_API_TASKS``; a bigger set goes 
 artifact store first, e.g. with ``srl collect``, and is named by ``tasks_digest``).
 Starting needs the ``requester`` role; a collection is read back by the caller who
 started it and ``admin`` (to anyone else its id is a 404). A running collection with the
-same id is a 409; with an ``Idempotency-Key`` a repeated request answers the same.
+same id is a 409, and so is a run naming another source, model or sampling than the
+collection's recorded steps (a finished collection run again reuses them); with an
+``Idempotency-Key`` a repeated request answers the same.
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from api.deps import (
 )
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey, idempotent
-from client.srl import CollectionView, collection_view, collection_workflow_id, start_collection
+from client.srl import (
+    CollectionMismatch,
+    CollectionView,
+    check_identity,
+    collection_view,
+    collection_workflow_id,
+    start_collection,
+)
 from keel.access import ACCESS_MEMO, access_for
 from keel.digest import canonical_json
 from keel.srl.steps import (
@@ -108,6 +117,10 @@ async def start(
             task_count=count,
             **body.model_dump(include=set(CollectionOptions.model_fields)),
         )
+        try:
+            await to_thread.run_sync(check_identity, sessions, inp)
+        except CollectionMismatch as e:
+            raise ApiError(409, "conflict", str(e)) from None
         try:
             await start_collection(
                 client,

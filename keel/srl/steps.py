@@ -25,14 +25,18 @@ from keel.refs import ActivityRef
 from keel.srl.expert import Expert
 from keel.srl.state import State
 from keel.srl.step import Language, PatternAction, RuleAction
-from keel.srl.trajectory import Source, check_id
+from keel.srl.trajectory import Sampling, Source, check_id
 
 MAX_STEPS: Final = 20
 MAX_WINDOW: Final = 200
 MAX_PER_RUN: Final = 1000
 MAX_FILE_CHARS: Final = 200_000
+MAX_SAMPLES: Final = 64
 #: The ApplicationError type of a task file (or task) that cannot be used: not retried.
 ERROR_SRL_TASKS: Final = "SrlTasksInvalid"
+#: The ApplicationError type of a re-run naming another source, model or sampling than the
+#: collection was recorded with: not retried.
+ERROR_SRL_IDENTITY: Final = "SrlCollectionMismatch"
 
 
 class _Model(BaseModel):
@@ -147,9 +151,20 @@ class Generation(_Model):
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     latency_s: float = 0.0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
     #: Why the model stopped (``length``: cut at ``max_tokens``; such an answer that does
     #: not parse is recorded as truncated, not malformed).
     finish_reason: str | None = None
+    cost_usd: float | None = None
+    sampling: Sampling | None = Field(
+        None, description="sample, seed and sampling parameters this answer was drawn with"
+    )
+    recorded: StepOutcome | None = Field(
+        None,
+        description="the step was already recorded (a collection run again): its stored "
+        "outcome, no model called; the episode goes on from it without srl.apply",
+    )
     #: The server was asked to decode against the step's JSON Schema (the JSON form).
     structured: bool = False
 
@@ -164,6 +179,9 @@ class CollectionTotals(_Model):
     format_errors: int = 0
     sandbox_failures: int = 0
     failed_episodes: int = 0
+    reused_steps: int = Field(
+        default=0, description="steps found recorded by an earlier run: no model call"
+    )
 
     def plus(self, other: CollectionTotals) -> CollectionTotals:
         return CollectionTotals(
@@ -182,6 +200,41 @@ class CollectionOptions(_Model):
     per_run: int = Field(default=200, ge=1, le=MAX_PER_RUN)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(default=512, ge=16, le=8192)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    samples: int = Field(
+        default=1, ge=1, le=MAX_SAMPLES, description="rollouts per task, each with its own seed"
+    )
+    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="base of every sample's seed")
+
+
+class CollectionIdentity(_Model):
+    """What a collection's recorded steps were drawn with, kept once in SQL: a run naming
+    another source, model or sampling under the same id is refused, since its steps would
+    be reused for answers it did not ask for. ``tasks_digest`` is the first run's file
+    (another file is accepted: tasks are matched by id)."""
+
+    collection: str
+    source: Source
+    model: str = ""
+    tasks_digest: str = ""
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int = 0
+
+    def mismatch(self, other: CollectionIdentity) -> str | None:
+        """A sentence naming what differs (both values), or None when ``other`` may reuse
+        this collection's steps."""
+        fields = ("source", "model", "temperature", "top_p", "max_tokens", "seed")
+        diff = [f for f in fields if getattr(self, f) != getattr(other, f)]
+        if not diff:
+            return None
+        was = ", ".join(f"{f} {getattr(self, f)!r}" for f in diff)
+        now = ", ".join(f"{f} {getattr(other, f)!r}" for f in diff)
+        return (
+            f"collection {self.collection!r} was recorded with {was}; this run names {now}. "
+            "Use another collection id for another source, model or sampling"
+        )
 
 
 class CollectionInput(CollectionOptions):
@@ -202,7 +255,6 @@ class CollectionInput(CollectionOptions):
     collection: str
     tasks_digest: str | None = Field(None, pattern=r"^blake3:[0-9a-f]{64}$")
     tasks_file: str | None = Field(None, min_length=1, max_length=1000)
-    seed: int = Field(default=0, ge=0, le=2**31 - 1)
     offset: int = Field(default=0, ge=0)
     task_count: int | None = Field(default=None, ge=0)
     totals: CollectionTotals = Field(default_factory=CollectionTotals)
@@ -217,6 +269,18 @@ class CollectionInput(CollectionOptions):
         if (self.tasks_digest is None) == (self.tasks_file is None):
             raise ValueError("give exactly one of tasks_digest and tasks_file")
         return self
+
+    def identity(self, tasks_digest: str = "") -> CollectionIdentity:
+        return CollectionIdentity(
+            collection=self.collection,
+            source=self.source,
+            model=self.model,
+            tasks_digest=tasks_digest or self.tasks_digest or "",
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+        )
 
 
 class CollectionResult(_Model):
@@ -235,6 +299,7 @@ class CollectionProgress(_Model):
     in_flight: int
     totals: CollectionTotals
     runs: int = Field(description="workflow runs so far (continue-as-new adds one)")
+    samples: int = Field(default=1, description="episodes per task (done counts episodes)")
 
 
 class EpisodeInput(_Model):
@@ -248,6 +313,8 @@ class EpisodeInput(_Model):
     temperature: float = 0.0
     max_tokens: int = 512
     seed: int = 0
+    top_p: float = 1.0
+    sample: int = Field(default=0, ge=0)
 
 
 class EpisodeResult(_Model):
@@ -262,6 +329,9 @@ class WindowInput(_Model):
     tasks_file: str | None = None
     start: int = Field(ge=0)
     count: int = Field(ge=1, le=MAX_PER_RUN)
+    identity: CollectionIdentity | None = Field(
+        None, description="recorded on the first run, checked on every later one"
+    )
 
 
 class WindowTasks(_Model):
@@ -285,6 +355,8 @@ class GenerateInput(_Model):
     temperature: float = 0.0
     max_tokens: int = 512
     seed: int = 0
+    top_p: float = 1.0
+    sample: int = Field(default=0, ge=0)
 
 
 class ApplyInput(_Model):
@@ -296,6 +368,7 @@ class ApplyInput(_Model):
     state: State
     text_digest: str | None = None
     generation: Generation
+    sample: int = Field(default=0, ge=0)
 
 
 class StepOutcome(_Model):
@@ -312,6 +385,8 @@ class StepOutcome(_Model):
     recorded: bool = Field(description="False when the row was already there (a retry)")
     sandbox_failed: bool = False
 
+
+Generation.model_rebuild()
 
 WINDOW: Final = ActivityRef("srl.window", WindowInput, WindowTasks)
 GENERATE: Final = ActivityRef("srl.generate", GenerateInput, Generation)

@@ -1,9 +1,11 @@
 """The trajectory records of SRL episodes: the plan's §7 JSONL step and its SQL row.
 
-A step is identified by ``(task_id, step)``; :func:`step_key` turns that into the
+A step is identified by ``(task_id, sample, step)``; :func:`step_key` turns that into the
 idempotency key the store uses as its primary key, so a step appended twice (a retried
-activity, a replayed workflow after a worker was killed) is one row. An episode's
-workflow id is :func:`episode_id`, ``srl/<collection>/<task_id>``.
+activity, a replayed workflow after a worker was killed, a collection run again) is one
+row. An episode's workflow id is :func:`episode_id`, ``srl/<collection>/<task_id>``
+(``~s<k>`` appended for sample ``k`` >= 1; ``~`` is never in an id, so the two can't
+meet). Each sample has its own seed, :func:`sample_seed`.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from keel.digest import canonical_json, digest_bytes
+from keel.digest import canonical_json, digest_bytes, digest_json
 from keel.srl.rewards import Reward
 
 SCHEMA_VERSION: Final = 1
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 EPISODE_PREFIX = "srl/"
+SAMPLE_MARK = "~s"
+#: The largest seed a sample gets: step ``n`` sends ``seed + n``, within 31 bits.
+MAX_SAMPLE_SEED: Final = 2**31 - 1 - 64
 
 Source = Literal["teacher", "actor", "gold_replay"]
 
@@ -31,24 +36,67 @@ def check_id(value: str, what: str) -> str:
     return value
 
 
-def episode_id(collection: str, task_id: str) -> str:
-    """``srl/<collection>/<task_id>``: the ``SRLEpisode`` workflow id."""
-    return f"{EPISODE_PREFIX}{check_id(collection, 'collection')}/{check_id(task_id, 'task id')}"
+def _sample_suffix(sample: int) -> str:
+    if sample < 0:
+        raise ValueError(f"sample must be >= 0, got {sample}")
+    return f"{SAMPLE_MARK}{sample}" if sample else ""
+
+
+def episode_id(collection: str, task_id: str, sample: int = 0) -> str:
+    """``srl/<collection>/<task_id>`` (sample 0) or ``srl/<collection>/<task_id>~s<k>``:
+    the ``SRLEpisode`` workflow id."""
+    return (
+        f"{EPISODE_PREFIX}{check_id(collection, 'collection')}/"
+        f"{check_id(task_id, 'task id')}{_sample_suffix(sample)}"
+    )
 
 
 def parse_episode_id(value: str) -> tuple[str, str]:
     """``(collection, task_id)`` of an episode id; ``ValueError`` when it is not one."""
+    collection, task_id, _ = parse_episode_sample(value)
+    return collection, task_id
+
+
+def parse_episode_sample(value: str) -> tuple[str, str, int]:
+    """``(collection, task_id, sample)`` of an episode id; ``ValueError`` when it is not one."""
     parts = value.split("/")
     if len(parts) != 3 or parts[0] != "srl":
         raise ValueError(f"{value!r} is not srl/<collection>/<task_id>")
-    return check_id(parts[1], "collection"), check_id(parts[2], "task id")
+    task, mark, sample = parts[2].partition(SAMPLE_MARK)
+    if mark and not (sample.isdigit() and sample == str(int(sample)) and int(sample) >= 1):
+        raise ValueError(f"{value!r}: {mark}{sample} is not a sample index >= 1")
+    return check_id(parts[1], "collection"), check_id(task, "task id"), int(sample or 0)
 
 
-def step_key(task_id: str, step: int) -> str:
-    """The idempotency key of a step: ``<task_id>#<step>`` (step is 1-based)."""
+def step_key(task_id: str, step: int, sample: int = 0) -> str:
+    """The idempotency key of a step: ``<task_id>#<step>`` (step is 1-based), or
+    ``<task_id>~s<k>#<step>`` for sample ``k`` >= 1."""
     if step < 1:
         raise ValueError(f"step must be >= 1, got {step}")
-    return f"{check_id(task_id, 'task id')}#{step}"
+    return f"{check_id(task_id, 'task id')}{_sample_suffix(sample)}#{step}"
+
+
+def sample_seed(collection: str, task_id: str, sample: int, base: int = 0) -> int:
+    """The seed of one sample of one task: BLAKE3 of (collection, task, sample, base seed),
+    in ``0..MAX_SAMPLE_SEED``. The same on every run, so a re-run sends what the first did;
+    different per sample, so K samples are K draws."""
+    digest = digest_json(
+        {"collection": collection, "task_id": task_id, "sample": sample, "base": base}
+    )
+    return int(digest.removeprefix("blake3:")[:16], 16) % (MAX_SAMPLE_SEED + 1)
+
+
+class Sampling(BaseModel):
+    """How a step's answer was drawn: the sample index, the seed sent, and the sampling
+    parameters (what a re-run must match to reuse it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sample: int = Field(default=0, ge=0)
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
 
 
 class ModelOutput(BaseModel):
@@ -64,6 +112,11 @@ class ModelOutput(BaseModel):
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     endpoint: str | None = Field(None, description="the actor that answered (actor mode)")
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    latency_s: float | None = None
+    cost_usd: float | None = None
 
 
 class StepRecord(BaseModel):
@@ -86,6 +139,7 @@ class StepRecord(BaseModel):
     reward: Reward | None = None
     state_after: dict[str, Any] | None = None
     text_digest: str | None = Field(None, description="the file after the step (artifact)")
+    sampling: Sampling | None = Field(None, description="sample, seed, sampling parameters")
 
     @field_validator("task_id")
     @classmethod
@@ -93,8 +147,12 @@ class StepRecord(BaseModel):
         return check_id(value, "task id")
 
     @property
+    def sample(self) -> int:
+        return self.sampling.sample if self.sampling else 0
+
+    @property
     def key(self) -> str:
-        return step_key(self.task_id, self.step)
+        return step_key(self.task_id, self.step, self.sample)
 
     def to_jsonl(self) -> str:
         """One canonical JSON line (sorted keys, no spaces), without the newline."""
@@ -131,6 +189,8 @@ class StepRow(BaseModel):
     reward_total: float | None
     record_json: str
     record_digest: str
+    sample: int = 0
+    seed: int | None = None
 
     @classmethod
     def from_record(
@@ -163,6 +223,8 @@ class StepRow(BaseModel):
             reward_total=reward.total if reward else None,
             record_json=body.decode("utf-8"),
             record_digest=digest_bytes(body),
+            sample=record.sample,
+            seed=record.sampling.seed if record.sampling else None,
         )
 
 

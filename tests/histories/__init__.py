@@ -38,6 +38,10 @@ CORPUS: tuple[str, ...] = (
     "srl_collection",
     "srl_collection_last",
     "srl_episode_recovered",
+    "srl_collection_samples",
+    "srl_episode_sample",
+    "srl_collection_resumed",
+    "srl_episode_resumed",
     "design_replanned",
     "design_iteration",
 )

@@ -625,6 +625,48 @@ async def srl_collection(ctx: Ctx) -> Histories:
     }
 
 
+async def srl_resume(ctx: Ctx) -> Histories:
+    """A teacher collection of two tasks with two samples each (episodes ``swap-<i>`` and
+    ``swap-<i>~s1``, each with its own seed), then the same collection run again: every
+    step is found recorded (patch ``srl-resume-recorded``), no model is asked and no
+    ``srl.apply`` runs."""
+    data = tasks_jsonl(divide_tasks(2))
+    digest, count = upload_tasks(artifact_store_from_settings(ctx.settings), data)
+    inp = CollectionInput(
+        collection=f"{ID_PREFIX}-srl-resume",
+        tasks_digest=digest,
+        task_count=count,
+        source="teacher",
+        model="local",
+        samples=2,
+        window=2,
+        temperature=0.7,
+    )
+    before = ctx.llm.default
+    ctx.llm.default = ScriptedReply(content=SWAP_ANSWER)
+    try:
+        first = await start_collection(ctx.client, inp, task_queue=ctx.task_queue)
+        result = await first.result()
+        asked = len(ctx.llm.requests)
+        sample = ctx.client.get_workflow_handle(f"srl/{inp.collection}/swap-1~s1")
+        sample_history = await history_json(sample)
+        again = await start_collection(ctx.client, inp, task_queue=ctx.task_queue)
+        resumed = await again.result()
+    finally:
+        ctx.llm.default = before
+    t, r = result.totals, resumed.totals
+    expect((t.episodes, t.steps, t.verified_steps) == (4, 4, 4), f"first run {t}")
+    expect((r.steps, r.reused_steps) == (4, 4), f"run again {r}")
+    expect(len(ctx.llm.requests) == asked, "the run again asked no model")
+    episode = ctx.client.get_workflow_handle(f"srl/{inp.collection}/swap-0")
+    return {
+        "srl_collection_samples": await history_json(first),
+        "srl_episode_sample": sample_history,
+        "srl_collection_resumed": await history_json(again),
+        "srl_episode_resumed": await history_json(episode),
+    }
+
+
 SCENARIOS: dict[str, Scenario] = {
     "gate_approved_update": gate_approved_update,
     "gate_local_audit": gate_local_audit,
@@ -648,6 +690,7 @@ SCENARIOS: dict[str, Scenario] = {
     "mrp_rejected": mrp_rejected,
     "mrp_evaluation_failed": mrp_evaluation_failed,
     "srl_collection": srl_collection,
+    "srl_resume": srl_resume,
     "design_replanned": design_replanned,
 }
 

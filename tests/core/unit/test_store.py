@@ -43,7 +43,7 @@ from tests.support.store import run_together
 
 POSTGRES_URL = os.environ.get("KEEL_TEST_POSTGRES_URL", "")
 TABLES = {"gate_audit", "llm_calls", "api_idempotency", "rllm_runs"}
-TABLES |= {"mrp_runs", "mrp_shards", "mrp_checkpoints", "srl_steps"}
+TABLES |= {"mrp_runs", "mrp_shards", "mrp_checkpoints", "srl_steps", "srl_collections"}
 TABLES |= {"projects", "decision_sets", "artifacts", "agent_runs", "approvals"}
 TABLES |= {"cost_estimates", "events"}
 T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)

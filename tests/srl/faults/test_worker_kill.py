@@ -32,7 +32,7 @@ from keel.srl.steps import ApplyInput, CollectionInput, GenerateInput
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.files import load_models_config
-from store.srl_steps import list_steps
+from store.srl_steps import list_steps, record_identity
 from tests.support.faults import sigkill, spawn_ready_worker, wait_until
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from tests.support.srl import SWAP_ANSWER, divide_tasks, tasks_jsonl
@@ -57,6 +57,10 @@ async def test_worker_killed_mid_step_loses_no_step_and_records_none_twice(
             source="teacher", model="local", window=3, max_steps=1,
         )  # fmt: skip
 
+        # srl.window writes the collection's identity before any step: written here first,
+        # so the write lock held below stops the steps' inserts only.
+        sessions = get_sessionmaker(settings.resolved_database_url)
+        record_identity(sessions, inp.identity())
         db_file = settings.resolved_database_url.removeprefix("sqlite:///")
         lock = sqlite3.connect(db_file, isolation_level=None, timeout=10)
         try:
@@ -86,7 +90,6 @@ async def test_worker_killed_mid_step_loses_no_step_and_records_none_twice(
             lock.execute("ROLLBACK")
             lock.close()
 
-        sessions = get_sessionmaker(settings.resolved_database_url)
         assert list_steps(sessions, collection) == []  # the killed worker wrote no step
 
         async with build_worker(client, settings, max_cached_workflows=0):

@@ -54,6 +54,24 @@ async def test_start_and_read_a_collection(http: httpx.AsyncClient) -> None:
     ).status_code == 200
 
 
+async def test_samples_then_a_run_naming_another_source_is_a_409(
+    http: httpx.AsyncClient,
+) -> None:
+    collection = f"api-samples-{uuid.uuid4().hex[:8]}"
+    body = {"collection": collection, "tasks": HAND_TASKS[:2], "samples": 2, "seed": 7}
+    resp = await http.post("/srl/collections", json=body, headers=auth("alice"))
+    assert resp.status_code == 202, resp.text
+    done = await _until_done(http, collection, "alice")
+    assert done["status"] == "completed" and done["totals"]["episodes"] == 4
+    assert done["recorded"]["steps"] == 4
+
+    other = {**body, "source": "teacher", "model": "local"}
+    err = assert_error(
+        await http.post("/srl/collections", json=other, headers=auth("alice")), 409, "conflict"
+    )
+    assert "source 'gold_replay'" in err["message"] and "source 'teacher'" in err["message"]
+
+
 async def test_refusals(http: httpx.AsyncClient) -> None:
     task = HAND_TASKS[0]
     both = {"collection": "x", "tasks": [task], "tasks_digest": "blake3:" + "0" * 64}

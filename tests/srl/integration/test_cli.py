@@ -89,3 +89,25 @@ def test_errors_are_the_envelope_with_srl_exit_codes(env: dict[str, str], tmp_pa
     assert missing.returncode == 6 and doc(missing)["error"]["type"] == "not_found"
     usage = srl(["collect", str(bad), "--collection", "c", "--source", "oracle"], env)
     assert usage.returncode == 2 and "--source must be" in usage.stderr
+
+
+def test_collect_again_reuses_its_steps_and_refuses_another_source(
+    env: dict[str, str],
+) -> None:
+    args = ["collect", str(EXAMPLE_TASKS), "--collection", "cli-again", "--limit", "2"]
+    first = srl([*args, "--samples", "2"], env)
+    assert first.returncode == 0, first.stderr
+    t = doc(first)["totals"]
+    assert (t["episodes"], t["steps"], t["reused_steps"]) == (4, 4, 0)
+
+    again = srl([*args, "--samples", "2"], env)
+    assert again.returncode == 0, again.stderr
+    t = doc(again)["totals"]
+    assert (t["episodes"], t["steps"], t["verified_steps"], t["reused_steps"]) == (4, 4, 4, 4)
+
+    other = srl([*args, "--source", "teacher", "--model", "local"], env)
+    assert other.returncode == 8, other.stderr
+    err = doc(other)["error"]
+    assert err["type"] == "invalid_input"
+    assert "source 'gold_replay', model ''" in err["message"]
+    assert "source 'teacher', model 'local'" in err["message"]
