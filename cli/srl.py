@@ -68,7 +68,7 @@ def _fail(code: str, lines: list[str] | str, details: Any = None) -> NoReturn:
 
 
 def _translate(err: BaseException) -> CliError | None:
-    from client.srl import CollectionMismatch
+    from client.srl import CollectionMismatch, ExpertSetError
     from keel.srl.steps import TasksInvalid
     from services.local import ServiceUnavailable
 
@@ -77,6 +77,8 @@ def _translate(err: BaseException) -> CliError | None:
         return known
     if isinstance(err, CollectionMismatch):
         return _failure("invalid_input", str(err)).error
+    if isinstance(err, ExpertSetError):
+        return _failure("not_found", str(err)).error
     if isinstance(err, TasksInvalid):
         return _failure("invalid_input", str(err)).error
     if isinstance(err, ServiceUnavailable):
@@ -289,7 +291,8 @@ def show(
         async def view() -> Any:
             services = LocalServices(settings, note)
             try:
-                client = await services.connect()
+                # A read: it never starts Keel (it used to, and left it running).
+                client = await services.connect(start=False)
                 return await collection_view(client, toolkit.sessions(settings), collection)
             finally:
                 await asyncio.to_thread(services.stop, True)
@@ -344,6 +347,35 @@ def export(
         _emit(
             {"collection": collection, "steps": len(rows), **{k: str(v) for k, v in paths.items()}},
             f"{collection}: {len(rows)} steps -> {paths['jsonl']}, {paths['parquet']}",
+        )
+
+
+@app.command()
+def expert(
+    collection: CollectionOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The expert task file to write")],
+    json_out: JsonOpt = None,
+) -> None:
+    """Write the collection's verified trajectories as an expert set: its task file with
+    each verified task's expert steps (`srl collect` on it scores step n against the
+    expert's step n)."""
+    from client.srl import expert_task_file
+    from store.artifacts import artifact_store_from_settings
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        settings = toolkit.load_settings()
+        data, done = expert_task_file(
+            toolkit.sessions(settings), artifact_store_from_settings(settings), collection
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+        missing = f"; without a verified episode: {', '.join(done.without)}" if done.without else ""
+        _emit(
+            {**done.model_dump(mode="json"), "out": str(out)},
+            f"{collection}: {done.experts} expert trajectories ({done.expert_steps} steps, "
+            f"{done.source} {done.model or ''}".rstrip()
+            + f") -> {out}{missing}",
         )
 
 

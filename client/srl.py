@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowHandle
 
 from client.temporal import RunStatus, describe_or_none, start_by_type, status_name
+from keel.srl.expert import Expert, expert_steps
 from keel.srl.steps import (
     CollectionInput,
     CollectionProgress,
@@ -23,8 +24,9 @@ from keel.srl.steps import (
     CollectionTotals,
     parse_tasks,
 )
-from store.artifacts import ArtifactStore
-from store.srl_steps import count_steps, get_identity
+from keel.srl.trajectory import StepRecord
+from store.artifacts import ArtifactNotFound, ArtifactStore
+from store.srl_steps import count_steps, get_identity, list_steps
 
 COLLECTION_TYPE = "SRLCollection"
 COLLECTION_PREFIX = "srl/"
@@ -123,4 +125,88 @@ async def collection_view(
         done=(result.task_count if result else (progress.done if progress else None)),
         totals=result.totals if result else (progress.totals if progress else None),
         recorded=counts,
+    )
+
+
+class ExpertExport(BaseModel):
+    """What ``srl expert`` wrote: the tasks given an expert trajectory, and the rest."""
+
+    collection: str
+    source: str
+    model: str
+    tasks_digest: str
+    experts: int
+    expert_steps: int
+    without: list[str]
+
+
+class ExpertSetError(ValueError):
+    """A collection that cannot give an expert set (the message says why)."""
+
+
+def expert_task_file(
+    sessions: sessionmaker[Session], artifacts: ArtifactStore, collection: str
+) -> tuple[bytes, ExpertExport]:
+    """The collection's task file with each verified task's expert trajectory filled in
+    (``SrlTask.expert``), and what was written.
+
+    A task's expert is its verified episode with the fewest file-changing steps (the
+    lowest sample on a tie; :func:`keel.srl.expert.expert_steps`). Tasks without a
+    verified episode are left out and named in :attr:`ExpertExport.without`.
+
+    Raises:
+        ExpertSetError: no such collection, its task file is gone, or no task verified.
+    """
+    identity = get_identity(sessions, collection)
+    if identity is None:
+        raise ExpertSetError(f"no collection {collection!r} has recorded steps")
+    try:
+        tasks = parse_tasks(artifacts.get_bytes(identity.tasks_digest))
+    except ArtifactNotFound:
+        raise ExpertSetError(
+            f"collection {collection!r}: its task file {identity.tasks_digest} is not in the "
+            "artifact store"
+        ) from None
+    episodes: dict[tuple[str, int], list[StepRecord]] = {}
+    for row in list_steps(sessions, collection):
+        episodes.setdefault((row.task_id, row.sample), []).append(
+            StepRecord.model_validate_json(row.record_json)
+        )
+    lines: list[str] = []
+    without: list[str] = []
+    total_steps = 0
+    for task in tasks:
+        candidates = []
+        for (task_id, sample), records in sorted(episodes.items()):
+            if task_id != task.task_id:
+                continue
+            digests = {r.text_digest for r in records if r.text_digest is not None}
+            texts = {d: artifacts.get_bytes(d).decode("utf-8") for d in digests}
+            steps = expert_steps(records, texts)
+            if steps is not None and steps[-1].text_after == task.post:
+                candidates.append((len(steps), sample, steps))
+        if not candidates:
+            without.append(task.task_id)
+            continue
+        _, _, steps = min(candidates, key=lambda c: (c[0], c[1]))
+        total_steps += len(steps)
+        expert = Expert(
+            steps=steps, collection=collection, source=identity.source, model=identity.model
+        )
+        lines.append(task.model_copy(update={"expert": expert}).model_dump_json() + "\n")
+    if not lines:
+        raise ExpertSetError(
+            f"collection {collection!r}: no task has a verified episode "
+            f"({len(without)} tasks without one)"
+        )
+    data = "".join(lines).encode("utf-8")
+    parse_tasks(data)  # what is written is a task file `srl collect` takes
+    return data, ExpertExport(
+        collection=collection,
+        source=identity.source,
+        model=identity.model,
+        tasks_digest=identity.tasks_digest,
+        experts=len(lines),
+        expert_steps=total_steps,
+        without=without,
     )
