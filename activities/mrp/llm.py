@@ -158,6 +158,8 @@ def request_digest(
             "messages": [m.model_dump() for m in req.messages],
             "params": merged,
             "json_mode": req.json_mode,
+            # Only when set, so every request digest made before schemas existed holds.
+            **({"json_schema": req.json_schema} if req.json_schema is not None else {}),
         }
     )
 
@@ -240,17 +242,21 @@ class CachedLLMClient:
         return entry if entry.request_digest == digest else None
 
     def complete(self, messages: list[dict[str, str]] | str, **params: Any) -> LLMResult:
-        """Ask the model once (or answer from the cache). ``model`` and ``json_mode`` may
-        be passed as keywords; every other keyword is a model parameter."""
+        """Ask the model once (or answer from the cache). ``model``, ``json_mode`` and
+        ``json_schema`` (the JSON Schema the answer must fit: sent for the server to decode
+        against where the model's config says it can, docs/llm.md) may be passed as
+        keywords; every other keyword is a model parameter."""
         operator = guarded_operator() or "?"
         model = str(params.pop("model", "") or self.default_model)
         json_mode = bool(params.pop("json_mode", False))
+        json_schema = params.pop("json_schema", None)
         try:
             req = LLMRequest(
                 model=model,
                 messages=_messages(messages),
                 params=params,
                 json_mode=json_mode,
+                json_schema=json_schema,
                 timeout_s=self.timeout_s,
             )
             model_name, spec = self.models.resolve(req.model)
@@ -326,6 +332,7 @@ class CachedLLMClient:
                 "messages": [m.model_dump() for m in req.messages],
                 "params": merged,
                 "json_mode": req.json_mode,
+                **({"json_schema": req.json_schema} if req.json_schema is not None else {}),
             },
             content=response.content,
             usage=response.usage,

@@ -144,7 +144,9 @@ class LLMClient(Protocol):
 
     ``messages`` is a chat (``[{"role": "user", "content": "..."}]``) or one user prompt.
     ``params`` are model parameters (``temperature``, ``max_tokens``, ``seed``, ...) plus
-    ``model`` (a name from the models config; empty for its default) and ``json_mode``.
+    ``model`` (a name from the models config; empty for its default), ``json_mode`` and
+    ``json_schema`` (a JSON Schema the answer must fit; the server decodes against it
+    where the model's config says it can, and the operator still checks the answer).
     """
 
     def complete(self, messages: list[dict[str, str]] | str, **params: Any) -> LLMResult:

@@ -90,6 +90,28 @@ def test_cache_hit_makes_no_second_http_request(server: ScriptedOpenAIServer, tm
     assert len(server.chat_requests) == 2
 
 
+def test_a_schema_goes_to_the_server_in_its_form_and_names_its_own_cache_entry(
+    server: ScriptedOpenAIServer, tmp_path: Path
+):
+    """An operator's ``json_schema``: sent as the model's config says (here llama.cpp's
+    form), part of the request's digest only when given (older digests hold)."""
+    schema = {"type": "object", "properties": {"label": {"type": "string"}}}
+    models = models_for(server)
+    spec = models.models["scripted"].model_copy(update={"structured_output": "json_object_schema"})
+    client = CachedLLMClient(
+        ModelsConfig(default="scripted", models={"scripted": spec}),
+        LocalArtifactStore(tmp_path / "artifacts"),
+    )
+    plain = client.complete("I loved it", json_mode=True)
+    constrained = client.complete("I loved it", json_mode=True, json_schema=schema)
+    assert plain.request_digest != constrained.request_digest and not constrained.cached
+    first, second = server.chat_requests
+    assert first.json["response_format"] == {"type": "json_object"}
+    assert second.json["response_format"] == {"type": "json_object", "schema": schema}
+    assert client.complete("I loved it", json_mode=True, json_schema=schema).cached
+    assert len(server.chat_requests) == 2
+
+
 def test_replay_only_refuses_a_cache_miss(server: ScriptedOpenAIServer, tmp_path: Path):
     recorder = make_client(server, tmp_path / "a")
     recorded = recorder.complete("It was awful", temperature=0)
