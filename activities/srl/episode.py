@@ -68,6 +68,11 @@ from store.srl_steps import get_step, insert_step, record_identity
 
 log = logging.getLogger(__name__)
 
+#: A teacher call's own limit, inside srl.generate's 3 minutes: a server that answers one
+#: request at a time (llama.cpp) queues a collection's window of episodes, and at the
+#: gateway's default 60 s the later ones timed out while the server still worked on them,
+#: so each retry queued again (the embedded model, window 8: 4 of 100 steps in 10 min).
+TEACHER_CALL_TIMEOUT_S = 170.0
 #: Tokens of the rendered state (the plan's 400-800 budget: its upper end).
 STATE_BUDGET = 800
 _TASK_FILES_CACHED = 4
@@ -263,6 +268,7 @@ class SrlActivities:
                     json_mode=structured,
                     json_schema=step_schema(task.language) if structured else None,
                     schema_name="srl_step",
+                    timeout_s=TEACHER_CALL_TIMEOUT_S,
                 ),
                 call_key=f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}",
                 workflow_id=info.workflow_id,
