@@ -606,7 +606,11 @@
         : p.status === "timed_out" ? "The run ran out of time. Start the session again; if it recurs, check the worker is up."
         : "Check the worker's log and this run in the Temporal Web UI (design/" + sess.project + "/" + sess.id + "), fix the cause, then start a new session.";
       body.appendChild(el("p", { class: "muted small", text: "Next: " + next }));
-      if (state.ds === sess) setStatus(p.status || "failed");
+      if (state.ds === sess) {
+        setStatus(p.status || "failed");
+        // The left panel's entry says how the run ended, not "running".
+        guarded("projects", loadProjects);
+      }
     },
   };
 
