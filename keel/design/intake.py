@@ -154,12 +154,12 @@ def _field_value(field: str, value: Any) -> tuple[Any, str | None]:
         value = [_lower(item) if _check(field, [_lower(item)]) is None else item for item in value]
         good = [item for item in value if _check(field, [item]) is None]
         bad = [item for item in value if _check(field, [item]) is not None]
-        why = f"read as {_show(bad)}, which does not fit: {_check(field, bad) or error}"
+        why = f"the model read {_show(bad)}, which does not fit: {_check(field, bad) or error}"
         return (good or None), why
     if isinstance(value, dict):
         parts = {k: v for k, v in value.items() if _check(field, {k: v}) is None}
-        return (parts or None), f"read as {_show(value)}, which does not fit: {error}"
-    return None, f"read as {_show(value)}, which does not fit: {error}"
+        return (parts or None), f"the model read {_show(value)}, which does not fit: {error}"
+    return None, f"the model read {_show(value)}, which does not fit: {error}"
 
 
 def _variants(field: str, value: Any) -> list[Any]:

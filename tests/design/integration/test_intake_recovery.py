@@ -85,7 +85,7 @@ async def test_out_of_range_reply_is_reasked_then_asked_with_the_valid_fields_ke
             handle = await start(client, settings, project="acme")
             asked = await questions_of(client, handle)
             assert list(asked) == ["availability_target"]
-            assert "read as 9.5" in asked["availability_target"]
+            assert "the model read 9.5" in asked["availability_target"]
             assert "greater than or equal to 90" in asked["availability_target"]
             await handle.execute_update(
                 "answers", DesignAnswers(answers={"availability_target": 99.5}, actor="alice")

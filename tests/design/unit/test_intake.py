@@ -116,7 +116,7 @@ def test_unfit_fields_are_asked_once_even_when_not_required() -> None:
     assert list(cov.unfit) == ["availability_target"]
     questions = adaptive_questions(cov)
     assert [q.field for q in questions] == ["availability_target"]
-    assert questions[0].reason.startswith("unclear in the text: read as 9.5")
+    assert questions[0].reason.startswith("unclear in the text: the model read 9.5")
     # Any answers clear it: answered here, or left blank while another field is answered.
     answered = apply_answers(reading.snapshot, {"availability_target": 99.9})
     assert coverage_check(answered).covered
