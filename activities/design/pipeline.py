@@ -65,6 +65,8 @@ ZIP_TIME = (2020, 1, 1, 0, 0, 0)
 CODEGEN_REFS_DIR = "refs/design-codegen"
 #: The most tokens one intake reply may take: the whole schema filled fits well under it.
 INTAKE_MAX_TOKENS = 768
+#: Each intake call's limit: the reply and the re-ask fit the activity's 3 minutes.
+INTAKE_CALL_TIMEOUT_S = 80.0
 #: Gateway failures that mean the intake model could not be reached (or kept failing).
 UNREACHABLE = frozenset({LLM_CONNECTION_ERROR, LLM_TIMEOUT, LLM_SERVER_ERROR})
 #: The Claude model of ``codegen="anthropic"`` when ``codegen_model`` is empty.
@@ -160,7 +162,19 @@ class DesignActivities:
             LLMMessage(role="assistant", content=quoted_reply(first.content)),
             LLMMessage(role="user", content=recovery_prompt(reading.problems)),
         ]
-        second = await self._intake_call(inp, again, f"{inp.key}/{info.attempt}/reask")
+        try:
+            second = await self._intake_call(inp, again, f"{inp.key}/{info.attempt}/reask")
+        except ApplicationError as err:
+            # The model answered once: what fits of that answer beats failing the session.
+            activity.logger.warning("intake re-ask failed, keeping the first reply: %s", err)
+            return IntakeOutput(
+                snapshot=reading.snapshot,
+                model=first.model_name,
+                tokens_total=tokens,
+                latency_ms=int(latency),
+                reasked=True,
+                problems=reading.problems,
+            )
         second_reading = read_reply(second.content)
         snapshot = (
             second_reading.snapshot
@@ -191,6 +205,7 @@ class DesignActivities:
             json_mode=True,
             json_schema=intake_schema(),
             schema_name="constraint_schema",
+            timeout_s=INTAKE_CALL_TIMEOUT_S,
         )
         try:
             return await self.llm.call(

@@ -150,6 +150,27 @@ async def test_garbage_reply_goes_to_questions_never_to_failure(
     assert kept == {"cloud": "aws", "regions": ["eu-west-1"], **rest}
 
 
+async def test_a_failed_reask_keeps_what_fits_of_the_first_reply(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    bad = json.dumps({"constraints": OUT_OF_RANGE, "ambiguous": {}})
+    refused = ScriptedReply(status=400, content="the re-ask was refused")
+    with ScriptedOpenAIServer([ScriptedReply(content=bad), refused]) as srv:
+        settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
+        async with build_worker(client, settings):
+            handle = await start(client, settings)
+            asked = await questions_of(client, handle)
+            await handle.execute_update(
+                "answers", DesignAnswers(answers={"availability_target": 99.9}, actor="alice")
+            )
+            result = await handle.result()
+        assert len(srv.chat_requests) == 2
+    assert list(asked) == ["availability_target"]
+    assert result.status == "completed"
+    kept = result.constraints.model_dump(mode="json", exclude_defaults=True)
+    assert kept == {**OUT_OF_RANGE, "availability_target": 99.9}
+
+
 async def test_unreachable_model_fails_the_run_saying_what_to_check(
     client: Client, settings: Settings, tmp_path: Path
 ) -> None:
