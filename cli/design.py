@@ -692,13 +692,16 @@ def show(
             return
         _owned_project(sm, project, actor)
         if decision_set is None:
+            rows = decision_sets_of(sm, project)
+            if any(d["status"] == SUBMITTED for d in rows):
+                rows = _true_statuses(settings, sm, project, rows)
             sets = [
                 {
                     **d,
                     "created_at": d["created_at"].isoformat(),
                     "updated_at": d["updated_at"].isoformat(),
                 }
-                for d in decision_sets_of(sm, project)
+                for d in rows
             ]
             text = "\n".join(
                 f"{d['id']}  {d['status']}  v{d['version']}"
@@ -714,6 +717,11 @@ def show(
             async def live(client: Client) -> Any:
                 from temporalio.service import RPCError
 
+                # Not persisted: the run's status (running, failed, ...) is the true one.
+                [row] = await design_client.true_statuses(
+                    client, sm, project, [{"id": decision_set, "status": SUBMITTED}]
+                )
+                view["status"] = row["status"]
                 try:
                     return await asyncio.wait_for(
                         design_client.status(client, project, decision_set), 10
@@ -729,6 +737,25 @@ def show(
                 st = None
             view["live"] = None if st is None else st.model_dump(mode="json")
         _emit(view, _view_text(view))
+
+
+def _true_statuses(
+    settings: Any, sm: Any, project: str, rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``rows`` with each set not yet persisted given its run's status (running, failed,
+    ...); as stored, with a note, when Temporal cannot be asked."""
+    from client import design as design_client
+    from services.local import ServiceUnavailable
+
+    async def ask(client: Client) -> list[dict[str, Any]]:
+        return await design_client.true_statuses(client, sm, project, rows)
+
+    try:
+        found: list[dict[str, Any]] = asyncio.run(_with_client(settings, ask))
+    except ServiceUnavailable as e:
+        note(f"no run statuses: {e}")
+        return rows
+    return found
 
 
 def _diffable(row: dict[str, Any]) -> dict[str, Any]:

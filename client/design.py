@@ -31,7 +31,8 @@ from keel.design.steps import (
     workflow_id,
 )
 from keel.gates import GateDecision, GateState, gate_workflow_id
-from store.design import list_events
+from store.design import SUBMITTED, list_events, note_run_ended
+from store.design import decision_set as decision_set_row
 
 
 def gate_name(plan_round: int) -> str:
@@ -77,6 +78,41 @@ async def status(client: Client, project: str, decision_set: str) -> DesignStatu
     return await handle_of(client, project, decision_set).query(
         "status", result_type=DesignStatus, rpc_timeout=QUERY_TIMEOUT
     )
+
+
+async def true_statuses(
+    client: Client,
+    sessions: sessionmaker[Session],
+    project: str,
+    rows: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """``rows`` (``store.design.decision_sets_of``) with the status of each one still
+    ``submitted`` made true: ``running`` while its pipeline runs, and how it ended
+    (``failed``, ``terminated``, ``canceled``, ``timed_out``) once it ended without
+    persisting; an ended status is written to its row too (``note_run_ended``), so
+    readers after the run's history is gone see it. A row whose run Temporal cannot tell
+    about (no such run, the server unreachable) keeps ``submitted``."""
+
+    async def one(row: dict[str, Any]) -> dict[str, Any]:
+        if row["status"] != SUBMITTED:
+            return row
+        try:
+            desc = await describe_or_none(client, workflow_id(project, row["id"]), WORKFLOW_TYPE)
+        except RPCError:
+            return row
+        if desc is None:
+            return row
+        status = status_name(desc)
+        if status == "running":
+            return {**row, "status": status}
+        if status == "completed":
+            # Persisted since the row was read: the row says how.
+            stored = await asyncio.to_thread(decision_set_row, sessions, project, row["id"])
+            return {k: stored.get(k, v) for k, v in row.items()} if stored else row
+        await asyncio.to_thread(note_run_ended, sessions, project, row["id"], status)
+        return {**row, "status": status}
+
+    return list(await asyncio.gather(*(one(r) for r in rows)))
 
 
 async def answer(

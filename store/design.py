@@ -134,6 +134,24 @@ def submit_decision_set(
         raise DecisionSetExists(f"project {project!r} has a decision set {decision_set!r}")
 
 
+def note_run_ended(sm: sessionmaker[Session], project: str, decision_set: str, status: str) -> bool:
+    """Write how a decision set's run ended (``failed``, ``terminated``, ...) on its row if
+    the row is still only submitted: a run that ends without persisting never writes it
+    itself. True if the row changed."""
+    with sm.begin() as s:
+        changed = s.execute(
+            update(DecisionSetRow)
+            .where(
+                DecisionSetRow.id == decision_set,
+                DecisionSetRow.project_id == project,
+                DecisionSetRow.version == 0,
+                DecisionSetRow.status == SUBMITTED,
+            )
+            .values(status=status, updated_at=datetime.now(UTC))
+        )
+        return bool(getattr(changed, "rowcount", 0))
+
+
 def projects_with(sm: sessionmaker[Session], decision_set: str) -> list[str]:
     """The projects that have a decision set of that id (ids are per project)."""
     with sm() as s:

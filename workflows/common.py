@@ -146,7 +146,8 @@ SRL_APPLY_RETRY = RetryPolicy(
 )
 
 # Design pipelines (workflows/design.py). Bad configs/design data or a bad input is final;
-# a model reply that is not the Constraint Schema is retried like any model failure.
+# the intake retries only a model it cannot reach (a reply that does not fit is re-asked
+# in the activity, then becomes questions: activities/design/pipeline.py).
 DESIGN_LOAD_TIMEOUT = timedelta(seconds=30)
 DESIGN_LOAD_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),

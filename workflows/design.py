@@ -96,6 +96,8 @@ GRAPH_NAME = "design"
 #: the most the input allows, (20 question rounds x 2) + (10 planner rounds x 6) + 12 = 112.
 RECURSION_LIMIT = 200
 INTAKE_PROMPT = "intake_extract"
+#: Patch: an intake reply that does not fit goes to questions (``IntakeSnapshot.unfit``).
+PATCH_INTAKE_UNFIT = "design-intake-unfit"
 
 
 class GraphState(TypedDict, total=False):
@@ -172,10 +174,16 @@ async def intake_extract(state: GraphState) -> GraphState:
     snapshot = IntakeSnapshot(
         constraints=merged.constraints, ambiguous={**merged.ambiguous, **out.snapshot.ambiguous}
     )
+    output: dict[str, Any] = {"stated": sorted(stated), "ambiguous": sorted(out.snapshot.ambiguous)}
+    # Fields the model's reply did not fit even after the re-ask become questions.
+    # Recorded runs had none (their activity failed instead), so the marker only guards.
+    if workflow.patched(PATCH_INTAKE_UNFIT) and (out.snapshot.unfit or out.reasked):
+        snapshot = snapshot.model_copy(update={"unfit": dict(out.snapshot.unfit)})
+        output.update(unfit=sorted(out.snapshot.unfit), reasked=out.reasked)
     wf.run_node(
         "intake_extract",
         {"text_digest": digest_json(inp.requirements)},
-        {"stated": sorted(stated), "ambiguous": sorted(out.snapshot.ambiguous)},
+        output,
         key=key,
         provider="llm",
         model=out.model,
@@ -206,10 +214,10 @@ async def coverage_check_node(state: GraphState) -> GraphState:
         state["snapshot"],
         {"score": cov.score, "covered": cov.covered, "conflicts": len(cov.conflicts)},
     )
-    wf.event(
-        steps.EVENT_COVERAGE,
-        {"score": cov.score, "missing": cov.missing, "covered": cov.covered},
-    )
+    payload: dict[str, Any] = {"score": cov.score, "missing": cov.missing, "covered": cov.covered}
+    if cov.unfit:
+        payload["unfit"] = cov.unfit
+    wf.event(steps.EVENT_COVERAGE, payload)
     return {"coverage": cov}
 
 

@@ -11,24 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import SecretStr, ValidationError
+from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from activities.llm import LLMGateway
+from activities.llm import LLM_CONNECTION_ERROR, LLM_SERVER_ERROR, LLM_TIMEOUT, LLMGateway
 from keel.design import steps
 from keel.design.coverage import IntakeSnapshot
 from keel.design.critics import load_prices
 from keel.design.errors import DesignError
+from keel.design.intake import (
+    intake_schema,
+    merge_readings,
+    quoted_reply,
+    read_reply,
+    recovery_prompt,
+)
 from keel.design.patterns import PatternCatalog, load_patterns
 from keel.design.reasons import prompt_pack_hash
 from keel.design.steps import (
@@ -45,7 +51,7 @@ from keel.design.steps import (
     ValidateOutput,
 )
 from keel.digest import digest_bytes, digest_json
-from keel.llm import LLMMessage, LLMRequest
+from keel.llm import LLMMessage, LLMRequest, LLMResponse
 from store import design as design_store
 from store import design_git
 from store.artifacts import ArtifactStore
@@ -57,6 +63,12 @@ HEARTBEAT_EVERY_S = 5.0
 ZIP_TIME = (2020, 1, 1, 0, 0, 0)
 #: Where a codegen model's answer is recorded by node key, next to the artifacts.
 CODEGEN_REFS_DIR = "refs/design-codegen"
+#: The most tokens one intake reply may take: the whole schema filled fits well under it.
+INTAKE_MAX_TOKENS = 768
+#: Each intake call's limit: the reply and the re-ask fit the activity's 3 minutes.
+INTAKE_CALL_TIMEOUT_S = 80.0
+#: Gateway failures that mean the intake model could not be reached (or kept failing).
+UNREACHABLE = frozenset({LLM_CONNECTION_ERROR, LLM_TIMEOUT, LLM_SERVER_ERROR})
 #: The Claude model of ``codegen="anthropic"`` when ``codegen_model`` is empty.
 ANTHROPIC_DEFAULT_MODEL = "claude-sonnet-4-6"
 
@@ -123,31 +135,121 @@ class DesignActivities:
 
     @activity.defn(name=steps.INTAKE_EXTRACT.name)
     async def intake_extract(self, inp: IntakeInput) -> IntakeOutput:
-        """Free text to the Constraint Schema: one JSON-mode call with the schema, the
-        reply validated here, so a reply that does not fit is a retry of this activity."""
+        """Free text to the Constraint Schema: one call with the schema (the gateway sends
+        it in the form the model's server takes, ``ModelSpec.structured_output``), and
+        where the reply does not fit, one re-ask quoting the problems. What still does
+        not fit is kept field by field (``keel.design.intake``): the fields that validate
+        stay, the rest go to ``snapshot.unfit`` and become questions. Only a model that
+        cannot be reached fails here (``DesignModelUnreachable``, retried as any model
+        failure, its message naming the model and its address)."""
         info = activity.info()
-        req = LLMRequest(
-            model=inp.model,
-            messages=[
-                LLMMessage(role="system", content=inp.system_prompt),
-                LLMMessage(role="user", content=inp.text),
-            ],
-            params={"temperature": 0},
-            json_mode=True,
-            json_schema=IntakeSnapshot.model_json_schema(),
+        messages = [
+            LLMMessage(role="system", content=inp.system_prompt),
+            LLMMessage(role="user", content=inp.text),
+        ]
+        first = await self._intake_call(inp, messages, f"{inp.key}/{info.attempt}")
+        reading = read_reply(first.content)
+        tokens, latency = first.usage.total_tokens, first.latency_ms
+        if reading.fits:
+            return IntakeOutput(
+                snapshot=reading.snapshot,
+                model=first.model_name,
+                tokens_total=tokens,
+                latency_ms=int(latency),
+            )
+        again = [
+            *messages,
+            LLMMessage(role="assistant", content=quoted_reply(first.content)),
+            LLMMessage(role="user", content=recovery_prompt(reading.problems)),
+        ]
+        try:
+            second = await self._intake_call(inp, again, f"{inp.key}/{info.attempt}/reask")
+        except ApplicationError as err:
+            # The model answered once: what fits of that answer beats failing the session.
+            activity.logger.warning("intake re-ask failed, keeping the first reply: %s", err)
+            return IntakeOutput(
+                snapshot=reading.snapshot,
+                model=first.model_name,
+                tokens_total=tokens,
+                latency_ms=int(latency),
+                reasked=True,
+                problems=reading.problems,
+            )
+        second_reading = read_reply(second.content)
+        snapshot = (
+            second_reading.snapshot
+            if second_reading.fits
+            else merge_readings(reading, second_reading)
         )
-        resp = await self.llm.call(
-            req,
-            call_key=f"{inp.key}/{info.attempt}",
-            workflow_id=info.workflow_id,
-            meter=activity.metric_meter(),
-        )
-        snapshot = parse_intake_reply(resp.content)
+        if snapshot.unfit:
+            activity.logger.warning(
+                "intake reply did not fit after a re-ask; asking about %s",
+                ", ".join(sorted(snapshot.unfit)),
+            )
         return IntakeOutput(
             snapshot=snapshot,
-            model=resp.model_name,
-            tokens_total=resp.usage.total_tokens,
-            latency_ms=int(resp.latency_ms),
+            model=second.model_name,
+            tokens_total=tokens + second.usage.total_tokens,
+            latency_ms=int(latency + second.latency_ms),
+            reasked=True,
+            problems=second_reading.problems or reading.problems,
+        )
+
+    async def _intake_call(
+        self, inp: IntakeInput, messages: list[LLMMessage], call_key: str
+    ) -> LLMResponse:
+        req = LLMRequest(
+            model=inp.model,
+            messages=messages,
+            params={"temperature": 0, "max_tokens": INTAKE_MAX_TOKENS},
+            json_mode=True,
+            json_schema=intake_schema(),
+            schema_name="constraint_schema",
+            timeout_s=INTAKE_CALL_TIMEOUT_S,
+        )
+        try:
+            return await self.llm.call(
+                req,
+                call_key=call_key,
+                workflow_id=activity.info().workflow_id,
+                meter=activity.metric_meter(),
+            )
+        except ApplicationError as err:
+            raise self._model_failure(inp.model, err) from None
+
+    def _model_failure(self, model: str, err: ApplicationError) -> ApplicationError:
+        """The gateway's failure in words a user can act on: which model, at which
+        address, what to check. Retryable as the gateway said."""
+        try:
+            name, spec = self.llm.models.resolve(model)
+        except Exception:
+            return err
+        where = spec.api_base or f"{spec.litellm_model}'s provider"
+        said = err.message.rstrip(".")
+        if err.type in UNREACHABLE:
+            message = (
+                f"the intake model {name!r} ({spec.litellm_model}) at {where} did not "
+                f"answer ({said}). Check that its server is running and answers at that "
+                "address (the embedded model starts with `keel up`), or point "
+                "configs/models.yaml (KEEL_MODELS_CONFIG) at a model that does; then start "
+                "a new session."
+            )
+            kind = steps.ERROR_DESIGN_MODEL_UNREACHABLE
+        else:
+            message = (
+                f"the intake model {name!r} ({spec.litellm_model}) at {where} refused the "
+                f"call ({said}). Check the model's entry in configs/models.yaml "
+                "(KEEL_MODELS_CONFIG) and its API key on the worker; then start a new session."
+            )
+            kind = err.type or "LLMError"
+        details = {**(err.details[0] if err.details and isinstance(err.details[0], dict) else {})}
+        details.update({"model_name": name, "api_base": spec.api_base, "error": err.type})
+        return ApplicationError(
+            message,
+            details,
+            type=kind,
+            non_retryable=err.non_retryable,
+            next_retry_delay=err.next_retry_delay,
         )
 
     @activity.defn(name=steps.CODEGEN.name)
@@ -326,21 +428,10 @@ class DesignActivities:
 
 
 def parse_intake_reply(content: str) -> IntakeSnapshot:
-    """The intake model's reply as an ``IntakeSnapshot``, checked in the activity that
-    called the model.
-
-    Raises:
-        ApplicationError: ``DesignExtractInvalid`` (retryable) for any reply that is not
-            the schema, however malformed; never another exception.
-    """
-    try:
-        return IntakeSnapshot.model_validate(json.loads(content))
-    # RecursionError: a reply nested deeper than the parser's stack is no schema either.
-    except (ValueError, ValidationError, RecursionError) as exc:
-        raise ApplicationError(
-            f"the model's reply is not the Constraint Schema: {str(exc)[:2000]}",
-            type=steps.ERROR_DESIGN_EXTRACT,
-        ) from None
+    """The intake model's reply as an ``IntakeSnapshot``: the fields that fit, and in
+    ``unfit`` those that did not, with why (``keel.design.intake.read_reply``). Never
+    raises, however malformed the reply."""
+    return read_reply(content).snapshot
 
 
 def _anthropic_error(exc: Exception) -> Exception:

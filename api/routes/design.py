@@ -447,6 +447,8 @@ async def get_decision_set(
     stored = await to_thread.run_sync(_stored_view, sessions, project, ds)
     row = stored["row"]
     if row is not None:
+        # Not persisted yet: the run's status (running, failed, ...), not "submitted".
+        [row] = await design_client.true_statuses(client, sessions, project, [row])
         for key in ("created_at", "updated_at"):
             row[key] = row[key].isoformat() if row.get(key) else None
     return DecisionSetView(

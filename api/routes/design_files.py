@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from api.deps import ArtifactsDep, CallerDep, ClientDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
 from api.routes.design import owns_project, project_of
+from client import design as design_client
 from store import design as design_store
 from store.artifacts import ArtifactNotFound, ArtifactStore
 
@@ -84,12 +85,15 @@ class FileDiff(BaseModel):
 
 @router.get("/projects/{project}/decision-sets", response_model=DecisionSetList)
 async def list_decision_sets(
-    project: str, sessions: SessionsDep, caller: CallerDep
+    project: str, sessions: SessionsDep, caller: CallerDep, client: ClientDep
 ) -> DecisionSetList:
-    """The project's decision sets, newest first; another owner's project is a 404."""
+    """The project's decision sets, newest first; another owner's project is a 404. A set
+    not yet persisted shows its run's status (``running``, ``failed``, ...), not
+    ``submitted`` (``client.design.true_statuses``)."""
     if not await to_thread.run_sync(owns_project, sessions, caller, project):
         raise ApiError(404, "not_found", f"no project {project!r}")
     rows = await to_thread.run_sync(design_store.decision_sets_of, sessions, project)
+    rows = await design_client.true_statuses(client, sessions, project, rows)
     return DecisionSetList(
         project_id=project, decision_sets=[DecisionSetSummary.model_validate(r) for r in rows]
     )

@@ -477,6 +477,9 @@
       $("#coverage-value").textContent = pct(p.score) + (p.covered ? " (covered)" : "");
       body.appendChild(el("p", { text: pct(p.score) + (p.covered ? ": enough to plan." : ": not enough to plan yet.") }));
       if (p.missing && p.missing.length) body.appendChild(el("p", { class: "muted small", text: "Missing: " + p.missing.join(", ") }));
+      // Fields the model read in a form that does not fit: asked below, the reason with each.
+      const unfit = Object.keys(p.unfit || {});
+      if (unfit.length) body.appendChild(el("p", { class: "muted small", text: "Not understood: " + unfit.join(", ") }));
     },
     questions(sess, p, body, card) {
       body.appendChild(el("p", { text: "Round " + p.round + ": " + (p.fields || []).join(", ") }));
@@ -606,7 +609,11 @@
         : p.status === "timed_out" ? "The run ran out of time. Start the session again; if it recurs, check the worker is up."
         : "Check the worker's log and this run in the Temporal Web UI (design/" + sess.project + "/" + sess.id + "), fix the cause, then start a new session.";
       body.appendChild(el("p", { class: "muted small", text: "Next: " + next }));
-      if (state.ds === sess) setStatus(p.status || "failed");
+      if (state.ds === sess) {
+        setStatus(p.status || "failed");
+        // The left panel's entry says how the run ended, not "running".
+        guarded("projects", loadProjects);
+      }
     },
   };
 

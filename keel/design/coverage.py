@@ -65,23 +65,32 @@ class Coverage(BaseModel):
     missing: list[str]
     ambiguous: list[str]
     conflicts: list[Conflict]
+    unfit: dict[str, str] = Field(
+        default_factory=dict,
+        description="Fields the intake model stated in a form that did not fit, with why; "
+        "asked once, whether required or not",
+    )
 
     @property
     def covered(self) -> bool:
-        """Enough to plan: over the threshold and free of conflicts."""
-        return self.score >= self.threshold and not self.conflicts
+        """Enough to plan: over the threshold, free of conflicts, nothing left unfit."""
+        return self.score >= self.threshold and not self.conflicts and not self.unfit
 
 
 class IntakeSnapshot(BaseModel):
     """Constraints plus the extractor's notes on fields it found but could not pin down.
 
     ``ambiguous`` maps a field to why it is unclear ("'low latency' without a number").
+    ``unfit`` maps a field the model's reply stated in a form the schema refused (an
+    availability of 9.5 %) to why (``keel.design.intake``): the field is left unstated and
+    asked about once; any round of answers clears it.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     constraints: Constraints = Field(default_factory=Constraints)
     ambiguous: dict[str, str] = Field(default_factory=dict)
+    unfit: dict[str, str] = Field(default_factory=dict)
 
 
 class Question(BaseModel):
@@ -198,6 +207,7 @@ def coverage_check(snapshot: IntakeSnapshot, threshold: float = DEFAULT_THRESHOL
         missing=missing,
         ambiguous=ambiguous,
         conflicts=find_conflicts(c),
+        unfit={f: why for f, why in sorted(snapshot.unfit.items()) if f in FIELD_NAMES},
     )
 
 
@@ -239,7 +249,8 @@ def adaptive_questions(coverage: Coverage) -> list[Question]:
     """The fewest questions whose answers would leave ``coverage`` covered.
 
     Conflicts first: a greedy set cover picks the field shared by most unresolved
-    conflicts, one question each. Then the missing or ambiguous fields with the largest
+    conflicts, one question each. Then every field the model's reply did not fit (the
+    reason says what it was read as). Then the missing or ambiguous fields with the largest
     weight gain, until the score projected from full answers reaches the threshold. Both
     orders are fixed, so the same coverage always asks the same questions.
     """
@@ -256,6 +267,10 @@ def adaptive_questions(coverage: Coverage) -> list[Question]:
         questions.append(_question(field, "resolves conflict " + ", ".join(ids), ids))
         asked.add(field)
         open_conflicts = [c for c in open_conflicts if field not in c.fields]
+    for field, why in coverage.unfit.items():
+        if field not in asked:
+            questions.append(_question(field, f"unclear in the text: {why}"))
+            asked.add(field)
 
     total = sum(REQUIRED_WEIGHTS[f] for f in coverage.required)
     projected = coverage.score * total
@@ -291,7 +306,8 @@ def apply_answers(snapshot: IntakeSnapshot, answers: Mapping[str, Any]) -> Intak
 
     An answer replaces the field's value; ``None`` withdraws it (a way out of a
     conflict). Raises :class:`ConstraintError` naming each
-    unknown field or invalid value; the snapshot is unchanged then.
+    unknown field or invalid value; the snapshot is unchanged then. The result has no
+    ``unfit`` fields: those were asked once, and one left blank stays unstated.
     """
     issues: list[DesignIssue] = []
     for field in answers:

@@ -42,8 +42,12 @@ NODES: Final = (
 ERROR_DESIGN_INPUT: Final = "DesignInputInvalid"
 ERROR_DESIGN_CONFIG: Final = "DesignConfigInvalid"
 ERROR_DESIGN_CONFLICT: Final = "DesignVersionConflict"
-#: An extractor reply that is not the Constraint Schema: retried (a new sample may fit).
+#: An extractor reply that is not the Constraint Schema. No longer raised (a reply that
+#: does not fit becomes questions, keel.design.intake); kept for runs recorded before.
 ERROR_DESIGN_EXTRACT: Final = "DesignExtractInvalid"
+#: The intake model could not be reached (connection refused, timed out, server errors
+#: past the retries): the message names the model, its address and what to check.
+ERROR_DESIGN_MODEL_UNREACHABLE: Final = "DesignModelUnreachable"
 #: A codegen model's answer is not a usable repository (retried: a model may do better).
 ERROR_DESIGN_CODEGEN: Final = "DesignCodegenInvalid"
 
@@ -212,10 +216,16 @@ class IntakeInput(_Model):
 
 
 class IntakeOutput(_Model):
+    """The intake's reading. ``snapshot.unfit`` names the fields whose value did not fit
+    the schema even after the re-ask (asked as questions); ``reasked``: the first reply
+    was not the schema and the model was asked once more with ``problems``."""
+
     snapshot: IntakeSnapshot
     model: str
     tokens_total: int = 0
     latency_ms: int = 0
+    reasked: bool = False
+    problems: list[str] = Field(default_factory=list)
 
 
 class CodegenInput(_Model):

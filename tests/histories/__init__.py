@@ -44,4 +44,5 @@ CORPUS: tuple[str, ...] = (
     "srl_episode_resumed",
     "design_replanned",
     "design_iteration",
+    "design_intake_unfit",
 )

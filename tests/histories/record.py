@@ -450,6 +450,67 @@ async def design_replanned(ctx: Ctx) -> Histories:
     }
 
 
+# What SmolLM2 made of the issue 24 paragraph, with the required fields filled: the
+# availability read as 9.5 (the schema's minimum is 90), twice.
+DESIGN_UNFIT_TEXT = (
+    "Nightly retraining of a churn model on 200 GB/day of event data in eu-west-1, GDPR, "
+    "batch scoring plus a low-latency API under 100 ms, budget under $2k/month"
+)
+DESIGN_UNFIT = json.dumps(
+    {
+        "constraints": {
+            "cloud": "aws",
+            "regions": ["eu-west-1"],
+            "budget_band": "medium",
+            "workload_types": ["batch", "online"],
+            "data_classification": "confidential",
+            "sla_latency_ms": 100,
+            "compliance": ["gdpr"],
+            "availability_target": 9.5,
+        },
+        "ambiguous": {},
+    }
+)
+
+
+async def design_intake_unfit(ctx: Ctx) -> Histories:
+    """DesignPipeline (patch ``design-intake-unfit``): the intake reply does not fit, the
+    re-ask neither; the valid fields are kept and the unfit one asked, answered by Update;
+    no gate, no codegen."""
+    project = f"{ID_PREFIX}-design-unfit"
+    ctx.llm.enqueue(ScriptedReply(content=DESIGN_UNFIT), ScriptedReply(content=DESIGN_UNFIT))
+    handle = await ctx.client.start_workflow(
+        DesignPipeline.run,
+        DesignInput(
+            project=project,
+            decision_set="ds1",
+            requester="alice",
+            requirements=DESIGN_UNFIT_TEXT,
+            require_approval=False,
+            generate=False,
+        ),
+        id=design_workflow_id(project, "ds1"),
+        task_queue=ctx.task_queue,
+    )
+
+    async def asking() -> bool:
+        status = await handle.query("status")
+        fields = [q["field"] for q in status["questions"]]
+        return bool(status["phase"] == "waiting_for_answers" and fields == ["availability_target"])
+
+    await poll(asking, "the question about the availability")
+    await handle.execute_update(
+        "answers",
+        DesignAnswers(answers={"availability_target": 99.5}),
+        result_type=DesignStatus,
+    )
+    result: DesignResult = await handle.result()
+    expect(result.status == "completed", f"completed, got {result.status}")
+    expect(result.constraints.availability_target == 99.5, "the answered availability")
+    expect(result.constraints.regions == ["eu-west-1"], "the valid fields kept")
+    return {"design_intake_unfit": await history_json(handle)}
+
+
 def mrp_job(job_id: str, operator: str, params: str, extra: str = "") -> str:
     return f"""
 dsl_version: "0.1"
@@ -692,6 +753,7 @@ SCENARIOS: dict[str, Scenario] = {
     "srl_collection": srl_collection,
     "srl_resume": srl_resume,
     "design_replanned": design_replanned,
+    "design_intake_unfit": design_intake_unfit,
 }
 
 

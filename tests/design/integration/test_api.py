@@ -185,7 +185,11 @@ async def test_disconnect_and_resume_by_last_event_id(api: Api, client: Client) 
     details = (await http.get(f"/decision-sets/{ds}", headers=auth("alice"))).json()
     assert details["live"]["phase"] == "waiting_for_answers"
     assert [q["field"] for q in details["live"]["questions"]] == ["regions"]
-    assert details["stored"]["status"] == "submitted" and details["run_status"] == "running"
+    # Not persisted yet: the row's status is the run's, not a stale "submitted".
+    assert details["stored"]["version"] == 0
+    assert details["stored"]["status"] == "running" and details["run_status"] == "running"
+    listed = (await http.get(f"/projects/{project}/decision-sets", headers=auth("alice"))).json()
+    assert [d["status"] for d in listed["decision_sets"] if d["id"] == ds] == ["running"]
 
     # A refused answer names its field; nothing changes. Approving now has no gate.
     bad = assert_error(

@@ -40,7 +40,7 @@ COMMENT = "too expensive, cut the cost"
 # Project ids of their own: the dev server and its workflow ids are the whole session's
 # (tests/design/integration/test_pipeline.py runs design/acme/ds1 too).
 _RUN = uuid.uuid4().hex[:6]
-ACME, ITER, BETA, GEN = (f"{n}-{_RUN}" for n in ("acme", "iter", "beta", "gen"))
+ACME, ITER, BETA, GEN, FAIL = (f"{n}-{_RUN}" for n in ("acme", "iter", "beta", "gen", "fail"))
 
 
 @pytest.fixture
@@ -242,6 +242,21 @@ def test_rejection_without_comment_ends_rejected(env: dict[str, str], tmp_path: 
     assert side[0].returncode == 0, side[0].stderr
     late = design(["approve", BETA, "ds1", "--as", "bob"], env)
     assert late.returncode == 3 and "no open gate: the run is completed" in late.stderr
+
+
+def test_show_lists_a_failed_run_as_failed_not_submitted(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    assert design(["new", FAIL], env).returncode == 0
+    form = write_json(tmp_path / "form.json", {**PARTIAL_FORM, "regions": ["Mars 1"]})
+    rc, out, lines = follow(["run", FAIL, "--intake", str(form), "-d", "ds1"], env, lambda _: None)
+    assert rc != 0 and json.loads(out)["status"] == "failed", "\n".join(lines)
+    # The row was noted submitted and the run never persisted: the list asks Temporal.
+    listed = design(["show", FAIL], env)
+    assert listed.returncode == 0, listed.stderr
+    assert [(d["id"], d["status"]) for d in doc(listed)["decision_sets"]] == [("ds1", "failed")]
+    one = design(["show", FAIL, "ds1"], env)
+    assert one.returncode == 0 and doc(one)["status"] == "failed", one.stderr
 
 
 def test_generated_repository_download(env: dict[str, str], tmp_path: Path) -> None:

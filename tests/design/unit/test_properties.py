@@ -15,10 +15,8 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from temporalio.exceptions import ApplicationError
 
 from activities.design.pipeline import parse_intake_reply
-from keel.design import steps
 from keel.design.constraints import FIELD_NAMES, is_stated, parse_constraints
 from keel.design.coverage import (
     IntakeSnapshot,
@@ -27,6 +25,7 @@ from keel.design.coverage import (
     coverage_check,
 )
 from keel.design.critics import bill_of_materials, estimate_cost, review_plan
+from keel.design.intake import IntakeReply, read_reply
 from keel.design.patterns import MANDATORY_CAPABILITIES
 from keel.design.planner import plan
 from keel.design.policy import evaluate_policy, gate_required
@@ -70,28 +69,30 @@ def replies(draw: st.DrawFn) -> str:
 
 @settings(max_examples=400, deadline=None)
 @given(replies())
-def test_intake_reply_is_a_snapshot_or_the_typed_retry(reply: str) -> None:
-    try:
-        snapshot = parse_intake_reply(reply)
-    except ApplicationError as exc:
-        assert exc.type == steps.ERROR_DESIGN_EXTRACT
-        assert not exc.non_retryable  # a bad reply is a retry of the activity
-        return
+def test_intake_reply_is_always_a_snapshot_of_what_fits(reply: str) -> None:
+    """No reply fails the intake: what validates is kept, what does not is ``unfit``
+    (a known field, with why), and the re-ask's problems are there when it did not fit."""
+    reading = read_reply(reply)
+    snapshot = parse_intake_reply(reply)
+    assert snapshot == reading.snapshot
     assert isinstance(snapshot, IntakeSnapshot)
-    # What passed is the schema: it round-trips, and coverage can use it.
-    again = parse_intake_reply(snapshot.model_dump_json())
-    assert again == snapshot
+    assert set(snapshot.unfit) <= set(FIELD_NAMES) and all(snapshot.unfit.values())
+    assert set(snapshot.ambiguous) <= set(FIELD_NAMES)
+    assert reading.fits or reading.problems
+    # What was kept is the schema: it round-trips as a reply that fits.
+    again = IntakeReply(constraints=snapshot.constraints, ambiguous=snapshot.ambiguous)
+    assert read_reply(again.model_dump_json()).fits
     assert 0.0 <= coverage_check(snapshot).score <= 1.0
+    # Each field that did not fit is asked about.
+    asked = {q.field for q in adaptive_questions(coverage_check(snapshot))}
+    assert set(snapshot.unfit) <= asked
 
 
-def test_intake_reply_nested_past_the_parser_is_the_typed_retry() -> None:
-    deep = "[" * 100_000 + "]" * 100_000
-    try:
-        parse_intake_reply(deep)
-    except ApplicationError as exc:
-        assert exc.type == steps.ERROR_DESIGN_EXTRACT
-    else:
-        raise AssertionError("a 100k-deep list is not the Constraint Schema")
+def test_intake_reply_nested_past_the_parser_is_nothing_kept() -> None:
+    for deep in ("[" * 100_000 + "]" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000):
+        reading = read_reply(deep)
+        assert not reading.fits and reading.problems
+        assert reading.snapshot == IntakeSnapshot()
 
 
 def test_valid_snapshot_reply_is_taken_as_is() -> None:
