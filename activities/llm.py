@@ -255,6 +255,10 @@ def _provider(spec: ModelSpec | None) -> str:
         return ""
 
 
+# Environment variable names whose values are scrubbed when LiteLLM reads a provider's
+# key itself (OPENAI_API_KEY, ANTHROPIC_AUTH_TOKEN, AWS_SECRET_ACCESS_KEY, ...).
+_KEY_LIKE = ("_KEY", "_TOKEN", "_SECRET")
+
 # Names LiteLLM lists as "missing" that are endpoints or versions, not keys: a provider
 # with a default endpoint (Ollama's localhost) runs without them.
 _NOT_KEYS = ("_API_BASE", "_BASE_URL", "_URL", "_API_VERSION")
@@ -465,7 +469,14 @@ class LLMGateway:
                 )
             _scrubber.add(value)
             return value
-        return NO_KEY_PLACEHOLDER if spec.api_base else None
+        if spec.api_base:
+            return NO_KEY_PLACEHOLDER
+        # No key passed: LiteLLM reads the provider's own variable, whose name the gateway
+        # does not know; every key-like variable's value is scrubbed instead.
+        for name, value in os.environ.items():
+            if name.upper().endswith(_KEY_LIKE) and value:
+                _scrubber.add(value)
+        return None
 
     def _call_kwargs(self, req: LLMRequest, spec: ModelSpec, key: str | None) -> dict[str, Any]:
         params: dict[str, Any] = {**spec.params, **req.params}

@@ -325,3 +325,19 @@ async def test_a_missing_provider_key_is_named(
     assert f"environment variable {variable} is not set on the worker" in err.message
     assert err.details[0]["missing_env"] == [variable]
     assert env_server.requests == [] and server.requests == []
+
+
+async def test_a_provider_key_litellm_reads_is_scrubbed(
+    server: ScriptedOpenAIServer,
+    env_server: ScriptedOpenAIServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gateway passes no key for a model string: LiteLLM reads OPENAI_API_KEY, and its
+    value is still replaced in what the failure says."""
+    env_server.enqueue(ScriptedReply(status=401, content=f"Incorrect API key provided: {SECRET}."))
+    logs: list[LLMCallLog] = []
+    with caplog.at_level(logging.DEBUG):
+        err = await fail(make_gateway(server.base_url, logs), request(model="openai/env-model"))
+    assert err.type == "LLMAuthError" and "***" in err.message
+    for text in (str(err), err.message, repr(err.details), caplog.text, repr(logs)):
+        assert SECRET not in text
