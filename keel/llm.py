@@ -88,7 +88,8 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 class LLMRequest(BaseModel):
     """Input of the ``llm.complete`` activity.
 
-    ``model`` is a name from the models config; empty means the config's default.
+    ``model`` is a name from the models config or a LiteLLM model string
+    (``openai/gpt-4o-mini``: :meth:`ModelsConfig.resolve`); empty means the config's default.
     ``params`` go to the provider as is (temperature, max_tokens, seed, ...) on top of the
     model's defaults. ``json_mode`` asks for a JSON object reply. ``json_schema`` is the
     JSON Schema the reply must fit: where the model's entry says its server can decode

@@ -54,7 +54,8 @@ class RllmRunInput(BaseModel):
     root file's directory, like ``uses`` paths) to file texts. ``input`` is a dict, a
     JSON or YAML text of one, or a bare string for an app with one required string
     input (see :func:`keel.rllm.contracts.coerce_input`). ``model`` overrides the app's
-    ``llm`` with a name from the models config; it applies to children as well.
+    ``llm`` with a name from the models config or a LiteLLM model string
+    (:func:`resolve_model_name`); it applies to children as well.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -88,7 +89,8 @@ class RllmAttempt(BaseModel):
 class RllmRunResult(BaseModel):
     """Result of the ``RllmApp`` workflow.
 
-    ``model`` is the models-config name the app ran on (for a pure composition, which
+    ``model`` is the models-config name the app ran on, or the LiteLLM model string for a
+    model the config does not list (for a pure composition, which
     makes no call itself, the name it resolved to). ``attempts`` are this app's own calls; ``children`` the
     results of its ``uses`` entries by alias. ``usage`` and ``llm_latency_ms`` include
     the children; ``retries`` counts this app's recovery retries only.
