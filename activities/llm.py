@@ -37,6 +37,7 @@ from keel.llm import (
     LLMRequest,
     LLMResponse,
     LLMUsage,
+    ModelNotAllowedError,
     ModelsConfig,
     ModelSpec,
     StructuredOutputForm,
@@ -64,6 +65,7 @@ LLM_SERVER_ERROR = "LLMServerError"
 LLM_TIMEOUT = "LLMTimeout"
 LLM_CONNECTION_ERROR = "LLMConnectionError"
 LLM_UNKNOWN_MODEL = "LLMUnknownModel"
+LLM_MODEL_NOT_ALLOWED = "LLMModelNotAllowed"
 LLM_CONFIG_ERROR = "LLMConfigError"
 LLM_ERROR = "LLMError"
 
@@ -253,6 +255,42 @@ def _provider(spec: ModelSpec | None) -> str:
         return ""
 
 
+# Environment variable names whose values are scrubbed when LiteLLM reads a provider's
+# key itself (OPENAI_API_KEY, ANTHROPIC_AUTH_TOKEN, AWS_SECRET_ACCESS_KEY, ...).
+_KEY_LIKE = ("_KEY", "_TOKEN", "_SECRET")
+
+# Names LiteLLM lists as "missing" that are endpoints or versions, not keys: a provider
+# with a default endpoint (Ollama's localhost) runs without them.
+_NOT_KEYS = ("_API_BASE", "_BASE_URL", "_URL", "_API_VERSION")
+
+
+def missing_key_vars(litellm_model: str) -> list[str]:
+    """The environment variables LiteLLM reads the key of ``litellm_model``'s provider from
+    and that are not set on this worker (``OPENAI_API_KEY``...; several where the provider
+    takes any of them), from ``litellm.validate_environment``."""
+    try:
+        found = load_litellm().validate_environment(model=litellm_model)
+    except Exception:
+        return []
+    return [
+        str(k) for k in found.get("missing_keys") or [] if not str(k).upper().endswith(_NOT_KEYS)
+    ]
+
+
+def qualify_model(name: str) -> str | None:
+    """``provider/model`` for a bare model name LiteLLM knows (``gpt-4o`` is
+    ``openai/gpt-4o``), or None: only names in LiteLLM's model table, so a typo is an
+    unknown model rather than a call to a guessed provider."""
+    litellm = load_litellm()
+    if name not in litellm.model_cost:
+        return None
+    try:
+        model, provider, _, _ = litellm.get_llm_provider(name)
+    except Exception:
+        return None
+    return f"{provider}/{model}" if provider else None
+
+
 class LLMGateway:
     """Holds the models config and the call recorder; exposes the ``llm.complete`` activity.
 
@@ -266,6 +304,41 @@ class LLMGateway:
     def __init__(self, models: ModelsConfig, on_call: OnCall | None = None) -> None:
         self.models = models
         self.on_call = on_call
+
+    def resolve(self, name: str = "") -> tuple[str, ModelSpec]:
+        """``(name, spec)`` of a configured name, a LiteLLM model string or a bare model
+        name LiteLLM knows (``gpt-4o``), as :meth:`ModelsConfig.resolve` with the allow
+        list enforced. An unconfigured string gets the structured-output form LiteLLM
+        knows its model to take (``json_schema`` where ``supports_response_schema``).
+
+        Raises:
+            ModelNotAllowedError: the config's ``allow`` list does not match the string.
+            UnknownModelError: neither configured nor a model string of a provider
+                LiteLLM knows.
+        """
+        name = name or self.models.default
+        if name not in self.models.models and "/" not in name:
+            name = qualify_model(name) or name
+        model_name, spec = self.models.resolve(name)
+        if self.models.is_configured(model_name):
+            return model_name, spec
+        litellm = load_litellm()
+        try:
+            model, provider, _, _ = litellm.get_llm_provider(spec.litellm_model)
+        except Exception:
+            raise UnknownModelError(
+                f"unknown model {name!r}: LiteLLM knows no provider {spec.provider!r} "
+                f"(configured models: {', '.join(sorted(self.models.models))})"
+            ) from None
+        try:
+            schema = bool(
+                litellm.supports_response_schema(model=model, custom_llm_provider=provider)
+            )
+        except Exception:
+            schema = False
+        return model_name, spec.model_copy(
+            update={"structured_output": "json_schema" if schema else "none"}
+        )
 
     @activity.defn(name=LLM_COMPLETE.name)
     async def complete(self, req: LLMRequest) -> LLMResponse:
@@ -299,7 +372,9 @@ class LLMGateway:
         key: str | None = None
         started = time.monotonic()
         try:
-            model_name, spec = self.models.resolve(req.model)
+            if not self.models.is_configured(model_name):
+                await load_litellm_async()  # resolving a model string asks LiteLLM
+            model_name, spec = self.resolve(req.model)
             key = self._api_key(model_name, spec)
             kwargs = self._call_kwargs(req, spec, key)
             litellm = await load_litellm_async()
@@ -332,7 +407,7 @@ class LLMGateway:
         key: str | None = None
         started = time.monotonic()
         try:
-            model_name, spec = self.models.resolve(req.model)
+            model_name, spec = self.resolve(req.model)
             key = self._api_key(model_name, spec)
             kwargs = self._call_kwargs(req, spec, key)
             with around():
@@ -394,7 +469,14 @@ class LLMGateway:
                 )
             _scrubber.add(value)
             return value
-        return NO_KEY_PLACEHOLDER if spec.api_base else None
+        if spec.api_base:
+            return NO_KEY_PLACEHOLDER
+        # No key passed: LiteLLM reads the provider's own variable, whose name the gateway
+        # does not know; every key-like variable's value is scrubbed instead.
+        for name, value in os.environ.items():
+            if name.upper().endswith(_KEY_LIKE) and value:
+                _scrubber.add(value)
+        return None
 
     def _call_kwargs(self, req: LLMRequest, spec: ModelSpec, key: str | None) -> dict[str, Any]:
         params: dict[str, Any] = {**spec.params, **req.params}
@@ -462,7 +544,34 @@ class LLMGateway:
         text = _scrubber.scrub(text, key)
         if len(text) > _MAX_MESSAGE_CHARS:
             text = text[:_MAX_MESSAGE_CHARS] + "..."
-        where = f"{model_name} ({spec.litellm_model})" if spec else model_name
+        where = (
+            f"{model_name} ({spec.litellm_model})"
+            if spec and spec.litellm_model != model_name
+            else model_name
+        )
+        # No key passed: LiteLLM read the provider's own variable. When that is missing,
+        # it is the cause whatever the provider made of it (OpenAI's client: a 500;
+        # Anthropic: a 401; Gemini: a connection error), and no retry sets it.
+        missing = missing_key_vars(spec.litellm_model) if spec and key is None else []
+        if spec is not None and missing:
+            names = ", ".join(missing)
+            what = (
+                f"environment variable {names} is not set"
+                if len(missing) == 1
+                else f"environment variables {names} are not set"
+            )
+            return ApplicationError(
+                f"{where}: {what} on the worker (LiteLLM reads the key of provider "
+                f"{spec.provider or _provider(spec)!r} from it): {text}",
+                {
+                    "model_name": model_name,
+                    "litellm_model": spec.litellm_model,
+                    "missing_env": missing,
+                    "exception": type(exc).__name__,
+                },
+                type=LLM_CONFIG_ERROR,
+                non_retryable=True,
+            )
         prefix = f"HTTP {status}: " if status else ""
         delay: timedelta | None = None
         retry_after_s: float | None = None
@@ -521,6 +630,13 @@ class LLMGateway:
     ) -> LLMOutcome:
         if isinstance(exc, ApplicationError):
             failure = exc
+        elif isinstance(exc, ModelNotAllowedError):
+            failure = ApplicationError(
+                str(exc),
+                {"model": exc.model, "allow": exc.allow},
+                type=LLM_MODEL_NOT_ALLOWED,
+                non_retryable=True,
+            )
         elif isinstance(exc, UnknownModelError):
             failure = ApplicationError(str(exc), type=LLM_UNKNOWN_MODEL, non_retryable=True)
         else:

@@ -24,12 +24,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.llm import LLMGateway, load_litellm_async
-from keel.llm import LLMMessage, LLMRequest, ModelsConfig
+from activities.llm import LLMGateway, load_litellm_async, qualify_model
+from keel.llm import LLMMessage, LLMRequest, ModelsConfig, ModelSpec, UnknownModelError
 from keel.rllm.contracts import block_failed
 from keel.rllm.deps import ResolvedApp, resolve
 from keel.rllm.errors import (
     LLMParamValidationError,
+    MetadataValidationError,
     ParseError,
     PythonBlockExecutionError,
     RllmError,
@@ -178,8 +179,20 @@ class RllmActivities:
         params = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
         return None if params is None else [str(p) for p in params]
 
+    def _spec(self, model_name: str, key: str) -> ModelSpec:
+        """The spec ``model_name`` runs with, checked as the gateway will check it."""
+        try:
+            return self.gateway.resolve(model_name)[1]
+        except UnknownModelError as e:
+            raise MetadataValidationError(
+                f"{key}: {e}",
+                details={"file": key, "model": model_name, "known": sorted(self.models.models)},
+                recovery_hint="Name a model of a provider LiteLLM knows "
+                "(https://docs.litellm.ai/docs/providers), or one of details.known.",
+            ) from None
+
     async def _check_params(self, program: RllmProgram, model_name: str, key: str) -> list[str]:
-        spec = self.models.models[model_name]
+        spec = self._spec(model_name, key)
         supported = await self._supported_params(spec.litellm_model)
         if not program.needs_llm:
             return supported or []
@@ -225,20 +238,24 @@ class RllmActivities:
         """
         try:
             resolved = await asyncio.to_thread(load_resolved, req.path, req.files)
+            await load_litellm_async()  # bare model names are qualified by LiteLLM
             root_model = ""
             supported: list[str] = []
             for key, program in resolved.programs.items():
-                model_name = resolve_model_name(program.llm, req.model, self.models)
+                model_name = resolve_model_name(
+                    program.llm, req.model, self.models, qualify=qualify_model
+                )
                 params = await self._check_params(program, model_name, key)
                 if key == resolved.graph.root:
                     root_model, supported = model_name, params
+            root_spec = self._spec(root_model, resolved.graph.root)
         except RllmError as e:
             raise rllm_failure(e) from None
         return LoadedApp(
             resolved=resolved,
             path=req.path,
             model=root_model,
-            litellm_model=self.models.models[root_model].litellm_model,
+            litellm_model=root_spec.litellm_model,
             supported_params=supported,
         )
 

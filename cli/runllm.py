@@ -68,7 +68,13 @@ InputFileOpt = Annotated[
     ),
 ]
 ModelOpt = Annotated[
-    str | None, typer.Option("--model", "-m", help="A model name from the models config")
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="A model name from the models config, or a LiteLLM model string "
+        "(openai/gpt-4o-mini, anthropic/claude-sonnet-4-5, hosted_vllm/...)",
+    ),
 ]
 
 

@@ -11,6 +11,7 @@ reaches workflow history, configs or results.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -39,6 +40,16 @@ RESERVED_PARAMS = frozenset(
 )
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A LiteLLM model string: ``provider/model`` (``openai/gpt-4o-mini``,
+#: ``hosted_vllm/Qwen/Qwen2.5-7B-Instruct``: the model may hold further slashes).
+MODEL_STRING = re.compile(r"^[a-z0-9_][a-z0-9_.-]*/\S+$")
+
+
+def is_model_string(name: str) -> bool:
+    """Whether ``name`` has the form of a LiteLLM ``provider/model`` string."""
+    return bool(MODEL_STRING.match(name))
+
+
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -77,7 +88,8 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 class LLMRequest(BaseModel):
     """Input of the ``llm.complete`` activity.
 
-    ``model`` is a name from the models config; empty means the config's default.
+    ``model`` is a name from the models config or a LiteLLM model string
+    (``openai/gpt-4o-mini``: :meth:`ModelsConfig.resolve`); empty means the config's default.
     ``params`` go to the provider as is (temperature, max_tokens, seed, ...) on top of the
     model's defaults. ``json_mode`` asks for a JSON object reply. ``json_schema`` is the
     JSON Schema the reply must fit: where the model's entry says its server can decode
@@ -203,17 +215,48 @@ class UnknownModelError(KeyError):
         return str(self.args[0]) if self.args else "unknown model"
 
 
+class ModelNotAllowedError(UnknownModelError):
+    """A LiteLLM model string that the models config's ``allow`` list does not match."""
+
+    def __init__(self, model: str, allow: list[str]) -> None:
+        listed = ", ".join(allow) if allow else "(empty: only the configured models)"
+        super().__init__(
+            f"model {model!r} is not allowed on this worker: it is not a configured model "
+            f"and matches no pattern of the models config's allow list: {listed}"
+        )
+        self.model = model
+        self.allow = list(allow)
+
+
 class ModelsConfigError(ValueError):
     """The models config file is missing, not YAML, or does not validate."""
 
 
 class ModelsConfig(BaseModel):
-    """Named models and the default one (the whole of ``configs/models.yaml``)."""
+    """Named models, the default one, and which other model strings may be called (the
+    whole of ``configs/models.yaml``).
+
+    A request names a model either by its name here or by a LiteLLM model string
+    (``openai/gpt-4o-mini``). A string that an entry's ``litellm_model`` equals runs with
+    that entry (its endpoint, key, prices, structured-output form); any other string
+    runs with LiteLLM's own defaults (the provider's conventional environment variables
+    for key and endpoint, LiteLLM's price table), if ``allow`` lets it: ``allow`` is a
+    list of shell-style patterns (``openai/*``, ``anthropic/claude-*``) the string must
+    match; absent means any string, an empty list only the configured models.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     default: str
     models: dict[str, ModelSpec] = Field(min_length=1)
+    allow: list[str] | None = None
+
+    @field_validator("allow")
+    @classmethod
+    def _patterns(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any(not p.strip() for p in v):
+            raise ValueError("patterns must not be empty")
+        return v
 
     @model_validator(mode="after")
     def _default_exists(self) -> ModelsConfig:
@@ -223,19 +266,54 @@ class ModelsConfig(BaseModel):
             )
         return self
 
+    def entry_for(self, litellm_model: str) -> str | None:
+        """The first configured name (in sorted order) whose ``litellm_model`` is this one."""
+        for name in sorted(self.models):
+            if self.models[name].litellm_model == litellm_model:
+                return name
+        return None
+
+    def allows(self, litellm_model: str) -> bool:
+        """Whether ``allow`` lets an unconfigured model string be called."""
+        if self.allow is None:
+            return True
+        return any(fnmatch.fnmatchcase(litellm_model, p) for p in self.allow)
+
+    def check_allowed(self, litellm_model: str) -> None:
+        """Raises:
+        ModelNotAllowedError: ``allow`` does not match ``litellm_model``."""
+        if not self.allows(litellm_model):
+            raise ModelNotAllowedError(litellm_model, self.allow or [])
+
     def resolve(self, name: str = "") -> tuple[str, ModelSpec]:
         """Return ``(name, spec)`` for ``name``, or for the default when ``name`` is empty.
 
+        ``name`` is a configured name or a LiteLLM model string. A string served by an
+        entry resolves to that entry (its name and spec); any other string to itself and
+        a spec with LiteLLM's defaults (no endpoint, no key variable, no price override).
+
         Raises:
-            UnknownModelError: ``name`` is not defined; the message lists the known names.
+            ModelNotAllowedError: an unconfigured model string that ``allow`` does not match.
+            UnknownModelError: ``name`` is neither; the message lists the known names.
         """
         name = name or self.default
         spec = self.models.get(name)
-        if spec is None:
-            raise UnknownModelError(
-                f"unknown model {name!r}; known models: {', '.join(sorted(self.models))}"
-            )
-        return name, spec
+        if spec is not None:
+            return name, spec
+        if is_model_string(name):
+            entry = self.entry_for(name)
+            if entry is not None:
+                return entry, self.models[entry]
+            self.check_allowed(name)
+            return name, ModelSpec(litellm_model=name)
+        raise UnknownModelError(
+            f"unknown model {name!r}; known models: {', '.join(sorted(self.models))} "
+            "(or a LiteLLM model string, provider/model: openai/gpt-4o-mini)"
+        )
+
+    def is_configured(self, name: str) -> bool:
+        """Whether ``name`` (as :meth:`resolve` returns it) is an entry of this config."""
+        return name in self.models
 
 
 def _expand(value: str, env: Mapping[str, str], where: str) -> str:

@@ -113,7 +113,8 @@ FRONTMATTER_SCHEMA: dict[str, Any] = {
 
 
 class LLMSpec(BaseModel):
-    """The model an app runs on: a LiteLLM provider and model, or a Keel model name."""
+    """The model an app runs on: a LiteLLM provider and model (any model LiteLLM can call;
+    no models-config entry needed), or a Keel model name (``provider: keel``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -14,12 +14,13 @@ whose first detail is an :class:`keel.rllm.errors.RllmErrorPayload` as JSON;
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from keel.llm import LLMUsage, ModelsConfig
+from keel.llm import LLMUsage, ModelNotAllowedError, ModelsConfig, is_model_string
 from keel.refs import ActivityRef
 from keel.rllm.contracts import coerce_input
 from keel.rllm.deps import ResolvedApp
@@ -53,7 +54,8 @@ class RllmRunInput(BaseModel):
     root file's directory, like ``uses`` paths) to file texts. ``input`` is a dict, a
     JSON or YAML text of one, or a bare string for an app with one required string
     input (see :func:`keel.rllm.contracts.coerce_input`). ``model`` overrides the app's
-    ``llm`` with a name from the models config; it applies to children as well.
+    ``llm`` with a name from the models config or a LiteLLM model string
+    (:func:`resolve_model_name`); it applies to children as well.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -87,7 +89,8 @@ class RllmAttempt(BaseModel):
 class RllmRunResult(BaseModel):
     """Result of the ``RllmApp`` workflow.
 
-    ``model`` is the models-config name the app ran on (for a pure composition, which
+    ``model`` is the models-config name the app ran on, or the LiteLLM model string for a
+    model the config does not list (for a pure composition, which
     makes no call itself, the name it resolved to). ``attempts`` are this app's own calls; ``children`` the
     results of its ``uses`` entries by alias. ``usage`` and ``llm_latency_ms`` include
     the children; ``retries`` counts this app's recovery retries only.
@@ -105,48 +108,68 @@ class RllmRunResult(BaseModel):
     total_latency_ms: float = 0.0
 
 
-def resolve_model_name(llm: LLMSpec, override: str | None, models: ModelsConfig) -> str:
-    """The models-config name an app runs on.
+def resolve_model_name(
+    llm: LLMSpec,
+    override: str | None,
+    models: ModelsConfig,
+    qualify: Callable[[str], str | None] | None = None,
+) -> str:
+    """The model an app runs on: a models-config name or a LiteLLM model string.
 
-    ``override`` (``--model``) wins and must be a name in ``models``. Otherwise
-    ``provider: keel`` names a models-config entry directly, and any other provider
-    picks the first entry (by name) whose ``litellm_model`` is ``provider/model``:
-    every call goes through the gateway, which only knows configured models.
+    ``override`` (``--model``) wins: a models-config name, a LiteLLM model string
+    (``openai/gpt-4o``) or, where ``qualify`` turns it into one (the worker asks
+    LiteLLM), a bare model name (``gpt-4o``). Otherwise ``provider: keel`` names a
+    models-config entry, and any other provider is the string ``provider/model``.
+    A string that an entry serves (its ``litellm_model``) becomes that entry's name (the
+    first by name), so the entry's endpoint, key and prices apply; any other string is
+    returned as is, to run with LiteLLM's defaults, if the config's ``allow`` list lets it.
 
     Raises:
-        MetadataValidationError: the name is not configured (``details.known`` lists the
-            configured names).
+        MetadataValidationError: an unknown name (``details.known`` lists the configured
+            names), or a string ``allow`` refuses (``details.allow`` lists the patterns).
     """
     known = sorted(models.models)
     if override:
-        if override in models.models:
-            return override
+        wanted, key = override, "model"
+    elif llm.is_config_name:
+        wanted, key = llm.model, "llm.model"
+    else:
+        wanted, key = llm.litellm_model, "llm"
+    if wanted in models.models:
+        return wanted
+    string = wanted if is_model_string(wanted) else None
+    if string is None and key == "model" and qualify is not None and "/" not in wanted:
+        string = qualify(wanted)
+    if string is None:
+        if key == "llm.model":
+            raise MetadataValidationError(
+                f"llm.model {wanted!r} is not in the models config (known: {', '.join(known)})",
+                details={"key": key, "model": wanted, "known": known},
+                recovery_hint="Use one of details.known as llm.model, name a LiteLLM model "
+                "(llm: {provider: openai, model: gpt-4o-mini}), pass --model, or add the "
+                "model to the models config (configs/models.yaml).",
+            )
         raise MetadataValidationError(
-            f"model {override!r} is not in the models config (known: {', '.join(known)})",
-            details={"key": "model", "model": override, "known": known},
-            recovery_hint="Pass --model with one of details.known, or add the model to "
-            "the models config (configs/models.yaml).",
+            f"model {wanted!r} is neither in the models config (known: {', '.join(known)}) "
+            "nor a LiteLLM model string (provider/model)",
+            details={"key": key, "model": wanted, "known": known},
+            recovery_hint="Pass --model with one of details.known or a LiteLLM model "
+            "string such as openai/gpt-4o-mini.",
         )
-    if llm.is_config_name:
-        if llm.model in models.models:
-            return llm.model
+    entry = models.entry_for(string)
+    if entry is not None:
+        return entry
+    try:
+        models.check_allowed(string)
+    except ModelNotAllowedError as e:
         raise MetadataValidationError(
-            f"llm.model {llm.model!r} is not in the models config (known: {', '.join(known)})",
-            details={"key": "llm.model", "model": llm.model, "known": known},
-            recovery_hint="Use one of details.known as llm.model, pass --model, or add "
-            "the model to the models config (configs/models.yaml).",
-        )
-    wanted = llm.litellm_model
-    for name in known:
-        if models.models[name].litellm_model == wanted:
-            return name
-    raise MetadataValidationError(
-        f"llm {wanted!r} is not served by any entry of the models config "
-        f"(known: {', '.join(known)})",
-        details={"key": "llm", "model": wanted, "known": known},
-        recovery_hint=f"Add an entry with litellm_model: {wanted} to the models config "
-        "(configs/models.yaml), or pass --model with one of details.known.",
-    )
+            str(e),
+            details={"key": key, "model": string, "allow": e.allow, "known": known},
+            recovery_hint="Use a model that matches one of details.allow or one of "
+            "details.known, or add the model to the models config's allow list "
+            "(configs/models.yaml).",
+        ) from None
+    return string
 
 
 def add_usage(*usages: LLMUsage) -> LLMUsage:
@@ -228,7 +251,8 @@ class LoadRequest(BaseModel):
 class LoadedApp(BaseModel):
     """Result of ``rllm.load``: the resolved app and what its root runs on.
 
-    ``model`` is the models-config name, ``litellm_model`` its LiteLLM string and
+    ``model`` is the models-config name or, for a model the config does not list, the
+    LiteLLM model string itself; ``litellm_model`` the LiteLLM string and
     ``supported_params`` what LiteLLM accepts for it (None when LiteLLM does not say).
     ``path`` is the root's path as given (children are found from it).
     """

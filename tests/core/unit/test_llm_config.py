@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from keel.llm import (
     LLMMessage,
     LLMRequest,
+    ModelNotAllowedError,
     ModelsConfigError,
     UnknownModelError,
 )
@@ -50,9 +51,53 @@ def test_resolve_unknown_lists_known_names() -> None:
         config.resolve("nope")
 
 
+def test_resolve_model_strings(tmp_path: Path) -> None:
+    """A LiteLLM model string resolves to the entry that serves it, else to itself with
+    LiteLLM's defaults (no endpoint, key variable, prices or schema form)."""
+    config = load_models_config(SHIPPED, env={})
+    assert config.allow is None  # the shipped config allows any model string
+    name, spec = config.resolve("openai/smollm2")
+    assert (name, spec) == ("local", config.models["local"])
+    name, spec = config.resolve("anthropic/claude-sonnet-4-5")
+    assert name == "anthropic/claude-sonnet-4-5" and not config.is_configured(name)
+    assert (spec.litellm_model, spec.provider) == ("anthropic/claude-sonnet-4-5", "anthropic")
+    assert (spec.api_base, spec.api_key_env, spec.input_cost_per_token) == (None, None, None)
+    assert spec.structured_output == "none"
+    assert config.resolve("hosted_vllm/Qwen/Qwen2.5-7B")[0] == "hosted_vllm/Qwen/Qwen2.5-7B"
+    for not_a_string in ("gpt-4o", "Open AI/x", "openai/"):
+        with pytest.raises(UnknownModelError, match="provider/model"):
+            config.resolve(not_a_string)
+
+
+def test_allow_list(tmp_path: Path) -> None:
+    text = SHIPPED.read_text() + 'allow: ["openai/gpt-4o*", "anthropic/claude-*"]\n'
+    config = load_models_config(write(tmp_path, text), env={})
+    assert config.allow == ["openai/gpt-4o*", "anthropic/claude-*"]
+    assert config.resolve("openai/gpt-4o-mini")[0] == "openai/gpt-4o-mini"
+    assert config.resolve("anthropic/claude-sonnet-4-5")[0] == "anthropic/claude-sonnet-4-5"
+    with pytest.raises(ModelNotAllowedError) as info:
+        config.resolve("openai/o3")
+    assert "'openai/o3'" in str(info.value)
+    assert "openai/gpt-4o*, anthropic/claude-*" in str(info.value)
+    assert (info.value.model, info.value.allow) == ("openai/o3", config.allow)
+    # Configured models are always allowed, by name and by the string an entry serves.
+    assert config.resolve("local")[0] == config.resolve("openai/smollm2")[0] == "local"
+    assert config.resolve("")[0] == "local"
+    # An empty list: the configured models only.
+    none = load_models_config(write(tmp_path, SHIPPED.read_text() + "allow: []\n"), env={})
+    assert none.resolve("openai/smollm2")[0] == "local"
+    with pytest.raises(ModelNotAllowedError, match="only the configured models"):
+        none.resolve("openai/gpt-4o")
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        (
+            "default: a\nmodels:\n  a: {litellm_model: openai/x}\nallow: ['']\n",
+            "allow: Value error, patterns must not be empty",
+        ),
+        ("default: a\nmodels:\n  a: {litellm_model: openai/x}\nallow: openai/*\n", "allow:"),
         ("default: a\nmodels: [", "not valid YAML"),
         ("- a\n- b\n", "expected a mapping"),
         ("default: b\nmodels:\n  a: {litellm_model: openai/x}\n", "default 'b' is not one of"),

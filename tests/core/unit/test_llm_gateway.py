@@ -214,3 +214,130 @@ async def test_missing_key_env_is_final(
     assert err.non_retryable
     assert "KEEL_TEST_ABSENT_KEY" in err.message
     assert server.chat_requests == []
+
+
+# -- LiteLLM model strings the config does not list ----------------------------------------
+
+
+@pytest.fixture
+def env_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedOpenAIServer]:
+    """A server ``openai/<model>`` reaches through LiteLLM's environment conventions only."""
+    with ScriptedOpenAIServer(default=ScriptedReply(content="from env")) as srv:
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+        monkeypatch.setenv("OPENAI_API_BASE", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        yield srv
+
+
+async def test_a_model_string_runs_with_litellms_defaults(
+    server: ScriptedOpenAIServer, env_server: ScriptedOpenAIServer
+) -> None:
+    logs: list[LLMCallLog] = []
+    resp = await ActivityEnvironment().run(
+        make_gateway(server.base_url, logs).complete, request(model="openai/env-model")
+    )
+    assert resp.content == "from env"
+    assert (resp.model_name, resp.litellm_model) == ("openai/env-model", "openai/env-model")
+    assert resp.cost_usd is None  # not in LiteLLM's price table, no override
+    [sent] = env_server.chat_requests
+    assert sent.json["model"] == "env-model"
+    assert sent.headers["authorization"] == f"Bearer {SECRET}"
+    assert server.chat_requests == []
+    assert (logs[0].model_name, logs[0].provider, logs[0].status) == (
+        "openai/env-model",
+        "openai",
+        "ok",
+    )
+
+
+async def test_a_string_an_entry_serves_takes_the_entry(
+    server: ScriptedOpenAIServer, env_server: ScriptedOpenAIServer
+) -> None:
+    gw = make_gateway(server.base_url)
+    resp = await ActivityEnvironment().run(gw.complete, request(model="openai/scripted"))
+    assert resp.model_name == "scripted" and resp.cost_usd is not None  # the entry's prices
+    assert len(server.chat_requests) == 1 and env_server.chat_requests == []
+
+
+async def test_a_bare_name_litellm_knows_is_qualified(
+    server: ScriptedOpenAIServer, env_server: ScriptedOpenAIServer
+) -> None:
+    """``gpt-4o`` is ``openai/gpt-4o`` to LiteLLM; LiteLLM knows it takes a JSON Schema."""
+    resp = await ActivityEnvironment().run(
+        make_gateway(server.base_url).complete,
+        request(model="gpt-4o", json_mode=True, json_schema={"type": "object"}),
+    )
+    assert resp.model_name == "openai/gpt-4o" and resp.structured == "json_schema"
+    [sent] = env_server.chat_requests
+    assert sent.json["model"] == "gpt-4o"
+    assert sent.json["response_format"]["type"] == "json_schema"
+
+
+async def test_a_provider_litellm_does_not_know_is_an_unknown_model(
+    server: ScriptedOpenAIServer,
+) -> None:
+    err = await fail(make_gateway(server.base_url), request(model="nosuchprovider/x"))
+    assert err.type == "LLMUnknownModel" and err.non_retryable
+    assert "'nosuchprovider'" in err.message
+
+
+async def test_the_allow_list_refuses_a_string_it_does_not_match(
+    server: ScriptedOpenAIServer, env_server: ScriptedOpenAIServer
+) -> None:
+    logs: list[LLMCallLog] = []
+    gw = make_gateway(server.base_url, logs)
+    gw.models = gw.models.model_copy(update={"allow": ["anthropic/*", "openai/gpt-4o*"]})
+    err = await fail(gw, request(model="openai/env-model"))
+    assert err.type == "LLMModelNotAllowed" and err.non_retryable
+    assert "'openai/env-model'" in err.message and "anthropic/*, openai/gpt-4o*" in err.message
+    assert err.details[0] == {
+        "model": "openai/env-model",
+        "allow": ["anthropic/*", "openai/gpt-4o*"],
+    }
+    assert env_server.chat_requests == []
+    assert logs[0].error_code == "LLMModelNotAllowed"
+    # A matching string and the configured model are called.
+    await ActivityEnvironment().run(gw.complete, request(model="openai/gpt-4o-mini"))
+    await ActivityEnvironment().run(gw.complete, request(model="scripted"))
+    assert len(env_server.chat_requests) == 1 and len(server.chat_requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("model", "variable"),
+    [
+        ("openai/env-model", "OPENAI_API_KEY"),  # OpenAI's client refuses: LiteLLM says 500
+        ("anthropic/claude-sonnet-4-5", "ANTHROPIC_API_KEY"),  # LiteLLM says 401
+    ],
+)
+async def test_a_missing_provider_key_is_named(
+    server: ScriptedOpenAIServer,
+    env_server: ScriptedOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    variable: str,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_BASE", env_server.base_url)
+    err = await fail(make_gateway(server.base_url), request(model=model))
+    assert err.type == "LLMConfigError" and err.non_retryable
+    assert f"environment variable {variable} is not set on the worker" in err.message
+    assert err.details[0]["missing_env"] == [variable]
+    assert env_server.requests == [] and server.requests == []
+
+
+async def test_a_provider_key_litellm_reads_is_scrubbed(
+    server: ScriptedOpenAIServer,
+    env_server: ScriptedOpenAIServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gateway passes no key for a model string: LiteLLM reads OPENAI_API_KEY, and its
+    value is still replaced in what the failure says."""
+    env_server.enqueue(ScriptedReply(status=401, content=f"Incorrect API key provided: {SECRET}."))
+    logs: list[LLMCallLog] = []
+    with caplog.at_level(logging.DEBUG):
+        err = await fail(make_gateway(server.base_url, logs), request(model="openai/env-model"))
+    assert err.type == "LLMAuthError" and "***" in err.message
+    for text in (str(err), err.message, repr(err.details), caplog.text, repr(logs)):
+        assert SECRET not in text

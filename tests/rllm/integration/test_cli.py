@@ -345,6 +345,30 @@ async def test_run_time_errors_exit_with_their_class_code(settings, worker, mode
     assert payload(unknown_model)["details"]["known"] == ["local", "olla"]
 
 
+async def test_run_takes_a_litellm_model_string(
+    settings, worker, model_server, monkeypatch: pytest.MonkeyPatch
+):
+    """``--model openai/<model>``: no models.yaml entry; the worker reaches the server the
+    environment names (LiteLLM's OPENAI_API_BASE and OPENAI_API_KEY)."""
+    answer = {"summary": "From the environment's server.", "sentences": 1}
+    with ScriptedOpenAIServer(default=ScriptedReply(content=json.dumps(answer))) as env_srv:
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+        monkeypatch.setenv("OPENAI_API_BASE", env_srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-keel-test-cli-key")
+        env = cli_env(settings)
+        args = ["run", str(EXAMPLES / "summary.rllm"), "-i", TEXT]
+        proc = await runllm([*args, "--model", "openai/env-model"], env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        doc = payload(proc)
+        assert doc["output"] == answer and doc["model"] == "openai/env-model"
+        assert [r.json["model"] for r in env_srv.chat_requests] == ["env-model"]
+
+        valid = await runllm(["validate", str(EXAMPLES / "summary.rllm")], env)
+        assert valid.returncode == 0, valid.stdout + valid.stderr
+        assert payload(valid)["models"] == {"summary.rllm": "local"}
+    assert model_server.chat_requests == []
+
+
 async def test_ollama_auto_pull_reports_progress(settings, worker, ollama):
     env = cli_env(settings)
     proc = await runllm(

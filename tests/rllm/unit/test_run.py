@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.llm import load_litellm
+from activities.llm import load_litellm, qualify_model
 from activities.rllm import bundle_loader, load_resolved, param_issues, parsed
 from keel.llm import ModelsConfig, ModelSpec
 from keel.rllm.errors import DependencyResolutionError, MetadataValidationError, ParseError
@@ -101,13 +101,43 @@ def test_resolve_model_name() -> None:
     assert resolve_model_name(keel, "qwen", MODELS) == "qwen"
     direct = LLMSpec.from_string("hosted_vllm/Qwen/Qwen2.5-7B-Instruct")
     assert resolve_model_name(direct, None, MODELS) == "qwen"
-    with pytest.raises(MetadataValidationError) as info:
-        resolve_model_name(LLMSpec.from_string("openai/gpt-4o"), None, MODELS)
-    assert info.value.details["known"] == ["local", "ollama-small", "qwen"]
-    with pytest.raises(MetadataValidationError, match="not in the models config"):
+    # A LiteLLM model string no entry serves runs as itself (LiteLLM's defaults).
+    gpt = LLMSpec.from_string("openai/gpt-4o")
+    assert resolve_model_name(gpt, None, MODELS) == "openai/gpt-4o"
+    assert resolve_model_name(keel, "anthropic/claude-sonnet-4-5", MODELS) == (
+        "anthropic/claude-sonnet-4-5"
+    )
+    # ... and the override may name one an entry serves: the entry's name.
+    assert resolve_model_name(keel, "hosted_vllm/Qwen/Qwen2.5-7B-Instruct", MODELS) == "qwen"
+    with pytest.raises(MetadataValidationError, match="nor a LiteLLM model string") as info:
         resolve_model_name(keel, "nope", MODELS)
+    assert info.value.details["known"] == ["local", "ollama-small", "qwen"]
+    # A bare name becomes a model string where the worker's LiteLLM knows it.
+    assert resolve_model_name(keel, "gpt-4o", MODELS, qualify=qualify_model) == "openai/gpt-4o"
+    with pytest.raises(MetadataValidationError):
+        resolve_model_name(keel, "gpt-99", MODELS, qualify=qualify_model)
     with pytest.raises(MetadataValidationError, match=r"llm\.model 'other'"):
         resolve_model_name(LLMSpec(provider="keel", model="other"), None, MODELS)
+
+
+def test_resolve_model_name_enforces_the_allow_list() -> None:
+    only = MODELS.model_copy(update={"allow": ["anthropic/claude-*"]})
+    claude = LLMSpec.from_string("anthropic/claude-sonnet-4-5")
+    assert resolve_model_name(claude, None, only) == "anthropic/claude-sonnet-4-5"
+    with pytest.raises(MetadataValidationError, match="not allowed") as info:
+        resolve_model_name(LLMSpec.from_string("openai/gpt-4o"), None, only)
+    assert info.value.details["allow"] == ["anthropic/claude-*"]
+    assert "'openai/gpt-4o'" in info.value.message and "anthropic/claude-*" in info.value.message
+    with pytest.raises(MetadataValidationError, match="not allowed"):
+        resolve_model_name(claude, "openai/gpt-4o", only)
+    # Configured models stay allowed, by name or by the string an entry serves; an empty
+    # list allows only them.
+    none = MODELS.model_copy(update={"allow": []})
+    assert resolve_model_name(LLMSpec(provider="keel", model="local"), None, none) == "local"
+    qwen = LLMSpec.from_string("hosted_vllm/Qwen/Qwen2.5-7B-Instruct")
+    assert resolve_model_name(qwen, None, none) == "qwen"
+    with pytest.raises(MetadataValidationError, match="only the configured models"):
+        resolve_model_name(claude, None, none)
 
 
 def test_llm_params_against_litellm_lists() -> None:
