@@ -31,7 +31,7 @@ from activities.actors import ActorPool, ActorRequestError
 from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
 from activities.srl.data import python_syntax_error
-from keel.llm import LLMMessage, LLMRequest, UnknownModelError
+from keel.llm import LLMMessage, LLMRequest, ModelNotAllowedError, UnknownModelError
 from keel.srl.errors import StepFormatError
 from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, render_messages
 from keel.srl.rewards import combine, format_error_reward
@@ -222,7 +222,7 @@ class SrlActivities:
         text = self.text(task, inp.text_digest)
         state = inp.state if inp.state.goals else merge(inp.state, _goal(task))
         state, state_tokens = await self._fit(state, inp.source)
-        structured = inp.source == "teacher" and self._structured(inp.model)
+        structured = inp.source == "teacher" and await self._structured(inp.model)
         messages = render_messages(
             self.pack(),
             instruction=task.instruction,
@@ -312,13 +312,15 @@ class SrlActivities:
             finish_reason=gen.finish_reason,
         )
 
-    def _structured(self, model: str) -> bool:
-        """Whether ``model``'s server decodes against a JSON Schema (configs/models.yaml
-        ``structured_output``); an unknown name is the gateway's error to report."""
+    async def _structured(self, model: str) -> bool:
+        """Whether ``model``'s server decodes against a JSON Schema, as the gateway will
+        ask it (configs/models.yaml ``structured_output``, or what LiteLLM knows of an
+        unconfigured model string); a name it refuses is the gateway's error to report."""
         try:
-            return self.llm.models.resolve(model)[1].structured_output != "none"
-        except UnknownModelError:
+            _, spec = await asyncio.to_thread(self.llm.resolve, model)
+        except (UnknownModelError, ModelNotAllowedError):
             return False
+        return spec.structured_output != "none"
 
     async def _fit(self, state: State, source: str) -> tuple[State, int]:
         """The state within ``STATE_BUDGET`` tokens, and its size.
