@@ -217,7 +217,7 @@ def collect(
             _fail("invalid_input", f"cannot read {tasks}: {e.strerror or e}")
         if limit is not None:
             data = b"".join(data.splitlines(keepends=True)[:limit])
-        digest, count = upload_tasks(artifact_store_from_settings(settings), data)
+        digest, count = upload_tasks(artifact_store_from_settings(settings), data, source)
         try:
             inp = CollectionInput(
                 collection=collection,

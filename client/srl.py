@@ -22,6 +22,7 @@ from keel.srl.steps import (
     CollectionProgress,
     CollectionResult,
     CollectionTotals,
+    check_source,
     parse_tasks,
 )
 from keel.srl.trajectory import StepRecord
@@ -37,12 +38,18 @@ def collection_workflow_id(collection: str) -> str:
     return f"{COLLECTION_PREFIX}{collection}"
 
 
-def upload_tasks(artifacts: ArtifactStore, data: bytes) -> tuple[str, int]:
-    """Validate a JSONL task file and store it: ``(digest, number of tasks)``.
+def upload_tasks(
+    artifacts: ArtifactStore, data: bytes, source: str | None = None
+) -> tuple[str, int]:
+    """Validate a JSONL task file (for ``source``, when given: a gold replay needs expert
+    actions) and store it: ``(digest, number of tasks)``.
 
-    Raises ``keel.srl.steps.TasksInvalid`` naming the first bad line.
+    Raises ``keel.srl.steps.TasksInvalid`` naming the first bad line, or the tasks a gold
+    replay cannot replay.
     """
     tasks = parse_tasks(data)
+    if source is not None:
+        check_source(tasks, source)
     return artifacts.put_bytes(data), len(tasks)
 
 

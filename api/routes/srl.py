@@ -44,6 +44,7 @@ from keel.srl.steps import (
     CollectionOptions,
     SrlTask,
     TasksInvalid,
+    check_source,
     parse_tasks,
 )
 from store.artifacts import ArtifactNotFound, ArtifactStore
@@ -82,19 +83,22 @@ def _stored_tasks(store: ArtifactStore, body: StartCollectionBody) -> tuple[str,
     if body.tasks is not None:
         data = b"".join(canonical_json(t) + b"\n" for t in body.tasks)
         try:
-            count = len(parse_tasks(data))
+            tasks = parse_tasks(data)
+            check_source(tasks, body.source)
         except TasksInvalid as e:
             raise ApiError(422, "validation_failed", str(e)) from None
-        return store.put_bytes(data), count
+        return store.put_bytes(data), len(tasks)
     assert body.tasks_digest is not None
     try:
         data = store.get_bytes(body.tasks_digest)
     except ArtifactNotFound:
         raise ApiError(404, "not_found", f"no task file {body.tasks_digest}") from None
     try:
-        return body.tasks_digest, len(parse_tasks(data))
+        tasks = parse_tasks(data)
+        check_source(tasks, body.source)
     except TasksInvalid as e:
         raise ApiError(422, "validation_failed", str(e)) from None
+    return body.tasks_digest, len(tasks)
 
 
 @router.post("/collections", status_code=202, response_model=StartedCollection)

@@ -137,6 +137,21 @@ def parse_tasks(data: bytes) -> list[SrlTask]:
     return tasks
 
 
+def check_source(tasks: list[SrlTask], source: str) -> None:
+    """Refuse, before anything starts, a gold replay of tasks that have no expert action
+    (``srl tasks`` makes such tasks from dataset records): every episode would fail."""
+    if source != "gold_replay":
+        return
+    missing = [t.task_id for t in tasks if t.gold_action is None and t.expert is None]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise TasksInvalid(
+            f"gold_replay replays each task's expert action, and {len(missing)} of "
+            f"{len(tasks)} tasks have none ({', '.join(missing[:3])}{more}): collect them "
+            "with --source teacher or actor, then `srl expert` makes the expert set"
+        )
+
+
 class Generation(_Model):
     """What the model (or the gold replay) answered for one step."""
 

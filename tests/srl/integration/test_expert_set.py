@@ -146,6 +146,12 @@ async def test_a_dataset_becomes_an_expert_set_that_scores_step_by_step(
     js = next(t for t in tasks if t.language == "javascript")
     py = next(t for t in tasks if t.language == "python")
     assert (js.pre, js.post) == (PRE_JS, POST_JS)
+    # Nothing to replay: refused before anything starts, naming the tasks and the way on.
+    rc, doc, err = srl_cli(
+        ["collect", task_file, "--collection", "gold", "--source", "gold_replay"], settings
+    )
+    assert rc == 8 and "2 of 2 tasks have none" in doc["error"]["message"], err
+    assert "srl expert" in doc["error"]["message"]
 
     # 2. The teacher on them: verified against post in the jail, no expert to compare with.
     teach = f"teach-{uuid.uuid4().hex[:6]}"
