@@ -11,6 +11,7 @@ unit) is listed as unpriced and left out of the total, never counted as $0.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import date
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Literal
 
@@ -175,12 +176,21 @@ class Price(BaseModel):
 
     unit: str
     usd: Decimal = Field(gt=0)
+    # Where the number was copied from (page name and region class); empty in tables
+    # before provenance was recorded.
+    source: str = ""
 
 
 class PriceTable(BaseModel):
+    """``configs/design/prices.yaml``: list prices copied by hand on ``as_of``."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     method: str
+    # Older tables (in older workflow histories) had neither: the defaults keep them valid.
+    version: str = "unversioned"
+    as_of: date | None = None
+    provenance: str = ""
     currency: Literal["USD"] = "USD"
     region_factor: dict[str, Decimal] = Field(default_factory=dict)
     prices: dict[str, Price]
