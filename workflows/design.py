@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         TechReview,
         bill_of_materials,
         estimate_cost,
+        estimate_plan_cost,
         review_plan,
     )
     from keel.design.diff import change_summary, change_summary_md, state_diff
@@ -98,6 +99,9 @@ RECURSION_LIMIT = 200
 INTAKE_PROMPT = "intake_extract"
 #: Patch: an intake reply that does not fit goes to questions (``IntakeSnapshot.unfit``).
 PATCH_INTAKE_UNFIT = "design-intake-unfit"
+#: From this patch on, the cost critic sizes the bill of materials from the constraints'
+#: workload (issue 24 §2); runs recorded before it priced the catalogue's fixed quantities.
+COST_FROM_WORKLOAD_PATCH = "design-cost-from-workload"
 
 
 class GraphState(TypedDict, total=False):
@@ -294,8 +298,13 @@ async def critic_cost_node(state: GraphState) -> GraphState:
     wf = _wf()
     chosen = state["plan"]
     previous = wf.data.previous.cost if wf.data.previous else None
-    key = wf.key("critic_cost", {"plan": chosen, "previous": previous})
-    cost = estimate_cost(bill_of_materials(chosen, wf.data.catalog), wf.data.prices, previous)
+    if workflow.patched(COST_FROM_WORKLOAD_PATCH):
+        constraints = state["snapshot"].constraints
+        key = wf.key("critic_cost", {"plan": chosen, "previous": previous, "workload": constraints})
+        cost = estimate_plan_cost(chosen, wf.data.catalog, constraints, wf.data.prices, previous)
+    else:
+        key = wf.key("critic_cost", {"plan": chosen, "previous": previous})
+        cost = estimate_cost(bill_of_materials(chosen, wf.data.catalog), wf.data.prices, previous)
     card = critic_cost_card(
         cost, idempotency_key=key, trigger="regen", ts=wf.now(), prompt_pack=wf.data.prompt_pack
     )

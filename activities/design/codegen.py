@@ -555,6 +555,25 @@ def _readme(req: CodeGenRequest, title: str, has_docker: bool) -> str:
         lines.append(
             "Unpriced, not in the total: " + ", ".join(u.service for u in req.cost.unpriced) + "."
         )
+    if req.cost.by_capability:
+        lines += ["", "| Capability | USD/month |", "|---|---|"]
+        lines += [f"| {k} | {v:,.2f} |" for k, v in req.cost.by_capability.items()]
+    if req.cost.assumed:
+        lines += [
+            "",
+            "Not stated, so assumed: "
+            + "; ".join(f"{v.name} = {v.value:g} {v.unit}".strip() for v in req.cost.assumed)
+            + ".",
+        ]
+    table = req.cost.prices
+    if table.get("version"):
+        lines += [
+            "",
+            f"Prices: `{table['version']}`"
+            + (f", as of {table['as_of']}" if table.get("as_of") else "")
+            + ": list prices copied by hand, not fetched (`reports/cost.json` names each "
+            "line's source and formula).",
+        ]
     lines += [
         "",
         "## Policy",
@@ -577,7 +596,12 @@ def _bom_comment(req: CodeGenRequest, pattern_id: str) -> str:
     pattern = req.catalog.by_id().get(pattern_id) if req.catalog is not None else None
     if pattern is None or not pattern.bom:
         return "#   (see reports/cost.json)"
-    return "\n".join(f"#   {b.resource}: {b.quantity:g} {b.unit}" for b in pattern.bom)
+    return "\n".join(
+        f"#   {b.resource}: {b.formula} {b.unit} (per region; numbers in reports/cost.json)"
+        if b.formula is not None
+        else f"#   {b.resource}: {b.quantity or 0:g} {b.unit}"
+        for b in pattern.bom
+    )
 
 
 def _summary(req: CodeGenRequest, pattern_id: str) -> str:

@@ -76,9 +76,11 @@ class Throughput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    requests_per_s: float | None = Field(default=None, ge=0)
-    events_per_s: float | None = Field(default=None, ge=0)
-    data_gb_per_day: float | None = Field(default=None, ge=0)
+    # Upper bounds keep every cost formula finite and exact to the cent (Decimal's 28
+    # digits): far beyond any workload this service plans for.
+    requests_per_s: float | None = Field(default=None, ge=0, le=1e8)
+    events_per_s: float | None = Field(default=None, ge=0, le=1e9)
+    data_gb_per_day: float | None = Field(default=None, ge=0, le=1e6)
 
     def is_empty(self) -> bool:
         return (
@@ -116,6 +118,13 @@ class Constraints(BaseModel):
     team_constraints: TeamConstraints | None = None
     existing_stack: list[str] = Field(default_factory=list)
     compliance: list[Compliance] = Field(default_factory=list)
+    # Workload inputs of the cost estimate (issue 24 §2); not among the coverage fields.
+    retention_days: int | None = Field(
+        default=None, ge=1, le=36_500, description="How long data is kept, in days."
+    )
+    training_runs_per_month: float | None = Field(
+        default=None, ge=0, le=10_000, description="Training cadence: runs per month."
+    )
 
     @field_validator("regions")
     @classmethod

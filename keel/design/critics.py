@@ -10,7 +10,9 @@ unit) is listed as unpriced and left out of the total, never counted as $0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from datetime import date
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Literal
 
@@ -20,6 +22,14 @@ from keel.design.constraints import Constraints, WorkloadType
 from keel.design.errors import PriceTableError, issues_from_validation
 from keel.design.patterns import Capability, PatternCatalog
 from keel.design.planner import Plan
+from keel.design.workload import (
+    Workload,
+    WorkloadValue,
+    compute_workload,
+    evaluate,
+    fmt_number,
+    formula_names,
+)
 
 RiskKind = Literal["feasibility", "coupling", "bottleneck", "failure_domain"]
 Severity = Literal["low", "medium", "high"]
@@ -175,12 +185,21 @@ class Price(BaseModel):
 
     unit: str
     usd: Decimal = Field(gt=0)
+    # Where the number was copied from (page name and region class); empty in tables
+    # before provenance was recorded.
+    source: str = ""
 
 
 class PriceTable(BaseModel):
+    """``configs/design/prices.yaml``: list prices copied by hand on ``as_of``."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     method: str
+    # Older tables (in older workflow histories) had neither: the defaults keep them valid.
+    version: str = "unversioned"
+    as_of: date | None = None
+    provenance: str = ""
     currency: Literal["USD"] = "USD"
     region_factor: dict[str, Decimal] = Field(default_factory=dict)
     prices: dict[str, Price]
@@ -195,6 +214,8 @@ def load_prices(data: Mapping[str, Any]) -> PriceTable:
 
 
 class BomLine(BaseModel):
+    """One resource line of one region, its quantity with the formula that gave it."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pattern_id: str
@@ -202,10 +223,21 @@ class BomLine(BaseModel):
     quantity: float
     unit: str
     region: str | None = None
+    # The quantity's expression as written, the value of each name it uses, the
+    # workload inputs it follows from, and the whole shown with numbers filled in.
+    formula: str = ""
+    inputs: dict[str, float] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    shown: str = ""
 
 
 class CostLine(BaseModel):
-    """A priced line, in the §22.2 breakdown shape plus where it came from."""
+    """A priced line, in the §22.2 breakdown shape plus where it came from.
+
+    ``formula`` shows how the quantity follows from the workload, with the numbers
+    filled in; ``unit_usd`` times ``region_factor`` times quantity, rounded to the cent, is
+    ``usd``. The fields after ``region`` are empty in estimates made before formulas.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -214,6 +246,15 @@ class CostLine(BaseModel):
     usd: float
     pattern_id: str
     region: str | None = None
+    capability: str = ""
+    quantity: float | None = None
+    unit: str = ""
+    formula: str = ""
+    inputs: dict[str, float] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    unit_usd: str = ""
+    region_factor: str = ""
+    price_source: str = ""
 
 
 class UnpricedLine(BaseModel):
@@ -226,7 +267,12 @@ class UnpricedLine(BaseModel):
 
 
 class CostEstimate(BaseModel):
-    """The §22.2 Cost Estimate, with the unpriced lines beside the priced ones."""
+    """The §22.2 Cost Estimate, with the unpriced lines beside the priced ones.
+
+    ``by_capability`` sums the priced lines per capability (the pattern id's prefix);
+    the sums add up to ``monthly_usd`` to the cent. ``workload`` lists every named value
+    the formulas used and where it came from; ``prices`` names the price table.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -236,16 +282,40 @@ class CostEstimate(BaseModel):
     method: str
     delta_vs_prev_usd: float | None = None
     delta_vs_prev_pct: float | None = None
+    by_capability: dict[str, float] = Field(default_factory=dict)
+    workload: list[WorkloadValue] = Field(default_factory=list)
+    prices: dict[str, str] = Field(default_factory=dict)
+    previous_method: str | None = None
 
     @property
     def complete(self) -> bool:
         return not self.unpriced
 
+    @property
+    def assumed(self) -> list[WorkloadValue]:
+        """Workload inputs the form did not state, priced at their defaults."""
+        return [v for v in self.workload if v.source == "default"]
 
-def bill_of_materials(plan: Plan, catalog: PatternCatalog) -> list[BomLine]:
+
+def workload_of(catalog: PatternCatalog, constraints: Constraints | None) -> Workload:
+    """The named values of ``catalog``'s workload for ``constraints`` (none stated when
+    ``None``); empty for a catalogue without a workload section."""
+    if catalog.workload is None:
+        return Workload()
+    return compute_workload(catalog.workload, constraints or Constraints())
+
+
+def bill_of_materials(
+    plan: Plan, catalog: PatternCatalog, constraints: Constraints | None = None
+) -> list[BomLine]:
     """The plan's resources: each chosen pattern's BOM once per region (one
-    region-agnostic copy when no region is stated)."""
+    region-agnostic copy when no region is stated), each quantity its formula's value
+    for the workload of ``constraints`` (``None``: every workload input at its default).
+    A BOM item without a formula (catalogues before formulas) keeps its fixed quantity.
+    """
     by_id = catalog.by_id()
+    workload = workload_of(catalog, constraints)
+    env = workload.env()
     regions: list[str | None] = list(plan.regions) or [None]
     lines: list[BomLine] = []
     for region in regions:
@@ -254,13 +324,23 @@ def bill_of_materials(plan: Plan, catalog: PatternCatalog) -> list[BomLine]:
             if pattern is None:
                 continue
             for item in pattern.bom:
+                expr = item.expression()
+                quantity = evaluate(expr, env)
                 lines.append(
                     BomLine(
                         pattern_id=pid,
                         resource=item.resource,
-                        quantity=item.quantity,
+                        quantity=quantity,
                         unit=item.unit,
                         region=region,
+                        formula=item.formula or "",
+                        inputs={n: env[n] for n in formula_names(expr)},
+                        depends_on=workload.depends_on(expr),
+                        shown=(
+                            workload.explain(expr, quantity, item.unit)
+                            if item.formula
+                            else f"{fmt_number(quantity)} {item.unit} (fixed)"
+                        ),
                     )
                 )
     return lines
@@ -271,35 +351,37 @@ def _qty(line: BomLine) -> str:
 
 
 def estimate_cost(
-    bom: list[BomLine], prices: PriceTable, previous: CostEstimate | None = None
+    bom: list[BomLine],
+    prices: PriceTable,
+    previous: CostEstimate | None = None,
+    workload: Workload | None = None,
 ) -> CostEstimate:
     """Price ``bom``; with ``previous``, the delta against it in USD and percent.
 
     The percent is ``None`` when the previous total was zero (no meaningful ratio).
-    A region missing from ``region_factor`` is priced at factor 1.
+    A region missing from ``region_factor`` is priced at factor 1. ``workload`` is
+    recorded beside the lines (see :func:`workload_of`).
     """
     breakdown: list[CostLine] = []
     unpriced: list[UnpricedLine] = []
     total = Decimal(0)
+    by_capability: dict[str, Decimal] = {}
     for line in bom:
         price = prices.prices.get(line.resource)
+        reason = None
         if price is None:
+            reason = "no price in the table"
+        elif price.unit != line.unit:
+            reason = f"priced per {price.unit}, asked in {line.unit}"
+        elif not math.isfinite(line.quantity) or line.quantity < 0:
+            reason = f"quantity {line.quantity} is not a finite non-negative number"
+        if price is None or reason is not None:
             unpriced.append(
                 UnpricedLine(
                     service=line.resource,
                     qty=_qty(line),
                     pattern_id=line.pattern_id,
-                    reason="no price in the table",
-                )
-            )
-            continue
-        if price.unit != line.unit:
-            unpriced.append(
-                UnpricedLine(
-                    service=line.resource,
-                    qty=_qty(line),
-                    pattern_id=line.pattern_id,
-                    reason=f"priced per {price.unit}, asked in {line.unit}",
+                    reason=reason or "",
                 )
             )
             continue
@@ -308,6 +390,8 @@ def estimate_cost(
             CENT, rounding=ROUND_HALF_EVEN
         )
         total += usd
+        capability = line.pattern_id.split(":", 1)[0]
+        by_capability[capability] = by_capability.get(capability, Decimal(0)) + usd
         breakdown.append(
             CostLine(
                 service=line.resource,
@@ -315,6 +399,15 @@ def estimate_cost(
                 usd=float(usd),
                 pattern_id=line.pattern_id,
                 region=line.region,
+                capability=capability,
+                quantity=line.quantity,
+                unit=line.unit,
+                formula=line.shown or _qty(line),
+                inputs=line.inputs,
+                depends_on=line.depends_on,
+                unit_usd=str(price.usd),
+                region_factor=str(factor),
+                price_source=price.source,
             )
         )
     delta_usd: float | None = None
@@ -325,6 +418,11 @@ def estimate_cost(
         delta_usd = float(delta)
         if prev != 0:
             delta_pct = float((delta / prev * 100).quantize(Decimal("0.1")))
+    table = {"method": prices.method, "version": prices.version}
+    if prices.as_of is not None:
+        table["as_of"] = prices.as_of.isoformat()
+    if prices.provenance:
+        table["provenance"] = prices.provenance
     return CostEstimate(
         monthly_usd=float(total),
         breakdown=breakdown,
@@ -332,4 +430,25 @@ def estimate_cost(
         method=prices.method,
         delta_vs_prev_usd=delta_usd,
         delta_vs_prev_pct=delta_pct,
+        by_capability={k: float(v) for k, v in sorted(by_capability.items())},
+        workload=list(workload.values) if workload else [],
+        prices=table,
+        previous_method=previous.method if previous is not None else None,
+    )
+
+
+def estimate_plan_cost(
+    plan: Plan,
+    catalog: PatternCatalog,
+    constraints: Constraints | None,
+    prices: PriceTable,
+    previous: CostEstimate | None = None,
+) -> CostEstimate:
+    """The cost critic in one call: ``plan``'s bill of materials sized from the workload
+    of ``constraints``, priced, with the workload recorded beside the lines."""
+    return estimate_cost(
+        bill_of_materials(plan, catalog, constraints),
+        prices,
+        previous,
+        workload_of(catalog, constraints),
     )

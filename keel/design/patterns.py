@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from keel.design.constraints import Cloud, Compliance, WorkloadType
 from keel.design.errors import DesignIssue, PatternError, issues_from_validation
+from keel.design.workload import FormulaError, WorkloadSpec, formula_names
 
 
 class Capability(StrEnum):
@@ -41,13 +42,30 @@ class Deployment(StrEnum):
 
 
 class BomItem(BaseModel):
-    """One monthly resource line, ``quantity`` of ``unit`` of price-table key ``resource``."""
+    """One monthly resource line of ``unit`` of price-table key ``resource``, per region.
+
+    ``formula`` gives the quantity from the workload (:mod:`keel.design.workload`);
+    ``quantity`` is the fixed quantity of catalogues before formulas (``patterns_v1``,
+    still in older workflow histories), priced as a constant when there is no formula.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     resource: str = Field(min_length=1)
-    quantity: float = Field(ge=0)
+    quantity: float | None = Field(default=None, ge=0)
+    formula: str | None = None
     unit: str = Field(min_length=1)
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _quantity_or_formula(self) -> BomItem:
+        if self.quantity is None and self.formula is None:
+            raise ValueError("needs a formula (or a fixed quantity)")
+        return self
+
+    def expression(self) -> str:
+        """The formula, or the fixed quantity written as one."""
+        return self.formula if self.formula is not None else repr(float(self.quantity or 0))
 
 
 class Pattern(BaseModel):
@@ -84,6 +102,8 @@ class PatternCatalog(BaseModel):
 
     version: str
     patterns: list[Pattern]
+    # The named values BOM formulas use; None in catalogues before formulas.
+    workload: WorkloadSpec | None = None
 
     def by_id(self) -> dict[str, Pattern]:
         return {p.id: p for p in self.patterns}
@@ -112,7 +132,9 @@ def load_patterns(data: Mapping[str, Any]) -> PatternCatalog:
         for item in items:
             flat.append({"capability": capability, **dict(item)})
     try:
-        catalog = PatternCatalog.model_validate({"version": raw.get("version"), "patterns": flat})
+        catalog = PatternCatalog.model_validate(
+            {"version": raw.get("version"), "patterns": flat, "workload": raw.get("workload")}
+        )
     except ValidationError as exc:
         raise PatternError(issues_from_validation(exc)) from None
     issues: list[DesignIssue] = []
@@ -127,6 +149,32 @@ def load_patterns(data: Mapping[str, Any]) -> PatternCatalog:
                 issues.append(
                     DesignIssue(field=f"patterns.{p.id}", message=f"unknown pattern {ref!r}")
                 )
+    issues.extend(_formula_issues(catalog))
     if issues:
         raise PatternError(issues)
     return catalog
+
+
+def _formula_issues(catalog: PatternCatalog) -> list[DesignIssue]:
+    """Each workload definition and BOM formula must parse and use only defined names."""
+    spec = catalog.workload
+    issues = [
+        DesignIssue(field=f"workload.{name}", message=msg)
+        for name, msg in (spec.problems() if spec else [])
+    ]
+    known = set(spec.names()) if spec else set()
+    for p in catalog.patterns:
+        for n, item in enumerate(p.bom):
+            if item.formula is None:
+                continue
+            where = f"patterns.{p.id}.bom.{n}"
+            try:
+                unknown = [x for x in formula_names(item.formula) if x not in known]
+            except FormulaError as exc:
+                issues.append(DesignIssue(field=where, message=str(exc)))
+                continue
+            if unknown:
+                issues.append(
+                    DesignIssue(field=where, message=f"unknown name(s): {', '.join(unknown)}")
+                )
+    return issues

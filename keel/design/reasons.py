@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from keel.design.critics import CostEstimate, TechReview
 from keel.design.planner import Plan
 from keel.design.policy import PolicyReport, Status
+from keel.design.workload import fmt_number
 from keel.digest import canonical_json, digest_bytes, digest_json
 
 Agent = Literal["intake", "planner", "critic.tech", "critic.cost", "policy", "codegen"]
@@ -203,6 +204,21 @@ def critic_cost_card(
     if cost.delta_vs_prev_usd is not None:
         impacts["delta_vs_prev_usd"] = cost.delta_vs_prev_usd
         impacts["delta_vs_prev_pct"] = cost.delta_vs_prev_pct
+    risks = [f"unpriced: {u.service} ({u.qty}, {u.reason})" for u in cost.unpriced]
+    # Workload inputs the form left out are priced at a default: say which, and that the
+    # estimate rests on them.
+    risks += [
+        f"assumed: {v.name} = {fmt_number(v.value)} {v.unit} ({v.detail})".replace(" ()", "")
+        for v in cost.assumed
+    ]
+    if cost.previous_method is not None and cost.previous_method != cost.method:
+        risks.append(
+            f"method changed: the previous estimate used {cost.previous_method}, this one "
+            f"{cost.method}; the delta mixes the two"
+        )
+    confidence = 0.6 if cost.complete else 0.3
+    if cost.assumed:
+        confidence = max(0.3, round(confidence - 0.05 * len(cost.assumed), 2))
     return ReasonCard(
         decision_id=decision_id(idempotency_key),
         agent="critic.cost",
@@ -210,8 +226,8 @@ def critic_cost_card(
         trigger=trigger,
         inputs=CardInputs(artifacts=sorted({line.pattern_id for line in cost.breakdown})),
         impacts=impacts,
-        confidence=0.6 if cost.complete else 0.3,
-        risks=[f"unpriced: {u.service} ({u.qty}, {u.reason})" for u in cost.unpriced],
+        confidence=confidence,
+        risks=risks,
         links={"cost": "/reports/cost.json"},
         ts=ts,
         prompt_pack_hash=prompt_pack,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from activities.design.codegen import CodeGenRequest
 from keel.design.constraints import parse_constraints
-from keel.design.critics import bill_of_materials, estimate_cost, review_plan
+from keel.design.critics import estimate_plan_cost, review_plan
 from keel.design.planner import plan
 from keel.design.policy import evaluate_policy
 from keel.design.reasons import (
@@ -33,7 +33,7 @@ def request_for(case: str) -> CodeGenRequest:
     cat = catalog()
     the_plan = plan(constraints, cat)
     review = review_plan(constraints, the_plan, cat)
-    cost = estimate_cost(bill_of_materials(the_plan, cat), prices())
+    cost = estimate_plan_cost(the_plan, cat, constraints, prices())
     policy = evaluate_policy(constraints, the_plan, cat, cost, review)
     thread = f"design/{case}/ds-1"
     cards = [

@@ -45,4 +45,5 @@ CORPUS: tuple[str, ...] = (
     "design_replanned",
     "design_iteration",
     "design_intake_unfit",
+    "design_cost_workload",
 )

@@ -511,6 +511,41 @@ async def design_intake_unfit(ctx: Ctx) -> Histories:
     return {"design_intake_unfit": await history_json(handle)}
 
 
+async def design_cost_workload(ctx: Ctx) -> Histories:
+    """DesignPipeline from a guided form that states its workload: the cost critic sizes the
+    bill of materials from it (patch ``design-cost-from-workload``); no gate, no codegen."""
+    project = f"{ID_PREFIX}-design-cost"
+    handle = await ctx.client.start_workflow(
+        DesignPipeline.run,
+        DesignInput(
+            project=project,
+            decision_set="ds1",
+            requester="alice",
+            intake={
+                "cloud": "aws",
+                "regions": ["us-east-1"],
+                "budget_band": "medium",
+                "data_classification": "internal",
+                "workload_types": ["batch"],
+                "throughput": {"data_gb_per_day": 50},
+                "retention_days": 90,
+                "training_runs_per_month": 30,
+            },
+            require_approval=False,
+            generate=False,
+        ),
+        id=design_workflow_id(project, "ds1"),
+        task_queue=ctx.task_queue,
+    )
+    result: DesignResult = await handle.result()
+    expect(result.status == "completed", f"completed, got {result.status}")
+    cost = result.cost
+    expect(cost is not None and bool(cost.workload), f"a workload-sized estimate: {cost}")
+    stated = {v.name: v.value for v in (cost.workload if cost else []) if v.source == "stated"}
+    expect(stated.get("data_gb_per_day") == 50, f"the stated volume priced: {stated}")
+    return {"design_cost_workload": await history_json(handle)}
+
+
 def mrp_job(job_id: str, operator: str, params: str, extra: str = "") -> str:
     return f"""
 dsl_version: "0.1"
@@ -754,6 +789,7 @@ SCENARIOS: dict[str, Scenario] = {
     "srl_resume": srl_resume,
     "design_replanned": design_replanned,
     "design_intake_unfit": design_intake_unfit,
+    "design_cost_workload": design_cost_workload,
 }
 
 

@@ -82,7 +82,9 @@ async def test_out_of_range_reply_is_reasked_then_asked_with_the_valid_fields_ke
     with ScriptedOpenAIServer([ScriptedReply(content=bad), ScriptedReply(content=bad)]) as srv:
         settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
         async with build_worker(client, settings):
-            handle = await start(client, settings, project="acme")
+            # Its own project: the Temporal server is shared by the whole session.
+            project = f"acme-{uuid.uuid4().hex[:8]}"
+            handle = await start(client, settings, project=project)
             asked = await questions_of(client, handle)
             assert list(asked) == ["availability_target"]
             assert "the model read 9.5" in asked["availability_target"]
@@ -112,7 +114,9 @@ async def test_out_of_range_reply_is_reasked_then_asked_with_the_valid_fields_ke
     assert kept == {**OUT_OF_RANGE, "availability_target": 99.5}
     assert result.nodes_run[:3] == ["intake_extract", "coverage_check", "adaptive_questions"]
     # Both calls are recorded under the intake node's key.
-    key = node_idempotency_key("design/acme/ds1", "intake_extract", {"text": TEXT, "model": ""})
+    key = node_idempotency_key(
+        f"design/{project}/ds1", "intake_extract", {"text": TEXT, "model": ""}
+    )
     sm = get_sessionmaker(settings.resolved_database_url)
     with sm() as s:
         calls = set(s.scalars(select(LLMCallRow.call_key)).all())

@@ -32,10 +32,12 @@ PLAN_FIELDS = [
     "existing_stack",
     "compliance",
 ]
+# Added by issue 24 §2 (cost from the workload): optional, outside the coverage score.
+COST_FIELDS = ["retention_days", "training_runs_per_month"]
 
 
 def test_schema_has_exactly_the_plan_fields() -> None:
-    assert sorted(FIELD_NAMES) == sorted(PLAN_FIELDS)
+    assert sorted(FIELD_NAMES) == sorted(PLAN_FIELDS + COST_FIELDS)
 
 
 def test_enums_follow_the_plan() -> None:

@@ -32,7 +32,7 @@ def test_lines_are_priced_from_the_table() -> None:
     assert [c.usd for c in est.breakdown] == expected
     assert est.monthly_usd == pytest.approx(sum(expected))
     assert [c.qty for c in est.breakdown] == ["500 GB-month", "300 DPU-hour"]
-    assert est.method == "bom_v1" and est.complete
+    assert est.method == raw_prices()["method"] and est.complete
 
 
 def test_unpriced_resource_is_listed_never_counted_as_zero() -> None:

@@ -17,8 +17,7 @@ from keel.design.coverage import Coverage, IntakeSnapshot, coverage_check
 from keel.design.critics import (
     CostEstimate,
     TechReview,
-    bill_of_materials,
-    estimate_cost,
+    estimate_plan_cost,
     review_plan,
 )
 from keel.design.patterns import MANDATORY_CAPABILITIES
@@ -46,7 +45,7 @@ def _run(case: dict[str, Any]) -> tuple[Coverage, Plan, TechReview, CostEstimate
     cov = coverage_check(IntakeSnapshot(constraints=c))
     p = plan(c, catalog())
     review = review_plan(c, p, catalog())
-    cost = estimate_cost(bill_of_materials(p, catalog()), prices())
+    cost = estimate_plan_cost(p, catalog(), c, prices())
     return cov, p, review, cost, evaluate_policy(c, p, catalog(), cost, review)
 
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keel.design.constraints import Cloud, parse_constraints
-from keel.design.critics import bill_of_materials, estimate_cost
+from keel.design.critics import estimate_plan_cost
 from keel.design.patterns import MANDATORY_CAPABILITIES, Capability
 from keel.design.planner import interpret_comment, plan
 from tests.design.unit.design_data import catalog, prices
@@ -35,8 +35,8 @@ ONLINE_HIGH = {
 
 
 def monthly(constraints: dict[str, Any], comment: str | None = None) -> float:
-    p = plan(parse_constraints(constraints), catalog(), comment)
-    return estimate_cost(bill_of_materials(p, catalog()), prices()).monthly_usd
+    c = parse_constraints(constraints)
+    return estimate_plan_cost(plan(c, catalog(), comment), catalog(), c, prices()).monthly_usd
 
 
 def test_too_expensive_prefers_cheaper_patterns() -> None:

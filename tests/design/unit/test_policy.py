@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from keel.design.constraints import parse_constraints
-from keel.design.critics import CostEstimate, bill_of_materials, estimate_cost, review_plan
+from keel.design.critics import CostEstimate, estimate_plan_cost, review_plan
 from keel.design.planner import plan
 from keel.design.policy import PolicyReport, PolicySettings, evaluate_policy, gate_required
 from tests.design.unit.design_data import catalog, prices
@@ -24,7 +24,7 @@ def report(
 ) -> PolicyReport:
     c = parse_constraints(data)
     p = plan(c, catalog())
-    est = estimate_cost(bill_of_materials(p, catalog()), prices())
+    est = estimate_plan_cost(p, catalog(), c, prices())
     if cost:
         est = est.model_copy(update=cost)
     return evaluate_policy(c, p, catalog(), est, review_plan(c, p, catalog()), settings)
@@ -45,7 +45,15 @@ def test_clean_batch_plan_passes_every_rule() -> None:
         ({"regions": []}, "region_policy", "fail"),
         ({"data_classification": None}, "data_class", "fail"),
         ({"budget_band": None}, "budget_band", "warn"),
-        ({"budget_band": "low", "workload_types": ["online", "streaming"]}, "budget_band", "fail"),
+        (
+            {
+                "budget_band": "low",
+                "workload_types": ["online", "streaming"],
+                "throughput": {"data_gb_per_day": 1000, "requests_per_s": 500},
+            },
+            "budget_band",
+            "fail",
+        ),
         ({"compliance": ["gdpr"], "regions": ["us-east-1"]}, "region_policy", "fail"),
         (
             {"compliance": ["hipaa"], "regions": ["us-east-1", "us-west-2"]},

@@ -24,7 +24,7 @@ from keel.design.coverage import (
     apply_answers,
     coverage_check,
 )
-from keel.design.critics import bill_of_materials, estimate_cost, review_plan
+from keel.design.critics import estimate_plan_cost, review_plan
 from keel.design.intake import IntakeReply, read_reply
 from keel.design.patterns import MANDATORY_CAPABILITIES
 from keel.design.planner import plan
@@ -169,8 +169,8 @@ def test_any_valid_constraints_run_the_pure_chain_without_an_exception(
     listed = sorted([ch.capability for ch in p.choices] + [g.capability for g in p.gaps])
     assert listed == sorted(MANDATORY_CAPABILITIES)
     review = review_plan(c, p, cat)
-    first = estimate_cost(bill_of_materials(p, cat), prices())
-    cost = estimate_cost(bill_of_materials(p, cat), prices(), first)
+    first = estimate_plan_cost(p, cat, c, prices())
+    cost = estimate_plan_cost(p, cat, c, prices(), first)
     assert cost.monthly_usd >= 0 and cost.delta_vs_prev_usd == 0
     report = evaluate_policy(c, p, cat, cost, review)
     statuses = {r.id: r.status for r in report.rules}

@@ -7,7 +7,7 @@ import blake3
 import pytest
 
 from keel.design.constraints import parse_constraints
-from keel.design.critics import bill_of_materials, estimate_cost, review_plan
+from keel.design.critics import estimate_plan_cost, review_plan
 from keel.design.planner import plan
 from keel.design.policy import evaluate_policy
 from keel.design.reasons import (
@@ -54,7 +54,7 @@ def _run(data: dict[str, Any]) -> tuple[list[ReasonCard], str]:
     c = parse_constraints(data)
     p = plan(c, catalog())
     review = review_plan(c, p, catalog())
-    cost = estimate_cost(bill_of_materials(p, catalog()), prices())
+    cost = estimate_plan_cost(p, catalog(), c, prices())
     policy = evaluate_policy(c, p, catalog(), cost, review)
     key = node_idempotency_key("ds-1", "planner", c)
     pack = prompt_pack_hash({"planner.md": "x"})
