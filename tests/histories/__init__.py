@@ -40,4 +40,5 @@ CORPUS: tuple[str, ...] = (
     "srl_episode_recovered",
     "design_replanned",
     "design_iteration",
+    "design_validation_failed",
 )
