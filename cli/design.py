@@ -48,6 +48,7 @@ OUTCOME_EXIT = {
     "rejected": EXIT_CODES["rejected"],
     "expired": EXIT_CODES["expired"],
     "not_covered": EXIT_CODES["not_covered"],
+    "validation_failed": EXIT_CODES["validation_failed"],
 }
 #: How often ``design run`` asks for new events.
 POLL_S = 0.5
@@ -226,6 +227,9 @@ def event_line(e: DesignEvent, project: str, ds: str) -> str:
     elif t == "validation":
         summary = p.get("summary", {})
         text = "validators: " + ", ".join(f"{k} {v}" for k, v in summary.items())
+        failed = [k for k, v in summary.items() if v == "failed"]
+        if failed:
+            text += f"; FAILED: {', '.join(failed)}"
     elif t == "diff-update":
         text = (
             f"diff against {p.get('previous')}: {p.get('files_added')} files added, "
@@ -235,7 +239,8 @@ def event_line(e: DesignEvent, project: str, ds: str) -> str:
     elif t == "run-complete":
         text = f"run complete: {p.get('status')}, version {p.get('version')}"
         if p.get("archive_digest"):
-            text += f"; download with {_cmd('design', 'download', project, ds)}"
+            failing = " (failing validation)" if p.get("status") == "validation_failed" else ""
+            text += f"; download{failing} with {_cmd('design', 'download', project, ds)}"
     elif t == "run-error":
         text = f"run error ({p.get('status')}): {p.get('message')}"
     else:
@@ -496,7 +501,8 @@ def run(
         }
         text_out = f"{project}/{ds}: {status}, version {p.get('version')}"
         if p.get("archive_digest"):
-            text_out += f"; {_cmd('design', 'download', project, ds)}"
+            failing = " (archive fails validation)" if status == "validation_failed" else ""
+            text_out += f"; {_cmd('design', 'download', project, ds)}{failing}"
         _emit(doc, text_out)
         code = OUTCOME_EXIT.get(status, EXIT_CODES["run_failed"])
         if code:
@@ -610,6 +616,7 @@ def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[
     ev = _events(sm, project, ds)
     cost, policy = ev.get("cost-update"), ev.get("policy-update")
     validation = ev.get("validation", {}).get("summary")
+    failed = [k for k, s in (validation or {}).items() if s == "failed"]
     return {
         "project": project,
         "decision_set": ds,
@@ -627,7 +634,15 @@ def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[
         if policy is None
         else {"overall": policy.get("overall"), "rules": policy.get("rules", [])},
         "validation": validation,
+        "failed_validators": failed,
         "archive_digest": ev.get("run-complete", {}).get("archive_digest"),
+        "archive_validation": (
+            None
+            if not ev.get("run-complete", {}).get("archive_digest")
+            else "failed"
+            if failed
+            else "passed"
+        ),
         "rows": count_rows(sm, project, ds),
         "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None,
     }
@@ -655,8 +670,13 @@ def _view_text(v: dict[str, Any]) -> str:
         lines.append(f"  policy: {p['overall']}" + (f" ({', '.join(flagged)})" if flagged else ""))
     if v["validation"]:
         lines.append("  validation: " + ", ".join(f"{k} {s}" for k, s in v["validation"].items()))
+    if v.get("failed_validators"):
+        lines.append("  VALIDATION FAILED: " + ", ".join(v["failed_validators"]))
     if v["archive_digest"]:
-        lines.append(f"  archive: {_cmd('design', 'download', v['project'], v['decision_set'])}")
+        failing = " (fails validation)" if v.get("failed_validators") else ""
+        lines.append(
+            f"  archive{failing}: {_cmd('design', 'download', v['project'], v['decision_set'])}"
+        )
     return "\n".join(lines)
 
 
@@ -868,10 +888,24 @@ def download(
         target = out or Path(f"{project}-{decision_set}.zip")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+        failed = _view_failed(sm, project, decision_set)
         _emit(
-            {"path": str(target), "bytes": len(data), "digest": digest},
-            f"wrote {target} ({len(data):,} bytes)",
+            {
+                "path": str(target),
+                "bytes": len(data),
+                "digest": digest,
+                "validation": "failed" if failed else "passed",
+                "failed_validators": failed,
+            },
+            f"wrote {target} ({len(data):,} bytes)"
+            + (f"; its tree FAILED validation: {', '.join(failed)}" if failed else ""),
         )
+
+
+def _view_failed(sm: sessionmaker[Session], project: str, ds: str) -> list[str]:
+    from store.design import failing_validators
+
+    return failing_validators(sm, project, ds) or []
 
 
 def main(argv: list[str] | None = None) -> None:

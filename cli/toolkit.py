@@ -97,6 +97,7 @@ EXIT_CODES: dict[str, dict[str, int]] = {
         "not_covered": 8,  # the questions were not answered into coverage
         "expired": 9,  # the gate expired undecided
         "run_failed": 10,  # the pipeline failed or was terminated (run-error)
+        "validation_failed": 11,  # the generated repository failed a validator
     },
 }
 

@@ -507,6 +507,41 @@ def is_archive(sm: sessionmaker[Session], digest: str) -> bool:
         return found is not None
 
 
+def failing_validators(sm: sessionmaker[Session], project: str, ds: str) -> list[str] | None:
+    """The validators that failed on the decision set's tree, from its last ``validation``
+    event; None when no validators ran (no repository was generated)."""
+    with sm() as s:
+        payload = s.scalars(
+            select(DesignEventRow.payload_json)
+            .where(
+                DesignEventRow.project_id == project,
+                DesignEventRow.decision_set_id == ds,
+                DesignEventRow.type == "validation",
+            )
+            .order_by(DesignEventRow.id.desc())
+            .limit(1)
+        ).first()
+    if payload is None:
+        return None
+    summary = payload.get("summary") or {}
+    return sorted(name for name, status in summary.items() if status == "failed")
+
+
+def archive_failing_validators(sm: sessionmaker[Session], digest: str) -> list[str]:
+    """The validators that failed on the tree of archive ``digest`` (any decision set that
+    has it); empty when every one passed or ran none."""
+    with sm() as s:
+        owners = s.execute(
+            select(DesignArtifactRow.project_id, DesignArtifactRow.decision_set_id).where(
+                DesignArtifactRow.digest == digest, DesignArtifactRow.kind == "archive"
+            )
+        ).all()
+    failed: set[str] = set()
+    for project, ds in owners:
+        failed.update(failing_validators(sm, project, ds) or [])
+    return sorted(failed)
+
+
 def cost_of(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any] | None:
     """The stored cost estimate (the critic's whole estimate); None if there is none."""
     with sm() as s:

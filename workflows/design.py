@@ -447,18 +447,79 @@ async def codegen_node(state: GraphState) -> GraphState:
     return {"codegen": out}
 
 
+#: The patch under which the validators check the tree that ships (the generated files,
+#: rationale.json, diff.json and the SBOM) and a failed validator ends the run
+#: ``validation_failed``. Runs started before it validate the generated files only.
+PATCH_SHIPPED_TREE = "design-validate-shipped-tree"
+
+
 async def validators_node(state: GraphState) -> GraphState:
     wf = _wf()
     files = state["codegen"].files_digest
     key = wf.key("validators", {"files": files})
+    ship = workflow.patched(PATCH_SHIPPED_TREE)
+    extra: dict[str, str] = _shipped_reports(state)[0] if ship else {}
     out = await call(
         steps.VALIDATE,
-        ValidateInput(key=key, files_digest=files),
-        summary=f"validators on {state['codegen'].file_count} files",
+        ValidateInput(key=key, files_digest=files, extra_files=extra, ship=ship),
+        summary=f"validators on {state['codegen'].file_count} files"
+        + (f" + {len(extra)} reports and the SBOM" if ship else ""),
     )
     wf.run_node("validators", {"files": files}, dict(out.summary), key=key)
-    wf.event(steps.EVENT_VALIDATION, {"summary": out.summary, "report": out.report_digest})
+    payload: dict[str, Any] = {"summary": out.summary, "report": out.report_digest}
+    if ship:
+        payload |= {"failed": out.failed, "tree_digest": out.tree_digest}
+    wf.event(steps.EVENT_VALIDATION, payload)
     return {"validation": out}
+
+
+def _shipped_reports(state: GraphState) -> tuple[dict[str, str], dict[str, Any] | None, str]:
+    """The report files the workflow adds to the generated tree (rationale.json and, on an
+    iteration, diff.json), the diff and the Change Summary's markdown. Pure: the
+    validators node (which validates them in the tree) and persist compute the same."""
+    wf = _wf()
+    previous = wf.data.previous
+    new_state = _state_of(state)
+    files = state["codegen"].file_digests if "codegen" in state else {}
+    cost = state.get("cost")
+    diff: dict[str, Any] | None = None
+    summary_md = state.get("rationale_md", "")
+    if "rationale" in state:
+        rationale = state["rationale"]
+    else:
+        # Before rationale_compile (the validators node): what that node will compute.
+        rationale = rationale_json(state.get("cards", []))
+    if previous is not None:
+        old_state = {
+            "constraints": previous.constraints.model_dump(mode="json"),
+            "plan": previous.plan or {},
+        }
+        delta = cost.delta_vs_prev_usd if cost else None
+        sd = state_diff(old_state, new_state)
+        summary = change_summary(old_state, new_state, previous.file_digests, files, delta)
+        diff = {"summary": summary.model_dump(mode="json"), "state": sd.model_dump(mode="json")}
+        summary_md = change_summary_md(summary, sd) + "\n\n" + summary_md
+    report_files = {"reports/rationale.json": canonical_json(rationale).decode()}
+    if diff is not None:
+        report_files["reports/diff.json"] = canonical_json(diff).decode()
+    return report_files, diff, summary_md
+
+
+def _validation_md(validation: ValidateOutput) -> str:
+    """The Change Summary's validation section of a run that validated the shipped tree."""
+    failed = validation.failed
+    lines = ["## Validation", ""]
+    if failed:
+        lines.append(
+            "**Validation failed**: " + ", ".join(failed) + ". The archive is the tree "
+            "that was validated; it stays downloadable, marked as failing."
+        )
+    else:
+        lines.append("Every validator that ran passed.")
+    lines.append(
+        "Validators: " + ", ".join(f"{n} {s}" for n, s in validation.summary.items()) + "."
+    )
+    return "\n".join(lines)
 
 
 async def rationale_compile_node(state: GraphState) -> GraphState:
@@ -480,6 +541,10 @@ def _outcome(state: GraphState) -> str:
         return "rejected"
     if status == "expired":
         return "expired"
+    validation = state.get("validation")
+    if validation is not None and validation.tree_digest is not None and validation.failed:
+        # Only runs that validated the shipped tree (PATCH_SHIPPED_TREE) end here.
+        return "validation_failed"
     return "completed"
 
 
@@ -492,24 +557,15 @@ async def diff_and_persist_node(state: GraphState) -> GraphState:
     new_state = _state_of(state)
     files = state["codegen"].file_digests if "codegen" in state else {}
     cost = state.get("cost")
-    diff: dict[str, Any] | None = None
-    summary_md = state.get("rationale_md", "")
-    if previous is not None:
-        old_state = {
-            "constraints": previous.constraints.model_dump(mode="json"),
-            "plan": previous.plan or {},
-        }
-        delta = cost.delta_vs_prev_usd if cost else None
-        sd = state_diff(old_state, new_state)
-        summary = change_summary(old_state, new_state, previous.file_digests, files, delta)
-        diff = {"summary": summary.model_dump(mode="json"), "state": sd.model_dump(mode="json")}
-        summary_md = change_summary_md(summary, sd) + "\n\n" + summary_md
+    report_files, diff, summary_md = _shipped_reports(state)
+    if diff is not None and previous is not None:
         wf.event(steps.EVENT_DIFF, {"previous": previous.decision_set, **diff["summary"]})
+    validation = state.get("validation")
+    shipped = validation.tree_files_digest if validation is not None else None
+    if validation is not None and shipped is not None:
+        summary_md = _validation_md(validation) + "\n\n" + summary_md
     key = wf.key("diff_and_persist", {"state": new_state, "files": files, "outcome": outcome})
     wf.run_node("diff_and_persist", {"outcome": outcome}, {"files": len(files)}, key=key)
-    report_files = {"reports/rationale.json": canonical_json(state.get("rationale", {})).decode()}
-    if diff is not None:
-        report_files["reports/diff.json"] = canonical_json(diff).decode()
     out = await call(
         steps.PERSIST,
         PersistInput(
@@ -529,6 +585,7 @@ async def diff_and_persist_node(state: GraphState) -> GraphState:
             validation_digest=(
                 state["validation"].report_digest if "validation" in state else None
             ),
+            tree_files_digest=shipped,
             agent_runs=wf.agent_runs,
             approvals=wf.approvals,
             events=wf.events,
@@ -696,6 +753,7 @@ class DesignPipeline:
             file_count=codegen.file_count if codegen else 0,
             validation_digest=validation.report_digest if validation else None,
             validation=dict(validation.summary) if validation else {},
+            validated_tree_digest=validation.tree_digest if validation else None,
             rationale_digest=digest_json(final.get("rationale", {})),
             archive_digest=final.get("archive_digest"),
             git_commit=final.get("git_commit"),

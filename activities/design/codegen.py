@@ -537,7 +537,7 @@ def _readme(req: CodeGenRequest, title: str, has_docker: bool) -> str:
     if has_docker:
         lines.append("| `Dockerfile` | Image of the serving service |")
     lines += [
-        "| `reports/` | rationale.json, cost.json, policy.json, validator reports |",
+        "| `reports/` | rationale.json, cost.json, policy.json, plan.json, sbom.cdx.json (CycloneDX) |",
         "",
         "## Capabilities",
         "",

@@ -50,6 +50,7 @@ from keel.design.steps import (
     ValidateInput,
     ValidateOutput,
 )
+from keel.design.validation import tree_digest
 from keel.digest import digest_bytes, digest_json
 from keel.llm import LLMMessage, LLMRequest, LLMResponse
 from store import design as design_store
@@ -352,15 +353,33 @@ class DesignActivities:
 
     @activity.defn(name=steps.VALIDATE.name)
     async def validate(self, inp: ValidateInput) -> ValidateOutput:
-        """The validators on the stored repository; the report goes to the store."""
-        from activities.design.validators import validate_repo
+        """The validators on the stored repository; the report goes to the store.
+
+        With ``ship``, the tree validated is the tree that ships: the generated files,
+        the workflow's ``extra_files`` and the SBOM, stored as one files map whose digest
+        persist archives unchanged (so the archive is byte for byte what was validated).
+        """
+        from activities.design.validators import add_sbom, validate_repo
 
         files = self.artifacts.get_json(inp.files_digest)
+        tree_files_digest = tree = None
+        if inp.ship:
+            files = await add_sbom({**files, **inp.extra_files})
+            tree_files_digest = self.artifacts.put_json(files)
+            tree = tree_digest(files)
         # validate_repo heartbeats itself, naming the validator that runs.
         report = await validate_repo(files, sandbox_config=self.sandbox_config)
         dumped = report.model_dump(mode="json")
+        if tree is not None:
+            dumped["tree_digest"] = tree
         summary = _validator_summary(dumped)
-        return ValidateOutput(report_digest=self.artifacts.put_json(dumped), summary=summary)
+        return ValidateOutput(
+            report_digest=self.artifacts.put_json(dumped),
+            summary=summary,
+            tree_files_digest=tree_files_digest,
+            tree_digest=tree,
+            tree_file_count=len(files) if inp.ship else 0,
+        )
 
     @activity.defn(name=steps.PERSIST.name)
     def persist(self, inp: PersistInput) -> PersistOutput:
@@ -369,7 +388,12 @@ class DesignActivities:
         archive = None
         size = None
         repository: dict[str, str] = dict(inp.report_files)
-        if inp.files_digest is not None:
+        if inp.tree_files_digest is not None:
+            # The validated tree, exactly: nothing is added after validation.
+            repository = self.artifacts.get_json(inp.tree_files_digest)
+            data = _zip(repository)
+            archive, size = self.artifacts.put_bytes(data), len(data)
+        elif inp.files_digest is not None:
             files: dict[str, str] = self.artifacts.get_json(inp.files_digest)
             validation: dict[str, str] = {}
             if inp.validation_digest is not None:

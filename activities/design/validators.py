@@ -4,7 +4,8 @@ ruff, mypy and pytest execute (or import) the repository's code, so they run ins
 nsjail sandbox with the repository as the jail's workspace. The other checks only read
 files and run on the host in a temporary directory: an HCL parse and checkov on the
 Terraform, actionlint on the workflows, hadolint on a Dockerfile, a CycloneDX SBOM of
-``requirements.txt`` and a secret scan (patterns below). Each result is a
+``requirements.txt`` (checked, not made, here: :func:`add_sbom` puts it in the tree
+before validation) and a secret scan (detect-secrets). Each result is a
 :class:`~keel.design.validation.ValidatorResult`; a validator whose tool is missing, or
 whose jail cannot start, is ``not_run`` with the reason, never ``passed``.
 """
@@ -60,63 +61,56 @@ _OUTPUT_TAIL = 4000
 
 # ------------------------------------------------------------------------ secret scan
 
-#: (rule id, pattern). Kept narrow so a generated repository can be clean: each matches a
-#: credential's own shape, not words such as "password".
-SECRET_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("aws-access-key-id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
-    (
-        "aws-secret-access-key",
-        re.compile(r"(?i)aws_?secret_?access_?key\s*[:=]\s*['\"]?[A-Za-z0-9/+=]{40}\b"),
-    ),
-    (
-        "private-key",
-        re.compile(r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED |PGP )?PRIVATE KEY"),
-    ),
-    (
-        "github-token",
-        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b"),
-    ),
-    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b")),
-    ("anthropic-api-key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
-    ("openai-api-key", re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9]{32,}\b")),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    (
-        "assigned-secret",
-        re.compile(
-            r"(?i)\b(?:api_?key|secret(?:_?key)?|access_?token|auth_?token|password)\b"
-            r"\s*[:=]\s*['\"][A-Za-z0-9/+_\-]{20,}['\"]"
-        ),
-    ),
-)
+#: The secret scanner: Yelp's detect-secrets, its default plugins (AWS, private keys,
+#: GitHub, Slack, Stripe, JWT, basic-auth URLs, secret keywords, high-entropy strings...).
+SECRET_SCANNER = "detect-secrets"
 
 
-def _redact(text: str) -> str:
-    return text[:4] + "…" + f"({len(text)} chars)"
+def _write_tree(files: Mapping[str, str], root: Path) -> None:
+    for path, text in files.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
 
 
 def scan_secrets(files: Mapping[str, str]) -> ValidatorResult:
-    """Pattern scan of every file; a finding names the file, line and rule, never the value."""
+    """detect-secrets over every file; a finding names the file, line and secret type,
+    never the value."""
+    try:
+        from importlib.metadata import version
+
+        from detect_secrets import SecretsCollection
+        from detect_secrets.settings import default_settings
+    except ImportError:
+        return ValidatorResult(
+            name="secrets", status="not_run", summary="detect-secrets is not installed"
+        )
+    scanner = f"{SECRET_SCANNER} {version(SECRET_SCANNER)}"
     findings: list[dict[str, Any]] = []
-    for path in sorted(files):
-        for lineno, line in enumerate(files[path].splitlines(), start=1):
-            for rule, pattern in SECRET_RULES:
-                for m in pattern.finditer(line):
-                    findings.append(
-                        {"file": path, "line": lineno, "rule": rule, "match": _redact(m.group(0))}
-                    )
+    with tempfile.TemporaryDirectory(prefix="keel-secrets-") as tmp:
+        _write_tree(files, Path(tmp))
+        found = SecretsCollection(root=tmp)
+        with default_settings() as settings:
+            plugins = sorted(settings.plugins)
+            for path in sorted(files):
+                found.scan_file(path)
+        for path, secret in found:
+            findings.append({"file": path, "line": secret.line_number, "rule": secret.type})
+    findings.sort(key=lambda f: (f["file"], f["line"], f["rule"]))
+    details: dict[str, Any] = {"scanner": scanner, "plugins": plugins}
     if findings:
         rules = sorted({f["rule"] for f in findings})
         return ValidatorResult(
             name="secrets",
             status="failed",
             summary=f"{len(findings)} possible secret(s): {', '.join(rules)}",
-            details={"findings": findings[:200], "rules": [r for r, _ in SECRET_RULES]},
+            details={**details, "findings": findings[:200]},
         )
     return ValidatorResult(
         name="secrets",
         status="passed",
-        summary=f"no secrets found in {len(files)} files",
-        details={"rules": [r for r, _ in SECRET_RULES]},
+        summary=f"{scanner}: no secrets found in {len(files)} files",
+        details=details,
     )
 
 
@@ -514,54 +508,139 @@ async def run_hadolint(files: Mapping[str, str], root: Path) -> ValidatorResult:
     )
 
 
-async def run_sbom(files: Mapping[str, str], root: Path) -> tuple[ValidatorResult, str | None]:
-    """CycloneDX SBOM of ``requirements.txt``; the SBOM text comes back beside the result."""
+#: Where the tree carries its CycloneDX SBOM.
+SBOM_PATH = "reports/sbom.cdx.json"
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*([^\s;#]+)")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+async def make_sbom(files: Mapping[str, str]) -> tuple[str | None, str]:
+    """A CycloneDX SBOM of ``requirements.txt`` by ``cyclonedx-py`` (text, or None and why).
+
+    It is made before validation and put in the tree (:func:`add_sbom`), so the SBOM that
+    is checked is the one the archive ships.
+    """
     if "requirements.txt" not in files:
-        return ValidatorResult(name="sbom", status="not_run", summary="no requirements.txt"), None
+        return None, "no requirements.txt"
     binary = _venv_bin("cyclonedx-py")
     if binary is None:
-        return ValidatorResult(
-            name="sbom", status="not_run", summary="cyclonedx-bom is not installed"
-        ), None
-    code, out, err = await _host(
-        [
-            binary,
-            "requirements",
-            "--of",
-            "JSON",
-            "--output-reproducible",
-            "-o",
-            "-",
-            "requirements.txt",
-        ],
-        root,
-    )
+        return None, "cyclonedx-bom is not installed"
+    with tempfile.TemporaryDirectory(prefix="keel-sbom-") as tmp:
+        Path(tmp, "requirements.txt").write_text(files["requirements.txt"], encoding="utf-8")
+        code, out, err = await _host(
+            [
+                binary,
+                "requirements",
+                "--of",
+                "JSON",
+                "--output-reproducible",
+                "-o",
+                "-",
+                "requirements.txt",
+            ],
+            Path(tmp),
+        )
     if code != 0:
-        return (
-            ValidatorResult(
-                name="sbom",
-                status="failed" if code is not None else "not_run",
-                summary=f"cyclonedx-py requirements: exit {code}: {err.strip()[-300:]}",
-            ),
-            None,
+        return None, f"cyclonedx-py requirements: exit {code}: {err.strip()[-300:]}"
+    return (out if out.endswith("\n") else out + "\n"), ""
+
+
+async def add_sbom(files: Mapping[str, str]) -> dict[str, str]:
+    """``files`` with :data:`SBOM_PATH` made from ``requirements.txt`` when the tree has
+    none; a tree that brings its own SBOM keeps it (and the sbom validator checks it)."""
+    out = dict(files)
+    if SBOM_PATH not in out:
+        text, why = await make_sbom(out)
+        if text is not None:
+            out[SBOM_PATH] = text
+        else:
+            log.warning("no SBOM made: %s", why)
+    return check_paths(out)
+
+
+def _schema_errors(text: str, spec: str) -> str | None:
+    """The CycloneDX JSON schema's verdict on ``text`` (None: valid or no validator)."""
+    try:
+        from cyclonedx.schema import SchemaVersion
+        from cyclonedx.validation.json import JsonStrictValidator
+    except ImportError:
+        return None
+    try:
+        version = SchemaVersion.from_version(spec)
+    except (ValueError, KeyError):
+        return f"unknown CycloneDX specVersion {spec!r}"
+    error = JsonStrictValidator(version).validate_str(text)
+    if error is None:
+        return None
+    data = error.data
+    where = "/".join(str(p) for p in getattr(data, "absolute_path", [])) or "(root)"
+    rule = getattr(data, "validator", None)
+    if rule is None:
+        return str(data).splitlines()[0][:300]
+    return f"{where}: fails {rule!s} {str(getattr(data, 'validator_value', ''))[:120]}"
+
+
+def check_sbom(files: Mapping[str, str]) -> ValidatorResult:
+    """The tree's SBOM (:data:`SBOM_PATH`): present, CycloneDX JSON that its schema
+    accepts, and naming every ``name==version`` pin of ``requirements.txt``."""
+    if "requirements.txt" not in files:
+        return ValidatorResult(name="sbom", status="not_run", summary="no requirements.txt")
+    text = files.get(SBOM_PATH)
+    if text is None:
+        return ValidatorResult(
+            name="sbom", status="failed", summary=f"no SBOM: {SBOM_PATH} is not in the tree"
         )
     try:
-        bom = json.loads(out)
-    except json.JSONDecodeError:
-        return ValidatorResult(name="sbom", status="failed", summary="the SBOM is not JSON"), None
-    components = [
-        f"{c.get('name')}=={c.get('version')}"
+        bom = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return ValidatorResult(
+            name="sbom", status="failed", summary=f"the SBOM is not JSON: {exc.msg}"
+        )
+    if not isinstance(bom, dict) or bom.get("bomFormat") != "CycloneDX":
+        return ValidatorResult(
+            name="sbom", status="failed", summary="the SBOM is not a CycloneDX document"
+        )
+    spec = str(bom.get("specVersion", ""))
+    invalid = _schema_errors(text, spec)
+    if invalid is not None:
+        return ValidatorResult(
+            name="sbom",
+            status="failed",
+            summary=f"the SBOM does not match the CycloneDX {spec} schema: {invalid}",
+        )
+    components = {
+        (_norm(str(c.get("name"))), str(c.get("version")))
         for c in bom.get("components", [])
         if isinstance(c, dict)
+    }
+    pins = [
+        (_norm(m.group(1)), m.group(2))
+        for m in map(_REQUIREMENT.match, files["requirements.txt"].splitlines())
+        if m is not None
     ]
-    return (
-        ValidatorResult(
+    missing = [f"{n}=={v}" for n, v in pins if (n, v) not in components]
+    details = {
+        "components": sorted(f"{n}=={v}" for n, v in components),
+        "path": SBOM_PATH,
+        "spec_version": spec,
+    }
+    if missing:
+        return ValidatorResult(
             name="sbom",
-            status="passed",
-            summary=f"CycloneDX {bom.get('specVersion')} SBOM, {len(components)} components",
-            details={"components": components, "path": "reports/sbom.cdx.json"},
-        ),
-        out if out.endswith("\n") else out + "\n",
+            status="failed",
+            summary=f"the SBOM misses {len(missing)} pinned requirement(s): "
+            + ", ".join(missing[:10]),
+            details={**details, "missing": missing},
+        )
+    return ValidatorResult(
+        name="sbom",
+        status="passed",
+        summary=f"CycloneDX {spec} SBOM, {len(components)} components, "
+        f"covers the {len(pins)} pins of requirements.txt",
+        details=details,
     )
 
 
@@ -578,7 +657,8 @@ def _heartbeat(detail: str) -> None:
 
 
 def report_files(report: ValidationReport) -> dict[str, str]:
-    """``reports/<validator>.json`` for each result (the SBOM file is added by validate_repo)."""
+    """``reports/<validator>.json`` for each result: the validation report, kept beside the
+    validated tree (never added to it, so the archive is the tree that was validated)."""
     return {
         f"reports/{r.name}.json": json.dumps(r.model_dump(mode="json"), indent=2, sort_keys=True)
         + "\n"
@@ -589,7 +669,9 @@ def report_files(report: ValidationReport) -> dict[str, str]:
 async def validate_repo(
     files: dict[str, str], *, sandbox_config: SandboxConfig | None = None
 ) -> ValidationReport:
-    """Run every validator on ``files``; the report's ``files`` hold ``reports/*.json``.
+    """Run every validator on ``files``, exactly as given: nothing is added to the tree
+    here (see :func:`add_sbom`); the report's ``files`` hold ``reports/<validator>.json``,
+    which travel beside the tree, not in it.
 
     Order: secrets, ruff, mypy, pytest (jailed), hcl, checkov, actionlint, hadolint,
     sbom. Inside an activity it heartbeats with the running validator's name at each
@@ -600,7 +682,6 @@ async def validate_repo(
     results: list[ValidatorResult] = []
     timings: dict[str, float] = {}
     current = ["start"]
-    sbom_text: str | None = None
 
     async def timed(name: str, step: Callable[[], Awaitable[ValidatorResult]]) -> None:
         current[0] = name
@@ -610,28 +691,22 @@ async def validate_repo(
         timings[name] = round(time.monotonic() - started, 3)
 
     async def secrets() -> ValidatorResult:
-        return scan_secrets(files)
+        return await asyncio.to_thread(scan_secrets, files)
 
     async def run_all() -> None:
-        nonlocal sbom_text
         await timed("secrets", secrets)
         await timed("ruff", lambda: run_ruff(files, config))
         await timed("mypy", lambda: run_mypy(files, config))
         await timed("pytest", lambda: run_pytest(files, config))
         with tempfile.TemporaryDirectory(prefix="keel-validate-") as tmp:
             root = Path(tmp)
-            for path, text in files.items():
-                target = root / path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text, encoding="utf-8")
+            _write_tree(files, root)
 
             async def hcl() -> ValidatorResult:
                 return run_hcl(files)
 
             async def sbom() -> ValidatorResult:
-                nonlocal sbom_text
-                result, sbom_text = await run_sbom(files, root)
-                return result
+                return check_sbom(files)
 
             await timed("hcl", hcl)
             await timed("checkov", lambda: run_checkov(files, root))
@@ -645,18 +720,18 @@ async def validate_repo(
         for r in results
     ]
     report = ValidationReport(results=results)
-    out = report_files(report)
-    if sbom_text is not None:
-        out["reports/sbom.cdx.json"] = sbom_text
     log.info(
         "validated %d files: %s", len(files), ", ".join(f"{r.name}={r.status}" for r in results)
     )
-    return report.model_copy(update={"files": out})
+    return report.model_copy(update={"files": report_files(report)})
 
 
 __all__ = [
     "JAIL_LIMITS",
-    "SECRET_RULES",
+    "SBOM_PATH",
+    "add_sbom",
+    "check_sbom",
+    "make_sbom",
     "report_files",
     "run_hcl",
     "scan_secrets",

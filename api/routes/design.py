@@ -138,6 +138,11 @@ class ArtifactView(BaseModel):
     download_url: str | None = Field(
         None, description="GET it for a signed URL of the archive (archives only)"
     )
+    validation: Literal["passed", "failed"] | None = Field(
+        None,
+        description="archives: 'failed' when the tree it holds failed a validator (the "
+        "archive is still served, marked as failing), else 'passed'",
+    )
 
 
 class DecisionSetView(BaseModel):
@@ -184,6 +189,12 @@ class DownloadLink(BaseModel):
     expires_at: datetime
     digest: str
     size_bytes: int | None = None
+    validation: Literal["passed", "failed"] = Field(
+        "passed",
+        description="'failed': the archived tree failed the validators named in "
+        "failed_validators; the download also says so (X-Keel-Validation, file name)",
+    )
+    failed_validators: list[str] = Field(default_factory=list)
 
 
 # --- who may see what --------------------------------------------------------------------
@@ -426,6 +437,7 @@ def _stored_view(sessions: Any, project: str, ds: str) -> dict[str, Any]:
         "validation": _last_of(events, "validation"),
         "diff": _last_of(events, "diff-update"),
         "artifacts": design_store.artifacts_of(sessions, project, ds),
+        "failed_validators": design_store.failing_validators(sessions, project, ds),
     }
 
 
@@ -466,6 +478,11 @@ async def get_decision_set(
             ArtifactView(
                 **a,
                 download_url=f"/decision-sets/{ds}/download" if a["kind"] == "archive" else None,
+                validation=(
+                    ("failed" if stored["failed_validators"] else "passed")
+                    if a["kind"] == "archive"
+                    else None
+                ),
             )
             for a in stored["artifacts"]
         ],
@@ -689,6 +706,7 @@ async def download_link(
     archive = next((a for a in artifacts if a["kind"] == "archive"), None)
     if archive is None:
         raise ApiError(404, "not_found", f"decision set {ds!r} has no repository archive")
+    failed = await to_thread.run_sync(design_store.failing_validators, sessions, project, ds)
     expires = int(time.time()) + DOWNLOAD_TTL_S
     path = signed_urls.signed_path(
         _download_key(request.app.state.settings), _artifact_path(archive["digest"]), expires
@@ -698,6 +716,8 @@ async def download_link(
         expires_at=datetime.fromtimestamp(expires, UTC),
         digest=archive["digest"],
         size_bytes=archive["size_bytes"],
+        validation="failed" if failed else "passed",
+        failed_validators=failed or [],
     )
 
 
@@ -729,9 +749,13 @@ async def signed_download(
         data = await to_thread.run_sync(artifacts.get_bytes, digest)
     except ArtifactNotFound:
         raise ApiError(404, "not_found", "no such archive") from None
-    name = digest.split(":", 1)[-1][:12]
-    return Response(
-        data,
-        media_type="application/zip",
-        headers={"Content-Disposition": f'attachment; filename="design-{name}.zip"'},
-    )
+    failed = await to_thread.run_sync(design_store.archive_failing_validators, sessions, digest)
+    name = digest.split(":", 1)[-1][:12] + ("-validation-failed" if failed else "")
+    headers = {
+        "Content-Disposition": f'attachment; filename="design-{name}.zip"',
+        # The archive stays downloadable when its tree failed a validator, marked so.
+        "X-Keel-Validation": "failed" if failed else "passed",
+    }
+    if failed:
+        headers["X-Keel-Failed-Validators"] = ",".join(failed)
+    return Response(data, media_type="application/zip", headers=headers)

@@ -581,7 +581,11 @@
       if (state.ds === sess) setStatus("running");
     },
     artifacts(sess, p, body) { body.appendChild(el("p", { text: p.files + " files generated." })); },
-    validation(sess, p, body) { body.appendChild(facts(Object.entries(p.summary || {}))); },
+    validation(sess, p, body) {
+      body.appendChild(facts(Object.entries(p.summary || {})));
+      const failed = Object.entries(p.summary || {}).filter(([, s]) => s === "failed").map(([n]) => n);
+      if (failed.length) body.appendChild(el("p", { class: "status status-validation_failed", text: "Validation failed: " + failed.join(", ") + "." }));
+    },
     "diff-update"(sess, p, body) {
       body.appendChild(el("p", { text: "Against " + p.previous + "." }));
       renderPlain(sess, Object.fromEntries(Object.entries(p).filter(([k]) => k !== "previous")), body);
@@ -592,6 +596,7 @@
         rejected: "The plan was rejected: start a new session with changed requirements.",
         expired: "The approval expired: start the session again.",
         not_covered: "The requirements stayed too open: start a new session with more detail.",
+        validation_failed: "The generated repository failed a validator: its archive is in the canvas, marked as failing. Read the validators' findings, then start a new session.",
       }[p.status] || "";
       body.appendChild(el("p", { text: "Version " + p.version + ", " + p.status + "." }));
       if (next) body.appendChild(el("p", { class: "muted small", text: "Next: " + next }));
@@ -713,6 +718,12 @@
     if (!archive) return;
     const link = await api("GET", "/decision-sets/" + enc(sess.id) + "/download");
     $("#download-link").href = link.url;
+    const failing = link.validation === "failed";
+    $("#download-link").textContent = failing
+      ? "Download the repository (zip): fails validation (" + link.failed_validators.join(", ") + ")"
+      : "Download the repository (zip)";
+    $("#download-link").classList.toggle("failing", failing);
+    $("#download-row").dataset.validation = link.validation;
     const files = await api("GET", "/decision-sets/" + enc(sess.id) + "/files");
     renderTree(sess, files.files);
     const diff = await api("GET", "/decision-sets/" + enc(sess.id) + "/diff");

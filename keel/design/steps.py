@@ -153,7 +153,7 @@ class DesignResult(_Model):
 
     project: str
     decision_set: str
-    status: Literal["completed", "rejected", "expired", "not_covered"]
+    status: Literal["completed", "rejected", "expired", "not_covered", "validation_failed"]
     version: int = 0
     constraints: Constraints
     coverage: Coverage
@@ -168,6 +168,9 @@ class DesignResult(_Model):
     file_count: int = 0
     validation_digest: str | None = None
     validation: dict[str, str] = Field(default_factory=dict)
+    validated_tree_digest: str | None = Field(
+        None, description="tree_digest of the tree the validators ran on (= the archive's)"
+    )
     rationale_digest: str | None = None
     archive_digest: str | None = None
     git_commit: str | None = Field(
@@ -254,11 +257,33 @@ class CodegenOutput(_Model):
 class ValidateInput(_Model):
     key: str
     files_digest: str
+    extra_files: dict[str, str] = Field(
+        default_factory=dict,
+        description="files the workflow adds to the generated ones before validation "
+        "(reports/rationale.json, reports/diff.json): the tree that ships",
+    )
+    ship: bool = Field(
+        False,
+        description="validate the tree that ships: the generated files, extra_files and "
+        "the SBOM, stored as one files map (tree_files_digest) that persist archives as is",
+    )
 
 
 class ValidateOutput(_Model):
     report_digest: str
     summary: dict[str, str] = Field(description="validator name -> passed|failed|not_run")
+    tree_files_digest: str | None = Field(
+        None, description="artifact digest of the validated tree's files map (ship=True)"
+    )
+    tree_digest: str | None = Field(
+        None, description="keel.design.validation.tree_digest of the validated tree"
+    )
+    tree_file_count: int = 0
+
+    @property
+    def failed(self) -> list[str]:
+        """The validators that failed."""
+        return [name for name, status in self.summary.items() if status == "failed"]
 
 
 class AgentRun(_Model):
@@ -348,7 +373,14 @@ class PersistInput(_Model):
         default_factory=dict, description="/reports files added to the archive (small)"
     )
     validation_digest: str | None = Field(
-        None, description="the validators' report: its reports/*.json files go in the archive"
+        None,
+        description="the validators' report: its reports/*.json files go in the archive "
+        "unless tree_files_digest is set",
+    )
+    tree_files_digest: str | None = Field(
+        None,
+        description="the validated tree's files map: when set, the archive is exactly it "
+        "(files_digest, report_files and the report's files are not added)",
     )
     agent_runs: list[AgentRun] = Field(default_factory=list)
     approvals: list[ApprovalRecord] = Field(default_factory=list)

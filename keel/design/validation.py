@@ -9,9 +9,12 @@ every check must look at that, not only at :attr:`ValidationReport.passed`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from keel.digest import digest_bytes, digest_json
 
 ValidatorStatus = Literal["passed", "failed", "not_run"]
 
@@ -42,8 +45,8 @@ class ValidationReport(BaseModel):
     passed: bool = False
     #: Names of the validators that could not run; each is unchecked, not passed.
     not_run: list[str] = Field(default_factory=list)
-    #: Files to add to the repository: ``reports/<validator>.json`` for each result and
-    #: ``reports/sbom.cdx.json`` when the SBOM was made.
+    #: ``reports/<validator>.json`` for each result: the report, stored beside the
+    #: validated tree (never added to it: the archive is exactly the tree validated).
     files: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -67,6 +70,11 @@ class ValidationReport(BaseModel):
         """Every validator ran and none failed."""
         return self.passed and not self.not_run
 
+    @property
+    def failed(self) -> list[str]:
+        """Names of the validators that failed (each one makes the run ``validation_failed``)."""
+        return [r.name for r in self.results if r.status == "failed"]
+
     def result(self, name: str) -> ValidatorResult | None:
         return next((r for r in self.results if r.name == name), None)
 
@@ -75,4 +83,18 @@ class ValidationReport(BaseModel):
         return None if r is None else r.status
 
 
-__all__ = ["ValidationReport", "ValidatorResult", "ValidatorStatus"]
+def tree_digest(files: Mapping[str, str | bytes]) -> str:
+    """The digest of a repository tree: every path with the digest of its bytes.
+
+    The same for the ``{path: text}`` map the validators ran on and for the archive's
+    ``{name: bytes}``, so "the validated tree is the archived tree" is one comparison.
+    """
+    return digest_json(
+        {
+            path: digest_bytes(body.encode() if isinstance(body, str) else body)
+            for path, body in sorted(files.items())
+        }
+    )
+
+
+__all__ = ["ValidationReport", "ValidatorResult", "ValidatorStatus", "tree_digest"]

@@ -46,4 +46,5 @@ CORPUS: tuple[str, ...] = (
     "design_iteration",
     "design_intake_unfit",
     "design_cost_workload",
+    "design_validation_failed",
 )

@@ -546,6 +546,45 @@ async def design_cost_workload(ctx: Ctx) -> Histories:
     return {"design_cost_workload": await history_json(handle)}
 
 
+async def design_validation_failed(ctx: Ctx) -> Histories:
+    """DesignPipeline with patch ``design-validate-shipped-tree``: the guided form, no gate,
+    a model's repository (scripted) with an unencrypted S3 bucket; the validators run on
+    the shipped tree (rationale and SBOM added), checkov fails, the run ends
+    ``validation_failed`` with the validated tree as its archive."""
+    from activities.design.codegen import render_request
+    from tests.design.codegen_cases import request_for
+
+    tree = render_request(request_for("batch_training"))
+    tree["infra/ingest/raw.tf"] = 'resource "aws_s3_bucket" "raw" {\n  bucket = "raw"\n}\n'
+    ctx.llm.enqueue(ScriptedReply(content=json.dumps({"files": tree})))
+    project = f"{ID_PREFIX}-design-vf"
+    handle = await ctx.client.start_workflow(
+        DesignPipeline.run,
+        DesignInput(
+            project=project,
+            decision_set="ds1",
+            requester="alice",
+            intake={
+                "cloud": "aws",
+                "workload_types": ["batch"],
+                "data_classification": "internal",
+                "budget_band": "medium",
+                "regions": ["us-east-1"],
+            },
+            require_approval=False,
+            codegen="litellm",
+            codegen_model="local",
+        ),
+        id=design_workflow_id(project, "ds1"),
+        task_queue=ctx.task_queue,
+    )
+    result: DesignResult = await handle.result()
+    expect(result.status == "validation_failed", f"validation_failed, got {result.status}")
+    expect(result.validation.get("checkov") == "failed", f"checkov failed: {result.validation}")
+    expect(result.validated_tree_digest is not None, "the shipped tree was validated")
+    return {"design_validation_failed": await history_json(handle)}
+
+
 def mrp_job(job_id: str, operator: str, params: str, extra: str = "") -> str:
     return f"""
 dsl_version: "0.1"
@@ -790,6 +829,7 @@ SCENARIOS: dict[str, Scenario] = {
     "design_replanned": design_replanned,
     "design_intake_unfit": design_intake_unfit,
     "design_cost_workload": design_cost_workload,
+    "design_validation_failed": design_validation_failed,
 }
 
 

@@ -49,6 +49,17 @@ MODEL_FILES = {
         '"""Scoring."""\n\n\ndef score(values: list[float]) -> float:\n'
         '    """The mean of ``values``."""\n    return sum(values) / len(values)\n'
     ),
+    # mypy needs a target and pytest a test: a run whose tree fails a validator ends
+    # validation_failed.
+    "pyproject.toml": (
+        '[tool.mypy]\nstrict = true\nfiles = ["app", "tests"]\n\n'
+        '[tool.pytest.ini_options]\ntestpaths = ["tests"]\npythonpath = ["."]\n'
+    ),
+    "tests/__init__.py": "",
+    "tests/test_score.py": (
+        "from app.score import score\n\n\ndef test_mean() -> None:\n"
+        "    assert score([1.0, 3.0]) == 2.0\n"
+    ),
 }
 
 

@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 from api.app import create_app
 from keel import signed_urls, webhooks
+from keel.design.validation import tree_digest
 from keel.settings import Settings
 from services.processes import free_port
 from store.design import decision_sets_of
@@ -295,8 +296,14 @@ async def test_whole_flow_with_codegen_and_signed_download(
         got = await anonymous.get(url)
         assert got.status_code == 200, got.text
         assert got.headers["content-type"] == "application/zip"
-        names = zipfile.ZipFile(io.BytesIO(got.content)).namelist()
+        zf = zipfile.ZipFile(io.BytesIO(got.content))
+        names = zf.namelist()
         assert names and any(n.endswith(".md") for n in names)
+        # An iteration: the diff is in the tree, and the tree validated is the archive's.
+        assert "reports/diff.json" in names
+        shipped = {n: zf.read(n) for n in names}
+        assert code["validation"]["tree_digest"] == tree_digest(shipped)
+        assert got.headers["x-keel-validation"] == "passed"
         assert len(got.content) == archive[0]["size_bytes"]
 
         # Tampered: another expiry, another signature, no signature.

@@ -282,10 +282,14 @@ def test_generated_repository_download(env: dict[str, str], tmp_path: Path) -> N
     got = design(["download", GEN, "ds1", "-o", str(target)], env)
     assert got.returncode == 0, got.stderr
     assert doc(got)["digest"] == result["archive_digest"]
+    assert doc(got)["validation"] == "passed" and doc(got)["failed_validators"] == []
+    assert view["archive_validation"] == "passed" and view["failed_validators"] == []
     with zipfile.ZipFile(io.BytesIO(target.read_bytes())) as z:
         names = set(z.namelist())
         assert z.testzip() is None
-    assert {"README.md", "services/serve/app.py", "reports/ruff.json"} <= names
+    # The validated tree: the SBOM is in it, the validators' own reports are not.
+    assert {"README.md", "services/serve/app.py", "reports/sbom.cdx.json"} <= names
+    assert "reports/ruff.json" not in names
 
 
 def test_answer_never_starts_servers(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from client import design as design_client
 from client.design import EventsPage, events_since, start_design
 from keel.design.reasons import node_idempotency_key
 from keel.design.steps import NODES, DesignAnswers, DesignInput, DesignResult
+from keel.design.validation import tree_digest
 from keel.gates import gate_workflow_id
 from keel.settings import Settings
 from store import design as design_store
@@ -145,9 +146,13 @@ async def test_free_text_run_to_archive(client: Client, settings: Settings, tmp_
     archive = artifact_store_from_settings(settings).get_bytes(result.archive_digest)
     assert archive[:2] == b"PK"
     with zipfile.ZipFile(io.BytesIO(archive)) as z:
-        names = set(z.namelist())
-    # The validators' reports and the rationale are in the repository's /reports.
-    assert {"reports/ruff.json", "reports/pytest.json", "reports/rationale.json"} <= names
+        shipped = {n: z.read(n) for n in z.namelist()}
+    # The archive is the tree the validators ran on, byte for byte: the generated files,
+    # the rationale and the SBOM; the validators' own reports are not added to it.
+    assert result.validated_tree_digest == tree_digest(shipped)
+    assert {"reports/rationale.json", "reports/sbom.cdx.json"} <= set(shipped)
+    assert not any(n in shipped for n in ("reports/ruff.json", "reports/pytest.json"))
+    assert json.loads(shipped["reports/rationale.json"])["reason_cards"]
     # §21.3: the intake node's key is blake3(thread | node | canonical input); its
     # agent_runs row and its model call (attempt 1) are filed under it.
     key = node_idempotency_key(
@@ -450,3 +455,93 @@ async def test_status_of_a_run_no_worker_answers_fails_fast(
         assert asyncio.get_running_loop().time() - began < 15
     finally:
         await handle.terminate("test over")
+
+
+#: An unencrypted, unblocked S3 bucket: checkov fails it (CKV_AWS_145, CKV2_AWS_6, ...).
+UNENCRYPTED_BUCKET = 'resource "aws_s3_bucket" "raw" {\n  bucket = "raw-data"\n}\n'
+
+
+async def test_a_failing_validator_ends_the_run_validation_failed(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """A model's repository with an unencrypted S3 bucket: checkov fails, the run ends
+    ``validation_failed`` (not completed), the archive is the validated tree byte for
+    byte and stays downloadable, marked as failing, in the API, ``design show`` and the
+    Change Summary."""
+    from activities.design.codegen import render_request
+    from api.app import create_app
+    from cli.design import _view_text, decision_set_view
+    from tests.design.codegen_cases import request_for
+    from tests.support.api import asgi_client, auth, with_tokens
+
+    tree = render_request(request_for("batch_training"))
+    tree["infra/ingest/raw.tf"] = UNENCRYPTED_BUCKET
+    reply = ScriptedReply(content=json.dumps({"files": tree}))
+    project = f"p-{uuid.uuid4().hex[:8]}"
+    form = {**PARTIAL_FORM, "budget_band": "medium", "regions": ["us-east-1"]}
+    with ScriptedOpenAIServer(default=reply) as srv:
+        settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
+        async with build_worker(client, settings):
+            handle = await start(
+                client,
+                settings,
+                project=project,
+                intake=form,
+                require_approval=False,
+                codegen="litellm",
+                codegen_model="local",
+            )
+            result: DesignResult = await handle.result()
+    assert result.status == "validation_failed", result.validation
+    assert result.validation["checkov"] == "failed"
+    assert [n for n, s in result.validation.items() if s == "failed"] == ["checkov"]
+    assert result.archive_digest and result.version == 1
+
+    # The archive is the validated tree, byte for byte (its SBOM and rationale included).
+    artifacts = artifact_store_from_settings(settings)
+    with zipfile.ZipFile(io.BytesIO(artifacts.get_bytes(result.archive_digest))) as z:
+        shipped = {n: z.read(n) for n in z.namelist()}
+    assert result.validated_tree_digest == tree_digest(shipped)
+    assert shipped["infra/ingest/raw.tf"] == UNENCRYPTED_BUCKET.encode()
+    assert {"reports/sbom.cdx.json", "reports/rationale.json"} <= set(shipped)
+    sm = get_sessionmaker(settings.resolved_database_url)
+    events = design_store.list_events(sm, project, "ds1")
+    validation = next(e["payload"] for e in events if e["type"] == "validation")
+    assert validation["failed"] == ["checkov"]
+    assert validation["tree_digest"] == result.validated_tree_digest
+    report = artifacts.get_json(validation["report"])
+    assert report["tree_digest"] == result.validated_tree_digest
+    checkov = next(r for r in report["results"] if r["name"] == "checkov")
+    assert any(f["file"] == "infra/ingest/raw.tf" for f in checkov["details"]["failed_checks"])
+
+    # The decision set's status, its run-complete event and its Change Summary say so.
+    row = design_store.decision_set(sm, project, "ds1")
+    assert row is not None and row["status"] == "validation_failed"
+    assert events[-1]["type"] == "run-complete"
+    assert events[-1]["payload"]["status"] == "validation_failed"
+    assert "**Validation failed**: checkov" in row["summary_md"]
+    repo = repo_path(settings.design_repos_dir, project)
+    assert "Validation failed" in git(repo, "show", f"{result.git_commit}:plan.md").stdout
+
+    # design show
+    view = decision_set_view(sm, project, "ds1")
+    assert view["status"] == "validation_failed" and view["failed_validators"] == ["checkov"]
+    assert view["archive_validation"] == "failed"
+    assert "VALIDATION FAILED: checkov" in _view_text(view)
+
+    # The API: the row's status, the archive marked failing, still downloadable.
+    app = create_app(with_tokens(settings), client=client)
+    async with asgi_client(app) as http:
+        details = (await http.get("/decision-sets/ds1", headers=auth("alice"))).json()
+        assert details["stored"]["status"] == "validation_failed"
+        assert details["validation"]["failed"] == ["checkov"]
+        (archive,) = [a for a in details["artifacts"] if a["kind"] == "archive"]
+        assert archive["validation"] == "failed"
+        link = (await http.get("/decision-sets/ds1/download", headers=auth("alice"))).json()
+        assert link["validation"] == "failed" and link["failed_validators"] == ["checkov"]
+        got = await http.get(link["url"].removeprefix("http://keel.test"))
+        assert got.status_code == 200
+        assert got.headers["x-keel-validation"] == "failed"
+        assert got.headers["x-keel-failed-validators"] == "checkov"
+        assert "validation-failed" in got.headers["content-disposition"]
+        assert got.content == artifacts.get_bytes(result.archive_digest)

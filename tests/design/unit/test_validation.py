@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from activities.design.validators import run_hcl, scan_secrets, validate_repo
-from keel.design.validation import ValidationReport, ValidatorResult
+from keel.design.validation import ValidationReport, ValidatorResult, tree_digest
 from sandbox.models import SandboxConfig
 
 
@@ -48,11 +48,29 @@ def test_hcl_parse_error_fails_and_no_terraform_is_not_run() -> None:
     assert run_hcl({"README.md": "x"}).status == "not_run"
 
 
-def test_secret_rules_match_shapes_not_words() -> None:
+def test_secret_scan_matches_secrets_not_words() -> None:
     token = "ghp_" + "a1B2" * 9
-    assert scan_secrets({"a.py": f'TOKEN = "{token}"\n'}).status == "failed"
+    found = scan_secrets({"a.py": f'TOKEN = "{token}"\n'})
+    assert found.status == "failed"
+    assert found.details["findings"] == [{"file": "a.py", "line": 1, "rule": "GitHub Token"}]
+    assert token not in found.model_dump_json()  # the value is never written down
+    assert found.details["scanner"].startswith("detect-secrets ")
     clean = {"a.py": 'password = os.environ["PASSWORD"]\napi_key: str = ""\n'}
     assert scan_secrets(clean).status == "passed"
+
+
+def test_tree_digest_is_the_same_for_text_and_bytes() -> None:
+    text = {"b.txt": "é\n", "a.py": "x = 1\n"}
+    assert tree_digest(text) == tree_digest({p: t.encode() for p, t in text.items()})
+    assert tree_digest(text) != tree_digest({**text, "a.py": "x = 2\n"})
+    assert tree_digest(text) != tree_digest({**text, "c": ""})
+
+
+def test_failed_names_the_failing_validators() -> None:
+    report = ValidationReport(
+        results=[r("ruff", "failed"), r("mypy", "passed"), r("sbom", "not_run"), r("x", "failed")]
+    )
+    assert report.failed == ["ruff", "x"]
 
 
 def test_tools_that_cannot_run_are_not_run(tmp_path: object) -> None:
@@ -87,5 +105,7 @@ def test_heartbeats_name_each_validator_inside_an_activity() -> None:
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details[0])
     report = asyncio.run(env.run(validate, {"a.py": "x = 1\n"}))
-    assert [x.name for x in report.results] == beats[: len(report.results)]
-    assert beats[:4] == ["secrets", "ruff", "mypy", "pytest"]
+    # Each step beats its name as it starts; the periodic beat repeats the running one.
+    steps = [b for i, b in enumerate(beats) if i == 0 or beats[i - 1] != b]
+    assert [x.name for x in report.results] == steps[: len(report.results)]
+    assert steps[:4] == ["secrets", "ruff", "mypy", "pytest"]
