@@ -376,12 +376,12 @@ class LLMGateway:
                 await load_litellm_async()  # resolving a model string asks LiteLLM
             model_name, spec = self.resolve(req.model)
             key = self._api_key(model_name, spec)
-            kwargs = self._call_kwargs(req, spec, key)
+            kwargs, form = self._call_kwargs(req, spec, key)
             litellm = await load_litellm_async()
             started = time.monotonic()
             raw = await litellm.acompletion(**kwargs)
             outcome = self._outcome(
-                litellm, raw, model_name, spec, started, call_key, workflow_id, _form(req, spec)
+                litellm, raw, model_name, spec, started, call_key, workflow_id, form
             )
         except Exception as e:
             outcome = self._failed(e, model_name, spec, key, started, call_key, workflow_id)
@@ -409,14 +409,14 @@ class LLMGateway:
         try:
             model_name, spec = self.resolve(req.model)
             key = self._api_key(model_name, spec)
-            kwargs = self._call_kwargs(req, spec, key)
+            kwargs, form = self._call_kwargs(req, spec, key)
             with around():
                 # A first import of LiteLLM may happen here, inside the guarded call.
                 litellm = load_litellm()
                 started = time.monotonic()
                 raw = litellm.completion(**kwargs)
             return self._outcome(
-                litellm, raw, model_name, spec, started, call_key, workflow_id, _form(req, spec)
+                litellm, raw, model_name, spec, started, call_key, workflow_id, form
             )
         except PermissionError:
             raise  # the caller's own guard refused the call: its policy, not a model failure
@@ -478,9 +478,12 @@ class LLMGateway:
                 _scrubber.add(value)
         return None
 
-    def _call_kwargs(self, req: LLMRequest, spec: ModelSpec, key: str | None) -> dict[str, Any]:
+    def _call_kwargs(
+        self, req: LLMRequest, spec: ModelSpec, key: str | None
+    ) -> tuple[dict[str, Any], StructuredOutputForm]:
+        """LiteLLM's keyword arguments, and the structured form the schema goes in."""
         params: dict[str, Any] = {**spec.params, **req.params}
-        fmt, _ = response_format(
+        fmt, form = response_format(
             spec.structured_output,
             json_mode=req.json_mode,
             schema=req.json_schema,
@@ -501,7 +504,7 @@ class LLMGateway:
             kwargs["api_base"] = spec.api_base
         if key is not None:
             kwargs["api_key"] = key
-        return kwargs
+        return kwargs, form
 
     def _response(
         self,
@@ -644,13 +647,6 @@ class LLMGateway:
         latency_ms = (time.monotonic() - started) * 1000.0
         log = _log(call_key, workflow_id, model_name, spec, "error", failure.type, latency_ms)
         return LLMOutcome(log=log, failure=failure)
-
-
-def _form(req: LLMRequest, spec: ModelSpec) -> StructuredOutputForm:
-    """The structured form the call asked in (``none`` when it sent no schema)."""
-    return response_format(
-        spec.structured_output, json_mode=req.json_mode, schema=req.json_schema, name="x"
-    )[1]
 
 
 @dataclass(frozen=True)

@@ -77,11 +77,6 @@ class LLMMessage(BaseModel):
 #:   ``json_schema`` type);
 #: * ``none``: the server cannot be asked; the caller's parse-and-recover path does the work.
 StructuredOutputForm = Literal["json_schema", "json_object_schema", "none"]
-STRUCTURED_OUTPUT_FORMS: tuple[StructuredOutputForm, ...] = (
-    "json_schema",
-    "json_object_schema",
-    "none",
-)
 _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 

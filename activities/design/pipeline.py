@@ -25,7 +25,6 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.llm import LLM_CONNECTION_ERROR, LLM_SERVER_ERROR, LLM_TIMEOUT, LLMGateway
 from keel.design import steps
-from keel.design.coverage import IntakeSnapshot
 from keel.design.critics import load_prices
 from keel.design.errors import DesignError
 from keel.design.intake import (
@@ -449,13 +448,6 @@ class DesignActivities:
             )
         except design_git.GitError as exc:
             raise ApplicationError(str(exc), type="DesignGitFailed") from None
-
-
-def parse_intake_reply(content: str) -> IntakeSnapshot:
-    """The intake model's reply as an ``IntakeSnapshot``: the fields that fit, and in
-    ``unfit`` those that did not, with why (``keel.design.intake.read_reply``). Never
-    raises, however malformed the reply."""
-    return read_reply(content).snapshot
 
 
 def _anthropic_error(exc: Exception) -> Exception:

@@ -213,6 +213,7 @@ class SrlActivities:
             completion_tokens=out.completion_tokens,
             finish_reason=out.finish_reason,
             cost_usd=out.cost_usd,
+            structured=out.structured,
             sampling=record.sampling,
             recorded=_outcome_of(record, key).model_copy(update={"recorded": False}),
         )
@@ -589,6 +590,7 @@ def _output(
         finish_reason=gen.finish_reason,
         latency_s=gen.latency_s or None,
         cost_usd=gen.cost_usd,
+        structured=gen.structured,
     )
 
 

@@ -156,11 +156,10 @@ def resolve_model_name(
             recovery_hint="Pass --model with one of details.known or a LiteLLM model "
             "string such as openai/gpt-4o-mini.",
         )
-    entry = models.entry_for(string)
-    if entry is not None:
-        return entry
     try:
-        models.check_allowed(string)
+        # The config's own resolution: an entry serving the string, else the string itself
+        # where the allow list lets it.
+        return models.resolve(string)[0]
     except ModelNotAllowedError as e:
         raise MetadataValidationError(
             str(e),
@@ -169,7 +168,6 @@ def resolve_model_name(
             "details.known, or add the model to the models config's allow list "
             "(configs/models.yaml).",
         ) from None
-    return string
 
 
 def add_usage(*usages: LLMUsage) -> LLMUsage:

@@ -12,18 +12,16 @@ records and file texts come in, models go out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from keel.srl.step import PatternAction, RuleAction
+from keel.srl.step import Action, PatternAction, RuleAction
 from keel.srl.trajectory import StepRecord
 
 #: Steps an expert trajectory may have (the episode step cap).
 MAX_EXPERT_STEPS = 20
 
-ActionModel = Annotated[PatternAction | RuleAction, Field(discriminator="kind")]
-_ACTION: TypeAdapter[PatternAction | RuleAction] = TypeAdapter(ActionModel)
+_ACTION: TypeAdapter[PatternAction | RuleAction] = TypeAdapter(Action)
 
 
 class ExpertStep(BaseModel):
@@ -31,7 +29,7 @@ class ExpertStep(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    action: ActionModel
+    action: Action
     text_after: str = Field(max_length=200_000)
 
 
@@ -44,10 +42,6 @@ class Expert(BaseModel):
     collection: str = ""
     source: str = ""
     model: str = ""
-
-    def step(self, n: int) -> ExpertStep | None:
-        """The expert's step ``n`` (1-based), or ``None`` past its last step."""
-        return self.steps[n - 1] if 1 <= n <= len(self.steps) else None
 
 
 def expert_steps(

@@ -284,7 +284,7 @@ def combine(
     gold_lines = diff_size(pre, gold_post).total
     excess = min(max(0, diff.total - gold_lines), w.diff_cap)
     text = None if expert is None else text_similarity(action, expert)
-    similarity = None if text is None else _scaled(what, text)
+    similarity = step_similarity(action, expert, what)
     total = (
         (similarity or 0.0) * w.similarity
         + (w.verified if is_verified else 0.0)

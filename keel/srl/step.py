@@ -140,14 +140,13 @@ Action = Annotated[PatternAction | RuleAction, Field(discriminator="kind")]
 
 
 class Step(BaseModel):
-    """One parsed answer. ``action_text`` is the action body as written (fences and
-    surrounding whitespace removed): the text the step-wise reward compares."""
+    """One parsed answer: the reasoning, the action and the state update. (The reward
+    compares actions in their canonical form, ``keel.srl.canonical``, not as written.)"""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     think: str
     action: Action
-    action_text: str
     state_update: StateUpdate
 
 
@@ -325,10 +324,10 @@ def parse_json_step(text: str, *, think: str = "") -> Step:
         raise StepFormatError("bad_action", "think: must be a string")
     raw_action = data["action"]
     if isinstance(raw_action, dict):
-        body = json.dumps(raw_action, ensure_ascii=False)
-        action: PatternAction | RuleAction = parse_pattern_action(body)
+        action: PatternAction | RuleAction = parse_pattern_action(
+            json.dumps(raw_action, ensure_ascii=False)
+        )
     elif isinstance(raw_action, str):
-        body = _strip_fence(raw_action)
         action = parse_action(raw_action)
     else:
         raise StepFormatError("bad_action", "action: must be an object or a string")
@@ -339,7 +338,6 @@ def parse_json_step(text: str, *, think: str = "") -> Step:
     return Step(
         think=own_think.strip() or think,
         action=action,
-        action_text=body,
         state_update=update,
     )
 
@@ -394,7 +392,6 @@ def _parse_step(answer: str) -> Step:
     return Step(
         think=think.strip(),
         action=action,
-        action_text=_strip_fence(action_body),
         state_update=update,
     )
 

@@ -117,6 +117,8 @@ class ModelOutput(BaseModel):
     finish_reason: str | None = None
     latency_s: float | None = None
     cost_usd: float | None = None
+    #: The server decoded against the step's JSON Schema (the answer's JSON form).
+    structured: bool = False
 
 
 class StepRecord(BaseModel):

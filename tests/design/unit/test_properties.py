@@ -16,7 +16,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.design.pipeline import parse_intake_reply
 from keel.design.constraints import FIELD_NAMES, is_stated, parse_constraints
 from keel.design.coverage import (
     IntakeSnapshot,
@@ -73,7 +72,7 @@ def test_intake_reply_is_always_a_snapshot_of_what_fits(reply: str) -> None:
     """No reply fails the intake: what validates is kept, what does not is ``unfit``
     (a known field, with why), and the re-ask's problems are there when it did not fit."""
     reading = read_reply(reply)
-    snapshot = parse_intake_reply(reply)
+    snapshot = read_reply(reply).snapshot
     assert snapshot == reading.snapshot
     assert isinstance(snapshot, IntakeSnapshot)
     assert set(snapshot.unfit) <= set(FIELD_NAMES) and all(snapshot.unfit.values())
@@ -97,7 +96,7 @@ def test_intake_reply_nested_past_the_parser_is_nothing_kept() -> None:
 
 def test_valid_snapshot_reply_is_taken_as_is() -> None:
     reply = {"constraints": {"cloud": "aws", "regions": ["eu-west-1"]}, "ambiguous": {}}
-    snapshot = parse_intake_reply("  " + json.dumps(reply) + "\n")
+    snapshot = read_reply("  " + json.dumps(reply) + "\n").snapshot
     assert snapshot.constraints.regions == ["eu-west-1"]
 
 

@@ -103,6 +103,7 @@ async def test_a_schema_constrained_teacher_answers_in_the_json_form(
     record = json.loads(row.record_json)
     assert record["model_output"]["raw"] == JSON_ANSWER
     assert record["model_output"]["think"] == "swap the arguments"
+    assert record["model_output"]["structured"] is True
     assert row.verified and row.format_ok
 
 
@@ -122,12 +123,14 @@ async def test_openais_form_for_a_server_that_takes_it(
 async def test_a_server_without_schemas_keeps_the_tag_form(
     client: Client, settings: Settings, tmp_path: Path
 ) -> None:
-    _, result, [sent] = await _collect(
+    collection, result, [sent] = await _collect(
         client, settings, tmp_path, [ScriptedReply(content=SWAP_ANSWER)], "none"
     )
     assert "response_format" not in sent
     assert "<action>" in sent["messages"][0]["content"]
     assert result.totals.verified_steps == 1
+    [row] = list_steps(get_sessionmaker(settings.resolved_database_url), collection)
+    assert json.loads(row.record_json)["model_output"]["structured"] is False
 
 
 async def test_thinking_output_does_not_make_a_good_answer_malformed(

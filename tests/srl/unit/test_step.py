@@ -43,7 +43,6 @@ def test_json_action() -> None:
     assert step.action == PatternAction(
         pattern="print($A)", rewrite="logger.info($A)", language="python"
     )
-    assert step.action_text == PATTERN
     assert step.state_update.decisions == ["use logger"]
 
 
@@ -52,7 +51,7 @@ def test_yaml_rule_action_in_a_fence() -> None:
     assert isinstance(step.action, RuleAction)
     assert step.action.language == "python"
     assert step.action.rule["fix"] == "logger.info($A)"
-    assert step.action_text == RULE.strip()
+    assert step.action.yaml_text.strip() == RULE.strip()
 
 
 @pytest.mark.parametrize(
