@@ -51,7 +51,6 @@ app.add_typer(operators_app, name="operators")
 
 #: Exit codes (stable; docs/mrp-cli.md), from the toolkit's one table of every family's.
 EXIT_CODES = toolkit.EXIT_CODES["mrp"]
-EXIT_OK = EXIT_CODES["ok"]
 EXIT_ERROR = EXIT_CODES["error"]
 EXIT_USAGE = EXIT_CODES["usage"]
 EXIT_INVALID_JOB = EXIT_CODES["invalid_job"]

@@ -13,7 +13,6 @@ post-text and that text re-parses (ast-grep's parser in the jail; Python also
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib.metadata as md
 import re
 import sys
@@ -384,8 +383,3 @@ async def verified_synth_tasks(
         seconds_per_jail_run=round(seconds / runs, 4) if runs else 0.0,
         notes=notes,
     )
-
-
-def task_digest(task: SynthTask) -> str:
-    """sha256 of a task's JSON line, for a summary that pins the output."""
-    return hashlib.sha256(task.model_dump_json().encode()).hexdigest()

@@ -326,11 +326,6 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("^" + "".join(out) + "$")
 
 
-def is_glob(pattern: str) -> bool:
-    """Whether ``pattern`` has glob syntax (else it names one file)."""
-    return any(c in pattern for c in "*?[")
-
-
 def resolve_files(
     patterns: Sequence[str],
     resolved: Iterable[FileRef],

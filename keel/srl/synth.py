@@ -203,10 +203,6 @@ def _nested(py: _Py, nodes: Sequence[ast.expr]) -> bool:
     return any(b[0] < a[1] for a, b in itertools.pairwise(spans))
 
 
-def _name_calls(py: _Py, name: str) -> list[ast.Call]:
-    return [c for c in py.calls() if isinstance(c.func, ast.Name) and c.func.id == name]
-
-
 def _py_tokens(text: str) -> list[tokenize.TokenInfo]:
     try:
         return list(tokenize.generate_tokens(io.StringIO(text).readline))
