@@ -82,70 +82,138 @@ def up(
     Stays up until Ctrl-C or ``keel down``; everything binds to 127.0.0.1.
     """
     from services.model_server import LocalModelServer, unavailable_reason
-    from services.processes import ManagedProcess, ServiceError, TemporalDevServer, port_open
-    from services.up import console_link, keel_process, read_state, state_file, write_state
+    from services.processes import (
+        Interrupted,
+        ServiceError,
+        StopSignals,
+        TemporalDevServer,
+        pid_alive,
+        port_open,
+    )
+    from services.up import (
+        console_link,
+        forget_state,
+        keel_process,
+        read_recorded,
+        starting_file,
+        state_file,
+        write_state,
+    )
 
-    _setup_logging()
-    settings = load_settings()
-    settings.check_secrets()
-    running = read_state(settings)
-    if running:
-        typer.echo(
-            f"Keel is already running (keel up pid {running['supervisor']}); "
-            "see `keel status`, or stop it with `keel down`.",
-            err=True,
-        )
-        raise typer.Exit(1)
+    # From the first line on, SIGINT, SIGTERM and SIGHUP become ``Interrupted`` (held
+    # while a child is spawned and its PID recorded), and every exit below runs the
+    # ``finally`` that stops what was started: a start cut short leaves nothing behind.
+    guard = StopSignals().install()
+    try:
+        _setup_logging()
+        settings = load_settings()
+        settings.check_secrets()
+        recorded = read_recorded(settings)
+    except Interrupted as sig:
+        guard.uninstall()
+        raise typer.Exit(128 + sig.signum) from None
+    if recorded is not None:
+        if pid_alive(int(recorded.get("supervisor", 0)) or -1):
+            typer.echo(
+                f"Keel is already running (keel up pid {recorded['supervisor']}); "
+                "see `keel status`, or stop it with `keel down`.",
+                err=True,
+            )
+            guard.uninstall()
+            raise typer.Exit(1)
+        left = [
+            f"{name} pid {svc['pid']}"
+            for name, svc in recorded.get("services", {}).items()
+            if pid_alive(int(svc["pid"]))
+        ]
+        if left:
+            typer.echo(
+                f"a keel up that was killed left services running ({', '.join(left)}); "
+                "stop them with `keel down`.",
+                err=True,
+            )
+            guard.uninstall()
+            raise typer.Exit(1)
+        forget_state(settings)
     logs = settings.data_dir / "logs"
     started: list[Any] = []
     services: dict[str, dict[str, Any]] = {}
+    record_to = [starting_file(settings)]
 
-    def stop_all() -> None:
-        for svc in reversed(started):
-            svc.stop()
+    def record(name: str, **info: Any) -> None:
+        services[name] = info
+        write_state(record_to[0], services)
 
-    try:
-        if not settings.temporal_address:
-            temporal = TemporalDevServer(
-                db_file=settings.data_dir / "temporal.db",
-                log_path=logs / "temporal.log",
-                port=settings.dev_server_port,
-                ui_port=settings.dev_server_ui_port,
-                namespace=settings.temporal_namespace,
-            )
-            pid = temporal.start()
-            started.append(temporal)
-            services["temporal"] = {"pid": pid, "address": temporal.address, "ui": temporal.ui_url}
-        if model:
-            reason = unavailable_reason()
-            if reason:
-                typer.echo(f"local model server not started: {reason}", err=True)
-            else:
-                server = LocalModelServer(
-                    port=settings.model_server_port, log_path=logs / "model-server.log"
-                )
-                server.start()
-                started.append(server)
-                services["model"] = {"pid": server.pid, "address": server.base_url}
-        worker = keel_process("worker", logs / "worker.log")
-        worker.start()
-        started.append(worker)
-        services["worker"] = {"pid": worker.pid, "task_queue": settings.task_queue}
-        if port_open(settings.api_port):
-            raise ServiceError(f"API port {settings.api_port} is already in use")
-        api = keel_process("api", logs / "api.log")
-        api.start()
-        started.append(api)
-        api.wait_port(settings.api_port, 60)
-        services["api"] = {"pid": api.pid, "address": f"http://127.0.0.1:{settings.api_port}"}
-    except Exception as err:
-        stop_all()
-        typer.echo(f"keel up failed: {err}", err=True)
-        raise typer.Exit(1) from None
+    def recorder(name: str, **info: Any) -> Any:
+        return lambda pid: record(name, pid=pid, **info)
 
     state_path = state_file(settings)
-    state_path.parent.mkdir(parents=True, exist_ok=True)
-    write_state(state_path, services)
+    code = 0
+    try:
+        try:
+            if not settings.temporal_address:
+                temporal = TemporalDevServer(
+                    db_file=settings.data_dir / "temporal.db",
+                    log_path=logs / "temporal.log",
+                    port=settings.dev_server_port,
+                    ui_port=settings.dev_server_ui_port,
+                    namespace=settings.temporal_namespace,
+                )
+                temporal.on_spawn = recorder(
+                    "temporal", address=temporal.address, ui=temporal.ui_url
+                )
+                started.append(temporal)
+                temporal.start()
+            if model:
+                reason = unavailable_reason()
+                if reason:
+                    typer.echo(f"local model server not started: {reason}", err=True)
+                else:
+                    server = LocalModelServer(
+                        port=settings.model_server_port, log_path=logs / "model-server.log"
+                    )
+                    server.on_spawn = recorder("model", address=server.base_url)
+                    started.append(server)
+                    server.start()
+            worker = keel_process("worker", logs / "worker.log")
+            worker.on_spawn = recorder("worker", task_queue=settings.task_queue)
+            started.append(worker)
+            worker.start()
+            if port_open(settings.api_port):
+                raise ServiceError(f"API port {settings.api_port} is already in use")
+            api = keel_process("api", logs / "api.log")
+            api.on_spawn = recorder("api", address=f"http://127.0.0.1:{settings.api_port}")
+            started.append(api)
+            api.start()
+            api.wait_port(settings.api_port, 60)
+        except Exception as err:
+            typer.echo(f"keel up failed: {err}", err=True)
+            code = 1
+            return
+        with guard.deferred():  # up: the record moves to up.json in one step
+            record_to[0] = state_path
+            write_state(state_path, services)
+            starting_file(settings).unlink(missing_ok=True)
+        _say_up(settings, services, logs, console_link(settings))
+        _supervise(started, worker, services, state_path, logs)
+    except Interrupted as sig:
+        if state_path.exists():
+            typer.echo(f"{sig}: stopping", err=True)
+        else:
+            typer.echo(f"{sig} during start-up: stopping what was started", err=True)
+            code = 128 + sig.signum
+    finally:
+        with guard.shutting_down():
+            for svc in reversed(started):
+                svc.stop()
+            forget_state(settings)
+            guard.uninstall()
+        typer.echo("Keel is down." if code == 0 else "Keel is not up.", err=code != 0)
+        if code:
+            raise typer.Exit(code)
+
+
+def _say_up(settings: Settings, services: dict[str, Any], logs: Path, console: str) -> None:
     typer.echo("Keel is up:")
     typer.echo(f"  Temporal   {settings.resolved_temporal_address}")
     if "temporal" in services:
@@ -154,74 +222,76 @@ def up(
         typer.echo(f"  Model      {services['model']['address']} (SmolLM2-135M, llama.cpp)")
     typer.echo(f"  Worker     task queue {settings.task_queue!r} (log {logs / 'worker.log'})")
     typer.echo(f"  API        {services['api']['address']}  (docs: /docs)")
-    typer.echo(
-        f"  Console    {console_link(settings)}  (design sessions, approval inbox, runs; an API token)"
-    )
+    typer.echo(f"  Console    {console}  (design sessions, approval inbox, runs; an API token)")
     typer.echo("Stop with Ctrl-C or `keel down`.")
     sys.stdout.flush()
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+def _supervise(
+    started: list[Any], worker: Any, services: dict[str, Any], state_path: Path, logs: Path
+) -> None:
+    """Until a stop signal (raised as ``Interrupted``) or a dead server: restart a dead
+    worker with backoff."""
+    from services.processes import ManagedProcess
+
     restarts = WorkerRestarts()
-    try:
-        while True:
-            got = signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.5)
-            if got is not None:
-                break
-            # A dead worker is what durable execution is for: its workflows wait in Temporal
-            # for the next one. Without the server or the API there is nothing to serve.
-            dead = [
-                s.name
-                for s in started
-                if isinstance(s, ManagedProcess) and s is not worker and not s.running()
-            ]
-            if dead:
-                typer.echo(f"{', '.join(dead)} exited; stopping (logs in {logs})", err=True)
-                break
-            if worker.running():
-                continue
-            now = time.monotonic()
-            if restarts.due is None:
-                delay = restarts.schedule(now)
-                code = worker.proc.returncode if worker.proc is not None else None
-                typer.echo(
-                    f"worker (pid {worker.pid}) exited with code {code}; restarting it in "
-                    f"{delay:.0f}s (restart {restarts.count}; log {logs / 'worker.log'})",
-                    err=True,
-                )
-            elif now >= restarts.due:
-                worker.start()
-                restarts.started(now)
-                services["worker"]["pid"] = worker.pid
-                write_state(state_path, services)
-                typer.echo(f"worker restarted (pid {worker.pid})", err=True)
-    finally:
-        stop_all()
-        state_path.unlink(missing_ok=True)
-    typer.echo("Keel is down.")
+    while True:
+        time.sleep(0.5)
+        # A dead worker is what durable execution is for: its workflows wait in Temporal
+        # for the next one. Without the server or the API there is nothing to serve.
+        dead = [
+            s.name
+            for s in started
+            if isinstance(s, ManagedProcess) and s is not worker and not s.running()
+        ]
+        if dead:
+            typer.echo(f"{', '.join(dead)} exited; stopping (logs in {logs})", err=True)
+            return
+        if worker.running():
+            continue
+        now = time.monotonic()
+        if restarts.due is None:
+            delay = restarts.schedule(now)
+            code = worker.proc.returncode if worker.proc is not None else None
+            typer.echo(
+                f"worker (pid {worker.pid}) exited with code {code}; restarting it in "
+                f"{delay:.0f}s (restart {restarts.count}; log {logs / 'worker.log'})",
+                err=True,
+            )
+        elif now >= restarts.due:
+            worker.start()  # its on_spawn records the new pid in up.json
+            restarts.started(now)
+            typer.echo(f"worker restarted (pid {worker.pid})", err=True)
 
 
 @app.command()
 def down(timeout: float = 30.0) -> None:
-    """Stop the services a running ``keel up`` started."""
+    """Stop the services a running ``keel up`` started (also those of a start cut short,
+    or of a ``keel up`` that was killed)."""
     from services.processes import pid_alive, stop_pid
-    from services.up import read_state, state_file
+    from services.up import forget_state, read_recorded
 
     settings = load_settings()
-    state = read_state(settings)
+    state = read_recorded(settings)
     if state is None:
         typer.echo("Keel is not running.")
         return
-    supervisor = int(state["supervisor"])
-    os.kill(supervisor, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pid_alive(supervisor) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for svc in state["services"].values():  # a supervisor that hung leaves children
+    supervisor = int(state.get("supervisor", 0)) or -1
+    if pid_alive(supervisor):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    # What a supervisor that hung, or was killed, left behind. Read again: a start cut
+    # short may have recorded one more service since.
+    state = read_recorded(settings) or state
+    for svc in state.get("services", {}).values():
         if pid_alive(int(svc["pid"])):
             stop_pid(int(svc["pid"]))
     if pid_alive(supervisor):
         stop_pid(supervisor)
-    state_file(settings).unlink(missing_ok=True)
+    forget_state(settings)
     typer.echo("Keel is down.")
 
 

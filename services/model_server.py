@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -104,6 +105,7 @@ class LocalModelServer:
             ``<data_dir>/logs/model-server.log``.
         python: interpreter that has llama-cpp-python installed (this one by default).
         model_path: a GGUF to serve instead of the packaged SmolLM2.
+        on_spawn: called with the server's PID as soon as its process exists.
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class LocalModelServer:
         *,
         python: str = sys.executable,
         model_path: Path | None = None,
+        on_spawn: Callable[[int], None] | None = None,
     ) -> None:
         if port is None or log_path is None:
             from keel.settings import get_settings
@@ -131,6 +134,7 @@ class LocalModelServer:
         self.log_path = Path(log_path)
         self.python = python
         self.model_path = model_path
+        self.on_spawn = on_spawn
         self._proc: ManagedProcess | None = None
 
     @property
@@ -183,6 +187,7 @@ class LocalModelServer:
                 "--n_ctx", str(self.ctx),
             ],
             self.log_path,
+            on_spawn=self.on_spawn,
         )  # fmt: skip
         logger.info("starting local model server on %s (log %s)", self.base_url, self.log_path)
         self._proc.start()

@@ -18,9 +18,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 from keel.search_attributes import SEARCH_ATTRIBUTES
 
@@ -41,6 +42,91 @@ DEV_SERVER_DYNAMIC_CONFIG = {
     "history.timerProcessorMaxPollRPS": 1000,
     "history.visibilityProcessorMaxPollRPS": 1000,
 }
+
+
+class Interrupted(BaseException):
+    """A stop signal (SIGINT, SIGTERM, SIGHUP) reached a process that guards its start-up
+    (:class:`StopSignals`). A ``BaseException``, so no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    """Turns SIGINT, SIGTERM and SIGHUP into :class:`Interrupted`, except inside
+    :meth:`deferred`, where a signal is kept and raised when the block ends.
+
+    Why: a supervisor that dies of a signal between spawning a child and recording its PID
+    leaves that child running with nobody knowing its PID. :meth:`ManagedProcess.start`
+    spawns and records inside :func:`deferred_signals`, so the signal lands either before
+    the child exists or after the supervisor knows it. During clean-up
+    (:meth:`shutting_down`) signals are only counted: a second Ctrl-C must not cut the
+    clean-up short.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self._depth = 0
+        self._closing = False
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> StopSignals:
+        global _stop_signals
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        _stop_signals = self
+        return self
+
+    def uninstall(self) -> None:
+        global _stop_signals
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+        if _stop_signals is self:
+            _stop_signals = None
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.pending.append(signum)
+        if self._depth == 0 and not self._closing:
+            raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self.pending and not self._closing:
+            raise Interrupted(self.pending[0])
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` if a signal came while deferred."""
+        if self.pending and not self._closing and self._depth == 0:
+            raise Interrupted(self.pending[0])
+
+    @contextlib.contextmanager
+    def shutting_down(self) -> Iterator[None]:
+        self._closing = True
+        yield
+
+
+_stop_signals: StopSignals | None = None
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold stop signals for the block when a :class:`StopSignals` guard is installed
+    (``keel up``); a no-op elsewhere (tests, workers)."""
+    guard = _stop_signals
+    if guard is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with guard.deferred():
+        yield
 
 
 class ServiceError(RuntimeError):
@@ -164,11 +250,14 @@ class ManagedProcess:
     argv: Sequence[str]
     log_path: Path
     env: dict[str, str] | None = None
+    #: Called with the child's PID as soon as it exists, before a stop signal can land
+    #: (``keel up`` records it there, so ``keel down`` can always stop it).
+    on_spawn: Callable[[int], None] | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def start(self) -> int:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as logf:
+        with open(self.log_path, "ab") as logf, deferred_signals():
             self.proc = subprocess.Popen(
                 list(self.argv),
                 stdout=logf,
@@ -177,6 +266,8 @@ class ManagedProcess:
                 env={**os.environ, **(self.env or {})},
                 start_new_session=True,
             )
+            if self.on_spawn is not None:
+                self.on_spawn(self.proc.pid)
         return self.proc.pid
 
     @property
@@ -225,6 +316,7 @@ class TemporalDevServer:
     port: int = 7233
     ui_port: int | None = 8233
     namespace: str = "default"
+    on_spawn: Callable[[int], None] | None = None
     process: ManagedProcess | None = field(default=None, init=False)
 
     @property
@@ -264,7 +356,9 @@ class TemporalDevServer:
         if port_open(self.port):
             raise ServiceError(f"port {self.port} is already in use; is a server running there?")
         self.db_file.parent.mkdir(parents=True, exist_ok=True)
-        self.process = ManagedProcess("temporal dev server", self.argv(), self.log_path)
+        self.process = ManagedProcess(
+            "temporal dev server", self.argv(), self.log_path, on_spawn=self.on_spawn
+        )
         pid = self.process.start()
         deadline = time.monotonic() + timeout_s
         self.process.wait_port(self.port, timeout_s)

@@ -20,13 +20,20 @@ if TYPE_CHECKING:
 
 
 def state_file(settings: Settings) -> Path:
-    """Where ``keel up`` writes what it runs."""
+    """Where ``keel up`` writes what it runs, once all of it is up."""
     return settings.data_dir / "run" / "up.json"
+
+
+def starting_file(settings: Settings) -> Path:
+    """Where ``keel up`` records each service it starts while it is starting, before it
+    starts the next, so ``keel down`` can stop a start cut short at any point."""
+    return settings.data_dir / "run" / "starting.json"
 
 
 def write_state(path: Path, services: dict[str, dict[str, Any]]) -> None:
     """Replace the state file in one step: ``keel status`` and ``keel down`` read it while
     ``keel up`` rewrites it (a restarted worker's pid), and must never see half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"supervisor": os.getpid(), "services": services}, indent=2))
     os.replace(tmp, path)
@@ -43,6 +50,24 @@ def read_state(settings: Settings) -> dict[str, Any] | None:
         path.unlink(missing_ok=True)
         return None
     return state
+
+
+def read_recorded(settings: Settings) -> dict[str, Any] | None:
+    """What a ``keel up`` recorded, up or still starting, whether or not it is still
+    alive (a supervisor killed with SIGKILL leaves its services and this record)."""
+    for path in (state_file(settings), starting_file(settings)):
+        try:
+            state: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        return state
+    return None
+
+
+def forget_state(settings: Settings) -> None:
+    """Remove both records (``keel up`` stopped everything it started)."""
+    state_file(settings).unlink(missing_ok=True)
+    starting_file(settings).unlink(missing_ok=True)
 
 
 def ui_link(settings: Settings, workflow_id: str | None = None) -> str:
