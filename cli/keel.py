@@ -299,13 +299,20 @@ def down(timeout: float = 30.0) -> None:
 def status() -> None:
     """Show what ``keel up`` runs and whether Temporal answers."""
     from services.processes import pid_alive
-    from services.up import read_state
+    from services.up import read_recorded, read_state
 
     settings = load_settings()
     state = read_state(settings)
     if state is None:
-        typer.echo("Keel is not running (start it with `keel up`).")
-        raise typer.Exit(EXIT_CODES["keel"]["not_running"])
+        recorded = read_recorded(settings)
+        if recorded is None:
+            typer.echo("Keel is not running (start it with `keel up`).")
+            raise typer.Exit(EXIT_CODES["keel"]["not_running"])
+        state = recorded
+        if pid_alive(int(recorded.get("supervisor", 0)) or -1):
+            typer.echo("Keel is starting:")
+        else:
+            typer.echo("A keel up was killed and left these (stop them with `keel down`):")
     typer.echo(f"keel up pid {state['supervisor']}")
     for name, svc in state["services"].items():
         alive = "running" if pid_alive(int(svc["pid"])) else "DEAD"
