@@ -12,6 +12,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError, RPCStatusCode
 
+from keel.gates import GateRefusal
+
 log = logging.getLogger(__name__)
 
 
@@ -51,6 +53,18 @@ class ApiError(Exception):
         self.headers = headers
         self.run_id = run_id
         self.node_name = node_name
+
+
+#: A gate's refusal codes (keel.gates.check_decision) as HTTP statuses.
+GATE_REFUSAL_STATUS = {"gate_closed": 409, "self_approval": 403, "not_an_approver": 403}
+
+
+def refusal_error(
+    err: GateRefusal, *, run_id: str | None = None, node_name: str | None = None
+) -> ApiError:
+    """The answer to a gate's refusal, from the /gates routes and the design routes alike."""
+    status = GATE_REFUSAL_STATUS.get(err.code, 409)
+    return ApiError(status, err.code, err.message, run_id=run_id, node_name=node_name)
 
 
 def error_response(

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError
 
+from client import gate as gates
 from client.temporal import RunStatus, cause_chain, describe_or_none, start_by_type, status_name
 from keel.design.steps import (
     EVENT_RUN_ERROR,
@@ -139,10 +140,10 @@ async def decide(
     """Decide the gate of planner round ``plan_round`` (a rejection's comment is the
     next round's planner input)."""
     gate = gate_workflow_id(workflow_id(project, decision_set), gate_name(plan_round))
-    return await client.get_workflow_handle(gate).execute_update(
-        "decide",
+    return await gates.decide(
+        client,
+        gate,
         GateDecision(decision=decision, actor=actor, comment=comment, request_id=request_id),
-        result_type=GateState,
     )
 
 

@@ -13,8 +13,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from keel.search_attributes import GATE_NAME_ATTRIBUTE, GATE_STATUS_ATTRIBUTE
+
 GATE_WORKFLOW_TYPE = "ApprovalGate"
 GATE_ID_SEPARATOR = "/gate/"
+#: The gate's Update, Query and Signal names (workflows/gate.py; client/gate.py calls them).
+GATE_DECIDE_UPDATE = "decide"
+GATE_COMMENT_UPDATE = "comment"
+GATE_STATE_QUERY = "state"
+GATE_DECIDE_SIGNAL = "decide_signal"
 
 
 class GateStatus(StrEnum):
@@ -201,3 +208,10 @@ class WebhookResult(BaseModel):
     delivered: bool
     status_code: int | None = None
     skipped_reason: str = ""
+
+
+def start_search_attribute_values(request: GateRequest) -> dict[str, str]:
+    """The keyword search attributes a gate is started with (``pending`` and its name), so
+    visibility lists it as pending before its first workflow task runs; the run upserts
+    the same values."""
+    return {GATE_STATUS_ATTRIBUTE: GateStatus.PENDING.value, GATE_NAME_ATTRIBUTE: request.name}

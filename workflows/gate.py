@@ -18,6 +18,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from keel.gates import (
+        GATE_COMMENT_UPDATE,
+        GATE_DECIDE_SIGNAL,
+        GATE_DECIDE_UPDATE,
+        GATE_STATE_QUERY,
         GATE_WORKFLOW_TYPE,
         CommentEntry,
         GateComment,
@@ -32,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         WebhookTarget,
         check_decision,
         gate_workflow_id,
+        start_search_attribute_values,
     )
     from keel.records import GateAuditEvent
     from keel.refs import NOTIFY_HAS_TARGET, NOTIFY_WEBHOOK, RECORD_GATE_EVENT
@@ -180,7 +185,7 @@ class ApprovalGate:
 
     # -- decisions ---------------------------------------------------------------------
 
-    @workflow.update(name="decide")
+    @workflow.update(name=GATE_DECIDE_UPDATE)
     async def decide(self, decision: GateDecision) -> GateState:
         """Approve or reject. Refused (by the validator) on a closed gate, for an actor who
         is not an approver, and for the requester deciding their own request."""
@@ -209,7 +214,7 @@ class ApprovalGate:
         except GateRefusal as refusal:
             raise ApplicationError(refusal.message, type=refusal.code, non_retryable=True) from None
 
-    @workflow.signal(name="decide_signal")
+    @workflow.signal(name=GATE_DECIDE_SIGNAL)
     async def decide_signal(self, decision: GateDecision) -> None:
         """Signal form of ``decide`` for ``temporal workflow signal``; refusals are recorded."""
         await workflow.wait_condition(lambda: self._opened)
@@ -273,7 +278,7 @@ class ApprovalGate:
 
     # -- comments and state ------------------------------------------------------------
 
-    @workflow.update(name="comment")
+    @workflow.update(name=GATE_COMMENT_UPDATE)
     async def comment(self, entry: GateComment) -> GateState:
         await workflow.wait_condition(lambda: self._opened)
         key = self._dedup_key("comment", entry.actor, entry.request_id)
@@ -305,7 +310,7 @@ class ApprovalGate:
                 non_retryable=True,
             )
 
-    @workflow.query(name="state")
+    @workflow.query(name=GATE_STATE_QUERY)
     def state(self) -> GateState:
         return self._state
 
@@ -448,8 +453,8 @@ def start_search_attributes(request: GateRequest) -> TypedSearchAttributes:
     first workflow task runs (the run upserts the same values)."""
     return TypedSearchAttributes(
         [
-            SearchAttributePair(STATUS_KEY, GateStatus.PENDING.value),
-            SearchAttributePair(NAME_KEY, request.name),
+            SearchAttributePair(SearchAttributeKey.for_keyword(key), value)
+            for key, value in start_search_attribute_values(request).items()
         ]
     )
 

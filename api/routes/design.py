@@ -29,7 +29,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from api.deps import (
     ApproverDep,
@@ -41,9 +41,10 @@ from api.deps import (
     SessionsDep,
     may_read_run,
 )
-from api.errors import ERROR_RESPONSES, ApiError
+from api.errors import ERROR_RESPONSES, ApiError, refusal_error
 from api.idempotency import IdempotencyKey, idempotent, request_id_for
 from client import design as design_client
+from client import gate as gates
 from client.temporal import describe_or_none
 from keel import signed_urls
 from keel.access import ACCESS_MEMO, ADMIN_ROLE, access_for
@@ -55,7 +56,7 @@ from keel.design.steps import (
     DesignStatus,
     workflow_id,
 )
-from keel.gates import gate_workflow_id
+from keel.gates import GateRefusal, gate_workflow_id
 from keel.settings import Settings
 from keel.webhooks import webhook_url_allowed
 from store import design as design_store
@@ -557,21 +558,6 @@ async def answer(
     )  # fmt: skip
 
 
-_GATE_REFUSALS = {"gate_closed": 409, "self_approval": 403, "not_an_approver": 403}
-
-
-async def _wait_gate(client: Client, gate_id: str) -> bool:
-    """Whether the gate child exists, waiting a little: the pipeline notes the gate (and
-    its event) just before it starts the child."""
-    deadline = time.monotonic() + GATE_START_WAIT_S
-    while True:
-        if await describe_or_none(client, gate_id) is not None:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.1)
-
-
 @router.post("/decision-sets/{decision_set_id}/approve")
 async def approve(
     decision_set_id: str,
@@ -596,25 +582,15 @@ async def approve(
                 f"(phase {st.phase})", run_id=wid, node_name=st.node,
             )  # fmt: skip
         gate_id = gate_workflow_id(wid, design_client.gate_name(st.plan_round))
-        if not await _wait_gate(client, gate_id):
+        if not await gates.when_open(client, gate_id, GATE_START_WAIT_S):
             raise ApiError(409, "no_open_gate", f"gate {gate_id!r} is not open yet", run_id=wid)
         try:
             state = await design_client.decide(
                 client, project, ds, st.plan_round, body.status, actor=caller.actor,
                 comment=body.comment, request_id=request_id_for(caller, idempotency_key),
             )  # fmt: skip
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.type in _GATE_REFUSALS:
-                raise ApiError(
-                    _GATE_REFUSALS[cause.type], cause.type, cause.message,
-                    run_id=wid, node_name="gate_hitl",
-                ) from None  # fmt: skip
-            raise
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed") from None
-            raise
+        except GateRefusal as err:
+            raise refusal_error(err, run_id=wid, node_name="gate_hitl") from None
         return 200, state.model_dump(mode="json")
 
     return await idempotent(
