@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -79,6 +78,7 @@ def _translate(err: BaseException) -> CliError | None:
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
     from client.temporal import cause_chain
+    from keel.gates import GateRefusal
     from services.local import ServiceUnavailable
     from store.design import DecisionSetExists, NotYours
 
@@ -86,6 +86,8 @@ def _translate(err: BaseException) -> CliError | None:
         return _failure("conflict", str(err)).error
     if isinstance(err, WorkflowUpdateFailedError):
         return _failure("refused", str(cause_chain(err)[-1])).error
+    if isinstance(err, GateRefusal):  # the round's gate refused the decision (client/gate.py)
+        return _failure("refused", err.message).error
     if isinstance(err, ValidationError):
         return _failure("invalid_input", [_pydantic_line(e) for e in err.errors()]).error
     if isinstance(err, ServiceUnavailable):
@@ -105,17 +107,8 @@ def _emit(doc: Any, text: str) -> None:
 
 
 def user(explicit: str | None = None) -> str:
-    """Who the CLI acts as: ``--as``, else ``$KEEL_USER``, else the login name."""
-    import getpass
-
-    if explicit:
-        return explicit
-    if os.environ.get("KEEL_USER"):
-        return os.environ["KEEL_USER"]
-    try:
-        return getpass.getuser() or "design"
-    except Exception:
-        return "design"
+    """Who the CLI acts as (``toolkit.user``; ``design`` when no login name is known)."""
+    return toolkit.user(explicit, fallback="design")
 
 
 def _owned_project(sm: sessionmaker[Session], project: str, actor: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import typer
 
 from cli import lazy_iri
 from cli._exit import run_and_exit
+from cli.gate import app as gates_app
 from cli.toolkit import EXIT_CODES, load_settings, sessions
 from keel.settings import Settings
 
@@ -761,6 +762,7 @@ actors_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(actors_app, name="actors")
+app.add_typer(gates_app, name="gates")
 
 VLLM_MISSING = (
     "vLLM is not installed here (no `vllm` beside {python} or on PATH); install it on the "

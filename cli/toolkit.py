@@ -85,6 +85,14 @@ EXIT_CODES: dict[str, dict[str, int]] = {
         "invalid_input": 8,  # a task file that does not validate (its line named)
         "run_failed": 9,  # the collection failed
     },
+    "gate": {
+        "ok": 0,
+        "error": 1,  # unexpected error, Temporal or the worker unavailable
+        "usage": 2,  # bad command line (click)
+        "not_found": 3,  # no gate with that id
+        "refused": 4,  # the gate refused the decision (self-approval, not an approver)
+        "closed": 5,  # the gate is already decided or expired, or its run ended
+    },
     "design": {
         "ok": 0,  # the decision set completed
         "error": 1,  # unexpected error, Temporal or the worker unavailable
@@ -109,6 +117,7 @@ ERROR_STYLES: dict[str, Literal["envelope", "payload"]] = {
     "mrp": "envelope",
     "srl": "envelope",
     "design": "envelope",
+    "gate": "envelope",
     "rllm": "payload",
 }
 
@@ -267,6 +276,24 @@ def run(
         return report(unexpected(err))  # run_and_exit printed the traceback (KEEL_DEBUG)
 
     run_and_exit(app, argv, on_error=on_error)
+
+
+# -- who acts -------------------------------------------------------------------------------
+
+
+def user(explicit: str | None = None, *, fallback: str = "keel") -> str:
+    """Who a CLI acts as: ``--as``, else ``$KEEL_USER``, else the login name."""
+    import getpass
+    import os
+
+    if explicit:
+        return explicit
+    if os.environ.get("KEEL_USER"):
+        return os.environ["KEEL_USER"]
+    try:
+        return getpass.getuser() or fallback
+    except Exception:
+        return fallback
 
 
 # -- settings and sessions -----------------------------------------------------------------

@@ -1,0 +1,208 @@
+"""``keel gates``: approval gates from a terminal (list, show, approve, reject, comment).
+
+Every family's human decision point is an ``ApprovalGate`` workflow; these commands talk
+to it through ``client/gate.py``, as the API's ``/gates`` routes do, so an approver can
+work without the console or an API token. Like the other CLIs they act with the
+worker's trust: ``--as`` (or ``$KEEL_USER``, or the login name) is who decides, and the
+gate's own rules still hold (a requester cannot approve their own gate; a gate that
+names its approvers takes no one else). Output: text on a terminal, JSON otherwise
+(``--json``/``--text``); errors in the toolkit's envelope, with exit codes in
+``EXIT_CODES["gate"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from cli import toolkit
+from cli.toolkit import CliFailure, note, output
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from cli.envelope import CliError
+    from keel.gates import GateState
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    help="Approval gates: list, show, approve, reject, comment (docs/console.md).",
+    no_args_is_help=True,
+)
+
+JsonOpt = Annotated[
+    bool | None,
+    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
+]
+AsOpt = Annotated[
+    str | None,
+    typer.Option("--as", help="Act as this user (default: $KEEL_USER, else the login name)"),
+]
+GateArg = Annotated[str, typer.Argument(help="The gate id, e.g. design/p1/ds1/gate/plan-r1")]
+
+
+def _translate(err: BaseException) -> CliError | None:
+    from client.gate import GateNotFound, GateNotRunning
+    from keel.gates import GateRefusal
+    from services.local import ServiceUnavailable
+
+    if isinstance(err, GateNotFound):
+        return CliFailure("gate", "not_found", str(err), hint="see `keel gates list`").error
+    if isinstance(err, GateRefusal):
+        code = "closed" if err.code == "gate_closed" else "refused"
+        return CliFailure("gate", code, err.message, details={"refusal": err.code}).error
+    if isinstance(err, GateNotRunning):
+        return CliFailure("gate", "closed", str(err)).error
+    if isinstance(err, FileExistsError):
+        return CliFailure("gate", "refused", str(err)).error
+    if isinstance(err, ServiceUnavailable):
+        return CliFailure("gate", "error", str(err)).error
+    if isinstance(err, toolkit.SettingsInvalid):
+        return CliFailure("gate", "usage", str(err)).error
+    return None
+
+
+def _with_client(work: Callable[[Client], Awaitable[T]]) -> T:
+    """``work(client)`` on the configured Temporal server (never starts one: a gate waits
+    on a server that runs)."""
+    from services.local import LocalServices
+
+    settings = toolkit.load_settings()
+
+    async def go() -> T:
+        services = LocalServices(settings, note)
+        try:
+            return await work(await services.connect(start=False))
+        finally:
+            await asyncio.to_thread(services.stop, True)
+
+    return asyncio.run(go())
+
+
+def _state_text(st: GateState) -> str:
+    lines = [f"{st.gate_id}: {st.status.value}"]
+    if st.subject:
+        lines.append(f"  subject    {st.subject}")
+    lines.append(f"  requester  {st.requester}")
+    lines.append(f"  approvers  {', '.join(st.approvers) or '(anyone with the approver role)'}")
+    if st.decided_by:
+        decided = f"  decided by {st.decided_by}"
+        lines.append(decided + (f": {st.decision_comment}" if st.decision_comment else ""))
+    for c in st.comments:
+        lines.append(f"  comment    {c.actor}: {c.comment}")
+    return "\n".join(lines)
+
+
+def _emit(doc: Any, text: str) -> None:
+    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
+
+
+@app.command("list")
+def list_(
+    status: Annotated[str, typer.Option(help="pending, approved, rejected or expired")] = "pending",
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 100,
+    json_out: JsonOpt = None,
+) -> None:
+    """Gates with a status (pending by default), newest first."""
+    from client import gate as gates
+    from keel.gates import GateStatus
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        try:
+            wanted = GateStatus(status)
+        except ValueError:
+            known = ", ".join(s.value for s in GateStatus)
+            raise CliFailure("gate", "usage", f"no gate status {status!r} ({known})") from None
+        rows = _with_client(lambda client: gates.list_gates(client, wanted, limit=limit))
+        text = "\n".join(
+            f"{r.gate_id}  {r.status}  requested by {r.requester or '?'}"
+            + (f"  expires {r.expires_at:%Y-%m-%d %H:%M}" if r.expires_at else "")
+            + (f"\n    {r.subject}" if r.subject else "")
+            for r in rows
+        )
+        _emit(
+            {"gates": [r.model_dump(mode="json") for r in rows]},
+            text or f"no {wanted.value} gates",
+        )
+
+
+@app.command()
+def show(gate_id: GateArg, json_out: JsonOpt = None) -> None:
+    """One gate: its status, who may decide it, its decision and comments."""
+    from client import gate as gates
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        st = _with_client(lambda client: gates.state(client, gate_id))
+        _emit(st.model_dump(mode="json"), _state_text(st))
+
+
+def _decide(gate_id: str, decision: str, comment: str, as_user: str | None) -> None:
+    from client import gate as gates
+    from keel.gates import GateDecision
+
+    actor = toolkit.user(as_user)
+    decision_in = GateDecision(decision=decision, actor=actor, comment=comment)  # type: ignore[arg-type]
+
+    async def work(client: Client) -> GateState:
+        await gates.describe(client, gate_id)  # not found: its own error, not "closed"
+        return await gates.decide(client, gate_id, decision_in)
+
+    st = _with_client(work)
+    _emit(st.model_dump(mode="json"), _state_text(st))
+
+
+@app.command()
+def approve(
+    gate_id: GateArg,
+    comment: Annotated[str, typer.Option(help="Why (kept in the gate's audit trail)")] = "",
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Approve a pending gate."""
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        _decide(gate_id, "approve", comment, as_user)
+
+
+@app.command()
+def reject(
+    gate_id: GateArg,
+    comment: Annotated[str, typer.Option(help="Why (a design round takes it as input)")] = "",
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Reject a pending gate."""
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        _decide(gate_id, "reject", comment, as_user)
+
+
+@app.command()
+def comment(
+    gate_id: GateArg,
+    text: Annotated[str, typer.Argument(help="The comment")],
+    as_user: AsOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Comment on a pending gate."""
+    from client import gate as gates
+    from keel.gates import GateComment
+
+    output.choose(json_out)
+    with toolkit.reported(_translate):
+        if not text.strip():
+            raise CliFailure("gate", "usage", "an empty comment")
+        entry = GateComment(actor=toolkit.user(as_user), comment=text)
+
+        async def work(client: Client) -> GateState:
+            await gates.describe(client, gate_id)
+            return await gates.comment(client, gate_id, entry)
+
+        st = _with_client(work)
+        _emit(st.model_dump(mode="json"), _state_text(st))
