@@ -448,16 +448,19 @@ async def _run_demo(settings: Settings) -> None:
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
     from client.temporal import cause_chain, connect
-    from keel.demo import DemoInput
+    from keel.demo import DEMO_WORKFLOW_TYPE, DemoInput, DemoResult
     from keel.gates import gate_workflow_id
     from services.up import console_link, ui_link
-    from workflows.demo import KeelDemo
 
     client = await connect(settings)
     approver = next(t for t in settings.api_tokens if "approver" in t.roles)
     wid = f"demo/{uuid.uuid4().hex[:12]}"
     handle = await client.start_workflow(
-        KeelDemo.run, DemoInput(), id=wid, task_queue=settings.task_queue
+        DEMO_WORKFLOW_TYPE,
+        DemoInput(),
+        id=wid,
+        task_queue=settings.task_queue,
+        result_type=DemoResult,
     )
     typer.echo(f"1. Started workflow {wid} (KeelDemo)")
     typer.echo("2. Asking the local model for a draft (llm.complete activity) ...")

@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from client.temporal import RunStatus, describe_or_none, start_by_type, status_name
 from keel.srl.expert import Expert, expert_steps
 from keel.srl.steps import (
+    COLLECTION_TYPE,
     CollectionInput,
     CollectionProgress,
     CollectionResult,
@@ -29,7 +30,6 @@ from keel.srl.trajectory import StepRecord
 from store.artifacts import ArtifactNotFound, ArtifactStore
 from store.srl_steps import count_steps, get_identity, list_steps
 
-COLLECTION_TYPE = "SRLCollection"
 COLLECTION_PREFIX = "srl/"
 
 

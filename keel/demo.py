@@ -7,6 +7,9 @@ from pydantic import BaseModel, Field
 from keel.gates import GateState
 from keel.llm import LLMResponse
 
+#: The workflow type (workflows/demo.py).
+DEMO_WORKFLOW_TYPE = "KeelDemo"
+
 
 class DemoInput(BaseModel):
     """What ``keel demo`` asks: a topic for the model, who requests and who approves."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from keel.demo import DemoInput, DemoResult
+    from keel.demo import DEMO_WORKFLOW_TYPE, DemoInput, DemoResult
     from keel.gates import GateRequest
     from keel.llm import LLMMessage, LLMRequest
     from keel.refs import LLM_COMPLETE
@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate import open_gate
 
 
-@workflow.defn(name="KeelDemo")
+@workflow.defn(name=DEMO_WORKFLOW_TYPE)
 class KeelDemo:
     @workflow.run
     async def run(self, inp: DemoInput) -> DemoResult:

@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         GENERATE,
         LOAD,
         RECORD_STATS,
+        WORKFLOW_TYPE,
         BlockRequest,
         GenerateRequest,
         LoadedApp,
@@ -147,7 +148,7 @@ class _Run:
         return round(self.own_llm_ms + sum(c.llm_latency_ms for c in self.children.values()), 3)
 
 
-@workflow.defn(name="RllmApp")
+@workflow.defn(name=WORKFLOW_TYPE)
 class RllmApp:
     """Runs one ``.rllm`` app (and, as child workflows, the apps it uses)."""
 

@@ -33,6 +33,8 @@ with workflow.unsafe.imports_passed_through():
     from keel.srl.state import State
     from keel.srl.steps import (
         APPLY,
+        COLLECTION_TYPE,
+        EPISODE_TYPE,
         GENERATE,
         WINDOW,
         ApplyInput,
@@ -48,8 +50,6 @@ with workflow.unsafe.imports_passed_through():
     from keel.srl.trajectory import episode_id, sample_seed
     from workflows.common import call
 
-COLLECTION_TYPE = "SRLCollection"
-EPISODE_TYPE = "SRLEpisode"
 #: A step ``srl.generate`` found recorded is taken as it is, without ``srl.apply``.
 RESUME_PATCH = "srl-resume-recorded"
 

@@ -26,8 +26,8 @@ from client.temporal import RunStatus
 from keel.access import ACCESS_MEMO, RunAccess, may_read
 from keel.mrp.run import WORKFLOW_TYPE as MRP_TYPE
 from keel.rllm.run import WORKFLOW_TYPE as RLLM_TYPE
+from keel.srl.steps import COLLECTION_TYPE as SRL_TYPE
 from services.up import ui_link
-from workflows.srl import COLLECTION_TYPE as SRL_TYPE
 
 router = APIRouter(prefix="/runs", tags=["runs"], responses=ERROR_RESPONSES)
 

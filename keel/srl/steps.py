@@ -27,6 +27,11 @@ from keel.srl.state import State
 from keel.srl.step import Language, PatternAction, RuleAction
 from keel.srl.trajectory import Sampling, Source, check_id
 
+#: The workflow types (workflows/srl.py), named here so clients and the API need no
+#: workflow module.
+COLLECTION_TYPE: Final = "SRLCollection"
+EPISODE_TYPE: Final = "SRLEpisode"
+
 MAX_STEPS: Final = 20
 MAX_WINDOW: Final = 200
 MAX_PER_RUN: Final = 1000
