@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -409,31 +410,45 @@ def demo(
     then the three example .rllm apps (examples/) on the local model, the MRP examples,
     an SRL collection and one design pipeline with a generated, validated repository."""
     from services.model_server import unavailable_reason
-    from services.processes import ServiceError, pid_alive, stop_pid
+    from services.processes import Interrupted, ServiceError, StopSignals, pid_alive, stop_pid
     from services.up import read_state, start_up_in_background
 
     settings = load_settings()
-    started_here = None
-    if read_state(settings) is None:
-        reason = unavailable_reason()
-        if reason:
-            typer.echo(f"the demo needs the embedded local model: {reason}", err=True)
-            raise typer.Exit(1)
-        typer.echo("Starting Keel (keel up) ...")
-        try:
-            started_here = start_up_in_background(settings)
-        except ServiceError as err:
-            typer.echo(str(err), err=True)
-            raise typer.Exit(1) from None
+    started_here: subprocess.Popen[bytes] | None = None
+
+    def spawned(proc: subprocess.Popen[bytes]) -> None:
+        nonlocal started_here
+        started_here = proc
+
+    # SIGTERM/SIGHUP/Ctrl-C end the demo like a failure: the keel up it started is
+    # stopped (held while it is being spawned, so it is never left unknown).
+    guard = StopSignals().install()
     try:
+        if read_state(settings) is None:
+            reason = unavailable_reason()
+            if reason:
+                typer.echo(f"the demo needs the embedded local model: {reason}", err=True)
+                raise typer.Exit(1)
+            typer.echo("Starting Keel (keel up) ...")
+            try:
+                start_up_in_background(settings, on_spawn=spawned)
+            except ServiceError as err:
+                typer.echo(str(err), err=True)
+                raise typer.Exit(1) from None
         asyncio.run(_run_demo(settings))
+    except Interrupted as sig:
+        typer.echo(f"{sig}: the demo stops", err=True)
+        stay = False
+        raise typer.Exit(128 + sig.signum) from None
     finally:
-        if started_here is not None and not stay:
-            typer.echo("Stopping the services this demo started ...")
-            stop_pid(started_here.pid, 30)
-            started_here.wait(timeout=30)
-            if pid_alive(started_here.pid):
-                typer.echo("keel up did not stop cleanly", err=True)
+        with guard.shutting_down():
+            if started_here is not None and not stay:
+                typer.echo("Stopping the services this demo started ...")
+                stop_pid(started_here.pid, 30)
+                started_here.wait(timeout=30)
+                if pid_alive(started_here.pid):
+                    typer.echo("keel up did not stop cleanly", err=True)
+            guard.uninstall()
     if started_here is not None and stay:
         typer.echo("Services stay up; stop them with `keel down`.")
     elif started_here is not None:

@@ -10,10 +10,18 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from services.processes import ManagedProcess, ServiceError, pid_alive, stop_pid, tail
+from services.processes import (
+    ManagedProcess,
+    ServiceError,
+    deferred_signals,
+    pid_alive,
+    stop_pid,
+    tail,
+)
 
 if TYPE_CHECKING:
     from keel.settings import Settings
@@ -88,9 +96,14 @@ def keel_process(command: str, log_path: Path) -> ManagedProcess:
     return ManagedProcess(command, [sys.executable, "-m", "cli.keel", command], log_path)
 
 
-def start_up_in_background(settings: Settings, timeout_s: float = 300) -> subprocess.Popen[bytes]:
+def start_up_in_background(
+    settings: Settings,
+    timeout_s: float = 300,
+    on_spawn: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> subprocess.Popen[bytes]:
     """Start ``keel up`` as a detached child (output in ``<data_dir>/up.log``) and wait until
-    it is up.
+    it is up. ``on_spawn`` gets the child as soon as it exists (stop signals held until
+    then), so a caller interrupted during the wait can still stop it.
 
     Raises:
         ServiceError: it exited or did not come up within ``timeout_s``; the message ends
@@ -98,13 +111,15 @@ def start_up_in_background(settings: Settings, timeout_s: float = 300) -> subpro
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     log_path = settings.data_dir / "up.log"
-    with open(log_path, "ab") as up_log:
+    with open(log_path, "ab") as up_log, deferred_signals():
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli.keel", "up"],
             stdout=up_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if on_spawn is not None:
+            on_spawn(proc)
     deadline = time.monotonic() + timeout_s
     while read_state(settings) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
