@@ -33,7 +33,22 @@ def keel_env(data_dir: Path) -> dict[str, str]:
 def run(
     args: list[str], env: dict[str, str], timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(KEEL + args, env=env, capture_output=True, text=True, timeout=timeout)
+    """``keel ARGS``; past ``timeout`` it gets SIGTERM first (so a demo stops the keel up it
+    started, which SIGKILL would orphan), then SIGKILL."""
+    proc = subprocess.Popen(
+        KEEL + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def stop_up(up: subprocess.Popen[str]) -> None:
