@@ -35,6 +35,7 @@ import httpx
 from pydantic import BaseModel
 from temporalio import activity
 
+from keel.retry import is_retryable_status
 from keel.srl.actors import ActorEndpoint, ActorsConfig
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class NoHealthyActor(RuntimeError):
 
 
 class ActorRequestError(RuntimeError):
-    """An endpoint refused the request itself (a 4xx other than 408/429).
+    """An endpoint refused the request itself (a 4xx ``keel.retry`` calls final).
 
     Another endpoint would refuse it too (a prompt over the context window, a bad
     parameter), so it is not re-routed; the caller should not retry it unchanged.
@@ -496,7 +497,7 @@ class ActorPool:
         status = resp.status_code
         if status >= 500:
             raise _EndpointFailed(f"HTTP {status}: {_excerpt(resp.text)}", "http_5xx")
-        if status in (408, 429):
+        if is_retryable_status(status):  # 408, 409, 425, 429 (keel.retry)
             # Overloaded, not broken: try another endpoint, keep this one in rotation.
             raise _EndpointFailed(
                 f"HTTP {status}: {_excerpt(resp.text)}", f"http_{status}", drain=False

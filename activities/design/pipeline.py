@@ -52,6 +52,7 @@ from keel.design.steps import (
 from keel.design.validation import tree_digest
 from keel.digest import digest_bytes, digest_json
 from keel.llm import LLMMessage, LLMRequest, LLMResponse
+from keel.retry import is_retryable_status
 from store import design as design_store
 from store import design_git
 from store.artifacts import ArtifactStore
@@ -451,17 +452,17 @@ class DesignActivities:
 
 
 def _anthropic_error(exc: Exception) -> Exception:
-    """An Anthropic SDK failure as Temporal should retry it: a 4xx other than 408, 409 and
-    429 is final, the rest retry. Anything else (a ``CodeGenError``) passes unchanged."""
+    """An Anthropic SDK failure as Temporal should retry it (``keel.retry``: a 4xx other
+    than 408, 409, 425 and 429 is final, the rest retry). Anything else (a
+    ``CodeGenError``) passes unchanged."""
     import anthropic
 
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
-        final = 400 <= status < 500 and status not in (408, 409, 429)
         return ApplicationError(
             f"Anthropic API: HTTP {status}",
             type="DesignCodegenProvider",
-            non_retryable=final,
+            non_retryable=not is_retryable_status(status),
         )
     if isinstance(exc, anthropic.APIError):
         return ApplicationError(
