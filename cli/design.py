@@ -79,6 +79,7 @@ def _translate(err: BaseException) -> CliError | None:
 
     from client.temporal import cause_chain
     from keel.gates import GateRefusal
+    from keel.problems import problem_lines
     from services.local import ServiceUnavailable
     from store.design import DecisionSetExists, NotYours
 
@@ -89,17 +90,12 @@ def _translate(err: BaseException) -> CliError | None:
     if isinstance(err, GateRefusal):  # the round's gate refused the decision (client/gate.py)
         return _failure("refused", err.message).error
     if isinstance(err, ValidationError):
-        return _failure("invalid_input", [_pydantic_line(e) for e in err.errors()]).error
+        return _failure("invalid_input", problem_lines(err, root="")).error
     if isinstance(err, ServiceUnavailable):
         return _failure("error", str(err)).error
     if isinstance(err, toolkit.SettingsInvalid):
         return _failure("usage", str(err)).error
     return None
-
-
-def _pydantic_line(err: Any) -> str:
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}" if where else err["msg"]
 
 
 def _emit(doc: Any, text: str) -> None:

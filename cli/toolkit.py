@@ -307,15 +307,13 @@ def load_settings() -> Settings:
     """The process's ``Settings``; :class:`SettingsInvalid` when the environment is wrong."""
     from pydantic import ValidationError
 
+    from keel.problems import problem_lines
     from keel.settings import get_settings
 
     try:
         return get_settings()
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-            for err in e.errors(include_input=False, include_url=False)
-        )
+        problems = "; ".join(problem_lines(e, root=""))
         raise SettingsInvalid(f"the KEEL_* settings are not valid: {problems}") from None
 
 

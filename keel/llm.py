@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from keel.problems import problems
+
 # Keys the gateway sets itself. Allowing them in ``params`` would let a request (which is
 # stored in history) carry a key, point the call elsewhere, or turn LiteLLM retries on.
 RESERVED_PARAMS = frozenset(
@@ -346,8 +348,4 @@ def parse_models_config(text: str, path: str, env: Mapping[str, str]) -> ModelsC
         return ModelsConfig.model_validate(raw)
     except ValidationError as e:
         # include_input=False: a value in the wrong place may be a secret.
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
-            for err in e.errors(include_input=False, include_url=False)
-        )
-        raise ModelsConfigError(f"{path}: invalid models config: {problems}") from None
+        raise ModelsConfigError(f"{path}: invalid models config: {problems(e)}") from None

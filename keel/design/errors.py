@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from keel.problems import where
+
 
 class DesignIssue(BaseModel):
     """One problem, located by its dotted field path."""
@@ -58,7 +60,7 @@ def issues_from_validation(exc: Exception, prefix: str = "") -> list[DesignIssue
         return [DesignIssue(field=prefix, message=str(exc))]
     issues = []
     for err in exc.errors():
-        loc = ".".join(str(part) for part in err["loc"])
+        loc = where(err["loc"])
         field = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
         issues.append(DesignIssue(field=field, message=err["msg"]))
     return issues

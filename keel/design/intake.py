@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from keel.design.constraints import FIELD_NAMES, Constraints
 from keel.design.coverage import IntakeSnapshot
+from keel.problems import where
 
 #: How much of a bad reply the re-ask quotes back to the model.
 MAX_QUOTED_REPLY_CHARS = 2000
@@ -193,9 +194,8 @@ def _problems(exc: ValidationError) -> list[str]:
     """Validation's errors as ``where: what (got value)`` lines."""
     out = []
     for e in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in e["loc"]) or "(the reply)"
         got = f" (got {_show(e['input'])})" if e["type"] != "missing" else ""
-        out.append(_cut(f"{where}: {e['msg']}{got}"))
+        out.append(_cut(f"{where(e['loc'], '(the reply)')}: {e['msg']}{got}"))
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from keel.problems import problems
 from keel.srl.errors import ActorsConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -148,11 +149,7 @@ def parse_actors_config(text: str, path: str = "actors config") -> ActorsConfig:
     try:
         return ActorsConfig.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
-            for err in e.errors(include_input=False, include_url=False)
-        )
-        raise ActorsConfigError(f"{path}: invalid actors config: {problems}") from None
+        raise ActorsConfigError(f"{path}: invalid actors config: {problems(e)}") from None
 
 
 def vllm_command(endpoint: ActorEndpoint, vllm: str = "vllm") -> list[str]:

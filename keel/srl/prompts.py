@@ -13,6 +13,7 @@ from typing import Final
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from keel.problems import problems
 from keel.srl.step import PatternAction, RuleAction, action_text
 
 #: Placeholders a user template may use (anything else is refused when the pack loads).
@@ -60,10 +61,7 @@ def parse_prompt_pack(text: str) -> PromptPack:
     try:
         return PromptPack.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(map(str, err['loc'])) or 'pack'}: {err['msg']}" for err in e.errors()
-        )
-        raise PromptPackInvalid(problems) from None
+        raise PromptPackInvalid(problems(e, root="pack")) from None
 
 
 def render_messages(

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from keel.problems import problem_lines
 from keel.srl.errors import StateUpdateInvalid, StepFormatError
 from keel.srl.state import StateUpdate, parse_state_update
 from keel.yaml_limits import BoundedSafeLoader
@@ -175,9 +176,7 @@ def _extract(answer: str, tag: str) -> str:
 
 
 def _validation_detail(err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
-    return f"{loc}: {first['msg']}"
+    return problem_lines(err, root="<root>")[0]
 
 
 def parse_pattern_action(text: str) -> PatternAction:

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from keel.problems import problems
 from keel.refs import ActivityRef
 from keel.srl.expert import Expert
 from keel.srl.state import State
@@ -131,10 +132,7 @@ def parse_tasks(data: bytes) -> list[SrlTask]:
         try:
             task = SrlTask.model_validate_json(line)
         except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(map(str, err['loc'])) or 'line'}: {err['msg']}" for err in e.errors()
-            )
-            raise TasksInvalid(f"task file line {n}: {problems}") from None
+            raise TasksInvalid(f"task file line {n}: {problems(e, root='line')}") from None
         if task.task_id in seen:
             raise TasksInvalid(f"task file line {n}: task id {task.task_id!r} repeats")
         seen.add(task.task_id)
