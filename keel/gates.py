@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from keel.ids import GATE_NAME_PATTERN
 from keel.search_attributes import GATE_NAME_ATTRIBUTE, GATE_STATUS_ATTRIBUTE
 
 GATE_WORKFLOW_TYPE = "ApprovalGate"
@@ -46,7 +47,7 @@ class GateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(min_length=1, max_length=128, pattern=GATE_NAME_PATTERN)
     requester: str = Field(min_length=1, max_length=256)
     subject: str = Field(default="", max_length=2000, description="What is being approved.")
     approvers: list[str] = Field(

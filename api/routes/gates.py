@@ -30,6 +30,7 @@ from keel.gates import (
     GateStatus,
     gate_workflow_id,
 )
+from keel.ids import GATE_NAME_PATTERN
 
 router = APIRouter(prefix="/gates", tags=["gates"], responses=ERROR_RESPONSES)
 
@@ -45,7 +46,7 @@ class OpenGateBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(min_length=1, max_length=128, pattern=GATE_NAME_PATTERN)
     parent_id: str | None = Field(default=None, min_length=1, max_length=400)
     subject: str = Field(default="", max_length=2000)
     approvers: list[str] = Field(default_factory=list, max_length=100)

@@ -37,6 +37,7 @@ from api.idempotency import IdempotencyKey, idempotent
 from client.mrp import MrpJobView, job_view, start_job
 from keel.access import ACCESS_MEMO, RunAccess, access_for
 from keel.digest import digest_json
+from keel.ids import ID_PATTERN
 from keel.mrp.dsl import parse_job
 from keel.mrp.errors import DslError
 from keel.mrp.run import MAX_WINDOW_SIZE, Backend, MRPJobInput, workflow_id_for
@@ -45,7 +46,6 @@ router = APIRouter(prefix="/mrp", tags=["mrp"], responses=ERROR_RESPONSES)
 
 
 MAX_JOB_BYTES = 1_000_000
-_RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class SubmitJobBody(BaseModel):
@@ -82,7 +82,7 @@ class SubmitJobBody(BaseModel):
         max_length=1000,
         description="Where inputs.files resolve for inline YAML (inside a root)",
     )
-    run_id: str | None = Field(default=None, pattern=_RUN_ID, description="Default: generated")
+    run_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Default: generated")
     backend: Backend | None = Field(default=None, description="ray (default) or threads")
     window_size: int | None = Field(default=None, ge=1, le=MAX_WINDOW_SIZE)
 

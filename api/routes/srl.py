@@ -39,6 +39,7 @@ from client.srl import (
 )
 from keel.access import ACCESS_MEMO, access_for
 from keel.digest import canonical_json
+from keel.ids import ID_PATTERN
 from keel.srl.steps import (
     CollectionInput,
     CollectionOptions,
@@ -52,7 +53,6 @@ from store.artifacts import ArtifactNotFound, ArtifactStore
 router = APIRouter(prefix="/srl", tags=["srl"], responses=ERROR_RESPONSES)
 
 MAX_API_TASKS = 1000
-_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class StartCollectionBody(CollectionOptions):
@@ -60,7 +60,7 @@ class StartCollectionBody(CollectionOptions):
     (``tasks_digest``); exactly one of them. The options are the workflow's own
     (``CollectionOptions``), so a body the API accepts is a valid input."""
 
-    collection: str = Field(pattern=_ID, description="The collection id", examples=["demo"])
+    collection: str = Field(pattern=ID_PATTERN, description="The collection id", examples=["demo"])
     tasks: list[SrlTask] | None = Field(None, min_length=1, max_length=MAX_API_TASKS)
     tasks_digest: str | None = Field(None, pattern=r"^blake3:[0-9a-f]{64}$")
 

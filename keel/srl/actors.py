@@ -13,10 +13,11 @@ from typing import Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from keel.ids import SHORT_ID_PATTERN
 from keel.problems import problems
 from keel.srl.errors import ActorsConfigError
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+NAME_PATTERN = SHORT_ID_PATTERN
 # scheme, host (a name, IPv4, or [IPv6]), optional port, path; no query or fragment.
 _URL = re.compile(r"^(https?)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?(/[^?#\s]*)$")
 

@@ -10,16 +10,15 @@ meet). Each sample has its own seed, :func:`sample_seed`.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from keel.digest import canonical_json, digest_bytes, digest_json
+from keel.ids import ID_RE
 from keel.srl.rewards import Reward
 
 SCHEMA_VERSION: Final = 1
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 EPISODE_PREFIX = "srl/"
 SAMPLE_MARK = "~s"
 #: The largest seed a sample gets: step ``n`` sends ``seed + n``, within 31 bits.
@@ -31,7 +30,7 @@ Source = Literal["teacher", "actor", "gold_replay"]
 def check_id(value: str, what: str) -> str:
     """Collection and task ids: 1-128 chars of ``[A-Za-z0-9._-]``, so they can sit in a
     workflow id, a file name and a key without quoting."""
-    if not _ID.match(value):
+    if not ID_RE.match(value):
         raise ValueError(f"{what} {value!r} must be 1-128 chars of [A-Za-z0-9._-]")
     return value
 
