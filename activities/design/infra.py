@@ -330,8 +330,61 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
     return {p: _tidy(t) for p, t in files.items()}
 
 
+_ATTR = re.compile(r'^(\s*)("[^"]*"|[A-Za-z_][\w.$-]*)\s*=(?!=)\s*(.*)$')
+_HEREDOC = re.compile(r"<<-?([A-Z]+)\s*$")
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _opens(value: str) -> bool:
+    """Whether ``value`` leaves a bracket open at the end of its line."""
+    bare = _STRING.sub('""', value)
+    return sum(bare.count(c) for c in "([{") > sum(bare.count(c) for c in ")]}")
+
+
+def _align(lines: list[str]) -> list[str]:
+    """Align the ``=`` of consecutive attributes at one indentation, as ``terraform fmt``
+    does (a blank line, a comment, a block or a change of indentation ends a run)."""
+    out = list(lines)
+    run: list[tuple[int, str, str, str]] = []
+
+    def flush() -> None:
+        if len(run) > 1:
+            width = max(len(key) for _, _, key, _ in run)
+            for idx, indent, key, value in run:
+                out[idx] = f"{indent}{key.ljust(width)} = {value}"
+        elif run:
+            idx, indent, key, value = run[0]
+            out[idx] = f"{indent}{key} = {value}"
+        run.clear()
+
+    heredoc: str | None = None
+    for idx, line in enumerate(lines):
+        if heredoc is not None:
+            if line.strip() == heredoc:
+                heredoc = None
+            continue
+        match = _ATTR.match(line)
+        if match is None or line.lstrip().startswith("#") or _opens(match.group(3)):
+            # A value that goes on over the next lines is left as written, and ends the run.
+            flush()
+        else:
+            indent, key, value = match.groups()
+            if run and run[-1][1] != indent:
+                flush()
+            run.append((idx, indent, key, value))
+        tail = _HEREDOC.search(line)
+        if tail is not None:
+            flush()
+            heredoc = tail.group(1)
+    flush()
+    return out
+
+
 def _tidy(text: str) -> str:
-    """One trailing newline, no runs of blank lines (templates' conditionals leave them)."""
+    """One trailing newline, no runs of blank lines (templates' conditionals leave them),
+    attributes aligned as ``terraform fmt`` aligns them."""
     lines = [ln.rstrip() for ln in text.splitlines()]
     out: list[str] = []
     for ln in lines:
@@ -340,7 +393,7 @@ def _tidy(text: str) -> str:
         out.append(ln)
     while out and not out[-1]:
         out.pop()
-    return "\n".join(out) + "\n"
+    return "\n".join(_align(out)) + "\n"
 
 
 __all__ = ["DEFAULT_REGION", "TEMPLATES", "pattern_template", "render_infra"]
