@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from keel.design.constraints import Constraints, WorkloadType
 from activities.design.infra import render_infra
+from keel.design.constraints import Constraints, WorkloadType
 from keel.design.critics import CostEstimate
 from keel.design.patterns import Capability, Deployment, PatternCatalog
 from keel.design.planner import Plan
@@ -334,6 +334,7 @@ jobs:
           terraform init -backend=false
           terraform validate
 """
+
 
 def _md_table_cell(text: str) -> str:
     return text.replace("|", "/").replace("\n", " ")

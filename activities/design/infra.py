@@ -87,7 +87,7 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        autoescape=False,  # noqa: S701 - HCL, not HTML
+        autoescape=False,  # HCL, not HTML
     )
     env.filters["hcl"] = _hcl_string
     env.filters["aligned"] = aligned
@@ -268,7 +268,7 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
     w = _sizing(req)
     plan_by_cap = {c.capability.value: c.pattern_id for c in plan.choices}
     by_id = req.catalog.by_id() if req.catalog is not None else {}
-    modules = []
+    modules: list[dict[str, Any]] = []
     for choice in plan.choices:
         cap, pid = choice.capability.value, choice.pattern_id
         template = pattern_template(pid)
@@ -285,23 +285,24 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
                 "sizes": {r: _module_sizes(req, pid, r, w) for r in regions},
             }
         )
-    common = {
+    region_ctx: list[dict[str, Any]] = [
+        {
+            "name": r,
+            "id": _region_id(r),
+            "prefix": _name_prefix(slug, r),
+            "primary": i == 0,
+            "cidr": f"10.{(i * 16) % 256}.0.0/16",
+            "zones": _zones(r),
+            "wiring": _wiring(plan_by_cap, r),
+        }
+        for i, r in enumerate(regions)
+    ]
+    common: dict[str, Any] = {
         "slug": slug,
         "project": req.project,
         "decision_set": req.decision_set,
         "catalog_version": plan.catalog_version,
-        "regions": [
-            {
-                "name": r,
-                "id": _region_id(r),
-                "prefix": _name_prefix(slug, r),
-                "primary": i == 0,
-                "cidr": f"10.{(i * 16) % 256}.0.0/16",
-                "zones": _zones(r),
-                "wiring": _wiring(plan_by_cap, r),
-            }
-            for i, r in enumerate(regions)
-        ],
+        "regions": region_ctx,
         "plan": plan_by_cap,
         "modules": modules,
         "monthly_usd": req.cost.monthly_usd,
@@ -321,7 +322,7 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
             **common,
             "m": module,
             "sizes": module["sizes"][regions[0]],
-            "wiring": common["regions"][0]["wiring"][module["cap"]],
+            "wiring": region_ctx[0]["wiring"][module["cap"]],
         }
         for name in ("main", "variables", "outputs"):
             files[f"infra/modules/{module['cap']}/{name}.tf"] = env.get_template(
