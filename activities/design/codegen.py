@@ -550,8 +550,10 @@ SYSTEM_PROMPT = (
     "You write small, working code repositories. Answer with one JSON object and nothing "
     "else: keys are relative file paths (no leading '/', no '..'), values are the full file "
     "texts. Include a FastAPI service under services/, pytest tests under tests/ that pass, "
-    "Terraform for AWS under infra/<capability>/main.tf for every capability, GitHub "
-    "Actions under .github/workflows/, a README.md and reports/."
+    "Terraform for AWS under infra/ (one module per capability in "
+    "infra/modules/<capability>/ with variables.tf, main.tf and outputs.tf, and a root "
+    "infra/main.tf instantiating each module once per region), GitHub Actions under "
+    ".github/workflows/, a README.md and reports/."
 )
 
 
