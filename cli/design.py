@@ -777,29 +777,72 @@ def _diffable(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _archived_tree(settings: Any, sm: Any, project: str, ds: str) -> dict[str, str] | None:
+    """The decision set's generated repository (its archive), None when it has none."""
+    import io
+    import zipfile
+
+    from store.artifacts import artifact_store_from_settings
+
+    digest = _events(sm, project, ds).get("run-complete", {}).get("archive_digest")
+    if not digest:
+        return None
+    data = artifact_store_from_settings(settings).get_bytes(digest)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return {
+            name: zf.read(name).decode("utf-8", errors="replace")
+            for name in zf.namelist()
+            if not name.endswith("/")
+        }
+
+
+def _cost_line_text(c: Any) -> str:
+    where = f"{c.capability} {c.resource}" + (f" [{c.region}]" if c.region else "")
+
+    def side(qty: float | None, usd: float | None) -> str:
+        if usd is None:
+            return "none"
+        return (f"{qty:,.6g} {c.unit} " if qty is not None else "") + f"{_usd(usd)}/month"
+
+    return f"{where}: {side(c.old_quantity, c.old_usd)} -> {side(c.new_quantity, c.new_usd)}"
+
+
 @app.command()
 def diff(
     project: ProjectArg,
     decision_set: DecisionSetArg,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            help="Compare with this decision set of the project (default: the previous one)",
+        ),
+    ] = None,
     as_user: AsOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
-    """The Change Summary of a decision set against its previous one."""
-    from keel.design.diff import state_diff
+    """The Change Summary of a decision set against its previous one (or ``--against``
+    another): files, state, the Terraform resources added, removed and changed (per
+    module instance, so per capability and region) and the cost lines that changed."""
+    from keel.design.diff import cost_line_diff, state_diff, terraform_diff
     from store.design import decision_set as ds_row
     from store.design import load_previous
 
     output.choose(json_out)
     with toolkit.reported(_translate):
-        sm = toolkit.sessions(toolkit.load_settings())
+        settings = toolkit.load_settings()
+        sm = toolkit.sessions(settings)
         _owned_project(sm, project, user(as_user))
         row = ds_row(sm, project, decision_set)
         if row is None:
             _fail("not_found", f"project {project!r} has no decision set {decision_set!r}")
-        parent = row["parent_id"]
+        parent = against if against is not None else row["parent_id"]
         if parent is None:
             _fail("not_found", f"{project}/{decision_set} has no previous decision set")
-        summary = _events(sm, project, decision_set).get("diff-update")
+        old_row = ds_row(sm, project, parent)
+        if old_row is None:
+            _fail("not_found", f"project {project!r} has no decision set {parent!r}")
+        summary = _events(sm, project, decision_set).get("diff-update") if against is None else {}
         new, old = load_previous(sm, project, decision_set), load_previous(sm, project, parent)
         if summary is None or new is None or old is None:
             _fail("not_found", f"{project}/{decision_set} has no Change Summary (not finished)")
@@ -809,9 +852,28 @@ def diff(
             p for p in set(new.file_digests) & set(old.file_digests)
             if new.file_digests[p] != old.file_digests[p]
         )  # fmt: skip
-        old_row = ds_row(sm, project, parent) or {}
         changes = state_diff(_diffable(old_row), _diffable(row))
+        old_tree = _archived_tree(settings, sm, project, parent)
+        new_tree = _archived_tree(settings, sm, project, decision_set)
+        tf = None if old_tree is None or new_tree is None else terraform_diff(old_tree, new_tree)
+        cost_lines = cost_line_diff(
+            [ln.model_dump(mode="json") for ln in (old.cost.breakdown if old.cost else [])],
+            [ln.model_dump(mode="json") for ln in (new.cost.breakdown if new.cost else [])],
+        )
         cost = new.cost
+        delta_usd = summary.get("cost_delta_usd")
+        delta_pct = cost.delta_vs_prev_pct if cost else None
+        if against is not None:
+            old_total = old.cost.monthly_usd if old.cost else None
+            new_total = cost.monthly_usd if cost else None
+            delta_usd = None
+            delta_pct = None
+            if old_total is not None and new_total is not None:
+                delta_usd = round(new_total - old_total, 2)
+                delta_pct = round(100 * delta_usd / old_total, 2) if old_total else None
+        state_keys = summary.get("state_keys_changed")
+        if state_keys is None:
+            state_keys = changes.top_keys()
         doc = {
             "project": project,
             "decision_set": decision_set,
@@ -819,32 +881,56 @@ def diff(
             "files_added": added,
             "files_removed": removed,
             "files_modified": modified,
-            "docs_changed": summary.get("docs_changed", []),
-            "state_keys_changed": summary.get("state_keys_changed", []),
+            "docs_changed": summary.get("docs_changed")
+            or sorted(
+                p for p in (*added, *removed, *modified) if p.endswith((".md", ".rst", ".txt"))
+            ),
+            "state_keys_changed": state_keys,
             "changes": {
                 "added": changes.added,
                 "removed": changes.removed,
                 "changed": [c.model_dump(mode="json") for c in changes.changed],
             },
-            "cost_delta_usd": summary.get("cost_delta_usd"),
-            "cost_delta_pct": cost.delta_vs_prev_pct if cost else None,
+            "terraform": None
+            if tf is None
+            else {
+                "added": [r.model_dump(mode="json") for r in tf.added],
+                "removed": [r.model_dump(mode="json") for r in tf.removed],
+                "changed": [r.model_dump(mode="json") for r in tf.changed],
+            },
+            "cost_lines": [
+                {**c.model_dump(mode="json"), "delta_usd": c.delta_usd} for c in cost_lines
+            ],
+            "cost_delta_usd": delta_usd,
+            "cost_delta_pct": delta_pct,
             "monthly_usd": cost.monthly_usd if cost else None,
         }
         lines = [f"{project}/{decision_set} against {parent}:"]
         for label, paths in (("added", added), ("removed", removed), ("modified", modified)):
             lines.append(f"  files {label} ({len(paths)})" + "".join(f"\n    {p}" for p in paths))
-        keys = doc["state_keys_changed"]
-        lines.append(f"  state keys changed: {', '.join(keys) or 'none'}")
+        lines.append(f"  state keys changed: {', '.join(state_keys) or 'none'}")
         for path in changes.added:
             lines.append(f"    + {path}")
         for path in changes.removed:
             lines.append(f"    - {path}")
         for c in changes.changed:
             lines.append(f"    ~ {c.path}: {json.dumps(c.old)} -> {json.dumps(c.new)}")
-        lines.append(
-            f"  cost: {_usd(doc['monthly_usd'])}/month"
-            f"{_delta(doc['cost_delta_usd'], doc['cost_delta_pct'])}"
-        )
+        if tf is None:
+            lines.append("  terraform: no repository to compare (not generated)")
+        else:
+            for label, mark, items in (
+                ("added", "+", tf.added),
+                ("removed", "-", tf.removed),
+                ("changed", "~", tf.changed),
+            ):
+                lines.append(f"  terraform resources {label} ({len(items)})")
+                lines += [
+                    f"    {mark} {r.address}" + (f" [{r.region}]" if r.region else "")
+                    for r in items
+                ]
+        lines.append(f"  cost lines changed ({len(cost_lines)})")
+        lines += [f"    ~ {_cost_line_text(c)}" for c in cost_lines]
+        lines.append(f"  cost: {_usd(doc['monthly_usd'])}/month{_delta(delta_usd, delta_pct)}")
         _emit(doc, "\n".join(lines))
 
 

@@ -9,6 +9,7 @@ inserted choice does not show every later one as changed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -170,3 +171,244 @@ def change_summary_md(summary: DiffSummary, diff: StateDiff, limit: int = 50) ->
         if len(entries) > limit:
             lines.append(f"- ... {len(entries) - limit} more")
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ Terraform and cost
+
+
+class ResourceChange(BaseModel):
+    """One Terraform resource added, removed or changed between two generated trees.
+
+    ``address`` is Terraform's (``module.ingest_us_east_1.aws_kinesis_stream.events``);
+    ``module`` the module directory (``infra/modules/ingest``) and ``region`` the region
+    of the instance's provider, where the tree names one.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str
+    resource: str
+    module: str
+    region: str | None = None
+
+
+class TerraformDiff(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    added: list[ResourceChange] = Field(default_factory=list)
+    removed: list[ResourceChange] = Field(default_factory=list)
+    changed: list[ResourceChange] = Field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+class CostLineChange(BaseModel):
+    """One bill-of-materials line whose quantity or price changed (or that came or went)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    capability: str
+    resource: str
+    region: str | None = None
+    unit: str = ""
+    old_pattern: str | None = None
+    new_pattern: str | None = None
+    old_quantity: float | None = None
+    new_quantity: float | None = None
+    old_usd: float | None = None
+    new_usd: float | None = None
+
+    @property
+    def delta_usd(self) -> float:
+        return round((self.new_usd or 0.0) - (self.old_usd or 0.0), 2)
+
+
+_BLOCK = re.compile(r'^(resource|module|provider)\s+"([^"]+)"(?:\s+"([^"]+)")?\s*\{\s*$')
+_ARG = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=\s*(.*?)\s*$")
+_VAR = re.compile(r"\bvar\.([A-Za-z_][\w-]*)")
+_SPACE = re.compile(r"\s+")
+
+
+def _blocks(text: str) -> list[tuple[str, str, str, list[str]]]:
+    """Top-level ``resource``/``module``/``provider`` blocks: (kind, first label, second
+    label, body lines). The generated files open a block at column 0 and close it with
+    ``}`` at column 0, as ``terraform fmt`` writes them."""
+    out: list[tuple[str, str, str, list[str]]] = []
+    current: tuple[str, str, str, list[str]] | None = None
+    for line in text.splitlines():
+        if current is None:
+            m = _BLOCK.match(line)
+            if m is not None:
+                current = (m.group(1), m.group(2), m.group(3) or "", [])
+            continue
+        if line.startswith("}"):
+            out.append(current)
+            current = None
+        else:
+            current[3].append(line)
+    return out
+
+
+def _normal(lines: list[str]) -> str:
+    kept = [ln for ln in lines if not ln.lstrip().startswith(("#", "//"))]
+    return _SPACE.sub(" ", "\n".join(kept)).strip()
+
+
+def _top_args(lines: list[str]) -> dict[str, str]:
+    """The block's own single-line arguments (depth 0)."""
+    args: dict[str, str] = {}
+    depth = 0
+    for line in lines:
+        if depth == 0:
+            m = _ARG.match(line)
+            if m is not None:
+                args[m.group(1)] = m.group(2)
+        depth += line.count("{") + line.count("[") + line.count("(")
+        depth -= line.count("}") + line.count("]") + line.count(")")
+    return args
+
+
+def _dir(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def _join_path(base: str, rel: str) -> str:
+    parts = [p for p in base.split("/") if p]
+    for seg in rel.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if parts:
+                parts.pop()
+        else:
+            parts.append(seg)
+    return "/".join(parts)
+
+
+def _substitute(text: str, args: Mapping[str, str]) -> str:
+    """``text`` with each ``var.x`` replaced by ``(<the argument x>)`` where one is given."""
+    return _VAR.sub(lambda m: f"({args[m.group(1)]})" if m.group(1) in args else m.group(0), text)
+
+
+def terraform_resources(files: Mapping[str, str]) -> dict[str, tuple[ResourceChange, str]]:
+    """Every resource a generated tree declares, by address, with its body (comments and
+    spacing dropped; inside a module instance, each ``var.x`` replaced by the argument the
+    instance passes, so a changed size or wiring shows as a changed resource).
+
+    A directory that some ``module`` block uses as its ``source`` contributes its
+    resources once per instance (``module.<instance>.<type>.<name>``, in the instance's
+    provider region); any other directory's resources are addressed ``<dir>:<type>.<name>``.
+    """
+    tf = {p: t for p, t in files.items() if p.endswith(".tf")}
+    by_dir: dict[str, list[tuple[str, str, list[str]]]] = {}
+    regions: dict[str, str] = {}
+    instances: list[tuple[str, str, dict[str, str]]] = []
+    for path in sorted(tf):
+        for kind, a, b, body in _blocks(tf[path]):
+            if kind == "resource":
+                by_dir.setdefault(_dir(path), []).append((a, b, body))
+            elif kind == "provider":
+                args = _top_args(body)
+                alias, region = args.get("alias", ""), args.get("region", "")
+                if alias and region:
+                    regions[alias.strip('"')] = region.strip('"')
+            elif kind == "module":
+                args = _top_args(body)
+                source = args.get("source", "").strip('"')
+                if source.startswith("."):
+                    instances.append((a, _join_path(_dir(path), source), args))
+    out: dict[str, tuple[ResourceChange, str]] = {}
+    used = {source for _, source, _ in instances}
+    for name, source, args in instances:
+        provider = re.search(r"aws\s*=\s*aws\.([\w-]+)", args.get("providers", ""))
+        where = regions.get(provider.group(1)) if provider else None
+        for rtype, rname, body in by_dir.get(source, []):
+            text = _substitute(_normal(body), args)
+            address = f"module.{name}.{rtype}.{rname}"
+            out[address] = (
+                ResourceChange(
+                    address=address, resource=f"{rtype}.{rname}", module=source, region=where
+                ),
+                text,
+            )
+    for directory, resources in by_dir.items():
+        if directory in used:
+            continue
+        for rtype, rname, body in resources:
+            address = f"{directory}:{rtype}.{rname}" if directory else f"{rtype}.{rname}"
+            out[address] = (
+                ResourceChange(address=address, resource=f"{rtype}.{rname}", module=directory),
+                _normal(body),
+            )
+    return out
+
+
+def terraform_diff(old_files: Mapping[str, str], new_files: Mapping[str, str]) -> TerraformDiff:
+    """The resources added, removed and changed from ``old_files`` to ``new_files``."""
+    old, new = terraform_resources(old_files), terraform_resources(new_files)
+    return TerraformDiff(
+        added=[new[a][0] for a in sorted(set(new) - set(old))],
+        removed=[old[a][0] for a in sorted(set(old) - set(new))],
+        changed=[new[a][0] for a in sorted(set(old) & set(new)) if old[a][1] != new[a][1]],
+    )
+
+
+def _cost_key(line: Mapping[str, Any]) -> tuple[str, str, str]:
+    pattern = str(line.get("pattern_id", ""))
+    capability = str(line.get("capability") or pattern.split(":", 1)[0])
+    return capability, str(line.get("service", "")), str(line.get("region") or "")
+
+
+def cost_line_diff(
+    old_lines: list[Mapping[str, Any]], new_lines: list[Mapping[str, Any]]
+) -> list[CostLineChange]:
+    """Priced lines (``CostEstimate.breakdown`` as JSON) matched by capability, resource
+    and region: those whose quantity or cost changed, and those only on one side.
+    Lines of one key (a pattern may list a resource twice) are summed."""
+
+    def index(lines: list[Mapping[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+        out: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for line in lines:
+            key = _cost_key(line)
+            seen = out.setdefault(
+                key,
+                {"pattern": line.get("pattern_id"), "unit": line.get("unit", ""), "q": 0.0,
+                 "usd": 0.0, "has_q": False},
+            )  # fmt: skip
+            if line.get("quantity") is not None:
+                seen["q"] += float(line["quantity"])
+                seen["has_q"] = True
+            seen["usd"] += float(line.get("usd", 0.0))
+        return out
+
+    old, new = index(old_lines), index(new_lines)
+    changes: list[CostLineChange] = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        same = (
+            a is not None
+            and b is not None
+            and a["pattern"] == b["pattern"]
+            and round(a["q"], 9) == round(b["q"], 9)
+            and round(a["usd"], 2) == round(b["usd"], 2)
+        )
+        if same:
+            continue
+        capability, resource, region = key
+        changes.append(
+            CostLineChange(
+                capability=capability,
+                resource=resource,
+                region=region or None,
+                unit=str((b or a or {}).get("unit", "")),
+                old_pattern=a["pattern"] if a else None,
+                new_pattern=b["pattern"] if b else None,
+                old_quantity=a["q"] if a and a["has_q"] else None,
+                new_quantity=b["q"] if b and b["has_q"] else None,
+                old_usd=round(a["usd"], 2) if a else None,
+                new_usd=round(b["usd"], 2) if b else None,
+            )
+        )
+    return changes

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from activities.design.codegen import CodeGenRequest
 from keel.design.constraints import parse_constraints
 from keel.design.critics import estimate_plan_cost, review_plan
@@ -29,7 +32,12 @@ TS = "2026-01-01T00:00:00Z"
 
 def request_for(case: str) -> CodeGenRequest:
     """Constraints → plan → review, cost, policy, cards → the codegen request."""
-    constraints = parse_constraints(golden_cases()[case]["constraints"])
+    return request_from(golden_cases()[case]["constraints"], case)
+
+
+def request_from(form: Mapping[str, Any], case: str) -> CodeGenRequest:
+    """The codegen request for an intake form (constraints as a mapping)."""
+    constraints = parse_constraints(dict(form))
     cat = catalog()
     the_plan = plan(constraints, cat)
     review = review_plan(constraints, the_plan, cat)

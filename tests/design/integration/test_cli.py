@@ -291,6 +291,50 @@ def test_generated_repository_download(env: dict[str, str], tmp_path: Path) -> N
     assert {"README.md", "services/serve/app.py", "reports/sbom.cdx.json"} <= names
     assert "reports/ruff.json" not in names
 
+    # A second region and ten times the data: `design diff` names the Terraform resources
+    # and the cost lines that changed.
+    side: list[subprocess.CompletedProcess[str]] = []
+
+    def approve_if_forced(line: str) -> None:
+        forced = re.search(rf"waiting for approval: design approve {GEN} (\S+)", line)
+        if forced:
+            side.append(design(["approve", GEN, forced.group(1), "--as", "bob"], env))
+
+    more = write_json(
+        tmp_path / "more.json",
+        {"regions": ["eu-west-1", "eu-central-1"], "throughput": {"data_gb_per_day": 2000}},
+    )
+    rc2, out2, lines2 = follow(
+        ["run", GEN, "--previous", "ds1", "--intake", str(more), "--no-require-approval"],
+        env,
+        approve_if_forced,
+        600,
+    )
+    assert rc2 == 0, "\n".join(lines2)
+    assert json.loads(out2)["decision_set"] == "ds2"
+    for args in (["diff", GEN, "ds2"], ["diff", GEN, "ds2", "--against", "ds1"]):
+        diffed = design(args, env)
+        assert diffed.returncode == 0, diffed.stderr
+        d = doc(diffed)
+        assert d["previous"] == "ds1"
+        added = {r["address"]: r for r in d["terraform"]["added"]}
+        assert "module.ingest_eu_central_1.aws_s3_bucket.landing" in added
+        assert {r["region"] for r in added.values()} == {"eu-central-1"}
+        assert d["terraform"]["removed"] == []
+        changed = {r["address"] for r in d["terraform"]["changed"]}
+        # The Glue job's workers follow the region's glue_dpu: ten times the data.
+        assert "module.transform_eu_west_1.aws_glue_job.transform" in changed
+        lines = {(c["capability"], c["resource"], c["region"]): c for c in d["cost_lines"]}
+        glue = lines[("transform", "glue_dpu", "eu-west-1")]
+        assert glue["new_quantity"] > glue["old_quantity"] and glue["delta_usd"] > 0
+        assert lines[("ingest", "s3_storage", "eu-central-1")]["old_usd"] is None
+        assert d["cost_delta_usd"] == pytest.approx(sum(c["delta_usd"] for c in d["cost_lines"]))
+    text = design(["diff", GEN, "ds2", "--against", "ds1", "--text"], env)
+    assert text.returncode == 0, text.stderr
+    assert "terraform resources added" in text.stdout
+    assert "+ module.ingest_eu_central_1.aws_s3_bucket.landing [eu-central-1]" in text.stdout
+    assert "~ transform glue_dpu [eu-west-1]: " in text.stdout
+
 
 def test_answer_never_starts_servers(tmp_path: Path) -> None:
     """With nothing on the embedded address, `design answer` fails at once and says how to

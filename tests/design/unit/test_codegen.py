@@ -60,7 +60,7 @@ def test_every_capability_and_report_present(case: str) -> None:
     files = render_request(req)
     assert len(req.plan.choices) == 8
     for choice in req.plan.choices:
-        tf = files[f"infra/{choice.capability.value}/main.tf"]
+        tf = files[f"infra/modules/{choice.capability.value}/main.tf"]
         assert choice.pattern_id in tf
     for path in (
         "services/serve/app.py",

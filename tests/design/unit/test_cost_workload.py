@@ -321,7 +321,7 @@ def test_cost_json_carries_formulas_prices_and_workload() -> None:
     readme = files["README.md"]
     assert "Not stated, so assumed: retention_days = 30 days" in readme
     assert "list prices copied by hand, not fetched" in readme
-    tf = files["infra/store/main.tf"]
+    tf = files["infra/modules/store/main.tf"]
     assert "s3_storage: stored_gb GB-month" in tf
 
 

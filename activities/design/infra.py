@@ -1,0 +1,400 @@
+"""The generated repository's Terraform (§21.1 node 9): one module per capability, the
+root instantiating each once per region of the plan.
+
+Templates are Jinja2 files under ``configs/design/templates/terraform/``:
+
+- ``root/*.tf.j2``: ``infra/main.tf`` (the module instances, wired to each other),
+  ``providers.tf`` (one aliased ``aws`` provider per region), ``backend.tf`` (S3 state with
+  a DynamoDB lock, bucket and region from a partial configuration), ``variables.tf`` and
+  ``outputs.tf``;
+- ``foundation/*.tf.j2``: the per-region network and logging every capability stands on
+  (VPC, private and public subnets, flow logs, NAT, gateway endpoints, the S3 access-log
+  bucket, the Glue catalog's encryption);
+- ``module/*.tf.j2`` with ``patterns/<pattern>.tf.j2``: the capability module, its KMS key
+  and log group, then the pattern's resources (``_macros.tf.j2`` holds the shared blocks:
+  encrypted buckets, Lambda functions, roles, ECR repositories, Step Functions).
+
+Sizes that the cost estimate prices (Kinesis shards, MSK brokers and their storage,
+serving tasks, task vCPU and memory, training cadence) are read from the estimate's
+workload and bill of materials in the request, so ``reports/cost.json`` and the Terraform
+state the same numbers. Rendering is deterministic: same request, same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+
+from keel.design.critics import workload_of
+
+if TYPE_CHECKING:
+    from activities.design.codegen import CodeGenRequest
+
+#: Where the Terraform templates live.
+TEMPLATES = Path(__file__).resolve().parents[2] / "configs" / "design" / "templates" / "terraform"
+#: The region used when the constraints name none.
+DEFAULT_REGION = "us-east-1"
+#: Region names as AWS spells them (the constraints' validator has checked them already).
+_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")
+_SAFE = re.compile(r"[^a-z0-9]+")
+
+#: The workload values a module sizes itself by, with the value used when an estimate
+#: carries no workload (estimates made before formulas).
+_SIZING_DEFAULTS: dict[str, float] = {
+    "kinesis_shards": 1,
+    "msk_brokers": 3,
+    "serve_tasks": 2,
+    "serve_task_vcpu": 1,
+    "serve_task_gb": 2,
+    "train_task_vcpu": 4,
+    "train_task_gb": 16,
+    "mlflow_task_vcpu": 1,
+    "mlflow_task_gb": 2,
+    "region_training_runs": 4,
+    "batch_runs_per_day": 24,
+    "retention_days": 30,
+    "landing_days": 7,
+    "kafka_retention_days": 7,
+    "days_per_month": 30.4167,
+    "grafana_editors": 5,
+    "ocu_minimum": 2,
+}
+
+
+def _slug(text: str) -> str:
+    return _SAFE.sub("-", text.lower()).strip("-") or "project"
+
+
+def _ident(text: str) -> str:
+    return _SAFE.sub("_", text.lower()).strip("_")
+
+
+def pattern_template(pattern_id: str) -> str:
+    """The template file of a pattern, relative to :data:`TEMPLATES`."""
+    return f"patterns/{_ident(pattern_id)}.tf.j2"
+
+
+@cache
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # HCL, not HTML
+    )
+    env.filters["hcl"] = _hcl_string
+    env.filters["aligned"] = aligned
+    return env
+
+
+def _hcl_string(value: object) -> str:
+    """``value`` as an HCL string literal (quotes, backslashes and ``${`` escaped)."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+    return '"' + text.replace("${", "$${").replace("%{", "%%{") + '"'
+
+
+def _schedule_days(runs_per_month: float) -> int:
+    """Days between scheduled runs for ``runs_per_month`` (at least daily, at most 30)."""
+    if runs_per_month <= 0:
+        return 30
+    return max(1, min(30, math.floor(30 / runs_per_month)))
+
+
+def _sizing(req: CodeGenRequest) -> dict[str, float]:
+    """The workload's named values as the cost estimate used them."""
+    values = {v.name: v.value for v in req.cost.workload}
+    if not values and req.catalog is not None:
+        values = workload_of(req.catalog, req.constraints).env()
+    return {**_SIZING_DEFAULTS, **values}
+
+
+def _bom_quantity(req: CodeGenRequest, pattern_id: str, resource: str, region: str) -> float | None:
+    for line in req.cost.breakdown:
+        if (
+            line.pattern_id == pattern_id
+            and line.service == resource
+            and line.region in (region, None)
+            and line.quantity is not None
+        ):
+            return line.quantity
+    return None
+
+
+def _bom_comment(req: CodeGenRequest, pattern_id: str, regions: list[str]) -> list[str]:
+    """One line per bill-of-materials item: its formula and each region's quantity."""
+    pattern = req.catalog.by_id().get(pattern_id) if req.catalog is not None else None
+    if pattern is None or not pattern.bom:
+        return ["(see reports/cost.json)"]
+    out = []
+    for item in pattern.bom:
+        qty = []
+        for region in regions:
+            q = _bom_quantity(req, pattern_id, item.resource, region)
+            if q is not None:
+                qty.append(f"{region} {q:,.6g}")
+        formula = item.formula or f"{item.quantity or 0:g}"
+        out.append(
+            f"{item.resource}: {formula} {item.unit}" + (f" ({'; '.join(qty)})" if qty else "")
+        )
+    return out
+
+
+def _module_sizes(
+    req: CodeGenRequest, pattern_id: str, region: str, w: dict[str, float]
+) -> dict[str, Any]:
+    """The numbers a pattern's module takes from the workload and the BOM in ``region``."""
+    sizes: dict[str, Any] = {
+        "data_retention_days": max(1, math.ceil(w["retention_days"])),
+        "landing_days": max(1, math.ceil(min(w["retention_days"], w["landing_days"]))),
+        "training_every_days": _schedule_days(w["region_training_runs"]),
+        "batch_every_minutes": max(5, round(1440 / max(1.0, w["batch_runs_per_day"]))),
+    }
+    if pattern_id == "ingest:kinesis-streams":
+        sizes["shard_count"] = max(1, math.ceil(w["kinesis_shards"]))
+    elif pattern_id == "ingest:msk-kafka":
+        brokers = max(3, math.ceil(w["msk_brokers"]))
+        storage = _bom_quantity(req, pattern_id, "msk_storage", region) or 0.0
+        sizes["broker_count"] = brokers
+        sizes["broker_volume_gb"] = max(10, math.ceil(storage / brokers))
+        sizes["kafka_retention_hours"] = 24 * max(
+            1, math.ceil(min(w["retention_days"], w["kafka_retention_days"]))
+        )
+    elif pattern_id == "serve:ecs-fargate-fastapi":
+        tasks = max(1, math.ceil(w["serve_tasks"]))
+        sizes.update(
+            desired_count=tasks,
+            max_count=tasks * 3,
+            task_cpu=int(w["serve_task_vcpu"] * 1024),
+            task_memory=int(w["serve_task_gb"] * 1024),
+        )
+    elif pattern_id == "train:ecs-fargate-jobs":
+        sizes.update(
+            task_cpu=int(w["train_task_vcpu"] * 1024), task_memory=int(w["train_task_gb"] * 1024)
+        )
+    elif pattern_id == "govern:mlflow-registry":
+        sizes.update(
+            task_cpu=int(w["mlflow_task_vcpu"] * 1024), task_memory=int(w["mlflow_task_gb"] * 1024)
+        )
+    elif pattern_id in ("transform:glue-etl", "feature:glue-offline-features"):
+        dpu = _bom_quantity(req, pattern_id, "glue_dpu", region) or 15.0
+        # One daily run of about an hour: DPU-hours per day, at least Glue's two workers.
+        sizes["glue_workers"] = max(2, math.ceil(dpu / w["days_per_month"]))
+    elif pattern_id == "transform:emr-serverless-spark":
+        vcpu = _bom_quantity(req, pattern_id, "emr_serverless_vcpu", region) or 100.0
+        # The cap on the application: one daily run of about an hour, at least 8 vCPU.
+        cpu = max(8, math.ceil(vcpu / w["days_per_month"]))
+        sizes.update(max_vcpu=cpu, max_memory_gb=cpu * 4)
+    elif pattern_id == "observe:amp-grafana":
+        sizes["grafana_editors"] = max(1, math.ceil(w["grafana_editors"]))
+    return sizes
+
+
+def aligned(pairs: dict[str, Any]) -> list[str]:
+    """``key = value`` lines with the ``=`` aligned, as ``terraform fmt`` writes them."""
+    width = max((len(k) for k in pairs), default=0)
+    return [f"{k.ljust(width)} = {v}" for k, v in pairs.items()]
+
+
+#: Regions whose first three zones (for most accounts) are not a, b and c.
+_ZONE_LETTERS = {"ap-northeast-1": "acd"}
+
+
+def _zones(region: str) -> list[str]:
+    return [region + z for z in _ZONE_LETTERS.get(region, "abc")]
+
+
+def _region_id(region: str) -> str:
+    return region.replace("-", "_")
+
+
+def _name_prefix(slug: str, region: str) -> str:
+    """Short enough for AWS's tightest name limits (S3 bucket prefixes, collections)."""
+    return f"{slug[:10].strip('-') or 'keel'}-{region}"
+
+
+def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str]]:
+    """HCL expressions passed between a region's modules (capability -> argument -> expr)."""
+    r = _region_id(region)
+    ingest, serve = plan_by_cap.get("ingest"), plan_by_cap.get("serve")
+    out: dict[str, dict[str, str]] = {cap: {} for cap in plan_by_cap}
+
+    def buckets(*caps: str) -> str:
+        parts = [f"module.{c}_{r}.data_bucket_arns" for c in caps if c in plan_by_cap]
+        return f"concat({', '.join(parts)})" if len(parts) > 1 else (parts[0] if parts else "[]")
+
+    def names(*caps: str) -> str:
+        parts = [f"module.{c}_{r}.data_bucket_names" for c in caps if c in plan_by_cap]
+        return f"concat({', '.join(parts)})" if len(parts) > 1 else (parts[0] if parts else "[]")
+
+    if "transform" in out:
+        out["transform"]["source_bucket_arns"] = buckets("ingest")
+        out["transform"]["target_bucket_arns"] = buckets("store", "feature")
+        if ingest == "ingest:kinesis-streams":
+            out["transform"]["source_stream_arn"] = f"module.ingest_{r}.stream_arn"
+        elif ingest == "ingest:msk-kafka":
+            out["transform"]["source_cluster_arn"] = f"module.ingest_{r}.cluster_arn"
+    if "feature" in out:
+        out["feature"]["source_bucket_arns"] = buckets("store", "ingest")
+    for cap in ("train", "serve"):
+        if cap in out and "feature" in plan_by_cap:
+            out[cap]["feature_read_policy_arn"] = f"module.feature_{r}.read_policy_arn"
+    if "train" in out:
+        out["train"]["source_bucket_arns"] = buckets("store", "feature")
+    if "serve" in out and "train" in plan_by_cap:
+        out["serve"]["model_bucket_arns"] = buckets("train")
+    if "observe" in out and serve == "serve:sagemaker-batch-transform":
+        out["observe"]["capture_s3_uri"] = f"module.serve_{r}.capture_s3_uri"
+        out["observe"]["capture_bucket_arns"] = f"module.serve_{r}.data_bucket_arns"
+    if "govern" in out:
+        out["govern"]["data_bucket_arns"] = buckets("ingest", "store", "feature")
+        out["govern"]["data_bucket_names"] = names("ingest", "store", "feature")
+    return out
+
+
+def render_infra(req: CodeGenRequest) -> dict[str, str]:
+    """``infra/``: the root and one module per capability (``infra/modules/<capability>/``)
+    plus the per-region foundation, as ``{path: text}``; deterministic."""
+    plan = req.plan
+    slug = _slug(req.project)
+    regions = [r for r in plan.regions if _REGION.match(r)] or [DEFAULT_REGION]
+    env = _env()
+    w = _sizing(req)
+    plan_by_cap = {c.capability.value: c.pattern_id for c in plan.choices}
+    by_id = req.catalog.by_id() if req.catalog is not None else {}
+    modules: list[dict[str, Any]] = []
+    for choice in plan.choices:
+        cap, pid = choice.capability.value, choice.pattern_id
+        template = pattern_template(pid)
+        known = (TEMPLATES / template).is_file()
+        pattern = by_id.get(pid)
+        modules.append(
+            {
+                "cap": cap,
+                "pattern_id": pid,
+                "template": template if known else "patterns/_unknown.tf.j2",
+                "summary": pattern.summary if pattern is not None else pid,
+                "bom": _bom_comment(req, pid, regions),
+                # Sizes per region (the BOM's quantities may differ by region).
+                "sizes": {r: _module_sizes(req, pid, r, w) for r in regions},
+            }
+        )
+    region_ctx: list[dict[str, Any]] = [
+        {
+            "name": r,
+            "id": _region_id(r),
+            "prefix": _name_prefix(slug, r),
+            "primary": i == 0,
+            "cidr": f"10.{(i * 16) % 256}.0.0/16",
+            "zones": _zones(r),
+            "wiring": _wiring(plan_by_cap, r),
+        }
+        for i, r in enumerate(regions)
+    ]
+    common: dict[str, Any] = {
+        "slug": slug,
+        "project": req.project,
+        "decision_set": req.decision_set,
+        "catalog_version": plan.catalog_version,
+        "regions": region_ctx,
+        "plan": plan_by_cap,
+        "modules": modules,
+        "monthly_usd": req.cost.monthly_usd,
+    }
+    files: dict[str, str] = {}
+    for name in ("main", "providers", "backend", "variables", "outputs"):
+        files[f"infra/{name}.tf"] = env.get_template(f"root/{name}.tf.j2").render(common)
+    files["infra/backend.s3.tfbackend.example"] = env.get_template(
+        "root/backend.s3.tfbackend.j2"
+    ).render(common)
+    for name in ("main", "variables", "outputs"):
+        files[f"infra/modules/foundation/{name}.tf"] = env.get_template(
+            f"foundation/{name}.tf.j2"
+        ).render(common)
+    for module in modules:
+        ctx = {
+            **common,
+            "m": module,
+            "sizes": module["sizes"][regions[0]],
+            "wiring": region_ctx[0]["wiring"][module["cap"]],
+        }
+        for name in ("main", "variables", "outputs"):
+            files[f"infra/modules/{module['cap']}/{name}.tf"] = env.get_template(
+                f"module/{name}.tf.j2"
+            ).render(ctx)
+    return {p: _tidy(t) for p, t in files.items()}
+
+
+_ATTR = re.compile(r'^(\s*)("[^"]*"|[A-Za-z_][\w.$-]*)\s*=(?!=)\s*(.*)$')
+_HEREDOC = re.compile(r"<<-?([A-Z]+)\s*$")
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _opens(value: str) -> bool:
+    """Whether ``value`` leaves a bracket open at the end of its line."""
+    bare = _STRING.sub('""', value)
+    return sum(bare.count(c) for c in "([{") > sum(bare.count(c) for c in ")]}")
+
+
+def _align(lines: list[str]) -> list[str]:
+    """Align the ``=`` of consecutive attributes at one indentation, as ``terraform fmt``
+    does (a blank line, a comment, a block or a change of indentation ends a run)."""
+    out = list(lines)
+    run: list[tuple[int, str, str, str]] = []
+
+    def flush() -> None:
+        if len(run) > 1:
+            width = max(len(key) for _, _, key, _ in run)
+            for idx, indent, key, value in run:
+                out[idx] = f"{indent}{key.ljust(width)} = {value}"
+        elif run:
+            idx, indent, key, value = run[0]
+            out[idx] = f"{indent}{key} = {value}"
+        run.clear()
+
+    heredoc: str | None = None
+    for idx, line in enumerate(lines):
+        if heredoc is not None:
+            if line.strip() == heredoc:
+                heredoc = None
+            continue
+        match = _ATTR.match(line)
+        if match is None or line.lstrip().startswith("#") or _opens(match.group(3)):
+            # A value that goes on over the next lines is left as written, and ends the run.
+            flush()
+        else:
+            indent, key, value = match.groups()
+            if run and run[-1][1] != indent:
+                flush()
+            run.append((idx, indent, key, value))
+        tail = _HEREDOC.search(line)
+        if tail is not None:
+            flush()
+            heredoc = tail.group(1)
+    flush()
+    return out
+
+
+def _tidy(text: str) -> str:
+    """One trailing newline, no runs of blank lines (templates' conditionals leave them),
+    attributes aligned as ``terraform fmt`` aligns them."""
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    out: list[str] = []
+    for ln in lines:
+        if not ln and (not out or not out[-1]):
+            continue
+        out.append(ln)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(_align(out)) + "\n"
+
+
+__all__ = ["DEFAULT_REGION", "TEMPLATES", "pattern_template", "render_infra"]
