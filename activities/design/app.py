@@ -178,7 +178,9 @@ def _slug(text: str) -> str:
 
 def _one_line(text: str, limit: int) -> str:
     """``text`` on one line, without quotes or table bars, at most ``limit`` characters."""
-    flat = " ".join(text.split()).replace('"', "'").replace("|", "/").replace("`", "'")
+    flat = " ".join(text.split())
+    for bad, good in (('"', "'"), ("|", "/"), ("`", "'"), ("\\", "/")):
+        flat = flat.replace(bad, good)
     return flat[:limit].rstrip()
 
 
