@@ -354,6 +354,7 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     title = req.project.strip() or _slug(req.project)
     slug = _slug(req.project)
     latency = constraints.sla_latency_ms if online else None
+    retention = constraints.retention_days or DEFAULT_RETENTION_DAYS
     requirements = sorted([*RUNTIME_REQUIREMENTS, *([KAFKA_REQUIREMENT] if kafka else [])])
     untyped = ["boto3", "boto3.*", "botocore", "botocore.*"]
     if kafka:
@@ -398,7 +399,10 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
         "latency_slo_ms": latency,
         "latency_text": f"{latency} ms" if latency is not None else "none (no online serving)",
         "availability_target": constraints.availability_target,
-        "retention_days": constraints.retention_days or DEFAULT_RETENTION_DAYS,
+        "retention_days": retention,
+        # The pipeline's windows never reach past what retention keeps.
+        "window_days": min(30, retention),
+        "recent_days": min(7, retention),
         "data_classification": (
             constraints.data_classification.value if constraints.data_classification else None
         ),
