@@ -207,7 +207,8 @@ def _infra_doc(infra_paths: Collection[str]) -> tuple[str, str, list[str]]:
             "lives in S3 (partial backend configuration).",
             steps,
         )
-    stacks = sorted({p.split("/")[1] for p in infra_paths if p.count("/") == 2})
+    found = {p.split("/")[1] for p in infra_paths if p.count("/") == 2}
+    stacks = [c for c in _PIPELINE_ORDER if c in found] + sorted(found - set(_PIPELINE_ORDER))
     steps = []
     for stack in stacks:
         steps += [

@@ -3,6 +3,7 @@ built through the pure domain."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from activities.design.codegen import CodeGenRequest
@@ -67,6 +68,15 @@ FORMS: dict[str, dict[str, Any]] = {
         "throughput": {"requests_per_s": 50, "data_gb_per_day": 5},
         "compliance": ["gdpr"],
     },
+    "streaming_only_three_regions": {
+        "cloud": "aws",
+        "regions": ["us-east-1", "us-west-2", "eu-west-1"],
+        "workload_types": ["streaming"],
+        "throughput": {"events_per_s": 5000, "data_gb_per_day": 400},
+        "budget_band": "high",
+        "data_classification": "internal",
+    },
+    "empty_form": {},
     "kinesis_online_one_region": {
         "cloud": "aws",
         "regions": ["us-east-1"],
@@ -80,13 +90,18 @@ FORMS: dict[str, dict[str, Any]] = {
 
 
 def request_for(case: str) -> CodeGenRequest:
-    """A golden case's constraints → plan → review, cost, policy, cards → the request."""
-    return request_for_form(case, golden_cases()[case]["constraints"])
+    """Constraints → plan → review, cost, policy, cards → the codegen request."""
+    return request_from(golden_cases()[case]["constraints"], case)
 
 
-def request_for_form(case: str, form: dict[str, Any] | None = None) -> CodeGenRequest:
-    """The codegen request of an intake form (default: :data:`FORMS`' ``case``)."""
-    constraints = parse_constraints(FORMS[case] if form is None else form)
+def request_for_form(name: str) -> CodeGenRequest:
+    """The codegen request of :data:`FORMS`' ``name``."""
+    return request_from(FORMS[name], name)
+
+
+def request_from(form: Mapping[str, Any], case: str) -> CodeGenRequest:
+    """The codegen request for an intake form (constraints as a mapping)."""
+    constraints = parse_constraints(dict(form))
     cat = catalog()
     the_plan = plan(constraints, cat)
     review = review_plan(constraints, the_plan, cat)

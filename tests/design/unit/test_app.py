@@ -26,7 +26,7 @@ from activities.design.app import (
 from activities.design.codegen import CodeGenRequest, render_request
 from keel.design.patterns import Capability
 from keel.design.planner import Gap
-from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form
+from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form, request_from
 
 SHAPES = [*CASES, *FORMS]
 
@@ -101,7 +101,7 @@ def test_every_capability_has_its_code_tests_and_images(shape: str) -> None:
         for t in ([n.target] if isinstance(n, ast.AnnAssign) else n.targets)
         if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant | ast.Tuple | ast.Dict)
     }
-    assert consts["REGIONS"] == tuple(req.plan.regions)
+    assert consts["REGIONS"] == tuple(req.plan.regions or ["us-east-1"])
     assert consts["PATTERNS"] == patterns
     # Every service that is a container has a Dockerfile, and CI builds each of them.
     dockerfiles = sorted(p.split("/")[1] for p in files if p.endswith("/Dockerfile"))
@@ -264,6 +264,19 @@ def test_a_gap_is_listed_and_the_code_still_renders() -> None:
     ast.parse(files["services/pipeline.py"])
 
 
+@pytest.mark.parametrize(
+    ("retention", "window", "recent"), [(None, 30, 7), (365, 30, 7), (14, 14, 7), (3, 3, 3)]
+)
+def test_windows_never_reach_past_retention(
+    retention: int | None, window: int, recent: int
+) -> None:
+    form = {**FORMS["batch_one_region_low"], "retention_days": retention}
+    settings = render_app(request_from(form, "retention"))["services/common/settings.py"]
+    assert f"WINDOW_DAYS = {window}\n" in settings
+    assert f"HORIZON_DAYS = {window}\n" in settings and f"RECENT_DAYS = {recent}\n" in settings
+    assert f"RETENTION_DAYS = {retention or 30}\n" in settings
+
+
 def test_requirements_are_pinned_and_match_the_sbom_input() -> None:
     files = render_request(request_for("rag"))
     pins = files["requirements.txt"].splitlines()
@@ -295,3 +308,13 @@ def test_context_names_every_template_it_uses() -> None:
     assert ctx["regions"] == ["us-east-1"] and ctx["images"] == ["serve", "train"]
     used = {p.relative_to(TEMPLATES).as_posix() for p in TEMPLATES.rglob("*.j2")}
     assert "README.md.j2" in used and "docker/python.Dockerfile.j2" in used
+
+
+def test_pins_are_the_versions_the_jailed_tests_import() -> None:
+    """The validators run the generated tests against Keel's own environment: the pins
+    the repository ships must be those versions (update them with uv.lock)."""
+    from importlib.metadata import version
+
+    for pin in (*RUNTIME_REQUIREMENTS, *DEV_REQUIREMENTS):
+        name, wanted = pin.split("==")
+        assert version(name) == wanted, pin
