@@ -369,9 +369,10 @@ def render_repo(
 ) -> dict[str, str]:
     """The generated repository as ``{path: text}``, sorted by path; deterministic.
 
-    FastAPI serving service and its pytest suite, Terraform per chosen capability, GitHub
-    Actions, a Dockerfile when a chosen pattern runs containers (known from ``catalog``),
-    README with the Design Rationale, and ``reports/`` (rationale, cost, policy, plan).
+    Terraform per chosen capability, the application (:func:`activities.design.app.render_app`:
+    pipeline packages per capability with their pytest suite, a Dockerfile per container
+    service, CI, the README with its architecture diagram and the Design Rationale), and
+    ``reports/`` (rationale, cost, policy, plan).
     """
     return render_request(
         CodeGenRequest(
