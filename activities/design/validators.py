@@ -348,7 +348,8 @@ async def run_checkov(files: Mapping[str, str], root: Path) -> ValidatorResult:
             status="not_run",
             summary="checkov is not installed (scripts/bootstrap.sh puts it in .tools/checkov)",
         )
-    frameworks = ["terraform", "github_actions"] + (["dockerfile"] if "Dockerfile" in files else [])
+    dockerfiles = any(p.rsplit("/", 1)[-1] == "Dockerfile" for p in files)
+    frameworks = ["terraform", "github_actions"] + (["dockerfile"] if dockerfiles else [])
     code, out, err = await _host(
         [
             binary,

@@ -1,4 +1,5 @@
-"""The five frozen constraint sets as codegen requests, built through the pure domain."""
+"""The five frozen constraint sets, and intake forms of other shapes, as codegen requests
+built through the pure domain."""
 
 from __future__ import annotations
 
@@ -29,10 +30,73 @@ CASES = (
 )
 TS = "2026-01-01T00:00:00Z"
 
+#: Guided-intake forms of different shapes (batch and streaming, online and RAG, one
+#: region and three, low to high budget), beside the golden cases.
+FORMS: dict[str, dict[str, Any]] = {
+    "batch_one_region_low": {
+        "cloud": "aws",
+        "regions": ["eu-west-1"],
+        "budget_band": "low",
+        "data_classification": "internal",
+        "workload_types": ["batch"],
+        "throughput": {"data_gb_per_day": 50},
+        "retention_days": 30,
+        "training_runs_per_month": 4,
+        "compliance": ["gdpr"],
+    },
+    "streaming_three_regions_high": {
+        "cloud": "aws",
+        "regions": ["us-east-1", "us-west-2", "eu-west-1"],
+        "budget_band": "high",
+        "data_classification": "confidential",
+        "workload_types": ["streaming", "online"],
+        "sla_latency_ms": 100,
+        "throughput": {"events_per_s": 5000, "requests_per_s": 200, "data_gb_per_day": 500},
+        "deployment_pref": "containers",
+        "retention_days": 14,
+        "training_runs_per_month": 30,
+    },
+    "online_rag_three_regions": {
+        "cloud": "aws",
+        "regions": ["eu-central-1", "eu-west-1", "eu-north-1"],
+        "budget_band": "medium",
+        "data_classification": "confidential",
+        "workload_types": ["online"],
+        "sla_latency_ms": 300,
+        "deployment_pref": "serverless",
+        "storage_prefs": ["vector"],
+        "throughput": {"requests_per_s": 50, "data_gb_per_day": 5},
+        "compliance": ["gdpr"],
+    },
+    "streaming_only_three_regions": {
+        "cloud": "aws",
+        "regions": ["us-east-1", "us-west-2", "eu-west-1"],
+        "workload_types": ["streaming"],
+        "throughput": {"events_per_s": 5000, "data_gb_per_day": 400},
+        "budget_band": "high",
+        "data_classification": "internal",
+    },
+    "empty_form": {},
+    "kinesis_online_one_region": {
+        "cloud": "aws",
+        "regions": ["us-east-1"],
+        "budget_band": "medium",
+        "workload_types": ["streaming", "online"],
+        "sla_latency_ms": 200,
+        "deployment_pref": "serverless",
+        "throughput": {"events_per_s": 500, "requests_per_s": 20},
+    },
+}
+
 
 def request_for(case: str) -> CodeGenRequest:
     """Constraints → plan → review, cost, policy, cards → the codegen request."""
     return request_from(golden_cases()[case]["constraints"], case)
+
+
+def request_for_form(name: str) -> CodeGenRequest:
+    """The codegen request of :data:`FORMS`' ``name``."""
+    return request_from(FORMS[name], name)
 
 
 def request_from(form: Mapping[str, Any], case: str) -> CodeGenRequest:

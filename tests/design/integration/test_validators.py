@@ -127,14 +127,24 @@ def test_bad_workflow_fails_actionlint(tmp_path: Path) -> None:
 
 def test_dockerfile_lint_error_fails_hadolint(tmp_path: Path) -> None:
     files = _tree()
-    assert "Dockerfile" in files
-    files["Dockerfile"] = files["Dockerfile"].replace(
-        "FROM python:3.11.9-slim", "FROM python:latest"
-    )
+    serve = "services/serve/Dockerfile"
+    files[serve] = files[serve].replace("FROM python:3.11.9-slim", "FROM python:latest")
     _write(files, tmp_path)
     result = asyncio.run(run_hadolint(files, tmp_path))
     assert result.status == "failed", result.summary
     assert "DL3007" in result.summary  # "latest" is not a pinned image version
+
+
+def test_root_user_in_a_service_dockerfile_fails_checkov(tmp_path: Path) -> None:
+    """checkov reads every service's Dockerfile, not only one at the root."""
+    files = _tree()
+    train = "services/train/Dockerfile"
+    files[train] = files[train].replace("USER 10001", "USER root")
+    _write(files, tmp_path)
+    result = asyncio.run(run_checkov(files, tmp_path))
+    assert result.status == "failed", result.summary
+    failed = {(f["check_id"], f["file"]) for f in result.details["failed_checks"]}
+    assert ("CKV_DOCKER_8", train) in failed, failed
 
 
 def test_missing_invalid_or_stale_sbom_fails() -> None:
@@ -159,7 +169,8 @@ def test_a_broken_tree_fails_the_whole_report() -> None:
     """validate_repo as the activity runs it: each broken part fails its own validator."""
     files = _tree()
     files["infra/ingest/raw.tf"] = 'resource "aws_s3_bucket" "raw" {\n  bucket = "raw-data"\n}\n'
-    files["Dockerfile"] = files["Dockerfile"].replace("python:3.11.9-slim", "python:latest")
+    serve = "services/serve/Dockerfile"
+    files[serve] = files[serve].replace("python:3.11.9-slim", "python:latest")
     report = asyncio.run(validate_repo(files))  # no SBOM added: it is missing
     status = {r.name: r.status for r in report.results}
     assert {n for n, s in status.items() if s == "failed"} == {"checkov", "hadolint", "sbom"}
@@ -174,8 +185,12 @@ def _write(files: dict[str, str], root: Path) -> None:
 
 def test_broken_python_fails_ruff_and_pytest() -> None:
     files = render_request(request_for("online_serving_slo"))
-    files["services/serve/app.py"] = files["services/serve/app.py"].replace(
-        "return sum(values) / len(values)", "return sum(values) / len(values) + undefined_name"
+    app = files["services/serve/app.py"]
+    scored = "return Prediction(score=lr.score(body.features), model=version)"
+    assert scored in app
+    files["services/serve/app.py"] = app.replace(
+        scored,
+        "return Prediction(score=lr.score(body.features) + undefined_name, model=version)",
     )
     config = default_config()
     ruff = asyncio.run(run_ruff(files, config))

@@ -80,9 +80,16 @@ def test_every_capability_and_report_present(case: str) -> None:
         assert not path.startswith("/") and ".." not in path.split("/")
 
 
-def test_dockerfile_only_with_containers() -> None:
+def test_dockerfiles_follow_the_deployment() -> None:
+    """Serving and training always ship an image (ECS task, Lambda image or SageMaker
+    container); ingest only when its pattern runs containers (MSK's consumer)."""
     req = request_for("batch_training")
-    assert "Dockerfile" in render_request(req)  # train:ecs-fargate-jobs runs containers
+    files = render_request(req)
+    assert "services/serve/Dockerfile" in files and "services/train/Dockerfile" in files
+    assert "services/ingest/Dockerfile" not in files  # ingest:s3-batch is serverless
+    assert "Dockerfile" not in files  # one per service, none at the root
+    streaming = render_request(request_for("streaming_features"))
+    assert "services/ingest/Dockerfile" in streaming  # ingest:msk-kafka runs containers
     cat = req.catalog
     assert cat is not None
     no_containers = req.model_copy(
@@ -98,7 +105,9 @@ def test_dockerfile_only_with_containers() -> None:
             )
         }
     )
-    assert "Dockerfile" not in render_request(no_containers)
+    assert sorted(p for p in render_request(no_containers) if p.endswith("Dockerfile")) == [
+        "services/serve/Dockerfile"
+    ]
 
 
 def test_online_serving_exposes_predict_and_rag_retrieve() -> None:

@@ -1,0 +1,491 @@
+"""The generated repository's application (§21.1 node 9): pipeline code, tests, images,
+CI and README, rendered from the Jinja2 templates in ``configs/design/templates/app/``.
+
+:func:`render_app` maps a :class:`~activities.design.codegen.CodeGenRequest` to
+``{path: text}``. Every plan gets runnable Python packages for the lifecycle under
+``services/``: ``common`` (settings from the plan, the event schema, an object store
+with a local and an S3 implementation, the model registry, feature distributions),
+``ingest``, ``feature`` (the transform and feature capabilities), ``train`` (training and
+the evaluation gate), ``serve``, ``observe`` (drift) and, when the plan governs, ``govern``
+(retention, model cards), plus ``services/pipeline.py`` running them in order. What
+varies with the plan: the streaming consumer (Kinesis or Kafka), the online routes and
+their latency target, batch scoring routes, the SageMaker container contract, the
+Lambda handler, the retrieval route of a RAG plan, the metrics sink of the observe
+pattern, and which services get a Dockerfile. The tests each package ships run in the
+validators' jail and in the generated CI, on local data only.
+
+Rendering is deterministic: same request and infra paths, same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+
+from keel.design.constraints import WorkloadType
+from keel.design.patterns import Deployment
+
+if TYPE_CHECKING:
+    from activities.design.codegen import CodeGenRequest
+
+#: Where the application templates live.
+TEMPLATES = Path(__file__).resolve().parents[2] / "configs" / "design" / "templates" / "app"
+
+#: Runtime dependencies of the generated code, pinned to the versions its tests run
+#: against in the validators' jail (Keel's own environment: see ``uv.lock``).
+RUNTIME_REQUIREMENTS: tuple[str, ...] = (
+    "boto3==1.44.5",
+    "fastapi==0.165.0",
+    "pydantic==2.14.3",
+    "uvicorn==0.54.0",
+)
+#: Only with an ``ingest:msk-kafka`` plan; imported lazily, never by the tests.
+KAFKA_REQUIREMENT = "confluent-kafka==2.6.1"
+DEV_REQUIREMENTS: tuple[str, ...] = (
+    "httpx==0.28.1",
+    "mypy==2.4.1",
+    "pytest==9.2.0",
+    "ruff==0.17.6",
+)
+DEFAULT_REGION = "us-east-1"
+DEFAULT_RETENTION_DAYS = 30
+
+#: The lifecycle packages every plan gets (each is needed by the pipeline runner).
+CORE_PACKAGES: tuple[str, ...] = ("common", "ingest", "feature", "train", "serve", "observe")
+#: Which capability each package carries out.
+PACKAGE_CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "common": ("store",),
+    "ingest": ("ingest",),
+    "feature": ("transform", "feature"),
+    "train": ("train",),
+    "serve": ("serve",),
+    "observe": ("observe",),
+    "govern": ("govern",),
+}
+#: Data flow between capabilities, in pipeline order (the diagram's edges).
+_FLOW: tuple[tuple[str, str, str], ...] = (
+    ("ingest", "transform", "raw events"),
+    ("transform", "store", "clean partitions"),
+    ("store", "feature", "history"),
+    ("feature", "train", "feature rows"),
+    ("train", "serve", "promoted model"),
+    ("feature", "serve", "features"),
+    ("serve", "observe", "scores, latency"),
+    ("feature", "observe", "distributions"),
+)
+_PIPELINE_ORDER = ("ingest", "transform", "store", "feature", "train", "serve", "observe", "govern")
+_SAFE = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class _File:
+    """One generated file: its template and whether this plan gets it."""
+
+    template: str
+    when: str = ""  # a context flag; empty: always
+
+
+#: Output path -> template (relative to :data:`TEMPLATES`) and the flag that selects it.
+_FILES: dict[str, _File] = {
+    "pyproject.toml": _File("pyproject.toml.j2"),
+    "requirements.txt": _File("requirements.txt.j2"),
+    "requirements-dev.txt": _File("requirements-dev.txt.j2"),
+    ".gitignore": _File("gitignore.j2"),
+    ".dockerignore": _File("dockerignore.j2"),
+    "README.md": _File("README.md.j2"),
+    ".github/workflows/ci.yml": _File(".github/workflows/ci.yml.j2"),
+    "services/__init__.py": _File("services/__init__.py.j2"),
+    "services/pipeline.py": _File("services/pipeline.py.j2"),
+    "services/common/__init__.py": _File("services/common/__init__.py.j2"),
+    "services/common/settings.py": _File("services/common/settings.py.j2"),
+    "services/common/storage.py": _File("services/common/storage.py.j2"),
+    "services/common/events.py": _File("services/common/events.py.j2"),
+    "services/common/sample.py": _File("services/common/sample.py.j2"),
+    "services/common/registry.py": _File("services/common/registry.py.j2"),
+    "services/common/distribution.py": _File("services/common/distribution.py.j2"),
+    "services/ingest/__init__.py": _File("services/ingest/__init__.py.j2"),
+    "services/ingest/__main__.py": _File("services/ingest/__main__.py.j2"),
+    "services/ingest/batch.py": _File("services/ingest/batch.py.j2"),
+    "services/ingest/stream.py": _File("services/ingest/stream.py.j2", "streaming"),
+    "services/feature/__init__.py": _File("services/feature/__init__.py.j2"),
+    "services/feature/__main__.py": _File("services/feature/__main__.py.j2"),
+    "services/feature/features.py": _File("services/feature/features.py.j2"),
+    "services/train/__init__.py": _File("services/train/__init__.py.j2"),
+    "services/train/__main__.py": _File("services/train/__main__.py.j2"),
+    "services/train/model.py": _File("services/train/model.py.j2"),
+    "services/train/train.py": _File("services/train/train.py.j2"),
+    "services/train/evaluate.py": _File("services/train/evaluate.py.j2"),
+    "services/serve/__init__.py": _File("services/serve/__init__.py.j2"),
+    "services/serve/__main__.py": _File("services/serve/__main__.py.j2"),
+    "services/serve/app.py": _File("services/serve/app.py.j2"),
+    "services/serve/batch.py": _File("services/serve/batch.py.j2"),
+    "services/serve/loader.py": _File("services/serve/loader.py.j2"),
+    "services/serve/handler.py": _File("services/serve/handler.py.j2", "lambda_handler"),
+    "services/serve/sagemaker.py": _File("services/serve/sagemaker.py.j2", "sagemaker"),
+    "services/serve/retrieve.py": _File("services/serve/retrieve.py.j2", "rag"),
+    "services/observe/__init__.py": _File("services/observe/__init__.py.j2"),
+    "services/observe/__main__.py": _File("services/observe/__main__.py.j2"),
+    "services/observe/drift.py": _File("services/observe/drift.py.j2"),
+    "services/govern/__init__.py": _File("services/govern/__init__.py.j2", "govern"),
+    "services/govern/retention.py": _File("services/govern/retention.py.j2", "govern"),
+    "services/govern/card.py": _File("services/govern/card.py.j2", "govern"),
+    "tests/__init__.py": _File("tests/__init__.py.j2"),
+    "tests/conftest.py": _File("tests/conftest.py.j2"),
+    "tests/test_storage.py": _File("tests/test_storage.py.j2"),
+    "tests/test_ingest.py": _File("tests/test_ingest.py.j2"),
+    "tests/test_features.py": _File("tests/test_features.py.j2"),
+    "tests/test_train.py": _File("tests/test_train.py.j2"),
+    "tests/test_serve.py": _File("tests/test_serve.py.j2"),
+    "tests/test_observe.py": _File("tests/test_observe.py.j2"),
+    "tests/test_govern.py": _File("tests/test_govern.py.j2", "govern"),
+    "tests/test_pipeline.py": _File("tests/test_pipeline.py.j2"),
+    "tests/test_plan.py": _File("tests/test_plan.py.j2"),
+}
+
+
+def _py(value: Any) -> str:
+    """A Python literal of a string, number, None or list of strings (JSON spelling,
+    which Python reads the same for these)."""
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return json.dumps(value, ensure_ascii=True)
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # the output is code and Markdown, not HTML
+    )
+    env.filters["py"] = _py
+    return env
+
+
+def _slug(text: str) -> str:
+    return _SAFE.sub("-", text.lower()).strip("-") or "project"
+
+
+def _one_line(text: str, limit: int) -> str:
+    """``text`` on one line, without quotes or table bars, at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    for bad, good in (('"', "'"), ("|", "/"), ("`", "'"), ("\\", "/")):
+        flat = flat.replace(bad, good)
+    return flat[:limit].rstrip()
+
+
+def _infra_doc(infra_paths: Collection[str]) -> tuple[str, str, list[str]]:
+    """What ``infra/`` holds and how to apply it: (layout, intro, shell lines)."""
+    if "infra/main.tf" in infra_paths:
+        backend = "infra/backend.s3.tfbackend.example"
+        steps = ["cd infra"]
+        if backend in infra_paths:
+            steps += [
+                "cp backend.s3.tfbackend.example backend.s3.tfbackend  # your state bucket and lock table",
+                "terraform init -backend-config=backend.s3.tfbackend",
+            ]
+        else:
+            steps += ["terraform init -backend-config=<your backend settings>"]
+        steps += [
+            'terraform plan -out=tfplan -var "image_tag=$(git rev-parse --short HEAD)"',
+            "terraform apply tfplan",
+        ]
+        return (
+            "the root module composes one module per capability (`infra/modules/`), "
+            "in every region of the plan",
+            "The root module in `infra/` holds every capability in every region; its state "
+            "lives in S3 (partial backend configuration).",
+            steps,
+        )
+    found = {p.split("/")[1] for p in infra_paths if p.count("/") == 2}
+    stacks = [c for c in _PIPELINE_ORDER if c in found] + sorted(found - set(_PIPELINE_ORDER))
+    steps = []
+    for stack in stacks:
+        steps += [
+            f"terraform -chdir=infra/{stack} init -backend-config=<your backend settings>",
+            f"terraform -chdir=infra/{stack} plan -out=tfplan && "
+            f"terraform -chdir=infra/{stack} apply tfplan",
+        ]
+    return (
+        "one stack per capability (`infra/<capability>/`)",
+        "Each capability is its own Terraform stack under `infra/`; apply them in the "
+        "pipeline's order.",
+        steps,
+    )
+
+
+def _diagram(regions: list[str], present: list[str], patterns: dict[str, str]) -> dict[str, Any]:
+    """Mermaid nodes per region and the edges of the data flow between them."""
+    out_regions = []
+    edges: list[str] = []
+    for i, region in enumerate(regions):
+        rid = f"r{i}"
+        nodes = [
+            {"id": f"{rid}_{cap}", "label": f"{cap}<br/>{patterns[cap]}"}
+            for cap in _PIPELINE_ORDER
+            if cap in present
+        ]
+        out_regions.append({"id": rid, "name": region, "nodes": nodes})
+        entry = next((c for c in _PIPELINE_ORDER if c in present), None)
+        if entry is not None:
+            edges.append(f"sources -->|events| {rid}_{entry}")
+        for src, dst, label in _links(present):
+            edges.append(f"{rid}_{src} -->|{label}| {rid}_{dst}")
+        if "govern" in present:
+            for target in ("store", "train"):
+                if target in present:
+                    edges.append(f"{rid}_govern -.->|access, retention, audit| {rid}_{target}")
+        if "serve" in present:
+            edges.append(f"{rid}_serve -->|scores| clients")
+    return {"regions": out_regions, "edges": edges}
+
+
+def _links(present: list[str]) -> Iterable[tuple[str, str, str]]:
+    """The data-flow edges among the capabilities present; a missing middle capability
+    is bridged (ingest straight to store when there is no transform pattern)."""
+    seen: set[tuple[str, str]] = set()
+    for src, dst, label in _FLOW:
+        if src not in present:
+            continue
+        target = dst
+        while target not in present:
+            nxt = next((d for s, d, _ in _FLOW if s == target), None)
+            if nxt is None:
+                break
+            target = nxt
+        if target in present and target != src and (src, target) not in seen:
+            seen.add((src, target))
+            yield src, target, label
+
+
+def _serve_doc(ctx: dict[str, Any]) -> str:
+    parts = ["FastAPI service (`/healthz`, `/slo`"]
+    if ctx["online"]:
+        parts.append(", `/predict`")
+    if ctx["batch"]:
+        parts.append(", `/score-batch`")
+    if ctx["sagemaker"]:
+        parts.append(", SageMaker's `/ping` and `/invocations`")
+    if ctx["rag"]:
+        parts.append(", `/retrieve`")
+    parts.append("), batch scoring job")
+    if ctx["lambda_handler"]:
+        parts.append(", AWS Lambda handler")
+    return "".join(parts)
+
+
+def _images(req: CodeGenRequest, patterns: dict[str, str]) -> list[str]:
+    """Services that ship as container images: serving always (ECS task, Lambda image or
+    SageMaker container), training always (ECS task or SageMaker training container),
+    ingest when its pattern runs containers (the Kafka consumer)."""
+    images = ["serve", "train"] if "train" in patterns else ["serve"]
+    ingest = patterns.get("ingest")
+    if ingest is not None and req.catalog is not None:
+        pattern = req.catalog.by_id().get(ingest)
+        if pattern is not None and pattern.deployment == Deployment.CONTAINERS:
+            images.append("ingest")
+    elif ingest == "ingest:msk-kafka":
+        images.append("ingest")
+    return sorted(images)
+
+
+def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
+    env = _environment()
+    pattern = ctx["patterns_by_cap"].get(service) or "library"
+    image = f"{ctx['slug'][:40]}-{service}"
+    if service == "serve" and ctx["lambda_handler"]:
+        return env.get_template("docker/lambda.Dockerfile.j2").render(
+            service=service, pattern=pattern, image=image
+        )
+    if service == "serve":
+        http, health = True, "ping" if ctx["sagemaker"] else "healthz"
+        if ctx["sagemaker"]:
+            entrypoint, cmd = '["python", "-m", "services.serve.sagemaker"]', '["serve"]'
+        else:
+            entrypoint = ""
+            cmd = '["uvicorn", "services.serve.app:app", "--host", "0.0.0.0", "--port", "8080"]'
+    else:
+        http, health = False, ""
+        entrypoint, cmd = f'["python", "-m", "services.{service}"]', ""
+    return env.get_template("docker/python.Dockerfile.j2").render(
+        service=service,
+        pattern=pattern,
+        image=image,
+        http=http,
+        health_path=health,
+        entrypoint=entrypoint,
+        cmd=cmd,
+    )
+
+
+def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[str, Any]:
+    """Everything the templates read, derived from the request alone."""
+    plan, constraints = req.plan, req.constraints
+    patterns = {c.capability.value: c.pattern_id for c in plan.choices}
+    by_id = req.catalog.by_id() if req.catalog is not None else {}
+    workloads = [w.value for w in plan.workloads]
+    online = WorkloadType.ONLINE in plan.workloads
+    serve_pattern = patterns.get("serve", "")
+    sagemaker = serve_pattern.startswith("serve:sagemaker")
+    batch = WorkloadType.BATCH in plan.workloads or not online or sagemaker
+    ingest = patterns.get("ingest", "")
+    kinesis = ingest == "ingest:kinesis-streams"
+    kafka = ingest == "ingest:msk-kafka"
+    streaming = WorkloadType.STREAMING in plan.workloads or kinesis or kafka
+    observe = patterns.get("observe", "")
+    metrics_sink = (
+        "prometheus"
+        if observe == "observe:amp-grafana"
+        else "cloudwatch"
+        if observe.startswith(("observe:cloudwatch", "observe:sagemaker"))
+        else "store"
+    )
+    packages = [*CORE_PACKAGES, *(["govern"] if "govern" in patterns else [])]
+    regions = list(plan.regions) or [DEFAULT_REGION]
+    title = req.project.strip() or _slug(req.project)
+    slug = _slug(req.project)
+    latency = constraints.sla_latency_ms if online else None
+    retention = constraints.retention_days or DEFAULT_RETENTION_DAYS
+    requirements = sorted([*RUNTIME_REQUIREMENTS, *([KAFKA_REQUIREMENT] if kafka else [])])
+    untyped = ["boto3", "boto3.*", "botocore", "botocore.*"]
+    if kafka:
+        untyped += ["confluent_kafka", "confluent_kafka.*"]
+    ctx: dict[str, Any] = {
+        "project": req.project,
+        "title": _one_line(title, 200),
+        "short_title": _one_line(title, 60),
+        "slug": slug,
+        "short_slug": slug[:60],
+        "decision_set": req.decision_set,
+        "short_ds": _one_line(req.decision_set, 60),
+        "catalog_version": plan.catalog_version,
+        "cloud": plan.cloud.value,
+        "regions": regions,
+        "regions_stated": ", ".join(plan.regions) or f"not stated ({DEFAULT_REGION} assumed)",
+        "workloads": workloads,
+        "patterns": sorted(patterns.items()),
+        "patterns_by_cap": {c: patterns.get(c, "") for c in _PIPELINE_ORDER},
+        "pattern_ids": sorted(patterns.values()),
+        "packages": packages,
+        "online": online,
+        "batch": batch,
+        "streaming": streaming,
+        "kinesis": kinesis,
+        "kafka": kafka,
+        "rag": "store:opensearch-vector" in patterns.values(),
+        "sagemaker": sagemaker,
+        "lambda_handler": serve_pattern == "serve:lambda-serverless",
+        "govern": "govern" in patterns,
+        "http_service": serve_pattern != "serve:lambda-serverless",
+        "serve_pattern": serve_pattern,
+        "serve_summary": _one_line(
+            by_id[serve_pattern].summary if serve_pattern in by_id else serve_pattern, 80
+        ),
+        "metrics_sink": metrics_sink,
+        "metrics_sink_doc": {
+            "cloudwatch": "CloudWatch for the observe pattern",
+            "prometheus": "Prometheus text for managed Prometheus",
+            "store": "to the object store",
+        }[metrics_sink],
+        "latency_slo_ms": latency,
+        "latency_text": f"{latency} ms" if latency is not None else "none (no online serving)",
+        "availability_target": constraints.availability_target,
+        "retention_days": retention,
+        # The pipeline's windows never reach past what retention keeps.
+        "window_days": min(30, retention),
+        "recent_days": min(7, retention),
+        "data_classification": (
+            constraints.data_classification.value if constraints.data_classification else None
+        ),
+        "compliance": [c.value for c in constraints.compliance],
+        "requirements": requirements,
+        "dev_requirements": list(DEV_REQUIREMENTS),
+        "untyped_modules": untyped,
+        "steps": [c for c in _PIPELINE_ORDER if c in patterns] or ["ingest"],
+    }
+    ctx["serve_doc"] = _serve_doc(ctx)
+    ctx["images"] = _images(req, patterns)
+    present = [c for c in _PIPELINE_ORDER if c in patterns]
+    ctx["diagram"] = _diagram(regions, present, patterns)
+    ctx["capability_rows"] = [
+        {
+            "capability": cap,
+            "pattern": patterns[cap],
+            "summary": _one_line(by_id[patterns[cap]].summary, 120)
+            if patterns[cap] in by_id
+            else "",
+            "code": ", ".join(
+                f"`services/{p}/`" for p, caps in PACKAGE_CAPABILITIES.items() if cap in caps
+            )
+            or "",
+        }
+        for cap in present
+    ]
+    ctx["gaps"] = [
+        {"capability": g.capability.value, "detail": _one_line(g.detail, 200)} for g in plan.gaps
+    ]
+    layout, intro, steps = _infra_doc(infra_paths)
+    ctx["infra_doc"], ctx["deploy_infra_intro"], ctx["terraform_steps"] = layout, intro, steps
+    ctx["has_tf_workflow"] = ".github/workflows/terraform.yml" in infra_paths
+    ctx.update(_cost_context(req))
+    ctx["policy"] = req.policy
+    rationale = req.rationale_md.strip()
+    if rationale and not rationale.startswith("## Design Rationale"):
+        rationale = "## Design Rationale\n\n" + rationale
+    ctx["rationale"] = rationale
+    return ctx
+
+
+def _cost_context(req: CodeGenRequest) -> dict[str, Any]:
+    cost = req.cost
+    by_region: dict[str, float] = {}
+    for line in cost.breakdown:
+        region = line.region or "all regions"
+        by_region[region] = by_region.get(region, 0.0) + line.usd
+    table = cost.prices
+    note = ""
+    if table.get("version"):
+        note = (
+            f"Prices: `{table['version']}`"
+            + (f", as of {table['as_of']}" if table.get("as_of") else "")
+            + ": list prices copied by hand, not fetched (`reports/cost.json` names each "
+            "line's source and formula)."
+        )
+    assumed = "; ".join(f"{v.name} = {v.value:g} {v.unit}".strip() for v in cost.assumed)
+    return {
+        "cost": cost,
+        "cost_by_region": sorted((r, round(u, 2)) for r, u in by_region.items()),
+        "assumed": assumed,
+        "price_note": note,
+    }
+
+
+def render_app(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[str, str]:
+    """The application part of the repository for ``req`` as ``{path: text}``.
+
+    ``infra_paths`` are the Terraform paths rendered beside it (the README's deploy steps
+    and layout follow them).
+    """
+    ctx = app_context(req, infra_paths)
+    env = _environment()
+    files: dict[str, str] = {}
+    for path, spec in _FILES.items():
+        if spec.when and not ctx[spec.when]:
+            continue
+        files[path] = env.get_template(spec.template).render(ctx)
+    for service in ctx["images"]:
+        files[f"services/{service}/Dockerfile"] = _dockerfile(service, ctx)
+    return files
+
+
+__all__ = ["TEMPLATES", "app_context", "render_app"]
