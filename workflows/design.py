@@ -18,8 +18,8 @@ child per planner round, and a rejection's comment sends the graph back to ``pla
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from temporalio import workflow
@@ -1258,32 +1258,41 @@ class DesignPipeline:
     # --- the ports the nodes are given (DesignPorts), and helpers -------------------
 
     def emit(self, effects: list[Effect]) -> None:
-        """Apply a node's effects in order."""
+        """Apply a node's effects in order. By the effect's type name: the graph's nodes
+        are the worker's module (the plugin holds the graph built at worker start) while
+        this class is the sandbox's copy, so ``isinstance`` across the two would fail."""
         for e in effects:
-            if isinstance(e, Run):
+            kind = type(e).__name__
+            if kind == "Run":
+                run = cast(Run, e)
                 self.run_node(
-                    e.node,
-                    e.node_input,
-                    e.output,
-                    key=e.key,
-                    provider=e.provider,
-                    model=e.model,
-                    tokens=e.tokens,
-                    latency_ms=e.latency_ms,
+                    run.node,
+                    run.node_input,
+                    run.output,
+                    key=run.key,
+                    provider=run.provider,
+                    model=run.model,
+                    tokens=run.tokens,
+                    latency_ms=run.latency_ms,
                 )
-            elif isinstance(e, Event):
-                self.event(e.kind, e.payload)
-            elif isinstance(e, Notify):
-                self.notify(e.event, **e.fields)
-            elif isinstance(e, SetStatus):
-                for name, value in e.fields.items():
+            elif kind == "Event":
+                event = cast(Event, e)
+                self.event(event.kind, event.payload)
+            elif kind == "Notify":
+                notice = cast(Notify, e)
+                self.notify(notice.event, **notice.fields)
+            elif kind == "SetStatus":
+                for name, value in cast(SetStatus, e).fields.items():
                     setattr(self.status, name, value)
-            elif isinstance(e, Approval):
-                self.approvals.append(e.record)
-                if e.rejection_comment is not None:
-                    self.rejection_comments.append(e.rejection_comment)
-            elif isinstance(e, Stored):
-                self.events.append(e.event)
+            elif kind == "Approval":
+                approval = cast(Approval, e)
+                self.approvals.append(approval.record)
+                if approval.rejection_comment is not None:
+                    self.rejection_comments.append(approval.rejection_comment)
+            elif kind == "Stored":
+                self.events.append(cast(Stored, e).event)
+            else:
+                raise TypeError(f"unknown effect {kind}")
 
     def journal(self) -> tuple[list[AgentRun], list[ApprovalRecord], list[DesignEvent]]:
         """The run's ``agent_runs``, approvals and events so far (persist writes them)."""

@@ -36,7 +36,7 @@ from keel.design.intake import (
     recovery_prompt,
 )
 from keel.design.patterns import PatternCatalog, load_patterns
-from keel.design.policy import PolicySettings, policy_from_yaml
+from keel.design.policy import PolicySettings
 from keel.design.reasons import prompt_pack_hash
 from keel.design.steps import (
     AgentInput,
@@ -59,6 +59,7 @@ from keel.llm import LLMMessage, LLMRequest, LLMResponse
 from store import design as design_store
 from store import design_git
 from store.artifacts import ArtifactStore
+from store.design_policy import PolicyFileError, read_policy
 from store.refs import ref_index_for
 
 #: Whole seconds between heartbeats of a long step (codegen, validators).
@@ -158,15 +159,11 @@ class DesignActivities:
         """The organisation's policy file; a missing default file is the defaults, a bad
         one (or a named one that is missing) is final (``DesignConfigInvalid``)."""
         path = self.policy_path
-        if not path.is_file() and path == self.config_dir / "policy.yaml":
-            return PolicySettings()
         try:
-            return policy_from_yaml(_yaml(path))
-        except (ValueError, OSError, yaml.YAMLError) as exc:
+            return read_policy(path, missing_ok=path == self.config_dir / "policy.yaml")
+        except PolicyFileError as exc:
             raise ApplicationError(
-                f"the design policy {path} is not usable: {exc}",
-                type=steps.ERROR_DESIGN_CONFIG,
-                non_retryable=True,
+                str(exc), type=steps.ERROR_DESIGN_CONFIG, non_retryable=True
             ) from None
 
     def _capable_model(self, model: str) -> str | None:

@@ -136,7 +136,9 @@ def rule_cloud_policy(i: PolicyInput) -> RuleResult:
     allowed = i.settings.allowed_clouds
     if allowed is not None and i.plan.cloud not in allowed:
         listed = ", ".join(c.value for c in allowed) or "none"
-        return _r("cloud_policy", "fail", f"{i.plan.cloud.value} is not allowed (allowed: {listed})")
+        return _r(
+            "cloud_policy", "fail", f"{i.plan.cloud.value} is not allowed (allowed: {listed})"
+        )
     return _r("cloud_policy", "pass", f"{i.plan.cloud.value}")
 
 
@@ -158,9 +160,7 @@ def rule_required_compliance(i: PolicyInput) -> RuleResult:
                 f"the organisation requires {regime.value}; not eligible: "
                 + ", ".join(not_eligible),
             )
-    return _r(
-        "required_compliance", "pass", "eligible for " + ", ".join(r.value for r in required)
-    )
+    return _r("required_compliance", "pass", "eligible for " + ", ".join(r.value for r in required))
 
 
 def rule_data_class(i: PolicyInput) -> RuleResult:

@@ -447,9 +447,7 @@ INTAKE_EXTRACT: ActivityRef[IntakeInput, IntakeOutput] = ActivityRef(
     "design.intake_extract", IntakeInput, IntakeOutput
 )
 #: A planner or critic agent's model call, schema-constrained, re-asked once (issue 24 §4).
-AGENT: ActivityRef[AgentInput, AgentOutput] = ActivityRef(
-    "design.agent", AgentInput, AgentOutput
-)
+AGENT: ActivityRef[AgentInput, AgentOutput] = ActivityRef("design.agent", AgentInput, AgentOutput)
 #: The repository from the plan (activities/design/codegen.py ``render_repo``).
 CODEGEN: ActivityRef[CodegenInput, CodegenOutput] = ActivityRef(
     "design.codegen", CodegenInput, CodegenOutput
