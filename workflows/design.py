@@ -1180,7 +1180,11 @@ class DesignPipeline:
         self.status.phase = "loading"
         self._data = await call(
             steps.LOAD,
-            LoadInput(project=inp.project, previous_decision_set=inp.previous_decision_set),
+            LoadInput(
+                project=inp.project,
+                previous_decision_set=inp.previous_decision_set,
+                model=inp.model,
+            ),
             summary="load patterns, prices, prompts"
             + (f" and {inp.previous_decision_set}" if inp.previous_decision_set else ""),
         )
