@@ -19,6 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from api.app import create_app
+from cli.design import decision_set_view
 from client.design import start_design
 from keel.design.steps import DesignInput, DesignResult
 from keel.settings import Settings
@@ -194,6 +195,8 @@ async def test_a_proposal_outside_the_catalogue_is_refused_and_recorded(
     # The planner's run is the model's, with its refusals in the recorded output.
     assert rows["planner"].provider == "llm" and rows["planner"].model
     assert rows["planner"].output_json["agent"]["refused"][0]["rule"] == "not_in_catalogue"
+    view = decision_set_view(sm, project, "ds1")
+    assert view["refused_proposals"][0].startswith("serve -> serve:triton-gpu-fleet: ")
 
 
 async def test_a_critic_finding_sends_the_plan_back_once(
@@ -228,6 +231,9 @@ async def test_a_critic_finding_sends_the_plan_back_once(
     assert "revision" not in first and first["round"] == 1
     assert second["round"] == 2 and second["revision"]["avoid"] == ["train:ecs-fargate-jobs"]
     assert any("Fargate jobs" in r for r in second["revision"]["reasons"])
+    # `design show` names the round and why the critics sent the plan back.
+    view = decision_set_view(get_sessionmaker(settings.resolved_database_url), project, "ds1")
+    assert view["plan_round"] == 2 and any("Fargate jobs" in r for r in view["revised_for"])
 
 
 async def test_rules_decide_alone_without_a_capable_model(
