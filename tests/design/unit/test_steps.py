@@ -28,7 +28,7 @@ def test_no_node_reaches_into_the_workflow_instance() -> None:
         "critic_cost": module.critic_cost_node,
         "policy_eval": module.policy_eval_node,
     }.items():
-        assert "state[\"ctx\"]" in inspect.getsource(fn), name
+        assert 'state["ctx"]' in inspect.getsource(fn), name
 
 
 def test_every_design_activity_has_limits() -> None:
