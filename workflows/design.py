@@ -514,13 +514,16 @@ async def planner_node(state: GraphState) -> GraphState:
         Notify("plan.ready", {"plan_round": n}),
         *_card_events(cards),
     ]
-    update: GraphState = {"plan": chosen, "plan_round": n, "cards": cards, "effects": effects}
+    # ``revision``: what this round was revised for (the gate shows it), none otherwise.
+    update: GraphState = {
+        "plan": chosen,
+        "plan_round": n,
+        "cards": cards,
+        "effects": effects,
+        "revision": revision,
+    }
     if revision is not None:
-        update |= {
-            "pending_revision": None,
-            "revision": revision,
-            "revisions": state.get("revisions", 0) + 1,
-        }
+        update |= {"pending_revision": None, "revisions": state.get("revisions", 0) + 1}
     return update
 
 
