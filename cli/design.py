@@ -190,6 +190,11 @@ def event_line(e: DesignEvent, project: str, ds: str) -> str:
         choices = ", ".join(f"{k}={v}" for k, v in p.get("choices", {}).items())
         gaps = f"; gaps: {', '.join(p['gaps'])}" if p.get("gaps") else ""
         text = f"plan round {p.get('round')}: {choices}{gaps}"
+        if p.get("revision"):
+            text += " (sent back by the critics: " + "; ".join(p["revision"]["reasons"]) + ")"
+        refused = (p.get("agent") or {}).get("refused") or []
+        if refused:
+            text += f"; refused model proposals: {', '.join(r['proposal'] for r in refused)}"
     elif t == "reason-card":
         choice = (p.get("choice") or {}).get("id")
         text = f"reason card ({p.get('agent')}): {choice or 'no choice'}, "
@@ -613,6 +618,14 @@ def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[
         "version": row["version"],
         "status": row["status"],
         "plan": ev.get("plan-ready", {}).get("choices"),
+        "plan_round": ev.get("plan-ready", {}).get("round"),
+        # The critics' auto-revision (its own planner round) and the planner agent's
+        # proposals the rules refused, of the last round.
+        "revised_for": (ev.get("plan-ready", {}).get("revision") or {}).get("reasons"),
+        "refused_proposals": [
+            r["proposal"] + ": " + r["reason"]
+            for r in (ev.get("plan-ready", {}).get("agent") or {}).get("refused", [])
+        ],
         "cost": None
         if cost is None
         else {
@@ -645,7 +658,12 @@ def _view_text(v: dict[str, Any]) -> str:
     if v["previous"]:
         lines.append(f"  previous: {v['previous']}")
     if v["plan"]:
-        lines.append("  plan: " + ", ".join(f"{k}={p}" for k, p in v["plan"].items()))
+        round_ = f" (round {v['plan_round']})" if v.get("plan_round") else ""
+        lines.append(f"  plan{round_}: " + ", ".join(f"{k}={p}" for k, p in v["plan"].items()))
+    if v.get("revised_for"):
+        lines.append("  revised by the critics for: " + "; ".join(v["revised_for"]))
+    for refused in v.get("refused_proposals") or []:
+        lines.append(f"  refused model proposal: {refused}")
     if v["cost"]:
         c = v["cost"]
         unpriced = f", {len(c['unpriced'])} unpriced" if c.get("unpriced") else ""

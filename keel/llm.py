@@ -175,6 +175,10 @@ class ModelSpec(BaseModel):
     #: (:data:`StructuredOutputForm`). ``none`` unless the config says so: a server asked
     #: in a form it does not know may refuse the call or ignore the schema silently.
     structured_output: StructuredOutputForm = "none"
+    #: Whether the model is capable enough to act as an agent that plans and critiques
+    #: (the design pipeline's planner and critics, docs/design.md "Agents"). False unless
+    #: the config says so: the embedded SmolLM2-135M is not, so those steps stay rules.
+    capable: bool = False
 
     @field_validator("api_key_env")
     @classmethod

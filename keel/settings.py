@@ -103,6 +103,9 @@ class Settings(BaseSettings):
 
     # Design pipelines (docs/design.md): patterns, prices and node prompts.
     design_config_dir: Path = Path(__file__).resolve().parent.parent / "configs" / "design"
+    # The organisation's design policy (allowed regions and clouds, cost-gate thresholds,
+    # required compliance): KEEL_DESIGN_POLICY; None: policy.yaml in design_config_dir.
+    design_policy: Path | None = None
     # Codegen by Anthropic (DesignInput.codegen = "anthropic"): the API key, and another
     # Anthropic-compatible server's base URL (empty: Anthropic's).
     anthropic_api_key: SecretStr = SecretStr("")
@@ -140,6 +143,11 @@ class Settings(BaseSettings):
     @property
     def artifacts_dir(self) -> Path:
         return self.data_dir / "artifacts"
+
+    @property
+    def design_policy_path(self) -> Path:
+        """The organisation's design policy file (``KEEL_DESIGN_POLICY`` or the default)."""
+        return self.design_policy or self.design_config_dir / "policy.yaml"
 
     @property
     def design_repos_dir(self) -> Path:

@@ -92,6 +92,7 @@ def build_activities(settings: Settings) -> list[Any]:
         anthropic_api_key=settings.anthropic_api_key,
         anthropic_base_url=settings.anthropic_base_url,
         repos_dir=settings.design_repos_dir,
+        policy_path=settings.design_policy_path,
     )
     return [
         notify.webhook,

@@ -221,6 +221,7 @@ OPTIONS: dict[str, Options] = {
     "srl.apply": Options(SRL_APPLY_TIMEOUT, SRL_APPLY_RETRY, heartbeat=SRL_HEARTBEAT),
     "design.load": Options(DESIGN_LOAD_TIMEOUT, DESIGN_LOAD_RETRY),
     "design.intake_extract": Options(LLM_TIMEOUT, DESIGN_INTAKE_RETRY),
+    "design.agent": Options(LLM_TIMEOUT, DESIGN_INTAKE_RETRY),
     "design.codegen": Options(
         DESIGN_CODEGEN_TIMEOUT, DESIGN_CODEGEN_RETRY, heartbeat=DESIGN_HEARTBEAT
     ),

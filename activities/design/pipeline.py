@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.llm import LLM_CONNECTION_ERROR, LLM_SERVER_ERROR, LLM_TIMEOUT, LLMGateway
 from keel.design import steps
+from keel.design.agents import agent_recovery_prompt, read_agent_reply
 from keel.design.critics import load_prices
 from keel.design.errors import DesignError
 from keel.design.intake import (
@@ -35,8 +36,11 @@ from keel.design.intake import (
     recovery_prompt,
 )
 from keel.design.patterns import PatternCatalog, load_patterns
+from keel.design.policy import PolicySettings
 from keel.design.reasons import prompt_pack_hash
 from keel.design.steps import (
+    AgentInput,
+    AgentOutput,
     AgentRun,
     CodegenInput,
     CodegenOutput,
@@ -56,6 +60,7 @@ from keel.retry import is_retryable_status
 from store import design as design_store
 from store import design_git
 from store.artifacts import ArtifactStore
+from store.design_policy import PolicyFileError, read_policy
 from store.refs import ref_index_for
 
 #: Whole seconds between heartbeats of a long step (codegen, validators).
@@ -70,6 +75,10 @@ INTAKE_MAX_TOKENS = 768
 INTAKE_CALL_TIMEOUT_S = 80.0
 #: Gateway failures that mean the intake model could not be reached (or kept failing).
 UNREACHABLE = frozenset({LLM_CONNECTION_ERROR, LLM_TIMEOUT, LLM_SERVER_ERROR})
+#: The most tokens one planner or critic reply may take.
+AGENT_MAX_TOKENS = 2048
+#: Each agent call's limit: the reply and the re-ask fit the activity's 3 minutes.
+AGENT_CALL_TIMEOUT_S = 80.0
 #: The Claude model of ``codegen="anthropic"`` when ``codegen_model`` is empty.
 ANTHROPIC_DEFAULT_MODEL = "claude-sonnet-4-6"
 
@@ -88,8 +97,10 @@ class DesignActivities:
         anthropic_api_key: SecretStr | None = None,
         anthropic_base_url: str = "",
         repos_dir: Path | None = None,
+        policy_path: Path | None = None,
     ) -> None:
         self.repos_dir = repos_dir
+        self.policy_path = policy_path or config_dir / "policy.yaml"
         self.sessions = sessions
         self.anthropic_api_key = anthropic_api_key
         self.anthropic_base_url = anthropic_base_url
@@ -99,7 +110,14 @@ class DesignActivities:
         self.sandbox_config = sandbox_config
 
     def all(self) -> list[Any]:
-        return [self.load, self.intake_extract, self.codegen, self.validate, self.persist]
+        return [
+            self.load,
+            self.intake_extract,
+            self.agent,
+            self.codegen,
+            self.validate,
+            self.persist,
+        ]
 
     def _catalog(self) -> PatternCatalog:
         """The pattern catalogue the plan was made from (BOM comments, Dockerfiles)."""
@@ -121,6 +139,7 @@ class DesignActivities:
             p.stem: p.read_text(encoding="utf-8")
             for p in sorted((self.config_dir / "prompts").glob("*.md"))
         }
+        policy = self._policy()
         previous = None
         if inp.previous_decision_set:
             previous = design_store.load_previous(
@@ -132,6 +151,81 @@ class DesignActivities:
             prompts=prompts,
             prompt_pack=prompt_pack_hash(prompts),
             previous=previous,
+            agent_model=self._capable_model(inp.model),
+            policy=policy,
+            policy_source=str(self.policy_path),
+        )
+
+    def _policy(self) -> PolicySettings:
+        """The organisation's policy file; a missing default file is the defaults, a bad
+        one (or a named one that is missing) is final (``DesignConfigInvalid``)."""
+        path = self.policy_path
+        try:
+            return read_policy(path, missing_ok=path == self.config_dir / "policy.yaml")
+        except PolicyFileError as exc:
+            raise ApplicationError(
+                str(exc), type=steps.ERROR_DESIGN_CONFIG, non_retryable=True
+            ) from None
+
+    def _capable_model(self, model: str) -> str | None:
+        """The decision set's model name if the models config marks it capable."""
+        try:
+            name, spec = self.llm.models.resolve(model)
+        except Exception:
+            return None
+        return name if spec.capable else None
+
+    @activity.defn(name=steps.AGENT.name)
+    async def agent(self, inp: AgentInput) -> AgentOutput:
+        """A planner or critic agent (issue 24 §4): one schema-constrained call through the
+        gateway, re-asked once with the problems when the reply is not the agent's schema.
+        A reply that still does not fit is returned as ``reply=None`` with the problems
+        (the rules decide alone); a model that cannot be reached fails (retried)."""
+        info = activity.info()
+        messages = [
+            LLMMessage(role="system", content=inp.system_prompt),
+            LLMMessage(role="user", content=inp.message),
+        ]
+        first = await self._agent_call(inp, messages, f"{inp.key}/{info.attempt}")
+        reply, problems = read_agent_reply(inp.agent, first.content)
+        tokens, latency = first.usage.total_tokens, first.latency_ms
+        if reply is not None:
+            return AgentOutput(
+                reply=reply, model=first.model_name, tokens_total=tokens, latency_ms=int(latency)
+            )
+        again = [
+            *messages,
+            LLMMessage(role="assistant", content=quoted_reply(first.content)),
+            LLMMessage(role="user", content=agent_recovery_prompt(inp.agent, problems)),
+        ]
+        second = await self._agent_call(inp, again, f"{inp.key}/{info.attempt}/reask")
+        reply, second_problems = read_agent_reply(inp.agent, second.content)
+        return AgentOutput(
+            reply=reply,
+            problems=second_problems,
+            reasked=True,
+            model=second.model_name,
+            tokens_total=tokens + second.usage.total_tokens,
+            latency_ms=int(latency + second.latency_ms),
+        )
+
+    async def _agent_call(
+        self, inp: AgentInput, messages: list[LLMMessage], call_key: str
+    ) -> LLMResponse:
+        req = LLMRequest(
+            model=inp.model,
+            messages=messages,
+            params={"temperature": 0, "max_tokens": AGENT_MAX_TOKENS},
+            json_mode=True,
+            json_schema=inp.json_schema,
+            schema_name=f"design_{inp.agent}",
+            timeout_s=AGENT_CALL_TIMEOUT_S,
+        )
+        return await self.llm.call(
+            req,
+            call_key=call_key,
+            workflow_id=activity.info().workflow_id,
+            meter=activity.metric_meter(),
         )
 
     @activity.defn(name=steps.INTAKE_EXTRACT.name)

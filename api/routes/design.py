@@ -48,6 +48,7 @@ from client import gate as gates
 from client.temporal import describe_or_none
 from keel import signed_urls
 from keel.access import ACCESS_MEMO, ADMIN_ROLE, access_for
+from keel.design.policy import PolicySettings
 from keel.design.steps import (
     ERROR_DESIGN_INPUT,
     DesignAnswers,
@@ -61,6 +62,7 @@ from keel.settings import Settings
 from keel.webhooks import webhook_url_allowed
 from store import design as design_store
 from store.artifacts import ArtifactNotFound
+from store.design_policy import PolicyFileError, read_policy
 
 router = APIRouter(tags=["design"], responses=ERROR_RESPONSES)
 
@@ -246,6 +248,29 @@ async def create_project(
     if not created:
         response.status_code = 200
     return ProjectCreated(project_id=body.id)
+
+
+class DesignPolicyView(BaseModel):
+    """The organisation's design policy as the next run will read it."""
+
+    source: str
+    policy: PolicySettings
+
+
+@router.get("/design/policy", response_model=DesignPolicyView)
+async def design_policy(request: Request, caller: CallerDep) -> DesignPolicyView:
+    """The organisation's design policy (read-only): allowed regions and clouds, cost-gate
+    thresholds, required compliance. Set in ``configs/design/policy.yaml`` (or the file
+    ``KEEL_DESIGN_POLICY`` names); a run reads it when it starts."""
+    settings: Settings = request.app.state.settings
+    path = settings.design_policy_path
+    try:
+        policy = await to_thread.run_sync(
+            lambda: read_policy(path, missing_ok=settings.design_policy is None)
+        )
+    except PolicyFileError as exc:
+        raise ApiError(500, "policy_invalid", str(exc)) from None
+    return DesignPolicyView(source=str(path), policy=policy)
 
 
 @router.get("/projects", response_model=ProjectList)

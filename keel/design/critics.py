@@ -31,7 +31,9 @@ from keel.design.workload import (
     formula_names,
 )
 
-RiskKind = Literal["feasibility", "coupling", "bottleneck", "failure_domain"]
+RiskKind = Literal[
+    "feasibility", "coupling", "bottleneck", "failure_domain", "compliance", "security", "cost"
+]
 Severity = Literal["low", "medium", "high"]
 
 # Headroom under a pattern's rated throughput before the critic calls it a bottleneck.

@@ -49,6 +49,18 @@ class RejectionFeedback(BaseModel):
     understood: list[str] = Field(default_factory=list)
 
 
+class Revision(BaseModel):
+    """The critics' findings that send a plan back to the planner once before the gate
+    (issue 24 §4, the plan's auto-revision): cheaper patterns, and patterns to replace
+    where an eligible alternative exists (a soft avoid: never a gap)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reasons: list[str] = Field(min_length=1)
+    prefer_cheaper: bool = False
+    avoid: list[str] = Field(default_factory=list, description="pattern ids to replace")
+
+
 class Candidate(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -280,11 +292,14 @@ def plan(
     constraints: Constraints,
     catalog: PatternCatalog,
     rejection_comment: str | None = None,
+    revision: Revision | None = None,
 ) -> Plan:
     """Compose one pattern per mandatory capability under ``constraints``.
 
     Never raises for valid constraints: unknown cloud or workloads become stated
-    assumptions, and a capability no pattern fits becomes a gap.
+    assumptions, and a capability no pattern fits becomes a gap. A ``revision`` (the
+    critics' findings) prefers cheaper patterns if it says so and replaces the patterns
+    it names where another eligible one exists.
     """
     assumptions: list[str] = []
     cloud = constraints.cloud
@@ -299,6 +314,15 @@ def plan(
         assumptions.append("regions not stated: the plan is region-agnostic until answered")
     workloads = set(workload_list)
     feedback = interpret_comment(rejection_comment, catalog) if rejection_comment else None
+    if revision is not None and revision.prefer_cheaper:
+        base = feedback or RejectionFeedback(comment="")
+        feedback = base.model_copy(
+            update={
+                "prefer_cheaper": True,
+                "understood": [*base.understood, "critics: prefer cheaper patterns"],
+            }
+        )
+    replace = set(revision.avoid) if revision is not None else set()
 
     choices: list[Choice] = []
     gaps: list[Gap] = []
@@ -329,6 +353,17 @@ def plan(
             )
             gaps.append(Gap(capability=capability, detail=detail, candidates=candidates))
             continue
+        kept = [t for t in ranked if t[3].id not in replace]
+        if kept and len(kept) < len(ranked):
+            # The critics asked to replace these and an eligible alternative exists.
+            gone = {t[3].id for t in ranked} - {t[3].id for t in kept}
+            candidates = [
+                c.model_copy(update={"excluded": "a critic asked to replace it", "score": None})
+                if c.id in gone
+                else c
+                for c in candidates
+            ]
+            ranked = kept
         ranked.sort(key=lambda t: (-t[0], t[1], t[2]))
         best_score, _, _, best = ranked[0]
         chosen.add(best.id)

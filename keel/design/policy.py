@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from keel.design.constraints import (
     BUDGET_BAND_CEILING_USD,
+    Cloud,
     Compliance,
     Constraints,
     DataClassification,
@@ -30,11 +31,22 @@ _RANK: dict[Status, int] = {"pass": 0, "warn": 1, "fail": 2}
 
 
 class PolicySettings(BaseModel):
-    """Organisation-wide knobs (from configuration), not per-request constraints."""
+    """Organisation-wide knobs, not per-request constraints: ``configs/design/policy.yaml``
+    (``KEEL_DESIGN_POLICY``), read by ``design.load`` (docs/design.md, "Organisation
+    policy"). ``None`` for a list means no limit; the defaults are what runs got before
+    the file existed."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     allowed_regions: list[str] | None = None
+    allowed_clouds: list[Cloud] | None = Field(
+        default=None, description="clouds a plan may use; None: any"
+    )
+    required_compliance: list[Compliance] = Field(
+        default_factory=list,
+        description="regimes every service of every plan must be eligible for, whatever "
+        "the request states (e.g. soc2 for a SOC 2 organisation)",
+    )
     budget_warn_ratio: float = Field(default=0.8, gt=0, le=1)
     gate_delta_usd: float = Field(default=500.0, ge=0)
     gate_delta_pct: float = Field(default=20.0, ge=0)
@@ -118,6 +130,37 @@ def rule_region_policy(i: PolicyInput) -> RuleResult:
         if outside_eu:
             return _r("region_policy", "fail", "GDPR data outside the EU: " + ", ".join(outside_eu))
     return _r("region_policy", "pass", "all resources in " + ", ".join(regions))
+
+
+def rule_cloud_policy(i: PolicyInput) -> RuleResult:
+    allowed = i.settings.allowed_clouds
+    if allowed is not None and i.plan.cloud not in allowed:
+        listed = ", ".join(c.value for c in allowed) or "none"
+        return _r(
+            "cloud_policy", "fail", f"{i.plan.cloud.value} is not allowed (allowed: {listed})"
+        )
+    return _r("cloud_policy", "pass", f"{i.plan.cloud.value}")
+
+
+def rule_required_compliance(i: PolicyInput) -> RuleResult:
+    required = i.settings.required_compliance
+    if not required:
+        return _r("required_compliance", "pass", "the organisation requires no regime")
+    by_id = i.catalog.by_id()
+    for regime in required:
+        not_eligible = [
+            pid
+            for pid in i.plan.pattern_ids()
+            if pid in by_id and regime not in by_id[pid].compliance
+        ]
+        if not_eligible:
+            return _r(
+                "required_compliance",
+                "fail",
+                f"the organisation requires {regime.value}; not eligible: "
+                + ", ".join(not_eligible),
+            )
+    return _r("required_compliance", "pass", "eligible for " + ", ".join(r.value for r in required))
 
 
 def rule_data_class(i: PolicyInput) -> RuleResult:
@@ -206,6 +249,19 @@ RULES: tuple[Callable[[PolicyInput], RuleResult], ...] = (
     rule_latency_slo,
     rule_availability,
     rule_tech_risks,
+    rule_cloud_policy,
+    rule_required_compliance,
+)
+#: The rules that read only the plan, constraints and settings (no cost, no risks): the
+#: guardrail that checks a model's proposed plan (keel.design.agents).
+STRUCTURAL_RULES: tuple[Callable[[PolicyInput], RuleResult], ...] = (
+    rule_mandatory_capabilities,
+    rule_region_policy,
+    rule_data_class,
+    rule_latency_slo,
+    rule_availability,
+    rule_cloud_policy,
+    rule_required_compliance,
 )
 
 
@@ -222,6 +278,48 @@ def evaluate_policy(
     results = [rule(i) for rule in RULES]
     overall = max((r.status for r in results), key=lambda s: _RANK[s])
     return PolicyReport(rules=results, overall=overall)
+
+
+def structural_failures(
+    constraints: Constraints,
+    plan: Plan,
+    catalog: PatternCatalog,
+    settings: PolicySettings | None = None,
+) -> dict[str, str]:
+    """``{rule id: detail}`` of the :data:`STRUCTURAL_RULES` that fail for ``plan``."""
+    empty_cost = CostEstimate(monthly_usd=0.0, breakdown=[], method="-")
+    i = PolicyInput(
+        constraints, plan, catalog, empty_cost, TechReview(risks=[]), settings or PolicySettings()
+    )
+    results = (rule(i) for rule in STRUCTURAL_RULES)
+    return {r.id: r.detail for r in results if r.status == "fail"}
+
+
+def structural_results(
+    constraints: Constraints,
+    plan: Plan,
+    catalog: PatternCatalog,
+    settings: PolicySettings | None = None,
+) -> dict[str, Status]:
+    """``{rule id: status}`` of the :data:`STRUCTURAL_RULES` (a planner's card's
+    ``policy_results``, before cost and risks are known)."""
+    empty_cost = CostEstimate(monthly_usd=0.0, breakdown=[], method="-")
+    i = PolicyInput(
+        constraints, plan, catalog, empty_cost, TechReview(risks=[]), settings or PolicySettings()
+    )
+    return {r.id: r.status for r in (rule(i) for rule in STRUCTURAL_RULES)}
+
+
+def policy_from_yaml(data: object) -> PolicySettings:
+    """The organisation policy file's parsed YAML (``policy:`` mapping or the fields at the
+    top level) as :class:`PolicySettings`; raises ``ValueError`` naming the field."""
+    if data is None:
+        return PolicySettings()
+    if not isinstance(data, dict):
+        raise ValueError("the policy file must be a mapping")
+    body = data.get("policy", data) if "policy" in data else data
+    body = {k: v for k, v in body.items() if k != "version"}
+    return PolicySettings.model_validate(body)
 
 
 class GateDecision(BaseModel):

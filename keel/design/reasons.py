@@ -22,7 +22,9 @@ from keel.design.policy import PolicyReport, Status
 from keel.design.workload import fmt_number
 from keel.digest import canonical_json, digest_bytes, digest_json
 
-Agent = Literal["intake", "planner", "critic.tech", "critic.cost", "policy", "codegen"]
+Agent = Literal[
+    "intake", "planner", "critic.tech", "critic.cost", "critic.security", "policy", "codegen"
+]
 Trigger = Literal["constraints_updated", "user_approve", "user_reject", "regen"]
 
 
@@ -109,15 +111,29 @@ def planner_cards(
     ts: str,
     policy: PolicyReport | None = None,
     prompt_pack: str | None = None,
+    policy_results: Mapping[str, Status] | None = None,
+    impacts: Mapping[str, Mapping[str, float | None]] | None = None,
+    refusals: list[str] | None = None,
+    model: str = "",
 ) -> list[ReasonCard]:
     """One card per capability: the choice with its candidates, or the gap.
 
     Confidence falls with each excluded candidate's share and each planning assumption,
     so a choice made by elimination or on guessed constraints reads less sure.
+    ``policy_results`` (the structural rules on the plan) fills every card when no
+    ``policy`` report is given; ``impacts`` is per pattern id; ``refusals`` (model
+    proposals the rules refused, by capability prefix ``<capability> -> ...``) go to the
+    risks of the capability's card; ``model`` names the planner agent's model.
     """
     cards: list[ReasonCard] = []
     penalty = 0.1 * len(plan.assumptions)
     keys = sorted(constraints_keys)
+    results = dict(policy.summary() if policy else (policy_results or {}))
+    links = {"model": model} if model else {}
+
+    def refused(cap: str) -> list[str]:
+        return [r for r in refusals or [] if f" {cap} -> " in r]
+
     for choice in plan.choices:
         excluded = sum(1 for c in choice.candidates if c.excluded)
         share = excluded / len(choice.candidates) if choice.candidates else 0.0
@@ -140,9 +156,11 @@ def planner_cards(
                     for c in choice.candidates
                 ],
                 choice=CardChoice(id=choice.pattern_id, justification=choice.justification),
-                policy_results=policy.summary() if policy else {},
+                policy_results=results,
+                impacts=dict((impacts or {}).get(choice.pattern_id, {})),
                 confidence=confidence,
-                risks=list(plan.assumptions),
+                risks=[*plan.assumptions, *refused(choice.capability.value)],
+                links=links,
                 ts=ts,
                 prompt_pack_hash=prompt_pack,
             )
@@ -160,14 +178,20 @@ def planner_cards(
                     for c in gap.candidates
                 ],
                 choice=None,
-                policy_results=policy.summary() if policy else {},
+                policy_results=results,
                 confidence=0.05,
-                risks=[gap.detail, *plan.assumptions],
+                risks=[gap.detail, *plan.assumptions, *refused(gap.capability.value)],
+                links=links,
                 ts=ts,
                 prompt_pack_hash=prompt_pack,
             )
         )
     return cards
+
+
+def _review_impacts(review: TechReview) -> dict[str, float | None]:
+    count = {s: float(sum(1 for r in review.risks if r.severity == s)) for s in ("high", "medium")}
+    return {"risks": float(len(review.risks)), "high": count["high"], "medium": count["medium"]}
 
 
 def critic_tech_card(
@@ -177,16 +201,29 @@ def critic_tech_card(
     trigger: Trigger,
     ts: str,
     prompt_pack: str | None = None,
+    refusals: list[str] | None = None,
+    model: str = "",
+    agent: Agent = "critic.tech",
+    node_name: str = "critic_tech",
+    policy_results: Mapping[str, Status] | None = None,
 ) -> ReasonCard:
+    """A critic's card (technical by default; ``agent``/``node_name`` for the security
+    critic): its risks, the policy rule its findings feed, impacts (risk counts) and the
+    model proposals the rules refused."""
     high = sum(1 for r in review.risks if r.severity == "high")
+    if policy_results is None:
+        policy_results = {"tech_risks": "warn" if high else "pass"}
     return ReasonCard(
         decision_id=decision_id(idempotency_key),
-        agent="critic.tech",
-        node_name="critic_tech",
+        agent=agent,
+        node_name=node_name,
         trigger=trigger,
         inputs=CardInputs(artifacts=sorted({p for r in review.risks for p in r.patterns})),
+        policy_results=dict(policy_results),
+        impacts=_review_impacts(review),
         confidence=max(0.1, round(0.9 - 0.2 * high, 2)),
-        risks=[f"[{r.severity}] {r.detail}" for r in review.risks],
+        risks=[f"[{r.severity}] {r.detail}" for r in review.risks] + list(refusals or []),
+        links={"model": model} if model else {},
         ts=ts,
         prompt_pack_hash=prompt_pack,
     )
@@ -199,6 +236,9 @@ def critic_cost_card(
     trigger: Trigger,
     ts: str,
     prompt_pack: str | None = None,
+    budget_status: Status | None = None,
+    extra_risks: list[str] | None = None,
+    model: str = "",
 ) -> ReasonCard:
     impacts: dict[str, float | None] = {"monthly_usd": cost.monthly_usd}
     if cost.delta_vs_prev_usd is not None:
@@ -216,6 +256,7 @@ def critic_cost_card(
             f"method changed: the previous estimate used {cost.previous_method}, this one "
             f"{cost.method}; the delta mixes the two"
         )
+    risks += list(extra_risks or [])
     confidence = 0.6 if cost.complete else 0.3
     if cost.assumed:
         confidence = max(0.3, round(confidence - 0.05 * len(cost.assumed), 2))
@@ -225,10 +266,87 @@ def critic_cost_card(
         node_name="critic_cost",
         trigger=trigger,
         inputs=CardInputs(artifacts=sorted({line.pattern_id for line in cost.breakdown})),
+        policy_results={"budget_band": budget_status} if budget_status else {},
         impacts=impacts,
         confidence=confidence,
         risks=risks,
-        links={"cost": "/reports/cost.json"},
+        links={"cost": "/reports/cost.json", **({"model": model} if model else {})},
+        ts=ts,
+        prompt_pack_hash=prompt_pack,
+    )
+
+
+def policy_card(
+    policy: PolicyReport,
+    cost: CostEstimate,
+    *,
+    gate_required: bool,
+    gate_reasons: list[str],
+    idempotency_key: str,
+    ts: str,
+    prompt_pack: str | None = None,
+    trigger: Trigger = "regen",
+) -> ReasonCard:
+    """The policy node's card: every rule's result, the cost it judged, and whether a human
+    must approve (the choice: ``gate`` or ``no_gate``)."""
+    impacts: dict[str, float | None] = {
+        "monthly_usd": cost.monthly_usd,
+        "gate_required": 1.0 if gate_required else 0.0,
+    }
+    if cost.delta_vs_prev_usd is not None:
+        impacts["delta_vs_prev_usd"] = cost.delta_vs_prev_usd
+        impacts["delta_vs_prev_pct"] = cost.delta_vs_prev_pct
+    why = "; ".join(gate_reasons) or "no threshold crossed and no rule fails"
+    return ReasonCard(
+        decision_id=decision_id(idempotency_key),
+        agent="policy",
+        node_name="policy_eval",
+        trigger=trigger,
+        inputs=CardInputs(artifacts=["/reports/policy.json"]),
+        choice=CardChoice(id="gate" if gate_required else "no_gate", justification=why),
+        policy_results=policy.summary(),
+        impacts=impacts,
+        confidence=0.9 if policy.overall == "pass" else 0.7,
+        risks=[f"[{r.status}] {r.id}: {r.detail}" for r in policy.rules if r.status != "pass"],
+        links={"policy": "/reports/policy.json"},
+        ts=ts,
+        prompt_pack_hash=prompt_pack,
+    )
+
+
+def codegen_card(
+    *,
+    provider: str,
+    model: str,
+    files_digest: str,
+    file_count: int,
+    capabilities: list[str],
+    policy: PolicyReport | None,
+    cost: CostEstimate | None,
+    idempotency_key: str,
+    ts: str,
+    prompt_pack: str | None = None,
+) -> ReasonCard:
+    """The codegen node's card: who wrote the repository, from which plan, how big."""
+    impacts: dict[str, float | None] = {"files": float(file_count)}
+    if cost is not None:
+        impacts["monthly_usd"] = cost.monthly_usd
+    who = provider + (f" ({model})" if model else "")
+    return ReasonCard(
+        decision_id=decision_id(idempotency_key),
+        agent="codegen",
+        node_name="codegen",
+        trigger="user_approve",
+        inputs=CardInputs(artifacts=[f"capability:{c}" for c in capabilities]),
+        choice=CardChoice(
+            id=provider,
+            justification=f"{file_count} files by {who} for "
+            f"{len(capabilities)} capabilities; validated before it ships",
+        ),
+        policy_results=policy.summary() if policy else {},
+        impacts=impacts,
+        confidence=0.8 if provider == "template" else 0.6,
+        links={"repository": files_digest, **({"model": model} if model else {})},
         ts=ts,
         prompt_pack_hash=prompt_pack,
     )
@@ -275,12 +393,14 @@ __all__ = [
     "CardChoice",
     "CardInputs",
     "ReasonCard",
+    "codegen_card",
     "critic_cost_card",
     "critic_tech_card",
     "decision_id",
     "design_rationale_md",
     "node_idempotency_key",
     "planner_cards",
+    "policy_card",
     "prompt_pack_hash",
     "rationale_json",
 ]

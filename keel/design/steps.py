@@ -31,6 +31,7 @@ NODES: Final = (
     "planner",
     "critic_tech",
     "critic_cost",
+    "critic_security",
     "policy_eval",
     "gate_hitl",
     "codegen",
@@ -122,9 +123,11 @@ class DesignInput(DesignOptions):
     project: str = Field(pattern=_ID)
     decision_set: str = Field(pattern=_ID)
     requester: str = Field(min_length=1, max_length=256)
-    # Organisation-wide knobs: set by who starts the workflow, never by an API caller
-    # (a requester could otherwise switch off the cost gate for their own run).
-    policy: PolicySettings = Field(default_factory=PolicySettings)
+    # Organisation-wide knobs: never set by an API caller (a requester could otherwise
+    # switch off the cost gate for their own run). None: the organisation's policy file
+    # (configs/design/policy.yaml, KEEL_DESIGN_POLICY) as design.load read it; a value
+    # here (a trusted starter, tests) wins over the file.
+    policy: PolicySettings | None = None
 
 
 class DesignAnswers(_Model):
@@ -188,6 +191,7 @@ class DesignResult(_Model):
 class LoadInput(_Model):
     project: str
     previous_decision_set: str | None = None
+    model: str = Field(default="", description="the decision set's model: is it capable?")
 
 
 class PreviousState(_Model):
@@ -209,6 +213,43 @@ class LoadOutput(_Model):
     prompts: dict[str, str]
     prompt_pack: str
     previous: PreviousState | None = None
+    # Both None in runs recorded before agents and the policy file (issue 24 §4).
+    agent_model: str | None = Field(
+        default=None,
+        description="the decision set's model when it is capable (ModelSpec.capable): the "
+        "planner and critics ask it; None: the rules decide alone",
+    )
+    policy: PolicySettings | None = Field(
+        default=None, description="the organisation's policy file, parsed"
+    )
+    policy_source: str = ""
+
+
+AgentKind = Literal["planner", "critic_tech", "critic_cost", "critic_security"]
+
+
+class AgentInput(_Model):
+    """One agent's model call (``design.agent``): the prompt file's text, the user message
+    the workflow built (keel.design.agents) and the reply's JSON Schema."""
+
+    key: str
+    agent: AgentKind
+    model: str
+    system_prompt: str
+    message: str
+    json_schema: dict[str, Any]
+
+
+class AgentOutput(_Model):
+    """The agent's reply, validated (``reply``), or ``None`` with the problems when even
+    the re-ask did not fit; the rules then decide alone for this node."""
+
+    reply: dict[str, Any] | None = None
+    problems: list[str] = Field(default_factory=list)
+    reasked: bool = False
+    model: str = ""
+    tokens_total: int = 0
+    latency_ms: int = 0
 
 
 class IntakeInput(_Model):
@@ -405,6 +446,8 @@ LOAD: ActivityRef[LoadInput, LoadOutput] = ActivityRef("design.load", LoadInput,
 INTAKE_EXTRACT: ActivityRef[IntakeInput, IntakeOutput] = ActivityRef(
     "design.intake_extract", IntakeInput, IntakeOutput
 )
+#: A planner or critic agent's model call, schema-constrained, re-asked once (issue 24 §4).
+AGENT: ActivityRef[AgentInput, AgentOutput] = ActivityRef("design.agent", AgentInput, AgentOutput)
 #: The repository from the plan (activities/design/codegen.py ``render_repo``).
 CODEGEN: ActivityRef[CodegenInput, CodegenOutput] = ActivityRef(
     "design.codegen", CodegenInput, CodegenOutput

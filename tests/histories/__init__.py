@@ -47,4 +47,6 @@ CORPUS: tuple[str, ...] = (
     "design_intake_unfit",
     "design_cost_workload",
     "design_validation_failed",
+    "design_auto_revised",
+    "design_agent_planned",
 )

@@ -585,6 +585,96 @@ async def design_validation_failed(ctx: Ctx) -> Histories:
     return {"design_validation_failed": await history_json(handle)}
 
 
+async def design_auto_revised(ctx: Ctx) -> Histories:
+    """DesignPipeline (patch ``design-auto-revise``), the rules alone: a streaming form on a
+    medium budget whose estimate is over the band's ceiling; the critics send the plan
+    back once (planner round 2, cheaper ingest), then policy; no gate, no codegen."""
+    project = f"{ID_PREFIX}-design-revised"
+    handle = await ctx.client.start_workflow(
+        DesignPipeline.run,
+        DesignInput(
+            project=project,
+            decision_set="ds1",
+            requester="alice",
+            intake={
+                "cloud": "aws",
+                "regions": ["us-east-1"],
+                "budget_band": "medium",
+                "data_classification": "internal",
+                "workload_types": ["streaming"],
+                "deployment_pref": "containers",
+                "throughput": {"data_gb_per_day": 500, "requests_per_s": 10},
+            },
+            require_approval=False,
+            generate=False,
+        ),
+        id=design_workflow_id(project, "ds1"),
+        task_queue=ctx.task_queue,
+    )
+    result: DesignResult = await handle.result()
+    expect(result.status == "completed", f"completed, got {result.status}")
+    expect(result.plan_rounds == 2, f"the critics sent the plan back once: {result.plan_rounds}")
+    expect(result.nodes_run.count("planner") == 2, f"two planner runs: {result.nodes_run}")
+    return {"design_auto_revised": await history_json(handle)}
+
+
+#: The rules' plan of DESIGN_AGENT_FORM, by capability.
+DESIGN_AGENT_RULES_PLAN = {
+    "ingest": "ingest:s3-batch",
+    "transform": "transform:glue-etl",
+    "store": "store:s3-lakehouse",
+    "feature": "feature:glue-offline-features",
+    "train": "train:ecs-fargate-jobs",
+    "serve": "serve:sagemaker-batch-transform",
+    "observe": "observe:cloudwatch",
+    "govern": "govern:lake-formation-cloudtrail",
+}
+
+
+async def design_agent_planned(ctx: Ctx) -> Histories:
+    """DesignPipeline (patch ``design-agents``) with a capable model (the recorder's
+    ``agent`` entry): the planner agent proposes a serving pattern outside the catalogue
+    (refused by the rules, recorded) and another training pattern (taken); the three
+    critic agents find nothing; no gate, no codegen."""
+    choices = {**DESIGN_AGENT_RULES_PLAN, "serve": "serve:triton-gpu-fleet"}
+    choices["train"] = "train:sagemaker-training"
+    planner = {
+        "choices": [{"capability": k, "pattern_id": v, "why": "r"} for k, v in choices.items()],
+        "notes": "recorded",
+    }
+    ctx.llm.enqueue(
+        ScriptedReply(content=json.dumps(planner)),
+        *(ScriptedReply(content='{"findings": [], "summary": "none"}') for _ in range(3)),
+    )
+    project = f"{ID_PREFIX}-design-agents"
+    handle = await ctx.client.start_workflow(
+        DesignPipeline.run,
+        DesignInput(
+            project=project,
+            decision_set="ds1",
+            requester="alice",
+            model="agent",
+            intake={
+                "cloud": "aws",
+                "regions": ["eu-west-1"],
+                "budget_band": "medium",
+                "data_classification": "internal",
+                "workload_types": ["batch"],
+            },
+            require_approval=False,
+            generate=False,
+        ),
+        id=design_workflow_id(project, "ds1"),
+        task_queue=ctx.task_queue,
+    )
+    result: DesignResult = await handle.result()
+    expect(result.status == "completed", f"completed, got {result.status}")
+    chosen = {c.capability.value: c.pattern_id for c in result.plan.choices} if result.plan else {}
+    expected = {**DESIGN_AGENT_RULES_PLAN, "train": "train:sagemaker-training"}
+    expect(chosen == expected, f"the refused proposal left out, the other taken: {chosen}")
+    return {"design_agent_planned": await history_json(handle)}
+
+
 def mrp_job(job_id: str, operator: str, params: str, extra: str = "") -> str:
     return f"""
 dsl_version: "0.1"
@@ -830,6 +920,8 @@ SCENARIOS: dict[str, Scenario] = {
     "design_intake_unfit": design_intake_unfit,
     "design_cost_workload": design_cost_workload,
     "design_validation_failed": design_validation_failed,
+    "design_auto_revised": design_auto_revised,
+    "design_agent_planned": design_agent_planned,
 }
 
 
@@ -855,6 +947,13 @@ async def record(names: list[str], out: Path) -> list[Path]:
                 WebhookReceiver() as hooks,
             ):
                 write_models_config(tmp / "models.yaml", llm.base_url)
+                # A second entry on the same server, marked capable: the design agents'.
+                with (tmp / "models.yaml").open("a") as f:
+                    f.write(
+                        "  agent:\n    litellm_model: openai/scripted\n"
+                        f"    api_base: {llm.base_url}\n    capable: true\n"
+                        "    structured_output: json_schema\n"
+                    )
                 settings = Settings(
                     env="test",
                     data_dir=tmp / "keel",

@@ -36,6 +36,7 @@ def test_clean_batch_plan_passes_every_rule() -> None:
     assert set(r.summary()) == {
         "mandatory_capabilities", "budget_band", "region_policy", "data_class",
         "data_residency", "latency_slo", "availability", "tech_risks",
+        "cloud_policy", "required_compliance",
     }  # fmt: skip
 
 

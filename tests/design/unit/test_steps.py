@@ -10,15 +10,38 @@ from workflows.common import OPTIONS
 from workflows.design import build_graph
 
 
-def test_graph_has_the_twelve_nodes_in_order() -> None:
+def test_graph_has_the_nodes_in_order() -> None:
+    # The twelve of plan §21.1 and the security critic (issue 24 §4).
     assert list(build_graph().nodes) == list(NODES)
-    assert len(NODES) == 12
+    assert len(NODES) == 13
+
+
+def test_no_node_reaches_into_the_workflow_instance() -> None:
+    """Nodes read the state (``ctx``) and their explicit ports, never the instance."""
+    import inspect
+
+    import workflows.design as module
+
+    assert "workflow.instance(" not in inspect.getsource(module)
+    for name, fn in {
+        "planner": module.planner_node,
+        "critic_cost": module.critic_cost_node,
+        "policy_eval": module.policy_eval_node,
+    }.items():
+        assert 'state["ctx"]' in inspect.getsource(fn), name
 
 
 def test_every_design_activity_has_limits() -> None:
     from keel.design import steps
 
-    for ref in (steps.LOAD, steps.INTAKE_EXTRACT, steps.CODEGEN, steps.VALIDATE, steps.PERSIST):
+    for ref in (
+        steps.LOAD,
+        steps.INTAKE_EXTRACT,
+        steps.AGENT,
+        steps.CODEGEN,
+        steps.VALIDATE,
+        steps.PERSIST,
+    ):
         assert ref.name in OPTIONS, ref.name
     # The long ones heartbeat, so a lost worker is noticed before their whole limit.
     assert OPTIONS[steps.CODEGEN.name].heartbeat is not None
