@@ -211,13 +211,31 @@ def _compile(settings: Settings, job: Path, text: str) -> Any:
     parsed = parse_job(text, source)
     config = load_mrp_config(settings)
     files = None
+    slices = None
     if parsed.spec.inputs.files is not None:
-        files = resolve_job_files(
-            list(parsed.spec.inputs.files),
-            job.resolve().parent,
-            max_items=config.caps.max_shards * parsed.spec.inputs.items_per_shard,
+        from activities.mrp.inputs import resolve_inputs
+        from keel.mrp.errors import InputsRefused
+        from keel.mrp.policy import input_source_findings
+
+        refused = input_source_findings(parsed.spec.inputs, config.caps)
+        if refused:
+            path, message = refused[0]
+            line = parsed.line(path)
+            where = f" at {path}" + (f" (line {line})" if line is not None else "")
+            raise InputsRefused(f"MRP-P015 input source not allowed{where}: {message}")
+        # As the compile activity does, files beside the job file; nothing is stored.
+        inputs = resolve_inputs(
+            parsed.spec.inputs,
+            base_dir=str(job.resolve().parent),
+            settings=settings,
+            caps=config.caps,
+            store=_HashOnlyStore(),  # type: ignore[arg-type]
+            base_path=job.resolve().parent,
         )
-    return config.compile_job(text, resolved_files=files, source=source)
+        files, slices = inputs.files, inputs.slices
+    return config.compile_job(
+        text, resolved_files=files, record_slices=slices, source=source
+    )
 
 
 @app.command("compile")
