@@ -233,9 +233,7 @@ def _compile(settings: Settings, job: Path, text: str) -> Any:
             base_path=job.resolve().parent,
         )
         files, slices = inputs.files, inputs.slices
-    return config.compile_job(
-        text, resolved_files=files, record_slices=slices, source=source
-    )
+    return config.compile_job(text, resolved_files=files, record_slices=slices, source=source)
 
 
 @app.command("compile")

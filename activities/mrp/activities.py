@@ -55,6 +55,7 @@ from activities.mrp.operators import (
 from activities.mrp.window import MapWindow, load_ir
 from keel.digest import digest_bytes, digest_json
 from keel.mrp import steps
+from keel.mrp.dsl import ParsedJob
 from keel.mrp.errors import (
     DslError,
     InputsRefused,
@@ -66,7 +67,6 @@ from keel.mrp.ir import (
     JobIR,
     ir_from_json,
 )
-from keel.mrp.dsl import ParsedJob
 from keel.mrp.normalize import FileRef, in_shard_order
 from keel.mrp.policy import Caps, input_source_findings
 from keel.mrp.records import MAX_LISTED_SKIPPED, MalformedRecord, RecordSlice

@@ -210,11 +210,11 @@ def _scan_parquet(
     for group in range(meta.num_row_groups):
         info = meta.row_group(group)
         per_row = info.total_byte_size / info.num_rows if info.num_rows else 0.0
-        for _, reason in _group_rows(pf, group):
+        for _, problem in _group_rows(pf, group):
             row += 1
             sizes.append(per_row)
-            if reason is not None:
-                malformed.append(MalformedRecord(path=path, row=row, reason=reason))
+            if problem is not None:
+                malformed.append(MalformedRecord(path=path, row=row, reason=problem))
     cutter = _cutter(inputs)
     slices: list[RecordSlice] = []
     first, count, size = 0, 0, 0.0
@@ -259,12 +259,12 @@ def read_slice(
         for group in range(pf.metadata.num_row_groups):
             n = pf.metadata.row_group(group).num_rows
             if base + n > s.first_record and base < end:
-                for j, (rec, reason) in enumerate(_group_rows(pf, group)):
+                for j, (row, reason) in enumerate(_group_rows(pf, group)):
                     index = base + j
                     if s.first_record <= index < end:
                         seen += 1
-                        if rec is not None:
-                            good.append(rec)
+                        if row is not None:
+                            good.append(row)
                         else:
                             bad.append(
                                 MalformedRecord(

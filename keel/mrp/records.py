@@ -120,9 +120,13 @@ class RecordSlice(BaseModel):
             raise ValueError("a parquet slice names rows only")
         if (self.format == "csv") != (self.columns is not None):
             raise ValueError("columns are given for csv slices, and only for them")
-        if text and self.byte_end is not None and self.byte_start is not None:
-            if self.byte_end <= self.byte_start or self.byte_end > self.file.size_bytes:
-                raise ValueError("byte range out of the file")
+        if (
+            text
+            and self.byte_end is not None
+            and self.byte_start is not None
+            and not self.byte_start < self.byte_end <= self.file.size_bytes
+        ):
+            raise ValueError("byte range out of the file")
         return self
 
 
@@ -346,11 +350,11 @@ class ShardCutter:
 
 
 __all__ = [
-    "FileRef",
     "MAX_LISTED_SKIPPED",
     "TEXT_FORMATS",
     "CsvHeaderError",
     "CsvRows",
+    "FileRef",
     "MalformedRecord",
     "OnMalformed",
     "Record",

@@ -8,6 +8,7 @@ shard, ``numeric-sum``, ``json-writer``), so a 100,000-record job takes seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -164,7 +165,9 @@ async def test_malformed_record_fails_its_shard_by_file_and_line_or_is_skipped_a
                 settings,
                 "rec-bad-fail",
                 MRPJobInput(
-                    job_yaml=records_job("rec-bad-fail", "data/*.jsonl", "jsonl", records_per_shard=5),
+                    job_yaml=records_job(
+                        "rec-bad-fail", "data/*.jsonl", "jsonl", records_per_shard=5
+                    ),
                     base_dir=str(tmp_path),
                     backend="threads",
                 ),
@@ -229,7 +232,11 @@ async def test_degenerate_csv_inputs(
     assert produced(result, job_id)["count"] == "3"
     assert produced(result, job_id)["sum"] == "6.75"
     manifest = manifest_of(settings, result.run_id)
-    assert sorted(manifest.input_file_digests) == ["data/a_empty.csv", "data/b_header.csv", "data/c_rows.csv"]
+    assert sorted(manifest.input_file_digests) == [
+        "data/a_empty.csv",
+        "data/b_header.csv",
+        "data/c_rows.csv",
+    ]
     cause = info.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == ERROR_COMPILE
     assert "hold no csv records" in cause.message
@@ -257,10 +264,8 @@ async def test_s3_prefix_input_is_read_from_seaweedfs(
         }
     )
     s3: Any = s3_server.client()
-    try:
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
         s3.create_bucket(Bucket=INPUT_BUCKET)
-    except s3.exceptions.BucketAlreadyOwnedByYou:  # pragma: no cover - module re-run
-        pass
     prefix = f"run-{uuid.uuid4().hex[:8]}/"
     for part in range(3):
         body = "".join(
@@ -274,7 +279,9 @@ async def test_s3_prefix_input_is_read_from_seaweedfs(
     text = records_job(job_id, uri, "jsonl", records_per_shard=40)
     refused = records_job("rec-s3-refused", "s3://elsewhere/data/", "jsonl", records_per_shard=40)
     async with build_worker(client, settings):
-        result = await run_job(client, settings, job_id, MRPJobInput(job_yaml=text, backend="threads"))
+        result = await run_job(
+            client, settings, job_id, MRPJobInput(job_yaml=text, backend="threads")
+        )
         replay = await run_job(
             client, settings, job_id, MRPJobInput(replay_of=result.run_id, backend="ray")
         )

@@ -106,9 +106,9 @@ def test_old_jobs_digest_as_before_the_record_keys_existed() -> None:
 
 
 def test_dsl_error_for_a_record_key_without_format_names_its_line() -> None:
-    text = (
-        Path(__file__).parent.joinpath("mrp_jobs/valid/wordcount.yaml").read_text()
-    ).replace("  shard_size: 2", "  shard_size: 2\n  on_malformed: skip")
+    text = (Path(__file__).parent.joinpath("mrp_jobs/valid/wordcount.yaml").read_text()).replace(
+        "  shard_size: 2", "  shard_size: 2\n  on_malformed: skip"
+    )
     with pytest.raises(DslError, match="'on_malformed' needs 'format'") as info:
         parse_job(text, "wc.yaml")
     assert info.value.issues[0].path == "inputs"
@@ -270,7 +270,10 @@ def test_csv_rows_in_a_slice_read_as_in_the_whole_file() -> None:
     whole = list(CsvRows(lines))
     part = list(CsvRows(lines[1:], columns=["a", "b"], first_line=2, offset=4))
     assert whole == part
-    assert [(r.line, r.value) for r in part] == [(2, {"a": "1", "b": "2"}), (3, {"a": "3", "b": "x\ny"})]
+    assert [(r.line, r.value) for r in part] == [
+        (2, {"a": "1", "b": "2"}),
+        (3, {"a": "3", "b": "x\ny"}),
+    ]
 
 
 # -- Parquet ---------------------------------------------------------------------------------
@@ -310,7 +313,9 @@ def test_parquet_values_become_json_and_nan_is_a_malformed_row(tmp_path: Path) -
     )
     pq.write_table(table, path)
     _, slices, bad, store = scan(path, spec("parquet", on_malformed="skip"))
-    assert [m.describe() for m in bad] == ["data/t.parquet row 2: column 'score': nan has no JSON form"]
+    assert [m.describe() for m in bad] == [
+        "data/t.parquet row 2: column 'score': nan has no JSON form"
+    ]
     assert read_all(slices, store)[0] == [
         {"when": "2026-01-02", "price": "1.20", "score": 0.5, "tags": ["a"]}
     ]
@@ -319,7 +324,7 @@ def test_parquet_values_become_json_and_nan_is_a_malformed_row(tmp_path: Path) -
 def test_unreadable_parquet_fails_or_is_skipped_whole(tmp_path: Path) -> None:
     path = tmp_path / "x.parquet"
     path.write_bytes(b"PAR1 this is not parquet")
-    with pytest.raises(InputsRefused, match="data/x.parquet: unreadable Parquet file"):
+    with pytest.raises(InputsRefused, match=r"data/x\.parquet: unreadable Parquet file"):
         scan(path, spec("parquet"))
     _, slices, bad, _ = scan(path, spec("parquet", on_malformed="skip"))
     assert slices == [] and len(bad) == 1
