@@ -807,6 +807,15 @@ def _inspect_text(
         lines.append(f"run manifest {record.run_manifest_digest}")
         if run_manifest.reduce_digest:
             lines.append(f"  reduce       {run_manifest.reduce_digest}")
+        if run_manifest.skipped_record_count:
+            lines.append(
+                f"  skipped      {run_manifest.skipped_record_count} malformed input records "
+                "(inputs.on_malformed: skip)"
+            )
+            for m in run_manifest.skipped_records[:limit]:
+                lines.append(f"    {m.describe()}")
+            if run_manifest.skipped_record_count > min(limit, len(run_manifest.skipped_records)):
+                lines.append(f"    ... all in {run_manifest.skipped_records_digest} (--json)")
         if run_manifest.evaluation is not None:
             ev = run_manifest.evaluation
             lines.append(

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -34,6 +37,7 @@ from workers.main import build_worker
 
 pytestmark = pytest.mark.usefixtures("ray_for_module")
 
+REPO = Path(__file__).resolve().parents[3]
 INPUT_BUCKET = "keel-mrp-inputs"  # the test config's allowed_input_prefixes
 
 
@@ -304,3 +308,55 @@ async def test_s3_prefix_input_is_read_from_seaweedfs(
     cause = info.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == ERROR_COMPILE
     assert "MRP-P015 input source not allowed at inputs.files[0] (line 5)" in cause.message
+
+
+# -- The CLI ---------------------------------------------------------------------------------
+
+
+def test_cli_compiles_runs_inspects_and_replays_a_jsonl_job(
+    tmp_path: Path, temporal_address: str
+) -> None:
+    """``mrp compile`` cuts the file offline; ``mrp run`` skips the bad line; ``mrp inspect``
+    names it; ``mrp replay`` reproduces every digest."""
+    env = {
+        **os.environ,
+        "KEEL_DATA_DIR": str(tmp_path / "keel"),
+        "KEEL_TEMPORAL_ADDRESS": temporal_address,
+        "KEEL_TASK_QUEUE": f"mrp-records-cli-{uuid.uuid4()}",
+        "KEEL_METRICS_PORT": "0",
+    }
+
+    def mrp(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cli.mrp", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=REPO,
+        )
+
+    (tmp_path / "sales").mkdir()
+    lines = [f'{{"id": {i}, "amount": "{amount(i)}"}}' for i in range(20_000)]
+    lines[4_999] = '{"id": 4999, "amount": }'  # line 5000
+    (tmp_path / "sales" / "q1.jsonl").write_text("\n".join(lines) + "\n")
+    job = tmp_path / "sales.yaml"
+    job.write_text(
+        records_job(
+            "rec-cli", "sales/*.jsonl", "jsonl", records_per_shard=5_000, on_malformed="skip"
+        )
+    )
+    compiled = mrp("compile", str(job), "--out", str(tmp_path / "compiled"))
+    assert compiled.returncode == 0, compiled.stderr
+    assert json.loads(compiled.stdout)["shards"] == 4
+    run = mrp("run", str(job), "--backend", "threads")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["status"] == "succeeded" and result["counters"]["run"] == 4
+    text = mrp("inspect", "--run-id", result["run_id"], "--text")
+    assert "skipped      1 malformed input records" in text.stdout, text.stdout
+    assert "sales/q1.jsonl line 5000: invalid JSON: Expecting value at column 24" in text.stdout
+    replay = mrp("replay", "--run-id", result["run_id"])
+    assert replay.returncode == 0, replay.stderr
+    got = json.loads(replay.stdout)
+    assert got["compared"] == got["matched"] == 4 + 1 + 2 and got["first_difference"] is None
