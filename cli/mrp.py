@@ -210,13 +210,29 @@ def _compile(settings: Settings, job: Path, text: str) -> Any:
     parsed = parse_job(text, source)
     config = load_mrp_config(settings)
     files = None
+    slices = None
     if parsed.spec.inputs.files is not None:
-        files = resolve_job_files(
-            list(parsed.spec.inputs.files),
-            job.resolve().parent,
-            max_items=config.caps.max_shards * parsed.spec.inputs.items_per_shard,
+        from activities.mrp.inputs import resolve_inputs
+        from keel.mrp.errors import InputsRefused
+        from keel.mrp.policy import input_source_findings
+
+        refused = input_source_findings(parsed.spec.inputs, config.caps)
+        if refused:
+            path, message = refused[0]
+            line = parsed.line(path)
+            where = f" at {path}" + (f" (line {line})" if line is not None else "")
+            raise InputsRefused(f"MRP-P015 input source not allowed{where}: {message}")
+        # As the compile activity does, files beside the job file; nothing is stored.
+        inputs = resolve_inputs(
+            parsed.spec.inputs,
+            base_dir=str(job.resolve().parent),
+            settings=settings,
+            caps=config.caps,
+            store=_HashOnlyStore(),  # type: ignore[arg-type]
+            base_path=job.resolve().parent,
         )
-    return config.compile_job(text, resolved_files=files, source=source)
+        files, slices = inputs.files, inputs.slices
+    return config.compile_job(text, resolved_files=files, record_slices=slices, source=source)
 
 
 @app.command("compile")
@@ -790,6 +806,15 @@ def _inspect_text(
         lines.append(f"run manifest {record.run_manifest_digest}")
         if run_manifest.reduce_digest:
             lines.append(f"  reduce       {run_manifest.reduce_digest}")
+        if run_manifest.skipped_record_count:
+            lines.append(
+                f"  skipped      {run_manifest.skipped_record_count} malformed input records "
+                "(inputs.on_malformed: skip)"
+            )
+            for m in run_manifest.skipped_records[:limit]:
+                lines.append(f"    {m.describe()}")
+            if run_manifest.skipped_record_count > min(limit, len(run_manifest.skipped_records)):
+                lines.append(f"    ... all in {run_manifest.skipped_records_digest} (--json)")
         if run_manifest.evaluation is not None:
             ev = run_manifest.evaluation
             lines.append(

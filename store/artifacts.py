@@ -194,6 +194,52 @@ def _error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
+def make_s3_client(
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+    max_attempts: int = 3,
+    connect_timeout_s: float = 5.0,
+    read_timeout_s: float = 60.0,
+) -> Any:
+    """A boto3 S3 client as the S3 store uses it (credentials left as None come from
+    boto3's usual chain)."""
+    # boto3 takes ~0.5 s to import; only S3 users pay for it.
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        # A few quick SDK retries absorb connection blips; anything longer is the
+        # calling activity's retry policy's business (Temporal owns retries).
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
+        # S3-compatible servers on a plain host:port cannot do virtual-host buckets.
+        s3={"addressing_style": "path" if endpoint_url else "auto"},
+    )
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url or None,
+        region_name=region or None,
+        aws_access_key_id=access_key_id or None,
+        aws_secret_access_key=secret_access_key or None,
+        config=config,
+    )
+
+
+def s3_client_from_settings(settings: Settings) -> Any:
+    """An S3 client with the artifact store's S3 settings (``KEEL_S3_*``): what MRP
+    ``s3://`` inputs are read with."""
+    return make_s3_client(
+        endpoint_url=settings.s3_endpoint_url or None,
+        region=settings.s3_region or None,
+        access_key_id=settings.s3_access_key_id.get_secret_value() or None,
+        secret_access_key=settings.s3_secret_access_key.get_secret_value() or None,
+    )
+
+
 class S3ArtifactStore(ArtifactStore):
     """Artifacts as objects ``blake3/<hex>`` in one S3 (or S3-compatible) bucket.
 
@@ -215,29 +261,17 @@ class S3ArtifactStore(ArtifactStore):
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 60.0,
     ) -> None:
-        # boto3 takes ~0.5 s to import; only S3 users pay for it.
-        import boto3
-        from botocore.config import Config
-
         self.bucket = bucket
         self.region = region
         self.endpoint_url = endpoint_url or None
-        config = Config(
-            # A few quick SDK retries absorb connection blips; anything longer is the
-            # calling activity's retry policy's business (Temporal owns retries).
-            retries={"max_attempts": max_attempts, "mode": "standard"},
-            connect_timeout=connect_timeout_s,
-            read_timeout=read_timeout_s,
-            # S3-compatible servers on a plain host:port cannot do virtual-host buckets.
-            s3={"addressing_style": "path" if self.endpoint_url else "auto"},
-        )
-        self._client: Any = boto3.client(
-            "s3",
+        self._client: Any = make_s3_client(
             endpoint_url=self.endpoint_url,
-            region_name=region or None,
-            aws_access_key_id=access_key_id or None,
-            aws_secret_access_key=secret_access_key or None,
-            config=config,
+            region=region,
+            access_key_id=access_key_id,
+            secret_access_key=secret_access_key,
+            max_attempts=max_attempts,
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
         )
         self._bucket_ready = False
         self._bucket_lock = threading.Lock()

@@ -39,7 +39,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.llm import LLMGateway, sql_recorder
 from activities.mrp.backends import file_reader, store_for
-from activities.mrp.inputs import input_root, resolve_files
+from activities.mrp.inputs import ResolvedInputs, resolve_inputs
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for, record_calls
 from activities.mrp.operators import (
     OPERATOR_FILE,
@@ -55,6 +55,7 @@ from activities.mrp.operators import (
 from activities.mrp.window import MapWindow, load_ir
 from keel.digest import digest_bytes, digest_json
 from keel.mrp import steps
+from keel.mrp.dsl import ParsedJob
 from keel.mrp.errors import (
     DslError,
     InputsRefused,
@@ -67,6 +68,8 @@ from keel.mrp.ir import (
     ir_from_json,
 )
 from keel.mrp.normalize import FileRef, in_shard_order
+from keel.mrp.policy import Caps, input_source_findings
+from keel.mrp.records import MAX_LISTED_SKIPPED, MalformedRecord, RecordSlice
 from keel.mrp.run import (
     ERROR_COMPILE,
     ERROR_PHASE,
@@ -76,6 +79,7 @@ from keel.mrp.run import (
     ReplayMismatch,
     RunManifest,
     ShardOutputRecord,
+    SkippedRecords,
     first_mismatch,
     run_manifest_from_json,
 )
@@ -136,6 +140,37 @@ def _span(name: str, **attributes: Any) -> Iterator[trace.Span]:
 
 def _compile_error(message: str, **details: Any) -> ApplicationError:
     return ApplicationError(message, details, type=ERROR_COMPILE, non_retryable=True)
+
+
+def _refuse_input_sources(parsed: ParsedJob, caps: Caps) -> None:
+    """MRP-P015 before anything is listed: an ``s3://`` input outside the caps' input
+    prefixes is refused without touching the bucket (admission reports it again)."""
+    findings = input_source_findings(parsed.spec.inputs, caps)
+    if findings:
+        path, message = findings[0]
+        line = parsed.line(path)
+        where = f" at {path}" + (f" (line {line})" if line is not None else "")
+        raise _compile_error(
+            f"MRP-P015 input source not allowed{where}: {message}",
+            kind="policy",
+            rules=["MRP-P015"],
+        )
+
+
+def _resolve_inputs(
+    parsed: ParsedJob, base_dir: str, settings: Settings, config: MrpConfig, store: ArtifactStore
+) -> ResolvedInputs:
+    """:func:`resolve_inputs`; an S3 bucket or object that does not exist or may not be
+    read refuses the job (other S3 errors are worth the activity's retry)."""
+    try:
+        return resolve_inputs(
+            parsed.spec.inputs, base_dir=base_dir, settings=settings, caps=config.caps, store=store
+        )
+    except Exception as e:
+        code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+        if code in {"NoSuchBucket", "NoSuchKey", "AccessDenied", "404", "403"}:
+            raise InputsRefused(f"inputs.files: S3 refused the listing or read: {e}") from None
+        raise
 
 
 def _config_fingerprint(settings: Settings) -> str:
@@ -254,19 +289,22 @@ class MrpActivities:
                 parsed = parse_job(inp.job_yaml, inp.source)
                 config.check_refs(parsed.spec.operator_refs().values())
                 resolved: list[FileRef] | None = None
+                slices: list[RecordSlice] | None = None
                 file_digests: dict[str, str] = {}
+                malformed: list[MalformedRecord] = []
                 if parsed.spec.inputs.files is not None:
-                    base = input_root(inp.base_dir, self._settings.mrp_job_roots)
-                    resolved, file_digests = resolve_files(
-                        list(parsed.spec.inputs.files),
-                        base,
-                        store,
-                        max_items=config.caps.max_shards * parsed.spec.inputs.items_per_shard,
-                    )
+                    _refuse_input_sources(parsed, config.caps)
+                    inputs = _resolve_inputs(parsed, inp.base_dir, self._settings, config, store)
+                    resolved, file_digests = inputs.files, inputs.file_digests
+                    slices, malformed = inputs.slices, inputs.malformed
                 # What config.compile_job does, without parsing the job file a second time
                 # (refs were checked above).
                 result = compile_parsed(
-                    parsed, config.registry, config.caps, resolved_files=resolved
+                    parsed,
+                    config.registry,
+                    config.caps,
+                    resolved_files=resolved,
+                    record_slices=slices,
                 )
             except OperatorRefused as e:
                 raise _compile_error(
@@ -297,8 +335,19 @@ class MrpActivities:
             report_digest = store.put_bytes(result.policy_report_json())
             if ir_digest != ir.digest():  # pragma: no cover - both are canonical JSON
                 raise RuntimeError("IR digest mismatch")
+            skipped = SkippedRecords()
+            if malformed and parsed.spec.inputs.malformed_policy == "skip":
+                listed = [m.model_dump(mode="json", exclude_none=True) for m in malformed]
+                skipped = SkippedRecords(count=len(malformed), digest=store.put_json(listed))
             return self._compiled(
-                inp, ir, ir_digest, manifest_digest, report_digest, job_yaml_digest, file_digests
+                inp,
+                ir,
+                ir_digest,
+                manifest_digest,
+                report_digest,
+                job_yaml_digest,
+                file_digests,
+                skipped,
             )
 
     def _compiled(
@@ -310,6 +359,7 @@ class MrpActivities:
         report_digest: str,
         job_yaml_digest: str,
         file_digests: dict[str, str],
+        skipped: SkippedRecords,
     ) -> CompiledJob:
         output_root = _output_root(self._settings, ir.job_id, inp.run_id)
         try:
@@ -335,6 +385,8 @@ class MrpActivities:
             input_file_digests=file_digests,
             replay_of=inp.replay_of,
             map_operator=ir.operators["map"].ref,
+            skipped_records=skipped.count,
+            skipped_records_digest=skipped.digest,
         )
 
     def _start_run(
@@ -412,6 +464,10 @@ class MrpActivities:
             original.policy_report_digest or run_manifest.policy_report_digest,
             original.job_yaml_digest or run_manifest.job_yaml_digest,
             dict(run_manifest.input_file_digests),
+            SkippedRecords(
+                count=run_manifest.skipped_record_count,
+                digest=run_manifest.skipped_records_digest,
+            ),
         )
 
     # -- map -------------------------------------------------------------------------------
@@ -624,6 +680,11 @@ class MrpActivities:
                 )
             counters.total = len(ir.map_tasks)
             counters.cancelled = sum(1 for s in shards if s.state == "cancelled")
+            skipped: list[MalformedRecord] = []
+            if c.skipped_records_digest is not None:
+                listed = store.get_json(c.skipped_records_digest)
+                assert isinstance(listed, list)
+                skipped = [MalformedRecord.model_validate(m) for m in listed[:MAX_LISTED_SKIPPED]]
             manifest = RunManifest(
                 run_id=c.run_id,
                 job_id=c.job_id,
@@ -638,6 +699,9 @@ class MrpActivities:
                 job_yaml_digest=c.job_yaml_digest,
                 input_file_digests=dict(c.input_file_digests),
                 shards=shards,
+                skipped_record_count=c.skipped_records,
+                skipped_records=skipped,
+                skipped_records_digest=c.skipped_records_digest,
                 reduce_digest=inp.reduce_digest,
                 evaluation=inp.evaluation,
                 output_root=c.output_root if inp.produced else None,

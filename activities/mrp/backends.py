@@ -35,7 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from activities import fanout
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for
 from activities.mrp.operators import OperatorHandle, invoke_map
+from activities.mrp.records import read_slice
 from keel.mrp.normalize import FileRef, ShardInput
+from keel.mrp.records import RecordSlice
 from keel.mrp.sdk import LLMClient, OperatorContext, OperatorError
 from keel.records import LLMCallLog
 from keel.settings import Settings
@@ -138,6 +140,23 @@ def file_reader(store: ArtifactStore) -> Any:
     return read
 
 
+def _slice_records(
+    records: RecordSlice, store: ArtifactStore, operator: str
+) -> list[dict[str, JsonValue]]:
+    """A record shard's records for the operator. Under ``on_malformed: fail`` a malformed
+    record fails the shard (not retryable: the bytes will not change), naming its file and
+    line or row; under ``skip`` it is left out (the run manifest lists it)."""
+    good, bad = read_slice(records, store)
+    if bad and records.on_malformed == "fail":
+        more = f" (and {len(bad) - 1} more in this shard)" if len(bad) > 1 else ""
+        raise OperatorError(
+            operator,
+            f"malformed record at {bad[0].describe()}{more}; inputs.on_malformed is fail",
+            retryable=False,
+        )
+    return good
+
+
 def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
     """Run one attempt of one shard and store its output. Never raises for operator
     failures: they come back as ``ok=False`` with ``retryable`` set."""
@@ -181,6 +200,8 @@ def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> 
         items: list[JsonValue]
         if shard_input.items is not None:
             items = list(shard_input.items)
+        elif shard_input.records is not None:
+            items = list(_slice_records(shard_input.records, store, spec.ref))
         else:
             items = [f.model_dump(mode="json") for f in shard_input.files or []]
         output = invoke_map(spec, instance, items, ctx)

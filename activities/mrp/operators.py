@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
     from keel.mrp.compiler import CompileResult
     from keel.mrp.normalize import FileRef
+    from keel.mrp.records import RecordSlice
     from keel.settings import Settings
 
 __all__ = [
@@ -502,6 +503,7 @@ class MrpConfig:
         yaml_text: str,
         *,
         resolved_files: Iterable[FileRef] | None = None,
+        record_slices: Iterable[RecordSlice] | None = None,
         source: str = "",
     ) -> CompileResult:
         """:func:`keel.mrp.compile_job` against this registry and caps, after refusing any
@@ -512,7 +514,13 @@ class MrpConfig:
 
         parsed = parse_job(yaml_text, source)
         self.check_refs(parsed.spec.operator_refs().values())
-        return compile_parsed(parsed, self.registry, self.caps, resolved_files=resolved_files)
+        return compile_parsed(
+            parsed,
+            self.registry,
+            self.caps,
+            resolved_files=resolved_files,
+            record_slices=record_slices,
+        )
 
     def digest(self) -> str:
         """Digest of what decides admission: registry, caps, trusted keys."""

@@ -146,8 +146,10 @@ def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str,
             f"not a valid MRP job: {e.issues[0].render(source)}",
             [issue.model_dump() for issue in e.issues],
         ) from None
-    if spec.inputs.files is not None and not base_dir:
-        # Without a root the worker would resolve these in its own working directory.
+    local_files = [p for p in spec.inputs.files or [] if "://" not in p]
+    if local_files and not base_dir:
+        # Without a root the worker would resolve these in its own working directory
+        # (s3:// inputs need none: caps.allowed_input_prefixes decides those).
         raise ApiError(
             403,
             "path_not_allowed",

@@ -52,6 +52,7 @@ from keel.mrp.normalize import (
     shard_seed,
 )
 from keel.mrp.policy import RULES, Caps, PolicyReport, Violation, admit
+from keel.mrp.records import MalformedRecord, RecordSlice
 from keel.mrp.registry import AllowEntry, LlmEstimate, OperatorKind, OperatorSpec, Registry
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "JobIR",
     "JobSpec",
     "LlmEstimate",
+    "MalformedRecord",
     "Manifest",
     "MapTask",
     "MrpError",
@@ -83,6 +85,7 @@ __all__ = [
     "PolicyReport",
     "PolicyViolation",
     "ProduceTask",
+    "RecordSlice",
     "ReduceTask",
     "Registry",
     "RegistryError",

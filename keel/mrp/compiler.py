@@ -50,6 +50,7 @@ from keel.mrp.normalize import (
     shard_seed,
 )
 from keel.mrp.policy import ROLE_PATHS, Caps, PolicyReport, admit
+from keel.mrp.records import RecordSlice
 from keel.mrp.registry import OperatorSpec, Registry
 
 
@@ -264,9 +265,10 @@ def compile_parsed(
     caps: Caps,
     *,
     resolved_files: Iterable[FileRef] | None = None,
+    record_slices: Iterable[RecordSlice] | None = None,
 ) -> CompileResult:
     """:func:`compile_job` for a job that is already parsed."""
-    job = normalize_job(parsed, resolved_files)
+    job = normalize_job(parsed, resolved_files, record_slices)
     report = admit(job, registry, caps, parsed.lines)
     if not report.admitted:
         raise PolicyViolation(report)
@@ -288,14 +290,20 @@ def compile_job(
     caps: Caps,
     *,
     resolved_files: Iterable[FileRef] | None = None,
+    record_slices: Iterable[RecordSlice] | None = None,
     source: str = "",
 ) -> CompileResult:
     """Compile a job file; fails closed.
 
     Raises :class:`~keel.mrp.errors.DslError` (bad YAML, schema or item, with lines) or
     :class:`~keel.mrp.errors.PolicyViolation` (naming every rule that fired). ``source``
-    names the file in error messages; ``resolved_files`` is required for ``inputs.files``.
+    names the file in error messages; ``resolved_files`` is required for ``inputs.files``
+    and ``record_slices`` (``keel.mrp.records.RecordSlice``) for ``inputs.format``.
     """
     return compile_parsed(
-        parse_job(yaml_text, source), registry, caps, resolved_files=resolved_files
+        parse_job(yaml_text, source),
+        registry,
+        caps,
+        resolved_files=resolved_files,
+        record_slices=record_slices,
     )

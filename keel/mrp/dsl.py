@@ -27,8 +27,10 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -53,6 +55,13 @@ URI_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<rest>.+)$")
 MAX_YAML_NODES = 200_000
 MAX_YAML_DEPTH = 64
 MAX_JOB_BYTES = 16 * 1024 * 1024
+
+
+#: Record formats an input can name (``inputs.format``); without one, a file is one item.
+RecordFormat = Literal["jsonl", "csv", "parquet"]
+#: What a malformed record does to its shard (``inputs.on_malformed``).
+OnMalformed = Literal["fail", "skip"]
+S3_URI_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<key>.*)$")
 
 
 class SinkKind(StrEnum):
@@ -110,6 +119,19 @@ def _check_relative_path(path: str, what: str) -> None:
 
 
 def _check_pattern(pattern: str) -> str:
+    if "://" in pattern:
+        m = S3_URI_RE.match(pattern)
+        if m is None:
+            raise ValueError(
+                f"input {pattern!r}: the only URIs an input may name are s3://bucket/prefix "
+                "(bucket: 3-63 lowercase letters, digits, '.' or '-')"
+            )
+        key = m.group("key")
+        if key:
+            # One spelling per key, as for relative paths; a trailing '/' means "every
+            # object under this prefix".
+            _check_relative_path(key.removesuffix("/"), "input key")
+        return pattern
     _check_relative_path(pattern, "input pattern")
     return pattern
 
@@ -138,35 +160,83 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_RECORD_KEYS = ("format", "records_per_shard", "bytes_per_shard", "on_malformed")
+
+
 class InputsSpec(_Spec):
     """Where the job's items come from and how they are cut into shards.
 
-    Exactly one of ``items`` (inline JSON values) or ``files`` (relative paths or globs;
-    each matched file is one item), and exactly one of ``shard_size`` (items per shard) or
-    ``by: item`` (one item per shard).
+    Exactly one of ``items`` (inline JSON values) or ``files`` (relative paths or globs,
+    or ``s3://bucket/prefix/`` URIs). Without ``format`` each matched file is one item and
+    exactly one of ``shard_size`` (items per shard) or ``by: item`` applies. With
+    ``format`` (``jsonl``, ``csv``, ``parquet``) each file's records are the items, cut
+    into shards of ``records_per_shard`` records or about ``bytes_per_shard`` bytes (at
+    record boundaries, never across files); ``on_malformed`` (``fail``, the default, or
+    ``skip``) says what a record that cannot be read does to its shard.
     """
 
     items: list[FiniteJson] | None = None
     files: list[InputPattern] | None = None
     shard_size: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
     by: Literal["item"] | None = None
+    format: RecordFormat | None = None
+    records_per_shard: int | None = Field(default=None, ge=1, le=10_000_000, strict=True)
+    bytes_per_shard: int | None = Field(default=None, ge=1, le=1 << 40, strict=True)
+    on_malformed: OnMalformed | None = None
 
     @model_validator(mode="after")
     def _one_source_one_mode(self) -> InputsSpec:
         if (self.items is None) == (self.files is None):
             raise ValueError("give exactly one of 'items' or 'files'")
-        if (self.shard_size is None) == (self.by is None):
-            raise ValueError("give exactly one of 'shard_size' or 'by: item'")
+        if self.format is not None:
+            if self.files is None:
+                raise ValueError("'format' reads records from 'files', not from 'items'")
+            if self.shard_size is not None or self.by is not None:
+                raise ValueError(
+                    "with 'format', cut shards by 'records_per_shard' or 'bytes_per_shard', "
+                    "not 'shard_size' or 'by'"
+                )
+            if (self.records_per_shard is None) == (self.bytes_per_shard is None):
+                raise ValueError("give exactly one of 'records_per_shard' or 'bytes_per_shard'")
+        else:
+            extra = [
+                k
+                for k in ("records_per_shard", "bytes_per_shard", "on_malformed")
+                if getattr(self, k) is not None
+            ]
+            if extra:
+                raise ValueError(f"'{extra[0]}' needs 'format' (jsonl, csv or parquet)")
+            if (self.shard_size is None) == (self.by is None):
+                raise ValueError("give exactly one of 'shard_size' or 'by: item'")
         if self.items is not None and not self.items:
             raise ValueError("'items' must not be empty")
         if self.files is not None and not self.files:
             raise ValueError("'files' must not be empty")
         return self
 
+    @model_serializer(mode="wrap")
+    def _drop_unset_record_keys(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A job without ``format`` serialises as before these keys existed, so its job
+        # digest (and so its IR and manifest digests) does not change.
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in _RECORD_KEYS:
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
+
     @property
     def items_per_shard(self) -> int:
-        """How many items go in each shard (the last shard may hold fewer)."""
+        """How many items (files, without ``format``) go in each shard (the last may hold
+        fewer). A record-sharded input has at least one shard per file: 1."""
+        if self.format is not None:
+            return 1
         return 1 if self.by == "item" else int(self.shard_size or 1)
+
+    @property
+    def malformed_policy(self) -> OnMalformed:
+        """``on_malformed``, ``fail`` when not given."""
+        return self.on_malformed or "fail"
 
 
 class OperatorCall(_Spec):

@@ -24,11 +24,12 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 import blake3
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-from keel.digest import canonical_json, digest_json, is_digest
+from keel.digest import canonical_json, digest_json
 from keel.mrp.dsl import JobSpec, ParsedJob
 from keel.mrp.errors import DslError, DslIssue
+from keel.mrp.records import FileRef, RecordSlice
 
 T = TypeVar("T")
 
@@ -213,39 +214,21 @@ def shard_seed(job_seed: int, input_digest: str) -> int:
 # Inputs and shards
 
 
-class FileRef(BaseModel):
-    """A resolved input file: relative path, content digest, size.
-
-    The compile activity lists the job's globs, hashes each file and hands these to the
-    compiler, which stays free of I/O.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str
-    digest: str
-    size_bytes: int = Field(ge=0)
-
-    @field_validator("digest")
-    @classmethod
-    def _digest(cls, v: str) -> str:
-        if not is_digest(v):
-            raise ValueError("digest must be 'blake3:' followed by 64 lowercase hex digits")
-        return v
-
-
 class ShardInput(BaseModel):
-    """What one map invocation reads: inline items or file references (exactly one)."""
+    """What one map invocation reads: inline items, file references, or one slice of a
+    record file's records (exactly one)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     items: list[JsonValue] | None = None
     files: list[FileRef] | None = None
+    records: RecordSlice | None = None
 
     @model_validator(mode="after")
     def _one(self) -> ShardInput:
-        if (self.items is None) == (self.files is None):
-            raise ValueError("a shard input holds items or files")
+        given = [v for v in (self.items, self.files, self.records) if v is not None]
+        if len(given) != 1:
+            raise ValueError("a shard input holds items, files or records")
         return self
 
     def canonical(self) -> dict[str, Any]:
@@ -258,7 +241,9 @@ class ShardInput(BaseModel):
 
     @property
     def item_count(self) -> int:
-        """Items (or files) in the shard."""
+        """Items, files or records in the shard."""
+        if self.records is not None:
+            return self.records.record_count
         return len(self.items if self.items is not None else self.files or [])
 
 
@@ -326,6 +311,12 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("^" + "".join(out) + "$")
 
 
+def pattern_regex(pattern: str) -> re.Pattern[str]:
+    """:func:`glob_regex` of an input pattern; ``s3://bucket/prefix/`` (a trailing ``/``)
+    matches every object under the prefix."""
+    return glob_regex(pattern + "**" if pattern.endswith("/") else pattern)
+
+
 def resolve_files(
     patterns: Sequence[str],
     resolved: Iterable[FileRef],
@@ -338,7 +329,7 @@ def resolve_files(
     """
     lines = lines or {}
     issues: list[DslIssue] = []
-    regexes = [glob_regex(p) for p in patterns]
+    regexes = [pattern_regex(p) for p in patterns]
     by_path: dict[str, FileRef] = {}
     for f in resolved:
         prior = by_path.get(f.path)
@@ -374,13 +365,14 @@ def resolve_files(
     return [by_path[p] for p in sorted(by_path)]
 
 
-def inputs_digest_of(units: Sequence[Any]) -> str:
-    """Digest of the job's inputs (JSON items or :class:`FileRef` files), whatever the
-    sharding."""
+def inputs_digest_of(units: Sequence[Any], record_format: str | None = None) -> str:
+    """Digest of the job's inputs (JSON items or :class:`FileRef` files, and the record
+    format files are read in, if any), whatever the sharding."""
     if units and isinstance(units[0], FileRef):
-        return digest_json(
-            {"files": [f.model_dump(mode="json") for f in units if isinstance(f, FileRef)]}
-        )
+        files = [f.model_dump(mode="json") for f in units if isinstance(f, FileRef)]
+        if record_format is not None:
+            return digest_json({"files": files, "format": record_format})
+        return digest_json({"files": files})
     return digest_json({"items": [digest_json(item) for item in units]})
 
 
@@ -401,35 +393,96 @@ class NormalizedJob(BaseModel):
         return len(self.shards)
 
 
+def record_shards(
+    parsed: ParsedJob, files: Sequence[FileRef], slices: Iterable[RecordSlice]
+) -> list[Shard]:
+    """Check the compile activity's record slices against the job and its files; one
+    shard per slice, ordered by file path and first record.
+
+    Each slice must name a listed file with its digest, the job's format and malformed
+    policy, and each file's slices must cover its records from the first, in order,
+    without gaps (a file with no records has none). :class:`DslError` otherwise, and when
+    the files hold no records at all (a job needs at least one shard).
+    """
+    spec = parsed.spec.inputs
+    by_path = {f.path: f for f in files}
+    ordered = sorted(slices, key=lambda s: (s.file.path, s.first_record))
+    problems: list[str] = []
+    next_record: dict[str, int] = {}
+    for s in ordered:
+        if by_path.get(s.file.path) != s.file:
+            problems.append(f"slice of {s.file.path!r} names a file the listing does not have")
+        elif s.format != spec.format or s.on_malformed != spec.malformed_policy:
+            problems.append(f"slice of {s.file.path!r} has another format or policy")
+        elif s.first_record != next_record.get(s.file.path, 0):
+            problems.append(f"slices of {s.file.path!r} leave a gap or overlap")
+        next_record[s.file.path] = s.first_record + s.record_count
+    if not problems and not ordered:
+        problems.append(
+            f"the input files hold no {spec.format} records (empty, or a header only): "
+            "a job needs at least one record"
+        )
+    if problems:
+        line = parsed.line("inputs.files")
+        raise DslError(
+            [DslIssue(path="inputs.files", line=line, message=m) for m in problems[:20]],
+            parsed.source,
+        )
+    shards = []
+    for index, s in enumerate(ordered):
+        si = ShardInput(records=s)
+        shards.append(Shard(index=index, input=si, input_digest=si.digest()))
+    return shards
+
+
 def normalize_job(
-    parsed: ParsedJob, resolved_files: Iterable[FileRef] | None = None
+    parsed: ParsedJob,
+    resolved_files: Iterable[FileRef] | None = None,
+    record_slices: Iterable[RecordSlice] | None = None,
 ) -> NormalizedJob:
     """Canonicalise a parsed job and cut its inputs into shards.
 
-    Jobs with ``inputs.files`` need ``resolved_files`` from the compile activity; without
-    them this raises :class:`DslError` rather than guess.
+    Jobs with ``inputs.files`` need ``resolved_files`` from the compile activity, and
+    jobs with ``inputs.format`` its ``record_slices`` too; without them this raises
+    :class:`DslError` rather than guess.
     """
     spec = parsed.spec
     units: list[JsonValue] | list[FileRef]
     if spec.inputs.items is not None:
         units = list(spec.inputs.items)
     else:
-        if resolved_files is None:
+        missing = resolved_files is None or (
+            spec.inputs.format is not None and record_slices is None
+        )
+        if missing:
             raise DslError(
                 [
                     DslIssue(
                         path="inputs.files",
                         line=parsed.line("inputs.files"),
-                        message="file inputs must be resolved (listed and hashed) before "
-                        "compiling; the compile activity does this",
+                        message="file inputs must be resolved (listed and hashed, and record "
+                        "files cut into slices) before compiling; the compile activity "
+                        "does this",
                     )
                 ],
                 parsed.source,
             )
+        assert resolved_files is not None
         try:
             units = resolve_files(spec.inputs.files or [], resolved_files, parsed.lines)
         except DslError as e:
             raise DslError(e.issues, parsed.source) from None
+    if spec.inputs.format is not None:
+        assert record_slices is not None
+        files = [u for u in units if isinstance(u, FileRef)]
+        shards = record_shards(parsed, files, record_slices)
+        return NormalizedJob(
+            spec=spec,
+            job_digest=digest_json(spec),
+            inputs_digest=inputs_digest_of(files, spec.inputs.format),
+            item_count=sum(s.input.item_count for s in shards),
+            shards=shards,
+        )
     shards = make_shards(units, spec.inputs.items_per_shard)
     return NormalizedJob(
         spec=spec,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from keel.digest import digest_json
 from keel.mrp.budget import DEFAULT_KILL_RATIO, CostEstimate, estimate_cost
-from keel.mrp.dsl import URI_RE, EgressName, SinkKind, nearest_line
+from keel.mrp.dsl import URI_RE, EgressName, InputsSpec, SinkKind, nearest_line
 from keel.mrp.ir import ROLE_KINDS
 from keel.mrp.normalize import NormalizedJob
 from keel.mrp.registry import OperatorSpec, Registry
@@ -49,6 +49,11 @@ class Caps(BaseModel):
         description="URI prefixes (s3://bucket/prefix/) a sink may write to. Relative "
         "paths, which stay under the run's output root, are always allowed.",
     )
+    allowed_input_prefixes: list[str] = Field(
+        default_factory=list,
+        description="s3:// prefixes (s3://bucket/prefix/) job inputs may be read from; none "
+        "by default. Relative inputs, under the run's base_dir, are always allowed.",
+    )
     max_budget_usd: Decimal | None = Field(default=None, ge=0)
     max_budget_units: Decimal | None = Field(default=None, ge=0)
     usd_per_unit: Decimal = Field(default=Decimal(0), ge=0)
@@ -56,14 +61,24 @@ class Caps(BaseModel):
     require_approval: bool = False
     require_signatures: bool = False
 
-    @field_validator("allowed_egress", "allowed_sinks", "allowed_destination_prefixes")
+    @field_validator(
+        "allowed_egress", "allowed_sinks", "allowed_destination_prefixes", "allowed_input_prefixes"
+    )
     @classmethod
     def _sorted(cls, v: list[str]) -> list[str]:
         return sorted(set(v))
 
     def digest(self) -> str:
-        """Digest of the caps, recorded in the policy report."""
-        return digest_json(self)
+        """Digest of the caps, recorded in the policy report. Caps that allow no input
+        prefix digest as they did before that cap existed."""
+        data = self.model_dump(mode="json")
+        if not data["allowed_input_prefixes"]:
+            del data["allowed_input_prefixes"]
+        return digest_json(data)
+
+    def input_allowed(self, uri: str) -> bool:
+        """Whether an ``s3://`` input pattern lies under an allowed input prefix."""
+        return any(uri.startswith(prefix) for prefix in self.allowed_input_prefixes)
 
 
 class Violation(BaseModel):
@@ -185,6 +200,15 @@ def _too_many_shards(a: Admission) -> list[Finding]:
     n = a.job.shard_count
     if n > a.caps.max_shards:
         inputs = a.job.spec.inputs
+        if inputs.format is not None:
+            key = "records_per_shard" if inputs.records_per_shard is not None else "bytes_per_shard"
+            return [
+                (
+                    f"inputs.{key}",
+                    f"the inputs make {n} shards ({a.job.item_count} records, "
+                    f"{key} {getattr(inputs, key)}); the cap is {a.caps.max_shards}",
+                )
+            ]
         path = "inputs.shard_size" if inputs.shard_size is not None else "inputs.by"
         return [
             (
@@ -360,6 +384,26 @@ def _signed(a: Admission) -> list[Finding]:
     ]
 
 
+def input_source_findings(inputs: InputsSpec, caps: Caps) -> list[Finding]:
+    """``s3://`` inputs outside ``caps.allowed_input_prefixes`` (MRP-P015). The compile
+    activity asks this before it lists a bucket, so a refused prefix is never read."""
+    out: list[Finding] = []
+    for i, pattern in enumerate(inputs.files or []):
+        if "://" in pattern and not caps.input_allowed(pattern):
+            allowed = ", ".join(caps.allowed_input_prefixes) or "none"
+            out.append(
+                (
+                    f"inputs.files[{i}]",
+                    f"input {pattern!r} is outside the allowed input prefixes ({allowed})",
+                )
+            )
+    return out
+
+
+def _input_sources(a: Admission) -> list[Finding]:
+    return input_source_findings(a.job.spec.inputs, a.caps)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("MRP-P001", "max_workers over cap", _max_workers),
     Rule("MRP-P002", "shard timeout over cap", _shard_timeout),
@@ -375,6 +419,7 @@ RULES: tuple[Rule, ...] = (
     Rule("MRP-P012", "budget over cap", _budget_cap),
     Rule("MRP-P013", "produce not gated", _gated),
     Rule("MRP-P014", "operator not signed", _signed),
+    Rule("MRP-P015", "input source not allowed", _input_sources),
 )
 RULES_BY_ID = {r.rule_id: r for r in RULES}
 

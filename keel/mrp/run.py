@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from keel.digest import canonical_json, digest_json
+from keel.mrp.records import MalformedRecord
 
 #: Temporal workflow type name of the runtime.
 WORKFLOW_TYPE = "MRPJob"
@@ -136,6 +137,14 @@ class ShardOutputRecord(_RunModel):
     attempts: int = 0
 
 
+class SkippedRecords(_RunModel):
+    """Malformed input records a job with ``on_malformed: skip`` left out: how many, and
+    the digest of their full list (``MalformedRecord`` JSON) in the artifact store."""
+
+    count: int = Field(default=0, ge=0)
+    digest: str | None = None
+
+
 class EvaluationRecord(_RunModel):
     """The evaluator's verdict."""
 
@@ -163,6 +172,11 @@ class RunManifest(_RunModel):
     job_yaml_digest: str
     input_file_digests: dict[str, str] = Field(default_factory=dict)
     shards: list[ShardOutputRecord] = Field(default_factory=list)
+    # Malformed records skipped (``inputs.on_malformed: skip``): the count, the first
+    # ``MAX_LISTED_SKIPPED`` by file and line or row, and the full list's digest.
+    skipped_record_count: int = Field(default=0, ge=0)
+    skipped_records: list[MalformedRecord] = Field(default_factory=list)
+    skipped_records_digest: str | None = None
     reduce_digest: str | None = None
     evaluation: EvaluationRecord | None = None
     output_root: str | None = None

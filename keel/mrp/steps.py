@@ -57,6 +57,10 @@ class CompiledJob(_Model):
     input_file_digests: dict[str, str] = Field(default_factory=dict)
     replay_of: str | None = None
     map_operator: str
+    # Malformed records left out under ``inputs.on_malformed: skip`` (full list in the
+    # store), for the run manifest.
+    skipped_records: int = 0
+    skipped_records_digest: str | None = None
 
 
 class MapWindowInput(_Model):

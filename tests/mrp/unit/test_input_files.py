@@ -113,9 +113,9 @@ def test_a_glob_over_a_large_tree_stops_at_the_cap(
     store = HashOnly()
     with pytest.raises(InputsRefused, match="more than 100 files"):
         resolve_files(["**/*.txt"], root, store, max_items=100)  # type: ignore[arg-type]
-    # Only what the cap allows was read, and the walk stopped in the first folders
-    # instead of listing all 201 of them.
-    assert store.stored == 100
+    # The listing stops at the cap before any file is read (nothing stored for a refused
+    # job), and the walk stopped in the first folders instead of listing all 201 of them.
+    assert store.stored == 0
     assert len(listed) <= 3, listed
 
     # A pattern under one folder walks only that folder, however large the rest is.

@@ -14,7 +14,7 @@ import yaml
 
 from keel.mrp import AllowEntry, Caps, PolicyViolation, Registry, compile_job
 from keel.mrp.dsl import parse_job
-from keel.mrp.normalize import normalize_job
+from keel.mrp.normalize import FileRef, normalize_job
 from keel.mrp.policy import RULES, RULES_BY_ID, admit
 from tests.mrp.unit.mrp_jobs import invalid_jobs, job_text, load_caps, load_registry
 
@@ -31,18 +31,29 @@ def header(text: str) -> tuple[list[tuple[str, str]], Caps]:
     return expects, caps
 
 
+def files_of(text: str) -> list[FileRef] | None:
+    """The resolved files a job with ``inputs.files`` is compiled with (``# files: [...]``),
+    as the compile activity would list them."""
+    line = re.search(r"^# files: (.+)$", text, re.M)
+    return [FileRef(**f) for f in yaml.safe_load(line.group(1))] if line else None
+
+
 def naive_line(text: str, path: str) -> int:
     """The line of a dotted path found by plain text search (an oracle independent of the
     YAML marks): each key is the first later line that starts with ``key:``."""
     lines = text.splitlines()
     start = 0
-    for key in path.split("."):
+    for part in path.split("."):
+        key, _, index = part.partition("[")
         for n in range(start, len(lines)):
             if lines[n].lstrip().startswith(f"{key}:"):
                 start = n
                 break
         else:
             return 1  # absent from the file: the report points at the top
+        if index:  # key[i]: the i-th "- " item after the key
+            items = [n for n in range(start + 1, len(lines)) if lines[n].lstrip().startswith("- ")]
+            start = items[int(index.rstrip("]"))]
     return start + 1
 
 
@@ -63,7 +74,7 @@ def test_invalid_job_is_refused_by_its_rule(path: Path):
     expects, caps = header(text)
     assert expects, f"{path.name} has no '# expect:' line"
     with pytest.raises(PolicyViolation) as info:
-        compile_job(text, REGISTRY, caps, source=path.name)
+        compile_job(text, REGISTRY, caps, resolved_files=files_of(text), source=path.name)
     violations = info.value.report.violations
     assert sorted((v.rule_id, v.path) for v in violations) == sorted(expects)
     assert info.value.rule_ids == [v.rule_id for v in violations]

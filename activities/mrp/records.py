@@ -1,0 +1,303 @@
+"""Record files: scanning them into shard slices (compile) and reading a slice (map).
+
+:func:`scan_record_file` reads one JSONL, CSV or Parquet file once, streaming for the text
+formats: it hashes the file, finds every record and checks that it parses, cuts the records
+into :class:`~keel.mrp.records.RecordSlice` values (``records_per_shard`` records, or at
+most ``bytes_per_shard`` bytes, at record boundaries) and stores each text slice's bytes
+in the artifact store (a Parquet file is stored whole). :func:`read_slice` is what a shard
+does with its slice: the records as dicts, and the ones it could not read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import math
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import blake3
+from pydantic import JsonValue
+
+from keel.digest import DIGEST_PREFIX
+from keel.mrp.dsl import InputsSpec
+from keel.mrp.errors import InputsRefused
+from keel.mrp.records import (
+    CsvHeaderError,
+    CsvRows,
+    FileRef,
+    MalformedRecord,
+    Record,
+    RecordSlice,
+    ShardCutter,
+    iter_jsonl,
+    malformed_of,
+)
+
+if TYPE_CHECKING:
+    from store.artifacts import ArtifactStore
+
+__all__ = ["read_slice", "scan_record_file"]
+
+_READ_CHUNK = 1 << 20
+
+
+def _file_ref(path: str, local: Path) -> FileRef:
+    hasher = blake3.blake3()
+    size = 0
+    with local.open("rb") as f:
+        while block := f.read(_READ_CHUNK):
+            hasher.update(block)
+            size += len(block)
+    return FileRef(path=path, digest=DIGEST_PREFIX + hasher.hexdigest(), size_bytes=size)
+
+
+def _end_line(last: Record, tail: bytes) -> int:
+    """The line a record ends on (a quoted CSV field may span lines)."""
+    newlines = tail.count(b"\n")
+    return last.line + newlines - (1 if tail.endswith(b"\n") else 0)
+
+
+def _cutter(inputs: InputsSpec) -> ShardCutter:
+    return ShardCutter(inputs.records_per_shard, inputs.bytes_per_shard)
+
+
+def scan_record_file(
+    path: str, local: Path, inputs: InputsSpec, store: ArtifactStore
+) -> tuple[FileRef, list[RecordSlice], list[MalformedRecord]]:
+    """Scan one record file (``path`` is its name in the job: relative or ``s3://``;
+    ``local`` where its bytes are). Returns its ref, its slices (none for a file without
+    records) and its malformed records. ``InputsRefused`` for a CSV header that cannot
+    name columns, and for an unreadable Parquet file when ``on_malformed`` is ``fail``."""
+    if inputs.format == "parquet":
+        return _scan_parquet(path, local, inputs, store)
+    ref = _file_ref(path, local)
+    fmt = inputs.format
+    assert fmt is not None
+    cutter = _cutter(inputs)
+    slices: list[RecordSlice] = []
+    malformed: list[MalformedRecord] = []
+    with local.open("rb") as f, local.open("rb") as chunk_reader:
+        columns: list[str] | None = None
+        records: Iterable[Record]
+        if fmt == "csv":
+            try:
+                rows = CsvRows(f)
+            except CsvHeaderError as e:
+                raise InputsRefused(f"{path}: {e}") from None
+            columns = rows.columns
+            records = rows
+        else:
+            records = iter_jsonl(f)
+        first: Record | None = None
+        last: Record | None = None
+        count = 0
+
+        def flush() -> None:
+            assert first is not None and last is not None
+            chunk_reader.seek(first.start)
+            chunk = chunk_reader.read(last.end - first.start)
+            slices.append(
+                RecordSlice(
+                    format=fmt,
+                    file=ref,
+                    first_record=first.index,
+                    record_count=count,
+                    on_malformed=inputs.malformed_policy,
+                    start_line=first.line,
+                    end_line=_end_line(last, chunk[last.start - first.start :]),
+                    byte_start=first.start,
+                    byte_end=last.end,
+                    chunk_digest=store.put_bytes(chunk),
+                    columns=columns,
+                )
+            )
+
+        for rec in records:
+            if first is not None and cutter.full(count, rec.end - first.start):
+                flush()
+                first, count = None, 0
+            if first is None:
+                first = rec
+            last = rec
+            count += 1
+            if rec.error is not None:
+                malformed.append(malformed_of(rec, path, fmt))
+        if first is not None:
+            flush()
+    return ref, slices, malformed
+
+
+# -- Parquet -------------------------------------------------------------------------------
+
+
+def _json_value(value: Any) -> JsonValue:
+    """A Parquet cell as JSON: decimals as text, dates and times in ISO 8601, binary as
+    UTF-8 text; ``ValueError`` for what has no JSON form (NaN, undecodable binary)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} has no JSON form")
+        return value
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("a binary value that is not UTF-8 text") from None
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    raise ValueError(f"a {type(value).__name__} value has no JSON form")
+
+
+def _row_record(row: dict[str, Any]) -> dict[str, JsonValue]:
+    out: dict[str, JsonValue] = {}
+    for key, value in row.items():
+        try:
+            out[key] = _json_value(value)
+        except ValueError as e:
+            raise ValueError(f"column {key!r}: {e}") from None
+    return out
+
+
+def _open_parquet(data: bytes) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(pa.BufferReader(data))
+
+
+def _group_rows(pf: Any, group: int) -> Iterator[tuple[dict[str, JsonValue] | None, str | None]]:
+    """Each row of a row group as ``(record, None)`` or ``(None, reason)``."""
+    try:
+        rows = pf.read_row_group(group).to_pylist()
+    except Exception as e:  # pyarrow raises many types for corrupt pages
+        reason = f"unreadable row group {group}: {type(e).__name__}: {e}"
+        for _ in range(pf.metadata.row_group(group).num_rows):
+            yield None, reason
+        return
+    for row in rows:
+        try:
+            yield _row_record(row), None
+        except ValueError as e:
+            yield None, str(e)
+
+
+def _scan_parquet(
+    path: str, local: Path, inputs: InputsSpec, store: ArtifactStore
+) -> tuple[FileRef, list[RecordSlice], list[MalformedRecord]]:
+    data = local.read_bytes()
+    ref = FileRef(path=path, digest=store.put_bytes(data), size_bytes=len(data))
+    try:
+        pf = _open_parquet(data)
+        meta = pf.metadata
+    except Exception as e:
+        reason = f"unreadable Parquet file: {type(e).__name__}: {e}"
+        if inputs.malformed_policy == "fail":
+            raise InputsRefused(f"{path}: {reason}") from None
+        return ref, [], [MalformedRecord(path=path, reason=reason)]
+    malformed: list[MalformedRecord] = []
+    sizes: list[float] = []  # estimated bytes of each row, from its row group
+    row = 0
+    for group in range(meta.num_row_groups):
+        info = meta.row_group(group)
+        per_row = info.total_byte_size / info.num_rows if info.num_rows else 0.0
+        for _, problem in _group_rows(pf, group):
+            row += 1
+            sizes.append(per_row)
+            if problem is not None:
+                malformed.append(MalformedRecord(path=path, row=row, reason=problem))
+    cutter = _cutter(inputs)
+    slices: list[RecordSlice] = []
+    first, count, size = 0, 0, 0.0
+    for i, row_size in enumerate(sizes):
+        if cutter.full(count, math.ceil(size + row_size)):
+            slices.append(_parquet_slice(ref, first, count, inputs))
+            first, count, size = i, 0, 0.0
+        count += 1
+        size += row_size
+    if count:
+        slices.append(_parquet_slice(ref, first, count, inputs))
+    return ref, slices, malformed
+
+
+def _parquet_slice(ref: FileRef, first: int, count: int, inputs: InputsSpec) -> RecordSlice:
+    return RecordSlice(
+        format="parquet",
+        file=ref,
+        first_record=first,
+        record_count=count,
+        on_malformed=inputs.malformed_policy,
+    )
+
+
+# -- A shard's records ---------------------------------------------------------------------
+
+
+def read_slice(
+    s: RecordSlice, store: ArtifactStore
+) -> tuple[list[dict[str, JsonValue]], list[MalformedRecord]]:
+    """The records of a slice, in file order, and those that could not be read.
+
+    ``RuntimeError`` when the stored bytes do not hold the records the slice names (the
+    store verifies digests, so only a scanner change could cause it)."""
+    good: list[dict[str, JsonValue]] = []
+    bad: list[MalformedRecord] = []
+    if s.format == "parquet":
+        pf = _open_parquet(store.get_bytes(s.file.digest))
+        end = s.first_record + s.record_count
+        base = 0
+        seen = 0
+        for group in range(pf.metadata.num_row_groups):
+            n = pf.metadata.row_group(group).num_rows
+            if base + n > s.first_record and base < end:
+                for j, (row, reason) in enumerate(_group_rows(pf, group)):
+                    index = base + j
+                    if s.first_record <= index < end:
+                        seen += 1
+                        if row is not None:
+                            good.append(row)
+                        else:
+                            bad.append(
+                                MalformedRecord(
+                                    path=s.file.path, row=index + 1, reason=reason or "malformed"
+                                )
+                            )
+            base += n
+        count = seen
+    else:
+        assert s.chunk_digest is not None and s.start_line is not None
+        lines = io.BytesIO(store.get_bytes(s.chunk_digest))
+        records: Iterable[Record]
+        if s.format == "csv":
+            records = CsvRows(
+                lines,
+                columns=s.columns,
+                first_line=s.start_line,
+                offset=s.byte_start or 0,
+                first_index=s.first_record,
+            )
+        else:
+            records = iter_jsonl(
+                lines, first_line=s.start_line, offset=s.byte_start or 0, first_index=s.first_record
+            )
+        count = 0
+        for rec in records:
+            count += 1
+            if rec.value is not None:
+                good.append(rec.value)
+            else:
+                bad.append(malformed_of(rec, s.file.path, s.format))
+    if count != s.record_count:
+        raise RuntimeError(
+            f"{s.file.path}: the slice holds {count} records, its plan says {s.record_count}"
+        )
+    return good, bad
