@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from services.model_server import unavailable_reason
-from services.processes import free_port, pid_alive
+from services.processes import free_port
+from tests.support.faults import wait_gone_sync
 
 KEEL = [sys.executable, "-m", "cli.keel"]
 
@@ -88,7 +89,7 @@ def test_up_status_second_up_and_down(tmp_path):
         down = run(["down"], env)
         assert down.returncode == 0 and "down" in down.stdout
         up.wait(timeout=60)
-        assert all(not pid_alive(p) for p in pids), "a service outlived keel down"
+        wait_gone_sync(pids, what="every service keel up started to be gone after keel down")
         assert run(["status"], env).returncode == 3
     finally:
         stop_up(up)
