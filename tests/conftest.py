@@ -3,6 +3,12 @@ task queue per test, the API in process, an empty SQL database (SQLite, and Post
 when ``KEEL_TEST_POSTGRES_URL`` is set). A family's own fixtures are in its conftest.py.
 
 Set ``KEEL_TEST_TEMPORAL_ADDRESS`` to run against an existing server instead.
+
+Parallel runs (``scripts/test.sh`` runs ``pytest -n 2 --dist loadgroup``): each
+pytest-xdist worker is its own session, with its own Temporal dev server, embedded
+model server, temp dirs and free ports; PostgreSQL is shared, one schema per test. A
+test file runs whole on one worker (its module fixtures are set up once), and every test
+that uses the embedded model runs on the same worker (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,51 @@ if sys.version_info < (3, 13):
 
 POSTGRES_URL = os.environ.get("KEEL_TEST_POSTGRES_URL", "")
 
+#: The xdist group of every test that runs the embedded llama.cpp model: it answers one
+#: request at a time and takes both cores while it does, so two at once would only make
+#: each slower (and their timeouts nearer). Mark a test that starts the model itself
+#: (``keel demo``, its own ``LocalModelServer``) with ``@pytest.mark.embedded_model``;
+#: users of the ``local_model_server`` fixture are found by the fixture's name.
+EMBEDDED_MODEL_GROUP = "embedded-model"
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    if item.get_closest_marker("xdist_group") is not None:
+        return None  # the test chose its own
+    if item.get_closest_marker("embedded_model") is not None or "local_model_server" in getattr(
+        item, "fixturenames", ()
+    ):
+        return EMBEDDED_MODEL_GROUP
+    return _file(item)
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group tests for ``--dist loadgroup``: by file, and every embedded-model test in
+    one group. On an xdist worker (which is where collection happens), also order the
+    work longest first: the embedded model's group, then files with slow tests, then the
+    rest, each file whole and in its own order; so short files fill in at the end
+    instead of one long file running alone (``--no-loadscope-reorder`` keeps this order).
+    """
+    groups = {id(item): _xdist_group(item) for item in items}
+    if hasattr(config, "workerinput"):
+        slow_files = {_file(i) for i in items if i.get_closest_marker("slow") is not None}
+
+        def rank(item: pytest.Item) -> int:
+            if groups[id(item)] == EMBEDDED_MODEL_GROUP:
+                return 0
+            return 1 if _file(item) in slow_files else 2
+
+        items.sort(key=rank)
+    for item in items:
+        group = groups[id(item)]
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="session")
 def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -100,9 +151,10 @@ async def worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
         yield w
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
-    """The embedded local model (llama.cpp) on a free port, one per test module.
+    """The embedded local model (llama.cpp) on a free port, one per test session (xdist
+    worker): it keeps no state between requests, and loading it takes seconds.
 
     Only for tests that skip without llama_cpp: with llama_cpp installed the weights must be
     too, so a missing model is a failure here, not a skip.

@@ -106,6 +106,7 @@ def test_cli_exits_cleanly_after_using_the_temporal_client(tmp_path, temporal_ad
 
 
 @pytest.mark.slow
+@pytest.mark.embedded_model
 def test_demo_end_to_end(tmp_path):
     """The README's first command: gate opened, approved through the API, workflow done."""
     if unavailable_reason():
