@@ -31,6 +31,6 @@ fi
 # One run of the whole suite with PostgreSQL beside it: store tests run on SQLite and
 # PostgreSQL; the CLI and demo tests use the default SQLite file. Each test file runs
 # whole on one worker, the embedded model's tests all on one (tests/conftest.py), longest
-# first in the order tests/conftest.py gives (not xdist's, by test count).
+# first (tests/conftest.py: pytest_xdist_make_scheduler).
 exec bash scripts/with-postgres.sh .venv/bin/pytest \
-    -n "$workers" --dist loadgroup --no-loadscope-reorder "$@"
+    -n "$workers" --dist loadgroup "$@"
