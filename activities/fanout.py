@@ -141,17 +141,38 @@ def _start_cluster(num_cpus: int) -> None:
             )
             break
         except Exception as exc:
-            # Ray gives a starting node a fixed 30 s to register with its GCS; on a busy
-            # machine it can miss that. Stop what it started, then try once more.
-            if "timed out during startup" not in str(exc) or attempt == _START_ATTEMPTS:
-                raise
-            pids = _ray_pids()
+            # A failed start leaves its GCS, monitors and agents running, and Ray no
+            # longer knows them: stop every process of ours that names its temp dir.
+            pids = _ray_pids() | _started_in(temp_dir)
             with contextlib.suppress(Exception):
                 ray.shutdown()
+            pids |= _started_in(temp_dir)
             _reap(pids)
+            for pid in pids:  # Ray dropped its handles on them: reap our own children
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            # Ray gives a starting node a fixed 30 s to register with its GCS; on a busy
+            # machine it can miss that: then try once more.
+            if "timed out during startup" not in str(exc) or attempt == _START_ATTEMPTS:
+                shutil.rmtree(temp_dir, ignore_errors=True)
+                raise
     _ray_state.update(owned=True, temp_dir=temp_dir, num_cpus=max(1, num_cpus))
     _remotes.clear()
     atexit.register(ray_shutdown)
+
+
+def _started_in(temp_dir: str) -> set[int]:
+    """This process's descendants whose command line names ``temp_dir``."""
+    children = _children()
+    found: set[int] = set()
+    stack = [os.getpid()]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            stack.append(child)
+            with contextlib.suppress(OSError):
+                if temp_dir.encode() in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.add(child)
+    return found
 
 
 def on_shutdown(hook: Callable[[], None]) -> None:
