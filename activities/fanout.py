@@ -9,7 +9,11 @@ Nothing here knows what runs on an actor: a family passes its actor class (any c
   packages and operator code. :func:`ray_shutdown` stops it and reaps every process it
   started, even those Ray itself leaves behind; a worker process that dies takes its Ray
   processes with it (Ray ties them to the driver's life), and the next start removes the
-  temp dirs of owners that are gone.
+  temp dirs of owners that are gone. Two processes of this host never start their clusters
+  at the same moment (an flock on ``/tmp/keel-ray-start.lock``): Ray gives a starting node
+  a fixed 30 s to register with its GCS, and two starts at once on a small, busy machine
+  missed it ("The current node timed out during startup"; seen with two test workers);
+  a start that misses it is stopped and tried once more.
 - :class:`ActorPool` keeps at most ``size`` actors of one class (each holds one CPU),
   started and ready before they get work, so a caller's timeout measures the work and not
   a process start. An actor whose call timed out or was cancelled is :meth:`ActorPool.discard`-ed
@@ -29,7 +33,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +59,25 @@ _remotes: dict[tuple[type, int], Any] = {}
 _shutdown_hooks: list[Callable[[], None]] = []
 
 _OWNER_FILE = "keel-owner.pid"
+_START_LOCK = Path("/tmp/keel-ray-start.lock")
+_START_ATTEMPTS = 2
+
+
+@contextlib.contextmanager
+def _one_start_at_a_time() -> Iterator[None]:
+    """Hold the host-wide Ray start lock (released when the process dies, whatever way)."""
+    import fcntl
+
+    try:
+        fd = os.open(_START_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # another user's lock file: start unserialised, as before
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _sweep_stale_temp_dirs() -> None:
@@ -87,30 +110,69 @@ def ray_init(num_cpus: int) -> None:
             return
         # The env var above covers processes Ray starts; this covers a Ray imported earlier.
         ray_constants.ENABLE_RAY_CLUSTER = False
-        _sweep_stale_temp_dirs()
-        temp_dir = tempfile.mkdtemp(prefix="keel-ray-", dir="/tmp")
-        Path(temp_dir, _OWNER_FILE).write_text(str(os.getpid()))
-        pythonpath = os.pathsep.join(
-            p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
-        )
-        ray.init(
-            num_cpus=max(1, num_cpus),
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            namespace="keel",
-            _temp_dir=temp_dir,
-            runtime_env={
-                "env_vars": {
-                    "PYTHONPATH": pythonpath,
-                    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                }
-            },
-        )
-        _ray_state.update(owned=True, temp_dir=temp_dir, num_cpus=max(1, num_cpus))
-        _remotes.clear()
-        atexit.register(ray_shutdown)
+        with _one_start_at_a_time():
+            _start_cluster(num_cpus)
+
+
+def _start_cluster(num_cpus: int) -> None:
+    """Start this process's local cluster (the caller holds both locks)."""
+    import ray
+
+    _sweep_stale_temp_dirs()
+    temp_dir = tempfile.mkdtemp(prefix="keel-ray-", dir="/tmp")
+    Path(temp_dir, _OWNER_FILE).write_text(str(os.getpid()))
+    pythonpath = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                num_cpus=max(1, num_cpus),
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                namespace="keel",
+                _temp_dir=temp_dir,
+                runtime_env={
+                    "env_vars": {
+                        "PYTHONPATH": pythonpath,
+                        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                    }
+                },
+            )
+            break
+        except Exception as exc:
+            # A failed start leaves its GCS, monitors and agents running, and Ray no
+            # longer knows them: stop every process of ours that names its temp dir.
+            pids = _ray_pids() | _started_in(temp_dir)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            pids |= _started_in(temp_dir)
+            _reap(pids)
+            for pid in pids:  # Ray dropped its handles on them: reap our own children
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            # Ray gives a starting node a fixed 30 s to register with its GCS; on a busy
+            # machine it can miss that: then try once more.
+            if "timed out during startup" not in str(exc) or attempt == _START_ATTEMPTS:
+                shutil.rmtree(temp_dir, ignore_errors=True)
+                raise
+    _ray_state.update(owned=True, temp_dir=temp_dir, num_cpus=max(1, num_cpus))
+    _remotes.clear()
+    atexit.register(ray_shutdown)
+
+
+def _started_in(temp_dir: str) -> set[int]:
+    """This process's descendants whose command line names ``temp_dir``."""
+    children = _children()
+    found: set[int] = set()
+    stack = [os.getpid()]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            stack.append(child)
+            with contextlib.suppress(OSError):
+                if temp_dir.encode() in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.add(child)
+    return found
 
 
 def on_shutdown(hook: Callable[[], None]) -> None:

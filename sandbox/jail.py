@@ -39,6 +39,7 @@ from typing import Any
 from sandbox.cgroups import RunCgroup, cgroup_setup
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
+from sandbox.tether import tethered
 from sandbox.workspace import Workspace, tmpfs_inodes, unreachable_reason, validate_relpath
 
 NSJAIL_ENV = "KEEL_NSJAIL_PATH"
@@ -336,8 +337,10 @@ async def _execute(
 ) -> tuple[SandboxResult, _LogReport]:
     start = time.monotonic()
     try:
+        # Its own session (a timeout kills its group), tethered to this thread: nsjail, and
+        # with it the jail, dies with the process that waits for it (sandbox.tether).
         proc = await asyncio.create_subprocess_exec(
-            *cmd,
+            *tethered(cmd),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

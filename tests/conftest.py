@@ -3,6 +3,12 @@ task queue per test, the API in process, an empty SQL database (SQLite, and Post
 when ``KEEL_TEST_POSTGRES_URL`` is set). A family's own fixtures are in its conftest.py.
 
 Set ``KEEL_TEST_TEMPORAL_ADDRESS`` to run against an existing server instead.
+
+Parallel runs (``scripts/test.sh`` runs ``pytest -n 2 --dist loadgroup``): each
+pytest-xdist worker is its own session, with its own Temporal dev server, embedded
+model server, temp dirs and free ports; PostgreSQL is shared, one schema per test. A
+test file runs whole on one worker (its module fixtures are set up once), and every test
+that uses the embedded model runs on the same worker (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,78 @@ if sys.version_info < (3, 13):
 
 POSTGRES_URL = os.environ.get("KEEL_TEST_POSTGRES_URL", "")
 
+#: The test files that run the embedded llama.cpp model (the ``local_model_server``
+#: fixture, ``keel demo``, or a ``LocalModelServer`` of their own, marked
+#: ``@pytest.mark.embedded_model``). Under xdist they all run on one worker: the model
+#: answers one request at a time and takes both cores while it does, so two at once only
+#: make each slower and their timeouts nearer. Collection fails if a test that uses the
+#: model is in a file not listed here.
+EMBEDDED_MODEL_FILES = frozenset(
+    {
+        "tests/console/test_design_console_free_text.py",
+        "tests/core/integration/test_cli.py",
+        "tests/core/integration/test_local_model.py",
+        "tests/mrp/integration/test_examples.py",
+        "tests/rllm/integration/test_cli.py",
+        "tests/rllm/integration/test_local_model.py",
+        "tests/srl/integration/test_actor_collection.py",
+        "tests/srl/integration/test_actor_pool.py",
+    }
+)
+EMBEDDED_MODEL_GROUP = "embedded-model"
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The work unit of a test under ``--dist loadgroup``: its file, or the embedded
+    model's group. (pytest-xdist 3.8 cannot read ``xdist_group`` marks under pytest 9,
+    whose node ids it can no longer suffix, so the grouping is by node id, here.)"""
+    file = _file(nodeid)
+    return EMBEDDED_MODEL_GROUP if file in EMBEDDED_MODEL_FILES else file
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: whole files (and the embedded model's group) as work units,
+    handed out in collection order (see ``pytest_collection_modifyitems``)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return FileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Check that every embedded-model test is in a listed file; on an xdist worker (where
+    collection happens), order the work longest first: the embedded model's group, then
+    files with slow tests, then the rest, each file whole and in its own order, so short
+    files fill in at the end instead of one long file running alone."""
+    for item in items:
+        uses_model = item.get_closest_marker("embedded_model") is not None or (
+            "local_model_server" in getattr(item, "fixturenames", ())
+        )
+        if uses_model and _file(item.nodeid) not in EMBEDDED_MODEL_FILES:
+            raise pytest.UsageError(
+                f"{item.nodeid} runs the embedded model: add its file to "
+                "EMBEDDED_MODEL_FILES in tests/conftest.py"
+            )
+    if hasattr(config, "workerinput"):
+        slow = {_file(i.nodeid) for i in items if i.get_closest_marker("slow") is not None}
+
+        def rank(item: pytest.Item) -> int:
+            if xdist_scope(item.nodeid) == EMBEDDED_MODEL_GROUP:
+                return 0
+            return 1 if _file(item.nodeid) in slow else 2
+
+        items.sort(key=rank)
+
 
 @pytest.fixture(scope="session")
 def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -100,9 +178,10 @@ async def worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
         yield w
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
-    """The embedded local model (llama.cpp) on a free port, one per test module.
+    """The embedded local model (llama.cpp) on a free port, one per test session (xdist
+    worker): it keeps no state between requests, and loading it takes seconds.
 
     Only for tests that skip without llama_cpp: with llama_cpp installed the weights must be
     too, so a missing model is a failure here, not a skip.

@@ -37,6 +37,7 @@ from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.jail import Bind, run_async
 from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
 from sandbox.python_block import python_runtime
+from sandbox.tether import tethered
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +277,9 @@ async def _host(
     argv: Sequence[str], cwd: Path, timeout_s: float = HOST_TIMEOUT_S
 ) -> tuple[int | None, str, str]:
     """Run a read-only tool over ``cwd``; (exit code or None on timeout, stdout, stderr)."""
+    # Its own session (a timeout kills its group), and tethered: it dies with the worker.
     proc = await asyncio.create_subprocess_exec(
-        *argv,
+        *tethered(argv),
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

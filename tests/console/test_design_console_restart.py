@@ -66,8 +66,8 @@ class WorkerProcesses:
         self.started.append(proc)
         return proc
 
-    def kill(self) -> None:
-        sigkill(self.started[-1])
+    async def kill(self) -> None:
+        await sigkill(self.started[-1])
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ async def test_stream_survives_a_worker_restart_mid_run(
     assert before == list(range(len(before))), before
     await watch_stream_state(page)
 
-    worker.kill()
+    await worker.kill()
     await asyncio.sleep(OUTAGE_S)
     # No worker: the page is still on its stream, with the same cards and no error.
     assert await seqs(page) == before

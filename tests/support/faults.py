@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,12 +24,14 @@ from temporalio.client import WorkflowHandle
 
 from keel.records import GateAuditEvent
 from keel.settings import Settings
-from services.processes import ManagedProcess, TemporalDevServer, pid_alive
+from services.processes import ManagedProcess, TemporalDevServer
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GATE_EVENT_ACTIVITY = "records.gate_event"
+# How long a killed process and what it started may take to be gone (torn down, reaped).
+GONE_TIMEOUT_S = 30.0
 
 
 def fault_settings(data_dir: Path, temporal_address: str) -> Settings:
@@ -164,12 +166,120 @@ async def spawn_ready_worker(
     return worker
 
 
-def sigkill(worker: ManagedProcess) -> None:
-    """SIGKILL the worker's whole process group and check that nothing of it is left."""
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, process group) of ``pid`` from /proc, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+def descendants(pid: int) -> set[int]:
+    """PIDs of every live descendant of ``pid``, in its process group or not (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(int(entry))) is not None:
+            children.setdefault(st[1], []).append(int(entry))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited: a zombie (dead, not yet reaped by its
+    parent) counts as gone."""
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def group_exists(pgid: int) -> bool:
+    """Whether any process (a zombie included) is still in process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _survivors(pids: Iterable[int], pgid: int | None) -> list[str]:
+    found = {p for p in pids if running(p)}
+    if pgid is not None:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (st := _stat(int(entry))) is not None and st[2] == pgid:
+                found.add(int(entry))
+    return [f"{p} {(_stat(p) or ('gone',))[0]} {cmdline(p)[:200]}" for p in sorted(found)]
+
+
+async def wait_gone(
+    pids: Iterable[int] = (),
+    *,
+    pgid: int | None = None,
+    timeout_s: float = GONE_TIMEOUT_S,
+    what: str,
+) -> None:
+    """Wait until none of ``pids`` runs and process group ``pgid`` is empty (every member
+    reaped); fail naming the survivors after ``timeout_s``.
+
+    Killed processes are not gone at once: the kernel tears each one down, and one whose
+    parent died is reaped by init a moment later; so every check that something is gone
+    waits for it, with a bound.
+    """
+    watched = set(pids)
+
+    def gone() -> bool:
+        return not any(running(p) for p in watched) and (pgid is None or not group_exists(pgid))
+
+    deadline = time.monotonic() + timeout_s
+    while not gone():
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"timed out after {timeout_s:.0f}s waiting for {what}; still there:\n"
+                + "\n".join(_survivors(watched, pgid))
+            )
+        await asyncio.sleep(0.05)
+
+
+def wait_gone_sync(pids: Iterable[int], *, timeout_s: float = GONE_TIMEOUT_S, what: str) -> None:
+    """:func:`wait_gone` for synchronous tests (processes only)."""
+    watched = set(pids)
+    deadline = time.monotonic() + timeout_s
+    while any(running(p) for p in watched):
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"timed out after {timeout_s:.0f}s waiting for {what}; still there:\n"
+                + "\n".join(_survivors(watched, None))
+            )
+        time.sleep(0.05)
+
+
+async def sigkill(worker: ManagedProcess, *, timeout_s: float = GONE_TIMEOUT_S) -> None:
+    """SIGKILL the worker's whole process group; wait (bounded) until the group is empty
+    and every process the worker had started, in its group or not (the jail, a host
+    tool, Ray), is gone with it."""
     assert worker.proc is not None
     pgid = worker.pid
+    started = descendants(pgid)
     os.killpg(pgid, signal.SIGKILL)
-    assert worker.proc.wait(timeout=10) == -signal.SIGKILL
-    assert not pid_alive(pgid)
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pgid, 0)
+    assert await asyncio.to_thread(worker.proc.wait, 10) == -signal.SIGKILL
+    await wait_gone(
+        started, pgid=pgid, timeout_s=timeout_s,
+        what=f"the killed worker's process group {pgid} and its children to be gone",
+    )  # fmt: skip

@@ -101,7 +101,7 @@ async def test_worker_sigkill_while_gate_waits(
     )
     assert worker.running(), f"worker exited early:\n{(tmp_path / 'worker.log').read_text()}"
 
-    sigkill(worker)  # no clean shutdown: the gate stays on the dead worker's sticky queue
+    await sigkill(worker)  # no clean shutdown: the gate stays on the dead worker's sticky queue
     await approve_and_check(client, settings, handle)
 
 
@@ -193,7 +193,7 @@ async def test_worker_sigkill_after_side_effect_before_completion(
         timeout_s=30,
         what="the partitioned worker to write the 'opened' row",
     )
-    sigkill(worker)
+    await sigkill(worker)
     # The side effect happened, yet the server never heard: no marker, the task still open.
     assert await local_activity_names(handle) == []
 
@@ -243,7 +243,7 @@ async def test_worker_sigkill_after_the_answer_before_the_audit_row(
             )
 
         await wait_until(approved_row_in_flight, timeout_s=60, what="the 'approved' row to start")
-        sigkill(worker)
+        await sigkill(worker)
     finally:
         lock.execute("ROLLBACK")
         lock.close()

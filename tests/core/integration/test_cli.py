@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from services.model_server import unavailable_reason
-from services.processes import free_port, pid_alive
+from services.processes import free_port
+from tests.support.faults import wait_gone_sync
 
 KEEL = [sys.executable, "-m", "cli.keel"]
 
@@ -103,7 +104,7 @@ def test_up_status_second_up_and_down(tmp_path):
         down = run(["down"], env)
         assert down.returncode == 0 and "down" in down.stdout
         up.wait(timeout=60)
-        assert all(not pid_alive(p) for p in pids), "a service outlived keel down"
+        wait_gone_sync(pids, what="every service keel up started to be gone after keel down")
         assert run(["status"], env).returncode == 3
     finally:
         stop_up(up)
@@ -120,6 +121,7 @@ def test_cli_exits_cleanly_after_using_the_temporal_client(tmp_path, temporal_ad
 
 
 @pytest.mark.slow
+@pytest.mark.embedded_model
 def test_demo_end_to_end(tmp_path):
     """The README's first command: gate opened, approved through the API, workflow done."""
     if unavailable_reason():

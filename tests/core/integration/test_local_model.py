@@ -18,6 +18,7 @@ from store.files import load_models_config
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.embedded_model,
     pytest.mark.skipif(
         importlib.util.find_spec("llama_cpp") is None,
         reason="llama_cpp is not installed (uv sync --extra local-model)",

@@ -22,6 +22,7 @@ from cli.keel import WORKER_RESTART_FIRST_S, WORKER_RESTART_MAX_S, WorkerRestart
 from keel.settings import DEV_APPROVER_TOKEN, DEV_REQUESTER_TOKEN
 from services.processes import pid_alive
 from tests.core.integration.test_cli import KEEL, keel_env, run, stop_up
+from tests.support.faults import wait_gone_sync
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,6 @@ def test_killed_worker_is_restarted_and_a_gate_completes_through_the_api(tmp_pat
         up.wait(timeout=60)
         stderr = up.stderr.read() if up.stderr else ""
         assert "restarting it in 1s" in stderr and "worker restarted" in stderr, stderr
-        assert not pid_alive(int(after["worker"]["pid"]))
+        wait_gone_sync([int(after["worker"]["pid"])], what="the restarted worker to be gone")
     finally:
         stop_up(up)

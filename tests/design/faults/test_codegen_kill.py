@@ -108,7 +108,7 @@ async def test_worker_killed_after_the_codegen_answer_does_not_ask_the_model_aga
                 what="the codegen answer recorded while design.codegen runs",
             )
             assert len(llm.chat_requests) == 1
-            sigkill(worker)
+            await sigkill(worker)
         finally:
             lock.execute("ROLLBACK")
             lock.close()

@@ -25,11 +25,11 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from keel.mrp.run import ERROR_SHARD, MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
-from services.processes import ManagedProcess, TemporalDevServer, pid_alive
+from services.processes import ManagedProcess, TemporalDevServer
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.mrp_runs import get_manifest, get_run, list_shards
-from tests.support.faults import wait_until, worker_env
+from tests.support.faults import cmdline, descendants, wait_gone, wait_until, worker_env
 from tests.support.mrp_jobs import run_job
 from tests.support.mrp_operators.flaky.agent import attempts as flaky_attempts
 from tests.support.mrp_operators.slow.agent import count as slow_count
@@ -272,37 +272,6 @@ async def test_shard_past_its_timeout_is_cancelled_on_ray(
     assert slow_count(state, "shard-000000", "done") == 0
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
-        return ""
-
-
-def _descendants(pid: int) -> set[int]:
-    """PIDs of every live descendant of ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
 @pytest.mark.slow
 async def test_worker_sigkill_mid_map_resumes_without_recompute(
     client: Client,
@@ -345,17 +314,15 @@ async def test_worker_sigkill_mid_map_resumes_without_recompute(
         what="the worker to finish 4 shards",
     )
     assert worker.running(), f"worker exited early:\n{log_path.read_text()}"
-    tree = _descendants(worker.pid) | {worker.pid}
-    cmdlines = [_cmdline(p) for p in tree]
+    tree = descendants(worker.pid) | {worker.pid}
+    cmdlines = [cmdline(p) for p in tree]
     assert any("raylet" in c for c in cmdlines), cmdlines
     # The Ray temp dir the killed worker cannot remove itself (/tmp/keel-ray-*).
     ray_dirs = {m for c in cmdlines for m in re.findall(r"/tmp/keel-ray-[A-Za-z0-9_]+", c)}
     os.killpg(worker.pid, signal.SIGKILL)
     assert worker.proc is not None and worker.proc.wait(timeout=10) == -signal.SIGKILL
     # The worker, its Ray cluster and Ray's workers are all gone.
-    await wait_until(
-        lambda: not any(pid_alive(p) for p in tree), timeout_s=30, what="Ray processes to exit"
-    )
+    await wait_gone(tree, pgid=worker.pid, timeout_s=30, what="Ray processes to exit")
     for d in ray_dirs:
         shutil.rmtree(d, ignore_errors=True)
     sm = get_sessionmaker(settings.resolved_database_url)

@@ -21,10 +21,11 @@ import pytest
 from keel.digest import digest_bytes
 from keel.mrp.run import run_manifest_from_json
 from keel.settings import Settings
-from services.processes import pid_alive, stop_pid
+from services.processes import stop_pid
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.models import MrpRunRow
+from tests.support.faults import wait_gone_sync
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "mrp"
@@ -167,4 +168,4 @@ def test_run_no_wait_leaves_the_worker_it_started(env: dict[str, str]) -> None:
         assert doc(seen)["run"]["status"] == "succeeded"
     finally:
         stop_pid(pid)
-    assert not pid_alive(pid)
+    wait_gone_sync([pid], what=f"process {pid} to be gone")

@@ -66,7 +66,7 @@ async def test_worker_killed_between_model_answer_and_stats_record(
 
             await wait_until(answered, timeout_s=60, what="the model's answer in the history")
             assert len(llm.chat_requests) == 1
-            sigkill(worker)
+            await sigkill(worker)
         finally:
             lock.execute("ROLLBACK")
             lock.close()

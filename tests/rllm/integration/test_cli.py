@@ -393,6 +393,7 @@ async def test_cli_starts_a_worker_when_none_polls(settings, model_server):
 
 
 @pytest.mark.slow
+@pytest.mark.embedded_model
 async def test_cli_starts_the_embedded_server_and_stops_it(settings, model_server, tmp_path):
     data = tmp_path / "embedded"
     env = cli_env(

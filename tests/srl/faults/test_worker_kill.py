@@ -85,7 +85,7 @@ async def test_worker_killed_mid_step_loses_no_step_and_records_none_twice(
 
             await wait_until(all_inside_apply, timeout_s=60, what="every episode inside srl.apply")
             assert len(llm.chat_requests) == 3
-            sigkill(worker)
+            await sigkill(worker)
         finally:
             lock.execute("ROLLBACK")
             lock.close()

@@ -30,6 +30,7 @@ from workers.main import build_worker
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.embedded_model,
     pytest.mark.skipif(
         importlib.util.find_spec("llama_cpp") is None,
         reason="llama_cpp is not installed (uv sync --extra local-model)",

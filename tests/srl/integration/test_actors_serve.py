@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from services.processes import free_port, pid_alive
+from tests.support.faults import wait_gone_sync
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -116,8 +117,7 @@ def test_serve_starts_restarts_and_stops_children_by_pid(tmp_path: Path) -> None
         err = proc.stderr.read()
         assert "g0 (pid" in err and "g0 restarted (pid" in err
         restarted = int(err.split("g0 restarted (pid ")[1].split(")")[0])
-        for pid in [*pids.values(), restarted]:
-            assert not pid_alive(pid)
+        wait_gone_sync([*pids.values(), restarted], what="every actor to be gone")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
