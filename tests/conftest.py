@@ -71,6 +71,7 @@ EMBEDDED_MODEL_FILES = frozenset(
         "tests/console/test_design_console_free_text.py",
         "tests/core/integration/test_cli.py",
         "tests/core/integration/test_local_model.py",
+        "tests/design/integration/test_agents.py",
         "tests/mrp/integration/test_examples.py",
         "tests/rllm/integration/test_cli.py",
         "tests/rllm/integration/test_local_model.py",
