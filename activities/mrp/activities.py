@@ -52,9 +52,11 @@ from activities.mrp.operators import (
     read_config_file,
     resolve_config_path,
 )
+from activities.mrp.sinks import SinkWriteError, upload_to_s3
 from activities.mrp.window import MapWindow, load_ir
 from keel.digest import digest_bytes, digest_json
 from keel.mrp import steps
+from keel.mrp.dsl import URI_RE, destination_problem
 from keel.mrp.errors import (
     DslError,
     InputsRefused,
@@ -560,13 +562,9 @@ class MrpActivities:
             store = self.store
             ir = load_ir(store, inp.ir_digest)
             sink = ir.produce.sink
-            if "://" in sink.destination:
-                raise ApplicationError(
-                    f"sink destination {sink.destination}: this runtime writes relative "
-                    "destinations under the run's output root only",
-                    type=ERROR_PHASE,
-                    non_retryable=True,
-                )
+            problem = destination_problem(sink.destination)
+            if problem is not None:  # compile refuses these (MRP-P015); an old IR may not
+                raise ApplicationError(problem, type=ERROR_PHASE, non_retryable=True)
             handle = phase_handle(self.config(), ir, "produce")
             reduced = store.get_json(inp.reduce_digest)
             out_dir = Path(inp.output_root)
@@ -579,6 +577,16 @@ class MrpActivities:
                 files.append(
                     ProducedFileRecord(path=f.path, digest=digest_bytes(data), size=len(data))
                 )
+            if URI_RE.match(sink.destination):
+                # Staged under the output root; uploaded where the sink says (idempotent).
+                try:
+                    files = upload_to_s3(
+                        self._settings, sink.destination, out_dir, files, inp.run_id
+                    )
+                except SinkWriteError as e:
+                    raise ApplicationError(
+                        str(e), type=ERROR_PHASE, non_retryable=not e.retryable
+                    ) from None
             return ProduceOutput(
                 files=files,
                 produce_result_digest=store.put_json(result.model_dump(mode="json")),

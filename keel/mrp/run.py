@@ -117,11 +117,13 @@ class RunCost(_RunModel):
 
 
 class ProducedFileRecord(_RunModel):
-    """A file the produce phase wrote, relative to the run's output directory."""
+    """A file the produce phase wrote, relative to the run's output directory; ``uri`` is
+    where it was uploaded for an ``s3://`` sink (``s3://bucket/prefix/<path>``)."""
 
     path: str
     digest: str
     size: int = Field(ge=0)
+    uri: str | None = None
 
 
 class ShardOutputRecord(_RunModel):

@@ -332,9 +332,12 @@ class ProducerBase(OperatorBase):
 
 def sink_file_name(sink: SinkSpec) -> str:
     """The file a producer writes for ``sink``, relative to ``out_dir``: the destination
-    itself when it is a relative path, else the last segment of the URI's path (the
-    runtime copies ``out_dir`` to the URI)."""
+    itself when it is a relative path, else the last segment of the URI's path, or
+    ``output.<kind>`` for a URI ending in ``/`` (the runtime uploads ``out_dir``'s files
+    under the URI's prefix)."""
     dest = sink.destination
+    if "://" in dest and dest.endswith("/"):
+        return f"output.{sink.kind.value}"  # a prefix: s3://bucket/folder/
     if "://" in dest:
         tail = dest.rstrip("/").rsplit("/", 1)[-1]
         return tail if _SAFE_REL.match(tail) and "://" not in tail else f"output.{sink.kind.value}"
