@@ -462,8 +462,24 @@ class MrpActivities:
             llm=llm,
             file_reader=file_reader(self.store),
             operator=handle.spec.ref,
+            failed_shards=self._failed_shards(ir, inp.run_id),
         )
         return ctx, stats
+
+    def _failed_shards(self, ir: JobIR, run_id: str) -> list[dict[str, JsonValue]]:
+        """The shards of a run that went on without them (``min_success_ratio``), with
+        their errors, in shard order; empty for every other run."""
+        if ir.limits.min_success_ratio is None:
+            return []
+        return [
+            {
+                "shard_id": r.shard_id,
+                "shard_index": r.shard_index,
+                "attempts": r.attempts,
+                "error": r.error or "",
+            }
+            for r in list_shards(self.sessions, run_id, state="failed")
+        ]
 
     @property
     def llm_gateway(self) -> LLMGateway:
@@ -503,8 +519,21 @@ class MrpActivities:
             handle = phase_handle(self.config(), ir, "reduce")
             rows = shards_with_output(self.sessions, inp.run_id)
             by_index = {i: r.output_digest for i, r in rows.items() if r.output_digest}
+            total = len(ir.map_tasks)
             try:
-                digests = in_shard_order(by_index, len(ir.map_tasks))
+                if ir.limits.min_success_ratio is not None and len(by_index) < total:
+                    # min_success_ratio: the shards that succeeded, in shard order, exactly
+                    # what a run of only those shards would reduce.
+                    if not ir.limits.enough_succeeded(len(by_index), total):
+                        raise ValueError(
+                            f"{len(by_index)} of {total} shards have an output, under "
+                            f"min_success_ratio {ir.limits.min_success_ratio}"
+                        )
+                    if any(not 0 <= i < total for i in by_index):
+                        raise ValueError("a shard output outside the job's shards")
+                    digests = [by_index[i] for i in sorted(by_index)]
+                else:
+                    digests = in_shard_order(by_index, total)
             except ValueError as e:
                 raise ApplicationError(
                     f"cannot reduce run {inp.run_id}: {e}", type=ERROR_PHASE, non_retryable=True
@@ -628,6 +657,7 @@ class MrpActivities:
                         output_digest=row.output_digest if row is not None else None,
                         state=state,
                         attempts=row.attempts if row is not None else 0,
+                        error=row.error if row is not None and state == "failed" else None,
                     )
                 )
             counters.total = len(ir.map_tasks)

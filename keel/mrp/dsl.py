@@ -27,8 +27,10 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -257,7 +259,33 @@ class OperatorCall(_Spec):
 
 
 class MapSpec(OperatorCall):
-    """The map step: ``operator`` runs once per shard."""
+    """The map step: ``operator`` runs once per shard.
+
+    ``min_success_ratio`` (as Flyte map tasks have it): the share of shards that must
+    succeed for the job to go on. Absent means 1 (today's behaviour: one shard that fails
+    for good fails the job). Below 1, shards that fail for good are recorded with their
+    error, the other shards still run, and when at least that share succeeded the reduce
+    runs over the shards that did, in shard order; otherwise the job fails as before.
+    """
+
+    min_success_ratio: Decimal | None = Field(default=None, gt=0, le=1)
+
+    @model_serializer(mode="wrap")
+    def _omit_default_ratio(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Absent and 1 both mean "every shard": the canonical form omits the key, so the
+        # digests of jobs written before the key existed stay what they were.
+        data = handler(self)
+        if isinstance(data, dict) and (
+            self.min_success_ratio is None or self.min_success_ratio == 1
+        ):
+            data.pop("min_success_ratio", None)
+        return data
+
+    @property
+    def success_ratio(self) -> Decimal | None:
+        """The ratio when below 1 (failed shards are tolerated), else None."""
+        r = self.min_success_ratio
+        return r if r is not None and r < 1 else None
 
 
 class ReduceSpec(OperatorCall):

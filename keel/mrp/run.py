@@ -136,6 +136,7 @@ class ShardOutputRecord(_RunModel):
     output_digest: str | None = None
     state: ShardState = "succeeded"
     attempts: int = 0
+    error: str | None = None  # why a failed shard failed (its last attempt's error)
 
 
 class EvaluationRecord(_RunModel):
@@ -183,6 +184,10 @@ class RunManifest(_RunModel):
     def to_json(self) -> bytes:
         """``run-manifest.json``: canonical JSON bytes."""
         return canonical_json(self)
+
+    def failed_shards(self) -> list[ShardOutputRecord]:
+        """The shards that failed for good, in shard order (each with its error)."""
+        return sorted((s for s in self.shards if s.state == "failed"), key=_index)
 
     def shard_output_digests(self) -> dict[str, str]:
         """``shard-NNNNNN`` -> output digest, for every shard that has an output."""

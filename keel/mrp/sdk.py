@@ -197,6 +197,8 @@ class OperatorContext:
         file_reader: Callable[[FileRef], bytes] | None = None,
         log_sink: Callable[[str], None] | None = None,
         operator: str = "",
+        failed_shards: list[dict[str, JsonValue]] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.params: dict[str, JsonValue] = dict(params or {})
         self.seed = seed
@@ -208,6 +210,21 @@ class OperatorContext:
         self.charged_units = Decimal(0)
         self._file_reader = file_reader or _no_files
         self._log_sink = log_sink
+        # Shards that failed for good in a run that went on without them (map's
+        # min_success_ratio < 1): ``{shard_id, shard_index, attempts, error}`` in shard
+        # order, for the reduce, evaluate and produce steps; empty otherwise.
+        self.failed_shards: list[dict[str, JsonValue]] = list(failed_shards or [])
+        # The environment variables the operator's ``env:`` declares (the only ones its
+        # process has): the same as ``os.environ`` inside the operator's process.
+        self.env: dict[str, str] = dict(env or {})
+
+    def run_audit(self) -> dict[str, JsonValue]:
+        """What a producer's audit record adds about the run: ``failed_shards`` (each with
+        its error) when the run went on without some shards; ``{}`` otherwise, so audit
+        logs of complete runs are what they always were."""
+        if not self.failed_shards:
+            return {}
+        return {"failed_shards": list(self.failed_shards)}  # type: ignore[dict-item]
 
     def read_file(self, ref: FileRef) -> bytes:
         """The bytes of one input file of this shard."""
