@@ -39,6 +39,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.llm import LLMGateway, sql_recorder
 from activities.mrp.backends import file_reader, store_for
+from activities.mrp.host import run_in_host
 from activities.mrp.inputs import input_root, resolve_files
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for, record_calls
 from activities.mrp.operators import (
@@ -69,6 +70,7 @@ from keel.mrp.ir import (
     ir_from_json,
 )
 from keel.mrp.normalize import FileRef, in_shard_order
+from keel.mrp.registry import OperatorKind
 from keel.mrp.run import (
     ERROR_COMPILE,
     ERROR_PHASE,
@@ -511,8 +513,6 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._reduce, inp)
 
     def _reduce(self, inp: PhaseInput, call_logs: list[LLMCallLog]) -> ReduceResult:
-        from activities.mrp.operators import invoke_reduce
-
         with _span("mrp.reduce", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
@@ -542,7 +542,7 @@ class MrpActivities:
                 outputs: list[JsonValue] = list(pool.map(store.get_json, digests))
             ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle, call_logs)
             with _operator_errors():
-                reduced = invoke_reduce(handle.spec, handle.load(), outputs, ctx)
+                reduced = run_in_host(OperatorKind.REDUCE, handle, outputs, ctx)
             return ReduceResult(
                 reduce_digest=store.put_json(reduced),
                 cost_units=handle.spec.cost_weight + ctx.charged_units,
@@ -555,8 +555,6 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._evaluate, inp)
 
     def _evaluate(self, inp: EvaluateInput, call_logs: list[LLMCallLog]) -> EvaluateResult:
-        from activities.mrp.operators import invoke_evaluate
-
         with _span("mrp.evaluate", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
@@ -565,7 +563,7 @@ class MrpActivities:
             reduced = store.get_json(inp.reduce_digest)
             ctx, llm = self._ctx(ir, "evaluate", ir.evaluate.seed, inp, handle, call_logs)
             with _operator_errors():
-                ev = invoke_evaluate(handle.spec, handle.load(), reduced, ctx)
+                ev = run_in_host(OperatorKind.EVALUATE, handle, reduced, ctx)
             digest = store.put_json(ev.model_dump(mode="json"))
             return EvaluateResult(
                 evaluation=EvaluationRecord(
@@ -585,8 +583,6 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._produce, inp)
 
     def _produce(self, inp: ProduceInput, call_logs: list[LLMCallLog]) -> ProduceOutput:
-        from activities.mrp.operators import invoke_produce
-
         with _span("mrp.produce", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
@@ -599,7 +595,9 @@ class MrpActivities:
             out_dir = Path(inp.output_root)
             ctx, llm = self._ctx(ir, "produce", ir.produce.seed, inp, handle, call_logs)
             with _operator_errors():
-                result = invoke_produce(handle.spec, handle.load(), reduced, sink, out_dir, ctx)
+                result = run_in_host(
+                    OperatorKind.PRODUCE, handle, reduced, ctx, sink=sink, out_dir=out_dir
+                )
             files = []
             for f in sorted(result.files, key=lambda f: f.path):
                 data = (out_dir / f.path).read_bytes()  # the SDK checked; record what is there

@@ -123,7 +123,13 @@ async def test_min_success_ratio_above_the_failed_share_reduces_over_the_rest(
                 backend="threads",
             ),
         )
-    assert partial.status == "succeeded", partial
+    if partial.status != "succeeded":
+        from store.mrp_runs import list_shards
+
+        rows = list_shards(get_sessionmaker(settings.resolved_database_url), partial.run_id)
+        raise AssertionError(
+            [(r.shard_id, r.state, r.attempts, r.error) for r in rows], partial.cost
+        )
     assert partial.counters.failed == 2 and partial.counters.total == 6
     assert partial.message == (
         "2 of 6 shards failed (shard-000001, shard-000004); 4 succeeded, min_success_ratio 0.6: "
