@@ -734,6 +734,11 @@ def inspect(
             "run_manifest": run_manifest.model_dump(mode="json") if run_manifest else None,
             "shards": [r.model_dump(mode="json") for r in rows],
             "shard_states": by_state,
+            "failed_shards": [
+                {"shard_id": r.shard_id, "attempts": r.attempts, "error": r.error}
+                for r in rows
+                if r.state == "failed"
+            ],
         }
         if downloaded is not None:
             doc["downloaded"] = downloaded
@@ -802,6 +807,13 @@ def _inspect_text(
         )
     if len(rows) > limit:
         lines.append(f"  ... {len(rows) - limit} more (--shards N, or --json)")
+    failed = [r for r in rows if r.state == "failed"]
+    if failed:
+        # Every failed shard and why, whatever --shards says: a run that went on without
+        # them (map.min_success_ratio) names each one here.
+        lines.append(f"failed shards {len(failed)}")
+        for r in failed:
+            lines.append(f"  {r.shard_id} after {r.attempts} attempts: {r.error or '-'}")
     if run_manifest is not None:
         lines.append(f"run manifest {record.run_manifest_digest}")
         if run_manifest.reduce_digest:
@@ -823,7 +835,10 @@ def _inspect_text(
         if run_manifest.produced:
             lines.append(f"outputs      {run_manifest.output_root}")
             for f in run_manifest.produced:
-                lines.append(f"  {f.path:<28} {f.size:>8} bytes  {f.digest}")
+                lines.append(
+                    f"  {f.path:<28} {f.size:>8} bytes  {f.digest}"
+                    + (f"\n  {'':<28} -> {f.uri}" if f.uri else "")
+                )
     if downloaded is not None:
         lines.append(f"downloaded   {len(downloaded)} files")
         for d in downloaded:

@@ -319,6 +319,47 @@ class S3ArtifactStore(ArtifactStore):
         self.ensure_bucket()
         self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="text/plain")
 
+    def bucket_exists(self) -> bool:
+        """Whether the bucket is there (HEAD bucket; nothing is created)."""
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except _client_error() as e:
+            if _error_code(e) in _NOT_FOUND_CODES:
+                return False
+            raise
+        return True
+
+    def head_named(self, key: str) -> dict[str, Any] | None:
+        """``{"size": int, "metadata": {...}}`` of the object at ``key``, or None."""
+        try:
+            response = self._client.head_object(Bucket=self.bucket, Key=key)
+        except _client_error() as e:
+            if _error_code(e) in _NOT_FOUND_CODES:
+                return None
+            raise
+        return {
+            "size": int(response.get("ContentLength", 0)),
+            "metadata": dict(response.get("Metadata") or {}),
+        }
+
+    def put_object_at(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        content_type: str = "application/octet-stream",
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        """Write the object at ``key`` in one PUT (S3 replaces an object atomically), in a
+        bucket that must already exist (sinks never create buckets)."""
+        self._client.put_object(
+            Bucket=self.bucket,
+            Key=key,
+            Body=data,
+            ContentType=content_type,
+            Metadata=dict(metadata or {}),
+        )
+
     def _create_bucket(self) -> None:
         kwargs: dict[str, Any] = {"Bucket": self.bucket}
         # us-east-1 is the one region that refuses an explicit LocationConstraint.
@@ -378,3 +419,16 @@ def artifact_store_from_settings(settings: Settings) -> ArtifactStore:
             secret_access_key=settings.s3_secret_access_key.get_secret_value() or None,
         )
     return LocalArtifactStore(settings.artifacts_dir)
+
+
+def s3_client_for_bucket(settings: Settings, bucket: str) -> S3ArtifactStore:
+    """An S3 client for ``bucket`` with the artifact store's endpoint, region and
+    credentials (``KEEL_S3_*``; empty credentials use boto3's usual chain): MRP's
+    ``s3://`` sinks are written through it."""
+    return S3ArtifactStore(
+        bucket,
+        endpoint_url=settings.s3_endpoint_url or None,
+        region=settings.s3_region or None,
+        access_key_id=settings.s3_access_key_id.get_secret_value() or None,
+        secret_access_key=settings.s3_secret_access_key.get_secret_value() or None,
+    )

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         DEFAULT_WINDOW_SIZE,
         ERROR_PHASE,
         ERROR_REPLAY_MISMATCH,
+        ERROR_SHARD,
         WORKFLOW_TYPE,
         Backend,
         EvaluationRecord,
@@ -82,6 +83,11 @@ MAX_WINDOWS_IN_FLIGHT = 4
 # Runs started before this patch keep one window in flight where a window has more shards
 # than max_workers; newer runs overlap two (when max_workers is even).
 PATCH_OVERLAP_WINDOWS = "mrp-overlap-windows"
+# Runs whose job sets map.min_success_ratio below 1 tolerate shards that fail for good
+# (asked only for such jobs, so histories of every other run replay unchanged).
+PATCH_MIN_SUCCESS_RATIO = "mrp-min-success-ratio"
+# Failed shard ids a message names before it says "and N more".
+MAX_NAMED_SHARDS = 20
 
 
 def windows_of(shard_count: int, size: int) -> list[tuple[int, int]]:
@@ -133,10 +139,15 @@ class MRPJob:
         self._running: dict[asyncio.Task[MapWindowResult], tuple[int, int]] = {}
         self._shard_error: ApplicationError | None = None
         self._tripped = False
+        # map.min_success_ratio < 1 (and the patch): shards that failed for good, by id.
+        self._tolerate = False
+        self._failed_shards: list[str] = []
         # Set by the phases that make them; the run's record and result carry them.
         self._reduce_digest: str | None = None
         self._evaluation: EvaluationRecord | None = None
         self._produced: ProduceOutput | None = None
+        # Set when the run went on without the shards that failed (min_success_ratio).
+        self._partial_note = ""
 
     @workflow.query(name="progress")
     def progress(self) -> dict[str, object]:
@@ -208,6 +219,9 @@ class MRPJob:
         """Run the shards window by window; a failed shard or the kill switch ends the run."""
         self._phase = "map"
         plan = self._plan_windows()
+        ratio = self._compiled.limits.min_success_ratio
+        # The patch is asked only for jobs that set a ratio: no older history has one.
+        self._tolerate = ratio is not None and workflow.patched(PATCH_MIN_SUCCESS_RATIO)
         pending = list(reversed(plan.windows))
         while (pending or self._running) and self._shard_error is None and not self._tripped:
             while pending and len(self._running) < plan.in_flight:
@@ -224,6 +238,8 @@ class MRPJob:
                 self._charge(late.cost_units, late.cost_usd)
         self._lap("map")
 
+        if self._failed_shards and self._shard_error is None and not self._tracker.tripped:
+            self._weigh_failures()
         if self._shard_error is not None:
             await self._fail(
                 self._shard_error.message, self._shard_error.type, *self._shard_error.details
@@ -236,6 +252,28 @@ class MRPJob:
                 message=f"budget exceeded ({self._cost.tripped}); map stopped",
             )
         return None
+
+    def _weigh_failures(self) -> None:
+        """``map.min_success_ratio``: enough shards succeeded and the run goes on over them
+        (its message names the failed ones), or the run fails as one failed shard would."""
+        limits, total = self._compiled.limits, self._compiled.shard_count
+        failed = sorted(set(self._failed_shards))
+        named = ", ".join(failed[:MAX_NAMED_SHARDS]) + (
+            f" and {len(failed) - MAX_NAMED_SHARDS} more" if len(failed) > MAX_NAMED_SHARDS else ""
+        )
+        ok = total - len(failed)
+        what = (
+            f"{len(failed)} of {total} shards failed ({named}); {ok} succeeded, "
+            f"min_success_ratio {limits.min_success_ratio}"
+        )
+        if not limits.enough_succeeded(ok, total):
+            self._shard_error = ApplicationError(
+                f"{what} needs more (see mrp inspect for each shard's error)",
+                {"failed_shards": failed},
+                type=ERROR_SHARD,
+            )
+        else:
+            self._partial_note = f"{what}: reduced over the shards that succeeded"
 
     async def _reduce(self) -> MRPJobResult | None:
         self._phase = "reduce"
@@ -314,7 +352,7 @@ class MRPJob:
         )
         self._lap("produce")
         self._charge(produced.cost_units, produced.cost_usd)  # the side effect is done: record it
-        return await self._finish("succeeded")
+        return await self._finish("succeeded", message=self._partial_note)
 
     # -- map windows -------------------------------------------------------------------------
 
@@ -360,6 +398,7 @@ class MRPJob:
                     remaining_usd=usd_left,
                     use_checkpoints=not self._replay,
                     llm_replay_only=self._llm_replay_only,
+                    tolerate_failures=self._tolerate,
                 ),
                 summary=f"map shards {start}-{end - 1}",
                 start_to_close=plan.timeout,
@@ -382,6 +421,7 @@ class MRPJob:
                 )
             return
         self._windows_done += 1
+        self._failed_shards += wr.failed_shards
         c = self._counters
         c.run += wr.counters.run
         c.skipped += wr.counters.skipped

@@ -39,6 +39,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.llm import LLMGateway, sql_recorder
 from activities.mrp.backends import file_reader, store_for
+from activities.mrp.host import run_in_host
 from activities.mrp.inputs import ResolvedInputs, resolve_inputs
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for, record_calls
 from activities.mrp.operators import (
@@ -52,10 +53,11 @@ from activities.mrp.operators import (
     read_config_file,
     resolve_config_path,
 )
+from activities.mrp.sinks import SinkWriteError, upload_to_s3
 from activities.mrp.window import MapWindow, load_ir
 from keel.digest import digest_bytes, digest_json
 from keel.mrp import steps
-from keel.mrp.dsl import ParsedJob
+from keel.mrp.dsl import URI_RE, ParsedJob, destination_problem
 from keel.mrp.errors import (
     DslError,
     InputsRefused,
@@ -70,6 +72,7 @@ from keel.mrp.ir import (
 from keel.mrp.normalize import FileRef, in_shard_order
 from keel.mrp.policy import Caps, input_source_findings
 from keel.mrp.records import MAX_LISTED_SKIPPED, MalformedRecord, RecordSlice
+from keel.mrp.registry import OperatorKind
 from keel.mrp.run import (
     ERROR_COMPILE,
     ERROR_PHASE,
@@ -516,8 +519,24 @@ class MrpActivities:
             llm=llm,
             file_reader=file_reader(self.store),
             operator=handle.spec.ref,
+            failed_shards=self._failed_shards(ir, inp.run_id),
         )
         return ctx, stats
+
+    def _failed_shards(self, ir: JobIR, run_id: str) -> list[dict[str, JsonValue]]:
+        """The shards of a run that went on without them (``min_success_ratio``), with
+        their errors, in shard order; empty for every other run."""
+        if ir.limits.min_success_ratio is None:
+            return []
+        return [
+            {
+                "shard_id": r.shard_id,
+                "shard_index": r.shard_index,
+                "attempts": r.attempts,
+                "error": r.error or "",
+            }
+            for r in list_shards(self.sessions, run_id, state="failed")
+        ]
 
     @property
     def llm_gateway(self) -> LLMGateway:
@@ -549,16 +568,27 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._reduce, inp)
 
     def _reduce(self, inp: PhaseInput, call_logs: list[LLMCallLog]) -> ReduceResult:
-        from activities.mrp.operators import invoke_reduce
-
         with _span("mrp.reduce", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
             handle = phase_handle(self.config(), ir, "reduce")
             rows = shards_with_output(self.sessions, inp.run_id)
             by_index = {i: r.output_digest for i, r in rows.items() if r.output_digest}
+            total = len(ir.map_tasks)
             try:
-                digests = in_shard_order(by_index, len(ir.map_tasks))
+                if ir.limits.min_success_ratio is not None and len(by_index) < total:
+                    # min_success_ratio: the shards that succeeded, in shard order, exactly
+                    # what a run of only those shards would reduce.
+                    if not ir.limits.enough_succeeded(len(by_index), total):
+                        raise ValueError(
+                            f"{len(by_index)} of {total} shards have an output, under "
+                            f"min_success_ratio {ir.limits.min_success_ratio}"
+                        )
+                    if any(not 0 <= i < total for i in by_index):
+                        raise ValueError("a shard output outside the job's shards")
+                    digests = [by_index[i] for i in sorted(by_index)]
+                else:
+                    digests = in_shard_order(by_index, total)
             except ValueError as e:
                 raise ApplicationError(
                     f"cannot reduce run {inp.run_id}: {e}", type=ERROR_PHASE, non_retryable=True
@@ -567,7 +597,7 @@ class MrpActivities:
                 outputs: list[JsonValue] = list(pool.map(store.get_json, digests))
             ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle, call_logs)
             with _operator_errors():
-                reduced = invoke_reduce(handle.spec, handle.load(), outputs, ctx)
+                reduced = run_in_host(OperatorKind.REDUCE, handle, outputs, ctx)
             return ReduceResult(
                 reduce_digest=store.put_json(reduced),
                 cost_units=handle.spec.cost_weight + ctx.charged_units,
@@ -580,8 +610,6 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._evaluate, inp)
 
     def _evaluate(self, inp: EvaluateInput, call_logs: list[LLMCallLog]) -> EvaluateResult:
-        from activities.mrp.operators import invoke_evaluate
-
         with _span("mrp.evaluate", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
@@ -590,7 +618,7 @@ class MrpActivities:
             reduced = store.get_json(inp.reduce_digest)
             ctx, llm = self._ctx(ir, "evaluate", ir.evaluate.seed, inp, handle, call_logs)
             with _operator_errors():
-                ev = invoke_evaluate(handle.spec, handle.load(), reduced, ctx)
+                ev = run_in_host(OperatorKind.EVALUATE, handle, reduced, ctx)
             digest = store.put_json(ev.model_dump(mode="json"))
             return EvaluateResult(
                 evaluation=EvaluationRecord(
@@ -610,31 +638,37 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._produce, inp)
 
     def _produce(self, inp: ProduceInput, call_logs: list[LLMCallLog]) -> ProduceOutput:
-        from activities.mrp.operators import invoke_produce
-
         with _span("mrp.produce", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
             sink = ir.produce.sink
-            if "://" in sink.destination:
-                raise ApplicationError(
-                    f"sink destination {sink.destination}: this runtime writes relative "
-                    "destinations under the run's output root only",
-                    type=ERROR_PHASE,
-                    non_retryable=True,
-                )
+            problem = destination_problem(sink.destination)
+            if problem is not None:  # compile refuses these (MRP-P016); an old IR may not
+                raise ApplicationError(problem, type=ERROR_PHASE, non_retryable=True)
             handle = phase_handle(self.config(), ir, "produce")
             reduced = store.get_json(inp.reduce_digest)
             out_dir = Path(inp.output_root)
             ctx, llm = self._ctx(ir, "produce", ir.produce.seed, inp, handle, call_logs)
             with _operator_errors():
-                result = invoke_produce(handle.spec, handle.load(), reduced, sink, out_dir, ctx)
+                result = run_in_host(
+                    OperatorKind.PRODUCE, handle, reduced, ctx, sink=sink, out_dir=out_dir
+                )
             files = []
             for f in sorted(result.files, key=lambda f: f.path):
                 data = (out_dir / f.path).read_bytes()  # the SDK checked; record what is there
                 files.append(
                     ProducedFileRecord(path=f.path, digest=digest_bytes(data), size=len(data))
                 )
+            if URI_RE.match(sink.destination):
+                # Staged under the output root; uploaded where the sink says (idempotent).
+                try:
+                    files = upload_to_s3(
+                        self._settings, sink.destination, out_dir, files, inp.run_id
+                    )
+                except SinkWriteError as e:
+                    raise ApplicationError(
+                        str(e), type=ERROR_PHASE, non_retryable=not e.retryable
+                    ) from None
             return ProduceOutput(
                 files=files,
                 produce_result_digest=store.put_json(result.model_dump(mode="json")),
@@ -676,6 +710,7 @@ class MrpActivities:
                         output_digest=row.output_digest if row is not None else None,
                         state=state,
                         attempts=row.attempts if row is not None else 0,
+                        error=row.error if row is not None and state == "failed" else None,
                     )
                 )
             counters.total = len(ir.map_tasks)

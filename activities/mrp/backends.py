@@ -33,11 +33,13 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from activities import fanout
+from activities.mrp.host import run_in_host
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for
-from activities.mrp.operators import OperatorHandle, invoke_map
+from activities.mrp.operators import OperatorHandle
 from activities.mrp.records import read_slice
 from keel.mrp.normalize import FileRef, ShardInput
 from keel.mrp.records import RecordSlice
+from keel.mrp.registry import OperatorKind
 from keel.mrp.sdk import LLMClient, OperatorContext, OperatorError
 from keel.records import LLMCallLog
 from keel.settings import Settings
@@ -180,7 +182,6 @@ def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> 
     try:
         store = store_for(settings)
         shard_input = ShardInput.model_validate(store.get_json(task.input_digest))
-        instance = context.operator.load()  # hashed against its pin once per process
         spec = context.operator.spec
         llm = llm_client_for(
             spec,
@@ -204,7 +205,9 @@ def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> 
             items = list(_slice_records(shard_input.records, store, spec.ref))
         else:
             items = [f.model_dump(mode="json") for f in shard_input.files or []]
-        output = invoke_map(spec, instance, items, ctx)
+        # In an operator host: a process with only the operator's declared environment
+        # (activities/mrp/host.py), which imports the code and checks it against its pin.
+        output = run_in_host(OperatorKind.MAP, context.operator, items, ctx)
         digest = store.put_json(output)
         stats = call_stats(llm)
         return ShardAttempt(

@@ -84,6 +84,7 @@ class MapWindow:
         self.stop = False
         self.stopped_by_budget = False
         self.failure: ApplicationError | None = None
+        self.failed_shards: list[tuple[int, str]] = []
         self.pending: list[tuple[ShardRecord, bool]] = []
         self.flush_now = asyncio.Event()
         self.flush_lock = asyncio.Lock()
@@ -265,6 +266,7 @@ class MapWindow:
             llm_cached=self.llm_cached,
             stopped_by_budget=self.stopped_by_budget,
             elapsed_s=time.monotonic() - t0,
+            failed_shards=[shard for _, shard in sorted(self.failed_shards)],
         )
 
     def _record(
@@ -395,6 +397,11 @@ class MapWindow:
                 ),
                 False,
             )
+            if inp.tolerate_failures:
+                # map.min_success_ratio < 1: the workflow weighs the failures after the map.
+                self.failed_shards.append((t.shard_index, t.shard_id))
+                self.done += 1
+                return
             if self.failure is None:
                 what = (
                     f"after {attempt_no} attempts (retry cap {limits.max_shard_retries})"

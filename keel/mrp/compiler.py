@@ -208,6 +208,7 @@ def build_ir(
             shard_memory_mb=policy.shard_memory_mb,
             max_shard_retries=policy.max_shard_retries,
             egress=list(policy.egress),
+            min_success_ratio=spec.map.success_ratio,
         ),
         budget=BudgetPlan(
             estimate=report.estimate,

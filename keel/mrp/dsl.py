@@ -63,6 +63,85 @@ RecordFormat = Literal["jsonl", "csv", "parquet"]
 OnMalformed = Literal["fail", "skip"]
 S3_URI_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<key>.*)$")
 
+#: URI schemes a produce sink can be written to by the runtime (the artifact store's S3
+#: client). Any other scheme is refused at compile (policy rule MRP-P016).
+WRITABLE_SCHEMES = frozenset({"s3"})
+S3_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_SINK_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._=-]+$")
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """Where an ``s3://bucket/key`` sink writes: a bucket and a key prefix that every
+    produced file's relative path is appended to (``prefix`` ends with ``/`` or is empty).
+    ``file_name`` is what the producer names its data file (the URI's last segment, or
+    ``output.<kind>`` for a prefix URI ending in ``/``)."""
+
+    bucket: str
+    prefix: str
+    file_name: str | None
+
+    def key_for(self, rel_path: str) -> str:
+        """The object key of a produced file's relative path."""
+        return self.prefix + rel_path
+
+    def uri_for(self, rel_path: str) -> str:
+        """``s3://bucket/<key>`` of a produced file."""
+        return f"s3://{self.bucket}/{self.key_for(rel_path)}"
+
+
+def parse_s3_destination(destination: str) -> S3Location:
+    """Split an ``s3://bucket/path`` sink destination; :class:`ValueError` says what the
+    runtime could not write (bad bucket name, empty or dot segments, odd characters)."""
+    m = URI_RE.match(destination)
+    if m is None or m.group("scheme") != "s3":
+        raise ValueError(f"destination {destination!r} is not an s3:// URI")
+    bucket, sep, key = m.group("rest").partition("/")
+    if not S3_BUCKET_RE.match(bucket) or ".." in bucket:
+        raise ValueError(
+            f"destination {destination!r}: {bucket!r} is not a valid S3 bucket name "
+            "(3-63 lowercase letters, digits, '.' and '-')"
+        )
+    if not sep or not key:
+        raise ValueError(
+            f"destination {destination!r} names no object or prefix inside the bucket "
+            "(write s3://bucket/name.json or s3://bucket/prefix/)"
+        )
+    is_prefix = key.endswith("/")
+    segments = key.rstrip("/").split("/") if key.rstrip("/") else []
+    for seg in segments:
+        if seg in ("", ".", "..") or not _SINK_SEGMENT_RE.match(seg):
+            raise ValueError(
+                f"destination {destination!r}: path segment {seg!r} cannot be written "
+                "(segments are letters, digits, '.', '_', '=' and '-'; no empty, '.' or "
+                "'..' segments)"
+            )
+    if len(key.encode("utf-8")) > 900:
+        raise ValueError(f"destination {destination!r}: the key is longer than 900 bytes")
+    if is_prefix:
+        return S3Location(bucket=bucket, prefix=key, file_name=None)
+    head, _, tail = key.rpartition("/")
+    return S3Location(bucket=bucket, prefix=f"{head}/" if head else "", file_name=tail)
+
+
+def destination_problem(destination: str) -> str | None:
+    """Why the runtime cannot write ``destination`` (None: it can). Relative paths are
+    checked by the DSL itself; URIs must be ``s3://`` and well formed."""
+    m = URI_RE.match(destination)
+    if m is None:
+        return None
+    scheme = m.group("scheme")
+    if scheme not in WRITABLE_SCHEMES:
+        return (
+            f"destination {destination!r} uses scheme {scheme!r}, which this runtime cannot "
+            "write (it writes relative paths under the run's output root and s3:// URIs)"
+        )
+    try:
+        parse_s3_destination(destination)
+    except ValueError as e:
+        return str(e)
+    return None
+
 
 class SinkKind(StrEnum):
     """Formats a produce step can write."""
@@ -247,7 +326,33 @@ class OperatorCall(_Spec):
 
 
 class MapSpec(OperatorCall):
-    """The map step: ``operator`` runs once per shard."""
+    """The map step: ``operator`` runs once per shard.
+
+    ``min_success_ratio`` (as Flyte map tasks have it): the share of shards that must
+    succeed for the job to go on. Absent means 1 (today's behaviour: one shard that fails
+    for good fails the job). Below 1, shards that fail for good are recorded with their
+    error, the other shards still run, and when at least that share succeeded the reduce
+    runs over the shards that did, in shard order; otherwise the job fails as before.
+    """
+
+    min_success_ratio: Decimal | None = Field(default=None, gt=0, le=1)
+
+    @model_serializer(mode="wrap")
+    def _omit_default_ratio(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Absent and 1 both mean "every shard": the canonical form omits the key, so the
+        # digests of jobs written before the key existed stay what they were.
+        data = handler(self)
+        if isinstance(data, dict) and (
+            self.min_success_ratio is None or self.min_success_ratio == 1
+        ):
+            data.pop("min_success_ratio", None)
+        return data
+
+    @property
+    def success_ratio(self) -> Decimal | None:
+        """The ratio when below 1 (failed shards are tolerated), else None."""
+        r = self.min_success_ratio
+        return r if r is not None and r < 1 else None
 
 
 class ReduceSpec(OperatorCall):

@@ -14,9 +14,16 @@ activity stores the payloads in the artifact store under those digests, which ke
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from keel.digest import canonical_json, digest_json
 from keel.mrp.budget import BudgetLimits, CostEstimate
@@ -141,13 +148,27 @@ class ProduceTask(_IRModel):
 
 
 class RuntimeLimits(_IRModel):
-    """Limits the runtime enforces, as admitted."""
+    """Limits the runtime enforces, as admitted. ``min_success_ratio`` is set only when
+    below 1 (``map.min_success_ratio``); the IR of a job without it is what it was."""
 
     max_workers: int
     shard_timeout_s: float
     shard_memory_mb: int
     max_shard_retries: int
     egress: list[str]
+    min_success_ratio: Decimal | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_ratio(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and self.min_success_ratio is None:
+            data.pop("min_success_ratio", None)
+        return data
+
+    def enough_succeeded(self, succeeded: int, total: int) -> bool:
+        """Whether ``succeeded`` of ``total`` shards meet the ratio (exact arithmetic)."""
+        ratio = self.min_success_ratio if self.min_success_ratio is not None else Decimal(1)
+        return total > 0 and succeeded > 0 and Decimal(succeeded) >= ratio * total
 
 
 class BudgetPlan(_IRModel):

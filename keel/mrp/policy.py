@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from keel.digest import digest_json
 from keel.mrp.budget import DEFAULT_KILL_RATIO, CostEstimate, estimate_cost
-from keel.mrp.dsl import URI_RE, EgressName, InputsSpec, SinkKind, nearest_line
+from keel.mrp.dsl import URI_RE, EgressName, InputsSpec, SinkKind, destination_problem, nearest_line
 from keel.mrp.ir import ROLE_KINDS
 from keel.mrp.normalize import NormalizedJob
 from keel.mrp.registry import OperatorSpec, Registry
@@ -305,6 +305,13 @@ def _sink(a: Admission) -> list[Finding]:
     return out
 
 
+def _writable(a: Admission) -> list[Finding]:
+    # Policy and runtime must agree: a destination the caps admit but the runtime cannot
+    # write would fail only after the map has spent the budget.
+    problem = destination_problem(a.job.spec.produce.sink.destination)
+    return [("produce.sink.destination", problem)] if problem else []
+
+
 def _egress(a: Admission) -> list[Finding]:
     granted = a.job.spec.policy.egress
     out: list[Finding] = []
@@ -420,6 +427,7 @@ RULES: tuple[Rule, ...] = (
     Rule("MRP-P013", "produce not gated", _gated),
     Rule("MRP-P014", "operator not signed", _signed),
     Rule("MRP-P015", "input source not allowed", _input_sources),
+    Rule("MRP-P016", "sink not writable", _writable),
 )
 RULES_BY_ID = {r.rule_id: r for r in RULES}
 

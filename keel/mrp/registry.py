@@ -26,7 +26,9 @@ from pydantic import (
     Field,
     JsonValue,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -43,6 +45,7 @@ from keel.mrp.errors import RegistryError
 
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_]\w*$")
 SIGNATURE_RE = re.compile(r"^[0-9a-f]{128}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # The JSON Schema dialect used for input, output and params schemas.
 SchemaValidator = jsonschema.Draft202012Validator
@@ -105,8 +108,29 @@ class OperatorSpec(BaseModel):
     sinks: list[SinkKind] = Field(
         default_factory=list, description="Formats a produce operator can write."
     )
+    env: list[str] = Field(
+        default_factory=list,
+        description="Environment variables the operator's process gets (names; values from "
+        "the worker's environment). It gets no other variable.",
+    )
     code_digest: str = Field(description="blake3:<hex> of the operator's code tree.")
     signature: str | None = Field(default=None, description="ed25519 signature, hex.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not ENV_NAME_RE.match(name):
+                raise ValueError(f"env name {name!r} must match {ENV_NAME_RE.pattern}")
+        return sorted(set(v))
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_env(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Specs without env dump (and so digest and verify) as they did before the field.
+        data = handler(self)
+        if isinstance(data, dict) and not self.env:
+            data.pop("env", None)
+        return data
 
     @field_validator("entrypoint")
     @classmethod

@@ -118,11 +118,13 @@ class RunCost(_RunModel):
 
 
 class ProducedFileRecord(_RunModel):
-    """A file the produce phase wrote, relative to the run's output directory."""
+    """A file the produce phase wrote, relative to the run's output directory; ``uri`` is
+    where it was uploaded for an ``s3://`` sink (``s3://bucket/prefix/<path>``)."""
 
     path: str
     digest: str
     size: int = Field(ge=0)
+    uri: str | None = None
 
 
 class ShardOutputRecord(_RunModel):
@@ -135,6 +137,7 @@ class ShardOutputRecord(_RunModel):
     output_digest: str | None = None
     state: ShardState = "succeeded"
     attempts: int = 0
+    error: str | None = None  # why a failed shard failed (its last attempt's error)
 
 
 class SkippedRecords(_RunModel):
@@ -195,6 +198,10 @@ class RunManifest(_RunModel):
     def to_json(self) -> bytes:
         """``run-manifest.json``: canonical JSON bytes."""
         return canonical_json(self)
+
+    def failed_shards(self) -> list[ShardOutputRecord]:
+        """The shards that failed for good, in shard order (each with its error)."""
+        return sorted((s for s in self.shards if s.state == "failed"), key=_index)
 
     def shard_output_digests(self) -> dict[str, str]:
         """``shard-NNNNNN`` -> output digest, for every shard that has an output."""

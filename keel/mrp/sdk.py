@@ -197,6 +197,8 @@ class OperatorContext:
         file_reader: Callable[[FileRef], bytes] | None = None,
         log_sink: Callable[[str], None] | None = None,
         operator: str = "",
+        failed_shards: list[dict[str, JsonValue]] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.params: dict[str, JsonValue] = dict(params or {})
         self.seed = seed
@@ -208,6 +210,21 @@ class OperatorContext:
         self.charged_units = Decimal(0)
         self._file_reader = file_reader or _no_files
         self._log_sink = log_sink
+        # Shards that failed for good in a run that went on without them (map's
+        # min_success_ratio < 1): ``{shard_id, shard_index, attempts, error}`` in shard
+        # order, for the reduce, evaluate and produce steps; empty otherwise.
+        self.failed_shards: list[dict[str, JsonValue]] = list(failed_shards or [])
+        # The environment variables the operator's ``env:`` declares (the only ones its
+        # process has): the same as ``os.environ`` inside the operator's process.
+        self.env: dict[str, str] = dict(env or {})
+
+    def run_audit(self) -> dict[str, JsonValue]:
+        """What a producer's audit record adds about the run: ``failed_shards`` (each with
+        its error) when the run went on without some shards; ``{}`` otherwise, so audit
+        logs of complete runs are what they always were."""
+        if not self.failed_shards:
+            return {}
+        return {"failed_shards": list(self.failed_shards)}  # type: ignore[dict-item]
 
     def read_file(self, ref: FileRef) -> bytes:
         """The bytes of one input file of this shard."""
@@ -332,9 +349,12 @@ class ProducerBase(OperatorBase):
 
 def sink_file_name(sink: SinkSpec) -> str:
     """The file a producer writes for ``sink``, relative to ``out_dir``: the destination
-    itself when it is a relative path, else the last segment of the URI's path (the
-    runtime copies ``out_dir`` to the URI)."""
+    itself when it is a relative path, else the last segment of the URI's path, or
+    ``output.<kind>`` for a URI ending in ``/`` (the runtime uploads ``out_dir``'s files
+    under the URI's prefix)."""
     dest = sink.destination
+    if "://" in dest and dest.endswith("/"):
+        return f"output.{sink.kind.value}"  # a prefix: s3://bucket/folder/
     if "://" in dest:
         tail = dest.rstrip("/").rsplit("/", 1)[-1]
         return tail if _SAFE_REL.match(tail) and "://" not in tail else f"output.{sink.kind.value}"

@@ -75,6 +75,9 @@ class MapWindowInput(_Model):
     remaining_usd: Decimal | None = None
     use_checkpoints: bool = True
     llm_replay_only: bool = False
+    # map.min_success_ratio < 1 (patch mrp-min-success-ratio): a shard that fails for good
+    # is recorded and the window goes on, instead of failing the window.
+    tolerate_failures: bool = False
 
 
 class MapWindowResult(_Model):
@@ -87,6 +90,8 @@ class MapWindowResult(_Model):
     llm_cached: int = 0
     stopped_by_budget: bool = False
     elapsed_s: float = 0.0
+    # With tolerate_failures: the shards that failed for good (ids; errors are in SQL).
+    failed_shards: list[str] = Field(default_factory=list)
 
 
 class PhaseInput(_Model):

@@ -42,6 +42,7 @@ class JsonWriter(ProducerBase):
                 "size": data.size,
                 "rows": rows,
                 "seed": ctx.seed,
+                **ctx.run_audit(),
             }
         ]
         log = write_output(out_dir, f"{name}.audit.jsonl", audit_log_bytes(audit))

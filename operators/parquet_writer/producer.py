@@ -130,6 +130,7 @@ class ParquetWriter(ProducerBase):
                 "columns": columns,
                 "pyarrow": pa.__version__,
                 "seed": ctx.seed,
+                **ctx.run_audit(),
             }
         ]
         log = write_output(out_dir, f"{name}.audit.jsonl", audit_log_bytes(audit))

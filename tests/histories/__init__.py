@@ -35,6 +35,7 @@ CORPUS: tuple[str, ...] = (
     "mrp_overlap_windows",
     "mrp_rejected",
     "mrp_evaluation_failed",
+    "mrp_partial_success",
     "srl_collection",
     "srl_collection_last",
     "srl_episode_recovered",

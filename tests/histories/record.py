@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import logging
 import sys
@@ -806,6 +807,39 @@ async def mrp_budget_exceeded(ctx: Ctx) -> Histories:
     return {"mrp_budget_exceeded": await history_json(handle)}
 
 
+async def mrp_partial_success(ctx: Ctx) -> Histories:
+    """MRPJob with ``map.min_success_ratio: 0.5`` whose flaky operator fails 2 of 6 shards
+    for good: after patch ``mrp-min-success-ratio`` the windows go on, and the run reduces
+    over the 4 shards that succeeded."""
+    params = json.dumps(
+        {
+            "state_dir": str(ctx.settings.data_dir / "flaky-partial"),
+            "fail_times": 1000,
+            "only_shards": ["shard-000001", "shard-000004"],
+        }
+    )
+    yaml_text = mrp_job("mrp-partial", "flaky@1.0.0", params).replace(
+        "  params: ", '  min_success_ratio: "0.5"\n  params: ', 1
+    )
+    handle = await ctx.client.start_workflow(
+        MRPJob.run,
+        MRPJobInput(
+            job_yaml=yaml_text.replace("max_workers: 2", "max_workers: 2\n  max_shard_retries: 0"),
+            backend="threads",
+            window_size=2,
+        ),
+        id=workflow_id_for("mrp-partial", "rec-partial"),
+        task_queue=ctx.task_queue,
+    )
+    result: MRPJobResult = await handle.result()
+    expect(result.status == "succeeded", f"succeeded, got {result.status}")
+    expect(result.counters.failed == 2, f"2 failed shards: {result.counters}")
+    history = await history_json(handle)
+    marker = base64.b64encode(b'{"id":"mrp-min-success-ratio","deprecated":false}').decode()
+    expect(marker in history, "the min-success-ratio patch marker is recorded")
+    return {"mrp_partial_success": history}
+
+
 async def srl_collection(ctx: Ctx) -> Histories:
     """A teacher collection of three tasks, two per run (so it continues as new once); one
     answer is malformed (a recorded step with reward -1) and that episode's second step
@@ -914,6 +948,7 @@ SCENARIOS: dict[str, Scenario] = {
     "mrp_overlap_windows": mrp_overlap_windows,
     "mrp_rejected": mrp_rejected,
     "mrp_evaluation_failed": mrp_evaluation_failed,
+    "mrp_partial_success": mrp_partial_success,
     "srl_collection": srl_collection,
     "srl_resume": srl_resume,
     "design_replanned": design_replanned,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from keel.digest import digest_bytes
 from keel.mrp.run import run_manifest_from_json
@@ -97,6 +99,39 @@ def test_compile_refusals_name_the_rule_and_the_line(tmp_path: Path, env: dict[s
 
     assert mrp(["compile", str(tmp_path / "missing.yaml")], env).returncode == 2
     assert mrp(["run", str(over), "--backend", "threads"], env).returncode == 4  # before any start
+
+
+def test_compile_refuses_a_destination_the_runtime_cannot_write(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The shipped caps admit no URI prefix; a config admitting gs:// still cannot make the
+    runtime write there: MRP-P016 refuses it at compile, naming the line."""
+    source = (EXAMPLES / "wordcount.yaml").read_text()
+    line = 1 + next(i for i, t in enumerate(source.splitlines()) if "destination:" in t)
+    job = tmp_path / "gs.yaml"
+    shutil.copytree(EXAMPLES / "data", tmp_path / "data")
+    job.write_text(
+        source.replace("destination: wordcount.json", 'destination: "gs://keel-out/wc.json"')
+    )
+    config = yaml.safe_load((REPO / "configs" / "mrp.yaml").read_text())
+    config["operator_paths"] = [str(REPO / "operators")]
+    config["caps"]["allowed_destination_prefixes"] = ["gs://keel-out/"]
+    (tmp_path / "mrp.yaml").write_text(yaml.safe_dump(config))
+    proc = mrp(
+        ["compile", str(job), "--text"], {**env, "KEEL_MRP_CONFIG": str(tmp_path / "mrp.yaml")}
+    )
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr.splitlines()[0] == (
+        f"error: {job}:{line}: MRP-P016 sink not writable at produce.sink.destination: "
+        "destination 'gs://keel-out/wc.json' uses scheme 'gs', which this runtime cannot "
+        "write (it writes relative paths under the run's output root and s3:// URIs)"
+    )
+    # Run refuses it the same way, before any workflow starts.
+    run = mrp(
+        ["run", str(job), "--backend", "threads"],
+        {**env, "KEEL_MRP_CONFIG": str(tmp_path / "mrp.yaml")},
+    )
+    assert run.returncode == 4 and "MRP-P016" in run.stderr
 
 
 def test_run_inspect_download_and_replay(tmp_path: Path, env: dict[str, str]) -> None:

@@ -1,0 +1,428 @@
+"""Operator hosts: operator code runs in a child process whose environment holds only the
+variables its ``operator.yaml`` declares (``env:``), on every backend.
+
+Why a process: operators on the ``threads`` backend ran inside the worker process, and
+reduce, evaluate and produce always did, so ``os.environ`` (and ``/proc/self/environ``)
+showed them the worker's model API keys and S3 credentials. One process has one
+environment, and ``/proc/self/environ`` shows the block the process was started with, so no
+in-process scrubbing can hide a key; a process started with a clean environment can.
+
+- :class:`OperatorHost` is a child (``python -m activities.mrp.host_main``) started with
+  ``env`` = the declared variables (values from the worker's environment, when set) and
+  nothing else; it serves calls one at a time over a pair of pipes (newline-delimited
+  JSON, never pickle: the child runs untrusted code and the parent trusts nothing it sends
+  but JSON), imports operators from their folders (hashed against their pins, as before)
+  and runs ``invoke_map`` / ``invoke_reduce`` / ``invoke_evaluate`` / ``invoke_produce``
+  there, under the egress guard.
+- The operator's ``ctx.llm`` and ``ctx.read_file`` are proxies: each call goes to the
+  parent, which holds the LLM client (and the keys) and the artifact store (and its
+  credentials), and answers. ``ctx.charge``, ``ctx.log``, the seed and ``ctx.rng`` are the
+  child's own; charged units and log lines come back with the result.
+- Hosts are pooled per process and per declared environment (a Ray actor keeps its own;
+  the threads backend one per shard in flight), so a host starts once, not per shard.
+  A host whose call failed in the protocol (the process died, wrote garbage) is killed;
+  a host ends on EOF of its pipe, and within a second of its parent's end.
+
+Not covered: operator code of the same Unix user can still read another process's
+``/proc/<pid>/environ`` (the worker's is ``/proc/<parent pid>/environ``); run workers and
+operators as different users, or operators under nsjail (``sandbox/``), where that matters.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import JsonValue
+
+from keel.mrp.dsl import SinkSpec
+from keel.mrp.errors import MrpError
+from keel.mrp.normalize import FileRef
+from keel.mrp.registry import OperatorKind
+from keel.mrp.sdk import Evaluation, LLMResult, OperatorContext, OperatorError, ProduceResult
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Idle hosts kept per environment (more are stopped when released).
+MAX_IDLE = 32
+
+__all__ = ["HostError", "OperatorHost", "declared_env", "run_in_host"]
+
+
+class RemoteOperatorError(OperatorError):
+    """An :class:`OperatorError` raised in the host, re-raised in the parent with the same
+    message and retryability."""
+
+    def __init__(self, operator: str, message: str, *, retryable: bool) -> None:
+        self.operator = operator
+        self.retryable = retryable
+        MrpError.__init__(self, message)
+
+
+class HostError(OperatorError):
+    """The host process failed (died, or broke the protocol): worth a retry."""
+
+    def __init__(self, operator: str, message: str) -> None:
+        super().__init__(operator, message, retryable=True)
+
+
+def declared_env(names: list[str], source: dict[str, str] | None = None) -> dict[str, str]:
+    """The declared variables that are set in ``source`` (default: this process)."""
+    env = os.environ if source is None else source
+    return {n: env[n] for n in sorted(set(names)) if n in env}
+
+
+# ---------------------------------------------------------------------------------------
+# Parent side
+
+
+class OperatorHost:
+    """One child process serving operator calls; see the module docstring."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = dict(env)
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "activities.mrp.host_main",
+                    str(req_r),
+                    str(resp_w),
+                    str(os.getpid()),
+                    ",".join(sorted(self.env)),
+                ],
+                env=self.env,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(req_r, resp_w),
+                close_fds=True,
+            )
+        finally:
+            os.close(req_r)
+            os.close(resp_w)
+        self._out: IO[bytes] = os.fdopen(req_w, "wb")
+        self._in: IO[bytes] = os.fdopen(resp_r, "rb")
+        self.broken = False
+
+    @property
+    def alive(self) -> bool:
+        return not self.broken and self.proc.poll() is None
+
+    def call(
+        self,
+        request: dict[str, Any],
+        llm: Callable[[dict[str, Any]], dict[str, Any]],
+        read_file: Callable[[dict[str, Any]], bytes],
+        operator: str,
+    ) -> dict[str, Any]:
+        """Send one call; serve its ``llm`` and ``read_file`` requests; return its reply."""
+        try:
+            self._send(request)
+            while True:
+                msg = self._receive(operator)
+                rpc = msg.get("rpc")
+                if rpc is None:
+                    return msg
+                if rpc == "llm":
+                    self._send(llm(msg))
+                elif rpc == "read_file":
+                    try:
+                        data = read_file(msg["ref"])
+                        self._send({"ok": True, "data": base64.b64encode(data).decode("ascii")})
+                    except OperatorError as e:
+                        self._send({"ok": False, "error": str(e), "retryable": e.retryable})
+                    except Exception as e:
+                        self._send(
+                            {"ok": False, "error": f"{type(e).__name__}: {e}", "retryable": True}
+                        )
+                else:
+                    raise HostError(operator, f"operator process sent an unknown request {rpc!r}")
+        except (OSError, ValueError) as e:
+            self.kill()
+            raise HostError(operator, f"operator process failed: {e}") from None
+        except HostError:
+            self.kill()
+            raise
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        self._out.write(json.dumps(msg, separators=(",", ":")).encode("utf-8") + b"\n")
+        self._out.flush()
+
+    def _receive(self, operator: str) -> dict[str, Any]:
+        line = self._in.readline()
+        if not line:
+            code = self.proc.wait(timeout=5)
+            raise HostError(operator, f"operator process exited (code {code}) during the call")
+        msg = json.loads(line)
+        if not isinstance(msg, dict):
+            raise HostError(operator, "operator process sent something other than a message")
+        return msg
+
+    def kill(self) -> None:
+        """Stop the process (by its own PID) and close the pipes."""
+        self.broken = True
+        with contextlib.suppress(Exception):
+            self._out.close()
+        with contextlib.suppress(Exception):
+            self._in.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=5)
+
+
+_pool_lock = threading.Lock()
+_idle: dict[tuple[tuple[str, str], ...], list[OperatorHost]] = {}
+
+
+@contextlib.contextmanager
+def _host(env: dict[str, str]) -> Iterator[OperatorHost]:
+    key = tuple(sorted(env.items()))
+    with _pool_lock:
+        idle = _idle.setdefault(key, [])
+        host = None
+        while idle and host is None:
+            candidate = idle.pop()
+            if candidate.alive:
+                host = candidate
+            else:
+                candidate.kill()
+    if host is None:
+        host = OperatorHost(env)
+    try:
+        yield host
+    finally:
+        with _pool_lock:
+            idle = _idle.setdefault(key, [])
+            if host.alive and len(idle) < MAX_IDLE:
+                idle.append(host)
+                host = None
+        if host is not None:
+            host.kill()
+
+
+def stop_hosts() -> None:
+    """Stop every idle host of this process (tests; workers stop theirs at exit)."""
+    with _pool_lock:
+        hosts = [h for group in _idle.values() for h in group]
+        _idle.clear()
+    for h in hosts:
+        h.kill()
+
+
+def _llm_handler(ctx: OperatorContext) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def handle(msg: dict[str, Any]) -> dict[str, Any]:
+        try:
+            result = ctx.llm.complete(msg.get("messages", ""), **dict(msg.get("params") or {}))
+        except OperatorError as e:
+            return {"ok": False, "error": str(e), "retryable": e.retryable}
+        except Exception as e:
+            return {"ok": False, "error": f"{type(e).__name__}: {e}", "retryable": True}
+        return {"ok": True, "result": result.model_dump(mode="json")}
+
+    return handle
+
+
+def run_in_host(
+    kind: OperatorKind,
+    handle: Any,
+    value: Any,
+    ctx: OperatorContext,
+    *,
+    sink: SinkSpec | None = None,
+    out_dir: Path | None = None,
+) -> Any:
+    """Run one operator call in a host whose environment is the operator's declared
+    ``env``; the result as the matching ``invoke_*`` returns it. ``ctx`` is the parent's
+    context: its LLM client and file reader answer the host, and it receives the
+    charged units and log lines."""
+    spec = handle.spec
+    env = declared_env(list(spec.env))
+    request = {
+        "kind": kind.value,
+        "handle": handle.model_dump(mode="json"),
+        "value": value,
+        "params": ctx.params,
+        "seed": ctx.seed,
+        "shard_id": ctx.shard_id,
+        "failed_shards": ctx.failed_shards,
+        "sink": sink.model_dump(mode="json") if sink is not None else None,
+        "out_dir": str(out_dir) if out_dir is not None else None,
+    }
+    with _host(env) as host:
+        reply = host.call(
+            request,
+            _llm_handler(ctx),
+            lambda ref: ctx.read_file(FileRef.model_validate(ref)),
+            spec.ref,
+        )
+    for line in reply.get("logs") or []:
+        ctx.log(str(line))
+    charged = Decimal(str(reply.get("charged_units", "0")))
+    if charged:
+        ctx.charged_units += charged
+    if not reply.get("ok"):
+        raise RemoteOperatorError(
+            spec.ref,
+            str(reply.get("error", "operator failed")),
+            retryable=bool(reply.get("retryable", True)),
+        )
+    result = reply.get("result")
+    if kind is OperatorKind.EVALUATE:
+        return Evaluation.model_validate(result)
+    if kind is OperatorKind.PRODUCE:
+        return ProduceResult.model_validate(result)
+    return result
+
+
+# ---------------------------------------------------------------------------------------
+# Child side
+
+
+class _Channel:
+    def __init__(self, rfd: int, wfd: int) -> None:
+        self.r = os.fdopen(rfd, "rb")
+        self.w = os.fdopen(wfd, "wb")
+        self.lock = threading.Lock()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.w.write(json.dumps(msg, separators=(",", ":")).encode("utf-8") + b"\n")
+        self.w.flush()
+
+    def receive(self) -> dict[str, Any] | None:
+        line = self.r.readline()
+        if not line:
+            return None
+        msg = json.loads(line)
+        assert isinstance(msg, dict)
+        return msg
+
+    def ask(self, msg: dict[str, Any]) -> dict[str, Any]:
+        # Operator threads share the channel: one request and its answer at a time.
+        with self.lock:
+            self.send(msg)
+            reply = self.receive()
+        if reply is None:
+            raise SystemExit(0)
+        return reply
+
+
+class _ProxyLLM:
+    def __init__(self, channel: _Channel, operator: str) -> None:
+        self.channel = channel
+        self.operator = operator
+
+    def complete(self, messages: list[dict[str, str]] | str, **params: Any) -> LLMResult:
+        reply = self.channel.ask({"rpc": "llm", "messages": messages, "params": params})
+        if not reply.get("ok"):
+            raise RemoteOperatorError(
+                self.operator, str(reply.get("error")), retryable=bool(reply.get("retryable"))
+            )
+        return LLMResult.model_validate(reply["result"])
+
+
+def _file_reader(channel: _Channel, operator: str) -> Callable[[Any], bytes]:
+    def read_file(ref: FileRef | dict[str, Any]) -> bytes:
+        f = ref if isinstance(ref, FileRef) else FileRef.model_validate(ref)
+        reply = channel.ask({"rpc": "read_file", "ref": f.model_dump(mode="json")})
+        if not reply.get("ok"):
+            raise RemoteOperatorError(
+                operator, str(reply.get("error")), retryable=bool(reply.get("retryable"))
+            )
+        return base64.b64decode(reply["data"])
+
+    return read_file
+
+
+def _serve(channel: _Channel) -> None:
+    from activities.mrp.operators import (
+        OperatorHandle,
+        invoke_evaluate,
+        invoke_map,
+        invoke_produce,
+        invoke_reduce,
+    )
+
+    while True:
+        request = channel.receive()
+        if request is None:
+            return
+        ctx: OperatorContext | None = None
+        try:
+            handle = OperatorHandle.model_validate(request["handle"])
+            spec = handle.spec
+
+            ctx = OperatorContext(
+                params=request.get("params") or {},
+                seed=int(request.get("seed") or 0),
+                shard_id=request.get("shard_id"),
+                llm=_ProxyLLM(channel, spec.ref),
+                file_reader=_file_reader(channel, spec.ref),
+                operator=spec.ref,
+                failed_shards=request.get("failed_shards") or [],
+                env=dict(os.environ),
+            )
+            instance = handle.load()
+            kind = OperatorKind(request["kind"])
+            value: Any = request.get("value")
+            result: JsonValue
+            if kind is OperatorKind.MAP:
+                result = invoke_map(spec, instance, value, ctx)
+            elif kind is OperatorKind.REDUCE:
+                result = invoke_reduce(spec, instance, value, ctx)
+            elif kind is OperatorKind.EVALUATE:
+                result = invoke_evaluate(spec, instance, value, ctx).model_dump(mode="json")
+            else:
+                sink = SinkSpec.model_validate(request["sink"])
+                produced = invoke_produce(
+                    spec, instance, value, sink, Path(request["out_dir"]), ctx
+                )
+                result = produced.model_dump(mode="json")
+            reply: dict[str, Any] = {"ok": True, "result": result}
+        except OperatorError as e:
+            reply = {"ok": False, "error": str(e), "retryable": e.retryable}
+        except Exception as e:  # loading the operator, a bad request: worth a retry
+            reply = {"ok": False, "error": f"{type(e).__name__}: {e}", "retryable": True}
+        if ctx is not None:
+            reply["charged_units"] = str(ctx.charged_units)
+            reply["logs"] = list(ctx.logs)
+        channel.send(reply)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    # Not PR_SET_PDEATHSIG: it fires when the parent *thread* that started the host ends
+    # (a threads-backend attempt's thread), not the parent process. A watchdog thread
+    # ends the host when its parent is gone, even while operator code hangs.
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def main(argv: list[str]) -> None:
+    rfd, wfd, parent_pid = int(argv[0]), int(argv[1]), int(argv[2])
+    declared = set(filter(None, argv[3].split(","))) if len(argv) > 3 else set()
+    _die_with_parent(parent_pid)
+    # Python itself may add variables after exec (LC_CTYPE for locale coercion): the
+    # operator sees exactly what was declared.
+    for name in list(os.environ):
+        if name not in declared:
+            del os.environ[name]
+    # Operator prints must not reach the protocol; fd 1 becomes stderr.
+    os.dup2(2, 1)
+    _serve(_Channel(rfd, wfd))

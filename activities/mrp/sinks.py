@@ -1,0 +1,122 @@
+"""Writing a produce step's files to its sink: ``s3://`` destinations.
+
+The producer always writes its files (data and audit log) under the run's local output
+root (``<data dir>/mrp/output/<job_id>/<run_id>/``); for an ``s3://bucket/prefix/...``
+destination the produce activity then uploads each file to ``prefix + <relative path>``
+through the artifact store's S3 client (:func:`store.artifacts.s3_client_for_bucket`:
+``KEEL_S3_ENDPOINT_URL``, region and credentials as the store takes them).
+
+Idempotent: each object carries its BLAKE3 digest in its metadata (``keel-digest``); a file
+whose object is already there with that digest and size is not written again (a retried
+produce, or a run that produced the same bytes). Any other object at that key is replaced
+in one PUT (S3 replaces an object atomically, so a reader sees the old or the new file,
+never a mix). Data files go first and the audit log last, so an audit log in the bucket
+means the files it names are there. Destinations the runtime cannot write are refused at
+compile (policy rule MRP-P016), never here after the map has run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from keel.digest import digest_bytes
+from keel.mrp.dsl import S3Location, parse_s3_destination
+from keel.mrp.run import ProducedFileRecord
+from keel.settings import Settings
+from store.artifacts import s3_client_for_bucket
+
+__all__ = ["DIGEST_METADATA", "SinkWriteError", "upload_to_s3"]
+
+DIGEST_METADATA = "keel-digest"
+RUN_METADATA = "keel-run-id"
+AUDIT_SUFFIX = ".audit.jsonl"
+# Client errors a retry cannot fix: the bucket or the right to write is missing.
+_PERMANENT = frozenset(
+    {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"}
+)
+
+
+class SinkWriteError(Exception):
+    """A sink file could not be written; ``retryable`` says whether a retry could help."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        self.retryable = retryable
+        super().__init__(message)
+
+
+def _content_type(path: str) -> str:
+    if path.endswith(".json"):
+        return "application/json"
+    if path.endswith(".jsonl"):
+        return "application/x-ndjson"
+    if path.endswith(".parquet"):
+        return "application/vnd.apache.parquet"
+    return "application/octet-stream"
+
+
+def upload_to_s3(
+    settings: Settings,
+    destination: str,
+    out_dir: Path,
+    files: Sequence[ProducedFileRecord],
+    run_id: str,
+) -> list[ProducedFileRecord]:
+    """Upload ``files`` (relative to ``out_dir``) under ``destination``; return the records
+    with each file's ``uri``. Raises :class:`SinkWriteError`."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location: S3Location = parse_s3_destination(destination)
+    client = s3_client_for_bucket(settings, location.bucket)
+    try:
+        # Some S3 servers make a bucket on the first PUT; a sink never does.
+        if not client.bucket_exists():
+            raise SinkWriteError(
+                f"cannot write {location.uri_for('')}: NoSuchBucket (bucket "
+                f"{location.bucket!r} does not exist; sinks never create buckets)",
+                retryable=False,
+            )
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        raise SinkWriteError(
+            f"cannot write to bucket {location.bucket!r}: {code or e}",
+            retryable=code not in _PERMANENT,
+        ) from None
+    except BotoCoreError as e:
+        raise SinkWriteError(
+            f"cannot reach bucket {location.bucket!r}: {e}", retryable=True
+        ) from None
+    ordered = sorted(files, key=lambda f: (f.path.endswith(AUDIT_SUFFIX), f.path))
+    done: dict[str, ProducedFileRecord] = {}
+    for f in ordered:
+        key = location.key_for(f.path)
+        uri = location.uri_for(f.path)
+        data = (out_dir / f.path).read_bytes()
+        if digest_bytes(data) != f.digest:  # pragma: no cover - produce just checked it
+            raise SinkWriteError(f"{f.path} changed on disk before its upload", retryable=True)
+        try:
+            head = client.head_named(key)
+            there = head is not None and (
+                head["metadata"].get(DIGEST_METADATA) == f.digest and head["size"] == f.size
+            )
+            if not there:
+                client.put_object_at(
+                    key,
+                    data,
+                    content_type=_content_type(f.path),
+                    metadata={DIGEST_METADATA: f.digest, RUN_METADATA: run_id},
+                )
+                check = client.head_named(key)
+                if check is None or check["size"] != f.size:
+                    raise SinkWriteError(
+                        f"{uri}: the object is not there after writing it", retryable=True
+                    )
+        except ClientError as e:
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            raise SinkWriteError(
+                f"cannot write {uri}: {code or e}", retryable=code not in _PERMANENT
+            ) from None
+        except BotoCoreError as e:
+            raise SinkWriteError(f"cannot write {uri}: {e}", retryable=True) from None
+        done[f.path] = f.model_copy(update={"uri": uri})
+    return [done[f.path] for f in files]
