@@ -253,13 +253,12 @@ def new(
     json_out: JsonOpt = None,
 ) -> None:
     """Create a project owned by you."""
-    import re
-
+    from keel.ids import SHORT_ID_RE
     from store.design import create_project
 
     output.choose(json_out)
     with toolkit.reported(_translate):
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", project):
+        if not SHORT_ID_RE.match(project):
             _fail("usage", f"a project id is letters, digits, '.', '_' and '-', not {project!r}")
         owner = user(as_user)
         sm = toolkit.sessions(toolkit.load_settings())

@@ -64,6 +64,7 @@ from keel.mrp.sdk import (
     SchemaViolation,
     file_writer,
 )
+from keel.problems import problems
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -203,11 +204,7 @@ def _read_spec(path: Path) -> OperatorSpec:
     try:
         return OperatorSpec.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            for err in e.errors()
-        )
-        raise ValueError(f"{path}: {problems}") from None
+        raise ValueError(f"{path}: {problems(e, root='<root>')}") from None
 
 
 def scan_operators(search_paths: Iterable[str | Path]) -> list[ScannedOperator]:
@@ -595,11 +592,7 @@ def read_config_file(path: Path) -> MrpConfigFile:
     try:
         return MrpConfigFile.model_validate(data or {})
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            for err in e.errors()
-        )
-        raise MrpConfigError(f"MRP config {path}: {problems}") from None
+        raise MrpConfigError(f"MRP config {path}: {problems(e, root='<root>')}") from None
 
 
 def load_mrp_config(

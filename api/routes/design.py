@@ -58,6 +58,7 @@ from keel.design.steps import (
     workflow_id,
 )
 from keel.gates import GateRefusal, gate_workflow_id
+from keel.ids import SHORT_ID_PATTERN
 from keel.settings import Settings
 from keel.webhooks import webhook_url_allowed
 from store import design as design_store
@@ -76,7 +77,7 @@ DOWNLOAD_TTL_S = 15 * 60
 #: How long the approve route waits for a round's gate child to be started.
 GATE_START_WAIT_S = 5.0
 
-_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_ID = SHORT_ID_PATTERN
 
 
 # --- models ---------------------------------------------------------------------------

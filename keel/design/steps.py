@@ -20,6 +20,7 @@ from keel.design.patterns import PatternCatalog
 from keel.design.planner import Plan
 from keel.design.policy import PolicyReport, PolicySettings
 from keel.gates import MAX_WAIT_S
+from keel.ids import SHORT_ID_PATTERN
 from keel.refs import ActivityRef
 
 WORKFLOW_TYPE: Final = "DesignPipeline"
@@ -52,7 +53,7 @@ ERROR_DESIGN_MODEL_UNREACHABLE: Final = "DesignModelUnreachable"
 #: A codegen model's answer is not a usable repository (retried: a model may do better).
 ERROR_DESIGN_CODEGEN: Final = "DesignCodegenInvalid"
 
-_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_ID = SHORT_ID_PATTERN
 #: The codegen providers ``DesignInput.codegen`` may name (activities/design/codegen.py).
 CodegenProvider = Literal["template", "litellm", "anthropic"]
 

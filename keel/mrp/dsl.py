@@ -35,6 +35,7 @@ from pydantic import (
 )
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from keel.ids import GATE_NAME_PATTERN
 from keel.mrp.errors import DslError, DslIssue
 from keel.yaml_limits import BoundedComposerMixin, YamlLimitError
 
@@ -46,7 +47,7 @@ VERSION_PATTERN = r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?"
 OPERATOR_REF_RE = re.compile(rf"^(?P<name>{NAME_PATTERN})@(?P<version>{VERSION_PATTERN})$")
 JOB_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 EGRESS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-GATE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+GATE_NAME_RE = re.compile(GATE_NAME_PATTERN)
 URI_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<rest>.+)$")
 
 # A YAML alias can make a small file expand into a huge tree ("billion laughs"), and deep
