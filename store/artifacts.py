@@ -229,15 +229,21 @@ def make_s3_client(
     )
 
 
+def _s3_connection(settings: Settings) -> dict[str, Any]:
+    """The artifact store's S3 endpoint, region and credentials (``KEEL_S3_*``; empty
+    credentials use boto3's usual chain): every S3 client Keel makes takes these."""
+    return {
+        "endpoint_url": settings.s3_endpoint_url or None,
+        "region": settings.s3_region or None,
+        "access_key_id": settings.s3_access_key_id.get_secret_value() or None,
+        "secret_access_key": settings.s3_secret_access_key.get_secret_value() or None,
+    }
+
+
 def s3_client_from_settings(settings: Settings) -> Any:
-    """An S3 client with the artifact store's S3 settings (``KEEL_S3_*``): what MRP
-    ``s3://`` inputs are read with."""
-    return make_s3_client(
-        endpoint_url=settings.s3_endpoint_url or None,
-        region=settings.s3_region or None,
-        access_key_id=settings.s3_access_key_id.get_secret_value() or None,
-        secret_access_key=settings.s3_secret_access_key.get_secret_value() or None,
-    )
+    """A boto3 S3 client with the artifact store's S3 settings: what MRP ``s3://``
+    inputs, which may span buckets, are listed and read with."""
+    return make_s3_client(**_s3_connection(settings))
 
 
 class S3ArtifactStore(ArtifactStore):
@@ -411,24 +417,11 @@ class S3ArtifactStore(ArtifactStore):
 def artifact_store_from_settings(settings: Settings) -> ArtifactStore:
     """The artifact store ``settings`` ask for (``KEEL_ARTIFACT_BACKEND``: local or s3)."""
     if settings.artifact_backend == "s3":
-        return S3ArtifactStore(
-            settings.s3_bucket,
-            endpoint_url=settings.s3_endpoint_url or None,
-            region=settings.s3_region or None,
-            access_key_id=settings.s3_access_key_id.get_secret_value() or None,
-            secret_access_key=settings.s3_secret_access_key.get_secret_value() or None,
-        )
+        return s3_client_for_bucket(settings, settings.s3_bucket)
     return LocalArtifactStore(settings.artifacts_dir)
 
 
 def s3_client_for_bucket(settings: Settings, bucket: str) -> S3ArtifactStore:
-    """An S3 client for ``bucket`` with the artifact store's endpoint, region and
-    credentials (``KEEL_S3_*``; empty credentials use boto3's usual chain): MRP's
-    ``s3://`` sinks are written through it."""
-    return S3ArtifactStore(
-        bucket,
-        endpoint_url=settings.s3_endpoint_url or None,
-        region=settings.s3_region or None,
-        access_key_id=settings.s3_access_key_id.get_secret_value() or None,
-        secret_access_key=settings.s3_secret_access_key.get_secret_value() or None,
-    )
+    """An S3 store on ``bucket`` with the artifact store's connection: the store itself,
+    and MRP's ``s3://`` sinks."""
+    return S3ArtifactStore(bucket, **_s3_connection(settings))

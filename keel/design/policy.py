@@ -142,17 +142,20 @@ def rule_cloud_policy(i: PolicyInput) -> RuleResult:
     return _r("cloud_policy", "pass", f"{i.plan.cloud.value}")
 
 
+def _not_eligible(i: PolicyInput, regime: Compliance) -> list[str]:
+    """The plan's catalogue patterns not eligible for ``regime``."""
+    by_id = i.catalog.by_id()
+    return [
+        pid for pid in i.plan.pattern_ids() if pid in by_id and regime not in by_id[pid].compliance
+    ]
+
+
 def rule_required_compliance(i: PolicyInput) -> RuleResult:
     required = i.settings.required_compliance
     if not required:
         return _r("required_compliance", "pass", "the organisation requires no regime")
-    by_id = i.catalog.by_id()
     for regime in required:
-        not_eligible = [
-            pid
-            for pid in i.plan.pattern_ids()
-            if pid in by_id and regime not in by_id[pid].compliance
-        ]
+        not_eligible = _not_eligible(i, regime)
         if not_eligible:
             return _r(
                 "required_compliance",
@@ -167,13 +170,8 @@ def rule_data_class(i: PolicyInput) -> RuleResult:
     c = i.constraints
     if c.data_classification is None:
         return _r("data_class", "fail", "no data classification stated")
-    by_id = i.catalog.by_id()
     for regime in c.compliance:
-        not_eligible = [
-            pid
-            for pid in i.plan.pattern_ids()
-            if pid in by_id and regime not in by_id[pid].compliance
-        ]
+        not_eligible = _not_eligible(i, regime)
         if not_eligible:
             return _r(
                 "data_class",
