@@ -101,7 +101,8 @@ def _fail(code: str, lines: list[str] | str, exit_code: int, details: Any = None
 def _translate(err: BaseException) -> CliError | None:
     """MRP's own exceptions as the CLI reports them (None: not one of them)."""
     from activities.mrp.operators import MrpConfigError
-    from keel.mrp.errors import DslError, InputsRefused, PolicyViolation, RegistryError
+    from keel.mrp.errors import DslError, InputsRefused, RegistryError
+    from keel.mrp.policy import PolicyViolation
     from services.local import ServiceUnavailable
 
     if isinstance(err, DslError):
@@ -252,7 +253,7 @@ def compile_cmd(
 ) -> None:
     """Check a job and write its IR, manifest and policy report; refusals name rule and line."""
     from keel.mrp.dsl import parse_job
-    from keel.mrp.errors import PolicyViolation
+    from keel.mrp.policy import PolicyViolation
 
     _set_mode(json_out)
     with _reported():
