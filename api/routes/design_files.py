@@ -27,7 +27,7 @@ from client import design as design_client
 from store import design as design_store
 from store.artifacts import ArtifactNotFound, ArtifactStore
 
-router = APIRouter(tags=["design"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/design", tags=["design"], responses=ERROR_RESPONSES)
 
 #: Larger files are listed but their text is not served (the console is no editor).
 MAX_TEXT_BYTES = 512 * 1024
