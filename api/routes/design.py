@@ -449,25 +449,6 @@ async def list_events(
     )
 
 
-def _last_of(events: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    found = [e["payload"] for e in events if e["type"] == kind]
-    return found[-1] if found else None
-
-
-def _stored_view(sessions: Any, project: str, ds: str) -> dict[str, Any]:
-    row = design_store.decision_set(sessions, project, ds)
-    events = list(design_store.list_events(sessions, project, ds))
-    return {
-        "row": row,
-        "cost": design_store.cost_of(sessions, project, ds),
-        "policy": _last_of(events, "policy-update"),
-        "validation": _last_of(events, "validation"),
-        "diff": _last_of(events, "diff-update"),
-        "artifacts": design_store.artifacts_of(sessions, project, ds),
-        "failed_validators": design_store.failing_validators(sessions, project, ds),
-    }
-
-
 @router.get("/decision-sets/{decision_set_id}", response_model=DecisionSetView)
 async def get_decision_set(
     decision_set_id: str, client: ClientDep, sessions: SessionsDep, caller: CallerDep
@@ -483,13 +464,14 @@ async def get_decision_set(
         # No worker answering (one restarting) leaves out the live part, not the rest.
         with contextlib.suppress(RPCError):
             live = await design_client.status(client, project, ds)
-    stored = await to_thread.run_sync(_stored_view, sessions, project, ds)
-    row = stored["row"]
+    stored = await to_thread.run_sync(design_store.stored_view, sessions, project, ds)
+    row = stored.row
     if row is not None:
         # Not persisted yet: the run's status (running, failed, ...), not "submitted".
         [row] = await design_client.true_statuses(client, sessions, project, [row])
         for key in ("created_at", "updated_at"):
             row[key] = row[key].isoformat() if row.get(key) else None
+    failed = stored.failed_validators
     return DecisionSetView(
         decision_set_id=ds,
         project_id=project,
@@ -497,21 +479,19 @@ async def get_decision_set(
         run_status=desc.status.name.lower() if desc is not None and desc.status else None,
         live=live,
         stored=row,
-        cost=stored["cost"],
-        policy=stored["policy"],
-        validation=stored["validation"],
-        diff=stored["diff"],
+        cost=stored.cost,
+        policy=stored.last.get("policy-update"),
+        validation=stored.last.get("validation"),
+        diff=stored.last.get("diff-update"),
         artifacts=[
             ArtifactView(
                 **a,
-                download_url=f"/design/decision-sets/{ds}/download" if a["kind"] == "archive" else None,
-                validation=(
-                    ("failed" if stored["failed_validators"] else "passed")
-                    if a["kind"] == "archive"
-                    else None
+                download_url=(
+                    f"/design/decision-sets/{ds}/download" if a["kind"] == "archive" else None
                 ),
+                validation=("failed" if failed else "passed") if a["kind"] == "archive" else None,
             )
-            for a in stored["artifacts"]
+            for a in stored.artifacts
         ],
     )
 

@@ -203,7 +203,9 @@ async def test_design_session_from_text_to_repository(
         f"/design/projects/{project}/decision-sets",
     ):
         assert_error(await api.get(path, headers=auth("carol")), 404, "not_found")
-    listed = (await api.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))).json()
+    listed = (
+        await api.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))
+    ).json()
     assert {d["id"] for d in listed["decision_sets"]} == {ds, code_ds}
     assert_error(
         await api.get(f"/design/decision-sets/{code_ds}/files/nope.txt", headers=auth("alice")),

@@ -109,5 +109,7 @@ async def test_free_text_on_the_embedded_model_reaches_questions_or_a_plan(
     await listed.wait_for()
     status = (await listed.inner_text()).split()[-1]
     assert status in ("running", "completed", "not_covered"), status
-    rows = (await api.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))).json()
+    rows = (
+        await api.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))
+    ).json()
     assert [d["status"] for d in rows["decision_sets"]] != ["submitted"]

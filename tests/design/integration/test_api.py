@@ -132,7 +132,9 @@ def events_only(frames: list[Frame]) -> list[Frame]:
 
 async def new_project(http: httpx.AsyncClient, actor: str = "alice") -> str:
     project = f"p-{uuid.uuid4().hex[:8]}"
-    resp = await http.post("/design/projects", json={"id": project, "name": "Churn"}, headers=auth(actor))
+    resp = await http.post(
+        "/design/projects", json={"id": project, "name": "Churn"}, headers=auth(actor)
+    )
     assert resp.status_code == 201, resp.text
     assert resp.json() == {"project_id": project}
     return project
@@ -141,7 +143,9 @@ async def new_project(http: httpx.AsyncClient, actor: str = "alice") -> str:
 async def submit(
     http: httpx.AsyncClient, project: str, actor: str = "alice", **body: Any
 ) -> dict[str, Any]:
-    resp = await http.post(f"/design/projects/{project}/constraints", json=body, headers=auth(actor))
+    resp = await http.post(
+        f"/design/projects/{project}/constraints", json=body, headers=auth(actor)
+    )
     assert resp.status_code == 202, resp.text
     started: dict[str, Any] = resp.json()
     assert started["stream_url"] == f"/design/streams/{started['decision_set_id']}"
@@ -189,7 +193,9 @@ async def test_disconnect_and_resume_by_last_event_id(api: Api, client: Client) 
     # Not persisted yet: the row's status is the run's, not a stale "submitted".
     assert details["stored"]["version"] == 0
     assert details["stored"]["status"] == "running" and details["run_status"] == "running"
-    listed = (await http.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))).json()
+    listed = (
+        await http.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))
+    ).json()
     assert [d["status"] for d in listed["decision_sets"] if d["id"] == ds] == ["running"]
 
     # A refused answer names its field; nothing changes. Approving now has no gate.
@@ -271,7 +277,9 @@ async def test_whole_flow_with_codegen_and_signed_download(
     assert details["cost"]["monthly_usd"] > 0 and details["policy"]["overall"] in ("pass", "warn")
     assert details["artifacts"] == []  # planned only
     assert_error(
-        await http.get(f"/design/decision-sets/{ds}/download", headers=auth("alice")), 404, "not_found"
+        await http.get(f"/design/decision-sets/{ds}/download", headers=auth("alice")),
+        404,
+        "not_found",
     )
 
     # Codegen: a new decision set over this one.
@@ -285,7 +293,10 @@ async def test_whole_flow_with_codegen_and_signed_download(
     code = (await http.get(f"/design/decision-sets/{code_ds}", headers=auth("alice"))).json()
     assert code["stored"]["parent_id"] == ds
     archive = [a for a in code["artifacts"] if a["kind"] == "archive"]
-    assert len(archive) == 1 and archive[0]["download_url"] == f"/design/decision-sets/{code_ds}/download"
+    assert (
+        len(archive) == 1
+        and archive[0]["download_url"] == f"/design/decision-sets/{code_ds}/download"
+    )
 
     link = await http.get(archive[0]["download_url"], headers=auth("alice"))
     assert link.status_code == 200, link.text
@@ -336,7 +347,9 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
     again = await http.post("/design/projects", json={"id": project}, headers=auth("alice"))
     assert again.status_code == 200 and again.json() == {"project_id": project}
     assert_error(
-        await http.post("/design/projects", json={"id": project}, headers=auth("carol")), 409, "conflict"
+        await http.post("/design/projects", json={"id": project}, headers=auth("carol")),
+        409,
+        "conflict",
     )
     assert_error(
         await http.post("/design/projects", json={"id": "x"}, headers=auth("bob")), 403, "forbidden"
@@ -365,7 +378,9 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
         {"intake": PARTIAL_FORM, "gate_expires_in_s": 10 * 365 * 24 * 3600},
     ):
         assert_error(
-            await http.post(f"/design/projects/{project}/constraints", json=body, headers=auth("alice")),
+            await http.post(
+                f"/design/projects/{project}/constraints", json=body, headers=auth("alice")
+            ),
             422,
             "validation_failed",
         )
@@ -401,7 +416,9 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
             assert_error(await http.get(path, headers=auth(actor)), 404, "not_found")
     assert_error(await approve(http, ds, "bob"), 404, "not_found")
     assert (await http.get(f"/design/decision-sets/{ds}", headers=auth("root"))).status_code == 200
-    assert_error(await http.get("/design/decision-sets/ds-none", headers=auth("alice")), 404, "not_found")
+    assert_error(
+        await http.get("/design/decision-sets/ds-none", headers=auth("alice")), 404, "not_found"
+    )
 
     # A terminated run's stream and timeline end with run-error.
     await read_sse(http, ds, "alice", until="questions")

@@ -201,7 +201,9 @@ async def test_unreachable_model_fails_the_run_saying_what_to_check(
             await handle.result()
         assert await listed_status(http, project, ds) == "failed"
         view = (await http.get(f"/design/decision-sets/{ds}", headers=auth("alice"))).json()
-        events = (await http.get(f"/design/decision-sets/{ds}/events", headers=auth("alice"))).json()
+        events = (
+            await http.get(f"/design/decision-sets/{ds}/events", headers=auth("alice"))
+        ).json()
     cause = cause_chain(info.value)[-1]
     message = str(cause)
     assert getattr(cause, "type", None) == ERROR_DESIGN_MODEL_UNREACHABLE
