@@ -527,9 +527,12 @@ def failing_validators(sm: sessionmaker[Session], project: str, ds: str) -> list
             .order_by(DesignEventRow.id.desc())
             .limit(1)
         ).first()
-    if payload is None:
-        return None
-    summary = payload.get("summary") or {}
+    return None if payload is None else _failed(payload)
+
+
+def _failed(validation: dict[str, Any]) -> list[str]:
+    """The validators a ``validation`` event's summary names as failed, sorted."""
+    summary = validation.get("summary") or {}
     return sorted(name for name, status in summary.items() if status == "failed")
 
 
@@ -589,8 +592,8 @@ class StoredDecisionSet:
     def failed_validators(self) -> list[str] | None:
         """The validators that failed, sorted; None when none ran (as
         :func:`failing_validators`)."""
-        summary = self.validation
-        return None if summary is None else sorted(k for k, s in summary.items() if s == "failed")
+        found = self.last.get("validation")
+        return None if found is None else _failed(found)
 
 
 def stored_view(sm: sessionmaker[Session], project: str, ds: str) -> StoredDecisionSet:
