@@ -28,6 +28,7 @@ from keel.design.validation import tree_digest
 from keel.settings import Settings
 from services.processes import free_port
 from store.design import decision_sets_of
+from store.design_git import git, repo_path
 from tests.support.api import asgi_client, assert_error, auth, with_tokens
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
@@ -331,6 +332,48 @@ async def test_whole_flow_with_codegen_and_signed_download(
         key = signed_urls.derive_key(api_settings.webhook_secret.get_secret_value())
         past = signed_urls.signed_path(key, parts.path, int(time.time()) - 1)
         assert_error(await anonymous.get(api.base_url + past), 403, "forbidden")
+
+    # The repository's files and diffs come from the project's git history: the commit of
+    # the decision set holds what the archive holds, plus the plan.md it adds.
+    repo = repo_path(api_settings.design_repos_dir, project)
+    committed = git(repo, "ls-tree", "-r", "--name-only", f"ds/{code_ds}").stdout.split()
+    assert sorted(committed) == sorted([*shipped, "plan.md"])
+    files = (await http.get(f"/design/decision-sets/{code_ds}/files", headers=auth("alice"))).json()
+    assert [f["path"] for f in files["files"]] == sorted(shipped)
+    assert {f["path"]: f["size_bytes"] for f in files["files"]} == {
+        n: len(b) for n, b in shipped.items()
+    }
+    readme = await http.get(
+        f"/design/decision-sets/{code_ds}/files/README.md", headers=auth("alice")
+    )
+    assert readme.json()["text"] == shipped["README.md"].decode()
+    for missing in ("plan.md", "nope.txt"):
+        assert_error(
+            await http.get(
+                f"/design/decision-sets/{code_ds}/files/{missing}", headers=auth("alice")
+            ),
+            404,
+            "not_found",
+        )
+    # Against a planned-only set every file is added, and a file's diff is the whole file.
+    changes = (
+        await http.get(f"/design/decision-sets/{code_ds}/diff", headers=auth("alice"))
+    ).json()
+    assert changes["previous_decision_set"] == ds and changes["previous_has_files"] is False
+    assert {c["path"]: c["status"] for c in changes["changes"]} == dict.fromkeys(shipped, "added")
+    one = (
+        await http.get(f"/design/decision-sets/{code_ds}/diff/README.md", headers=auth("alice"))
+    ).json()
+    assert one["status"] == "added"
+    assert one["diff"].startswith(f"--- /dev/null\n+++ {code_ds}/README.md\n@@ -0,0 +1,")
+    added = [ln[1:] for ln in one["diff"].splitlines(keepends=True)[3:] if ln[0] == "+"]
+    assert "".join(added) == shipped["README.md"].decode()
+    assert_error(
+        await http.get(f"/design/decision-sets/{ds}/diff", headers=auth("alice")), 404, "not_found"
+    )
+    # The old, unprefixed paths are gone.
+    for old in ("/projects", f"/decision-sets/{code_ds}", f"/decision-sets/{code_ds}/files"):
+        assert (await http.get(old, headers=auth("alice"))).status_code == 404, old
 
     # Generating twice from one planned set is refused once it has a repository.
     assert_error(
