@@ -55,3 +55,33 @@ def may_read(access: RunAccess | None, actor: str, roles: frozenset[str]) -> boo
     if actor == access.owner or actor in access.approvers:
         return True
     return access.any_approver and APPROVER_ROLE in roles
+
+
+#: The reader that stands for "any caller with the approver role" (a gate naming no approver).
+ANY_APPROVER_READER = f"role:{APPROVER_ROLE}"
+
+
+def user_reader(actor: str) -> str:
+    """The reader value of user ``actor`` (prefixed, so no user name reads as a role)."""
+    return f"user:{actor}"
+
+
+def readers_of(access: RunAccess) -> list[str]:
+    """The values of the ``KeelReaders`` search attribute for a run with ``access``: the
+    same callers :func:`may_read` admits (``admin`` aside, who needs no value)."""
+    readers = [user_reader(access.owner)]
+    readers += [user_reader(a) for a in access.approvers if user_reader(a) not in readers]
+    if access.any_approver:
+        readers.append(ANY_APPROVER_READER)
+    return readers
+
+
+def reader_terms(actor: str, roles: frozenset[str]) -> list[str] | None:
+    """The ``KeelReaders`` values a caller's rows carry, any one of which admits a row;
+    None for ``admin``, who reads every row (those without the attribute too)."""
+    if ADMIN_ROLE in roles:
+        return None
+    terms = [user_reader(actor)]
+    if APPROVER_ROLE in roles:
+        terms.append(ANY_APPROVER_READER)
+    return terms
