@@ -111,6 +111,37 @@ def start_search_attributes(request: GateRequest) -> TypedSearchAttributes:
     )
 
 
+async def start_gate(
+    client: Client,
+    request: GateRequest,
+    *,
+    gate_id: str,
+    task_queue: str,
+    access: RunAccess | None = None,
+) -> WorkflowHandle[Any, GateState]:
+    """Start a standalone gate: its access record (``access``, else its requester and
+    approvers) in its memo and in ``KeelReaders``, so the callers who may read it find it.
+
+    Raises:
+        FileExistsError: a gate with that id exists.
+    """
+    access = access or access_for(request.requester, [request.approvers])
+    try:
+        return await client.start_workflow(
+            GATE_WORKFLOW_TYPE,
+            request,
+            id=gate_id,
+            task_queue=task_queue,
+            memo={ACCESS_MEMO: access},
+            search_attributes=with_readers(
+                start_search_attributes(request), {ACCESS_MEMO: access}
+            ),
+            result_type=GateState,
+        )
+    except WorkflowAlreadyStartedError:
+        raise FileExistsError(f"gate {gate_id!r} already exists") from None
+
+
 async def open_gate(
     client: Client,
     request: GateRequest,
@@ -119,27 +150,12 @@ async def open_gate(
     task_queue: str,
     access: RunAccess | None = None,
 ) -> GateState:
-    """Start a standalone gate and return its first state.
+    """Start a standalone gate (:func:`start_gate`) and return its first state.
 
     Raises:
         FileExistsError: a gate with that id exists.
     """
-    memo = {ACCESS_MEMO: access} if access is not None else None
-    try:
-        handle = await client.start_workflow(
-            GATE_WORKFLOW_TYPE,
-            request,
-            id=gate_id,
-            task_queue=task_queue,
-            memo=memo,
-            search_attributes=with_readers(
-                start_search_attributes(request),
-                {ACCESS_MEMO: access or access_for(request.requester, [request.approvers])},
-            ),
-            result_type=GateState,
-        )
-    except WorkflowAlreadyStartedError:
-        raise FileExistsError(f"gate {gate_id!r} already exists") from None
+    handle = await start_gate(client, request, gate_id=gate_id, task_queue=task_queue, access=access)
     state: GateState = await handle.query(
         GATE_STATE_QUERY, result_type=GateState, rpc_timeout=GATE_RPC_TIMEOUT
     )

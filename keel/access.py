@@ -11,6 +11,7 @@ only ``admin`` reads it over the API.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,9 +62,19 @@ def may_read(access: RunAccess | None, actor: str, roles: frozenset[str]) -> boo
 ANY_APPROVER_READER = f"role:{APPROVER_ROLE}"
 
 
+#: User names that go into ``KeelReaders`` as they are; any other is hex-encoded.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._@+-]{1,200}")
+
+
 def user_reader(actor: str) -> str:
-    """The reader value of user ``actor`` (prefixed, so no user name reads as a role)."""
-    return f"user:{actor}"
+    """The reader value of user ``actor``: ``user:<name>`` (prefixed, so no user name reads
+    as a role), or ``userx:<hex of its UTF-8>`` for a name with any other character. A
+    visibility store may not take every character in a query literal (SQLite's full-text
+    index of KeywordList values fails on a quote or a backslash), so such names never
+    reach one; the two prefixes keep the encodings apart."""
+    if _PLAIN_NAME.fullmatch(actor):
+        return f"user:{actor}"
+    return f"userx:{actor.encode().hex()}"
 
 
 def readers_of(access: RunAccess) -> list[str]:
