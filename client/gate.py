@@ -133,9 +133,7 @@ async def start_gate(
             id=gate_id,
             task_queue=task_queue,
             memo={ACCESS_MEMO: access},
-            search_attributes=with_readers(
-                start_search_attributes(request), {ACCESS_MEMO: access}
-            ),
+            search_attributes=with_readers(start_search_attributes(request), {ACCESS_MEMO: access}),
             result_type=GateState,
         )
     except WorkflowAlreadyStartedError:
@@ -155,7 +153,9 @@ async def open_gate(
     Raises:
         FileExistsError: a gate with that id exists.
     """
-    handle = await start_gate(client, request, gate_id=gate_id, task_queue=task_queue, access=access)
+    handle = await start_gate(
+        client, request, gate_id=gate_id, task_queue=task_queue, access=access
+    )
     state: GateState = await handle.query(
         GATE_STATE_QUERY, result_type=GateState, rpc_timeout=GATE_RPC_TIMEOUT
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
@@ -139,8 +140,13 @@ def decode_page_token(text: str | None) -> bytes | None:
         token = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         raise BadPageToken("page_token is not one this API handed out") from None
-    if not token:
-        raise BadPageToken("page_token is not one this API handed out")
+    # Temporal's visibility stores (SQL and Elasticsearch) hand out a JSON object; anything
+    # else is refused here, since the server answers some garbage only after its retries.
+    try:
+        if not isinstance(json.loads(token), dict):
+            raise ValueError(token)
+    except ValueError:
+        raise BadPageToken("page_token is not one this API handed out") from None
     return token
 
 
@@ -156,7 +162,8 @@ async def list_page(
     try:
         await rows.fetch_next_page()
     except RPCError as err:
-        if page_token is not None and err.status == RPCStatusCode.INVALID_ARGUMENT:
+        refused = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN)
+        if page_token is not None and err.status in refused:
             raise BadPageToken("page_token is not one this API handed out") from None
         raise
     return rows.current_page or [], rows.next_page_token
