@@ -25,6 +25,8 @@ CORPUS: tuple[str, ...] = (
     "gate_shared_key",
     "demo_approved",
     "demo_approved_gate",
+    "demo_child_readers",
+    "demo_child_readers_gate",
     "rllm_success",
     "rllm_recovered",
     "rllm_composed",
