@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pydantic import BaseModel, ConfigDict, Field
 
 ACCESS_MEMO = "keel_access"
+#: The signal (no argument) that has a run or gate set ``KeelReaders`` from its own memo.
+READERS_SIGNAL = "keel_refresh_readers"
 ADMIN_ROLE = "admin"
 APPROVER_ROLE = "approver"
 

@@ -17,7 +17,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from keel.access import access_for, readers_of
+    from keel.access import READERS_SIGNAL, access_for, readers_of
     from keel.gates import (
         GATE_COMMENT_UPDATE,
         GATE_DECIDE_SIGNAL,
@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         READERS_ATTRIBUTE,
     )
     from workflows.common import call
+    from workflows.readers import upsert_readers
 
 STATUS_KEY = SearchAttributeKey.for_keyword(GATE_STATUS_ATTRIBUTE)
 NAME_KEY = SearchAttributeKey.for_keyword(GATE_NAME_ATTRIBUTE)
@@ -319,6 +320,11 @@ class ApprovalGate:
                 type="gate_closed",
                 non_retryable=True,
             )
+
+    @workflow.signal(name=READERS_SIGNAL)
+    def refresh_readers(self) -> None:
+        """Set ``KeelReaders`` from the access memo (``keel migrate-search-attributes``)."""
+        upsert_readers(access_for(self._request.requester, [self._request.approvers]))
 
     @workflow.query(name=GATE_STATE_QUERY)
     def state(self) -> GateState:

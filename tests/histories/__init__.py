@@ -20,6 +20,7 @@ CORPUS: tuple[str, ...] = (
     "gate_open_local_webhook",
     "gate_open_local_early",
     "gate_rejected_signal",
+    "gate_readers_signal",
     "gate_expired_with_reminders",
     "gate_duplicate_request",
     "gate_shared_key",

@@ -190,6 +190,28 @@ async def gate_open_local(ctx: Ctx) -> Histories:
     return await gate_approved_update(ctx, "gate_open_local")
 
 
+async def gate_readers_signal(ctx: Ctx) -> Histories:
+    """A gate started without ``KeelReaders`` (as before it existed) gets it from
+    ``keel_refresh_readers`` (``keel migrate-search-attributes``), then is approved."""
+    handle = await start_gate(ctx, "gate_readers_signal")
+    key = SearchAttributeKey.for_keyword_list("KeelReaders")
+    await handle.signal("keel_refresh_readers")
+
+    async def has_readers() -> bool:
+        return (await handle.describe()).typed_search_attributes.get(key) is not None
+
+    await poll(has_readers, "the gate to set KeelReaders")
+    readers = (await handle.describe()).typed_search_attributes.get(key)
+    expect(readers == ["user:alice", "user:bob"], f"KeelReaders from the request, got {readers}")
+    await handle.execute_update(
+        ApprovalGate.decide,
+        GateDecision(decision="approve", actor="bob", comment="ok", request_id="r-1"),
+    )
+    result = await handle.result()
+    expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
+    return {"gate_readers_signal": await history_json(handle)}
+
+
 async def gate_rejected_signal(ctx: Ctx) -> Histories:
     handle = await start_gate(ctx, "gate_rejected_signal")
     await handle.signal(
@@ -949,6 +971,7 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_open_local_webhook": gate_open_local_webhook,
     "gate_open_local_early": gate_open_local_early,
     "gate_rejected_signal": gate_rejected_signal,
+    "gate_readers_signal": gate_readers_signal,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,
     "gate_shared_key": gate_shared_key,

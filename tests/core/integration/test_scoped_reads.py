@@ -20,12 +20,14 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from api.app import create_app
-from client.gate import start_gate
-from client.temporal import encode_page_token, start_by_type
+from client.gate import start_gate, start_search_attributes
+from client.readers import migrate_readers
+from client.temporal import READERS_KEY, encode_page_token, start_by_type
 from keel.access import ACCESS_MEMO, access_for
-from keel.gates import GateRequest, gate_workflow_id
+from keel.gates import GATE_WORKFLOW_TYPE, GateRequest, gate_workflow_id
 from keel.mrp.run import WORKFLOW_TYPE as MRP_TYPE
 from keel.rllm.run import WORKFLOW_TYPE as RLLM_TYPE
 from keel.settings import ApiToken, Settings
@@ -219,3 +221,63 @@ async def test_a_page_token_not_handed_out_is_refused(scoped_http: httpx.AsyncCl
         if resp.status_code != 422:
             assert resp.status_code == 200, resp.text
             assert resp.json()[key] == []
+
+
+async def test_migration_gives_open_gates_started_before_readers_their_readers(
+    scoped_http: httpx.AsyncClient, client: Client, settings: Settings, worker: Worker
+) -> None:
+    """Gates started as before ``KeelReaders`` (with the API's memo, or none at all, as
+    ``temporal workflow start`` does) are admin's only in lists until
+    ``migrate_readers`` has each set it from its own memo or request."""
+    http, queue = scoped_http, settings.task_queue
+
+    async def legacy(n: int, requester: str, with_memo: bool) -> str:
+        gid = gate_workflow_id(f"legacy/{TAG}/{n}", "deploy")
+        req = GateRequest(name="deploy", requester=requester, approvers=[APPROVER])
+        memo = {ACCESS_MEMO: access_for(requester, [req.approvers])} if with_memo else None
+        await client.start_workflow(
+            GATE_WORKFLOW_TYPE, req, id=gid, task_queue=queue, memo=memo,
+            search_attributes=start_search_attributes(req),
+        )  # fmt: skip
+        return gid
+
+    with_memo, bare = await legacy(0, ME, True), await legacy(1, OTHERS[0], False)
+    current = gate_workflow_id(f"legacy/{TAG}/2", "deploy")
+    req = GateRequest(name="deploy", requester=ME, approvers=[APPROVER])
+    await start_gate(client, req, gate_id=current, task_queue=queue)
+    started = [with_memo, bare, current]
+    try:
+
+        async def listed(actor: str) -> set[str]:
+            return set(await _walk(http, "/gates", "gates", actor, limit=50)) & set(started)
+
+        async def admin_sees_all() -> bool:
+            return await listed(ADMIN) == set(started)
+
+        await _until(admin_sees_all)
+        assert await listed(ADMIN) == set(started)
+        assert await listed(APPROVER) == {current}
+        assert await listed(ME) == {current}
+
+        assert sorted(await migrate_readers(client, dry_run=True, task_queue=queue)) == sorted(
+            [with_memo, bare]
+        )
+        assert sorted(await migrate_readers(client, task_queue=queue)) == sorted([with_memo, bare])
+
+        async def migrated() -> bool:
+            return await listed(APPROVER) == set(started)
+
+        await _until(migrated)
+        assert await listed(APPROVER) == set(started)
+        assert await listed(ME) == {with_memo, current}
+        assert await listed(OTHERS[0]) == {bare}
+        # Each now has its readers; a second pass finds none to signal.
+        for gid in (with_memo, bare):
+            desc = await client.get_workflow_handle(gid).describe()
+            assert desc.typed_search_attributes.get(READERS_KEY) is not None
+        assert await migrate_readers(client, task_queue=queue) == []
+    finally:
+        await asyncio.gather(
+            *(client.get_workflow_handle(g).terminate("test over") for g in started),
+            return_exceptions=True,
+        )
