@@ -11,9 +11,11 @@ terminated at once (a closed run is listed like any other). Names are unique to 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,12 +28,13 @@ from api.app import create_app
 from client.gate import start_gate, start_search_attributes
 from client.readers import migrate_readers
 from client.temporal import READERS_KEY, encode_page_token, start_by_type
-from keel.access import ACCESS_MEMO, access_for
+from keel.access import ACCESS_MEMO, READERS_SIGNAL, access_for
 from keel.gates import GATE_WORKFLOW_TYPE, GateRequest, gate_workflow_id
 from keel.mrp.run import WORKFLOW_TYPE as MRP_TYPE
 from keel.rllm.run import WORKFLOW_TYPE as RLLM_TYPE
 from keel.settings import ApiToken, Settings
 from keel.srl.steps import COLLECTION_TYPE as SRL_TYPE
+from tests.core.integration.test_cli import keel_env, run
 from tests.support.api import asgi_client, assert_error
 
 TAG = uuid.uuid4().hex[:8]
@@ -52,6 +55,7 @@ ROLES: dict[str, list[str]] = {
     **{o: ["requester"] for o in OTHERS},
 }
 PAGE = 3  # small, so every walk crosses page boundaries
+SIGNALED = "workflow_execution_signaled_event_attributes"
 
 
 def _auth(actor: str) -> dict[str, str]:
@@ -281,3 +285,48 @@ async def test_migration_gives_open_gates_started_before_readers_their_readers(
             *(client.get_workflow_handle(g).terminate("test over") for g in started),
             return_exceptions=True,
         )
+
+
+async def test_migrate_command_lists_then_signals_the_gates_without_readers(
+    client: Client, temporal_address: str, tmp_path: Path
+) -> None:
+    """``keel migrate-search-attributes``: ``--dry-run`` names them and signals none; the
+    run signals each (the signal waits in history for a worker, none here)."""
+    queue = f"migrate-cli-{TAG}"
+    req = GateRequest(name="deploy", requester=ME, approvers=[APPROVER])
+    gid = gate_workflow_id(f"migrate-cli/{TAG}", "deploy")
+    await client.start_workflow(
+        GATE_WORKFLOW_TYPE, req, id=gid, task_queue=queue,
+        search_attributes=start_search_attributes(req),
+    )  # fmt: skip
+    handle = client.get_workflow_handle(gid)
+    env = {**keel_env(tmp_path / "keel"), "KEEL_TEMPORAL_ADDRESS": temporal_address}
+    args = ["migrate-search-attributes", "--task-queue", queue]
+    try:
+
+        async def dry_run() -> subprocess.CompletedProcess[str]:
+            return await asyncio.to_thread(run, [*args, "--dry-run"], env, 60)
+
+        proc = await dry_run()
+        for _ in range(30):  # visibility lags the start
+            if proc.stdout.split() == [gid]:
+                break
+            await asyncio.sleep(0.5)
+            proc = await dry_run()
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == [gid]
+        assert "would signal 1 open workflow(s)" in proc.stderr
+        signals = [e async for e in handle.fetch_history_events() if e.HasField(SIGNALED)]
+        assert signals == []
+
+        proc = await asyncio.to_thread(run, args, env, 60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == [gid] and "signalled 1 open workflow(s)" in proc.stderr
+        names = [
+            e.workflow_execution_signaled_event_attributes.signal_name
+            async for e in handle.fetch_history_events()
+            if e.HasField(SIGNALED)
+        ]
+        assert names == [READERS_SIGNAL]
+    finally:
+        await handle.terminate("test over")
