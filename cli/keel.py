@@ -346,6 +346,31 @@ def ping() -> None:
     typer.echo(f"Temporal answers at {settings.resolved_temporal_address} (server {version})")
 
 
+@app.command("migrate-search-attributes")
+def migrate_search_attributes(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List them; signal none")] = False,
+    task_queue: Annotated[str | None, typer.Option(help="Only workflows on this queue")] = None,
+) -> None:
+    """Have open runs and gates started before ``KeelReaders`` set it, so their owners and
+    approvers find them in ``GET /gates`` and ``GET /runs`` (docs/console.md, "Runs")."""
+    settings = load_settings()
+
+    async def migrate() -> list[str]:
+        from client.readers import migrate_readers
+        from client.temporal import connect
+        from workers.main import ensure_search_attributes
+
+        client = await connect(settings)
+        await ensure_search_attributes(client, settings.temporal_namespace)
+        return await migrate_readers(client, dry_run=dry_run, task_queue=task_queue)
+
+    ids = asyncio.run(migrate())
+    for wid in ids:
+        typer.echo(wid)
+    verb = "would signal" if dry_run else "signalled"
+    typer.echo(f"{verb} {len(ids)} open workflow(s) without KeelReaders", err=True)
+
+
 @app.command()
 def worker() -> None:
     """Run one worker on the configured Temporal server until SIGTERM or Ctrl-C."""

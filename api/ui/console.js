@@ -11,7 +11,14 @@
   const DECIDED_HIDE_MS = 60000;
 
   const $ = (sel, root = document) => root.querySelector(sel);
-  const state = { view: "inbox", decided: new Map(), gates: [], busy: {}, again: {}, ds: null, projectsLoaded: false };
+  const state = {
+    view: "inbox", decided: new Map(), gates: [], busy: {}, again: {}, ds: null, projectsLoaded: false,
+    // Pages: the API answers a page and a token for the next (null: no more). The inbox
+    // and the runs list reload as many pages as they show; "More" shows one more.
+    inboxPages: 1, runsPages: 1,
+  };
+  const PAGE_SIZE = 50;
+  const withToken = (path, token) => (token ? path + "&page_token=" + encodeURIComponent(token) : path);
 
   // --- token and API -------------------------------------------------------------------
   const getToken = () => localStorage.getItem(TOKEN_KEY) || "";
@@ -169,11 +176,20 @@
 
   async function loadInbox() {
     const token = getToken();
-    const data = await api("GET", "/gates?status=pending");
-    if (token !== getToken()) return; // the token changed meanwhile: this answer is not theirs
+    const gates = [];
+    let next = null;
+    for (let page = 0; page < state.inboxPages; page++) {
+      const data = await api("GET", withToken("/gates?status=pending&limit=" + PAGE_SIZE, next));
+      if (token !== getToken()) return; // the token changed meanwhile: this answer is not theirs
+      gates.push(...data.gates);
+      next = data.next_page_token;
+      if (!next) break;
+    }
+    $("#inbox-more").hidden = !next;
     const now = Date.now();
     for (const [id, at] of state.decided) if (now - at > DECIDED_HIDE_MS) state.decided.delete(id);
-    state.gates = data.gates.filter((g) => !state.decided.has(g.gate_id));
+    const ids = new Set();
+    state.gates = gates.filter((g) => !state.decided.has(g.gate_id) && !ids.has(g.gate_id) && ids.add(g.gate_id));
     setCount(state.gates.length);
     const list = $("#inbox-list");
     // Keep cards that are still pending, so a comment being typed is not lost.
@@ -200,11 +216,22 @@
 
   async function loadRuns() {
     const token = getToken();
-    const data = await api("GET", "/runs?limit=50");
-    if (token !== getToken()) return;
+    const runs = [];
+    let next = null;
+    for (let page = 0; page < state.runsPages; page++) {
+      const data = await api("GET", withToken("/runs?limit=" + PAGE_SIZE, next));
+      if (token !== getToken()) return;
+      runs.push(...data.runs);
+      next = data.next_page_token;
+      if (!next) break;
+    }
+    $("#runs-more").hidden = !next;
     const body = $("#runs-body");
     body.replaceChildren();
-    for (const r of data.runs) {
+    const shown = new Set();
+    for (const r of runs) {
+      if (shown.has(r.workflow_id)) continue; // a run that moved between pages meanwhile
+      shown.add(r.workflow_id);
       const tr = document.createElement("tr");
       tr.dataset.workflowId = r.workflow_id;
       cell(tr, r.workflow_id, "run-id");
@@ -224,8 +251,8 @@
       cell(tr, a);
       body.appendChild(tr);
     }
-    $("#runs-table").hidden = data.runs.length === 0;
-    $("#runs-empty").hidden = data.runs.length > 0;
+    $("#runs-table").hidden = body.children.length === 0;
+    $("#runs-empty").hidden = body.children.length > 0;
   }
 
 
@@ -847,6 +874,10 @@
     $("#inbox-list").replaceChildren();
     $("#runs-body").replaceChildren();
     $("#runs-table").hidden = true;
+    state.inboxPages = 1;
+    state.runsPages = 1;
+    $("#inbox-more").hidden = true;
+    $("#runs-more").hidden = true;
     closeSession();
     saveSession(null);
     state.projectsLoaded = false;
@@ -861,6 +892,14 @@
       b.addEventListener("click", () => show(b.dataset.view, true));
     }
     for (const b of document.querySelectorAll("[data-refresh]")) b.addEventListener("click", refresh);
+    $("#inbox-more").addEventListener("click", () => {
+      state.inboxPages += 1;
+      guarded("inbox", loadInbox);
+    });
+    $("#runs-more").addEventListener("click", () => {
+      state.runsPages += 1;
+      guarded("runs", loadRuns);
+    });
     $("#nav-toggle").addEventListener("click", () => setNav(!$("#left").classList.contains("open")));
     $("#canvas-toggle").addEventListener("click", () => setCanvas(!$("#right").classList.contains("open")));
     $("#theme-toggle").addEventListener("click", () => {
