@@ -81,3 +81,7 @@ def test_generated_app_passes_every_validator(form: str) -> None:
     assert hadolint is not None and hadolint.details["dockerfiles"] == dockerfiles
     checkov = report.result("checkov")
     assert checkov is not None and "dockerfile" in checkov.details["summary"]
+    # checkov parsed every Terraform file and found the resources of every region.
+    terraform = checkov.details["summary"]["terraform"]
+    assert terraform["failed"] == 0 and terraform["parsing_errors"] == 0
+    assert terraform["resource_count"] >= 150 * len(req.plan.regions) // 2, terraform

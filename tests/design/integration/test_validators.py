@@ -20,7 +20,6 @@ from activities.design.validators import (
     add_sbom,
     check_sbom,
     run_actionlint,
-    run_checkov,
     run_hadolint,
     run_pytest,
     run_ruff,
@@ -96,22 +95,6 @@ def _tree(case: str = "batch_training") -> dict[str, str]:
     return render_request(request_for(case))
 
 
-def test_unencrypted_s3_bucket_fails_checkov(tmp_path: Path) -> None:
-    files = _tree()
-    files["infra/ingest/raw.tf"] = 'resource "aws_s3_bucket" "raw" {\n  bucket = "raw-data"\n}\n'
-    _write(files, tmp_path)
-    result = asyncio.run(run_checkov(files, tmp_path))
-    assert result.status == "failed", result.summary
-    on_raw = {
-        f["check_id"]
-        for f in result.details["failed_checks"]
-        if f["resource"] == "aws_s3_bucket.raw"
-    }
-    # Encryption with KMS by default and a public access block are missing.
-    assert "CKV_AWS_145" in on_raw, on_raw
-    assert {f["file"] for f in result.details["failed_checks"]} == {"infra/ingest/raw.tf"}
-
-
 def test_bad_workflow_fails_actionlint(tmp_path: Path) -> None:
     files = _tree()
     files[".github/workflows/ci.yml"] = files[".github/workflows/ci.yml"].replace(
@@ -135,18 +118,6 @@ def test_dockerfile_lint_error_fails_hadolint(tmp_path: Path) -> None:
     assert "DL3007" in result.summary  # "latest" is not a pinned image version
 
 
-def test_root_user_in_a_service_dockerfile_fails_checkov(tmp_path: Path) -> None:
-    """checkov reads every service's Dockerfile, not only one at the root."""
-    files = _tree()
-    train = "services/train/Dockerfile"
-    files[train] = files[train].replace("USER 10001", "USER root")
-    _write(files, tmp_path)
-    result = asyncio.run(run_checkov(files, tmp_path))
-    assert result.status == "failed", result.summary
-    failed = {(f["check_id"], f["file"]) for f in result.details["failed_checks"]}
-    assert ("CKV_DOCKER_8", train) in failed, failed
-
-
 def test_missing_invalid_or_stale_sbom_fails() -> None:
     good = asyncio.run(add_sbom(_tree()))
     assert check_sbom(good).status == "passed"
@@ -166,15 +137,32 @@ def test_missing_invalid_or_stale_sbom_fails() -> None:
 
 
 def test_a_broken_tree_fails_the_whole_report() -> None:
-    """validate_repo as the activity runs it: each broken part fails its own validator."""
+    """validate_repo as the activity runs it: each broken part fails its own validator,
+    and checkov names each planted fault where it is (one checkov run for all three)."""
     files = _tree()
+    # An unencrypted bucket with no public access block, in a file of its own.
     files["infra/ingest/raw.tf"] = 'resource "aws_s3_bucket" "raw" {\n  bucket = "raw-data"\n}\n'
     serve = "services/serve/Dockerfile"
     files[serve] = files[serve].replace("python:3.11.9-slim", "python:latest")
+    # checkov reads every service's Dockerfile, not only one at the root.
+    train = "services/train/Dockerfile"
+    assert "USER 10001" in files[train]
+    files[train] = files[train].replace("USER 10001", "USER root")
     report = asyncio.run(validate_repo(files))  # no SBOM added: it is missing
     status = {r.name: r.status for r in report.results}
     assert {n for n, s in status.items() if s == "failed"} == {"checkov", "hadolint", "sbom"}
     assert report.failed == ["checkov", "hadolint", "sbom"] and not report.passed
+
+    checkov = report.result("checkov")
+    assert checkov is not None
+    failed = checkov.details["failed_checks"]
+    on_raw = {f["check_id"] for f in failed if f["resource"] == "aws_s3_bucket.raw"}
+    assert "CKV_AWS_145" in on_raw, on_raw  # encryption with KMS by default is missing
+    assert ("CKV_DOCKER_8", train) in {(f["check_id"], f["file"]) for f in failed}
+    # Nothing else in the generated tree fails: only the planted files are named.
+    assert {f["file"] for f in failed} <= {"infra/ingest/raw.tf", train, serve}, failed
+    hadolint = report.result("hadolint")
+    assert hadolint is not None and "DL3007" in hadolint.summary  # "latest" is not pinned
 
 
 def _write(files: dict[str, str], root: Path) -> None:
