@@ -111,6 +111,9 @@ def up(
     except Interrupted as sig:
         guard.uninstall()
         raise typer.Exit(128 + sig.signum) from None
+    except BaseException:
+        guard.uninstall()  # bad settings: reported by the caller, nothing was started
+        raise
     if recorded is not None:
         if pid_alive(int(recorded.get("supervisor", 0)) or -1):
             guard.uninstall()

@@ -11,8 +11,7 @@
   factory (``store.db.get_sessionmaker``);
 - :func:`wait_watching`: the start-and-watch loop (the result, raced against a watcher
   that fails when a service the command started died);
-- :func:`run`: the entry point (:func:`cli._exit.run_and_exit` with the family's error
-  handler);
+- :func:`run`: a CLI run (:func:`cli._exit.run_app` with the family's error handler);
 - :class:`Family`: all of the above for one family, the one wrapper every CLI uses
   (``FAMILY = Family("mrp", translate=...)``; ``FAMILY.fail(...)``, ``FAMILY.emit(...)``,
   ``with FAMILY.reported(): ...``, ``FAMILY.main(app, argv)``).
@@ -28,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 import click
 import typer
 
-from cli._exit import run_and_exit
+from cli._exit import run_app
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -265,8 +265,9 @@ def run(
     usage: Callable[[str], CliError],
     unexpected: Callable[[BaseException], CliError],
     default_json: bool | None = None,
-) -> None:
-    """The entry point of a family's CLI: run ``app`` and leave with its exit code.
+) -> int:
+    """Run a family's CLI ``app`` and return its exit code (the entry point leaves with it:
+    :meth:`Family.main`).
 
     Errors outside a command's :func:`reported` block (the command line, an exception no
     command expected) are reported as the family's ``usage`` or ``unexpected`` error,
@@ -289,9 +290,9 @@ def run(
         known = translate(err)
         if known is not None:
             return report(known)
-        return report(unexpected(err))  # run_and_exit printed the traceback (KEEL_DEBUG)
+        return report(unexpected(err))  # run_app printed the traceback (KEEL_DEBUG)
 
-    run_and_exit(app, argv, on_error=on_error)
+    return run_app(app, argv, on_error=on_error)
 
 
 # -- one family's wrapper -------------------------------------------------------------------
@@ -379,15 +380,21 @@ class Family:
             return self._unexpected(err)
         return self.failure("error", f"{type(err).__name__}: {err}").error
 
-    def main(self, app: typer.Typer, argv: list[str] | None = None) -> None:
-        """Run ``app`` and leave with its exit code (:func:`run`)."""
-        run(
+    def run(self, app: typer.Typer, argv: list[str] | None = None) -> int:
+        """Run ``app`` in this process and return its exit code (:func:`run`): what
+        :meth:`main` does, less the exit (tests/core/unit/test_cli_every_command.py)."""
+        return run(
             app,
             argv,
             translate=lambda err: self._translate(err) if self._translate is not None else None,
             usage=self.usage,
             unexpected=self.unexpected,
         )
+
+    def main(self, app: typer.Typer, argv: list[str] | None = None) -> NoReturn:
+        """The console script: run ``app`` and leave with its exit code through
+        ``os._exit`` (``cli/_exit.py`` says why)."""
+        os._exit(self.run(app, argv))
 
 
 # -- who acts -------------------------------------------------------------------------------
