@@ -69,7 +69,6 @@ def _translate(err: BaseException) -> CliError | None:
     from client.temporal import cause_chain
     from keel.gates import GateRefusal
     from keel.problems import problem_lines
-    from services.local import ServiceUnavailable
     from store.design import DecisionSetExists, NotYours
 
     if isinstance(err, NotYours | DecisionSetExists | WorkflowAlreadyStartedError):
@@ -80,10 +79,6 @@ def _translate(err: BaseException) -> CliError | None:
         return DESIGN.failure("refused", err.message).error
     if isinstance(err, ValidationError):
         return DESIGN.failure("invalid_input", problem_lines(err, root="")).error
-    if isinstance(err, ServiceUnavailable):
-        return DESIGN.failure("error", str(err)).error
-    if isinstance(err, toolkit.SettingsInvalid):
-        return DESIGN.failure("usage", str(err)).error
     return None
 
 

@@ -45,7 +45,6 @@ GateArg = Annotated[str, typer.Argument(help="The gate id, e.g. design/p1/ds1/ga
 def _translate(err: BaseException) -> CliError | None:
     from client.gate import GateNotFound, GateNotRunning
     from keel.gates import GateRefusal
-    from services.local import ServiceUnavailable
 
     if isinstance(err, GateNotFound):
         return GATE.failure("not_found", str(err), hint="see `keel gates list`").error
@@ -56,10 +55,6 @@ def _translate(err: BaseException) -> CliError | None:
         return GATE.failure("closed", str(err)).error
     if isinstance(err, FileExistsError):
         return GATE.failure("refused", str(err)).error
-    if isinstance(err, ServiceUnavailable):
-        return GATE.failure("error", str(err)).error
-    if isinstance(err, toolkit.SettingsInvalid):
-        return GATE.failure("usage", str(err)).error
     return None
 
 

@@ -51,13 +51,13 @@ def _translate(err: BaseException) -> CliError | None:
 
     if isinstance(err, ActorsConfigError):
         return KEEL.failure("usage", str(err)).error
-    if isinstance(err, ServiceError | toolkit.SettingsInvalid):
+    if isinstance(err, ServiceError):
         return KEEL.failure("error", str(err)).error
     return None
 
 
 #: The toolkit's wrapper for ``keel`` (failures, output, entry point).
-KEEL = toolkit.Family("keel", _translate)
+KEEL = toolkit.Family("keel", _translate, bad_settings="error")
 
 
 def _setup_logging(verbose: bool = False) -> None:

@@ -80,7 +80,6 @@ def _translate(err: BaseException) -> CliError | None:
     """MRP's own exceptions as the CLI reports them (None: not one of them)."""
     from activities.mrp.operators import MrpConfigError
     from keel.mrp.errors import DslError, InputsRefused, PolicyViolation, RegistryError
-    from services.local import ServiceUnavailable
 
     if isinstance(err, DslError):
         lines = [issue.render(err.source) for issue in err.issues]
@@ -92,15 +91,13 @@ def _translate(err: BaseException) -> CliError | None:
         ).error
     if isinstance(err, RegistryError | InputsRefused):  # OperatorRefused is a RegistryError
         return MRP.failure("refused", str(err), EXIT_REFUSED).error
-    if isinstance(err, MrpConfigError | toolkit.SettingsInvalid):
+    if isinstance(err, MrpConfigError):
         return MRP.failure("config", str(err), EXIT_ERROR).error
-    if isinstance(err, ServiceUnavailable):
-        return MRP.failure("unavailable", str(err), EXIT_ERROR).error
     return None
 
 
 #: The toolkit's wrapper for this CLI (failures, output, entry point).
-MRP = toolkit.Family("mrp", _translate)
+MRP = toolkit.Family("mrp", _translate, bad_settings="config", unavailable="unavailable")
 
 
 def _violation_lines(e: Any, source: str | None = None) -> list[str]:

@@ -124,6 +124,8 @@ def _unexpected(err: BaseException) -> CliError:
 RLLM = toolkit.Family(
     "rllm",
     _translate,
+    bad_settings=None,  # _translate: an internal-error payload, as every .rllm failure
+    unavailable=None,
     usage=lambda message: _error(usage_failure(message).payload, USAGE_EXIT_CODE),
     unexpected=_unexpected,
 )

@@ -59,7 +59,6 @@ CollectionOpt = Annotated[
 def _translate(err: BaseException) -> CliError | None:
     from client.srl import CollectionMismatch, ExpertSetError
     from keel.srl.steps import TasksInvalid
-    from services.local import ServiceUnavailable
 
     known = data_translate(err)
     if known is not None:
@@ -70,15 +69,11 @@ def _translate(err: BaseException) -> CliError | None:
         return SRL.failure("not_found", str(err)).error
     if isinstance(err, TasksInvalid):
         return SRL.failure("invalid_input", str(err)).error
-    if isinstance(err, ServiceUnavailable):
-        return SRL.failure("error", str(err)).error
-    if isinstance(err, toolkit.SettingsInvalid):
-        return SRL.failure("usage", str(err)).error
     return None
 
 
 #: The toolkit's wrapper for this CLI (failures, output, entry point).
-SRL = toolkit.Family("srl", _translate)
+SRL = toolkit.Family("srl", _translate, bad_settings="error")
 
 
 # -- collect -------------------------------------------------------------------------------

@@ -73,13 +73,11 @@ def translate(err: BaseException) -> CliError | None:
         return SRL_DATA.failure("usage", str(err)).error
     if isinstance(err, SandboxUnavailable):
         return SRL_DATA.failure("error", f"the sandbox is unavailable: {err}").error
-    if isinstance(err, toolkit.SettingsInvalid):
-        return SRL_DATA.failure("error", str(err)).error
     return None
 
 
 #: The toolkit's wrapper for this CLI (failures, output, entry point).
-SRL_DATA = toolkit.Family("srl", translate)
+SRL_DATA = toolkit.Family("srl", translate, bad_settings="error")
 
 
 def _out(out: Path | None) -> Path:

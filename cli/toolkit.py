@@ -302,9 +302,11 @@ class Family:
     """One CLI family's wrapper around the toolkit: its failures, its output, its entry.
 
     ``translate`` maps the family's own exceptions to a :class:`CliError` (None: not one
-    of them); ``usage`` and ``unexpected`` override how a bad command line and an
-    unexpected exception are reported (default: the family's ``usage`` and ``error``
-    codes in the envelope).
+    of them); what every family shares comes after it: settings that do not validate
+    (:class:`SettingsInvalid`) are the code ``bad_settings``, a service that could not be
+    reached or started (``services.local.ServiceUnavailable``) the code ``unavailable``.
+    (None: the family's ``translate`` reports them itself.) ``usage`` and ``unexpected`` override how a bad command line and an unexpected
+    exception are reported (default: the family's ``usage`` and ``error`` codes).
     """
 
     def __init__(
@@ -312,12 +314,15 @@ class Family:
         name: str,
         translate: Translate | None = None,
         *,
+        bad_settings: str | None = "usage",
+        unavailable: str | None = "error",
         usage: Callable[[str], CliError] | None = None,
         unexpected: Callable[[BaseException], CliError] | None = None,
     ) -> None:
         self.name = name
         self.exit_codes = EXIT_CODES[name]
-        self._translate = translate
+        self._own = translate
+        self._shared = {"settings": bad_settings, "unavailable": unavailable}
         self._usage = usage
         self._unexpected = unexpected
 
@@ -333,17 +338,9 @@ class Family:
         """The family's failure ``code`` (exit code from :data:`EXIT_CODES` unless given)."""
         return CliFailure(self.name, code, lines, exit_code, details, hint=hint)
 
-    def fail(
-        self,
-        code: str,
-        lines: list[str] | str,
-        exit_code: int | None = None,
-        details: Any = None,
-        *,
-        hint: str | None = None,
-    ) -> NoReturn:
-        """Raise :meth:`failure` (inside :meth:`reported`)."""
-        raise self.failure(code, lines, exit_code, details, hint=hint)
+    def fail(self, code: str, lines: list[str] | str, *more: Any, **named: Any) -> NoReturn:
+        """Raise :meth:`failure` (same arguments), inside :meth:`reported`."""
+        raise self.failure(code, lines, *more, **named)
 
     def fail_now(self, code: str, lines: list[str] | str, exit_code: int | None = None) -> NoReturn:
         """Report the failure and leave, outside a :meth:`reported` block."""
@@ -353,11 +350,25 @@ class Family:
         """The family's report of ``err`` (None: not one of its errors)."""
         if isinstance(err, CliFailure):
             return err.error
-        return self._translate(err) if self._translate is not None else None
+        own = self._own(err) if self._own is not None else None
+        if own is not None:
+            return own
+        from services.local import ServiceUnavailable
+
+        code = None
+        if isinstance(err, SettingsInvalid):
+            code = self._shared["settings"]
+        elif isinstance(err, ServiceUnavailable):
+            code = self._shared["unavailable"]
+        if code is None:
+            return None
+        return self.failure(
+            code, str(err), self.exit_codes.get(code, self.exit_codes["error"])
+        ).error
 
     def reported(self) -> contextlib.AbstractContextManager[None]:
         """Turn a command's failures into their report and exit code (:func:`reported`)."""
-        return reported(self._translate)
+        return reported(self.translate)
 
     @staticmethod
     def mode(force_json: bool | None, *, verbose: bool = False) -> bool:
@@ -386,7 +397,7 @@ class Family:
         return run(
             app,
             argv,
-            translate=lambda err: self._translate(err) if self._translate is not None else None,
+            translate=self.translate,
             usage=self.usage,
             unexpected=self.unexpected,
         )
