@@ -579,38 +579,33 @@ def approve(
 # -- show, diff, download ------------------------------------------------------------------
 
 
-def _events(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, dict[str, Any]]:
-    """The last stored event of each type."""
-    from store.design import list_events
-
-    return {e["type"]: e["payload"] for e in list_events(sm, project, ds)}
-
-
 def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any]:
-    """What ``design show <project> <ds>`` shows of a stored decision set."""
-    from store.design import count_rows, decision_set
+    """What ``design show <project> <ds>`` shows of a stored decision set (from the read
+    model, ``store.design.stored_view``)."""
+    from store.design import count_rows, stored_view
 
-    row = decision_set(sm, project, ds)
+    stored = stored_view(sm, project, ds)
+    row = stored.row
     if row is None:
         DESIGN.fail("not_found", f"project {project!r} has no decision set {ds!r}")
-    ev = _events(sm, project, ds)
-    cost, policy = ev.get("cost-update"), ev.get("policy-update")
-    validation = ev.get("validation", {}).get("summary")
-    failed = [k for k, s in (validation or {}).items() if s == "failed"]
+    ev = stored.last
+    cost, policy = stored.cost, ev.get("policy-update")
+    failed = stored.failed_validators or []
+    archive = stored.archive
+    plan = ev.get("plan-ready", {})
     return {
         "project": project,
         "decision_set": ds,
         "previous": row["parent_id"],
         "version": row["version"],
         "status": row["status"],
-        "plan": ev.get("plan-ready", {}).get("choices"),
-        "plan_round": ev.get("plan-ready", {}).get("round"),
+        "plan": plan.get("choices"),
+        "plan_round": plan.get("round"),
         # The critics' auto-revision (its own planner round) and the planner agent's
         # proposals the rules refused, of the last round.
-        "revised_for": (ev.get("plan-ready", {}).get("revision") or {}).get("reasons"),
+        "revised_for": (plan.get("revision") or {}).get("reasons"),
         "refused_proposals": [
-            r["proposal"] + ": " + r["reason"]
-            for r in (ev.get("plan-ready", {}).get("agent") or {}).get("refused", [])
+            r["proposal"] + ": " + r["reason"] for r in (plan.get("agent") or {}).get("refused", [])
         ],
         "cost": None
         if cost is None
@@ -621,16 +616,10 @@ def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[
         "policy": None
         if policy is None
         else {"overall": policy.get("overall"), "rules": policy.get("rules", [])},
-        "validation": validation,
+        "validation": stored.validation,
         "failed_validators": failed,
-        "archive_digest": ev.get("run-complete", {}).get("archive_digest"),
-        "archive_validation": (
-            None
-            if not ev.get("run-complete", {}).get("archive_digest")
-            else "failed"
-            if failed
-            else "passed"
-        ),
+        "archive_digest": archive["digest"] if archive else None,
+        "archive_validation": None if archive is None else "failed" if failed else "passed",
         "rows": count_rows(sm, project, ds),
         "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None,
     }
@@ -781,25 +770,6 @@ def _diffable(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _archived_tree(settings: Any, sm: Any, project: str, ds: str) -> dict[str, str] | None:
-    """The decision set's generated repository (its archive), None when it has none."""
-    import io
-    import zipfile
-
-    from store.artifacts import artifact_store_from_settings
-
-    digest = _events(sm, project, ds).get("run-complete", {}).get("archive_digest")
-    if not digest:
-        return None
-    data = artifact_store_from_settings(settings).get_bytes(digest)
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        return {
-            name: zf.read(name).decode("utf-8", errors="replace")
-            for name in zf.namelist()
-            if not name.endswith("/")
-        }
-
-
 def _cost_line_text(c: Any) -> str:
     where = f"{c.capability} {c.resource}" + (f" [{c.region}]" if c.region else "")
 
@@ -829,8 +799,9 @@ def diff(
     another): files, state, the Terraform resources added, removed and changed (per
     module instance, so per capability and region) and the cost lines that changed."""
     from keel.design.diff import cost_line_diff, state_diff, terraform_diff
+    from store.artifacts import artifact_store_from_settings
     from store.design import decision_set as ds_row
-    from store.design import load_previous
+    from store.design import load_previous, repository_diff, stored_view
 
     DESIGN.mode(json_out)
     with DESIGN.reported():
@@ -846,22 +817,26 @@ def diff(
         old_row = ds_row(sm, project, parent)
         if old_row is None:
             DESIGN.fail("not_found", f"project {project!r} has no decision set {parent!r}")
-        summary = _events(sm, project, decision_set).get("diff-update") if against is None else {}
+        last = stored_view(sm, project, decision_set).last
+        summary = last.get("diff-update") if against is None else {}
         new, old = load_previous(sm, project, decision_set), load_previous(sm, project, parent)
         if summary is None or new is None or old is None:
             DESIGN.fail(
                 "not_found", f"{project}/{decision_set} has no Change Summary (not finished)"
             )
-        added = sorted(set(new.file_digests) - set(old.file_digests))
-        removed = sorted(set(old.file_digests) - set(new.file_digests))
-        modified = sorted(
-            p for p in set(new.file_digests) & set(old.file_digests)
-            if new.file_digests[p] != old.file_digests[p]
+        # The files from the project's git history: this set's commit against the other's.
+        repo = repository_diff(
+            sm, artifact_store_from_settings(settings), settings.design_repos_dir,
+            project, decision_set, against=parent,
         )  # fmt: skip
+        files = repo.changes() if repo is not None else {}
+        added, removed, modified = (
+            [p for p, s in files.items() if s == kind] for kind in ("added", "removed", "modified")
+        )
         changes = state_diff(_diffable(old_row), _diffable(row))
-        old_tree = _archived_tree(settings, sm, project, parent)
-        new_tree = _archived_tree(settings, sm, project, decision_set)
-        tf = None if old_tree is None or new_tree is None else terraform_diff(old_tree, new_tree)
+        tf = None
+        if repo is not None and repo.old is not None:
+            tf = terraform_diff(repo.old.texts(".tf"), repo.new.texts(".tf"))
         cost_lines = cost_line_diff(
             [ln.model_dump(mode="json") for ln in (old.cost.breakdown if old.cost else [])],
             [ln.model_dump(mode="json") for ln in (new.cost.breakdown if new.cost else [])],
@@ -952,13 +927,15 @@ def download(
 ) -> None:
     """Write the decision set's generated repository as a zip."""
     from store.artifacts import artifact_store_from_settings
+    from store.design import stored_view
 
     DESIGN.mode(json_out)
     with DESIGN.reported():
         settings = toolkit.load_settings()
         sm = toolkit.sessions(settings)
         _owned_project(sm, project, user(as_user))
-        digest = _events(sm, project, decision_set).get("run-complete", {}).get("archive_digest")
+        stored = stored_view(sm, project, decision_set)
+        digest = stored.archive["digest"] if stored.archive else None
         if not digest:
             DESIGN.fail(
                 "not_found",
@@ -969,7 +946,7 @@ def download(
         target = out or Path(f"{project}-{decision_set}.zip")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-        failed = _view_failed(sm, project, decision_set)
+        failed = stored.failed_validators or []
         DESIGN.emit(
             {
                 "path": str(target),
@@ -981,12 +958,6 @@ def download(
             f"wrote {target} ({len(data):,} bytes)"
             + (f"; its tree FAILED validation: {', '.join(failed)}" if failed else ""),
         )
-
-
-def _view_failed(sm: sessionmaker[Session], project: str, ds: str) -> list[str]:
-    from store.design import failing_validators
-
-    return failing_validators(sm, project, ds) or []
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -110,7 +110,8 @@ def list_(
         except ValueError:
             known = ", ".join(s.value for s in GateStatus)
             GATE.fail("usage", f"no gate status {status!r} ({known})")
-        rows = _with_client(lambda client: gates.list_gates(client, wanted, limit=limit))
+        page = _with_client(lambda client: gates.list_gates(client, wanted, limit=limit))
+        rows = page.gates
         text = "\n".join(
             f"{r.gate_id}  {r.status}  requested by {r.requester or '?'}"
             + (f"  expires {r.expires_at:%Y-%m-%d %H:%M}" if r.expires_at else "")

@@ -346,6 +346,37 @@ def _ping() -> None:
     )
 
 
+@app.command("migrate-search-attributes")
+def migrate_search_attributes(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List them; signal none")] = False,
+    task_queue: Annotated[str | None, typer.Option(help="Only workflows on this queue")] = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Have open runs and gates started before ``KeelReaders`` set it, so their owners and
+    approvers find them in ``GET /gates`` and ``GET /runs`` (docs/console.md, "Runs")."""
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        _migrate_search_attributes(dry_run, task_queue)
+
+
+def _migrate_search_attributes(dry_run: bool, task_queue: str | None) -> None:
+    settings = load_settings()
+
+    async def migrate() -> list[str]:
+        from client.readers import migrate_readers
+        from client.temporal import connect
+        from workers.main import ensure_search_attributes
+
+        client = await connect(settings)
+        await ensure_search_attributes(client, settings.temporal_namespace)
+        return await migrate_readers(client, dry_run=dry_run, task_queue=task_queue)
+
+    ids = asyncio.run(migrate())
+    KEEL.emit({"dry_run": dry_run, "workflow_ids": ids}, "\n".join(ids))
+    verb = "would signal" if dry_run else "signalled"
+    toolkit.note(f"{verb} {len(ids)} open workflow(s) without KeelReaders")
+
+
 @app.command()
 def worker(json_out: JsonOpt = None) -> None:
     """Run one worker on the configured Temporal server until SIGTERM or Ctrl-C."""

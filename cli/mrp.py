@@ -79,7 +79,8 @@ StayOpt = Annotated[
 def _translate(err: BaseException) -> CliError | None:
     """MRP's own exceptions as the CLI reports them (None: not one of them)."""
     from activities.mrp.operators import MrpConfigError
-    from keel.mrp.errors import DslError, InputsRefused, PolicyViolation, RegistryError
+    from keel.mrp.errors import DslError, InputsRefused, RegistryError
+    from keel.mrp.policy import PolicyViolation
 
     if isinstance(err, DslError):
         lines = [issue.render(err.source) for issue in err.issues]
@@ -220,7 +221,7 @@ def compile_cmd(
 ) -> None:
     """Check a job and write its IR, manifest and policy report; refusals name rule and line."""
     from keel.mrp.dsl import parse_job
-    from keel.mrp.errors import PolicyViolation
+    from keel.mrp.policy import PolicyViolation
 
     MRP.mode(json_out)
     with MRP.reported():

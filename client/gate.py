@@ -27,7 +27,13 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.temporal import describe_or_none, status_name
+from client.temporal import (
+    describe_or_none,
+    list_page,
+    readers_clause,
+    status_name,
+    with_readers,
+)
 from keel.access import ACCESS_MEMO, RunAccess, access_for
 from keel.gates import (
     GATE_COMMENT_UPDATE,
@@ -105,6 +111,35 @@ def start_search_attributes(request: GateRequest) -> TypedSearchAttributes:
     )
 
 
+async def start_gate(
+    client: Client,
+    request: GateRequest,
+    *,
+    gate_id: str,
+    task_queue: str,
+    access: RunAccess | None = None,
+) -> WorkflowHandle[Any, GateState]:
+    """Start a standalone gate: its access record (``access``, else its requester and
+    approvers) in its memo and in ``KeelReaders``, so the callers who may read it find it.
+
+    Raises:
+        FileExistsError: a gate with that id exists.
+    """
+    access = access or access_for(request.requester, [request.approvers])
+    try:
+        return await client.start_workflow(
+            GATE_WORKFLOW_TYPE,
+            request,
+            id=gate_id,
+            task_queue=task_queue,
+            memo={ACCESS_MEMO: access},
+            search_attributes=with_readers(start_search_attributes(request), {ACCESS_MEMO: access}),
+            result_type=GateState,
+        )
+    except WorkflowAlreadyStartedError:
+        raise FileExistsError(f"gate {gate_id!r} already exists") from None
+
+
 async def open_gate(
     client: Client,
     request: GateRequest,
@@ -113,24 +148,14 @@ async def open_gate(
     task_queue: str,
     access: RunAccess | None = None,
 ) -> GateState:
-    """Start a standalone gate and return its first state.
+    """Start a standalone gate (:func:`start_gate`) and return its first state.
 
     Raises:
         FileExistsError: a gate with that id exists.
     """
-    memo = {ACCESS_MEMO: access} if access is not None else None
-    try:
-        handle = await client.start_workflow(
-            GATE_WORKFLOW_TYPE,
-            request,
-            id=gate_id,
-            task_queue=task_queue,
-            memo=memo,
-            search_attributes=start_search_attributes(request),
-            result_type=GateState,
-        )
-    except WorkflowAlreadyStartedError:
-        raise FileExistsError(f"gate {gate_id!r} already exists") from None
+    handle = await start_gate(
+        client, request, gate_id=gate_id, task_queue=task_queue, access=access
+    )
     state: GateState = await handle.query(
         GATE_STATE_QUERY, result_type=GateState, rpc_timeout=GATE_RPC_TIMEOUT
     )
@@ -179,22 +204,37 @@ async def access_of(client: Client, wf: Any) -> RunAccess | None:
     return None if req is None else access_for(req.requester, [req.approvers])
 
 
+class GatePage(BaseModel):
+    """One page of a gate list and the token of the next (None: this was the last)."""
+
+    gates: list[GateSummary]
+    next_page_token: bytes | None = None
+
+
 async def list_gates(
     client: Client,
     status: GateStatus = GateStatus.PENDING,
     *,
     limit: int = 100,
+    readers: list[str] | None = None,
+    page_token: bytes | None = None,
     visible: Callable[[RunAccess | None], bool] | None = None,
-) -> list[GateSummary]:
-    """Gates with ``status``, newest first, from Temporal's visibility store; with
-    ``visible``, only those whose access it admits."""
+) -> GatePage:
+    """One page of gates with ``status``, newest first, from Temporal's visibility store.
+
+    ``readers`` (``keel.access.reader_terms``) narrows the one visibility query to gates
+    whose ``KeelReaders`` holds one of them; None asks for every gate. ``visible`` is a
+    defence on the rows that come back (their memo, else their request): a row it refuses
+    is left out of the page, which may then hold fewer than ``limit``.
+
+    Raises:
+        client.temporal.BadPageToken: ``page_token`` is not one a list handed out.
+    """
     query = f'WorkflowType = "{GATE_WORKFLOW_TYPE}" AND {GATE_STATUS_ATTRIBUTE} = "{status.value}"'
-    rows: list[Any] = []
-    async for wf in client.list_workflows(query):
-        if len(rows) >= limit:
-            break
-        if visible is None or visible(await access_of(client, wf)):
-            rows.append(wf)
+    clause = readers_clause(readers)
+    if clause:
+        query += f" AND {clause}"
+    rows, next_token = await list_page(client, query, page_size=limit, page_token=page_token)
     limiter = asyncio.Semaphore(REQUEST_READS)
 
     async def read(wf: Any) -> GateRequest | None:
@@ -204,6 +244,14 @@ async def list_gates(
     requests = await asyncio.gather(*(read(wf) for wf in rows))
     gates: list[GateSummary] = []
     for wf, req in zip(rows, requests, strict=True):
+        if visible is not None:
+            try:
+                memo: RunAccess | None = await wf.memo_value(ACCESS_MEMO, None, type_hint=RunAccess)
+            except (ValueError, TypeError):
+                memo = None
+            access = memo or (None if req is None else access_for(req.requester, [req.approvers]))
+            if not visible(access):
+                continue
         parent, _, name = wf.id.rpartition(GATE_ID_SEPARATOR)
         gates.append(
             GateSummary(
@@ -222,7 +270,7 @@ async def list_gates(
                 ),
             )
         )
-    return gates
+    return GatePage(gates=gates, next_page_token=next_token)
 
 
 async def state(

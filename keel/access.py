@@ -11,11 +11,14 @@ only ``admin`` reads it over the API.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 ACCESS_MEMO = "keel_access"
+#: The signal (no argument) that has a run or gate set ``KeelReaders`` from its own memo.
+READERS_SIGNAL = "keel_refresh_readers"
 ADMIN_ROLE = "admin"
 APPROVER_ROLE = "approver"
 
@@ -55,3 +58,43 @@ def may_read(access: RunAccess | None, actor: str, roles: frozenset[str]) -> boo
     if actor == access.owner or actor in access.approvers:
         return True
     return access.any_approver and APPROVER_ROLE in roles
+
+
+#: The reader that stands for "any caller with the approver role" (a gate naming no approver).
+ANY_APPROVER_READER = f"role:{APPROVER_ROLE}"
+
+
+#: User names that go into ``KeelReaders`` as they are; any other is hex-encoded.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._@+-]{1,200}")
+
+
+def user_reader(actor: str) -> str:
+    """The reader value of user ``actor``: ``user:<name>`` (prefixed, so no user name reads
+    as a role), or ``userx:<hex of its UTF-8>`` for a name with any other character. A
+    visibility store may not take every character in a query literal (SQLite's full-text
+    index of KeywordList values fails on a quote or a backslash), so such names never
+    reach one; the two prefixes keep the encodings apart."""
+    if _PLAIN_NAME.fullmatch(actor):
+        return f"user:{actor}"
+    return f"userx:{actor.encode().hex()}"
+
+
+def readers_of(access: RunAccess) -> list[str]:
+    """The values of the ``KeelReaders`` search attribute for a run with ``access``: the
+    same callers :func:`may_read` admits (``admin`` aside, who needs no value)."""
+    readers = [user_reader(access.owner)]
+    readers += [user_reader(a) for a in access.approvers if user_reader(a) not in readers]
+    if access.any_approver:
+        readers.append(ANY_APPROVER_READER)
+    return readers
+
+
+def reader_terms(actor: str, roles: frozenset[str]) -> list[str] | None:
+    """The ``KeelReaders`` values a caller's rows carry, any one of which admits a row;
+    None for ``admin``, who reads every row (those without the attribute too)."""
+    if ADMIN_ROLE in roles:
+        return None
+    terms = [user_reader(actor)]
+    if APPROVER_ROLE in roles:
+        terms.append(ANY_APPROVER_READER)
+    return terms

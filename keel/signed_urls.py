@@ -1,6 +1,6 @@
 """Signed, time-limited URLs: a link that carries its own permission.
 
-``GET /decision-sets/{id}/download`` hands out ``<path>?expires=<unix>&sig=<hex>``; the
+``GET /design/decision-sets/{id}/download`` hands out ``<path>?expires=<unix>&sig=<hex>``; the
 artifact route serves it without a bearer token when the signature is valid for that path
 and expiry and the expiry has not passed. The key is derived from a configured secret with
 a purpose label, so a signature made for one use (a webhook body) is never valid for

@@ -9,9 +9,13 @@ decision set takes the optimistic lock: it names the version it read, and loses 
 
 from __future__ import annotations
 
+import io
+import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,6 +30,8 @@ from keel.design.steps import (
     event_key,
     event_seq,
 )
+from store import design_git
+from store.artifacts import ArtifactNotFound, ArtifactStore
 from store.models import (
     AgentRunRow,
     ApprovalRow,
@@ -521,9 +527,12 @@ def failing_validators(sm: sessionmaker[Session], project: str, ds: str) -> list
             .order_by(DesignEventRow.id.desc())
             .limit(1)
         ).first()
-    if payload is None:
-        return None
-    summary = payload.get("summary") or {}
+    return None if payload is None else _failed(payload)
+
+
+def _failed(validation: dict[str, Any]) -> list[str]:
+    """The validators a ``validation`` event's summary names as failed, sorted."""
+    summary = validation.get("summary") or {}
     return sorted(name for name, status in summary.items() if status == "failed")
 
 
@@ -547,3 +556,191 @@ def cost_of(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any] 
     with sm() as s:
         row = s.get(CostEstimateRow, (ds, project))
         return dict(row.breakdown_json) if row is not None else None
+
+
+# --- the read model: one view of a stored decision set, for the API and the CLI ----------
+
+#: What a decision set's commit adds to its repository: the Change Summary and Design
+#: Rationale (the row's ``summary_md``), not a file of the download.
+COMMIT_ONLY = frozenset({"plan.md"})
+
+
+@dataclass(frozen=True)
+class StoredDecisionSet:
+    """What the store holds of one decision set: its row, the last stored event of each
+    type, its cost estimate and artifact rows (``row`` None: no such decision set)."""
+
+    project: str
+    decision_set: str
+    row: dict[str, Any] | None
+    last: dict[str, dict[str, Any]]
+    cost: dict[str, Any] | None
+    artifacts: list[dict[str, Any]]
+
+    @property
+    def archive(self) -> dict[str, Any] | None:
+        """The repository archive's artifact row; None: no repository."""
+        return next((a for a in self.artifacts if a["kind"] == "archive"), None)
+
+    @property
+    def validation(self) -> dict[str, str] | None:
+        """``validator -> status`` of the last validation; None when none ran."""
+        found = self.last.get("validation")
+        return None if found is None else dict(found.get("summary") or {})
+
+    @property
+    def failed_validators(self) -> list[str] | None:
+        """The validators that failed, sorted; None when none ran (as
+        :func:`failing_validators`)."""
+        found = self.last.get("validation")
+        return None if found is None else _failed(found)
+
+
+def stored_view(sm: sessionmaker[Session], project: str, ds: str) -> StoredDecisionSet:
+    """One read of a decision set's stored state (the API's ``GET
+    /design/decision-sets/{ds}`` and ``design show``)."""
+    return StoredDecisionSet(
+        project=project,
+        decision_set=ds,
+        row=decision_set(sm, project, ds),
+        last={e["type"]: e["payload"] for e in list_events(sm, project, ds)},
+        cost=cost_of(sm, project, ds),
+        artifacts=artifacts_of(sm, project, ds),
+    )
+
+
+@dataclass(frozen=True)
+class RepositoryView:
+    """A decision set's generated repository as the project's git history holds it: the
+    tree of its commit (``from_git``), or, for a set recorded before that history, a tree
+    made of its archive's files (objects only: no commit, no tag)."""
+
+    decision_set: str
+    repo: Path
+    tree: str
+    from_git: bool
+
+    def files(self) -> dict[str, int]:
+        """``path -> size`` of the repository's files (what the download holds)."""
+        listed = design_git.list_tree(self.repo, self.tree)
+        return {p: n for p, n in sorted(listed.items()) if not self._commit_only(p)}
+
+    def read(self, path: str) -> bytes | None:
+        """One file's content; None for a path the repository does not hold."""
+        if self._commit_only(path):
+            return None
+        return design_git.read_blobs(self.repo, self.tree, [path]).get(path)
+
+    def texts(self, suffix: str = "") -> dict[str, str]:
+        """The text of every file whose path ends with ``suffix``."""
+        paths = [p for p in self.files() if p.endswith(suffix)]
+        blobs = design_git.read_blobs(self.repo, self.tree, paths)
+        return {p: b.decode("utf-8", errors="replace") for p, b in blobs.items()}
+
+    def _commit_only(self, path: str) -> bool:
+        return self.from_git and path in COMMIT_ONLY
+
+
+def repository_view(
+    sm: sessionmaker[Session], artifacts: ArtifactStore, repos_dir: Path, project: str, ds: str
+) -> RepositoryView | None:
+    """The decision set's repository; None when it has none (planned only, not finished,
+    or an archive the artifact store no longer holds)."""
+    rows = artifacts_of(sm, project, ds)
+    archive = next((a for a in rows if a["kind"] == "archive"), None)
+    if archive is None:
+        return None
+    repo = design_git.repo_path(repos_dir, project)
+    tree = design_git.tree_of(repo, ds)
+    if tree is not None:
+        return RepositoryView(ds, repo, tree, from_git=True)
+    # Recorded before the project's git history: its archive, as a tree git can diff.
+    try:
+        data = artifacts.get_bytes(archive["digest"])
+    except ArtifactNotFound:
+        return None
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        files = {
+            name: zf.read(name).decode("utf-8", errors="replace")
+            for name in zf.namelist()
+            if not name.endswith("/")
+        }
+    repo = design_git.ensure_repo(repos_dir, project)
+    return RepositoryView(ds, repo, design_git.write_tree(repo, files), from_git=False)
+
+
+FileStatus = Literal["added", "removed", "modified", "unchanged"]
+
+
+@dataclass(frozen=True)
+class RepositoryDiff:
+    """A decision set's repository against an earlier one's (by default its previous
+    decision set's; every file added when that one has no repository)."""
+
+    new: RepositoryView
+    previous: str | None
+    old: RepositoryView | None
+
+    @property
+    def previous_has_files(self) -> bool:
+        return self.old is not None
+
+    @property
+    def _old_tree(self) -> str:
+        return self.old.tree if self.old is not None else design_git.EMPTY_TREE
+
+    def _hidden(self, path: str) -> bool:
+        return path in COMMIT_ONLY and (
+            self.new.from_git or (self.old is not None and self.old.from_git)
+        )
+
+    def changes(self) -> dict[str, Literal["added", "removed", "modified"]]:
+        """``path -> added | removed | modified``, by path."""
+        found = design_git.changed_paths(self.new.repo, self._old_tree, self.new.tree)
+        return {p: s for p, s in sorted(found.items()) if not self._hidden(p)}  # type: ignore[misc]
+
+    def sizes(self, path: str) -> tuple[int | None, int | None]:
+        """The file's size before and now (None: absent on that side)."""
+        if self._hidden(path):
+            return None, None
+        before = self.old.files().get(path) if self.old is not None else None
+        return before, self.new.files().get(path)
+
+    def file_diff(self, path: str) -> tuple[FileStatus, str] | None:
+        """One file's status and unified diff; None when neither side holds it."""
+        before, now = self.sizes(path)
+        if before is None and now is None:
+            return None
+        text = design_git.unified_diff(
+            self.new.repo, self._old_tree, self.new.tree, path,
+            old_label=self.previous or "nothing", new_label=self.new.decision_set,
+        )  # fmt: skip
+        status: FileStatus = (
+            "added" if before is None else "removed" if now is None else
+            "modified" if text else "unchanged"
+        )  # fmt: skip
+        return status, text
+
+
+def repository_diff(
+    sm: sessionmaker[Session],
+    artifacts: ArtifactStore,
+    repos_dir: Path,
+    project: str,
+    ds: str,
+    *,
+    against: str | None = None,
+) -> RepositoryDiff | None:
+    """The diff of ``ds``'s repository against ``against`` (default: its previous
+    decision set); None when ``ds`` has no repository."""
+    new = repository_view(sm, artifacts, repos_dir, project, ds)
+    if new is None:
+        return None
+    previous = against
+    if previous is None:
+        row = decision_set(sm, project, ds)
+        previous = row["parent_id"] if row is not None else None
+    old = None
+    if previous is not None:
+        old = repository_view(sm, artifacts, repos_dir, project, previous)
+    return RepositoryDiff(new=new, previous=previous, old=old)

@@ -197,3 +197,96 @@ def commit_decision_set(
 
 def _tree_of(repo: Path, commit: str) -> str:
     return git(repo, "rev-parse", f"{commit}^{{tree}}").stdout.strip()
+
+
+# --- reading: the decision sets' trees, their files and diffs ------------------------------
+
+#: The tree with no files (git knows it without storing it): the "before" of a first tree.
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+def _git_bytes(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    """``git()`` for output that is file content: bytes, not decoded."""
+    proc = subprocess.run(
+        ["git", f"--git-dir={repo}", *args],
+        input=stdin,
+        capture_output=True,
+        env=_env(),
+        timeout=GIT_TIMEOUT_S,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise GitError(f"git {args[0]}: {proc.stderr.decode(errors='replace').strip()[:2000]}")
+    return proc.stdout
+
+
+def tree_of(repo: Path, decision_set: str) -> str | None:
+    """The tree of the decision set's commit; None without one (no repository, or a set
+    recorded before the project's git history)."""
+    if not (repo / "HEAD").is_file():
+        return None
+    commit = commit_of(repo, decision_set)
+    return None if commit is None else _tree_of(repo, commit)
+
+
+def list_tree(repo: Path, tree: str) -> dict[str, int]:
+    """``path -> size in bytes`` of every file of ``tree``."""
+    out: dict[str, int] = {}
+    for entry in _git_bytes(repo, "ls-tree", "-r", "-l", "-z", tree).split(b"\0"):
+        if not entry:
+            continue
+        meta, _, path = entry.partition(b"\t")
+        out[path.decode()] = int(meta.split()[3])
+    return out
+
+
+def read_blobs(repo: Path, tree: str, paths: list[str]) -> dict[str, bytes]:
+    """The content of ``paths`` in ``tree`` (one ``cat-file --batch``); a path the tree
+    does not hold is left out."""
+    if not paths:
+        return {}
+    data = _git_bytes(
+        repo, "cat-file", "--batch", stdin="".join(f"{tree}:{p}\n" for p in paths).encode()
+    )
+    out: dict[str, bytes] = {}
+    at = 0
+    for path in paths:
+        end = data.index(b"\n", at)
+        head = data[at:end].split()
+        at = end + 1
+        if len(head) != 3 or head[1] != b"blob":  # "<name> missing"
+            continue
+        size = int(head[2])
+        out[path] = data[at : at + size]
+        at += size + 1
+    return out
+
+
+def changed_paths(repo: Path, old_tree: str, new_tree: str) -> dict[str, str]:
+    """``path -> added | removed | modified`` between two trees (no rename detection)."""
+    names = {"A": "added", "D": "removed", "M": "modified", "T": "modified"}
+    fields = _git_bytes(
+        repo, "diff-tree", "-r", "-z", "--no-renames", "--name-status", old_tree, new_tree
+    ).split(b"\0")
+    return {
+        fields[i + 1].decode(): names.get(fields[i].decode()[:1], "modified")
+        for i in range(0, len(fields) - 1, 2)
+        if fields[i]
+    }
+
+
+def unified_diff(
+    repo: Path, old_tree: str, new_tree: str, path: str, *, old_label: str, new_label: str
+) -> str:
+    """One file's unified diff between two trees, its ``---``/``+++`` lines naming
+    ``<old_label>/<path>`` and ``<new_label>/<path>`` (``/dev/null`` for a side without
+    it); empty when the file is the same on both sides."""
+    text = _git_bytes(
+        repo, "diff", "--no-color", "--no-renames", "--no-ext-diff", "--text",
+        f"--src-prefix={old_label}/", f"--dst-prefix={new_label}/",
+        old_tree, new_tree, "--", f":(literal){_checked_path(path)}",
+    ).decode("utf-8", errors="replace")  # fmt: skip
+    # git's own header lines (diff --git, index, new file mode) come before "--- ".
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("--- ")), len(lines))
+    return "".join(lines[start:])

@@ -134,7 +134,10 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
     missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in resp.custom_attributes}
     if not missing:
         return
-    kinds = {"Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD}
+    kinds = {
+        "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+        "KeywordList": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+    }
     await client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(
             namespace=namespace,

@@ -17,6 +17,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from keel.access import READERS_SIGNAL, access_for, readers_of
     from keel.gates import (
         GATE_COMMENT_UPDATE,
         GATE_DECIDE_SIGNAL,
@@ -40,11 +41,17 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.records import GateAuditEvent
     from keel.refs import NOTIFY_HAS_TARGET, NOTIFY_WEBHOOK, RECORD_GATE_EVENT
-    from keel.search_attributes import GATE_NAME_ATTRIBUTE, GATE_STATUS_ATTRIBUTE
+    from keel.search_attributes import (
+        GATE_NAME_ATTRIBUTE,
+        GATE_STATUS_ATTRIBUTE,
+        READERS_ATTRIBUTE,
+    )
     from workflows.common import call
+    from workflows.readers import upsert_readers
 
 STATUS_KEY = SearchAttributeKey.for_keyword(GATE_STATUS_ATTRIBUTE)
 NAME_KEY = SearchAttributeKey.for_keyword(GATE_NAME_ATTRIBUTE)
+READERS_KEY = SearchAttributeKey.for_keyword_list(READERS_ATTRIBUTE)
 
 # Runs started before this patch kept one dedup table keyed by the bare request id, so a
 # comment's key could swallow another actor's decision; they replay with that table.
@@ -58,6 +65,10 @@ LOCAL_HANDLER_AUDIT_PATCH = "gate-local-handler-audit"
 # the decision is already durable in history when the caller hears it (the Update's
 # completion is an event), so a worker lost in between writes the row on replay.
 AUDIT_AFTER_ANSWER_PATCH = "gate-audit-after-answer"
+# Gates opened as children before this patch started without ``KeelReaders`` (who may read
+# them, keel.access.readers_of); newer ones carry it from their start, so a caller's
+# ``GET /gates`` finds them in one visibility query. The start command changes, hence a patch.
+CHILD_READERS_PATCH = "gate-child-readers"
 # Runs started before this patch queued the rows for one writer task, which wrote the next
 # row when the last one's completion came. A worker picking a run up cold can run an
 # Update's handler before it has applied completions already in history (it folds
@@ -310,6 +321,11 @@ class ApprovalGate:
                 non_retryable=True,
             )
 
+    @workflow.signal(name=READERS_SIGNAL)
+    def refresh_readers(self) -> None:
+        """Set ``KeelReaders`` from the access memo (``keel migrate-search-attributes``)."""
+        upsert_readers(access_for(self._request.requester, [self._request.approvers]))
+
     @workflow.query(name=GATE_STATE_QUERY)
     def state(self) -> GateState:
         return self._state
@@ -465,10 +481,14 @@ async def open_gate(request: GateRequest) -> GateState:
     The child's id is ``<parent id>/gate/<name>``, so people and tools can find it.
     """
     info = workflow.info()
+    attributes = start_search_attributes(request)
+    if workflow.patched(CHILD_READERS_PATCH):
+        readers = readers_of(access_for(request.requester, [request.approvers]))
+        attributes = TypedSearchAttributes([*attributes, SearchAttributePair(READERS_KEY, readers)])
     return await workflow.execute_child_workflow(
         ApprovalGate.run,
         request,
         id=gate_workflow_id(info.workflow_id, request.name),
         task_queue=info.task_queue,
-        search_attributes=start_search_attributes(request),
+        search_attributes=attributes,
     )

@@ -40,6 +40,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
+    from keel.access import READERS_SIGNAL
     from keel.gates import GateRequest, GateStatus
     from keel.mrp import steps
     from keel.mrp.budget import BudgetTracker
@@ -74,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.refs import ActivityRef
     from workflows.common import call, failure_cause
     from workflows.gate import open_gate
+    from workflows.readers import upsert_readers
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out")
@@ -148,6 +150,11 @@ class MRPJob:
         self._produced: ProduceOutput | None = None
         # Set when the run went on without the shards that failed (min_success_ratio).
         self._partial_note = ""
+
+    @workflow.signal(name=READERS_SIGNAL)
+    def refresh_readers(self) -> None:
+        """Set ``KeelReaders`` from the access memo (``keel migrate-search-attributes``)."""
+        upsert_readers()
 
     @workflow.query(name="progress")
     def progress(self) -> dict[str, object]:

@@ -31,6 +31,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from keel.access import READERS_SIGNAL
     from keel.llm import LLMUsage
     from keel.rllm.contracts import (
         apply_block_outputs,
@@ -74,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.rllm.stats import RllmRunRecord
     from workflows.common import call, failure_cause
+    from workflows.readers import upsert_readers
 
 
 LOCAL_STEPS_PATCH = "rllm-local-load-and-stats"
@@ -156,6 +158,11 @@ class RllmApp:
         self._run = _Run()
         self._step = "start"
         self._local_steps = False
+
+    @workflow.signal(name=READERS_SIGNAL)
+    def refresh_readers(self) -> None:
+        """Set ``KeelReaders`` from the access memo (``keel migrate-search-attributes``)."""
+        upsert_readers()
 
     @workflow.query(name="step")
     def step(self) -> str:

@@ -30,6 +30,7 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from keel.access import READERS_SIGNAL
     from keel.srl.state import State
     from keel.srl.steps import (
         APPLY,
@@ -49,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.srl.trajectory import episode_id, sample_seed
     from workflows.common import call
+    from workflows.readers import upsert_readers
 
 #: A step ``srl.generate`` found recorded is taken as it is, without ``srl.apply``.
 RESUME_PATCH = "srl-resume-recorded"
@@ -143,6 +145,11 @@ class SRLCollection:
         self._totals = inp.totals
         self._done = inp.offset * inp.samples
         self._in_flight = 0
+
+    @workflow.signal(name=READERS_SIGNAL)
+    def refresh_readers(self) -> None:
+        """Set ``KeelReaders`` from the access memo (``keel migrate-search-attributes``)."""
+        upsert_readers()
 
     @workflow.query(name="progress")
     def progress(self) -> CollectionProgress:

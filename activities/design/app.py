@@ -33,7 +33,7 @@ from keel.design.constraints import WorkloadType
 from keel.design.patterns import Deployment
 
 if TYPE_CHECKING:
-    from activities.design.codegen import CodeGenRequest
+    from keel.design.codegen import CodeGenRequest
 
 #: Where the application templates live.
 TEMPLATES = Path(__file__).resolve().parents[2] / "configs" / "design" / "templates" / "app"

@@ -16,10 +16,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from activities.design.app import render_app
 from activities.design.infra import render_infra
+from keel.design.codegen import CodeGenRequest
 from keel.design.constraints import Constraints
 from keel.design.critics import CostEstimate
 from keel.design.patterns import PatternCatalog
@@ -40,23 +39,6 @@ _SAFE_NAME = re.compile(r"[^a-z0-9]+")
 
 class CodeGenError(ValueError):
     """A provider's output is not a usable repository (bad path, not a file map, too big)."""
-
-
-class CodeGenRequest(BaseModel):
-    """Everything a provider needs to write the repository of one decision set."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    project: str = Field(min_length=1, max_length=200)
-    decision_set: str = Field(min_length=1, max_length=200)
-    plan: Plan
-    constraints: Constraints
-    rationale_md: str = ""
-    cost: CostEstimate
-    policy: PolicyReport
-    reason_cards: list[ReasonCard] = Field(default_factory=list)
-    #: The catalogue, for the BOM lines in the Terraform; without it only pattern ids show.
-    catalog: PatternCatalog | None = None
 
 
 class CodeGenProvider(Protocol):

@@ -33,7 +33,7 @@ import jinja2
 from keel.design.critics import workload_of
 
 if TYPE_CHECKING:
-    from activities.design.codegen import CodeGenRequest
+    from keel.design.codegen import CodeGenRequest
 
 #: Where the Terraform templates live.
 TEMPLATES = Path(__file__).resolve().parents[2] / "configs" / "design" / "templates" / "terraform"

@@ -669,6 +669,20 @@ def report_files(report: ValidationReport) -> dict[str, str]:
     }
 
 
+#: The validators, in the order every report lists them.
+VALIDATOR_ORDER = (
+    "secrets",
+    "ruff",
+    "mypy",
+    "pytest",
+    "hcl",
+    "checkov",
+    "actionlint",
+    "hadolint",
+    "sbom",
+)
+
+
 async def validate_repo(
     files: dict[str, str], *, sandbox_config: SandboxConfig | None = None
 ) -> ValidationReport:
@@ -676,51 +690,59 @@ async def validate_repo(
     here (see :func:`add_sbom`); the report's ``files`` hold ``reports/<validator>.json``,
     which travel beside the tree, not in it.
 
-    Order: secrets, ruff, mypy, pytest (jailed), hcl, checkov, actionlint, hadolint,
-    sbom. Inside an activity it heartbeats with the running validator's name at each
-    step and every :data:`HEARTBEAT_EVERY_S` seconds during one.
+    Two lanes run side by side: the jailed tools (ruff, mypy, pytest, one after the
+    other: each jail takes its share of memory) and the host's (secrets, hcl, checkov,
+    actionlint, hadolint, sbom). The report lists them in :data:`VALIDATOR_ORDER`
+    whatever order they finished in. Inside an activity it heartbeats with the running
+    validators' names at each step and every :data:`HEARTBEAT_EVERY_S` seconds.
     """
     files = check_paths(files)
     config = sandbox_config or default_config()
-    results: list[ValidatorResult] = []
+    done: dict[str, ValidatorResult] = {}
     timings: dict[str, float] = {}
-    current = ["start"]
+    running: list[str] = []
+    last = ["start"]  # the last beat, repeated while no validator runs (between two)
 
     async def timed(name: str, step: Callable[[], Awaitable[ValidatorResult]]) -> None:
-        current[0] = name
-        _heartbeat(name)
+        running.append(name)
+        last[0] = ", ".join(running)
+        _heartbeat(last[0])
         started = time.monotonic()
-        results.append(await step())
+        try:
+            done[name] = await step()
+        finally:
+            running.remove(name)
         timings[name] = round(time.monotonic() - started, 3)
 
-    async def secrets() -> ValidatorResult:
-        return await asyncio.to_thread(scan_secrets, files)
-
-    async def run_all() -> None:
-        await timed("secrets", secrets)
+    async def jailed_lane() -> None:
         await timed("ruff", lambda: run_ruff(files, config))
         await timed("mypy", lambda: run_mypy(files, config))
         await timed("pytest", lambda: run_pytest(files, config))
+
+    async def host_lane(root: Path) -> None:
+        # In threads: the secret scan and the HCL parse are pure Python and take seconds
+        # on a large tree; on the event loop they would stall the worker's heartbeats.
+        await timed("secrets", lambda: asyncio.to_thread(scan_secrets, files))
+        await timed("hcl", lambda: asyncio.to_thread(run_hcl, files))
+        await timed("checkov", lambda: run_checkov(files, root))
+        await timed("actionlint", lambda: run_actionlint(files, root))
+        await timed("hadolint", lambda: run_hadolint(files, root))
+        await timed("sbom", lambda: asyncio.to_thread(check_sbom, files))
+
+    async def run_all() -> None:
         with tempfile.TemporaryDirectory(prefix="keel-validate-") as tmp:
             root = Path(tmp)
             _write_tree(files, root)
+            await asyncio.gather(jailed_lane(), host_lane(root))
 
-            async def hcl() -> ValidatorResult:
-                return run_hcl(files)
-
-            async def sbom() -> ValidatorResult:
-                return check_sbom(files)
-
-            await timed("hcl", hcl)
-            await timed("checkov", lambda: run_checkov(files, root))
-            await timed("actionlint", lambda: run_actionlint(files, root))
-            await timed("hadolint", lambda: run_hadolint(files, root))
-            await timed("sbom", sbom)
-
-    await heartbeating(run_all(), every_s=HEARTBEAT_EVERY_S, details=lambda: current[0])
+    await heartbeating(
+        run_all(), every_s=HEARTBEAT_EVERY_S, details=lambda: ", ".join(running) or last[0]
+    )
     results = [
-        r.model_copy(update={"details": {**r.details, "seconds": timings.get(r.name)}})
-        for r in results
+        done[name].model_copy(
+            update={"details": {**done[name].details, "seconds": timings.get(name)}}
+        )
+        for name in VALIDATOR_ORDER
     ]
     report = ValidationReport(results=results)
     log.info(

@@ -62,7 +62,6 @@ from keel.mrp.errors import (
     DslError,
     InputsRefused,
     MrpError,
-    PolicyViolation,
     RegistryError,
 )
 from keel.mrp.ir import (
@@ -70,7 +69,7 @@ from keel.mrp.ir import (
     ir_from_json,
 )
 from keel.mrp.normalize import FileRef, in_shard_order
-from keel.mrp.policy import Caps, input_source_findings
+from keel.mrp.policy import Caps, PolicyViolation, input_source_findings
 from keel.mrp.records import MAX_LISTED_SKIPPED, MalformedRecord, RecordSlice
 from keel.mrp.registry import OperatorKind
 from keel.mrp.run import (
@@ -231,6 +230,15 @@ class MrpActivities:
         self._llm_model = ""
         self._llm_gateway: LLMGateway | None = None
         self._config_cache: tuple[str, MrpConfig] | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def llm_model(self) -> str:
+        """The default LLM model of the MRP config last read (``config()``)."""
+        return self._llm_model
 
     @property
     def sessions(self) -> sessionmaker[Session]:

@@ -9,7 +9,7 @@ import os
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -27,7 +27,7 @@ from activities.mrp.backends import (
     ShardTask,
     get_backend,
 )
-from activities.mrp.operators import OperatorHandle, phase_handle
+from activities.mrp.operators import MrpConfig, OperatorHandle, phase_handle
 from keel.mrp.ir import JobIR, MapTask, ir_from_json
 from keel.mrp.ir import checkpoint_key as make_checkpoint_key
 from keel.mrp.run import ERROR_SHARD, ShardCounters, ShardRecord
@@ -36,9 +36,32 @@ from store.artifacts import ArtifactStore
 from store.mrp_runs import lookup_checkpoints, record_shards, shards_with_output
 
 if TYPE_CHECKING:
-    from activities.mrp.activities import MrpActivities
+    from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["MapWindow", "load_ir"]
+    from keel.records import LLMCallLog
+    from keel.settings import Settings
+
+__all__ = ["MapWindow", "WindowHost", "load_ir"]
+
+
+class WindowHost(Protocol):
+    """What a map window needs of the activities that run it (``MrpActivities``)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def sessions(self) -> sessionmaker[Session]: ...
+
+    @property
+    def store(self) -> ArtifactStore: ...
+
+    @property
+    def llm_model(self) -> str: ...
+
+    def config(self) -> MrpConfig: ...
+
+    async def record_llm_calls(self, logs: list[LLMCallLog]) -> None: ...
 
 
 # Shard records are buffered and written in one transaction at most this often (and when
@@ -71,10 +94,10 @@ def load_ir(store: ArtifactStore, digest: str) -> JobIR:
 class MapWindow:
     """The state of one map window attempt."""
 
-    def __init__(self, acts: MrpActivities, inp: MapWindowInput) -> None:
+    def __init__(self, acts: WindowHost, inp: MapWindowInput) -> None:
         self.acts = acts
         self.inp = inp
-        self.settings = acts._settings
+        self.settings = acts.settings
         self.counters = ShardCounters()
         self.units = Decimal(0)
         self.usd = Decimal(0)
@@ -220,7 +243,7 @@ class MapWindow:
                 operator=handle,
                 params=dict(binding.params),
                 llm_replay_only=inp.llm_replay_only,
-                llm_model=self.acts._llm_model,
+                llm_model=self.acts.llm_model,
             )
             self.session = backend.session(context, self.settings, ir.limits.shard_timeout_s, lanes)
             parallelism = lanes * MAX_BATCH * PIPELINE_DEPTH
@@ -330,7 +353,7 @@ class MapWindow:
                             operator=handle,
                             params=dict(ir.operators["map"].params),
                             llm_replay_only=inp.llm_replay_only,
-                            llm_model=self.acts._llm_model,
+                            llm_model=self.acts.llm_model,
                             attempt=attempt_no,
                         )
                         result = await backend.run(task, self.settings, limits.shard_timeout_s)

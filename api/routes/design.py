@@ -1,14 +1,14 @@
 """Design pipelines over HTTP (plan §22): projects, decision sets, their SSE stream,
 answers, approvals, codegen and signed downloads.
 
-A project belongs to the caller who created it. ``POST /projects/{id}/constraints`` mints a
+A project belongs to the caller who created it. ``POST /design/projects/{id}/constraints`` mints a
 decision set id (``ds-<12 hex>``), notes it as submitted in SQL and starts its
 ``DesignPipeline`` with the access memo. Decision sets are read by their project's owner
 and ``admin``; an approver named on the run (or any approver, when it names none) may
 approve it. To anyone else a decision set id is a 404, as if it did not exist.
 
 The repository archive is handed out as a signed, time-limited URL
-(``/artifacts/design/{digest}?expires=&sig=``, ``keel.signed_urls``) that needs no bearer
+(``/design/artifacts/{digest}?expires=&sig=``, ``keel.signed_urls``) that needs no bearer
 token, so a browser or ``curl`` can fetch it.
 """
 
@@ -65,7 +65,7 @@ from store import design as design_store
 from store.artifacts import ArtifactNotFound
 from store.design_policy import PolicyFileError, read_policy
 
-router = APIRouter(tags=["design"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/design", tags=["design"], responses=ERROR_RESPONSES)
 
 #: Plan §22.3: a ping every 10 s keeps proxies from closing a quiet stream. Tests shorten
 #: it (and the poll) through ``app.state.sse_ping_s`` / ``app.state.sse_poll_s``.
@@ -258,7 +258,7 @@ class DesignPolicyView(BaseModel):
     policy: PolicySettings
 
 
-@router.get("/design/policy", response_model=DesignPolicyView)
+@router.get("/policy", response_model=DesignPolicyView)
 async def design_policy(request: Request, caller: CallerDep) -> DesignPolicyView:
     """The organisation's design policy (read-only): allowed regions and clouds, cost-gate
     thresholds, required compliance. Set in ``configs/design/policy.yaml`` (or the file
@@ -327,7 +327,7 @@ async def _start(
     return DecisionSetStarted(
         decision_set_id=ds,
         project_id=project,
-        stream_url=f"/streams/{ds}",
+        stream_url=f"/design/streams/{ds}",
         previous_decision_set=prev,
     )
 
@@ -449,25 +449,6 @@ async def list_events(
     )
 
 
-def _last_of(events: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    found = [e["payload"] for e in events if e["type"] == kind]
-    return found[-1] if found else None
-
-
-def _stored_view(sessions: Any, project: str, ds: str) -> dict[str, Any]:
-    row = design_store.decision_set(sessions, project, ds)
-    events = list(design_store.list_events(sessions, project, ds))
-    return {
-        "row": row,
-        "cost": design_store.cost_of(sessions, project, ds),
-        "policy": _last_of(events, "policy-update"),
-        "validation": _last_of(events, "validation"),
-        "diff": _last_of(events, "diff-update"),
-        "artifacts": design_store.artifacts_of(sessions, project, ds),
-        "failed_validators": design_store.failing_validators(sessions, project, ds),
-    }
-
-
 @router.get("/decision-sets/{decision_set_id}", response_model=DecisionSetView)
 async def get_decision_set(
     decision_set_id: str, client: ClientDep, sessions: SessionsDep, caller: CallerDep
@@ -483,13 +464,14 @@ async def get_decision_set(
         # No worker answering (one restarting) leaves out the live part, not the rest.
         with contextlib.suppress(RPCError):
             live = await design_client.status(client, project, ds)
-    stored = await to_thread.run_sync(_stored_view, sessions, project, ds)
-    row = stored["row"]
+    stored = await to_thread.run_sync(design_store.stored_view, sessions, project, ds)
+    row = stored.row
     if row is not None:
         # Not persisted yet: the run's status (running, failed, ...), not "submitted".
         [row] = await design_client.true_statuses(client, sessions, project, [row])
         for key in ("created_at", "updated_at"):
             row[key] = row[key].isoformat() if row.get(key) else None
+    failed = stored.failed_validators
     return DecisionSetView(
         decision_set_id=ds,
         project_id=project,
@@ -497,21 +479,19 @@ async def get_decision_set(
         run_status=desc.status.name.lower() if desc is not None and desc.status else None,
         live=live,
         stored=row,
-        cost=stored["cost"],
-        policy=stored["policy"],
-        validation=stored["validation"],
-        diff=stored["diff"],
+        cost=stored.cost,
+        policy=stored.last.get("policy-update"),
+        validation=stored.last.get("validation"),
+        diff=stored.last.get("diff-update"),
         artifacts=[
             ArtifactView(
                 **a,
-                download_url=f"/decision-sets/{ds}/download" if a["kind"] == "archive" else None,
-                validation=(
-                    ("failed" if stored["failed_validators"] else "passed")
-                    if a["kind"] == "archive"
-                    else None
+                download_url=(
+                    f"/design/decision-sets/{ds}/download" if a["kind"] == "archive" else None
                 ),
+                validation=("failed" if failed else "passed") if a["kind"] == "archive" else None,
             )
-            for a in stored["artifacts"]
+            for a in stored.artifacts
         ],
     )
 
@@ -689,7 +669,7 @@ def _download_key(settings: Settings) -> bytes:
 
 
 def _artifact_path(digest: str) -> str:
-    return f"/artifacts/design/{digest}"
+    return f"/design/artifacts/{digest}"
 
 
 @router.get("/decision-sets/{decision_set_id}/download", response_model=DownloadLink)
@@ -724,7 +704,7 @@ async def download_link(
 
 
 @router.get(
-    "/artifacts/design/{digest}",
+    "/artifacts/{digest}",
     response_class=Response,
     responses={200: {"content": {"application/zip": {}}, "description": "the archive"}},
 )

@@ -4,20 +4,20 @@ diff against the previous decision set.
 
 Access is that of the design routes: a project's decision sets are read by its owner and
 ``admin``; to anyone else the project or decision set is a 404, as if absent. The files
-come from the decision set's stored archive (the generated files, the validators' output
-and ``reports/``), so what the console shows is exactly what the download holds.
+come from the project's git history (``store.design.repository_view``: the decision set's
+commit, without the ``plan.md`` the commit adds), which holds exactly what the download
+holds (the generated files, the validators' output and ``reports/``); the diffs are git's
+between two decision sets' trees (``store.design.repository_diff``).
 """
 
 from __future__ import annotations
 
-import difflib
-import io
-import zipfile
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from anyio import to_thread
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
 from api.deps import ArtifactsDep, CallerDep, ClientDep, SessionsDep
@@ -25,9 +25,9 @@ from api.errors import ERROR_RESPONSES, ApiError
 from api.routes.design import owns_project, project_of
 from client import design as design_client
 from store import design as design_store
-from store.artifacts import ArtifactNotFound, ArtifactStore
+from store.artifacts import ArtifactStore
 
-router = APIRouter(tags=["design"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/design", tags=["design"], responses=ERROR_RESPONSES)
 
 #: Larger files are listed but their text is not served (the console is no editor).
 MAX_TEXT_BYTES = 512 * 1024
@@ -99,20 +99,17 @@ async def list_decision_sets(
     )
 
 
-def _archive_files(
-    sessions: Any, artifacts: ArtifactStore, project: str, ds: str
-) -> dict[str, bytes] | None:
-    """The decision set's archive as ``{path: bytes}``; None when it has none."""
-    rows = design_store.artifacts_of(sessions, project, ds)
-    archive = next((a for a in rows if a["kind"] == "archive"), None)
-    if archive is None:
-        return None
-    try:
-        data = artifacts.get_bytes(archive["digest"])
-    except ArtifactNotFound:
-        return None
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        return {name: zf.read(name) for name in zf.namelist() if not name.endswith("/")}
+async def _repository(
+    request: Request, client: Any, sessions: Any, artifacts: ArtifactStore, caller: Any, ds: str
+) -> tuple[str, design_store.RepositoryView]:
+    project = await project_of(client, sessions, caller, ds)
+    repos: Path = request.app.state.settings.design_repos_dir
+    view = await to_thread.run_sync(
+        design_store.repository_view, sessions, artifacts, repos, project, ds
+    )
+    if view is None:
+        raise ApiError(404, "not_found", f"decision set {ds!r} has no repository")
+    return project, view
 
 
 def _parent(sessions: Any, project: str, ds: str) -> str | None:
@@ -120,19 +117,13 @@ def _parent(sessions: Any, project: str, ds: str) -> str | None:
     return row["parent_id"] if row is not None else None
 
 
-async def _files_of(
-    client: Any, sessions: Any, artifacts: ArtifactStore, caller: Any, ds: str
-) -> tuple[str, dict[str, bytes]]:
-    project = await project_of(client, sessions, caller, ds)
-    files = await to_thread.run_sync(_archive_files, sessions, artifacts, project, ds)
-    if files is None:
-        raise ApiError(404, "not_found", f"decision set {ds!r} has no repository")
-    return project, files
+def _checked_size(path: str, size: int | None) -> None:
+    if size is not None and size > MAX_TEXT_BYTES:
+        raise ApiError(413, "too_large", f"{path!r} is {size} bytes; download the archive")
 
 
 def _text(path: str, data: bytes) -> str:
-    if len(data) > MAX_TEXT_BYTES:
-        raise ApiError(413, "too_large", f"{path!r} is {len(data)} bytes; download the archive")
+    _checked_size(path, len(data))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -142,6 +133,7 @@ def _text(path: str, data: bytes) -> str:
 @router.get("/decision-sets/{decision_set_id}/files", response_model=FileList)
 async def list_files(
     decision_set_id: str,
+    request: Request,
     client: ClientDep,
     sessions: SessionsDep,
     caller: CallerDep,
@@ -149,12 +141,13 @@ async def list_files(
 ) -> FileList:
     """The generated repository's files (as the archive holds them), by path; 404 when
     the decision set has no repository."""
-    project, files = await _files_of(client, sessions, artifacts, caller, decision_set_id)
+    project, view = await _repository(request, client, sessions, artifacts, caller, decision_set_id)
+    files = await to_thread.run_sync(view.files)
     parent = await to_thread.run_sync(_parent, sessions, project, decision_set_id)
     return FileList(
         decision_set_id=decision_set_id,
         previous_decision_set=parent,
-        files=[FileEntry(path=p, size_bytes=len(files[p])) for p in sorted(files)],
+        files=[FileEntry(path=p, size_bytes=n) for p, n in files.items()],
     )
 
 
@@ -162,56 +155,58 @@ async def list_files(
 async def read_file(
     decision_set_id: str,
     path: str,
+    request: Request,
     client: ClientDep,
     sessions: SessionsDep,
     caller: CallerDep,
     artifacts: ArtifactsDep,
 ) -> FileText:
     """One file's text; 404 for a path the repository does not hold."""
-    _, files = await _files_of(client, sessions, artifacts, caller, decision_set_id)
-    if path not in files:
+    _, view = await _repository(request, client, sessions, artifacts, caller, decision_set_id)
+    size = (await to_thread.run_sync(view.files)).get(path)
+    if size is None:
         raise ApiError(404, "not_found", f"no file {path!r} in {decision_set_id!r}")
-    return FileText(path=path, size_bytes=len(files[path]), text=_text(path, files[path]))
+    _checked_size(path, size)
+    data = await to_thread.run_sync(view.read, path)
+    if data is None:
+        raise ApiError(404, "not_found", f"no file {path!r} in {decision_set_id!r}")
+    return FileText(path=path, size_bytes=len(data), text=_text(path, data))
 
 
-async def _both(
-    client: Any, sessions: Any, artifacts: ArtifactStore, caller: Any, ds: str
-) -> tuple[str | None, dict[str, bytes], dict[str, bytes] | None]:
-    """(previous id, this repository, the previous one's or None when it has none)."""
-    project, files = await _files_of(client, sessions, artifacts, caller, ds)
-    parent = await to_thread.run_sync(_parent, sessions, project, ds)
-    old = None
-    if parent is not None:
-        # The parent belongs to the same project, which the caller may read.
-        old = await to_thread.run_sync(_archive_files, sessions, artifacts, project, parent)
-    return parent, files, old
+async def _diff(
+    request: Request, client: Any, sessions: Any, artifacts: ArtifactStore, caller: Any, ds: str
+) -> design_store.RepositoryDiff:
+    """The decision set's repository against its previous one's (the same project, which
+    the caller may read); 404 without a repository."""
+    project = await project_of(client, sessions, caller, ds)
+    repos: Path = request.app.state.settings.design_repos_dir
+    found = await to_thread.run_sync(
+        lambda: design_store.repository_diff(sessions, artifacts, repos, project, ds)
+    )
+    if found is None:
+        raise ApiError(404, "not_found", f"decision set {ds!r} has no repository")
+    return found
 
 
 @router.get("/decision-sets/{decision_set_id}/diff", response_model=DiffList)
 async def list_changes(
     decision_set_id: str,
+    request: Request,
     client: ClientDep,
     sessions: SessionsDep,
     caller: CallerDep,
     artifacts: ArtifactsDep,
 ) -> DiffList:
     """The files added, removed or modified against the previous decision set's
-    repository (every file is added when the previous one was planned only)."""
-    parent, files, old = await _both(client, sessions, artifacts, caller, decision_set_id)
-    before = old or {}
-    changes = [
-        FileChange(
-            path=p,
-            status="added" if p not in before else "removed" if p not in files else "modified",
-        )
-        for p in sorted(set(files) | set(before))
-        if files.get(p) != before.get(p)
-    ]
+    repository (every file is added when the previous one was planned only), from the
+    project's git history."""
+    diff = await _diff(request, client, sessions, artifacts, caller, decision_set_id)
+    changes = await to_thread.run_sync(diff.changes)
     return DiffList(
         decision_set_id=decision_set_id,
-        previous_decision_set=parent,
-        previous_has_files=old is not None,
-        changes=changes,
+        previous_decision_set=diff.previous,
+        previous_has_files=diff.previous_has_files,
+        changes=[FileChange(path=p, status=s) for p, s in changes.items()],
     )
 
 
@@ -219,26 +214,21 @@ async def list_changes(
 async def file_diff(
     decision_set_id: str,
     path: str,
+    request: Request,
     client: ClientDep,
     sessions: SessionsDep,
     caller: CallerDep,
     artifacts: ArtifactsDep,
 ) -> FileDiff:
     """One file's unified diff against the previous decision set's repository."""
-    parent, files, old = await _both(client, sessions, artifacts, caller, decision_set_id)
-    before = old or {}
-    if path not in files and path not in before:
+    diff = await _diff(request, client, sessions, artifacts, caller, decision_set_id)
+    before, now = await to_thread.run_sync(diff.sizes, path)
+    if before is None and now is None:
         raise ApiError(404, "not_found", f"no file {path!r} in {decision_set_id!r} or before")
-    a = _text(path, before[path]) if path in before else ""
-    b = _text(path, files[path]) if path in files else ""
-    status: Literal["added", "removed", "modified", "unchanged"] = (
-        "added" if path not in before else "removed" if path not in files else
-        "unchanged" if a == b else "modified"
-    )  # fmt: skip
-    lines = difflib.unified_diff(
-        a.splitlines(keepends=True),
-        b.splitlines(keepends=True),
-        fromfile=f"{parent or 'nothing'}/{path}" if path in before else "/dev/null",
-        tofile=f"{decision_set_id}/{path}" if path in files else "/dev/null",
-    )
-    return FileDiff(path=path, previous_decision_set=parent, status=status, diff="".join(lines))
+    _checked_size(path, before)
+    _checked_size(path, now)
+    found = await to_thread.run_sync(diff.file_diff, path)
+    if found is None:
+        raise ApiError(404, "not_found", f"no file {path!r} in {decision_set_id!r} or before")
+    status, text = found
+    return FileDiff(path=path, previous_decision_set=diff.previous, status=status, diff=text)

@@ -18,7 +18,8 @@ from api.errors import ERROR_RESPONSES, ApiError, refusal_error
 from api.idempotency import IdempotencyKey, idempotent, request_id_for
 from client import gate as gates
 from client.gate import GateNotFound, GateNotRunning, GateSummary
-from keel.access import access_for, may_read
+from client.temporal import BadPageToken, decode_page_token, encode_page_token
+from keel.access import access_for, may_read, reader_terms
 from keel.digest import digest_json
 from keel.gates import (
     MAX_WAIT_S,
@@ -39,6 +40,10 @@ GateIdPath = Annotated[str, "gate workflow id, e.g. design/p1/ds3/gate/pre-codeg
 
 class GateList(BaseModel):
     gates: list[GateSummary]
+    next_page_token: str | None = Field(
+        default=None,
+        description="Pass back as ?page_token= for the next page; None: this was the last",
+    )
 
 
 class OpenGateBody(BaseModel):
@@ -99,17 +104,27 @@ async def list_gates(
     caller: CallerDep,
     status: GateStatus = GateStatus.PENDING,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> GateList:
-    """Gates by status (pending by default), newest first, from Temporal's visibility store:
+    """Gates by status (pending by default), newest first, a page of at most ``limit``:
     those the caller requested or may decide (``admin``: all), each with what it waits on,
-    who may decide it and when it expires (the console's approval inbox reads this)."""
-    rows = await gates.list_gates(
-        client,
-        status,
-        limit=limit,
-        visible=lambda access: may_read(access, caller.actor, caller.roles),
-    )
-    return GateList(gates=rows)
+    who may decide it and when it expires (the console's approval inbox reads this).
+
+    One visibility query asks for the caller's gates by their ``KeelReaders`` search
+    attribute, so the answer costs the same among ten gates or ten thousand; follow
+    ``next_page_token`` for the rest."""
+    try:
+        page = await gates.list_gates(
+            client,
+            status,
+            limit=limit,
+            readers=reader_terms(caller.actor, caller.roles),
+            page_token=decode_page_token(page_token),
+            visible=lambda access: may_read(access, caller.actor, caller.roles),
+        )
+    except BadPageToken as err:
+        raise ApiError(422, "validation_failed", str(err)) from None
+    return GateList(gates=page.gates, next_page_token=encode_page_token(page.next_page_token))
 
 
 @router.post("", status_code=201, response_model=GateState)

@@ -2,11 +2,12 @@
 collections, newest first, each with its status, its progress while it runs, and its page
 in the Temporal Web UI.
 
-One visibility query lists them; a row is shown to the callers who may read that run
-(its owner, the approvers its gates name, ``admin``: the access memo, ``keel/access.py``),
-as the family's own read routes do. Runs started outside the API carry no memo, so only
-``admin`` sees them. The scan is bounded: a caller who may read few of many runs gets
-the ones among the newest :data:`MAX_SCAN` rows, never a walk of the whole namespace.
+One visibility query lists a page of them: the runs the caller may read (its owner, the
+approvers its gates name; ``admin``: all), asked of Temporal by the ``KeelReaders`` search
+attribute the API sets when it starts a run (``keel/access.py``), so a caller with five
+runs among ten thousand waits for five rows, not a walk. ``next_page_token`` continues the
+list. Runs started outside the API, or before ``KeelReaders`` existed, carry no readers,
+so only ``admin`` sees them (``keel migrate-search-attributes`` sets them on open runs).
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ from pydantic import BaseModel, Field
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from api.deps import CallerDep, ClientDep
-from api.errors import ERROR_RESPONSES
-from client.temporal import RunStatus
-from keel.access import ACCESS_MEMO, RunAccess, may_read
+from api.errors import ERROR_RESPONSES, ApiError
+from client.temporal import (
+    BadPageToken,
+    RunStatus,
+    decode_page_token,
+    encode_page_token,
+    list_page,
+    readers_clause,
+)
+from keel.access import ACCESS_MEMO, RunAccess, may_read, reader_terms
 from keel.mrp.run import WORKFLOW_TYPE as MRP_TYPE
 from keel.rllm.run import WORKFLOW_TYPE as RLLM_TYPE
 from keel.srl.steps import COLLECTION_TYPE as SRL_TYPE
@@ -36,9 +44,6 @@ Family = Literal["rllm", "mrp", "srl"]
 #: The workflow type of each family's top-level run (children and gates are not runs here).
 FAMILY_TYPES: dict[Family, str] = {"rllm": RLLM_TYPE, "mrp": MRP_TYPE, "srl": SRL_TYPE}
 _FAMILY_OF = {t: f for f, t in FAMILY_TYPES.items()}
-
-#: The most visibility rows one request reads, whatever the caller may see of them.
-MAX_SCAN = 1000
 
 # A progress query answers only while a worker runs; a missing worker must not stall the list.
 PROGRESS_RPC_TIMEOUT = timedelta(seconds=2)
@@ -68,6 +73,10 @@ class RunSummary(BaseModel):
 
 class RunList(BaseModel):
     runs: list[RunSummary]
+    next_page_token: str | None = Field(
+        default=None,
+        description="Pass back as ?page_token= for the next page; None: this was the last",
+    )
 
 
 def _progress_text(family: Family, value: Any) -> str | None:
@@ -110,22 +119,30 @@ async def list_runs(
     caller: CallerDep,
     family: Annotated[list[Family] | None, Query(description="Only these families")] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> RunList:
-    """Recent runs the caller may read, newest first, from Temporal's visibility store."""
+    """Runs the caller may read, newest first, a page of at most ``limit`` from one
+    Temporal visibility query; follow ``next_page_token`` for the rest."""
     types = [FAMILY_TYPES[f] for f in (family or list(FAMILY_TYPES))]
-    query = "WorkflowType IN ({})".format(", ".join(f'"{t}"' for t in types))
+    # A run that continued as new goes on under the same id: only its newest run is a row.
+    query = 'WorkflowType IN ({}) AND ExecutionStatus != "ContinuedAsNew"'.format(
+        ", ".join(f'"{t}"' for t in types)
+    )
+    clause = readers_clause(reader_terms(caller.actor, caller.roles))
+    if clause:
+        query += f" AND {clause}"
+    try:
+        rows, next_token = await list_page(
+            client, query, page_size=limit, page_token=decode_page_token(page_token)
+        )
+    except BadPageToken as err:
+        raise ApiError(422, "validation_failed", str(err)) from None
     settings = request.app.state.settings
     runs: list[RunSummary] = []
-    seen: set[str] = set()
-    async for wf in client.list_workflows(query, limit=MAX_SCAN):
-        if len(runs) >= limit:
-            break
-        # A run that continued as new goes on under the same id: one row, its newest run.
-        if wf.status == WorkflowExecutionStatus.CONTINUED_AS_NEW or wf.id in seen:
-            continue
+    for wf in rows:
+        # A defence: the memo is the record of who may read a run (the attribute its index).
         if not await _readable(wf, caller.actor, caller.roles):
             continue
-        seen.add(wf.id)
         status = _STATUS.get(wf.status, "running") if wf.status is not None else "running"
         runs.append(
             RunSummary(
@@ -143,4 +160,4 @@ async def list_runs(
         running, await asyncio.gather(*(_progress(client, r) for r in running)), strict=True
     ):
         run.progress = text
-    return RunList(runs=runs)
+    return RunList(runs=runs, next_page_token=encode_page_token(next_token))

@@ -11,7 +11,14 @@
   const DECIDED_HIDE_MS = 60000;
 
   const $ = (sel, root = document) => root.querySelector(sel);
-  const state = { view: "inbox", decided: new Map(), gates: [], busy: {}, again: {}, ds: null, projectsLoaded: false };
+  const state = {
+    view: "inbox", decided: new Map(), gates: [], busy: {}, again: {}, ds: null, projectsLoaded: false,
+    // Pages: the API answers a page and a token for the next (null: no more). The inbox
+    // and the runs list reload as many pages as they show; "More" shows one more.
+    inboxPages: 1, runsPages: 1,
+  };
+  const PAGE_SIZE = 50;
+  const withToken = (path, token) => (token ? path + "&page_token=" + encodeURIComponent(token) : path);
 
   // --- token and API -------------------------------------------------------------------
   const getToken = () => localStorage.getItem(TOKEN_KEY) || "";
@@ -169,11 +176,20 @@
 
   async function loadInbox() {
     const token = getToken();
-    const data = await api("GET", "/gates?status=pending");
-    if (token !== getToken()) return; // the token changed meanwhile: this answer is not theirs
+    const gates = [];
+    let next = null;
+    for (let page = 0; page < state.inboxPages; page++) {
+      const data = await api("GET", withToken("/gates?status=pending&limit=" + PAGE_SIZE, next));
+      if (token !== getToken()) return; // the token changed meanwhile: this answer is not theirs
+      gates.push(...data.gates);
+      next = data.next_page_token;
+      if (!next) break;
+    }
+    $("#inbox-more").hidden = !next;
     const now = Date.now();
     for (const [id, at] of state.decided) if (now - at > DECIDED_HIDE_MS) state.decided.delete(id);
-    state.gates = data.gates.filter((g) => !state.decided.has(g.gate_id));
+    const ids = new Set();
+    state.gates = gates.filter((g) => !state.decided.has(g.gate_id) && !ids.has(g.gate_id) && ids.add(g.gate_id));
     setCount(state.gates.length);
     const list = $("#inbox-list");
     // Keep cards that are still pending, so a comment being typed is not lost.
@@ -200,11 +216,22 @@
 
   async function loadRuns() {
     const token = getToken();
-    const data = await api("GET", "/runs?limit=50");
-    if (token !== getToken()) return;
+    const runs = [];
+    let next = null;
+    for (let page = 0; page < state.runsPages; page++) {
+      const data = await api("GET", withToken("/runs?limit=" + PAGE_SIZE, next));
+      if (token !== getToken()) return;
+      runs.push(...data.runs);
+      next = data.next_page_token;
+      if (!next) break;
+    }
+    $("#runs-more").hidden = !next;
     const body = $("#runs-body");
     body.replaceChildren();
-    for (const r of data.runs) {
+    const shown = new Set();
+    for (const r of runs) {
+      if (shown.has(r.workflow_id)) continue; // a run that moved between pages meanwhile
+      shown.add(r.workflow_id);
       const tr = document.createElement("tr");
       tr.dataset.workflowId = r.workflow_id;
       cell(tr, r.workflow_id, "run-id");
@@ -224,13 +251,13 @@
       cell(tr, a);
       body.appendChild(tr);
     }
-    $("#runs-table").hidden = data.runs.length === 0;
-    $("#runs-empty").hidden = data.runs.length > 0;
+    $("#runs-table").hidden = body.children.length === 0;
+    $("#runs-empty").hidden = body.children.length > 0;
   }
 
 
   // --- design sessions -----------------------------------------------------------------
-  // A session is one decision set. Its events arrive over /streams/{id} (Server-Sent
+  // A session is one decision set. Its events arrive over /design/streams/{id} (Server-Sent
   // Events): EventSource cannot send the bearer header, so fetch() reads the stream and
   // this code parses it. Each card is keyed by the event's seq, so a reconnect or a reload
   // never shows one twice; the open session and its last seq live in session storage.
@@ -274,9 +301,9 @@
   // Left panel: projects and their decision sets.
   async function loadProjects() {
     const token = getToken();
-    const data = await api("GET", "/projects");
+    const data = await api("GET", "/design/projects");
     const sets = await Promise.all(data.projects.map((p) =>
-      api("GET", "/projects/" + enc(p.id) + "/decision-sets").then((d) => d.decision_sets, () => [])));
+      api("GET", "/design/projects/" + enc(p.id) + "/decision-sets").then((d) => d.decision_sets, () => [])));
     if (token !== getToken()) return;
     const list = $("#project-list");
     list.replaceChildren();
@@ -316,8 +343,8 @@
     const button = $("#session-form button[type=submit]");
     button.disabled = true;
     try {
-      await api("POST", "/projects", { id: project, name: project });
-      const started = await api("POST", "/projects/" + enc(project) + "/constraints", {
+      await api("POST", "/design/projects", { id: project, name: project });
+      const started = await api("POST", "/design/projects/" + enc(project) + "/constraints", {
         requirements: text, require_approval: true, generate: $("#session-generate").checked,
       });
       $("#session-text").value = "";
@@ -356,7 +383,7 @@
     }
     // What was already seen comes back in one read; the stream goes on after it.
     try {
-      const page = await api("GET", "/decision-sets/" + enc(id) + "/events");
+      const page = await api("GET", "/design/decision-sets/" + enc(id) + "/events");
       if (state.ds !== sess) return;
       for (const e of page.events) handleEvent(sess, e.seq, e.type, e.payload);
     } catch (err) {
@@ -382,7 +409,7 @@
       try {
         const headers = { Authorization: "Bearer " + getToken(), Accept: "text/event-stream" };
         if (sess.lastSeq >= 0) headers["Last-Event-ID"] = String(sess.lastSeq);
-        const resp = await fetch("/streams/" + enc(sess.id), { headers, cache: "no-store", signal: sess.abort.signal });
+        const resp = await fetch("/design/streams/" + enc(sess.id), { headers, cache: "no-store", signal: sess.abort.signal });
         if (!resp.ok) {
           let e = null;
           try { e = (await resp.json()).error; } catch (_) { e = null; }
@@ -561,7 +588,7 @@
         const buttons = form.querySelectorAll("button");
         buttons.forEach((b) => (b.disabled = true));
         try {
-          await api("POST", "/decision-sets/" + enc(sess.id) + "/approve", { status: decision, comment: $("textarea", form).value });
+          await api("POST", "/design/decision-sets/" + enc(sess.id) + "/approve", { status: decision, comment: $("textarea", form).value });
           refusal.textContent = "";
           notice((decision === "approve" ? "Approved" : "Rejected") + " planner round " + p.round + ".");
         } catch (err) {
@@ -628,7 +655,7 @@
     for (let tries = 0; tries < 40 && !questions.length && !sess.done && state.ds === sess; tries++) {
       if (tries) await sleep(250);
       try {
-        const d = await api("GET", "/decision-sets/" + enc(sess.id));
+        const d = await api("GET", "/design/decision-sets/" + enc(sess.id));
         if (d.live && d.live.phase === "waiting_for_answers") questions = d.live.questions.filter((q) => fields.includes(q.field));
         else if (!d.live) break;
       } catch (_) { questions = []; }
@@ -670,7 +697,7 @@
       const button = $("button", form);
       button.disabled = true;
       try {
-        await api("POST", "/decision-sets/" + enc(sess.id) + "/answers", { answers });
+        await api("POST", "/design/decision-sets/" + enc(sess.id) + "/answers", { answers });
       } catch (err) {
         refuse(refusal, err);
       } finally {
@@ -681,7 +708,7 @@
 
   // Right panel: the repository, its changes, cost and reports.
   async function loadCanvas(sess) {
-    const d = await api("GET", "/decision-sets/" + enc(sess.id));
+    const d = await api("GET", "/design/decision-sets/" + enc(sess.id));
     if (state.ds !== sess) return;
     $("#canvas-empty").hidden = true;
     $("#canvas").hidden = false;
@@ -716,7 +743,7 @@
     $("#diff-section").hidden = !archive;
     $("#viewer").hidden = true;
     if (!archive) return;
-    const link = await api("GET", "/decision-sets/" + enc(sess.id) + "/download");
+    const link = await api("GET", "/design/decision-sets/" + enc(sess.id) + "/download");
     $("#download-link").href = link.url;
     const failing = link.validation === "failed";
     $("#download-link").textContent = failing
@@ -724,9 +751,9 @@
       : "Download the repository (zip)";
     $("#download-link").classList.toggle("failing", failing);
     $("#download-row").dataset.validation = link.validation;
-    const files = await api("GET", "/decision-sets/" + enc(sess.id) + "/files");
+    const files = await api("GET", "/design/decision-sets/" + enc(sess.id) + "/files");
     renderTree(sess, files.files);
-    const diff = await api("GET", "/decision-sets/" + enc(sess.id) + "/diff");
+    const diff = await api("GET", "/design/decision-sets/" + enc(sess.id) + "/diff");
     if (state.ds !== sess) return;
     $("#diff-against").textContent = diff.previous_decision_set
       ? "Against " + diff.previous_decision_set + (diff.previous_has_files ? "" : " (planned only: every file is new)")
@@ -779,8 +806,8 @@
     delete pre.dataset.kind;
     try {
       const r = diff
-        ? await api("GET", "/decision-sets/" + enc(sess.id) + "/diff/" + encPath(path))
-        : await api("GET", "/decision-sets/" + enc(sess.id) + "/files/" + encPath(path));
+        ? await api("GET", "/design/decision-sets/" + enc(sess.id) + "/diff/" + encPath(path))
+        : await api("GET", "/design/decision-sets/" + enc(sess.id) + "/files/" + encPath(path));
       if (state.ds !== sess) return;
       // File text is shown as text only: a generated file is never markup here.
       pre.textContent = diff ? (r.diff || "(" + r.status + ")") : r.text;
@@ -797,7 +824,7 @@
     refusal.textContent = "";
     $("#generate-button").disabled = true;
     try {
-      const started = await api("POST", "/decision-sets/" + enc(sess.id) + "/generate", {});
+      const started = await api("POST", "/design/decision-sets/" + enc(sess.id) + "/generate", {});
       openSession(sess.project, started.decision_set_id);
       guarded("projects", loadProjects);
     } catch (err) {
@@ -847,6 +874,10 @@
     $("#inbox-list").replaceChildren();
     $("#runs-body").replaceChildren();
     $("#runs-table").hidden = true;
+    state.inboxPages = 1;
+    state.runsPages = 1;
+    $("#inbox-more").hidden = true;
+    $("#runs-more").hidden = true;
     closeSession();
     saveSession(null);
     state.projectsLoaded = false;
@@ -861,6 +892,14 @@
       b.addEventListener("click", () => show(b.dataset.view, true));
     }
     for (const b of document.querySelectorAll("[data-refresh]")) b.addEventListener("click", refresh);
+    $("#inbox-more").addEventListener("click", () => {
+      state.inboxPages += 1;
+      guarded("inbox", loadInbox);
+    });
+    $("#runs-more").addEventListener("click", () => {
+      state.runsPages += 1;
+      guarded("runs", loadRuns);
+    });
     $("#nav-toggle").addEventListener("click", () => setNav(!$("#left").classList.contains("open")));
     $("#canvas-toggle").addEventListener("click", () => setCanvas(!$("#right").classList.contains("open")));
     $("#theme-toggle").addEventListener("click", () => {

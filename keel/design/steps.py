@@ -68,7 +68,7 @@ def workflow_id(project: str, decision_set: str) -> str:
 
 
 class DesignOptions(_Model):
-    """What the caller of a decision set chooses (``POST /projects/{id}/constraints`` takes
+    """What the caller of a decision set chooses (``POST /design/projects/{id}/constraints`` takes
     exactly these); :class:`DesignInput` adds who and which, from the path and the caller.
 
     ``requirements`` is free text for ``intake_extract``; ``intake`` is the guided mode's

@@ -22,7 +22,6 @@ from keel.mrp.errors import (
     DslError,
     DslIssue,
     MrpError,
-    PolicyViolation,
     RegistryError,
 )
 from keel.mrp.ir import (
@@ -51,7 +50,7 @@ from keel.mrp.normalize import (
     normalize_job,
     shard_seed,
 )
-from keel.mrp.policy import RULES, Caps, PolicyReport, Violation, admit
+from keel.mrp.policy import RULES, Caps, PolicyReport, PolicyViolation, Violation, admit
 from keel.mrp.records import MalformedRecord, RecordSlice
 from keel.mrp.registry import AllowEntry, LlmEstimate, OperatorKind, OperatorSpec, Registry
 

@@ -5,7 +5,7 @@ The steps, each pure:
 1. parse and validate the YAML (:func:`keel.mrp.dsl.parse_job`), errors with lines;
 2. normalise: canonical inputs, shards, digests (:func:`keel.mrp.normalize.normalize_job`);
 3. admit against the registry and caps (:func:`keel.mrp.policy.admit`); any violation
-   raises :class:`~keel.mrp.errors.PolicyViolation`;
+   raises :class:`~keel.mrp.policy.PolicyViolation`;
 4. check inline items and params against the operators' JSON Schemas;
 5. derive seeds and checkpoint keys and build the IR and the manifest.
 
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from keel.digest import canonical_json
 from keel.mrp.budget import kill_limits
 from keel.mrp.dsl import JobSpec, ParsedJob, parse_job, path_of
-from keel.mrp.errors import DslError, DslIssue, PolicyViolation
+from keel.mrp.errors import DslError, DslIssue
 from keel.mrp.ir import (
     ApprovalTask,
     BudgetPlan,
@@ -49,7 +49,7 @@ from keel.mrp.normalize import (
     normalize_job,
     shard_seed,
 )
-from keel.mrp.policy import ROLE_PATHS, Caps, PolicyReport, admit
+from keel.mrp.policy import ROLE_PATHS, Caps, PolicyReport, PolicyViolation, admit
 from keel.mrp.records import RecordSlice
 from keel.mrp.registry import OperatorSpec, Registry
 
@@ -297,7 +297,7 @@ def compile_job(
     """Compile a job file; fails closed.
 
     Raises :class:`~keel.mrp.errors.DslError` (bad YAML, schema or item, with lines) or
-    :class:`~keel.mrp.errors.PolicyViolation` (naming every rule that fired). ``source``
+    :class:`~keel.mrp.policy.PolicyViolation` (naming every rule that fired). ``source``
     names the file in error messages; ``resolved_files`` is required for ``inputs.files``
     and ``record_slices`` (``keel.mrp.records.RecordSlice``) for ``inputs.format``.
     """

@@ -1,4 +1,5 @@
-"""Errors of the MRP compiler, registry, policy and budget.
+"""Errors of the MRP compiler, registry and budget (policy's own, ``PolicyViolation``, is
+beside its report in :mod:`keel.mrp.policy`).
 
 Every error is a plain exception with structured fields, so the compile activity can turn
 it into a non-retryable ``ApplicationError`` carrying the same fields as details, and the
@@ -8,12 +9,8 @@ CLI can print one line per issue.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
-
-if TYPE_CHECKING:
-    from keel.mrp.policy import PolicyReport
 
 
 class MrpError(Exception):
@@ -60,20 +57,6 @@ class InputsRefused(MrpError, PermissionError):
 
 class RegistryError(MrpError, LookupError):
     """An operator reference cannot be resolved, or the registry itself is inconsistent."""
-
-
-class PolicyViolation(MrpError):
-    """Admission refused the job: at least one policy rule fired.
-
-    ``rule_ids`` names every rule that fired, in rule order; ``report`` is the full
-    :class:`~keel.mrp.policy.PolicyReport`, so a caller can show every violation at once.
-    """
-
-    def __init__(self, report: PolicyReport) -> None:
-        self.report = report
-        self.rule_ids = [v.rule_id for v in report.violations]
-        lines = [v.render() for v in report.violations]
-        super().__init__("job refused by policy:\n  " + "\n  ".join(lines))
 
 
 class BudgetExceeded(MrpError):

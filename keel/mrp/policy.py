@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from keel.digest import digest_json
 from keel.mrp.budget import DEFAULT_KILL_RATIO, CostEstimate, estimate_cost
 from keel.mrp.dsl import URI_RE, EgressName, InputsSpec, SinkKind, destination_problem, nearest_line
+from keel.mrp.errors import MrpError
 from keel.mrp.ir import ROLE_KINDS
 from keel.mrp.normalize import NormalizedJob
 from keel.mrp.registry import OperatorSpec, Registry
@@ -486,3 +487,17 @@ def admit(
         violations=violations,
         estimate=estimate,
     )
+
+
+class PolicyViolation(MrpError):
+    """Admission refused the job: at least one policy rule fired.
+
+    ``rule_ids`` names every rule that fired, in rule order; ``report`` is the full
+    :class:`PolicyReport`, so a caller can show every violation at once.
+    """
+
+    def __init__(self, report: PolicyReport) -> None:
+        self.report = report
+        self.rule_ids = [v.rule_id for v in report.violations]
+        lines = [v.render() for v in report.violations]
+        super().__init__("job refused by policy:\n  " + "\n  ".join(lines))

@@ -157,7 +157,7 @@ async def test_design_session_from_text_to_repository(
     done = page.locator("#timeline li.event-run-complete")
     await done.wait_for()
     assert "completed" in await done.inner_text()
-    stored = (await api.get(f"/decision-sets/{ds}/events", headers=auth("alice"))).json()
+    stored = (await api.get(f"/design/decision-sets/{ds}/events", headers=auth("alice"))).json()
     assert await seqs(page) == [e["seq"] for e in stored["events"]]
     assert [e["type"] for e in stored["events"]].count("plan-ready") == 2
 
@@ -190,27 +190,29 @@ async def test_design_session_from_text_to_repository(
     assert got.status_code == 200 and got.headers["content-type"] == "application/zip"
     archive = zipfile.ZipFile(io.BytesIO(got.content))
     assert archive.read("README.md").decode() == shown
-    files = (await api.get(f"/decision-sets/{code_ds}/files", headers=auth("alice"))).json()
+    files = (await api.get(f"/design/decision-sets/{code_ds}/files", headers=auth("alice"))).json()
     assert [f["path"] for f in files["files"]] == sorted(archive.namelist())
     assert files["previous_decision_set"] == ds
 
     # The console's own routes keep the design routes' scoping.
     for path in (
-        f"/decision-sets/{code_ds}/files",
-        f"/decision-sets/{code_ds}/files/README.md",
-        f"/decision-sets/{code_ds}/diff",
-        f"/decision-sets/{code_ds}/diff/README.md",
-        f"/projects/{project}/decision-sets",
+        f"/design/decision-sets/{code_ds}/files",
+        f"/design/decision-sets/{code_ds}/files/README.md",
+        f"/design/decision-sets/{code_ds}/diff",
+        f"/design/decision-sets/{code_ds}/diff/README.md",
+        f"/design/projects/{project}/decision-sets",
     ):
         assert_error(await api.get(path, headers=auth("carol")), 404, "not_found")
-    listed = (await api.get(f"/projects/{project}/decision-sets", headers=auth("alice"))).json()
+    listed = (
+        await api.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))
+    ).json()
     assert {d["id"] for d in listed["decision_sets"]} == {ds, code_ds}
     assert_error(
-        await api.get(f"/decision-sets/{code_ds}/files/nope.txt", headers=auth("alice")),
+        await api.get(f"/design/decision-sets/{code_ds}/files/nope.txt", headers=auth("alice")),
         404,
         "not_found",
     )
     # A planned-only set has no repository to list.
     assert_error(
-        await api.get(f"/decision-sets/{ds}/files", headers=auth("alice")), 404, "not_found"
+        await api.get(f"/design/decision-sets/{ds}/files", headers=auth("alice")), 404, "not_found"
     )

@@ -95,7 +95,7 @@ async def test_free_text_on_the_embedded_model_reaches_questions_or_a_plan(
     assert await errors.count() == 0, await errors.first.inner_text()
     assert await page.locator("#timeline li.event-coverage-update").count() >= 1
 
-    view = (await api.get(f"/decision-sets/{ds}", headers=auth("alice"))).json()
+    view = (await api.get(f"/design/decision-sets/{ds}", headers=auth("alice"))).json()
     assert view["run_status"] in ("running", "completed"), view
     live = view["live"] or {}
     if live.get("phase") == "waiting_for_answers":
@@ -109,5 +109,7 @@ async def test_free_text_on_the_embedded_model_reaches_questions_or_a_plan(
     await listed.wait_for()
     status = (await listed.inner_text()).split()[-1]
     assert status in ("running", "completed", "not_covered"), status
-    rows = (await api.get(f"/projects/{project}/decision-sets", headers=auth("alice"))).json()
+    rows = (
+        await api.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))
+    ).json()
     assert [d["status"] for d in rows["decision_sets"]] != ["submitted"]

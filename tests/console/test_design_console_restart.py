@@ -136,7 +136,7 @@ async def test_stream_survives_a_worker_restart_mid_run(
     assert await page.locator("#ds-status").inner_text() == "waiting for approval"
     # The API answers too: a read while no worker answers the events query is "nothing
     # yet" after the query's 5 s timeout (client/design.py), not an error.
-    during = await api.get(f"/decision-sets/{ds}/events", headers=auth("root"), timeout=30)
+    during = await api.get(f"/design/decision-sets/{ds}/events", headers=auth("root"), timeout=30)
     assert during.status_code == 200, during.text
     assert (during.json()["status"], during.json()["done"]) == ("running", False)
 
@@ -153,7 +153,7 @@ async def test_stream_survives_a_worker_restart_mid_run(
     assert after == list(range(len(after))), after
     assert after[: len(before)] == before
     assert len(after) > len(before)
-    stored = (await api.get(f"/decision-sets/{ds}/events", headers=auth("alice"))).json()
+    stored = (await api.get(f"/design/decision-sets/{ds}/events", headers=auth("alice"))).json()
     assert stored["done"] is True
     assert after == [e["seq"] for e in stored["events"]]
     assert [e["type"] for e in stored["events"]].count("run-complete") == 1

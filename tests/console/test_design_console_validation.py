@@ -67,11 +67,11 @@ async def test_a_failing_repository_is_shown_failing_and_still_downloads(
 ) -> None:
     project = f"vf-{uuid.uuid4().hex[:6]}"
     made = await api.post(
-        "/projects", json={"id": project, "name": "Failing"}, headers=auth("alice")
+        "/design/projects", json={"id": project, "name": "Failing"}, headers=auth("alice")
     )
     assert made.status_code == 201, made.text
     started = await api.post(
-        f"/projects/{project}/constraints",
+        f"/design/projects/{project}/constraints",
         json={
             "intake": FORM,
             "require_approval": False,

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
 from client.srl import start_collection, upload_tasks
@@ -189,6 +190,28 @@ async def gate_open_local(ctx: Ctx) -> Histories:
     return await gate_approved_update(ctx, "gate_open_local")
 
 
+async def gate_readers_signal(ctx: Ctx) -> Histories:
+    """A gate started without ``KeelReaders`` (as before it existed) gets it from
+    ``keel_refresh_readers`` (``keel migrate-search-attributes``), then is approved."""
+    handle = await start_gate(ctx, "gate_readers_signal")
+    key = SearchAttributeKey.for_keyword_list("KeelReaders")
+    await handle.signal("keel_refresh_readers")
+
+    async def has_readers() -> bool:
+        return (await handle.describe()).typed_search_attributes.get(key) is not None
+
+    await poll(has_readers, "the gate to set KeelReaders")
+    readers = (await handle.describe()).typed_search_attributes.get(key)
+    expect(readers == ["user:alice", "user:bob"], f"KeelReaders from the request, got {readers}")
+    await handle.execute_update(
+        ApprovalGate.decide,
+        GateDecision(decision="approve", actor="bob", comment="ok", request_id="r-1"),
+    )
+    result = await handle.result()
+    expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
+    return {"gate_readers_signal": await history_json(handle)}
+
+
 async def gate_rejected_signal(ctx: Ctx) -> Histories:
     handle = await start_gate(ctx, "gate_rejected_signal")
     await handle.signal(
@@ -259,9 +282,9 @@ async def gate_shared_key(ctx: Ctx) -> Histories:
     return {"gate_shared_key": await history_json(handle)}
 
 
-async def demo_approved(ctx: Ctx) -> Histories:
+async def demo_approved(ctx: Ctx, scenario: str = "demo_approved") -> Histories:
     """KeelDemo end to end: scripted LLM call, then its publish gate approved by update."""
-    wid = f"{ID_PREFIX}/demo_approved"
+    wid = f"{ID_PREFIX}/{scenario}"
     handle = await ctx.client.start_workflow(
         KeelDemo.run,
         DemoInput(requester="alice", approvers=["bob"], expires_in_s=600),
@@ -285,10 +308,23 @@ async def demo_approved(ctx: Ctx) -> Histories:
     result = await handle.result()
     expect(isinstance(result, DemoResult), "a DemoResult")
     expect(result.published and result.draft == DEMO_DRAFT, f"published draft, got {result}")
+    if scenario != "demo_approved":
+        # After patch ``gate-child-readers``: the gate starts with who may read it.
+        desc = await gate.describe()
+        readers = desc.typed_search_attributes.get(
+            SearchAttributeKey.for_keyword_list("KeelReaders")
+        )
+        expect(readers == ["user:alice", "user:bob"], f"the gate's KeelReaders, got {readers}")
     return {
-        "demo_approved": await history_json(handle),
-        "demo_approved_gate": await history_json(gate),
+        scenario: await history_json(handle),
+        f"{scenario}_gate": await history_json(gate),
     }
+
+
+async def demo_child_readers(ctx: Ctx) -> Histories:
+    """demo_approved after patch ``gate-child-readers``: the publish gate (a child) starts
+    with ``KeelReaders`` (its requester and approvers), behind the patch marker."""
+    return await demo_approved(ctx, "demo_child_readers")
 
 
 async def run_rllm(ctx: Ctx, scenario: str, app: str) -> WorkflowHandle:
@@ -935,10 +971,12 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_open_local_webhook": gate_open_local_webhook,
     "gate_open_local_early": gate_open_local_early,
     "gate_rejected_signal": gate_rejected_signal,
+    "gate_readers_signal": gate_readers_signal,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,
     "gate_shared_key": gate_shared_key,
     "demo_approved": demo_approved,
+    "demo_child_readers": demo_child_readers,
     "rllm_success": rllm_success,
     "rllm_recovered": rllm_recovered,
     "rllm_local_steps": rllm_local_steps,

@@ -8,7 +8,7 @@ from keel import signed_urls
 from keel.webhooks import sign as sign_webhook
 
 KEY = signed_urls.derive_key("s3cret")
-PATH = "/artifacts/design/blake3:" + "ab" * 32
+PATH = "/design/artifacts/blake3:" + "ab" * 32
 
 
 def test_a_signed_path_verifies_until_it_expires() -> None:

@@ -28,6 +28,7 @@ from keel.design.validation import tree_digest
 from keel.settings import Settings
 from services.processes import free_port
 from store.design import decision_sets_of
+from store.design_git import git, repo_path
 from tests.support.api import asgi_client, assert_error, auth, with_tokens
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
@@ -98,7 +99,7 @@ async def read_sse(
     last_event_id: int | None = None,
     timeout_s: float = 60,
 ) -> list[Frame]:
-    """Frames of ``/streams/{ds}`` until the stream ends, or (``until``) until the first
+    """Frames of ``/design/streams/{ds}`` until the stream ends, or (``until``) until the first
     event of that type, after which the client hangs up."""
     headers = auth(actor)
     if last_event_id is not None:
@@ -106,7 +107,7 @@ async def read_sse(
     frames: list[Frame] = []
     fields: dict[str, str] = {}
     async with asyncio.timeout(timeout_s):
-        async with http.stream("GET", f"/streams/{ds}", headers=headers) as resp:
+        async with http.stream("GET", f"/design/streams/{ds}", headers=headers) as resp:
             assert resp.status_code == 200, await resp.aread()
             assert resp.headers["content-type"].startswith("text/event-stream")
             async for line in resp.aiter_lines():
@@ -132,7 +133,9 @@ def events_only(frames: list[Frame]) -> list[Frame]:
 
 async def new_project(http: httpx.AsyncClient, actor: str = "alice") -> str:
     project = f"p-{uuid.uuid4().hex[:8]}"
-    resp = await http.post("/projects", json={"id": project, "name": "Churn"}, headers=auth(actor))
+    resp = await http.post(
+        "/design/projects", json={"id": project, "name": "Churn"}, headers=auth(actor)
+    )
     assert resp.status_code == 201, resp.text
     assert resp.json() == {"project_id": project}
     return project
@@ -141,23 +144,25 @@ async def new_project(http: httpx.AsyncClient, actor: str = "alice") -> str:
 async def submit(
     http: httpx.AsyncClient, project: str, actor: str = "alice", **body: Any
 ) -> dict[str, Any]:
-    resp = await http.post(f"/projects/{project}/constraints", json=body, headers=auth(actor))
+    resp = await http.post(
+        f"/design/projects/{project}/constraints", json=body, headers=auth(actor)
+    )
     assert resp.status_code == 202, resp.text
     started: dict[str, Any] = resp.json()
-    assert started["stream_url"] == f"/streams/{started['decision_set_id']}"
+    assert started["stream_url"] == f"/design/streams/{started['decision_set_id']}"
     return started
 
 
 async def approve(http: httpx.AsyncClient, ds: str, actor: str = "bob") -> httpx.Response:
     return await http.post(
-        f"/decision-sets/{ds}/approve",
+        f"/design/decision-sets/{ds}/approve",
         json={"status": "approve", "comment": "fine"},
         headers=auth(actor),
     )
 
 
 async def timeline(http: httpx.AsyncClient, ds: str) -> list[dict[str, Any]]:
-    resp = await http.get(f"/decision-sets/{ds}/events", headers=auth("alice"))
+    resp = await http.get(f"/design/decision-sets/{ds}/events", headers=auth("alice"))
     assert resp.status_code == 200, resp.text
     events: list[dict[str, Any]] = resp.json()["events"]
     return events
@@ -183,19 +188,21 @@ async def test_disconnect_and_resume_by_last_event_id(api: Api, client: Client) 
     assert api.app.state.design_streams == 0
 
     # While it waits for answers, the details show the open questions.
-    details = (await http.get(f"/decision-sets/{ds}", headers=auth("alice"))).json()
+    details = (await http.get(f"/design/decision-sets/{ds}", headers=auth("alice"))).json()
     assert details["live"]["phase"] == "waiting_for_answers"
     assert [q["field"] for q in details["live"]["questions"]] == ["regions"]
     # Not persisted yet: the row's status is the run's, not a stale "submitted".
     assert details["stored"]["version"] == 0
     assert details["stored"]["status"] == "running" and details["run_status"] == "running"
-    listed = (await http.get(f"/projects/{project}/decision-sets", headers=auth("alice"))).json()
+    listed = (
+        await http.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))
+    ).json()
     assert [d["status"] for d in listed["decision_sets"] if d["id"] == ds] == ["running"]
 
     # A refused answer names its field; nothing changes. Approving now has no gate.
     bad = assert_error(
         await http.post(
-            f"/decision-sets/{ds}/answers",
+            f"/design/decision-sets/{ds}/answers",
             json={"answers": {"regions": ["Mars 1"]}},
             headers=auth("alice"),
         ),
@@ -212,14 +219,14 @@ async def test_disconnect_and_resume_by_last_event_id(api: Api, client: Client) 
     )
     await asyncio.sleep(0.6)
     ok = await http.post(
-        f"/decision-sets/{ds}/answers",
+        f"/design/decision-sets/{ds}/answers",
         json={"answers": {"budget_band": "medium", "regions": ["us-east-1"]}},
         headers=auth("alice"),
     )
     assert ok.status_code == 200, ok.text
     assert_error(
         await http.post(
-            f"/decision-sets/{ds}/answers",
+            f"/design/decision-sets/{ds}/answers",
             json={"answers": {"budget_band": "high"}},
             headers=auth("alice"),
         ),
@@ -266,31 +273,36 @@ async def test_whole_flow_with_codegen_and_signed_download(
     assert frames[-1].event == "run-complete"
     assert {"reason-card", "cost-update", "policy-update", "approval"} <= {f.event for f in frames}
 
-    details = (await http.get(f"/decision-sets/{ds}", headers=auth("alice"))).json()
+    details = (await http.get(f"/design/decision-sets/{ds}", headers=auth("alice"))).json()
     assert details["stored"]["status"] == "completed" and details["stored"]["version"] == 1
     assert details["cost"]["monthly_usd"] > 0 and details["policy"]["overall"] in ("pass", "warn")
     assert details["artifacts"] == []  # planned only
     assert_error(
-        await http.get(f"/decision-sets/{ds}/download", headers=auth("alice")), 404, "not_found"
+        await http.get(f"/design/decision-sets/{ds}/download", headers=auth("alice")),
+        404,
+        "not_found",
     )
 
     # Codegen: a new decision set over this one.
-    gen = await http.post(f"/decision-sets/{ds}/generate", headers=auth("alice"))
+    gen = await http.post(f"/design/decision-sets/{ds}/generate", headers=auth("alice"))
     assert gen.status_code == 202, gen.text
     code_ds = gen.json()["decision_set_id"]
     assert gen.json()["previous_decision_set"] == ds and code_ds != ds
     done = events_only(await read_sse(http, code_ds, "alice", timeout_s=240))
     assert done[-1].event == "run-complete", done[-1]
     assert "validation" in [f.event for f in done]
-    code = (await http.get(f"/decision-sets/{code_ds}", headers=auth("alice"))).json()
+    code = (await http.get(f"/design/decision-sets/{code_ds}", headers=auth("alice"))).json()
     assert code["stored"]["parent_id"] == ds
     archive = [a for a in code["artifacts"] if a["kind"] == "archive"]
-    assert len(archive) == 1 and archive[0]["download_url"] == f"/decision-sets/{code_ds}/download"
+    assert (
+        len(archive) == 1
+        and archive[0]["download_url"] == f"/design/decision-sets/{code_ds}/download"
+    )
 
     link = await http.get(archive[0]["download_url"], headers=auth("alice"))
     assert link.status_code == 200, link.text
     url = link.json()["url"]
-    assert url.startswith(api.base_url + "/artifacts/design/blake3:")
+    assert url.startswith(api.base_url + "/design/artifacts/blake3:")
     # The signed URL needs no token.
     async with httpx.AsyncClient() as anonymous:
         got = await anonymous.get(url)
@@ -321,9 +333,51 @@ async def test_whole_flow_with_codegen_and_signed_download(
         past = signed_urls.signed_path(key, parts.path, int(time.time()) - 1)
         assert_error(await anonymous.get(api.base_url + past), 403, "forbidden")
 
+    # The repository's files and diffs come from the project's git history: the commit of
+    # the decision set holds what the archive holds, plus the plan.md it adds.
+    repo = repo_path(api_settings.design_repos_dir, project)
+    committed = git(repo, "ls-tree", "-r", "--name-only", f"ds/{code_ds}").stdout.split()
+    assert sorted(committed) == sorted([*shipped, "plan.md"])
+    files = (await http.get(f"/design/decision-sets/{code_ds}/files", headers=auth("alice"))).json()
+    assert [f["path"] for f in files["files"]] == sorted(shipped)
+    assert {f["path"]: f["size_bytes"] for f in files["files"]} == {
+        n: len(b) for n, b in shipped.items()
+    }
+    readme = await http.get(
+        f"/design/decision-sets/{code_ds}/files/README.md", headers=auth("alice")
+    )
+    assert readme.json()["text"] == shipped["README.md"].decode()
+    for missing in ("plan.md", "nope.txt"):
+        assert_error(
+            await http.get(
+                f"/design/decision-sets/{code_ds}/files/{missing}", headers=auth("alice")
+            ),
+            404,
+            "not_found",
+        )
+    # Against a planned-only set every file is added, and a file's diff is the whole file.
+    changes = (
+        await http.get(f"/design/decision-sets/{code_ds}/diff", headers=auth("alice"))
+    ).json()
+    assert changes["previous_decision_set"] == ds and changes["previous_has_files"] is False
+    assert {c["path"]: c["status"] for c in changes["changes"]} == dict.fromkeys(shipped, "added")
+    one = (
+        await http.get(f"/design/decision-sets/{code_ds}/diff/README.md", headers=auth("alice"))
+    ).json()
+    assert one["status"] == "added"
+    assert one["diff"].startswith(f"--- /dev/null\n+++ {code_ds}/README.md\n@@ -0,0 +1,")
+    added = [ln[1:] for ln in one["diff"].splitlines(keepends=True)[3:] if ln[0] == "+"]
+    assert "".join(added) == shipped["README.md"].decode()
+    assert_error(
+        await http.get(f"/design/decision-sets/{ds}/diff", headers=auth("alice")), 404, "not_found"
+    )
+    # The old, unprefixed paths are gone.
+    for old in ("/projects", f"/decision-sets/{code_ds}", f"/decision-sets/{code_ds}/files"):
+        assert (await http.get(old, headers=auth("alice"))).status_code == 404, old
+
     # Generating twice from one planned set is refused once it has a repository.
     assert_error(
-        await http.post(f"/decision-sets/{code_ds}/generate", headers=auth("alice")),
+        await http.post(f"/design/decision-sets/{code_ds}/generate", headers=auth("alice")),
         409,
         "conflict",
     )
@@ -333,24 +387,26 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
     http = api.http
     project = await new_project(http)
     # The same owner again: 200; another owner: 409; an approver-only caller: 403.
-    again = await http.post("/projects", json={"id": project}, headers=auth("alice"))
+    again = await http.post("/design/projects", json={"id": project}, headers=auth("alice"))
     assert again.status_code == 200 and again.json() == {"project_id": project}
     assert_error(
-        await http.post("/projects", json={"id": project}, headers=auth("carol")), 409, "conflict"
+        await http.post("/design/projects", json={"id": project}, headers=auth("carol")),
+        409,
+        "conflict",
     )
     assert_error(
-        await http.post("/projects", json={"id": "x"}, headers=auth("bob")), 403, "forbidden"
+        await http.post("/design/projects", json={"id": "x"}, headers=auth("bob")), 403, "forbidden"
     )
-    mine = (await http.get("/projects", headers=auth("alice"))).json()["projects"]
+    mine = (await http.get("/design/projects", headers=auth("alice"))).json()["projects"]
     assert project in [p["id"] for p in mine] and all(p["owner_id"] == "alice" for p in mine)
-    theirs = (await http.get("/projects", headers=auth("carol"))).json()["projects"]
+    theirs = (await http.get("/design/projects", headers=auth("carol"))).json()["projects"]
     assert project not in [p["id"] for p in theirs]
-    every = (await http.get("/projects", headers=auth("root"))).json()["projects"]
+    every = (await http.get("/design/projects", headers=auth("root"))).json()["projects"]
     assert project in [p["id"] for p in every]
 
     # Another requester cannot post to the project: it reads as absent.
     assert_error(
-        await http.post(f"/projects/{project}/constraints", json={"intake": PARTIAL_FORM}, headers=auth("carol")),
+        await http.post(f"/design/projects/{project}/constraints", json={"intake": PARTIAL_FORM}, headers=auth("carol")),
         404,
         "not_found",
     )  # fmt: skip
@@ -365,13 +421,15 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
         {"intake": PARTIAL_FORM, "gate_expires_in_s": 10 * 365 * 24 * 3600},
     ):
         assert_error(
-            await http.post(f"/projects/{project}/constraints", json=body, headers=auth("alice")),
+            await http.post(
+                f"/design/projects/{project}/constraints", json=body, headers=auth("alice")
+            ),
             422,
             "validation_failed",
         )
     assert_error(
         await http.post(
-            f"/projects/{project}/constraints",
+            f"/design/projects/{project}/constraints",
             json={"intake": PARTIAL_FORM, "previous_decision_set": "ds-nope"},
             headers=auth("alice"),
         ),
@@ -382,7 +440,7 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
     # Idempotent: the same key and body start one decision set.
     body = {"intake": PARTIAL_FORM, "generate": False, "approvers": ["dave"]}
     key = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
-    url = f"/projects/{project}/constraints"
+    url = f"/design/projects/{project}/constraints"
     one = await http.post(url, json=body, headers={**auth("alice"), **key})
     two = await http.post(url, json=body, headers={**auth("alice"), **key})
     assert one.status_code == two.status_code == 202
@@ -390,18 +448,20 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
     other = await http.post(url, json={**body, "generate": True}, headers={**auth("alice"), **key})
     assert_error(other, 422, "idempotency_key_reused")
     ds = one.json()["decision_set_id"]
-    listed = (await http.get(f"/decision-sets/{ds}/events", headers=auth("alice"))).json()
+    listed = (await http.get(f"/design/decision-sets/{ds}/events", headers=auth("alice"))).json()
     assert listed["project_id"] == project
     assert [r["id"] for r in decision_sets_of(api.app.state.sessions, project)] == [ds]
 
     # bob (an approver, not of this run) and carol see nothing of it; admin does.
     for actor in ("bob", "carol"):
-        for path in (f"/decision-sets/{ds}", f"/decision-sets/{ds}/events", f"/streams/{ds}",
-                     f"/decision-sets/{ds}/download"):  # fmt: skip
+        for path in (f"/design/decision-sets/{ds}", f"/design/decision-sets/{ds}/events", f"/design/streams/{ds}",
+                     f"/design/decision-sets/{ds}/download"):  # fmt: skip
             assert_error(await http.get(path, headers=auth(actor)), 404, "not_found")
     assert_error(await approve(http, ds, "bob"), 404, "not_found")
-    assert (await http.get(f"/decision-sets/{ds}", headers=auth("root"))).status_code == 200
-    assert_error(await http.get("/decision-sets/ds-none", headers=auth("alice")), 404, "not_found")
+    assert (await http.get(f"/design/decision-sets/{ds}", headers=auth("root"))).status_code == 200
+    assert_error(
+        await http.get("/design/decision-sets/ds-none", headers=auth("alice")), 404, "not_found"
+    )
 
     # A terminated run's stream and timeline end with run-error.
     await read_sse(http, ds, "alice", until="questions")
@@ -413,7 +473,7 @@ async def test_scoping_idempotency_and_bad_bodies(api: Api, client: Client) -> N
 
 async def _until_done(http: httpx.AsyncClient, ds: str) -> list[dict[str, Any]]:
     for _ in range(600):
-        resp = await http.get(f"/decision-sets/{ds}/events", headers=auth("alice"))
+        resp = await http.get(f"/design/decision-sets/{ds}/events", headers=auth("alice"))
         assert resp.status_code == 200, resp.text
         if resp.json()["done"]:
             events: list[dict[str, Any]] = resp.json()["events"]
@@ -433,7 +493,7 @@ async def test_webhooks_signed_for_plan_gate_complete_and_error(
             project = await new_project(http)
             assert_error(
                 await http.post(
-                    f"/projects/{project}/constraints",
+                    f"/design/projects/{project}/constraints",
                     json={"intake": FULL_FORM, "webhook_url": "http://127.0.0.1:1/elsewhere"},
                     headers=auth("alice"),
                 ),

@@ -26,6 +26,7 @@ import pytest
 
 from services.local import reachable
 from services.processes import free_port
+from store.design_git import git, repo_path
 from tests.design.unit.design_data import golden_cases
 
 REPO = Path(__file__).resolve().parents[3]
@@ -312,11 +313,32 @@ def test_generated_repository_download(env: dict[str, str], tmp_path: Path) -> N
     )
     assert rc2 == 0, "\n".join(lines2)
     assert json.loads(out2)["decision_set"] == "ds2"
+    repo = repo_path(Path(env["KEEL_DATA_DIR"]) / "design" / "repos", GEN)
+    git_changes = [
+        ln
+        for ln in git(repo, "diff", "--name-status", "--no-renames", "ds/ds1", "ds/ds2")
+        .stdout.strip()
+        .splitlines()
+        if not ln.endswith("\tplan.md")
+    ]
+    assert git_changes
     for args in (["diff", GEN, "ds2"], ["diff", GEN, "ds2", "--against", "ds1"]):
         diffed = design(args, env)
         assert diffed.returncode == 0, diffed.stderr
         d = doc(diffed)
         assert d["previous"] == "ds1"
+        # The files from the project's git history: ds2's commit against ds1's, less the
+        # plan.md every commit adds (the Change Summary, not a file of the repository).
+        changed_files = {p: s for s, p in (ln.split("\t") for ln in git_changes)}
+        assert {
+            "added": d["files_added"],
+            "removed": d["files_removed"],
+            "modified": d["files_modified"],
+        } == {
+            kind: sorted(p for p, s in changed_files.items() if s == letter)
+            for kind, letter in (("added", "A"), ("removed", "D"), ("modified", "M"))
+        }
+        assert "reports/diff.json" in d["files_added"] and "plan.md" not in d["files_modified"]
         added = {r["address"]: r for r in d["terraform"]["added"]}
         assert "module.ingest_eu_central_1.aws_s3_bucket.landing" in added
         assert {r["region"] for r in added.values()} == {"eu-central-1"}

@@ -184,11 +184,11 @@ async def test_unreachable_model_fails_the_run_saying_what_to_check(
     async with build_worker(client, settings), asgi_client(app) as http:
         project = f"p-{uuid.uuid4().hex[:8]}"
         created = await http.post(
-            "/projects", json={"id": project, "name": project}, headers=auth("alice")
+            "/design/projects", json={"id": project, "name": project}, headers=auth("alice")
         )
         assert created.status_code == 201, created.text
         started = await http.post(
-            f"/projects/{project}/constraints",
+            f"/design/projects/{project}/constraints",
             json={"requirements": TEXT, "generate": False},
             headers=auth("alice"),
         )
@@ -200,8 +200,10 @@ async def test_unreachable_model_fails_the_run_saying_what_to_check(
         with pytest.raises(WorkflowFailureError) as info:
             await handle.result()
         assert await listed_status(http, project, ds) == "failed"
-        view = (await http.get(f"/decision-sets/{ds}", headers=auth("alice"))).json()
-        events = (await http.get(f"/decision-sets/{ds}/events", headers=auth("alice"))).json()
+        view = (await http.get(f"/design/decision-sets/{ds}", headers=auth("alice"))).json()
+        events = (
+            await http.get(f"/design/decision-sets/{ds}/events", headers=auth("alice"))
+        ).json()
     cause = cause_chain(info.value)[-1]
     message = str(cause)
     assert getattr(cause, "type", None) == ERROR_DESIGN_MODEL_UNREACHABLE
@@ -221,7 +223,7 @@ async def test_unreachable_model_fails_the_run_saying_what_to_check(
 
 
 async def listed_status(http: httpx.AsyncClient, project: str, ds: str) -> str:
-    resp = await http.get(f"/projects/{project}/decision-sets", headers=auth("alice"))
+    resp = await http.get(f"/design/projects/{project}/decision-sets", headers=auth("alice"))
     assert resp.status_code == 200, resp.text
     [row] = [d for d in resp.json()["decision_sets"] if d["id"] == ds]
     return str(row["status"])

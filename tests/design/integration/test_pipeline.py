@@ -443,7 +443,7 @@ async def test_events_of_a_run_no_worker_answers_yet_are_none_for_now(
 async def test_status_of_a_run_no_worker_answers_fails_fast(
     client: Client, settings: Settings
 ) -> None:
-    """The status query (behind GET /decision-sets/{id}, answers and approve) gives up
+    """The status query (behind GET /design/decision-sets/{id}, answers and approve) gives up
     after QUERY_TIMEOUT when no worker answers, instead of holding the caller 30 s."""
     project = f"p-{uuid.uuid4().hex[:8]}"
     inp = DesignInput(project=project, decision_set="ds1", requester="alice", generate=False)
@@ -532,12 +532,12 @@ async def test_a_failing_validator_ends_the_run_validation_failed(
     # The API: the row's status, the archive marked failing, still downloadable.
     app = create_app(with_tokens(settings), client=client)
     async with asgi_client(app) as http:
-        details = (await http.get("/decision-sets/ds1", headers=auth("alice"))).json()
+        details = (await http.get("/design/decision-sets/ds1", headers=auth("alice"))).json()
         assert details["stored"]["status"] == "validation_failed"
         assert details["validation"]["failed"] == ["checkov"]
         (archive,) = [a for a in details["artifacts"] if a["kind"] == "archive"]
         assert archive["validation"] == "failed"
-        link = (await http.get("/decision-sets/ds1/download", headers=auth("alice"))).json()
+        link = (await http.get("/design/decision-sets/ds1/download", headers=auth("alice"))).json()
         assert link["validation"] == "failed" and link["failed_validators"] == ["checkov"]
         got = await http.get(link["url"].removeprefix("http://keel.test"))
         assert got.status_code == 200

@@ -86,3 +86,44 @@ def test_user_git_config_does_not_leak(tmp_path: Path, monkeypatch: pytest.Monke
     c = commit_decision_set(tmp_path / "repos", "p1", "ds1", FIRST, message="m\n")
     log = git(repo_path(tmp_path / "repos", "p1"), "log", "-1", "--format=%an %cn", c).stdout
     assert log.strip() == "Keel Keel"
+
+
+def test_reads_list_diff_and_read_trees(tmp_path: Path) -> None:
+    from store.design_git import (
+        EMPTY_TREE,
+        changed_paths,
+        list_tree,
+        read_blobs,
+        tree_of,
+        unified_diff,
+    )
+
+    odd = "docs/[a]*?.md"  # glob characters: a literal path, never a pattern
+    commit_decision_set(tmp_path, "p1", "ds1", {**FIRST, odd: "x\n"}, message="m\n")
+    second = {**FIRST, "README.md": "# v2\nmore\n", odd: "y\n", "new.txt": "ü\n"}
+    del second["infra/serve/main.tf"]
+    commit_decision_set(tmp_path, "p1", "ds2", second, message="m\n", parent_decision_set="ds1")
+    repo = repo_path(tmp_path, "p1")
+    t1, t2 = tree_of(repo, "ds1"), tree_of(repo, "ds2")
+    assert t1 and t2 and tree_of(repo, "nope") is None
+    assert tree_of(repo_path(tmp_path, "absent"), "ds1") is None
+    assert list_tree(repo, t2) == {"README.md": 10, odd: 2, "new.txt": 3, "plan.md": 7}
+    assert read_blobs(repo, t2, ["new.txt", "gone", odd]) == {
+        "new.txt": "ü\n".encode(),
+        odd: b"y\n",
+    }
+    assert changed_paths(repo, t1, t2) == {
+        "README.md": "modified",
+        odd: "modified",
+        "infra/serve/main.tf": "removed",
+        "new.txt": "added",
+    }
+    assert set(changed_paths(repo, EMPTY_TREE, t1).values()) == {"added"}
+    text = unified_diff(repo, t1, t2, "README.md", old_label="ds1", new_label="ds2")
+    assert text == "--- ds1/README.md\n+++ ds2/README.md\n@@ -1 +1,2 @@\n-# v1\n+# v2\n+more\n"
+    added = unified_diff(repo, t1, t2, "new.txt", old_label="ds1", new_label="ds2")
+    assert added.startswith("--- /dev/null\n+++ ds2/new.txt\n")
+    removed = unified_diff(repo, t1, t2, "infra/serve/main.tf", old_label="ds1", new_label="ds2")
+    assert removed.startswith("--- ds1/infra/serve/main.tf\n+++ /dev/null\n")
+    assert unified_diff(repo, t1, t2, odd, old_label="ds1", new_label="ds2").endswith("-x\n+y\n")
+    assert unified_diff(repo, t1, t2, "plan.md", old_label="ds1", new_label="ds2") == ""
