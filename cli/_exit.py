@@ -2,8 +2,9 @@
 
 Short Python programs that used the Temporal client crash at interpreter shutdown about
 a third of the time (``PyGILState_Release``, sdk-python issue 300), when the Rust core's
-threads outlive the interpreter. Entry points therefore flush and leave with
-``os._exit``, skipping the shutdown that races those threads.
+threads outlive the interpreter. Entry points (``toolkit.Family.main``) therefore run
+the app with :func:`run_app`, which flushes, and leave with ``os._exit``, skipping the
+shutdown that races those threads.
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ import click
 import typer
 
 
-def run_and_exit(
+def run_app(
     app: typer.Typer,
     argv: list[str] | None = None,
     *,
     on_error: Callable[[BaseException], int] | None = None,
-) -> None:
-    """Run ``app`` and leave with its exit code.
+) -> int:
+    """Run ``app`` and return its exit code, whatever it raised.
 
     ``on_error`` (optional) reports usage errors and unexpected exceptions itself and
-    returns the exit code; ``runllm`` uses it to print them as JSON payloads.
+    returns the exit code (the toolkit's family errors).
     """
     code = 0
     try:
@@ -73,4 +74,4 @@ def run_and_exit(
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-    os._exit(code)
+    return code

@@ -17,12 +17,12 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli import toolkit
-from cli.toolkit import CliFailure, note, output
+from cli.toolkit import note
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -52,24 +52,13 @@ OUTCOME_EXIT = {
 #: How often ``design run`` asks for new events.
 POLL_S = 0.5
 
-JsonOpt = Annotated[
-    bool | None,
-    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
-]
+JsonOpt = toolkit.JsonOpt
 ProjectArg = Annotated[str, typer.Argument(help="The project id")]
 DecisionSetArg = Annotated[str, typer.Argument(help="The decision set id")]
 AsOpt = Annotated[
     str | None,
     typer.Option("--as", help="Act as this user (default: $KEEL_USER, else the login name)"),
 ]
-
-
-def _failure(code: str, lines: list[str] | str, details: Any = None) -> CliFailure:
-    return CliFailure("design", code, lines, details=details)
-
-
-def _fail(code: str, lines: list[str] | str, details: Any = None) -> NoReturn:
-    raise _failure(code, lines, details)
 
 
 def _translate(err: BaseException) -> CliError | None:
@@ -80,26 +69,21 @@ def _translate(err: BaseException) -> CliError | None:
     from client.temporal import cause_chain
     from keel.gates import GateRefusal
     from keel.problems import problem_lines
-    from services.local import ServiceUnavailable
     from store.design import DecisionSetExists, NotYours
 
     if isinstance(err, NotYours | DecisionSetExists | WorkflowAlreadyStartedError):
-        return _failure("conflict", str(err)).error
+        return DESIGN.failure("conflict", str(err)).error
     if isinstance(err, WorkflowUpdateFailedError):
-        return _failure("refused", str(cause_chain(err)[-1])).error
+        return DESIGN.failure("refused", str(cause_chain(err)[-1])).error
     if isinstance(err, GateRefusal):  # the round's gate refused the decision (client/gate.py)
-        return _failure("refused", err.message).error
+        return DESIGN.failure("refused", err.message).error
     if isinstance(err, ValidationError):
-        return _failure("invalid_input", problem_lines(err, root="")).error
-    if isinstance(err, ServiceUnavailable):
-        return _failure("error", str(err)).error
-    if isinstance(err, toolkit.SettingsInvalid):
-        return _failure("usage", str(err)).error
+        return DESIGN.failure("invalid_input", problem_lines(err, root="")).error
     return None
 
 
-def _emit(doc: Any, text: str) -> None:
-    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
+#: The toolkit's wrapper for this CLI (failures, output, entry point).
+DESIGN = toolkit.Family("design", _translate)
 
 
 def user(explicit: str | None = None) -> str:
@@ -112,14 +96,11 @@ def _owned_project(sm: sessionmaker[Session], project: str, actor: str) -> dict[
 
     row = project_row(sm, project)
     if row is None:
-        raise CliFailure(
-            "design",
-            "not_found",
-            f"no project {project!r}",
-            hint=f"create it with `design new {project}`",
+        DESIGN.fail(
+            "not_found", f"no project {project!r}", hint=f"create it with `design new {project}`"
         )
     if row["owner_id"] != actor:
-        _fail("conflict", f"project {project!r} belongs to {row['owner_id']}, not {actor}")
+        DESIGN.fail("conflict", f"project {project!r} belongs to {row['owner_id']}, not {actor}")
     return row
 
 
@@ -143,9 +124,9 @@ async def _running_status(client: Client, project: str, ds: str, what: str) -> A
 
     desc = await describe_or_none(client, workflow_id(project, ds), WORKFLOW_TYPE)
     if desc is None:
-        _fail("not_found", f"no decision set {project}/{ds} has run")
+        DESIGN.fail("not_found", f"no decision set {project}/{ds} has run")
     if status_name(desc) != "running":
-        _fail("not_found", f"{project}/{ds} has {what}: the run is {status_name(desc)}")
+        DESIGN.fail("not_found", f"{project}/{ds} has {what}: the run is {status_name(desc)}")
     return await design_client.status(client, project, ds)
 
 
@@ -256,14 +237,16 @@ def new(
     from keel.ids import SHORT_ID_RE
     from store.design import create_project
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    DESIGN.mode(json_out)
+    with DESIGN.reported():
         if not SHORT_ID_RE.match(project):
-            _fail("usage", f"a project id is letters, digits, '.', '_' and '-', not {project!r}")
+            DESIGN.fail(
+                "usage", f"a project id is letters, digits, '.', '_' and '-', not {project!r}"
+            )
         owner = user(as_user)
         sm = toolkit.sessions(toolkit.load_settings())
         created = create_project(sm, project, owner=owner, name=name)
-        _emit(
+        DESIGN.emit(
             {"project": project, "owner": owner, "created": created},
             f"{project}: {'created' if created else 'exists already'} (owner {owner}); "
             f"start a decision set with `design run {project} --requirements '...'`",
@@ -279,17 +262,19 @@ def _read_input(requirements: str | None, file: Path | None, intake: Path | None
         try:
             text = file.read_text(encoding="utf-8")
         except OSError as e:
-            _fail("invalid_input", f"cannot read {file}: {e.strerror or e}")
+            DESIGN.fail("invalid_input", f"cannot read {file}: {e.strerror or e}")
     form = None
     if intake is not None:
         try:
             form = json.loads(intake.read_text(encoding="utf-8"))
         except OSError as e:
-            _fail("invalid_input", f"cannot read {intake}: {e.strerror or e}")
+            DESIGN.fail("invalid_input", f"cannot read {intake}: {e.strerror or e}")
         except json.JSONDecodeError as e:
-            _fail("invalid_input", f"{intake} is not JSON: {e}")
+            DESIGN.fail("invalid_input", f"{intake} is not JSON: {e}")
         if not isinstance(form, dict):
-            _fail("invalid_input", f"{intake} must hold a JSON object of Constraint Schema fields")
+            DESIGN.fail(
+                "invalid_input", f"{intake} must hold a JSON object of Constraint Schema fields"
+            )
     return text, form
 
 
@@ -314,7 +299,7 @@ async def _follow(
     while True:
         dead = services.dead()
         if dead:
-            _fail("error", dead)
+            DESIGN.fail("error", dead)
         try:
             page = await events_since(client, sm, project, ds, after)
         except RPCError:
@@ -330,7 +315,7 @@ async def _follow(
             # The running run's query may already have given run-complete: then the
             # finished page has nothing after it.
             if last is None:
-                _fail("not_found", f"no decision set {ds!r} in project {project!r}")
+                DESIGN.fail("not_found", f"no decision set {ds!r} in project {project!r}")
             return last
         await asyncio.sleep(POLL_S)
 
@@ -442,20 +427,20 @@ def run(
     from keel.design.steps import DesignInput
     from store.design import decision_sets_of, submit_decision_set
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    DESIGN.mode(json_out)
+    with DESIGN.reported():
         if sum(x is not None for x in (requirements, file)) > 1:
-            _fail("usage", "give the requirements once: --requirements or --file")
+            DESIGN.fail("usage", "give the requirements once: --requirements or --file")
         text, form = _read_input(requirements, file, intake)
         if not text.strip() and form is None and previous is None:
-            _fail("usage", "give --requirements, --file, --intake or --previous")
+            DESIGN.fail("usage", "give --requirements, --file, --intake or --previous")
         settings = toolkit.load_settings()
         sm = toolkit.sessions(settings)
         actor = user(as_user)
         _owned_project(sm, project, actor)
         known = decision_sets_of(sm, project)
         if previous is not None and not any(d["id"] == previous for d in known):
-            _fail("not_found", f"project {project!r} has no decision set {previous!r}")
+            DESIGN.fail("not_found", f"project {project!r} has no decision set {previous!r}")
         ds = decision_set or f"ds{len(known) + 1}"
         inp = DesignInput(
             project=project,
@@ -472,14 +457,14 @@ def run(
         submit_decision_set(sm, project, ds, parent=previous)
         last = asyncio.run(_run(settings, inp, detach=detach, stay=stay))
         if last is None:
-            _emit(
+            DESIGN.emit(
                 {"project": project, "decision_set": ds, "status": "running"},
                 f"{project}/{ds}: started; follow it with `design show {project} {ds}`",
             )
             return
         p = last.payload
         if last.type == "run-error":
-            _emit(
+            DESIGN.emit(
                 {"project": project, "decision_set": ds, "status": "failed", "error": p},
                 f"{project}/{ds}: failed: {p.get('message')}",
             )
@@ -496,7 +481,7 @@ def run(
         if p.get("archive_digest"):
             failing = " (archive fails validation)" if status == "validation_failed" else ""
             text_out += f"; {_cmd('design', 'download', project, ds)}{failing}"
-        _emit(doc, text_out)
+        DESIGN.emit(doc, text_out)
         code = OUTCOME_EXIT.get(status, EXIT_CODES["run_failed"])
         if code:
             raise typer.Exit(code)
@@ -519,13 +504,13 @@ def answer(
     from client import design as design_client
     from keel.design.steps import DesignAnswers
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    DESIGN.mode(json_out)
+    with DESIGN.reported():
         answers: dict[str, Any] = {}
         for item in values:
             field, sep, raw = item.partition("=")
             if not sep or not field:
-                _fail("usage", f"an answer is field=value, not {item!r}")
+                DESIGN.fail("usage", f"an answer is field=value, not {item!r}")
             answers[field.strip()] = parse_value(raw)
         settings = toolkit.load_settings()
         actor = user(as_user)
@@ -537,7 +522,7 @@ def answer(
             )
 
         st = asyncio.run(_with_client(settings, work))
-        _emit(
+        DESIGN.emit(
             {"project": project, "decision_set": decision_set, "status": st.model_dump()},
             f"{project}/{decision_set}: answered {', '.join(sorted(answers))}; phase {st.phase}",
         )
@@ -557,15 +542,17 @@ def approve(
     """Decide the open gate of a decision set (approve, or --reject with a comment)."""
     from client import design as design_client
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    DESIGN.mode(json_out)
+    with DESIGN.reported():
         settings = toolkit.load_settings()
         actor = user(as_user)
 
         async def work(client: Client) -> Any:
             st = await _running_status(client, project, decision_set, "no open gate")
             if st.phase != "waiting_for_approval" or not st.plan_round:
-                _fail("not_found", f"{project}/{decision_set} has no open gate (phase {st.phase})")
+                DESIGN.fail(
+                    "not_found", f"{project}/{decision_set} has no open gate (phase {st.phase})"
+                )
             gate = await design_client.decide(
                 client,
                 project,
@@ -578,7 +565,7 @@ def approve(
             return st.plan_round, gate
 
         plan_round, gate = asyncio.run(_with_client(settings, work))
-        _emit(
+        DESIGN.emit(
             {
                 "project": project,
                 "decision_set": decision_set,
@@ -600,7 +587,7 @@ def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[
     stored = stored_view(sm, project, ds)
     row = stored.row
     if row is None:
-        _fail("not_found", f"project {project!r} has no decision set {ds!r}")
+        DESIGN.fail("not_found", f"project {project!r} has no decision set {ds!r}")
     ev = stored.last
     cost, policy = stored.cost, ev.get("policy-update")
     failed = stored.failed_validators or []
@@ -691,8 +678,8 @@ def show(
     from client import design as design_client
     from store.design import SUBMITTED, decision_sets_of, projects_of
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    DESIGN.mode(json_out)
+    with DESIGN.reported():
         settings = toolkit.load_settings()
         sm = toolkit.sessions(settings)
         actor = user(as_user)
@@ -703,7 +690,7 @@ def show(
                 for r in rows
             ]
             text = "\n".join(f"{r['project']}  {r['name']}" for r in doc) or "no projects"
-            _emit({"owner": actor, "projects": doc}, text)
+            DESIGN.emit({"owner": actor, "projects": doc}, text)
             return
         _owned_project(sm, project, actor)
         if decision_set is None:
@@ -723,7 +710,7 @@ def show(
                 + (f"  (from {d['parent_id']})" if d["parent_id"] else "")
                 for d in sets
             )
-            _emit({"project": project, "decision_sets": sets}, text or "no decision sets")
+            DESIGN.emit({"project": project, "decision_sets": sets}, text or "no decision sets")
             return
         view = decision_set_view(sm, project, decision_set)
         if view["status"] == SUBMITTED:
@@ -751,7 +738,7 @@ def show(
                 note(f"no live status: {e}")
                 st = None
             view["live"] = None if st is None else st.model_dump(mode="json")
-        _emit(view, _view_text(view))
+        DESIGN.emit(view, _view_text(view))
 
 
 def _true_statuses(
@@ -816,25 +803,27 @@ def diff(
     from store.design import decision_set as ds_row
     from store.design import load_previous, repository_diff, stored_view
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    DESIGN.mode(json_out)
+    with DESIGN.reported():
         settings = toolkit.load_settings()
         sm = toolkit.sessions(settings)
         _owned_project(sm, project, user(as_user))
         row = ds_row(sm, project, decision_set)
         if row is None:
-            _fail("not_found", f"project {project!r} has no decision set {decision_set!r}")
+            DESIGN.fail("not_found", f"project {project!r} has no decision set {decision_set!r}")
         parent = against if against is not None else row["parent_id"]
         if parent is None:
-            _fail("not_found", f"{project}/{decision_set} has no previous decision set")
+            DESIGN.fail("not_found", f"{project}/{decision_set} has no previous decision set")
         old_row = ds_row(sm, project, parent)
         if old_row is None:
-            _fail("not_found", f"project {project!r} has no decision set {parent!r}")
+            DESIGN.fail("not_found", f"project {project!r} has no decision set {parent!r}")
         last = stored_view(sm, project, decision_set).last
         summary = last.get("diff-update") if against is None else {}
         new, old = load_previous(sm, project, decision_set), load_previous(sm, project, parent)
         if summary is None or new is None or old is None:
-            _fail("not_found", f"{project}/{decision_set} has no Change Summary (not finished)")
+            DESIGN.fail(
+                "not_found", f"{project}/{decision_set} has no Change Summary (not finished)"
+            )
         # The files from the project's git history: this set's commit against the other's.
         repo = repository_diff(
             sm, artifact_store_from_settings(settings), settings.design_repos_dir,
@@ -923,7 +912,7 @@ def diff(
         lines.append(f"  cost lines changed ({len(cost_lines)})")
         lines += [f"    ~ {_cost_line_text(c)}" for c in cost_lines]
         lines.append(f"  cost: {_usd(doc['monthly_usd'])}/month{_delta(delta_usd, delta_pct)}")
-        _emit(doc, "\n".join(lines))
+        DESIGN.emit(doc, "\n".join(lines))
 
 
 @app.command()
@@ -940,15 +929,15 @@ def download(
     from store.artifacts import artifact_store_from_settings
     from store.design import stored_view
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    DESIGN.mode(json_out)
+    with DESIGN.reported():
         settings = toolkit.load_settings()
         sm = toolkit.sessions(settings)
         _owned_project(sm, project, user(as_user))
         stored = stored_view(sm, project, decision_set)
         digest = stored.archive["digest"] if stored.archive else None
         if not digest:
-            _fail(
+            DESIGN.fail(
                 "not_found",
                 f"{project}/{decision_set} has no repository (not finished, or run with "
                 "--no-generate)",
@@ -958,7 +947,7 @@ def download(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         failed = stored.failed_validators or []
-        _emit(
+        DESIGN.emit(
             {
                 "path": str(target),
                 "bytes": len(data),
@@ -972,14 +961,7 @@ def download(
 
 
 def main(argv: list[str] | None = None) -> None:
-    toolkit.run(
-        app,
-        argv,
-        translate=_translate,
-        usage=lambda message: _failure("usage", message).error,
-        unexpected=lambda err: _failure("error", f"{type(err).__name__}: {err}").error,
-        default_json=False,
-    )
+    DESIGN.main(app, argv)
 
 
 if __name__ == "__main__":

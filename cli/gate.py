@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from cli import toolkit
-from cli.toolkit import CliFailure, note, output
+from cli.toolkit import note
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -34,10 +34,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-JsonOpt = Annotated[
-    bool | None,
-    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
-]
+JsonOpt = toolkit.JsonOpt
 AsOpt = Annotated[
     str | None,
     typer.Option("--as", help="Act as this user (default: $KEEL_USER, else the login name)"),
@@ -48,22 +45,21 @@ GateArg = Annotated[str, typer.Argument(help="The gate id, e.g. design/p1/ds1/ga
 def _translate(err: BaseException) -> CliError | None:
     from client.gate import GateNotFound, GateNotRunning
     from keel.gates import GateRefusal
-    from services.local import ServiceUnavailable
 
     if isinstance(err, GateNotFound):
-        return CliFailure("gate", "not_found", str(err), hint="see `keel gates list`").error
+        return GATE.failure("not_found", str(err), hint="see `keel gates list`").error
     if isinstance(err, GateRefusal):
         code = "closed" if err.code == "gate_closed" else "refused"
-        return CliFailure("gate", code, err.message, details={"refusal": err.code}).error
+        return GATE.failure(code, err.message, details={"refusal": err.code}).error
     if isinstance(err, GateNotRunning):
-        return CliFailure("gate", "closed", str(err)).error
+        return GATE.failure("closed", str(err)).error
     if isinstance(err, FileExistsError):
-        return CliFailure("gate", "refused", str(err)).error
-    if isinstance(err, ServiceUnavailable):
-        return CliFailure("gate", "error", str(err)).error
-    if isinstance(err, toolkit.SettingsInvalid):
-        return CliFailure("gate", "usage", str(err)).error
+        return GATE.failure("refused", str(err)).error
     return None
+
+
+#: The toolkit's wrapper for this CLI (failures, output, entry point).
+GATE = toolkit.Family("gate", _translate)
 
 
 def _with_client(work: Callable[[Client], Awaitable[T]]) -> T:
@@ -97,10 +93,6 @@ def _state_text(st: GateState) -> str:
     return "\n".join(lines)
 
 
-def _emit(doc: Any, text: str) -> None:
-    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
-
-
 @app.command("list")
 def list_(
     status: Annotated[str, typer.Option(help="pending, approved, rejected or expired")] = "pending",
@@ -111,13 +103,13 @@ def list_(
     from client import gate as gates
     from keel.gates import GateStatus
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    GATE.mode(json_out)
+    with GATE.reported():
         try:
             wanted = GateStatus(status)
         except ValueError:
             known = ", ".join(s.value for s in GateStatus)
-            raise CliFailure("gate", "usage", f"no gate status {status!r} ({known})") from None
+            GATE.fail("usage", f"no gate status {status!r} ({known})")
         page = _with_client(lambda client: gates.list_gates(client, wanted, limit=limit))
         rows = page.gates
         text = "\n".join(
@@ -126,7 +118,7 @@ def list_(
             + (f"\n    {r.subject}" if r.subject else "")
             for r in rows
         )
-        _emit(
+        GATE.emit(
             {"gates": [r.model_dump(mode="json") for r in rows]},
             text or f"no {wanted.value} gates",
         )
@@ -137,10 +129,10 @@ def show(gate_id: GateArg, json_out: JsonOpt = None) -> None:
     """One gate: its status, who may decide it, its decision and comments."""
     from client import gate as gates
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    GATE.mode(json_out)
+    with GATE.reported():
         st = _with_client(lambda client: gates.state(client, gate_id))
-        _emit(st.model_dump(mode="json"), _state_text(st))
+        GATE.emit(st.model_dump(mode="json"), _state_text(st))
 
 
 def _decide(gate_id: str, decision: str, comment: str, as_user: str | None) -> None:
@@ -155,7 +147,7 @@ def _decide(gate_id: str, decision: str, comment: str, as_user: str | None) -> N
         return await gates.decide(client, gate_id, decision_in)
 
     st = _with_client(work)
-    _emit(st.model_dump(mode="json"), _state_text(st))
+    GATE.emit(st.model_dump(mode="json"), _state_text(st))
 
 
 @app.command()
@@ -166,8 +158,8 @@ def approve(
     json_out: JsonOpt = None,
 ) -> None:
     """Approve a pending gate."""
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    GATE.mode(json_out)
+    with GATE.reported():
         _decide(gate_id, "approve", comment, as_user)
 
 
@@ -179,8 +171,8 @@ def reject(
     json_out: JsonOpt = None,
 ) -> None:
     """Reject a pending gate."""
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    GATE.mode(json_out)
+    with GATE.reported():
         _decide(gate_id, "reject", comment, as_user)
 
 
@@ -195,10 +187,10 @@ def comment(
     from client import gate as gates
     from keel.gates import GateComment
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    GATE.mode(json_out)
+    with GATE.reported():
         if not text.strip():
-            raise CliFailure("gate", "usage", "an empty comment")
+            GATE.fail("usage", "an empty comment")
         entry = GateComment(actor=toolkit.user(as_user), comment=text)
 
         async def work(client: Client) -> GateState:
@@ -206,4 +198,4 @@ def comment(
             return await gates.comment(client, gate_id, entry)
 
         st = _with_client(work)
-        _emit(st.model_dump(mode="json"), _state_text(st))
+        GATE.emit(st.model_dump(mode="json"), _state_text(st))

@@ -1,5 +1,12 @@
 """``keel``: run the Keel service locally (``up``/``down``/``status``), or its parts alone.
 
+Output and errors as in every Keel CLI (``cli/toolkit.py``): ``status``, ``ping`` and
+``down`` print text on a terminal and one JSON document otherwise (``--json``/``--text``);
+a failure of any command is one ``error:`` line per problem on stderr and, in JSON mode,
+the envelope ``{"error": {...}}`` of family ``keel`` on stdout (``keel gates``: family
+``gate``). The long-running commands (``up``, ``worker``, ``api``, ``actors serve``,
+``demo``) print their progress as text whatever the mode.
+
 Heavy imports (Temporal worker, FastAPI, LiteLLM) happen inside the commands that need
 them, so ``keel --help`` and ``keel status`` start fast.
 """
@@ -16,17 +23,18 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli import lazy_iri
-from cli._exit import run_and_exit
+from cli import lazy_iri, toolkit
 from cli.gate import app as gates_app
-from cli.toolkit import EXIT_CODES, load_settings, sessions
+from cli.toolkit import JsonOpt, load_settings, sessions
 from keel.settings import Settings
+
+if TYPE_CHECKING:
+    from cli.envelope import CliError
 
 app = typer.Typer(
     help="Keel: durable workflows for AI work, on Temporal.",
@@ -34,6 +42,22 @@ app = typer.Typer(
     add_completion=False,
 )
 log = logging.getLogger("keel")
+
+
+def _translate(err: BaseException) -> CliError | None:
+    """Keel's own exceptions as the CLI reports them (None: not one of them)."""
+    from keel.srl.errors import ActorsConfigError
+    from services.processes import ServiceError
+
+    if isinstance(err, ActorsConfigError):
+        return KEEL.failure("usage", str(err)).error
+    if isinstance(err, ServiceError):
+        return KEEL.failure("error", str(err)).error
+    return None
+
+
+#: The toolkit's wrapper for ``keel`` (failures, output, entry point).
+KEEL = toolkit.Family("keel", _translate, bad_settings="error")
 
 
 def _setup_logging(verbose: bool = False) -> None:
@@ -44,54 +68,27 @@ def _setup_logging(verbose: bool = False) -> None:
     )
 
 
-# A crashed worker is restarted after 1 s, then 2, 4, ... up to 30 s while it keeps
-# crashing; a worker that ran for a minute counts as healthy again.
-WORKER_RESTART_FIRST_S = 1.0
-WORKER_RESTART_MAX_S = 30.0
-WORKER_HEALTHY_AFTER_S = 60.0
-
-
-@dataclass
-class WorkerRestarts:
-    """Backoff of ``keel up``'s worker restarts."""
-
-    count: int = 0
-    streak: int = 0  # restarts since the worker last ran for WORKER_HEALTHY_AFTER_S
-    due: float | None = None  # monotonic time of the pending restart
-    last_start: float = field(default_factory=time.monotonic)
-
-    def schedule(self, now: float) -> float:
-        """Plan the restart of a worker found dead at ``now``; returns the delay."""
-        if now - self.last_start >= WORKER_HEALTHY_AFTER_S:
-            self.streak = 0
-        delay = min(WORKER_RESTART_MAX_S, WORKER_RESTART_FIRST_S * 2**self.streak)
-        self.streak += 1
-        self.count += 1
-        self.due = now + delay
-        return delay
-
-    def started(self, now: float) -> None:
-        self.due = None
-        self.last_start = now
-
-
 @app.command()
 def up(
     model: Annotated[bool, typer.Option(help="Start the embedded local model server")] = True,
+    json_out: JsonOpt = None,
 ) -> None:
     """Start the embedded Temporal dev server, the local model server, a worker and the API.
 
     Stays up until Ctrl-C or ``keel down``; everything binds to 127.0.0.1.
     """
+    KEEL.mode(json_out)
     from services.model_server import LocalModelServer, unavailable_reason
     from services.processes import (
         Interrupted,
+        ManagedProcess,
         ServiceError,
         StopSignals,
         TemporalDevServer,
         pid_alive,
         port_open,
     )
+    from services.supervise import supervise
     from services.up import (
         console_link,
         forget_state,
@@ -114,28 +111,29 @@ def up(
     except Interrupted as sig:
         guard.uninstall()
         raise typer.Exit(128 + sig.signum) from None
+    except BaseException:
+        guard.uninstall()  # bad settings: reported by the caller, nothing was started
+        raise
     if recorded is not None:
         if pid_alive(int(recorded.get("supervisor", 0)) or -1):
-            typer.echo(
+            guard.uninstall()
+            KEEL.fail_now(
+                "error",
                 f"Keel is already running (keel up pid {recorded['supervisor']}); "
                 "see `keel status`, or stop it with `keel down`.",
-                err=True,
             )
-            guard.uninstall()
-            raise typer.Exit(1)
         left = [
             f"{name} pid {svc['pid']}"
             for name, svc in recorded.get("services", {}).items()
             if pid_alive(int(svc["pid"]))
         ]
         if left:
-            typer.echo(
+            guard.uninstall()
+            KEEL.fail_now(
+                "error",
                 f"a keel up that was killed left services running ({', '.join(left)}); "
                 "stop them with `keel down`.",
-                err=True,
             )
-            guard.uninstall()
-            raise typer.Exit(1)
         forget_state(settings)
     logs = settings.data_dir / "logs"
     started: list[Any] = []
@@ -189,15 +187,19 @@ def up(
             api.start()
             api.wait_port(settings.api_port, 60)
         except Exception as err:
-            typer.echo(f"keel up failed: {err}", err=True)
-            code = 1
+            code = toolkit.report(KEEL.failure("error", f"keel up failed: {err}").error)
             return
         with guard.deferred():  # up: the record moves to up.json in one step
             record_to[0] = state_path
             write_state(state_path, services)
             starting_file(settings).unlink(missing_ok=True)
         _say_up(settings, services, logs, console_link(settings))
-        _supervise(started, worker, services, state_path, logs)
+        # A dead worker is what durable execution is for: its workflows wait in Temporal
+        # for the next one. Without the API there is nothing to serve. (The dev server and
+        # the model server are not ManagedProcess children: they are not watched here.)
+        children = {s.name: s for s in started if isinstance(s, ManagedProcess)}
+        why = supervise(children, _say_err, restart=[worker.name])
+        typer.echo(f"{why}; stopping (logs in {logs})", err=True)
     except Interrupted as sig:
         if state_path.exists():
             typer.echo(f"{sig}: stopping", err=True)
@@ -229,54 +231,27 @@ def _say_up(settings: Settings, services: dict[str, Any], logs: Path, console: s
     sys.stdout.flush()
 
 
-def _supervise(
-    started: list[Any], worker: Any, services: dict[str, Any], state_path: Path, logs: Path
-) -> None:
-    """Until a stop signal (raised as ``Interrupted``) or a dead server: restart a dead
-    worker with backoff."""
-    from services.processes import ManagedProcess
-
-    restarts = WorkerRestarts()
-    while True:
-        time.sleep(0.5)
-        # A dead worker is what durable execution is for: its workflows wait in Temporal
-        # for the next one. Without the server or the API there is nothing to serve.
-        dead = [
-            s.name
-            for s in started
-            if isinstance(s, ManagedProcess) and s is not worker and not s.running()
-        ]
-        if dead:
-            typer.echo(f"{', '.join(dead)} exited; stopping (logs in {logs})", err=True)
-            return
-        if worker.running():
-            continue
-        now = time.monotonic()
-        if restarts.due is None:
-            delay = restarts.schedule(now)
-            code = worker.proc.returncode if worker.proc is not None else None
-            typer.echo(
-                f"worker (pid {worker.pid}) exited with code {code}; restarting it in "
-                f"{delay:.0f}s (restart {restarts.count}; log {logs / 'worker.log'})",
-                err=True,
-            )
-        elif now >= restarts.due:
-            worker.start()  # its on_spawn records the new pid in up.json
-            restarts.started(now)
-            typer.echo(f"worker restarted (pid {worker.pid})", err=True)
+def _say_err(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 @app.command()
-def down(timeout: float = 30.0) -> None:
+def down(timeout: float = 30.0, json_out: JsonOpt = None) -> None:
     """Stop the services a running ``keel up`` started (also those of a start cut short,
     or of a ``keel up`` that was killed)."""
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        _down(timeout)
+
+
+def _down(timeout: float) -> None:
     from services.processes import pid_alive, stop_pid
     from services.up import forget_state, read_recorded
 
     settings = load_settings()
     state = read_recorded(settings)
     if state is None:
-        typer.echo("Keel is not running.")
+        KEEL.emit({"was_running": False, "stopped": []}, "Keel is not running.")
         return
     supervisor = int(state.get("supervisor", 0)) or -1
     if pid_alive(supervisor):
@@ -288,43 +263,65 @@ def down(timeout: float = 30.0) -> None:
     # What a supervisor that hung, or was killed, left behind. Read again: a start cut
     # short may have recorded one more service since.
     state = read_recorded(settings) or state
-    for svc in state.get("services", {}).values():
+    stopped = []
+    for name, svc in state.get("services", {}).items():
         if pid_alive(int(svc["pid"])):
             stop_pid(int(svc["pid"]))
+            stopped.append(name)
     if pid_alive(supervisor):
         stop_pid(supervisor)
     forget_state(settings)
-    typer.echo("Keel is down.")
+    KEEL.emit({"was_running": True, "stopped": stopped}, "Keel is down.")
 
 
 @app.command()
-def status() -> None:
+def status(json_out: JsonOpt = None) -> None:
     """Show what ``keel up`` runs and whether Temporal answers."""
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        _status()
+
+
+def _status() -> None:
     from services.processes import pid_alive
     from services.up import read_recorded, read_state
 
     settings = load_settings()
     state = read_state(settings)
+    lines = []
+    phase = "up"
     if state is None:
         recorded = read_recorded(settings)
         if recorded is None:
-            typer.echo("Keel is not running (start it with `keel up`).")
-            raise typer.Exit(EXIT_CODES["keel"]["not_running"])
+            KEEL.fail("not_running", "Keel is not running (start it with `keel up`).")
         state = recorded
         if pid_alive(int(recorded.get("supervisor", 0)) or -1):
-            typer.echo("Keel is starting:")
+            phase = "starting"
+            lines.append("Keel is starting:")
         else:
-            typer.echo("A keel up was killed and left these (stop them with `keel down`):")
-    typer.echo(f"keel up pid {state['supervisor']}")
+            phase = "killed"
+            lines.append("A keel up was killed and left these (stop them with `keel down`):")
+    lines.append(f"keel up pid {state['supervisor']}")
+    services = {}
     for name, svc in state["services"].items():
-        alive = "running" if pid_alive(int(svc["pid"])) else "DEAD"
+        alive = pid_alive(int(svc["pid"]))
+        services[name] = {**svc, "running": alive}
         where = svc.get("address") or svc.get("task_queue", "")
-        typer.echo(f"  {name:<9} pid {svc['pid']:<8} {alive:<8} {where}")
+        lines.append(f"  {name:<9} pid {svc['pid']:<8} {'running' if alive else 'DEAD':<8} {where}")
+    KEEL.emit(
+        {"state": phase, "supervisor": state["supervisor"], "services": services}, "\n".join(lines)
+    )
 
 
 @app.command()
-def ping() -> None:
+def ping(json_out: JsonOpt = None) -> None:
     """Check that the configured Temporal server answers."""
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        _ping()
+
+
+def _ping() -> None:
     settings = load_settings()
 
     async def check() -> str:
@@ -339,20 +336,30 @@ def ping() -> None:
     try:
         version = asyncio.run(check())
     except Exception as err:
-        typer.echo(
-            f"Temporal at {settings.resolved_temporal_address} does not answer: {err}", err=True
+        KEEL.fail(
+            "error", f"Temporal at {settings.resolved_temporal_address} does not answer: {err}"
         )
-        raise typer.Exit(1) from None
-    typer.echo(f"Temporal answers at {settings.resolved_temporal_address} (server {version})")
+    address = settings.resolved_temporal_address
+    KEEL.emit(
+        {"temporal": address, "server_version": version},
+        f"Temporal answers at {address} (server {version})",
+    )
 
 
 @app.command("migrate-search-attributes")
 def migrate_search_attributes(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List them; signal none")] = False,
     task_queue: Annotated[str | None, typer.Option(help="Only workflows on this queue")] = None,
+    json_out: JsonOpt = None,
 ) -> None:
     """Have open runs and gates started before ``KeelReaders`` set it, so their owners and
     approvers find them in ``GET /gates`` and ``GET /runs`` (docs/console.md, "Runs")."""
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        _migrate_search_attributes(dry_run, task_queue)
+
+
+def _migrate_search_attributes(dry_run: bool, task_queue: str | None) -> None:
     settings = load_settings()
 
     async def migrate() -> list[str]:
@@ -365,18 +372,19 @@ def migrate_search_attributes(
         return await migrate_readers(client, dry_run=dry_run, task_queue=task_queue)
 
     ids = asyncio.run(migrate())
-    for wid in ids:
-        typer.echo(wid)
+    KEEL.emit({"dry_run": dry_run, "workflow_ids": ids}, "\n".join(ids))
     verb = "would signal" if dry_run else "signalled"
-    typer.echo(f"{verb} {len(ids)} open workflow(s) without KeelReaders", err=True)
+    toolkit.note(f"{verb} {len(ids)} open workflow(s) without KeelReaders")
 
 
 @app.command()
-def worker() -> None:
+def worker(json_out: JsonOpt = None) -> None:
     """Run one worker on the configured Temporal server until SIGTERM or Ctrl-C."""
-    _setup_logging()
-    settings = load_settings()
-    settings.check_secrets()
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        _setup_logging()
+        settings = load_settings()
+        settings.check_secrets()
     asyncio.run(_run_worker(settings))
 
 
@@ -414,14 +422,16 @@ async def _run_worker(settings: Settings) -> None:
 
 
 @app.command()
-def api() -> None:
+def api(json_out: JsonOpt = None) -> None:
     """Serve the HTTP API on KEEL_API_HOST:KEEL_API_PORT (127.0.0.1:8088)."""
     import uvicorn
 
     from api.app import create_app
 
-    _setup_logging()
-    settings = load_settings()
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        _setup_logging()
+        settings = load_settings()
     uvicorn.run(
         create_app(settings), host=settings.api_host, port=settings.api_port, log_level="warning"
     )
@@ -430,6 +440,7 @@ def api() -> None:
 @app.command()
 def demo(
     stay: Annotated[bool, typer.Option(help="Keep the services up after the demo")] = False,
+    json_out: JsonOpt = None,
 ) -> None:
     """Run the main job end to end: LLM call → approval gate → approved through the API,
     then the three example .rllm apps (examples/) on the local model, the MRP examples,
@@ -438,7 +449,9 @@ def demo(
     from services.processes import Interrupted, ServiceError, StopSignals, pid_alive, stop_pid
     from services.up import read_state, start_up_in_background
 
-    settings = load_settings()
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        settings = load_settings()
     started_here: subprocess.Popen[bytes] | None = None
 
     def spawned(proc: subprocess.Popen[bytes]) -> None:
@@ -452,14 +465,12 @@ def demo(
         if read_state(settings) is None:
             reason = unavailable_reason()
             if reason:
-                typer.echo(f"the demo needs the embedded local model: {reason}", err=True)
-                raise typer.Exit(1)
+                KEEL.fail_now("error", f"the demo needs the embedded local model: {reason}")
             typer.echo("Starting Keel (keel up) ...")
             try:
                 start_up_in_background(settings, on_spawn=spawned)
             except ServiceError as err:
-                typer.echo(str(err), err=True)
-                raise typer.Exit(1) from None
+                KEEL.fail_now("error", str(err))
         asyncio.run(_run_demo(settings))
     except Interrupted as sig:
         typer.echo(f"{sig}: the demo stops", err=True)
@@ -836,6 +847,7 @@ def actors_serve(
     vllm: Annotated[
         str | None, typer.Option(help="The vllm executable (default: beside Python, or on PATH)")
     ] = None,
+    json_out: JsonOpt = None,
 ) -> None:
     """Start one `vllm serve` per endpoint of the config and keep them running until Ctrl-C.
 
@@ -844,22 +856,23 @@ def actors_serve(
     logging to ``<data_dir>/logs/actors/<name>.log``; one that exits is restarted after
     1, 2, 4 ... 30 s. Ctrl-C or SIGTERM stops them all by PID.
     """
+    KEEL.mode(json_out)
+    with KEEL.reported():
+        _actors_serve(config, dry_run, only, vllm)
+
+
+def _actors_serve(config: Path, dry_run: bool, only: list[str] | None, vllm: str | None) -> None:
     from keel.srl.actors import shell_line, vllm_command, vllm_env
-    from keel.srl.errors import ActorsConfigError
-    from services.processes import ManagedProcess, port_open
+    from services.processes import Interrupted, ManagedProcess, StopSignals, port_open
+    from services.supervise import stop_all, supervise
     from store.files import load_actors_config
 
-    try:
-        cfg = load_actors_config(config)
-    except ActorsConfigError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(EXIT_CODES["keel"]["usage"]) from None
+    cfg = load_actors_config(config)  # ActorsConfigError: a usage error
     endpoints = cfg.endpoints
     if only:
         unknown = sorted(set(only) - {e.name for e in endpoints})
         if unknown:
-            typer.echo(f"error: no endpoint named {', '.join(unknown)} in {config}", err=True)
-            raise typer.Exit(EXIT_CODES["keel"]["usage"])
+            KEEL.fail("usage", f"no endpoint named {', '.join(unknown)} in {config}")
         endpoints = [e for e in endpoints if e.name in only]
     exe = vllm or _find_vllm()
     if dry_run:
@@ -867,16 +880,14 @@ def actors_serve(
             typer.echo(shell_line(e, exe or "vllm"))
         return
     if exe is None:
-        typer.echo("error: " + VLLM_MISSING.format(python=sys.executable), err=True)
-        raise typer.Exit(EXIT_CODES["keel"]["error"])
+        KEEL.fail("error", VLLM_MISSING.format(python=sys.executable))
     busy = [
         f"{e.name} ({e.bind_host}:{e.port})"
         for e in endpoints
         if port_open(e.port, "127.0.0.1" if e.bind_host in ("0.0.0.0", "::") else e.bind_host)
     ]
     if busy:
-        typer.echo(f"error: ports already in use: {', '.join(busy)}", err=True)
-        raise typer.Exit(EXIT_CODES["keel"]["error"])
+        KEEL.fail("error", f"ports already in use: {', '.join(busy)}")
 
     _setup_logging()
     logs = load_settings().data_dir / "logs" / "actors"
@@ -886,57 +897,28 @@ def actors_serve(
         )
         for e in endpoints
     }
-    restarts = {name: WorkerRestarts() for name in procs}
-    stop_signals = {signal.SIGINT, signal.SIGTERM}
-
-    def spawn(proc: ManagedProcess) -> int:
-        # A child inherits the signal mask: unblocked, it can still be stopped by SIGTERM.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
-        try:
-            return proc.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-
-    def interrupted(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # one arriving while spawn unblocked it: stop what started
-
-    signal.signal(signal.SIGTERM, interrupted)
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    # As in ``keel up``: SIGINT, SIGTERM and SIGHUP become ``Interrupted``, held while a
+    # child is spawned, so every actor started is known and stopped by its PID.
+    guard = StopSignals().install()
     try:
         for e in endpoints:
-            pid = spawn(procs[e.name])
-            restarts[e.name].started(time.monotonic())
+            pid = procs[e.name].start()
             typer.echo(f"{e.name} pid {pid} {e.base_url} (log {logs / (e.name + '.log')})")
         typer.echo("Stop with Ctrl-C.")
         sys.stdout.flush()
-        while signal.sigtimedwait(stop_signals, 0.5) is None:
-            # A dead actor is drained by the pool and comes back when it answers again.
-            now = time.monotonic()
-            for name, proc in procs.items():
-                if proc.running():
-                    continue
-                r = restarts[name]
-                if r.due is None:
-                    delay = r.schedule(now)
-                    code = proc.proc.returncode if proc.proc is not None else None
-                    typer.echo(
-                        f"{name} (pid {proc.pid}) exited with code {code}; restarting it in "
-                        f"{delay:.0f}s (log {proc.log_path})",
-                        err=True,
-                    )
-                elif now >= r.due:
-                    r.started(now)
-                    typer.echo(f"{name} restarted (pid {spawn(proc)})", err=True)
-    except KeyboardInterrupt:
+        # A dead actor is drained by the pool and comes back when it answers again.
+        supervise(procs, _say_err)
+    except Interrupted:
         pass
     finally:
-        for proc in procs.values():
-            proc.stop()
+        with guard.shutting_down():
+            stop_all(procs.values())
+            guard.uninstall()
     typer.echo("actors stopped")
 
 
-def main() -> None:
-    run_and_exit(app)
+def main(argv: list[str] | None = None) -> None:
+    KEEL.main(app, argv)
 
 
 if __name__ == "__main__":

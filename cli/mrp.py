@@ -22,7 +22,7 @@ import contextlib
 import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -66,10 +66,7 @@ JobArg = Annotated[
     ),
 ]
 RunIdOpt = Annotated[str, typer.Option("--run-id", "-r", help="The run id", show_default=False)]
-JsonOpt = Annotated[
-    bool | None,
-    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
-]
+JsonOpt = toolkit.JsonOpt
 BackendOpt = Annotated[
     str | None,
     typer.Option("--backend", "-b", help="Map backend: ray (default) or threads"),
@@ -79,50 +76,29 @@ StayOpt = Annotated[
 ]
 
 
-def _set_mode(json_out: bool | None) -> None:
-    output.choose(json_out)
-
-
-def _emit(doc: dict[str, Any], text: str) -> None:
-    """One JSON document, or the text for people."""
-    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
-
-
-def _failure(
-    code: str, lines: list[str] | str, exit_code: int | None = None, details: Any = None
-) -> CliFailure:
-    return CliFailure("mrp", code, lines, exit_code, details)
-
-
-def _fail(code: str, lines: list[str] | str, exit_code: int, details: Any = None) -> NoReturn:
-    raise _failure(code, lines, exit_code, details)
-
-
 def _translate(err: BaseException) -> CliError | None:
     """MRP's own exceptions as the CLI reports them (None: not one of them)."""
     from activities.mrp.operators import MrpConfigError
     from keel.mrp.errors import DslError, InputsRefused, RegistryError
     from keel.mrp.policy import PolicyViolation
-    from services.local import ServiceUnavailable
 
     if isinstance(err, DslError):
         lines = [issue.render(err.source) for issue in err.issues]
         details = [issue.model_dump() for issue in err.issues]
-        return _failure("invalid_job", lines, EXIT_INVALID_JOB, details).error
+        return MRP.failure("invalid_job", lines, EXIT_INVALID_JOB, details).error
     if isinstance(err, PolicyViolation):
-        return _failure("refused", _violation_lines(err), EXIT_REFUSED, err.report.violations).error
+        return MRP.failure(
+            "refused", _violation_lines(err), EXIT_REFUSED, err.report.violations
+        ).error
     if isinstance(err, RegistryError | InputsRefused):  # OperatorRefused is a RegistryError
-        return _failure("refused", str(err), EXIT_REFUSED).error
-    if isinstance(err, MrpConfigError | toolkit.SettingsInvalid):
-        return _failure("config", str(err), EXIT_ERROR).error
-    if isinstance(err, ServiceUnavailable):
-        return _failure("unavailable", str(err), EXIT_ERROR).error
+        return MRP.failure("refused", str(err), EXIT_REFUSED).error
+    if isinstance(err, MrpConfigError):
+        return MRP.failure("config", str(err), EXIT_ERROR).error
     return None
 
 
-def _reported() -> contextlib.AbstractContextManager[None]:
-    """Turn a command's failures into their lines and exit code."""
-    return toolkit.reported(_translate)
+#: The toolkit's wrapper for this CLI (failures, output, entry point).
+MRP = toolkit.Family("mrp", _translate, bad_settings="config", unavailable="unavailable")
 
 
 def _violation_lines(e: Any, source: str | None = None) -> list[str]:
@@ -142,14 +118,6 @@ def _short(digest: str | None, n: int = 16) -> str:
     return "-" if not digest else digest.removeprefix("blake3:")[:n]
 
 
-def _settings() -> Settings:
-    return toolkit.load_settings()
-
-
-def _sessions(settings: Settings) -> sessionmaker[Session]:
-    return toolkit.sessions(settings)
-
-
 def _artifacts(settings: Settings) -> ArtifactStore:
     from store.artifacts import artifact_store_from_settings
 
@@ -162,12 +130,12 @@ def _stored_run(
     """Settings, store handles and the run's record; fails not_found for an unknown run id."""
     from store.mrp_runs import get_run
 
-    settings = _settings()
-    sessions = _sessions(settings)
+    settings = toolkit.load_settings()
+    sessions = toolkit.sessions(settings)
     store = _artifacts(settings)
     record = get_run(sessions, run_id)
     if record is None:
-        _fail(
+        MRP.fail(
             "not_found",
             f"no MRP run {run_id!r} in {settings.resolved_database_url}",
             EXIT_NOT_FOUND,
@@ -179,7 +147,7 @@ def _read_job(job: Path) -> str:
     try:
         return job.read_text(encoding="utf-8")
     except OSError as e:
-        _fail("not_found", f"cannot read {job}: {e.strerror or e}", EXIT_INVALID_JOB)
+        MRP.fail("not_found", f"cannot read {job}: {e.strerror or e}", EXIT_INVALID_JOB)
 
 
 # -- compile -------------------------------------------------------------------------------
@@ -255,9 +223,9 @@ def compile_cmd(
     from keel.mrp.dsl import parse_job
     from keel.mrp.policy import PolicyViolation
 
-    _set_mode(json_out)
-    with _reported():
-        settings = _settings()
+    MRP.mode(json_out)
+    with MRP.reported():
+        settings = toolkit.load_settings()
         text = _read_job(job)
         job_id = parse_job(text, str(job)).spec.job_id
         out_dir = out or settings.data_dir / "mrp" / "compiled" / job_id
@@ -270,7 +238,7 @@ def compile_cmd(
             (out_dir / "policy_report.json").write_bytes(canonical_json(e.report))
             lines = _violation_lines(e, str(job))
             lines.append(f"policy report written to {out_dir / 'policy_report.json'}")
-            _fail("refused", lines, EXIT_REFUSED, [v.model_dump() for v in e.report.violations])
+            MRP.fail("refused", lines, EXIT_REFUSED, [v.model_dump() for v in e.report.violations])
         out_dir.mkdir(parents=True, exist_ok=True)
         files = {
             "IR.json": result.ir_json(),
@@ -308,7 +276,7 @@ def compile_cmd(
                 f"  written    {out_dir}/{{IR.json, manifest.json, policy_report.json}}",
             ]
         )
-        _emit(doc, text_out)
+        MRP.emit(doc, text_out)
 
 
 # -- run -----------------------------------------------------------------------------------
@@ -368,7 +336,7 @@ async def _watch(
 
     await toolkit.watch_services(
         services,
-        on_dead=lambda why: _failure("unavailable", why, EXIT_ERROR),
+        on_dead=lambda why: MRP.failure("unavailable", why, EXIT_ERROR),
         tick=progress_line if show else None,
     )
 
@@ -381,12 +349,14 @@ def _run_failure(err: BaseException, workflow_id: str) -> CliFailure:
     first = message.strip().splitlines() or [""]
     if kind == ERROR_COMPILE:
         lines = [ln.strip() for ln in message.splitlines()[1:] if ln.strip()] or first
-        return _failure("refused", lines, EXIT_REFUSED, {"type": kind, "workflow_id": workflow_id})
+        return MRP.failure(
+            "refused", lines, EXIT_REFUSED, {"type": kind, "workflow_id": workflow_id}
+        )
     if kind == ERROR_REPLAY_MISMATCH:
-        return _failure("replay_mismatch", first[0], EXIT_REPLAY_MISMATCH, {"type": kind})
+        return MRP.failure("replay_mismatch", first[0], EXIT_REPLAY_MISMATCH, {"type": kind})
     if kind == ERROR_REPLAY_SOURCE:
-        return _failure("not_found", first[0], EXIT_NOT_FOUND, {"type": kind})
-    return _failure(
+        return MRP.failure("not_found", first[0], EXIT_NOT_FOUND, {"type": kind})
+    return MRP.failure(
         "run_failed",
         f"run {workflow_id} failed: {kind}: {first[0]}",
         EXIT_RUN_FAILED,
@@ -420,7 +390,7 @@ async def _start_and_wait(
         await services.ensure_worker(wid, "mrp-worker.log")
         if not wait:
             return wid, None, None
-        sessions = _sessions(settings)
+        sessions = toolkit.sessions(settings)
         show = sys.stderr.isatty()
         try:
             result = await toolkit.wait_watching(
@@ -500,11 +470,11 @@ def run(
     """Run a job as an MRPJob workflow; checks it locally first (as `mrp compile`)."""
     from keel.mrp.run import MRPJobInput
 
-    _set_mode(json_out)
+    MRP.mode(json_out)
     if backend not in (None, "ray", "threads"):
-        _fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
-    with _reported():
-        settings = _settings()
+        MRP.fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
+    with MRP.reported():
+        settings = toolkit.load_settings()
         text = _read_job(job)
         compiled = _compile(settings, job, text)  # fail fast, before any server starts
         job_id = compiled.ir.job_id
@@ -522,13 +492,13 @@ def run(
             raise _run_failure(err, wid)
         if result is None:
             doc = {"run_id": inp.run_id, "workflow_id": wid, "job_id": job_id, "status": "running"}
-            _emit(
+            MRP.emit(
                 doc,
                 f"{job_id}: started run {inp.run_id} (workflow {wid}); follow it with "
                 f"`mrp inspect --run-id {inp.run_id}`",
             )
             return
-        _emit(_result_doc(result), _result_text(result))
+        MRP.emit(_result_doc(result), _result_text(result))
         if result.status != "succeeded":
             raise typer.Exit(EXIT_RUN_FAILED)
 
@@ -540,10 +510,6 @@ def _requester() -> str:
         return getpass.getuser() or "mrp"
     except Exception:
         return "mrp"
-
-
-def _fail_now(code: str, line: str, exit_code: int) -> NoReturn:
-    raise typer.Exit(toolkit.report(_failure(code, line, exit_code).error))
 
 
 # -- replay --------------------------------------------------------------------------------
@@ -581,14 +547,14 @@ def replay(
     from keel.mrp.run import MRPJobInput
     from store.mrp_runs import get_manifest
 
-    _set_mode(json_out)
+    MRP.mode(json_out)
     if backend not in (None, "ray", "threads"):
-        _fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
-    with _reported():
+        MRP.fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
+    with MRP.reported():
         settings, sessions, store, record = _stored_run(run_id)
         original = get_manifest(sessions, store, run_id)
         if original is None:
-            _fail(
+            MRP.fail(
                 "not_found",
                 f"run {run_id} has not finished (status {record.status})",
                 EXIT_NOT_FOUND,
@@ -633,7 +599,7 @@ def replay(
             typer.echo("\n".join(lines))
         if differing:
             first = differing[0]
-            _fail(
+            MRP.fail(
                 "replay_mismatch",
                 f"replay of {run_id} differs first at {first['what']}: original "
                 f"{first['original']}, replay {first['replay']}",
@@ -645,7 +611,7 @@ def replay(
             failure.details = doc
             raise failure
         if output.json:
-            _emit(doc, "")
+            MRP.emit(doc, "")
         if result is not None and result.status != "succeeded":
             raise typer.Exit(EXIT_RUN_FAILED)
 
@@ -660,15 +626,15 @@ def _download(manifest: RunManifest, store: ArtifactStore, dest: Path) -> list[d
     dest.mkdir(parents=True, exist_ok=True)
     got: list[dict[str, Any]] = []
     if manifest.produced and manifest.output_root is None:
-        _fail("not_found", "the run manifest has no output root", EXIT_NOT_FOUND)
+        MRP.fail("not_found", "the run manifest has no output root", EXIT_NOT_FOUND)
     for f in manifest.produced:
         src = Path(manifest.output_root or "") / f.path
         try:
             data = src.read_bytes()
         except OSError as e:
-            _fail("not_found", f"cannot read output {src}: {e.strerror or e}", EXIT_NOT_FOUND)
+            MRP.fail("not_found", f"cannot read output {src}: {e.strerror or e}", EXIT_NOT_FOUND)
         if digest_bytes(data) != f.digest:
-            _fail("corrupted", f"output {src} no longer has digest {f.digest}", EXIT_ERROR)
+            MRP.fail("corrupted", f"output {src} no longer has digest {f.digest}", EXIT_ERROR)
         target = dest / f.path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
@@ -706,8 +672,8 @@ def inspect(
     from keel.mrp.ir import manifest_from_json
     from store.mrp_runs import get_manifest, list_shards
 
-    _set_mode(json_out)
-    with _reported():
+    MRP.mode(json_out)
+    with MRP.reported():
         _, sessions, store, record = _stored_run(run_id)
         run_manifest = get_manifest(sessions, store, run_id)
         compile_manifest = (
@@ -723,7 +689,7 @@ def inspect(
         downloaded = None
         if download is not None:
             if run_manifest is None:
-                _fail(
+                MRP.fail(
                     "not_found",
                     f"run {run_id} has not finished (status {record.status})",
                     EXIT_NOT_FOUND,
@@ -743,7 +709,7 @@ def inspect(
         }
         if downloaded is not None:
             doc["downloaded"] = downloaded
-        _emit(
+        MRP.emit(
             doc,
             _inspect_text(
                 record, compile_manifest, run_manifest, rows, by_state, shards, downloaded
@@ -848,14 +814,7 @@ def _inspect_text(
 
 
 def main(argv: list[str] | None = None) -> None:
-    toolkit.run(
-        app,
-        argv,
-        translate=_translate,
-        usage=lambda message: _failure("usage", message, EXIT_USAGE).error,
-        unexpected=lambda err: _failure("error", f"{type(err).__name__}: {err}", EXIT_ERROR).error,
-        default_json=False,
-    )
+    MRP.main(app, argv)
 
 
 if __name__ == "__main__":

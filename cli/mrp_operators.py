@@ -3,21 +3,23 @@
 Mounted by ``cli/mrp.py`` as ``mrp operators``; runs alone as
 ``python -m cli.mrp_operators``. Every command reads ``configs/mrp.yaml`` (or
 ``--config``, or ``KEEL_MRP_CONFIG``) and the operators on its ``operator_paths``.
+Output and errors as in every Keel CLI (``cli/toolkit.py``): text on a terminal, JSON
+otherwise; failures in the envelope of family ``mrp`` (exit codes ``EXIT_CODES["mrp"]``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli._exit import run_and_exit
+from cli import toolkit
 
 if TYPE_CHECKING:
     from activities.mrp.operators import MrpConfig
+    from cli.envelope import CliError
 
 app = typer.Typer(
     help="MRP operators: list, lint and sign (docs/mrp-operators.md).",
@@ -31,7 +33,26 @@ ConfigOpt = Annotated[
         "--config", "-c", help="MRP config file (default: KEEL_MRP_CONFIG or configs/mrp.yaml)."
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonOpt = toolkit.JsonOpt
+
+
+def _translate(err: BaseException) -> CliError | None:
+    """The operator registry's errors as ``mrp`` reports them (None: not one of them)."""
+    from activities.mrp.operators import MrpConfigError
+    from keel.mrp.errors import RegistryError
+
+    if isinstance(err, MrpConfigError):
+        return OPERATORS.failure("config", str(err), OPERATORS.exit_codes["error"]).error
+    if isinstance(err, RegistryError):
+        return OPERATORS.failure("refused", str(err)).error
+    if isinstance(err, OSError):  # an unreadable key, a key file that exists already
+        where = f"{err.filename}: " if err.filename else ""
+        return OPERATORS.failure("error", f"{where}{err.strerror or err}").error
+    return None
+
+
+#: The toolkit's wrapper: ``mrp operators`` reports as the ``mrp`` family.
+OPERATORS = toolkit.Family("mrp", _translate)
 
 
 def _load(config: Path | None) -> MrpConfig:
@@ -55,9 +76,14 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 @app.command("list")
-def list_operators(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def list_operators(config: ConfigOpt = None, as_json: JsonOpt = None) -> None:
     """Operators on the search path: name, version, kind, code digest, signer, allowed."""
-    cfg = _load(config)
+    OPERATORS.mode(as_json)
+    with OPERATORS.reported():
+        _list(_load(config))
+
+
+def _list(cfg: MrpConfig) -> None:
     records = []
     for e in cfg.entries:
         spec = e.spec
@@ -74,9 +100,6 @@ def list_operators(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
                 "folder": str(e.folder),
             }
         )
-    if as_json:
-        typer.echo(json.dumps({"config": str(cfg.path), "operators": records}, indent=2))
-        return
     rows = [
         [
             str(r["name"]),
@@ -89,7 +112,8 @@ def list_operators(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
         ]
         for r in records
     ]
-    typer.echo(_table(rows, ["NAME", "VERSION", "KIND", "DIGEST", "SIGNED", "ALLOWED", "STATUS"]))
+    header = ["NAME", "VERSION", "KIND", "DIGEST", "SIGNED", "ALLOWED", "STATUS"]
+    OPERATORS.emit({"config": str(cfg.path), "operators": records}, _table(rows, header))
 
 
 @app.command("lint")
@@ -98,14 +122,21 @@ def lint(
         list[str] | None, typer.Argument(help="name@version to check (default: all).")
     ] = None,
     config: ConfigOpt = None,
-    as_json: JsonOpt = False,
+    as_json: JsonOpt = None,
 ) -> None:
     """Check every operator: spec and schemas, entrypoint, code digest, signature,
-    allow-list. Exits 1 when any error is found."""
+    allow-list. Exits 1 when any error is found (the report is the output)."""
+    OPERATORS.mode(as_json)
+    with OPERATORS.reported():
+        errors = _lint(_load(config), refs)
+    if errors:
+        raise typer.Exit(OPERATORS.exit_codes["error"])
+
+
+def _lint(cfg: MrpConfig, refs: list[str] | None) -> int:
     from activities.mrp.operators import load_operator
     from keel.mrp.errors import RegistryError
 
-    cfg = _load(config)
     wanted = set(refs or [])
     problems: list[dict[str, str]] = []
 
@@ -144,19 +175,13 @@ def lint(
                     f"allow-listed in {cfg.path} but not found on the search path",
                 )
     errors = sum(p["level"] == "error" for p in problems)
-    if as_json:
-        typer.echo(
-            json.dumps({"config": str(cfg.path), "problems": problems, "errors": errors}, indent=2)
-        )
-    else:
-        for p in problems:
-            typer.echo(f"{p['level']}: {p['operator']}: {p['message']}")
-        checked = len(seen)
-        typer.echo(
-            f"{checked} operators checked, {errors} errors, {len(problems) - errors} warnings"
-        )
-    if errors:
-        raise typer.Exit(1)
+    text = [f"{p['level']}: {p['operator']}: {p['message']}" for p in problems]
+    text.append(
+        f"{len(seen)} operators checked, {errors} errors, {len(problems) - errors} warnings"
+    )
+    doc: dict[str, Any] = {"config": str(cfg.path), "problems": problems, "errors": errors}
+    OPERATORS.emit(doc, "\n".join(text))
+    return errors
 
 
 @app.command("sign")
@@ -167,8 +192,15 @@ def sign(
     ] = False,
     refs: Annotated[list[str] | None, typer.Argument(help="name@version to sign.")] = None,
     config: ConfigOpt = None,
+    as_json: JsonOpt = None,
 ) -> None:
     """Recompute each operator's code digest, sign its spec with KEY, rewrite operator.yaml."""
+    OPERATORS.mode(as_json)
+    with OPERATORS.reported():
+        _sign(key, all_, refs, config)
+
+
+def _sign(key: Path, all_: bool, refs: list[str] | None, config: Path | None) -> None:
     from activities.mrp.operators import (
         MrpConfigError,
         load_private_key,
@@ -179,7 +211,7 @@ def sign(
     from keel.settings import Settings
 
     if not refs and not all_:
-        raise typer.BadParameter("name operators to sign (name@version ...) or pass --all")
+        OPERATORS.fail("usage", "name operators to sign (name@version ...) or pass --all")
     settings = Settings()
     private = load_private_key(key)
     public = public_key_hex(private)
@@ -189,31 +221,42 @@ def sign(
     missing = sorted(set(refs or []) - {e.ref for e in cfg.entries})
     if missing:
         raise MrpConfigError(f"not found on the operator search path: {', '.join(missing)}")
+    signed = []
     for e in targets:
         spec = sign_operator(e.folder, private)
-        typer.echo(f"signed {spec.ref}  {spec.code_digest}  ({e.yaml_path})")
-    if public not in cfg.trusted_keys.values():
-        typer.echo(
+        signed.append({"ref": spec.ref, "code_digest": spec.code_digest, "file": str(e.yaml_path)})
+    trusted = public in cfg.trusted_keys.values()
+    OPERATORS.emit(
+        {"config": str(cfg.path), "public_key": public, "trusted": trusted, "signed": signed},
+        "\n".join(f"signed {s['ref']}  {s['code_digest']}  ({s['file']})" for s in signed),
+    )
+    if not trusted:
+        toolkit.note(
             f"note: key {public} is not in trusted_keys of {cfg.path}; "
-            "operators it signs are refused until it is",
-            err=True,
+            "operators it signs are refused until it is"
         )
 
 
 @app.command("keygen")
 def keygen(
     path: Annotated[Path, typer.Argument(help="Where to write the new private key (PEM).")],
+    as_json: JsonOpt = None,
 ) -> None:
     """Create an ed25519 signing key; prints the trusted_keys line for configs/mrp.yaml."""
     from activities.mrp.operators import generate_key
 
-    public = generate_key(path)
-    typer.echo(f"wrote {path} (mode 0600); add to trusted_keys in configs/mrp.yaml:")
-    typer.echo(f"  {os.path.splitext(path.name)[0]}: {public}")
+    OPERATORS.mode(as_json)
+    with OPERATORS.reported():
+        public = generate_key(path)
+    name = os.path.splitext(path.name)[0]
+    OPERATORS.emit(
+        {"key": str(path), "name": name, "public_key": public},
+        f"wrote {path} (mode 0600); add to trusted_keys in configs/mrp.yaml:\n  {name}: {public}",
+    )
 
 
-def main() -> None:
-    run_and_exit(app)
+def main(argv: list[str] | None = None) -> None:
+    OPERATORS.main(app, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Reference: docs/runllm-cli.md.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
 import time
@@ -53,7 +52,7 @@ FileArg = Annotated[Path, typer.Argument(help="The .rllm file", dir_okay=False, 
 VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Human-readable output with details")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="JSON output even on a terminal")]
+JsonOpt = toolkit.JsonOpt
 InputOpt = Annotated[
     str | None,
     typer.Option("--input", "-i", help="The input: JSON, YAML, or plain text for a one-string app"),
@@ -76,11 +75,6 @@ ModelOpt = Annotated[
         "(openai/gpt-4o-mini, anthropic/claude-sonnet-4-5, hosted_vllm/...)",
     ),
 ]
-
-
-def _set_mode(verbose: bool, force_json: bool) -> bool:
-    """Choose the output mode; True when it is for people."""
-    return not output.choose(True if force_json else None, verbose=verbose)
 
 
 def _dump(obj: Any) -> str:
@@ -117,11 +111,6 @@ def _translate(err: BaseException) -> CliError | None:
     return None
 
 
-def _reported() -> contextlib.AbstractContextManager[None]:
-    """Turn the errors of a command into their payload and exit code."""
-    return toolkit.reported(_translate)
-
-
 def _unexpected(err: BaseException) -> CliError:
     failure = internal_failure(
         f"{type(err).__name__}: {err}",
@@ -131,8 +120,15 @@ def _unexpected(err: BaseException) -> CliError:
     return _error(failure.payload, failure.exit_code)
 
 
-def _settings() -> Settings:
-    return toolkit.load_settings()
+#: The toolkit's wrapper for ``runllm``: failures are ``RllmErrorPayload`` documents.
+RLLM = toolkit.Family(
+    "rllm",
+    _translate,
+    bad_settings=None,  # _translate: an internal-error payload, as every .rllm failure
+    unavailable=None,
+    usage=lambda message: _error(usage_failure(message).payload, USAGE_EXIT_CODE),
+    unexpected=_unexpected,
+)
 
 
 def _load(path: Path) -> ResolvedApp:
@@ -153,10 +149,6 @@ def _models(settings: Settings) -> Any:
             error_type="ModelsConfigError",
             hint="Fix the models config (KEEL_MODELS_CONFIG, default configs/models.yaml).",
         ) from None
-
-
-def _sessions(settings: Settings) -> Any:
-    return toolkit.sessions(settings)
 
 
 # -- input ---------------------------------------------------------------------------
@@ -248,14 +240,14 @@ def validate(
         typer.Option(help="Also check each app's model against the models config"),
     ] = True,
     verbose: VerboseOpt = False,
-    json_out: JsonOpt = False,
+    json_out: JsonOpt = None,
 ) -> None:
     """Check a file, everything it uses, its llm_params and contracts (no server needed)."""
-    human = _set_mode(verbose, json_out)
-    with _reported():
+    human = not RLLM.mode(json_out, verbose=verbose)
+    with RLLM.reported():
         resolved = _load(file)
         root = resolved.root
-        names = _model_names(resolved, _settings(), None) if models else {}
+        names = _model_names(resolved, toolkit.load_settings(), None) if models else {}
         out = {
             "ok": True,
             "app": root.name,
@@ -408,10 +400,10 @@ def _print_graph(g: dict[str, Any], key: str, indent: str, seen: set[str]) -> No
 
 
 @app.command()
-def inspect(file: FileArg, verbose: VerboseOpt = False, json_out: JsonOpt = False) -> None:
+def inspect(file: FileArg, verbose: VerboseOpt = False, json_out: JsonOpt = None) -> None:
     """Show the parsed app: metadata, contracts, templates, blocks, dependency graph."""
-    human = _set_mode(verbose, json_out)
-    with _reported():
+    human = not RLLM.mode(json_out, verbose=verbose)
+    with RLLM.reported():
         tree = _inspect_tree(_load(file))
         if human:
             _print_inspect(tree)
@@ -427,16 +419,16 @@ def stats(
     file: FileArg,
     model: ModelOpt = None,
     verbose: VerboseOpt = False,
-    json_out: JsonOpt = False,
+    json_out: JsonOpt = None,
 ) -> None:
     """Recorded run statistics of an app and the apps it uses (per version and model)."""
     from store.rllm_stats import get_stats
 
-    human = _set_mode(verbose, json_out)
-    with _reported():
+    human = not RLLM.mode(json_out, verbose=verbose)
+    with RLLM.reported():
         resolved = _load(file)
-        settings = _settings()
-        sessions = _sessions(settings)
+        settings = toolkit.load_settings()
+        sessions = toolkit.sessions(settings)
         apps: list[dict[str, Any]] = []
         for key in reversed(resolved.graph.order()):  # root first
             p = resolved.programs[key]
@@ -514,21 +506,25 @@ def exectime(
     input_text: InputOpt = None,
     input_file: InputFileOpt = None,
     verbose: VerboseOpt = False,
-    json_out: JsonOpt = False,
+    json_out: JsonOpt = None,
 ) -> None:
     """Predict a run's wall time from recorded stats, summed over the apps it uses."""
     from store.rllm_stats import predict_exectime
 
-    human = _set_mode(verbose, json_out)
-    with _reported():
+    human = not RLLM.mode(json_out, verbose=verbose)
+    with RLLM.reported():
         resolved = _load(file)
-        settings = _settings()
+        settings = toolkit.load_settings()
         tokens = None
         if input_text is not None or input_file is not None:
             value = checked_input(resolved.root, read_input(resolved.root, input_text, input_file))
             tokens = prompt_tokens_for(resolved.root, value)
         pred = predict_exectime(
-            _sessions(settings), resolved, _models(settings), model=model, prompt_tokens=tokens
+            toolkit.sessions(settings),
+            resolved,
+            _models(settings),
+            model=model,
+            prompt_tokens=tokens,
         )
         out = {**pred.model_dump(mode="json"), "prompt_tokens": tokens}
         if not human:
@@ -722,15 +718,15 @@ def run(
         bool, typer.Option("--stay", help="Keep an embedded Keel this command started running")
     ] = False,
     verbose: VerboseOpt = False,
-    json_out: JsonOpt = False,
+    json_out: JsonOpt = None,
 ) -> None:
     """Run an app on an input and print its output (a durable RllmApp workflow)."""
-    human = _set_mode(verbose, json_out)
-    with _reported():
+    human = not RLLM.mode(json_out, verbose=verbose)
+    with RLLM.reported():
         resolved = _load(file)
         value = read_input(resolved.root, input_text, input_file)
         checked_input(resolved.root, value)  # fail fast, before any server starts
-        settings = _settings()
+        settings = toolkit.load_settings()
         start = time.monotonic()
         wid, result = asyncio.run(
             _run_workflow(
@@ -756,14 +752,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> None:
-    toolkit.run(
-        app,
-        argv,
-        translate=_translate,
-        usage=lambda message: _error(usage_failure(message).payload, USAGE_EXIT_CODE),
-        unexpected=_unexpected,
-        default_json=True,
-    )
+    RLLM.main(app, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,7 +25,7 @@ from cli import toolkit
 from cli.srl_data import data_app, synth
 from cli.srl_data import tasks as tasks_command
 from cli.srl_data import translate as data_translate
-from cli.toolkit import CliFailure, note, output
+from cli.toolkit import note, output
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -50,46 +50,30 @@ app.add_typer(state_app, name="state")
 
 EXIT_CODES = toolkit.EXIT_CODES["srl"]
 
-JsonOpt = Annotated[
-    bool | None,
-    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
-]
+JsonOpt = toolkit.JsonOpt
 CollectionOpt = Annotated[
     str, typer.Option("--collection", "-c", help="The collection id", show_default=False)
 ]
 
 
-def _failure(code: str, lines: list[str] | str, details: Any = None) -> CliFailure:
-    return CliFailure("srl", code, lines, details=details)
-
-
-def _fail(code: str, lines: list[str] | str, details: Any = None) -> NoReturn:
-    raise _failure(code, lines, details)
-
-
 def _translate(err: BaseException) -> CliError | None:
     from client.srl import CollectionMismatch, ExpertSetError
     from keel.srl.steps import TasksInvalid
-    from services.local import ServiceUnavailable
 
     known = data_translate(err)
     if known is not None:
         return known
     if isinstance(err, CollectionMismatch):
-        return _failure("invalid_input", str(err)).error
+        return SRL.failure("invalid_input", str(err)).error
     if isinstance(err, ExpertSetError):
-        return _failure("not_found", str(err)).error
+        return SRL.failure("not_found", str(err)).error
     if isinstance(err, TasksInvalid):
-        return _failure("invalid_input", str(err)).error
-    if isinstance(err, ServiceUnavailable):
-        return _failure("error", str(err)).error
-    if isinstance(err, toolkit.SettingsInvalid):
-        return _failure("usage", str(err)).error
+        return SRL.failure("invalid_input", str(err)).error
     return None
 
 
-def _emit(doc: Any, text: str) -> None:
-    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
+#: The toolkit's wrapper for this CLI (failures, output, entry point).
+SRL = toolkit.Family("srl", _translate, bad_settings="error")
 
 
 # -- collect -------------------------------------------------------------------------------
@@ -124,7 +108,7 @@ async def _watch(client: Client, workflow_id: str, services: Any, show: bool) ->
 
     await toolkit.watch_services(
         services,
-        on_dead=lambda why: _failure("error", why),
+        on_dead=lambda why: SRL.failure("error", why),
         tick=tick if show else None,
         interval_s=1.0,
     )
@@ -158,7 +142,7 @@ async def _collect(
             )
             return result, time.monotonic() - started
         except WorkflowFailureError as err:
-            _fail("run_failed", f"collection {inp.collection} failed: {err.cause or err}")
+            SRL.fail("run_failed", f"collection {inp.collection} failed: {err.cause or err}")
         finally:
             if show:
                 sys.stderr.write("\r\033[K")
@@ -206,15 +190,15 @@ def collect(
     from keel.srl.steps import CollectionInput
     from store.artifacts import artifact_store_from_settings
 
-    output.choose(json_out)
+    SRL.mode(json_out)
     if source not in ("gold_replay", "teacher", "actor"):
-        _fail_now("usage", f"--source must be gold_replay, teacher or actor, not {source!r}")
-    with toolkit.reported(_translate):
+        SRL.fail_now("usage", f"--source must be gold_replay, teacher or actor, not {source!r}")
+    with SRL.reported():
         settings = toolkit.load_settings()
         try:
             data = tasks.read_bytes()
         except OSError as e:
-            _fail("invalid_input", f"cannot read {tasks}: {e.strerror or e}")
+            SRL.fail("invalid_input", f"cannot read {tasks}: {e.strerror or e}")
         if limit is not None:
             data = b"".join(data.splitlines(keepends=True)[:limit])
         digest, count = upload_tasks(artifact_store_from_settings(settings), data, source)
@@ -235,11 +219,11 @@ def collect(
                 seed=seed,
             )
         except ValidationError as e:
-            _fail("usage", [err["msg"] for err in e.errors()])
+            SRL.fail("usage", [err["msg"] for err in e.errors()])
         done = asyncio.run(_collect(settings, inp, wait=wait, stay=stay))
         if done is None:
             wid = collection_workflow_id(collection)
-            _emit(
+            SRL.emit(
                 {"collection": collection, "workflow_id": wid, "status": "running"},
                 f"{collection}: started ({wid}); follow it with `srl show {collection}`",
             )
@@ -248,7 +232,7 @@ def collect(
         t = result.totals
         doc = {**result.model_dump(mode="json"), "elapsed_s": round(elapsed, 3)}
         rate = t.steps / (elapsed / 60) if elapsed > 0 else 0.0
-        _emit(
+        SRL.emit(
             doc,
             f"{collection}: {t.episodes} episodes ({t.verified_episodes} verified, "
             f"{t.failed_episodes} failed), {t.steps} steps, {t.verified_steps} verified, "
@@ -256,10 +240,6 @@ def collect(
             f"{t.reused_steps} reused; "
             f"{elapsed:.1f}s ({rate:.1f} steps/min)",
         )
-
-
-def _fail_now(code: str, line: str) -> NoReturn:
-    raise typer.Exit(toolkit.report(_failure(code, line).error))
 
 
 # -- show, report, export, state -----------------------------------------------------------
@@ -271,7 +251,7 @@ def _rows(settings: Settings, collection: str, task_id: str | None = None) -> li
     rows = list_steps(toolkit.sessions(settings), collection, task_id=task_id)
     if not rows:
         what = f"task {task_id} in " if task_id else ""
-        _fail("not_found", f"no steps recorded for {what}collection {collection!r}")
+        SRL.fail("not_found", f"no steps recorded for {what}collection {collection!r}")
     return rows
 
 
@@ -284,8 +264,8 @@ def show(
     from client.srl import collection_view
     from services.local import LocalServices
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    SRL.mode(json_out)
+    with SRL.reported():
         settings = toolkit.load_settings()
 
         async def view() -> Any:
@@ -299,9 +279,9 @@ def show(
 
         v = asyncio.run(view())
         if v is None:
-            _fail("not_found", f"no collection {collection!r}")
+            SRL.fail("not_found", f"no collection {collection!r}")
         r = v.recorded
-        _emit(
+        SRL.emit(
             v.model_dump(mode="json"),
             f"{collection}: {v.status}, {v.done}/{v.task_count} episodes; recorded "
             f"{r['steps']} steps, {r['verified']} verified, {r['format_errors']} malformed",
@@ -320,8 +300,8 @@ def report(
     """The precision report: verified / total by source, model, language and template."""
     from keel.srl.trajectory import precision_lines, precision_report
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    SRL.mode(json_out)
+    with SRL.reported():
         settings = toolkit.load_settings()
         rows = [r for c in collection for r in _rows(settings, c)]
         text = precision_report(rows, title=f"SRL precision: {', '.join(collection)}")
@@ -330,7 +310,7 @@ def report(
             out.write_text(text, encoding="utf-8")
             note(f"wrote {out}")
         lines = [p.model_dump() | {"precision": p.precision} for p in precision_lines(rows)]
-        _emit({"collections": collection, "lines": lines, "markdown": text}, text.rstrip())
+        SRL.emit({"collections": collection, "lines": lines, "markdown": text}, text.rstrip())
 
 
 @app.command()
@@ -340,11 +320,11 @@ def export(
     json_out: JsonOpt = None,
 ) -> None:
     """Write the collection's steps: §7 JSONL records and Parquet with reward columns."""
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    SRL.mode(json_out)
+    with SRL.reported():
         rows = _rows(toolkit.load_settings(), collection)
         paths = write_export(rows, out)
-        _emit(
+        SRL.emit(
             {"collection": collection, "steps": len(rows), **{k: str(v) for k, v in paths.items()}},
             f"{collection}: {len(rows)} steps -> {paths['jsonl']}, {paths['parquet']}",
         )
@@ -362,8 +342,8 @@ def expert(
     from client.srl import expert_task_file
     from store.artifacts import artifact_store_from_settings
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    SRL.mode(json_out)
+    with SRL.reported():
         settings = toolkit.load_settings()
         data, done = expert_task_file(
             toolkit.sessions(settings), artifact_store_from_settings(settings), collection
@@ -371,7 +351,7 @@ def expert(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
         missing = f"; without a verified episode: {', '.join(done.without)}" if done.without else ""
-        _emit(
+        SRL.emit(
             {**done.model_dump(mode="json"), "out": str(out)},
             f"{collection}: {done.experts} expert trajectories ({done.expert_steps} steps, "
             f"{done.source} {done.model or ''}".rstrip()
@@ -464,12 +444,12 @@ def state_dump(
 
     from keel.srl.state import parse_state, render
 
-    output.choose(json_out)
-    with toolkit.reported(_translate):
+    SRL.mode(json_out)
+    with SRL.reported():
         rows = _rows(toolkit.load_settings(), collection, task_id)
         last = json.loads(rows[-1].record_json)
         state = parse_state(last.get("state_after") or last["state_before"])
-        _emit(
+        SRL.emit(
             {
                 "collection": collection,
                 "task_id": task_id,
@@ -481,14 +461,7 @@ def state_dump(
 
 
 def main(argv: list[str] | None = None) -> None:
-    toolkit.run(
-        app,
-        argv,
-        translate=_translate,
-        usage=lambda message: _failure("usage", message).error,
-        unexpected=lambda err: _failure("error", f"{type(err).__name__}: {err}").error,
-        default_json=False,
-    )
+    SRL.main(app, argv)
 
 
 if __name__ == "__main__":

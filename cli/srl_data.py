@@ -15,7 +15,6 @@ force either); errors as in every Keel CLI (``cli/toolkit.py``), family ``srl``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli import toolkit
-from cli.toolkit import CliFailure, note, output
+from cli.toolkit import note
 
 if TYPE_CHECKING:
     from cli.envelope import CliError
@@ -37,10 +36,7 @@ data_app = typer.Typer(
 
 EXIT_CODES = toolkit.EXIT_CODES["srl"]
 
-JsonOpt = Annotated[
-    bool | None,
-    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
-]
+JsonOpt = toolkit.JsonOpt
 OutOpt = Annotated[
     Path | None,
     typer.Option(
@@ -51,10 +47,6 @@ OutOpt = Annotated[
         show_default=False,
     ),
 ]
-
-
-def _failure(code: str, lines: list[str] | str, details: Any = None) -> CliFailure:
-    return CliFailure("srl", code, lines, details=details)
 
 
 def translate(err: BaseException) -> CliError | None:
@@ -70,34 +62,28 @@ def translate(err: BaseException) -> CliError | None:
 
     if isinstance(err, ManifestMismatch):
         lines = [f"{err}", "nothing was written"]
-        return _failure("manifest_mismatch", lines, {"file": err.name}).error
+        return SRL_DATA.failure("manifest_mismatch", lines, details={"file": err.name}).error
     if isinstance(err, DownloadImpossible):
-        return _failure("download_impossible", str(err)).error
+        return SRL_DATA.failure("download_impossible", str(err)).error
     if isinstance(err, ManifestRequired):
-        return _failure("manifest_required", str(err)).error
+        return SRL_DATA.failure("manifest_required", str(err)).error
     if isinstance(err, DatasetFileMissing):
-        return _failure("not_found", str(err)).error
+        return SRL_DATA.failure("not_found", str(err)).error
     if isinstance(err, DataError):
-        return _failure("usage", str(err)).error
+        return SRL_DATA.failure("usage", str(err)).error
     if isinstance(err, SandboxUnavailable):
-        return _failure("error", f"the sandbox is unavailable: {err}").error
-    if isinstance(err, toolkit.SettingsInvalid):
-        return _failure("error", str(err)).error
+        return SRL_DATA.failure("error", f"the sandbox is unavailable: {err}").error
     return None
 
 
-def _reported() -> contextlib.AbstractContextManager[None]:
-    return toolkit.reported(translate)
+#: The toolkit's wrapper for this CLI (failures, output, entry point).
+SRL_DATA = toolkit.Family("srl", translate, bad_settings="error")
 
 
 def _out(out: Path | None) -> Path:
     if out is not None:
         return out
     return toolkit.load_settings().data_dir / "srl"
-
-
-def _emit(doc: Any, text: str) -> None:
-    typer.echo(toolkit.dumps(doc, pretty=True) if output.json else text)
 
 
 @data_app.command("ingest")
@@ -132,8 +118,8 @@ def ingest(
     """Check the files against the manifest, normalise them, write _meta.json."""
     from activities.srl.data import ingest_dataset
 
-    output.choose(json_out)
-    with _reported():
+    SRL_DATA.mode(json_out)
+    with SRL_DATA.reported():
         root = _out(out)
         result = ingest_dataset(dataset, from_, root, manifest_path=manifest)
         lines = [
@@ -146,7 +132,7 @@ def ingest(
         lines.extend(f"  warning: {w}" for w in result.warnings)
         lines.append(f"  malformed records: {len(result.malformed)}")
         lines.extend(f"    {e.render()}" for e in result.malformed[:50])
-        _emit(result.model_dump(mode="json"), "\n".join(lines))
+        SRL_DATA.emit(result.model_dump(mode="json"), "\n".join(lines))
 
 
 @data_app.command("process")
@@ -162,8 +148,8 @@ def process(
     """Parse-check (ast-grep in the jail), dedupe, filter by tokens, split, report."""
     from activities.srl.data import process_datasets
 
-    output.choose(json_out)
-    with _reported():
+    SRL_DATA.mode(json_out)
+    with SRL_DATA.reported():
         root = _out(out)
         note(f"processing {root / 'raw'} (parse check in the jail)")
         result = asyncio.run(process_datasets(root, datasets, max_tokens=max_tokens))
@@ -183,7 +169,7 @@ def process(
                 f"{', '.join(result.unconfirmed)} (docs/srl-data.md)"
             )
         lines.append(f"report: {result.report}")
-        _emit(result.model_dump(mode="json"), "\n".join(lines))
+        SRL_DATA.emit(result.model_dump(mode="json"), "\n".join(lines))
 
 
 @data_app.command("stats")
@@ -197,10 +183,10 @@ def stats(
     """Print the Markdown stats reports written by `srl data process`."""
     from activities.srl.data import stats_for
 
-    output.choose(json_out)
-    with _reported():
+    SRL_DATA.mode(json_out)
+    with SRL_DATA.reported():
         reports = stats_for(_out(out), dataset)
-        _emit({"reports": reports}, "\n".join(reports.values()))
+        SRL_DATA.emit({"reports": reports}, "\n".join(reports.values()))
 
 
 def tasks(
@@ -249,8 +235,8 @@ def tasks(
     with no gold action (collect with a teacher or actors, not gold_replay)."""
     from activities.srl.data import write_tasks
 
-    output.choose(json_out)
-    with _reported():
+    SRL_DATA.mode(json_out)
+    with SRL_DATA.reported():
         root = _out(data)
         result = write_tasks(
             root,
@@ -279,8 +265,10 @@ def tasks(
             )
         lines.append(f"summary: {summary_path}")
         if minimum is not None and result.tasks < minimum:  # one document: the error
-            raise _failure("too_few_tasks", f"only {result.tasks} tasks, --min {minimum}", summary)
-        _emit(summary, "\n".join(lines))
+            raise SRL_DATA.failure(
+                "too_few_tasks", f"only {result.tasks} tasks, --min {minimum}", details=summary
+            )
+        SRL_DATA.emit(summary, "\n".join(lines))
 
 
 def _write_summary(path: Path, doc: Any) -> None:
@@ -313,8 +301,8 @@ def synth(
     action reproduces the post-text in the jail and re-parses."""
     from activities.srl.synth import verified_synth_tasks
 
-    output.choose(json_out)
-    with _reported():
+    SRL_DATA.mode(json_out)
+    with SRL_DATA.reported():
         langs = languages or ["python", "javascript", "typescript"]
         note(f"synthesising up to {limit} tasks for {', '.join(langs)}; verifying in the jail")
         try:
@@ -322,7 +310,7 @@ def synth(
                 verified_synth_tasks(languages=langs, limit=limit, seeds=list(range(seeds)))
             )
         except ValueError as e:
-            raise _failure("usage", str(e)) from None
+            raise SRL_DATA.failure("usage", str(e)) from None
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(t.model_dump_json() + "\n" for t in outcome.tasks), encoding="utf-8")
         summary = outcome.model_dump(mode="json", exclude={"tasks"})
@@ -344,8 +332,8 @@ def synth(
             )
         lines.extend(f"  note: {n}" for n in outcome.notes)
         lines.append(f"summary: {summary_path}")
-        _emit(summary, "\n".join(lines))
+        SRL_DATA.emit(summary, "\n".join(lines))
         if minimum is not None and len(outcome.tasks) < minimum:
-            raise _failure(
+            raise SRL_DATA.failure(
                 "too_few_tasks", f"only {len(outcome.tasks)} verified tasks, --min {minimum}"
             )

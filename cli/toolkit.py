@@ -11,8 +11,10 @@
   factory (``store.db.get_sessionmaker``);
 - :func:`wait_watching`: the start-and-watch loop (the result, raced against a watcher
   that fails when a service the command started died);
-- :func:`run`: the entry point (:func:`cli._exit.run_and_exit` with the family's error
-  handler).
+- :func:`run`: a CLI run (:func:`cli._exit.run_app` with the family's error handler);
+- :class:`Family`: all of the above for one family, the one wrapper every CLI uses
+  (``FAMILY = Family("mrp", translate=...)``; ``FAMILY.fail(...)``, ``FAMILY.emit(...)``,
+  ``with FAMILY.reported(): ...``, ``FAMILY.main(app, argv)``).
 
 Importing this module stays cheap (no pydantic, Temporal, SQLAlchemy, LiteLLM or Ray):
 those are imported inside the functions that need them (``bench/cli_latency.py``); the
@@ -25,14 +27,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 import click
 import typer
 
-from cli._exit import run_and_exit
+from cli._exit import run_app
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -135,13 +138,18 @@ class Output:
     def human(self) -> bool:
         return not self.json
 
+    @staticmethod
+    def default() -> bool:
+        """The one default of every CLI: JSON unless stdout is a terminal."""
+        return not sys.stdout.isatty()
+
     def choose(self, force_json: bool | None, *, verbose: bool = False) -> bool:
         """Set the mode: ``force_json`` when given (``--json``/``--text``), else text with
         ``verbose`` or on a terminal, JSON otherwise. Returns whether the mode is JSON."""
         if force_json is not None:
             self.json = force_json
         else:
-            self.json = not verbose and not sys.stdout.isatty()
+            self.json = not verbose and self.default()
         return self.json
 
     def from_argv(self, argv: list[str]) -> None:
@@ -153,6 +161,12 @@ class Output:
 
 
 output = Output()
+
+#: Every command's ``--json/--text`` option (neither: :meth:`Output.default`).
+JsonOpt = Annotated[
+    bool | None,
+    typer.Option("--json/--text", help="JSON or text output (default: text on a terminal)"),
+]
 
 
 def dumps(obj: Any, *, pretty: bool) -> str:
@@ -250,14 +264,17 @@ def run(
     translate: Translate,
     usage: Callable[[str], CliError],
     unexpected: Callable[[BaseException], CliError],
-    default_json: bool,
-) -> None:
-    """The entry point of a family's CLI: run ``app`` and leave with its exit code.
+    default_json: bool | None = None,
+) -> int:
+    """Run a family's CLI ``app`` and return its exit code (the entry point leaves with it:
+    :meth:`Family.main`).
 
     Errors outside a command's :func:`reported` block (the command line, an exception no
-    command expected) are reported as the family's ``usage`` or ``unexpected`` error.
+    command expected) are reported as the family's ``usage`` or ``unexpected`` error,
+    in the mode the command line asked for, else the one default (:meth:`Output.default`:
+    text on a terminal, JSON otherwise).
     """
-    output.json = default_json
+    output.json = Output.default() if default_json is None else default_json
 
     def on_error(err: BaseException) -> int:
         output.from_argv(sys.argv if argv is None else argv)
@@ -273,9 +290,122 @@ def run(
         known = translate(err)
         if known is not None:
             return report(known)
-        return report(unexpected(err))  # run_and_exit printed the traceback (KEEL_DEBUG)
+        return report(unexpected(err))  # run_app printed the traceback (KEEL_DEBUG)
 
-    run_and_exit(app, argv, on_error=on_error)
+    return run_app(app, argv, on_error=on_error)
+
+
+# -- one family's wrapper -------------------------------------------------------------------
+
+
+class Family:
+    """One CLI family's wrapper around the toolkit: its failures, its output, its entry.
+
+    ``translate`` maps the family's own exceptions to a :class:`CliError` (None: not one
+    of them); what every family shares comes after it: settings that do not validate
+    (:class:`SettingsInvalid`) are the code ``bad_settings``, a service that could not be
+    reached or started (``services.local.ServiceUnavailable``) the code ``unavailable``.
+    (None: the family's ``translate`` reports them itself.) ``usage`` and ``unexpected`` override how a bad command line and an unexpected
+    exception are reported (default: the family's ``usage`` and ``error`` codes).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        translate: Translate | None = None,
+        *,
+        bad_settings: str | None = "usage",
+        unavailable: str | None = "error",
+        usage: Callable[[str], CliError] | None = None,
+        unexpected: Callable[[BaseException], CliError] | None = None,
+    ) -> None:
+        self.name = name
+        self.exit_codes = EXIT_CODES[name]
+        self._own = translate
+        self._shared = {"settings": bad_settings, "unavailable": unavailable}
+        self._usage = usage
+        self._unexpected = unexpected
+
+    def failure(
+        self,
+        code: str,
+        lines: list[str] | str,
+        exit_code: int | None = None,
+        details: Any = None,
+        *,
+        hint: str | None = None,
+    ) -> CliFailure:
+        """The family's failure ``code`` (exit code from :data:`EXIT_CODES` unless given)."""
+        return CliFailure(self.name, code, lines, exit_code, details, hint=hint)
+
+    def fail(self, code: str, lines: list[str] | str, *more: Any, **named: Any) -> NoReturn:
+        """Raise :meth:`failure` (same arguments), inside :meth:`reported`."""
+        raise self.failure(code, lines, *more, **named)
+
+    def fail_now(self, code: str, lines: list[str] | str, exit_code: int | None = None) -> NoReturn:
+        """Report the failure and leave, outside a :meth:`reported` block."""
+        raise typer.Exit(report(self.failure(code, lines, exit_code).error))
+
+    def translate(self, err: BaseException) -> CliError | None:
+        """The family's report of ``err`` (None: not one of its errors)."""
+        if isinstance(err, CliFailure):
+            return err.error
+        own = self._own(err) if self._own is not None else None
+        if own is not None:
+            return own
+        from services.local import ServiceUnavailable
+
+        code = None
+        if isinstance(err, SettingsInvalid):
+            code = self._shared["settings"]
+        elif isinstance(err, ServiceUnavailable):
+            code = self._shared["unavailable"]
+        if code is None:
+            return None
+        return self.failure(
+            code, str(err), self.exit_codes.get(code, self.exit_codes["error"])
+        ).error
+
+    def reported(self) -> contextlib.AbstractContextManager[None]:
+        """Turn a command's failures into their report and exit code (:func:`reported`)."""
+        return reported(self.translate)
+
+    @staticmethod
+    def mode(force_json: bool | None, *, verbose: bool = False) -> bool:
+        """Choose the output mode (``--json``/``--text``, else the one default); returns
+        whether it is JSON."""
+        return output.choose(force_json, verbose=verbose)
+
+    @staticmethod
+    def emit(doc: Any, text: str) -> None:
+        """One JSON document, or the text for people."""
+        typer.echo(dumps(doc, pretty=True) if output.json else text)
+
+    def usage(self, message: str) -> CliError:
+        if self._usage is not None:
+            return self._usage(message)
+        return self.failure("usage", message).error
+
+    def unexpected(self, err: BaseException) -> CliError:
+        if self._unexpected is not None:
+            return self._unexpected(err)
+        return self.failure("error", f"{type(err).__name__}: {err}").error
+
+    def run(self, app: typer.Typer, argv: list[str] | None = None) -> int:
+        """Run ``app`` in this process and return its exit code (:func:`run`): what
+        :meth:`main` does, less the exit (tests/core/unit/test_cli_every_command.py)."""
+        return run(
+            app,
+            argv,
+            translate=self.translate,
+            usage=self.usage,
+            unexpected=self.unexpected,
+        )
+
+    def main(self, app: typer.Typer, argv: list[str] | None = None) -> NoReturn:
+        """The console script: run ``app`` and leave with its exit code through
+        ``os._exit`` (``cli/_exit.py`` says why)."""
+        os._exit(self.run(app, argv))
 
 
 # -- who acts -------------------------------------------------------------------------------

@@ -278,6 +278,11 @@ class ManagedProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit code of the child that exited (None: running, or never started)."""
+        return self.proc.returncode if self.proc is not None else None
+
     def wait_port(self, port: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -106,7 +106,7 @@ def test_a_stop_signal_at_any_stage_of_the_start_leaves_nothing(tmp_path, stage,
         assert up.returncode == 128 + sig, err[-2000:]
         assert "during start-up" in err
     # Nothing is left to block the next start.
-    assert "not running" in run(["down"], env, timeout=60).stdout
+    assert "not running" in run(["down", "--text"], env, timeout=60).stdout
 
 
 @pytest.mark.slow
@@ -128,7 +128,7 @@ def test_keel_down_stops_what_a_killed_keel_up_left(tmp_path):
     assert any(pid_alive(p) for p in pids), "the killed keel up's services should still run"
     again = run(["up", "--no-model"], env, timeout=60)
     assert again.returncode == 1 and "keel down" in again.stderr
-    down = run(["down"], env, timeout=60)
+    down = run(["down", "--text"], env, timeout=60)
     assert down.returncode == 0 and "Keel is down" in down.stdout
     alive, bound = _gone(pids, _ports(env))
     assert not alive and not bound, (alive, bound)

@@ -104,7 +104,7 @@ def test_up_status_second_up_and_down(tmp_path):
         assert console == f"http://127.0.0.1:{env['KEEL_API_PORT']}/ui", printed
         page = httpx.get(console, timeout=10)
         assert page.status_code == 200 and "<title>Keel console</title>" in page.text
-        status = run(["status"], env)
+        status = run(["status", "--text"], env)
         assert status.returncode == 0, status.stderr
         for name in ("temporal", "worker", "api"):
             assert name in status.stdout
@@ -112,7 +112,7 @@ def test_up_status_second_up_and_down(tmp_path):
         twin = run(["up", "--no-model"], env)
         assert twin.returncode == 1 and "already running" in twin.stderr
         pids = [int(line.split()[2]) for line in status.stdout.splitlines()[1:]]
-        down = run(["down"], env)
+        down = run(["down", "--text"], env)
         assert down.returncode == 0 and "down" in down.stdout
         up.wait(timeout=60)
         wait_gone_sync(pids, what="every service keel up started to be gone after keel down")
@@ -125,7 +125,7 @@ def test_cli_exits_cleanly_after_using_the_temporal_client(tmp_path, temporal_ad
     """sdk-python issue 300: exit crashes after client use; os._exit in main() avoids them."""
     env = {**keel_env(tmp_path / "keel"), "KEEL_TEMPORAL_ADDRESS": temporal_address}
     for _ in range(8):
-        proc = run(["ping"], env, timeout=60)
+        proc = run(["ping", "--text"], env, timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert "Temporal answers" in proc.stdout
         assert "PyGILState" not in proc.stderr and "Fatal Python error" not in proc.stderr

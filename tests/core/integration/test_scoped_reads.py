@@ -301,7 +301,7 @@ async def test_migrate_command_lists_then_signals_the_gates_without_readers(
     )  # fmt: skip
     handle = client.get_workflow_handle(gid)
     env = {**keel_env(tmp_path / "keel"), "KEEL_TEMPORAL_ADDRESS": temporal_address}
-    args = ["migrate-search-attributes", "--task-queue", queue]
+    args = ["migrate-search-attributes", "--task-queue", queue, "--text"]
     try:
 
         async def dry_run() -> subprocess.CompletedProcess[str]:

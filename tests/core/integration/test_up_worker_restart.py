@@ -18,9 +18,9 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from cli.keel import WORKER_RESTART_FIRST_S, WORKER_RESTART_MAX_S, WorkerRestarts
 from keel.settings import DEV_APPROVER_TOKEN, DEV_REQUESTER_TOKEN
 from services.processes import pid_alive
+from services.supervise import RESTART_FIRST_S, RESTART_MAX_S, Restarts
 from tests.core.integration.test_cli import KEEL, keel_env, run, stop_up
 from tests.support.faults import wait_gone_sync
 
@@ -47,15 +47,15 @@ async def _polling_pids(address: str, task_queue: str) -> set[int]:
 
 
 def test_restart_backoff_doubles_to_a_cap_and_resets_after_a_healthy_run():
-    r = WorkerRestarts(last_start=0.0)
+    r = Restarts(last_start=0.0)
     delays = []
     for i in range(7):
         delays.append(r.schedule(float(i)))
         r.started(float(i))
     assert delays == [1, 2, 4, 8, 16, 30, 30]
     assert r.count == 7
-    assert r.schedule(1000.0) == WORKER_RESTART_FIRST_S  # it had run for a long while
-    assert WORKER_RESTART_MAX_S == 30
+    assert r.schedule(1000.0) == RESTART_FIRST_S  # it had run for a long while
+    assert RESTART_MAX_S == 30
 
 
 @pytest.mark.slow
@@ -118,9 +118,9 @@ def test_killed_worker_is_restarted_and_a_gate_completes_through_the_api(tmp_pat
             t_polling - t_up, time.monotonic() - t_polling,
         )  # fmt: skip
         assert up.poll() is None, "keel up is still supervising"
-        status = run(["status"], env)
+        status = run(["status", "--text"], env)
         assert status.returncode == 0 and "DEAD" not in status.stdout, status.stdout
-        down = run(["down"], env)
+        down = run(["down", "--text"], env)
         assert down.returncode == 0
         up.wait(timeout=60)
         stderr = up.stderr.read() if up.stderr else ""

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from activities.mrp.operators import DEV_KEY_PATH, DEV_PUBLIC_KEY, MrpConfigError, load_mrp_config
+from activities.mrp.operators import DEV_KEY_PATH, DEV_PUBLIC_KEY, load_mrp_config
 from cli.mrp_operators import app
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,7 +47,7 @@ def test_list_shows_the_shipped_operators_as_json_and_table():
         o["signed_by"] == "keel-dev" and o["allowed"] and o["status"] == "ok" for o in ops.values()
     )
     assert ops["numeric-sum@1.0.0"]["kind"] == "reduce"
-    table = runner.invoke(app, ["list"], env={"KEEL_ENV": "test"})
+    table = runner.invoke(app, ["list", "--text"], env={"KEEL_ENV": "test"})
     assert table.exit_code == 0
     lines = table.output.splitlines()
     assert lines[0].split() == ["NAME", "VERSION", "KIND", "DIGEST", "SIGNED", "ALLOWED", "STATUS"]
@@ -55,7 +55,7 @@ def test_list_shows_the_shipped_operators_as_json_and_table():
 
 
 def test_lint_passes_on_the_shipped_operators():
-    result = runner.invoke(app, ["lint"], env={"KEEL_ENV": "test"})
+    result = runner.invoke(app, ["lint", "--text"], env={"KEEL_ENV": "test"})
     assert result.exit_code == 0, result.output
     assert "7 operators checked, 0 errors, 0 warnings" in result.output
 
@@ -78,7 +78,7 @@ def test_lint_fails_on_changed_code_and_sign_fixes_it(tmp_path: Path):
     yaml_before = (tmp_path / "ops" / "word_count" / "operator.yaml").read_text()
     result = runner.invoke(
         app,
-        ["sign", "--key", str(DEV_KEY_PATH), "word-count@1.0.0", "-c", str(config)],
+        ["sign", "--key", str(DEV_KEY_PATH), "word-count@1.0.0", "-c", str(config), "--text"],
         env={"KEEL_ENV": "test"},
     )
     assert result.exit_code == 0, result.output
@@ -97,7 +97,7 @@ def test_lint_fails_on_changed_code_and_sign_fixes_it(tmp_path: Path):
 
 def test_lint_reports_allow_list_entries_with_no_operator(tmp_path: Path):
     config = tmp_config(tmp_path, ["word_count"], ["word-count@1.0.0", "ghost@1.0.0"])
-    result = runner.invoke(app, ["lint", "-c", str(config)], env={"KEEL_ENV": "test"})
+    result = runner.invoke(app, ["lint", "-c", str(config), "--text"], env={"KEEL_ENV": "test"})
     assert result.exit_code == 1
     assert "error: ghost@1.0.0: allow-listed" in result.output
 
@@ -107,24 +107,27 @@ def test_sign_refuses_the_dev_key_in_prod(tmp_path: Path):
     before = (tmp_path / "ops" / "word_count" / "operator.yaml").read_bytes()
     result = runner.invoke(
         app,
-        ["sign", "--key", str(DEV_KEY_PATH), "--all", "-c", str(config)],
+        ["sign", "--key", str(DEV_KEY_PATH), "--all", "-c", str(config), "--json"],
         env={"KEEL_ENV": "prod"},
     )
-    assert result.exit_code != 0
-    assert isinstance(result.exception, MrpConfigError)
-    assert "dev signing key" in str(result.exception)
+    assert result.exit_code == 1
+    error = json.loads(result.stdout)["error"]
+    assert (error["family"], error["type"], error["exit_code"]) == ("mrp", "config", 1)
+    assert "dev signing key" in error["message"]
     assert (tmp_path / "ops" / "word_count" / "operator.yaml").read_bytes() == before
 
 
 def test_keygen_then_sign_with_a_new_key_needs_it_trusted(tmp_path: Path):
     config = tmp_config(tmp_path, ["word_count"], ["word-count@1.0.0"])
     key = tmp_path / "team.ed25519"
-    result = runner.invoke(app, ["keygen", str(key)])
+    result = runner.invoke(app, ["keygen", str(key), "--text"])
     assert result.exit_code == 0, result.output
     public = result.output.strip().splitlines()[-1].split(": ")[1]
     assert len(public) == 64
     result = runner.invoke(
-        app, ["sign", "--key", str(key), "--all", "-c", str(config)], env={"KEEL_ENV": "test"}
+        app,
+        ["sign", "--key", str(key), "--all", "-c", str(config), "--text"],
+        env={"KEEL_ENV": "test"},
     )
     assert result.exit_code == 0, result.output
     assert "not in trusted_keys" in result.output
