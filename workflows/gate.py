@@ -69,6 +69,10 @@ AUDIT_AFTER_ANSWER_PATCH = "gate-audit-after-answer"
 # them, keel.access.readers_of); newer ones carry it from their start, so a caller's
 # ``GET /gates`` finds them in one visibility query. The start command changes, hence a patch.
 CHILD_READERS_PATCH = "gate-child-readers"
+# A gate started with no ``KeelReaders`` at all (``temporal workflow start``, a client of
+# its own) was listed to ``admin`` only; since this patch it sets them itself at its start,
+# from its access memo or else its own request, so its approvers find it in their inbox.
+SELF_READERS_PATCH = "gate-self-readers"
 # Runs started before this patch queued the rows for one writer task, which wrote the next
 # row when the last one's completion came. A worker picking a run up cold can run an
 # Update's handler before it has applied completions already in history (it folds
@@ -145,6 +149,11 @@ class ApprovalGate:
         workflow.upsert_search_attributes(
             [STATUS_KEY.value_set(GateStatus.PENDING.value), NAME_KEY.value_set(request.name)]
         )
+        if (
+            workflow.patched(SELF_READERS_PATCH)
+            and workflow.info().typed_search_attributes.get(READERS_KEY) is None
+        ):
+            upsert_readers(access_for(request.requester, [request.approvers]))
         if self._opened_row is not None:
             await self._open_locally(request, self._opened_row)
         elif self._audit_after_answer:

@@ -21,6 +21,7 @@ CORPUS: tuple[str, ...] = (
     "gate_open_local_early",
     "gate_rejected_signal",
     "gate_readers_signal",
+    "gate_self_readers",
     "gate_expired_with_reminders",
     "gate_duplicate_request",
     "gate_shared_key",

@@ -212,6 +212,27 @@ async def gate_readers_signal(ctx: Ctx) -> Histories:
     return {"gate_readers_signal": await history_json(handle)}
 
 
+async def gate_self_readers(ctx: Ctx) -> Histories:
+    """A gate started with no ``KeelReaders`` (``temporal workflow start``) sets them itself
+    from its request (patch ``gate-self-readers``), then is approved."""
+    handle = await start_gate(ctx, "gate_self_readers")
+    key = SearchAttributeKey.for_keyword_list("KeelReaders")
+
+    async def has_readers() -> bool:
+        return (await handle.describe()).typed_search_attributes.get(key) is not None
+
+    await poll(has_readers, "the gate to set KeelReaders")
+    readers = (await handle.describe()).typed_search_attributes.get(key)
+    expect(readers == ["user:alice", "user:bob"], f"KeelReaders from the request, got {readers}")
+    await handle.execute_update(
+        ApprovalGate.decide,
+        GateDecision(decision="approve", actor="bob", comment="ok", request_id="r-1"),
+    )
+    result = await handle.result()
+    expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
+    return {"gate_self_readers": await history_json(handle)}
+
+
 async def gate_rejected_signal(ctx: Ctx) -> Histories:
     handle = await start_gate(ctx, "gate_rejected_signal")
     await handle.signal(
@@ -972,6 +993,7 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_open_local_early": gate_open_local_early,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_readers_signal": gate_readers_signal,
+    "gate_self_readers": gate_self_readers,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,
     "gate_shared_key": gate_shared_key,
