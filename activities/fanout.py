@@ -188,6 +188,8 @@ def ray_init(num_cpus: int, address: str | None = None) -> None:
             return
         address = address or configured_address()
         if address:
+            # A cluster's nodes are found by their own addresses, not loopback.
+            ray_constants.ENABLE_RAY_CLUSTER = True
             ray.init(**join_arguments(address))
             _ray_state.update(owned=False, joined=True, temp_dir=None, num_cpus=0)
             _remotes.clear()
