@@ -164,4 +164,7 @@ async def test_joined_cluster_runs_shards_on_both_nodes_and_survives_a_node_kill
     # Keel never stops a cluster it joined: the head still answers after Keel disconnects.
     fanout.ray_shutdown()
     assert ray_cluster.nodes["head"].proc.poll() is None
-    print("shard -> node:", {s: ("head" if v == nodes["head"] else "second") for s, v in where.items()})
+    print(
+        "shard -> node:",
+        {s: ("head" if v == nodes["head"] else "second") for s, v in where.items()},
+    )
