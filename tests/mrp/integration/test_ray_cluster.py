@@ -155,8 +155,13 @@ async def test_joined_cluster_runs_shards_on_both_nodes_and_survives_a_node_kill
     assert len(rows) == n and all(r.output_digest for r in rows)
     # The shards ran Keel's code as Ray shipped it (the job's working_dir on each node),
     # operators included, not the repository this test runs from.
-    shipped = list(ray_cluster.temp_root.glob("*/session_*/runtime_resources/working_dir_files/*"))
-    assert shipped, "no working_dir was shipped to the nodes"
+    shipped = [
+        p
+        for p in ray_cluster.temp_root.glob("*/session_*/runtime_resources/working_dir_files/*")
+        if p.is_dir()
+    ]
+    # Each node got its own copy: "h" (head) and "s" (second) are the nodes' temp dirs.
+    assert {p.relative_to(ray_cluster.temp_root).parts[0] for p in shipped} == {"h", "s"}
     for copy in shipped:
         assert (copy / "activities" / "mrp" / "backends.py").is_file()
         assert (copy / "tests" / "support" / "mrp_operators" / "slow" / "operator.yaml").is_file()
