@@ -14,6 +14,9 @@ Nothing here knows what runs on an actor: a family passes its actor class (any c
   a fixed 30 s to register with its GCS, and two starts at once on a small, busy machine
   missed it ("The current node timed out during startup"; seen with two test workers);
   a start that misses it is stopped and tried once more.
+- With ``KEEL_RAY_ADDRESS`` set, :func:`ray_init` joins that existing cluster instead
+  (:func:`join_arguments`): the repository's code goes to its nodes as the job's Ray
+  ``working_dir`` (no shared filesystem), and :func:`ray_shutdown` only disconnects.
 - :class:`ActorPool` keeps at most ``size`` actors of one class (each holds one CPU),
   started and ready before they get work, so a caller's timeout measures the work and not
   a process start. An actor whose call timed out or was cancelled is :meth:`ActorPool.discard`-ed
@@ -41,10 +44,14 @@ __all__ = [
     "ActorPool",
     "PooledActor",
     "as_future",
+    "configured_address",
     "gather",
+    "join_arguments",
     "kill",
+    "local_path",
     "on_shutdown",
     "ray_init",
+    "ray_joined",
     "ray_shutdown",
 ]
 
@@ -54,7 +61,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 _ray_lock = threading.Lock()
-_ray_state: dict[str, Any] = {"owned": False, "temp_dir": None, "num_cpus": 0}
+_ray_state: dict[str, Any] = {"owned": False, "joined": False, "temp_dir": None, "num_cpus": 0}
 _remotes: dict[tuple[type, int], Any] = {}
 _shutdown_hooks: list[Callable[[], None]] = []
 
@@ -96,17 +103,97 @@ def _sweep_stale_temp_dirs() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def ray_init(num_cpus: int) -> None:
-    """Start the process's local Ray cluster once (no-op when Ray is already up).
+# Joining a cluster you already run (KEEL_RAY_ADDRESS): Keel's code reaches its nodes as
+# the job's Ray ``working_dir`` (the repository less these), never through a shared
+# filesystem; Ray makes it each worker's cwd and puts it first on sys.path.
+RAY_SHIP_EXCLUDES = [
+    ".git",
+    ".venv",
+    ".tools",
+    ".keel",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    "__pycache__",
+    "*.pyc",
+    "docs",
+    "bench",
+    "node_modules",
+]
+# Set on the joined cluster's workers: the repository root of the process that joined,
+# so an operator folder it names is found under the shipped copy (:func:`local_path`).
+DRIVER_ROOT_ENV = "KEEL_RAY_DRIVER_ROOT"
 
-    Loopback only (see the module docstring), no dashboard UI, ``num_cpus`` logical CPUs
-    (at least 1), worker logs kept in the session dir rather than echoed to this process.
+
+def configured_address() -> str | None:
+    """``KEEL_RAY_ADDRESS`` as :class:`keel.settings.Settings` reads it (None: local Ray)."""
+    from keel.settings import Settings
+
+    return Settings().ray_address
+
+
+def join_arguments(address: str) -> dict[str, Any]:
+    """The ``ray.init`` keyword arguments with which a worker joins the cluster at
+    ``address``: Keel's namespace, no logs echoed, and a runtime_env that ships the
+    repository's code (packages, operators, configs) as ``working_dir``."""
+    return {
+        "address": address,
+        "namespace": "keel",
+        "log_to_driver": False,
+        "configure_logging": False,
+        "runtime_env": {
+            "working_dir": str(REPO_ROOT),
+            "excludes": list(RAY_SHIP_EXCLUDES),
+            "env_vars": {
+                DRIVER_ROOT_ENV: str(REPO_ROOT),
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            },
+        },
+    }
+
+
+def local_path(path: str) -> str:
+    """``path`` as this process can read it: on a joined cluster's worker a path under the
+    joining process's repository (an operator folder) is mapped to the shipped copy of
+    that repository; anywhere else, and for paths outside it, ``path`` itself."""
+    driver_root = os.environ.get(DRIVER_ROOT_ENV)
+    if not driver_root or driver_root == str(REPO_ROOT):
+        return path
+    try:
+        rel = Path(path).relative_to(driver_root)
+    except ValueError:
+        return path
+    return str(REPO_ROOT / rel)
+
+
+def ray_joined() -> bool:
+    """Whether this process is connected to a cluster it joined (KEEL_RAY_ADDRESS)."""
+    return bool(_ray_state.get("joined"))
+
+
+def ray_init(num_cpus: int, address: str | None = None) -> None:
+    """Connect this process to Ray once (no-op when Ray is already up).
+
+    With ``address`` (default: ``KEEL_RAY_ADDRESS``), join that existing cluster
+    (:func:`join_arguments`); Keel never stops a cluster it joined. Without, start the
+    process's local Ray: loopback only (see the module docstring), no dashboard UI,
+    ``num_cpus`` logical CPUs (at least 1), worker logs kept in the session dir rather
+    than echoed to this process.
     """
     import ray
     from ray._private import ray_constants
 
     with _ray_lock:
         if ray.is_initialized():
+            return
+        address = address or configured_address()
+        if address:
+            # A cluster's nodes are found by their own addresses, not loopback.
+            ray_constants.ENABLE_RAY_CLUSTER = True
+            ray.init(**join_arguments(address))
+            _ray_state.update(owned=False, joined=True, temp_dir=None, num_cpus=0)
+            _remotes.clear()
+            atexit.register(ray_shutdown)
             return
         # The env var above covers processes Ray starts; this covers a Ray imported earlier.
         ray_constants.ENABLE_RAY_CLUSTER = False
@@ -251,6 +338,18 @@ def ray_shutdown() -> None:
     """Stop the Ray cluster this process started (if any), make sure none of its
     processes is left, and remove its temp dir."""
     with _ray_lock:
+        if _ray_state.get("joined"):
+            # A cluster Keel joined is not ours to stop: only disconnect.
+            import ray
+
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            _ray_state.update(joined=False)
+            _remotes.clear()
+            hooks = list(_shutdown_hooks)
+            for hook in hooks:
+                hook()
+            return
         if not _ray_state["owned"]:
             return
         import ray

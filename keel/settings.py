@@ -115,6 +115,17 @@ class Settings(BaseSettings):
     srl_actors_config: Path = (
         Path(__file__).resolve().parent.parent / "configs" / "vllm_actors.yaml"
     )
+    # Ray (docs/deploy.md): the address of a Ray cluster you already run (``host:port`` of
+    # its GCS, or ``ray://host:10001``). Set: workers join it (never start or stop it) and
+    # ship Keel's code to its nodes through Ray's runtime_env. None: each worker starts its
+    # own private local Ray, as before.
+    ray_address: str | None = None
+
+    @field_validator("ray_address", mode="before")
+    @classmethod
+    def _empty_ray_address_is_none(cls, v: object) -> object:
+        # KEEL_RAY_ADDRESS="" (compose without the ray profile) means: local Ray.
+        return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("api_tokens", "webhook_allowed_prefixes", "mrp_job_roots", mode="before")
     @classmethod

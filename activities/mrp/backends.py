@@ -110,6 +110,8 @@ class ShardAttempt(BaseModel):
     # The attempt's model calls, for the activity to record (``llm_calls``, metrics).
     llm_call_logs: list[LLMCallLog] = Field(default_factory=list)
     pid: int = 0
+    # The Ray node that ran the attempt (empty under threads).
+    node_id: str = ""
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,9 +176,35 @@ def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
     return execute_item(context, item, settings)
 
 
+def _node_id() -> str:
+    """The Ray node this process runs on, when it is a Ray worker ("" otherwise)."""
+    import sys
+
+    if "ray" not in sys.modules:
+        return ""
+    import ray
+
+    try:
+        return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
+    except Exception:
+        return ""
+
+
 def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
     """:func:`execute_shard` for one item of a window's context."""
+    attempt = _execute_item(context, task, settings)
+    attempt.node_id = _node_id()
+    return attempt
+
+
+def _execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
     t0 = time.perf_counter()
+    # On a joined Ray cluster the operator folder is read from the shipped code.
+    folder = fanout.local_path(context.operator.folder)
+    if folder != context.operator.folder:
+        context = context.model_copy(
+            update={"operator": context.operator.model_copy(update={"folder": folder})}
+        )
     llm: LLMClient | None = None
     ctx: OperatorContext | None = None
     try:
@@ -344,6 +372,8 @@ class RayBackend(Backend):
         self.pool = fanout.ActorPool(ShardRunner, num_cpus)
         # Slowest attempt seen (ms) per operator code digest, for batch sizes.
         self.slowest_ms: dict[str, float] = {}
+        # The Ray node of each shard's last completed attempt ({shard_id: node_id}).
+        self.shard_nodes: dict[str, str] = {}
 
     def session(
         self, context: ShardContext, settings: Settings, timeout_s: float, lanes: int
@@ -363,6 +393,7 @@ class RayBackend(Backend):
             self.pool.discard(actor, [fut])
             raise
         self.pool.release(actor)
+        self.shard_nodes[task.shard_id] = result.node_id
         return result
 
 
@@ -559,7 +590,8 @@ class RaySession:
                 if calls:
                     calls[0].started = max(calls[0].started, time.monotonic())
                 self._learn(results)
-                for (_, fut, _), result in zip(head.batch, results, strict=True):
+                for (item, fut, _), result in zip(head.batch, results, strict=True):
+                    self.backend.shard_nodes[item.shard_id] = result.node_id
                     _set_result(fut, result)
         except BaseException:
             if actor is not None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import fanout
 from activities.mrp.backends import (
     MAX_BATCH,
     PIPELINE_DEPTH,
@@ -231,7 +232,12 @@ class MapWindow:
             to_run = rest
         await self._flush()
 
-        backend = get_backend(inp.backend, min(config.caps.max_workers, os.cpu_count() or 1))
+        # On a joined Ray cluster (KEEL_RAY_ADDRESS) the cluster's CPUs bound the actors,
+        # not this machine's: the pool may hold up to max_workers of them.
+        cpus = config.caps.max_workers
+        if inp.backend != "ray" or not fanout.configured_address():
+            cpus = min(cpus, os.cpu_count() or 1)
+        backend = get_backend(inp.backend, cpus)
         parallelism = inp.parallelism
         if isinstance(backend, RayBackend):
             # At most `parallelism` actors (so shards running at once) for this window; more

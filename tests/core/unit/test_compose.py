@@ -230,6 +230,8 @@ def test_keel_settings_accept_the_compose_environment(
     assert settings.resolved_database_url.startswith("postgresql+psycopg://")
     assert [t.actor for t in settings.api_tokens] == ["alice"]
     assert settings.webhook_secret.get_secret_value() == SECRETS["KEEL_WEBHOOK_SECRET"]
+    # Without the ray profile and KEEL_RAY_ADDRESS: each worker's own local Ray.
+    assert settings.ray_address is None
 
 
 def test_api_listens_inside_the_container_on_the_published_port(model: dict[str, Any]) -> None:
@@ -303,3 +305,66 @@ def test_dockerignore_keeps_host_state_and_secrets_out() -> None:
     # What the image needs must stay in the build context.
     for needed in ("pyproject.toml", "uv.lock", "README.md", "configs", "keel"):
         assert needed not in patterns
+
+
+# --- the ray profile -----------------------------------------------------------------
+
+RAY_SERVICES = {"ray-head", "ray-worker"}
+
+
+@pytest.fixture(scope="module")
+def ray_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The model with ``--profile ray`` and the workers pointed at its head."""
+    env = SECRETS | {"KEEL_RAY_ADDRESS": "ray-head:6379"}
+    proc = run_compose(
+        tmp_path_factory.mktemp("compose-ray"),
+        env,
+        "--profile",
+        "ray",
+        "config",
+        "--format",
+        "json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    resolved: dict[str, Any] = json.loads(proc.stdout)
+    return resolved
+
+
+def test_ray_services_only_with_their_profile(
+    model: dict[str, Any], ray_model: dict[str, Any]
+) -> None:
+    assert not RAY_SERVICES & set(model["services"])
+    assert set(ray_model["services"]) == SERVICES | RAY_SERVICES
+    for name in RAY_SERVICES:
+        assert ray_model["services"][name]["profiles"] == ["ray"]
+
+
+def test_ray_nodes_run_the_keel_image_and_publish_nothing(ray_model: dict[str, Any]) -> None:
+    worker_image = ray_model["services"]["keel-worker"]["image"]
+    head, node = ray_model["services"]["ray-head"], ray_model["services"]["ray-worker"]
+    for svc in (head, node):
+        # Same Python, Ray and dependencies as the Keel workers that join them.
+        assert svc["image"] == worker_image and svc["entrypoint"] == ["ray"]
+        assert not svc.get("ports")
+        check = svc["healthcheck"]
+        assert check["test"][0] == "CMD" and len(check["test"]) > 1
+    assert (
+        head["command"][:3] == ["start", "--head", "--block"] and "--port=6379" in head["command"]
+    )
+    assert "--address=ray-head:6379" in node["command"] and "--head" not in node["command"]
+    assert node["depends_on"]["ray-head"]["condition"] == "service_healthy"
+    # Both ends agree on Ray's token auth.
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+        assert head["environment"][key] == ray_model["services"]["keel-worker"]["environment"][key]
+
+
+def test_workers_join_the_ray_head_with_the_profile(
+    ray_model: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = ray_model["services"]["keel-worker"]["environment"]
+    assert env["KEEL_RAY_ADDRESS"] == "ray-head:6379"
+    for key in [k for k in os.environ if k.startswith("KEEL_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, unescape(value))
+    assert Settings(_env_file=None).ray_address == "ray-head:6379"  # type: ignore[call-arg]
