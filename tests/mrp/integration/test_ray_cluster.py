@@ -84,7 +84,7 @@ async def test_joined_cluster_runs_shards_on_both_nodes_and_survives_a_node_kill
 ) -> None:
     import ray
 
-    n = 10
+    n = 16
     job_id = f"ray-cluster-{uuid.uuid4().hex[:6]}"
     # The same job on threads first: the digests a joined cluster must reproduce.
     async with build_worker(client, mrp_settings):
