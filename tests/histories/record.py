@@ -193,30 +193,20 @@ async def gate_open_local(ctx: Ctx) -> Histories:
 async def gate_readers_signal(ctx: Ctx) -> Histories:
     """A gate started without ``KeelReaders`` (as before it existed) gets it from
     ``keel_refresh_readers`` (``keel migrate-search-attributes``), then is approved."""
-    handle = await start_gate(ctx, "gate_readers_signal")
-    key = SearchAttributeKey.for_keyword_list("KeelReaders")
-    await handle.signal("keel_refresh_readers")
-
-    async def has_readers() -> bool:
-        return (await handle.describe()).typed_search_attributes.get(key) is not None
-
-    await poll(has_readers, "the gate to set KeelReaders")
-    readers = (await handle.describe()).typed_search_attributes.get(key)
-    expect(readers == ["user:alice", "user:bob"], f"KeelReaders from the request, got {readers}")
-    await handle.execute_update(
-        ApprovalGate.decide,
-        GateDecision(decision="approve", actor="bob", comment="ok", request_id="r-1"),
-    )
-    result = await handle.result()
-    expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
-    return {"gate_readers_signal": await history_json(handle)}
+    return await _gate_gets_readers(ctx, "gate_readers_signal", signal=True)
 
 
 async def gate_self_readers(ctx: Ctx) -> Histories:
     """A gate started with no ``KeelReaders`` (``temporal workflow start``) sets them itself
     from its request (patch ``gate-self-readers``), then is approved."""
-    handle = await start_gate(ctx, "gate_self_readers")
+    return await _gate_gets_readers(ctx, "gate_self_readers", signal=False)
+
+
+async def _gate_gets_readers(ctx: Ctx, scenario: str, *, signal: bool) -> Histories:
+    handle = await start_gate(ctx, scenario)
     key = SearchAttributeKey.for_keyword_list("KeelReaders")
+    if signal:
+        await handle.signal("keel_refresh_readers")
 
     async def has_readers() -> bool:
         return (await handle.describe()).typed_search_attributes.get(key) is not None
@@ -230,7 +220,7 @@ async def gate_self_readers(ctx: Ctx) -> Histories:
     )
     result = await handle.result()
     expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
-    return {"gate_self_readers": await history_json(handle)}
+    return {scenario: await history_json(handle)}
 
 
 async def gate_rejected_signal(ctx: Ctx) -> Histories:

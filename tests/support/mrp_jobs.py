@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from temporalio.client import Client
@@ -23,3 +24,28 @@ async def run_job(
         task_queue=settings.task_queue,
     )
     return result
+
+
+def items_job_yaml(
+    job_id: str, operator: str, params: dict[str, object], n: int, **policy: object
+) -> str:
+    """A job over ``n`` inline items mapped by ``operator`` with ``params``, summed and
+    written to ``out/<job_id>.json``; ``policy`` keys as given."""
+    items = ", ".join(json.dumps(f"item-{i}") for i in range(n))
+    lines = "".join(f"\n  {k}: {json.dumps(v)}" for k, v in policy.items())
+    return f"""
+dsl_version: "0.1"
+job_id: {job_id}
+inputs:
+  items: [{items}]
+  by: item
+map:
+  operator: {operator}
+  params: {json.dumps(params)}
+reduce:
+  operator: numeric-sum@1.0.0
+produce:
+  operator: json-writer@1.0.0
+  sink: {{kind: json, destination: out/{job_id}.json}}
+policy:{lines}
+"""

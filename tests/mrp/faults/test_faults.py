@@ -8,7 +8,6 @@ attempts in files under ``params.state_dir``, so the tests read what really ran.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import shutil
@@ -30,7 +29,7 @@ from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.mrp_runs import get_manifest, get_run, list_shards
 from tests.support.faults import cmdline, descendants, wait_gone, wait_until, worker_env
-from tests.support.mrp_jobs import run_job
+from tests.support.mrp_jobs import items_job_yaml, run_job
 from tests.support.mrp_operators.flaky.agent import attempts as flaky_attempts
 from tests.support.mrp_operators.slow.agent import count as slow_count
 from workers.main import build_worker
@@ -43,35 +42,12 @@ TEST_CONFIG = REPO / "tests" / "support" / "mrp_operators" / "mrp.yaml"
 pytestmark = pytest.mark.usefixtures("ray_for_module")
 
 
-def job_yaml(
-    job_id: str, operator: str, params: dict[str, object], n: int, **policy: object
-) -> str:
-    items = ", ".join(json.dumps(f"item-{i}") for i in range(n))
-    lines = "".join(f"\n  {k}: {json.dumps(v)}" for k, v in policy.items())
-    return f"""
-dsl_version: "0.1"
-job_id: {job_id}
-inputs:
-  items: [{items}]
-  by: item
-map:
-  operator: {operator}
-  params: {json.dumps(params)}
-reduce:
-  operator: numeric-sum@1.0.0
-produce:
-  operator: json-writer@1.0.0
-  sink: {{kind: json, destination: out/{job_id}.json}}
-policy:{lines}
-"""
-
-
 async def test_flaky_shard_is_retried_and_counted(
     client: Client, mrp_settings: Settings, tmp_path: Path
 ) -> None:
     state = tmp_path / "flaky"
     params = {"state_dir": str(state), "fail_times": 2, "only_shards": ["shard-000001"]}
-    yaml_text = job_yaml(
+    yaml_text = items_job_yaml(
         "flaky-ok",
         "flaky@1.0.0",
         params,
@@ -98,7 +74,7 @@ async def test_shard_over_its_retry_cap_fails_the_job_naming_it(
 ) -> None:
     state = tmp_path / "flaky"
     params = {"state_dir": str(state), "fail_times": 10, "only_shards": ["shard-000002"]}
-    yaml_text = job_yaml(
+    yaml_text = items_job_yaml(
         "flaky-cap",
         "flaky@1.0.0",
         params,
@@ -131,7 +107,7 @@ async def test_budget_kill_switch_stops_the_run_without_a_sink(
 ) -> None:
     # Estimated 100 units a shard (cost_weight); each shard really costs 100 + 100 metered,
     # so the run passes 1.2 x its estimate part way through the map phase.
-    yaml_text = job_yaml(
+    yaml_text = items_job_yaml(
         "budget-kill",
         "expensive@1.0.0",
         {"extra_units_per_item": "100"},
@@ -167,7 +143,7 @@ async def test_kill_switch_cancels_windows_still_running(
     of 1; with 4 one-shard windows in flight the kill switch trips while others run, and
     the workflow cancels them (and waits until they have stopped)."""
     params = {"state_dir": str(tmp_path / "flaky"), "fail_times": 2}
-    yaml_text = job_yaml(
+    yaml_text = items_job_yaml(
         "budget-cancel",
         "flaky@1.0.0",
         params,
@@ -207,7 +183,7 @@ async def test_cancelled_workflow_stops_its_windows_and_records_the_run(
     client: Client, mrp_settings: Settings, tmp_path: Path
 ) -> None:
     state = tmp_path / "slow"
-    yaml_text = job_yaml(
+    yaml_text = items_job_yaml(
         "cancelled",
         "slow@1.0.0",
         {"sleep_s": 0.3, "state_dir": str(state)},
@@ -248,7 +224,7 @@ async def test_shard_past_its_timeout_is_cancelled_on_ray(
     client: Client, mrp_settings: Settings, tmp_path: Path
 ) -> None:
     state = tmp_path / "slow"
-    yaml_text = job_yaml(
+    yaml_text = items_job_yaml(
         "timeout",
         "slow@1.0.0",
         {"sleep_s": 30, "state_dir": str(state)},
@@ -285,7 +261,7 @@ async def test_worker_sigkill_mid_map_resumes_without_recompute(
     settings = mrp_settings
     state = tmp_path / "slow"
     n = 12
-    yaml_text = job_yaml(
+    yaml_text = items_job_yaml(
         "kill-mid-map",
         "slow@1.0.0",
         {"sleep_s": 0.4, "state_dir": str(state)},

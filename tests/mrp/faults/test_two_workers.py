@@ -5,7 +5,6 @@ mid-map and the other finishes it: no shard lost, none recomputed once recorded.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import uuid
 from pathlib import Path
@@ -22,32 +21,15 @@ from services.processes import ManagedProcess, TemporalDevServer
 from store.db import get_sessionmaker
 from store.mrp_runs import list_shards
 from tests.support.faults import sigkill, wait_until, worker_env
+from tests.support.mrp_jobs import items_job_yaml
 from tests.support.mrp_operators import TEST_CONFIG
 from tests.support.mrp_operators.slow.agent import count as slow_count
 from workflows.mrp import MRPJob
 
 
 def job_yaml(job_id: str, state: Path, n: int) -> str:
-    items = ", ".join(json.dumps(f"item-{i}") for i in range(n))
-    params = {"sleep_s": 0.5, "state_dir": str(state)}
-    return f"""
-dsl_version: "0.1"
-job_id: {job_id}
-inputs:
-  items: [{items}]
-  by: item
-map:
-  operator: slow@1.0.0
-  params: {json.dumps(params)}
-reduce:
-  operator: numeric-sum@1.0.0
-produce:
-  operator: json-writer@1.0.0
-  sink: {{kind: json, destination: out/{job_id}.json}}
-policy:
-  max_workers: 4
-  budget_units: "1000"
-"""
+    params: dict[str, object] = {"sleep_s": 0.5, "state_dir": str(state)}
+    return items_job_yaml(job_id, "slow@1.0.0", params, n, max_workers=4, budget_units="1000")
 
 
 def start_worker(

@@ -6,7 +6,6 @@ mid-map costs only its shards in flight."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from keel.settings import Settings
 from store.db import get_sessionmaker
 from store.mrp_runs import list_shards
 from tests.support.faults import wait_gone, wait_until
-from tests.support.mrp_jobs import run_job
+from tests.support.mrp_jobs import items_job_yaml, run_job
 from tests.support.mrp_operators.slow.agent import count as slow_count
 from tests.support.ray_cluster import RayCluster, start_cluster
 from workers.main import build_worker
@@ -43,28 +42,9 @@ def ray_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[RayCluster]:
 
 
 def job_yaml(job_id: str, state: Path, n: int, sleep_s: float) -> str:
-    items = ", ".join(json.dumps(f"item-{i}") for i in range(n))
-    params = {"sleep_s": sleep_s, "state_dir": str(state)}
-    return f"""
-dsl_version: "0.1"
-job_id: {job_id}
-inputs:
-  items: [{items}]
-  by: item
-map:
-  operator: slow@1.0.0
-  params: {json.dumps(params)}
-reduce:
-  operator: numeric-sum@1.0.0
-produce:
-  operator: json-writer@1.0.0
-  sink: {{kind: json, destination: out/{job_id}.json}}
-policy:
-  max_workers: 2
-  max_shard_retries: 3
-  shard_timeout_s: 5
-  budget_units: "1000"
-"""
+    params: dict[str, object] = {"sleep_s": sleep_s, "state_dir": str(state)}
+    policy = {"max_workers": 2, "max_shard_retries": 3, "shard_timeout_s": 5}
+    return items_job_yaml(job_id, "slow@1.0.0", params, n, **policy, budget_units="1000")
 
 
 def node_ids() -> dict[str, str]:
