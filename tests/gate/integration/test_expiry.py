@@ -16,7 +16,7 @@ from keel.gates import GateRequest, GateStatus
 from services.processes import find_binary
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
-from workflows.gate import NAME_KEY, STATUS_KEY, ApprovalGate
+from workflows.gate import NAME_KEY, READERS_KEY, STATUS_KEY, ApprovalGate
 
 
 async def test_gate_expires_with_reminders_in_skipped_time(settings):
@@ -27,7 +27,7 @@ async def test_gate_expires_with_reminders_in_skipped_time(settings):
             "--dynamic-config-value",
             "frontend.WorkflowTimeSkippingEnabled=true",
         ],
-        search_attributes=[STATUS_KEY, NAME_KEY],
+        search_attributes=[STATUS_KEY, NAME_KEY, READERS_KEY],
     ) as env:
         with WebhookReceiver() as receiver:
             allowed = settings.model_copy(update={"webhook_allowed_prefixes": [receiver.url]})
