@@ -170,14 +170,17 @@ async def test_each_caller_pages_through_exactly_their_gates_and_runs(
         for actor, want_g, want_r in [(ME, mine_g, mine_r), (APPROVER, appr_g, appr_r)]:
             got_g, got_r = await gates_of(actor), await runs_of(actor)
             assert len(got_g) == len(set(got_g)) and len(got_r) == len(set(got_r)), actor
-            assert set(got_g) == want_g, actor
-            assert set(got_r) == want_r, actor
+            # Other tests share this server: a gate naming no approver is every
+            # approver's (role:approver), so compare among this test's own.
+            assert set(got_g) & ours == want_g, actor
+            assert set(got_r) & ours == want_r, actor
         # Each other requester: exactly their 35 gates and 25 runs (the quoted name too).
         for other in OTHERS:
             got_g = await gates_of(other)
-            assert len(got_g) == len(set(got_g)) == 35 + (5 if other == OTHERS[0] else 0)
+            assert len(got_g) == len(set(got_g))
+            assert len(set(got_g) & ours) == 35 + (5 if other == OTHERS[0] else 0)
             want = {g for g, (r, _) in zip(gate_ids, gate_specs, strict=True) if r == other}
-            assert set(got_g) == want
+            assert set(got_g) & ours == want
         # admin pages through everyone's, the runs without readers too, none twice.
         got_g, got_r = await gates_of(ADMIN), await runs_of(ADMIN)
         assert len(got_g) == len(set(got_g)) and len(got_r) == len(set(got_r))
@@ -185,7 +188,7 @@ async def test_each_caller_pages_through_exactly_their_gates_and_runs(
 
         # A family filter narrows the same query; newest first within it.
         got = await _walk(http, "/runs", "runs", ME, limit=2, family="mrp")
-        assert set(got) == {w for w in mine_r if int(w.rsplit("/", 1)[1]) % 3 == 1}
+        assert set(got) & ours == {w for w in mine_r if int(w.rsplit("/", 1)[1]) % 3 == 1}
 
         # Another caller's page token reads that caller's rows only: the filter is the
         # query, the token only where to go on.
@@ -227,12 +230,15 @@ async def test_a_page_token_not_handed_out_is_refused(scoped_http: httpx.AsyncCl
             assert resp.json()[key] == []
 
 
-async def test_migration_gives_open_gates_started_before_readers_their_readers(
+async def test_gates_started_without_readers_set_them_themselves(
     scoped_http: httpx.AsyncClient, client: Client, settings: Settings, worker: Worker
 ) -> None:
-    """Gates started as before ``KeelReaders`` (with the API's memo, or none at all, as
-    ``temporal workflow start`` does) are admin's only in lists until
-    ``migrate_readers`` has each set it from its own memo or request."""
+    """Gates started without ``KeelReaders`` (with the API's memo, or none at all, as
+    ``temporal workflow start`` does) set it at their start from their own memo or else
+    their request (patch ``gate-self-readers``), so nothing is left for
+    ``migrate_readers`` (it still serves gates started before that patch: see
+    ``test_migrate_command_lists_then_signals_the_gates_without_readers`` and the
+    ``gate_readers_signal`` history)."""
     http, queue = scoped_http, settings.task_queue
 
     async def legacy(n: int, requester: str, with_memo: bool) -> str:
@@ -255,31 +261,18 @@ async def test_migration_gives_open_gates_started_before_readers_their_readers(
         async def listed(actor: str) -> set[str]:
             return set(await _walk(http, "/gates", "gates", actor, limit=50)) & set(started)
 
-        async def admin_sees_all() -> bool:
-            return await listed(ADMIN) == set(started)
-
-        await _until(admin_sees_all)
-        assert await listed(ADMIN) == set(started)
-        assert await listed(APPROVER) == {current}
-        assert await listed(ME) == {current}
-
-        assert sorted(await migrate_readers(client, dry_run=True, task_queue=queue)) == sorted(
-            [with_memo, bare]
-        )
-        assert sorted(await migrate_readers(client, task_queue=queue)) == sorted([with_memo, bare])
-
-        async def migrated() -> bool:
+        async def approver_sees_all() -> bool:
             return await listed(APPROVER) == set(started)
 
-        await _until(migrated)
+        await _until(approver_sees_all)
+        assert await listed(ADMIN) == set(started)
         assert await listed(APPROVER) == set(started)
         assert await listed(ME) == {with_memo, current}
         assert await listed(OTHERS[0]) == {bare}
-        # Each now has its readers; a second pass finds none to signal.
         for gid in (with_memo, bare):
             desc = await client.get_workflow_handle(gid).describe()
             assert desc.typed_search_attributes.get(READERS_KEY) is not None
-        assert await migrate_readers(client, task_queue=queue) == []
+        assert await migrate_readers(client, dry_run=True, task_queue=queue) == []
     finally:
         await asyncio.gather(
             *(client.get_workflow_handle(g).terminate("test over") for g in started),
