@@ -33,14 +33,16 @@ from tests.console.test_console import (  # noqa: F401 (fixtures)
 from tests.support.api import auth, token, with_tokens
 
 TAG = uuid.uuid4().hex[:8]
-READER = f"pages-{TAG}"  # an approver and a requester, new to this test
+# New to this test and named as the approver of each gate, but without the approver role:
+# that role also reads every gate naming no approver, which other tests on this server open.
+READER = f"pages-{TAG}"
 COUNT = 57  # more than one console page (50)
 
 
 @pytest.fixture
 def api_settings(settings: Settings) -> Settings:
     base = with_tokens(settings)
-    extra = ApiToken(token=SecretStr(token(READER)), actor=READER, roles=["approver", "requester"])
+    extra = ApiToken(token=SecretStr(token(READER)), actor=READER, roles=["requester"])
     return base.model_copy(update={"api_tokens": [*base.api_tokens, extra]})
 
 

@@ -1,5 +1,5 @@
 """KEEL_RAY_ADDRESS: how a worker joins a Ray cluster you already run, checked without
-starting Ray (the multi-node run is tests/mrp/integration/test_ray_cluster.py)."""
+starting Ray (a two-node run lives on branch ``ray`` until it is reliable here)."""
 
 from __future__ import annotations
 

@@ -79,16 +79,24 @@ async def test_two_workers_share_a_job_and_one_killed_loses_and_doubles_nothing(
         task_queue=settings.task_queue,
     )
 
-    # Both poll the queue's activity tasks.
-    desc = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=settings.task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    # Both poll the queue's activity tasks (a worker shows among the pollers once its
+    # first poll reaches the server: wait for it, with a bound).
+    async def polling() -> set[str]:
+        desc = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=settings.task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            )
         )
-    )
-    polling = {p.identity.split("@")[0] for p in desc.pollers}
-    assert {str(w.pid) for w in workers} <= polling, polling
+        return {p.identity.split("@")[0] for p in desc.pollers}
+
+    pids = {str(w.pid) for w in workers}
+    for _ in range(120):
+        if pids <= await polling():
+            break
+        await asyncio.sleep(0.5)
+    assert pids <= await polling(), await polling()
 
     async def running_on() -> set[int]:
         desc = await handle.describe()
