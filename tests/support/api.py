@@ -71,3 +71,17 @@ async def open_gate(http: httpx.AsyncClient, **body: object) -> dict[str, Any]:
     )
     assert resp.status_code == 201, resp.text
     return resp.json()  # type: ignore[no-any-return]
+
+
+async def listed_gates(http: httpx.AsyncClient, actor: str, **params: Any) -> list[dict[str, Any]]:
+    """Every page of ``GET /gates`` for ``actor`` (other tests share the server: a gate can
+    be past the first page of an approver who reads many)."""
+    rows: list[dict[str, Any]] = []
+    while True:
+        resp = await http.get("/gates", params=params, headers=auth(actor))
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        rows += body["gates"]
+        if not body.get("next_page_token"):
+            return rows
+        params = {**params, "page_token": body["next_page_token"]}

@@ -15,7 +15,7 @@ import httpx
 from keel.settings import Settings
 from services.up import ui_link
 from tests.srl.conftest import HAND_TASKS
-from tests.support.api import assert_error, auth, open_gate
+from tests.support.api import assert_error, auth, listed_gates, open_gate
 
 
 async def _until(check: Callable[[], Awaitable[Any]], timeout_s: float = 30) -> Any:
@@ -28,10 +28,20 @@ async def _until(check: Callable[[], Awaitable[Any]], timeout_s: float = 30) -> 
         await asyncio.sleep(0.3)
 
 
-async def _runs(http: httpx.AsyncClient, actor: str, **params: Any) -> list[dict[str, Any]]:
-    resp = await http.get("/runs", params=params, headers=auth(actor))
-    assert resp.status_code == 200, resp.text
-    return resp.json()["runs"]  # type: ignore[no-any-return]
+async def _runs(
+    http: httpx.AsyncClient, actor: str, *, every_page: bool = False, **params: Any
+) -> list[dict[str, Any]]:
+    """One page of ``GET /runs``, or with ``every_page`` all of them (other tests share the
+    server: a run can be past the first page of someone who reads many)."""
+    rows: list[dict[str, Any]] = []
+    while True:
+        resp = await http.get("/runs", params=params, headers=auth(actor))
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        rows += body["runs"]
+        if not every_page or not body.get("next_page_token"):
+            return rows
+        params = {**params, "page_token": body["next_page_token"]}
 
 
 def _row(runs: list[dict[str, Any]], workflow_id: str) -> dict[str, Any] | None:
@@ -52,7 +62,7 @@ async def test_runs_lists_a_collection_to_those_who_may_read_it(
     wid = resp.json()["workflow_id"]
 
     async def done() -> dict[str, Any] | None:
-        row = _row(await _runs(http, "alice", limit=100), wid)
+        row = _row(await _runs(http, "alice", limit=100, every_page=True), wid)
         return row if row and row["status"] == "completed" else None
 
     row = await _until(done, 60)
@@ -62,10 +72,13 @@ async def test_runs_lists_a_collection_to_those_who_may_read_it(
     assert row["started_at"] and row["closed_at"] and row["progress"] is None
 
     # Another requester does not see it, admin does; a family filter leaves it out.
-    assert _row(await _runs(http, "carol", limit=100), wid) is None
-    assert _row(await _runs(http, "root", limit=100), wid) is not None
-    assert _row(await _runs(http, "alice", limit=100, family="mrp"), wid) is None
-    assert _row(await _runs(http, "alice", limit=100, family=["srl", "mrp"]), wid) is not None
+    assert _row(await _runs(http, "carol", limit=100, every_page=True), wid) is None
+    assert _row(await _runs(http, "root", limit=100, every_page=True), wid) is not None
+    assert _row(await _runs(http, "alice", limit=100, family="mrp", every_page=True), wid) is None
+    assert (
+        _row(await _runs(http, "alice", limit=100, family=["srl", "mrp"], every_page=True), wid)
+        is not None
+    )
 
     # The page size is bounded.
     assert_error(
@@ -81,9 +94,8 @@ async def test_pending_gates_carry_what_the_inbox_shows(http: httpx.AsyncClient)
     gate = await open_gate(http, parent_id=parent, expires_in_s=3600)
 
     async def listed() -> dict[str, Any] | None:
-        resp = await http.get("/gates", headers=auth("bob"))
-        assert resp.status_code == 200, resp.text
-        return next((g for g in resp.json()["gates"] if g["gate_id"] == gate["gate_id"]), None)
+        rows = await listed_gates(http, "bob")
+        return next((g for g in rows if g["gate_id"] == gate["gate_id"]), None)
 
     row = await _until(listed)
     assert row is not None, "the gate never showed in bob's list"

@@ -11,7 +11,7 @@ from api.idempotency import REPLAY_HEADER
 from keel.gates import GateRequest
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
-from tests.support.api import assert_error, auth, open_gate
+from tests.support.api import assert_error, auth, listed_gates, open_gate
 from workflows.gate import ApprovalGate
 
 
@@ -106,7 +106,7 @@ async def test_read_list_comment_and_errors(http):
     got = await http.get(f"/gates/{gid}", headers=auth("bob"))
     assert got.status_code == 200 and got.json()["status"] == "pending"
     for _ in range(100):
-        listed = (await http.get("/gates", headers=auth("bob"))).json()["gates"]
+        listed = await listed_gates(http, "bob")
         if any(g["gate_id"] == gid for g in listed):
             break
         await asyncio.sleep(0.1)
@@ -125,9 +125,7 @@ async def test_read_list_comment_and_errors(http):
 
 
 async def listed_ids(http: httpx.AsyncClient, actor: str) -> set[str]:
-    resp = await http.get("/gates", params={"limit": 500}, headers=auth(actor))
-    assert resp.status_code == 200, resp.text
-    return {g["gate_id"] for g in resp.json()["gates"]}
+    return {g["gate_id"] for g in await listed_gates(http, actor, limit=500)}
 
 
 async def test_each_caller_sees_only_their_gates(http):
