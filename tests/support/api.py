@@ -73,15 +73,24 @@ async def open_gate(http: httpx.AsyncClient, **body: object) -> dict[str, Any]:
     return resp.json()  # type: ignore[no-any-return]
 
 
-async def listed_gates(http: httpx.AsyncClient, actor: str, **params: Any) -> list[dict[str, Any]]:
-    """Every page of ``GET /gates`` for ``actor`` (other tests share the server: a gate can
-    be past the first page of an approver who reads many)."""
+async def listed(
+    http: httpx.AsyncClient, path: str, actor: str, *, every_page: bool = True, **params: Any
+) -> list[dict[str, Any]]:
+    """The rows of a paged list (``GET /gates``: ``gates``, ``GET /runs``: ``runs``) for
+    ``actor``: every page by default (other tests share the server: a row can be past the
+    first page of a caller who reads many), else the first."""
+    key = path.strip("/").split("/")[-1]
     rows: list[dict[str, Any]] = []
     while True:
-        resp = await http.get("/gates", params=params, headers=auth(actor))
+        resp = await http.get(path, params=params, headers=auth(actor))
         assert resp.status_code == 200, resp.text
         body = resp.json()
-        rows += body["gates"]
-        if not body.get("next_page_token"):
+        rows += body[key]
+        if not every_page or not body.get("next_page_token"):
             return rows
         params = {**params, "page_token": body["next_page_token"]}
+
+
+async def listed_gates(http: httpx.AsyncClient, actor: str, **params: Any) -> list[dict[str, Any]]:
+    """Every page of ``GET /gates`` for ``actor``."""
+    return await listed(http, "/gates", actor, **params)

@@ -15,7 +15,7 @@ import httpx
 from keel.settings import Settings
 from services.up import ui_link
 from tests.srl.conftest import HAND_TASKS
-from tests.support.api import assert_error, auth, listed_gates, open_gate
+from tests.support.api import assert_error, auth, listed, listed_gates, open_gate
 
 
 async def _until(check: Callable[[], Awaitable[Any]], timeout_s: float = 30) -> Any:
@@ -31,17 +31,8 @@ async def _until(check: Callable[[], Awaitable[Any]], timeout_s: float = 30) -> 
 async def _runs(
     http: httpx.AsyncClient, actor: str, *, every_page: bool = False, **params: Any
 ) -> list[dict[str, Any]]:
-    """One page of ``GET /runs``, or with ``every_page`` all of them (other tests share the
-    server: a run can be past the first page of someone who reads many)."""
-    rows: list[dict[str, Any]] = []
-    while True:
-        resp = await http.get("/runs", params=params, headers=auth(actor))
-        assert resp.status_code == 200, resp.text
-        body = resp.json()
-        rows += body["runs"]
-        if not every_page or not body.get("next_page_token"):
-            return rows
-        params = {**params, "page_token": body["next_page_token"]}
+    """One page of ``GET /runs``, or with ``every_page`` all of them."""
+    return await listed(http, "/runs", actor, every_page=every_page, **params)
 
 
 def _row(runs: list[dict[str, Any]], workflow_id: str) -> dict[str, Any] | None:
