@@ -13,7 +13,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
@@ -108,12 +108,28 @@ async def test_two_workers_share_a_job_and_one_killed_loses_and_doubles_nothing(
         return {pid for pid, prefix in identity.items() if any(i.startswith(prefix) for i in ids)}
 
     done = lambda: sum(slow_count(state, f"shard-{i:06d}") for i in range(n))  # noqa: E731
-    await wait_until(lambda: done() >= 4, timeout_s=120, what="4 shards to finish")
+
+    async def four_done() -> bool:
+        if done() >= 4:
+            return True
+        # A job that ended (a refused operator, say) fails the test now, not at the timeout.
+        closed = (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+        assert not closed, await handle.result()
+        return False
+
+    await wait_until(four_done, timeout_s=120, what="4 shards to finish", interval_s=0.2)
+    # Hold the job mid-map (shards in flight wait before they finish), so a map window
+    # is surely running when a worker is killed, however loaded the machine is.
+    (state / "hold").touch()
     busy: set[int] = set()
-    while not busy:
+
+    async def some_running() -> bool:
+        nonlocal busy
         busy = await running_on()
-        await asyncio.sleep(0.05)
-    # Kill a worker while it runs a map window of this job.
+        return bool(busy)
+
+    await wait_until(some_running, timeout_s=60, what="a map window running on a worker")
+    # Kill a worker while it runs a map window of this job; the job goes on once released.
     victim = next(w for w in workers if w.pid in busy)
     survivor = next(w for w in workers if w is not victim)
     await sigkill(victim)
@@ -124,6 +140,7 @@ async def test_two_workers_share_a_job_and_one_killed_loses_and_doubles_nothing(
     started = {s for s in shards if slow_count(state, s, "runs") > 0}
     in_flight = started - recorded
     assert 0 < len(recorded) < n
+    (state / "hold").unlink()
 
     result: MRPJobResult = await asyncio.wait_for(handle.result(), timeout=240)
     assert survivor.running()

@@ -2,7 +2,8 @@
 
 With ``params.state_dir``, each run of a shard appends to ``<state_dir>/<shard>.runs``
 when it starts and to ``<shard>.done`` when it finishes, so a test can show that no
-finished shard ran again after a worker was killed.
+finished shard ran again after a worker was killed. While ``<state_dir>/hold`` exists, a
+shard that has slept waits before it finishes: a test holds a job mid-map that way.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Slow(AgentBase):
         if state:
             _append(Path(str(state)) / f"{shard}.runs")
         time.sleep(float(ctx.params.get("sleep_s", 0.5)))  # type: ignore[arg-type]
+        while state and (Path(str(state)) / "hold").exists():
+            time.sleep(0.05)
         chars = sum(len(i) if isinstance(i, str) else len(str(i)) for i in items)
         if state:
             _append(Path(str(state)) / f"{shard}.done")
