@@ -6,6 +6,7 @@ and starting thousands of workflows fast.
 * :func:`bench_settings`: ``Settings`` for that server, a fresh task queue and store;
 * :func:`serve_api`: the API (``uvicorn`` on loopback, in this process) while the block
   runs; its base URL is what the block gets;
+* :func:`role_token`: the actor and bearer token of the first API token with a role;
 * :func:`in_chunks`: run one coroutine per item, at most ``chunk`` at once
   (``asyncio.gather`` per chunk), and say how long it took.
 """
@@ -88,3 +89,9 @@ async def in_chunks(
     for i in range(0, len(items), chunk):
         out.extend(await asyncio.gather(*(run(x) for x in items[i : i + chunk])))
     return out, time.perf_counter() - t0
+
+
+def role_token(settings: Settings, role: str) -> tuple[str, str]:
+    """The actor and bearer token of the first of ``settings.api_tokens`` with ``role``."""
+    tok = next(t for t in settings.api_tokens if role in t.roles)
+    return tok.actor, tok.token.get_secret_value()

@@ -181,12 +181,12 @@ async def main(n_gates: int, n_runs: int, mine: int, callers: int, repeat: int, 
             for i in range(repeat + 3):  # the first three warm up connections and caches
                 for name in ("gates", "runs"):
                     t0 = time.perf_counter()
-                    rows, _ = await list_page(client, q[name], page_size=PAGE)
+                    floor_rows, _ = await list_page(client, q[name], page_size=PAGE)
                     t1 = time.perf_counter()
-                    assert {r.id for r in rows} == want[name]
-                    ids, _ = await get(name, limit=PAGE)
+                    assert {r.id for r in floor_rows} == want[name]
+                    keel_rows, _ = await get(name, limit=PAGE)
                     t2 = time.perf_counter()
-                    assert sorted(ids) == sorted(want[name]), (name, ids)
+                    assert sorted(keel_rows) == sorted(want[name]), (name, keel_rows)
                     if i >= 3:
                         times[f"{name} floor"].append((t1 - t0) * 1000)
                         times[name].append((t2 - t1) * 1000)
