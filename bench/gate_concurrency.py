@@ -25,6 +25,9 @@ Once every gate's workflow has completed, the audit trail (the store's ``gate_au
 table) must hold exactly one ``approved`` row per gate: lost (none) and doubled (more than
 one) decisions are counted and printed. Prints p50 and p99 of both and ends with
 ``floor ... Keel ... ratio <Keel p99 / floor p99>`` (the issue's goal: ≤ 2).
+
+The default size is the issue's (1,000 gates, 50 callers), not scaled down: on the shared
+2-core machine under load (``nice -n 19``, 2026-11-27) it took 2 min 16 s (200 gates: 49 s).
 """
 
 from __future__ import annotations
