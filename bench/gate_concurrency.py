@@ -206,4 +206,6 @@ if __name__ == "__main__":
     parser.add_argument("--callers", type=int, default=50, help="concurrent callers")
     parser.add_argument("--rounds", type=int, default=2, help="floor/Keel alternations")
     args = parser.parse_args()
+    if min(args.gates, args.callers, args.rounds) < 1:
+        parser.error("--gates, --callers and --rounds must be at least 1")
     asyncio.run(main(args.gates, args.callers, args.rounds))

@@ -223,4 +223,6 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=100, help="timed reads of each")
     parser.add_argument("--chunk", type=int, default=200, help="starts at once")
     args = parser.parse_args()
+    if not 1 <= args.mine <= min(args.gates, args.runs) or args.callers < 1:
+        parser.error("need 1 <= --mine <= --gates, --runs and --callers >= 1")
     asyncio.run(main(args.gates, args.runs, args.mine, args.callers, args.repeat, args.chunk))
