@@ -39,7 +39,6 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,17 +47,22 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
 
 from bench.floor import FloorGate, FloorState  # noqa: E402
-from bench.harness import bench_settings, dev_server, in_chunks, role_token, serve_api  # noqa: E402
+from bench.harness import (  # noqa: E402
+    bench_settings,
+    bench_worker,
+    dev_server,
+    in_chunks,
+    role_token,
+    serve_api,
+)
 from bench.stats import p99  # noqa: E402
 from client.gate import start_gate  # noqa: E402
 from client.temporal import connect  # noqa: E402
 from keel.gates import GATE_STATE_QUERY, GateRequest, GateState, gate_workflow_id  # noqa: E402
 from store.db import get_sessionmaker  # noqa: E402
 from store.models import GateAuditRow  # noqa: E402
-from workers.main import WORKFLOWS, build_activities  # noqa: E402
 
 
 async def concurrently(
@@ -102,14 +106,7 @@ async def main(n: int, callers: int, rounds: int) -> None:
         client: Client = await connect(settings)
         approver, approver_token = role_token(settings, "approver")
         tag = uuid.uuid4().hex[:8]
-        worker = Worker(
-            client,
-            task_queue=settings.task_queue,
-            workflows=[*WORKFLOWS, FloorGate],
-            activities=build_activities(settings),
-            # build_activities has sync activities (design.load), which need an executor.
-            activity_executor=ThreadPoolExecutor(max_workers=8),
-        )
+        worker = bench_worker(client, settings)
         async with (
             worker,
             serve_api(settings, client) as base,

@@ -6,6 +6,8 @@ and starting thousands of workflows fast.
 * :func:`bench_settings`: ``Settings`` for that server, a fresh task queue and store;
 * :func:`serve_api`: the API (``uvicorn`` on loopback, in this process) while the block
   runs; its base URL is what the block gets;
+* :func:`bench_worker`: a worker of Keel's workflows and activities and ``FloorGate``
+  (bench/floor.py) on ``settings.task_queue``;
 * :func:`role_token`: the actor and bearer token of the first API token with a role;
 * :func:`in_chunks`: run one coroutine per item, at most ``chunk`` at once
   (``asyncio.gather`` per chunk), and say how long it took.
@@ -24,10 +26,13 @@ from typing import Any, TypeVar
 
 import uvicorn
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from api.app import create_app
+from bench.floor import FloorGate
 from keel.settings import Settings
 from services.processes import TemporalDevServer, free_port
+from workers.main import WORKFLOWS, build_activities
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -89,6 +94,20 @@ async def in_chunks(
     for i in range(0, len(items), chunk):
         out.extend(await asyncio.gather(*(run(x) for x in items[i : i + chunk])))
     return out, time.perf_counter() - t0
+
+
+def bench_worker(client: Client, settings: Settings) -> Worker:
+    """Keel's workflows and activities (``workers.main``) and ``FloorGate``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[*WORKFLOWS, FloorGate],
+        activities=build_activities(settings),
+        # build_activities has sync activities (design.load), which need an executor.
+        activity_executor=ThreadPoolExecutor(max_workers=8),
+    )
 
 
 def role_token(settings: Settings, role: str) -> tuple[str, str]:
