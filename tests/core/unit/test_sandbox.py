@@ -193,7 +193,11 @@ def test_read_log(tmp_path: Path) -> None:
     ],
 )
 def test_limit_reached_says_who_stopped_the_run(
-    killed_for: str | None, oom: bool, nsjail_time_limit: bool, sig: int | None, expected: str | None
+    killed_for: str | None,
+    oom: bool,
+    nsjail_time_limit: bool,
+    sig: int | None,
+    expected: str | None,
 ) -> None:
     assert _limit_reached(killed_for, oom, nsjail_time_limit, sig) == expected
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from typing import Any
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
