@@ -104,9 +104,12 @@ async def _limits() -> str:
     if mem.outputs.get("r") != "MemoryError":
         _fail(f"memory limit not enforced: {mem.outputs or mem.error}")
     cpu = await run_async(["/bin/sh", "-c", "while :; do :; done"], limits=small, config=_config())
-    if not cpu.timed_out:
-        _fail("CPU loop was not stopped")
-    return f"512 MiB allocation refused at 128 MiB; busy loop killed after {cpu.duration_ms} ms"
+    if cpu.limit != "cpu":
+        _fail(f"CPU loop was not stopped at the CPU limit (stopped by: {cpu.limit})")
+    return (
+        "512 MiB allocation refused at 128 MiB; busy loop killed at the 1 s CPU limit "
+        f"after {cpu.duration_ms} ms"
+    )
 
 
 async def _astgrep() -> str:

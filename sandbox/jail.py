@@ -38,7 +38,13 @@ from typing import Any
 
 from sandbox.cgroups import RunCgroup, cgroup_setup
 from sandbox.errors import SandboxError, SandboxUnavailable
-from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
+from sandbox.models import (
+    LimitName,
+    SandboxConfig,
+    SandboxLimits,
+    SandboxResult,
+    default_config,
+)
 from sandbox.tether import tethered
 from sandbox.workspace import Workspace, tmpfs_inodes, unreachable_reason, validate_relpath
 
@@ -407,11 +413,8 @@ async def _execute(
     # came from outside: the wall-clock limit, RLIMIT_CPU's hard limit, the memory
     # cgroup's OOM kill, or us.
     oom_killed = killed_for is None and sig == signal.SIGKILL and memory_hit
-    timed_out = killed_for == "timeout" or (
-        killed_for is None
-        and not oom_killed
-        and (report.time_limit_hit or sig in (signal.SIGKILL, signal.SIGXCPU))
-    )
+    limit = _limit_reached(killed_for, oom_killed, report.time_limit_hit, sig)
+    timed_out = limit in ("wall", "cpu")
     result = SandboxResult(
         exit_code=report.exit_code if sig is None else None,
         stdout=stdout.decode("utf-8", errors="replace"),
@@ -420,9 +423,36 @@ async def _execute(
         killed_by_signal=int(sig) if sig is not None else None,
         output_truncated=killed_for == "output" or t_out or t_err,
         memory_limit_hit=memory_hit,
+        limit=limit,
         duration_ms=duration_ms,
     )
     return result, report
+
+
+def _limit_reached(
+    killed_for: str | None, oom_killed: bool, nsjail_time_limit: bool, sig: int | None
+) -> LimitName | None:
+    """Which limit ended the run, from who ended it (never from how long it took).
+
+    Our own kills are known by their cause: the wall-clock timer fired ("wall") or a
+    pipe went past ``max_output_bytes`` ("output"). Otherwise the evidence is the jail's:
+    a SIGKILL of pid 1 while the memory cgroup was at its limit is the OOM kill
+    ("memory"); nsjail's log line ``run time >= time limit`` is its wall-clock backstop
+    ("wall"); and a SIGKILL or SIGXCPU of pid 1 that neither we nor nsjail sent (nothing
+    inside the jail's pid namespace can SIGKILL its pid 1) is the kernel's at
+    ``RLIMIT_CPU`` ("cpu"). A run that ended by itself, or by another signal, is None.
+    """
+    if killed_for == "output":
+        return "output"
+    if killed_for == "timeout":
+        return "wall"
+    if oom_killed:
+        return "memory"
+    if nsjail_time_limit:
+        return "wall"
+    if sig in (signal.SIGKILL, signal.SIGXCPU):
+        return "cpu"
+    return None
 
 
 _probed: set[str] = set()

@@ -49,6 +49,10 @@ class SandboxLimits(BaseModel):
     )
 
 
+#: The limit that ended a run (``SandboxResult.limit``).
+LimitName = Literal["wall", "cpu", "memory", "output"]
+
+
 class SandboxResult(BaseModel):
     """What came back from one jailed run.
 
@@ -72,6 +76,14 @@ class SandboxResult(BaseModel):
     #: failed, and a process may have been OOM-killed (pid 1 so killed reads as
     #: ``killed_by_signal=9`` with ``timed_out=False``). Always False without cgroups.
     memory_limit_hit: bool = False
+    #: The limit that ended the run, told apart by who stopped it rather than by how long
+    #: it ran: "wall" (our wall-clock timer, or nsjail's backstop by its log line), "cpu"
+    #: (the kernel's SIGKILL of pid 1 at RLIMIT_CPU: a SIGKILL neither we nor nsjail
+    #: sent, outside a memory-limit hit), "memory" (pid 1 SIGKILLed while the jail was at
+    #: its memory cgroup limit), "output" (stdout or stderr past ``max_output_bytes``:
+    #: we stopped the jail). None when the program ended by itself or by another signal.
+    #: ``timed_out`` is ``limit in ("wall", "cpu")``.
+    limit: LimitName | None = None
     duration_ms: int = 0
     files: dict[str, bytes] = Field(default_factory=dict)
     refused_files: dict[str, str] = Field(default_factory=dict)

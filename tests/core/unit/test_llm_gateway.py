@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
+from email.utils import format_datetime, parsedate_to_datetime
 from typing import Any
 
 import pytest
@@ -120,7 +120,9 @@ async def test_429_is_retryable_after_retry_after(
     server.enqueue(ScriptedReply(status=429, content="slow down", headers={"Retry-After": header}))
     logs: list[LLMCallLog] = []
 
+    before = datetime.now(UTC)
     err = await fail(make_gateway(server.base_url, logs), request())
+    after = datetime.now(UTC)
 
     assert err.type == "LLMRateLimited"
     assert not err.non_retryable
@@ -128,7 +130,10 @@ async def test_429_is_retryable_after_retry_after(
     if header == "7":
         assert err.next_retry_delay == timedelta(seconds=7)
     else:
-        assert 25 <= err.next_retry_delay.total_seconds() <= 30
+        # The date's distance from the gateway's "now", which lies between the two clock
+        # readings around the call: exact bounds, however long the call took.
+        when = parsedate_to_datetime(header)
+        assert when - after <= err.next_retry_delay <= when - before, (before, after)
     [log] = logs
     assert (log.status, log.error_code, log.total_tokens) == ("error", "LLMRateLimited", 0)
 

@@ -21,7 +21,14 @@ from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits, S
 from sandbox.astgrep import unified_diff
 from sandbox.cgroups import cgroup_setup, sweep_stale
 from sandbox.errors import SandboxUnavailable
-from sandbox.jail import SECCOMP_POLICY, Bind, _read_log, build_command, find_nsjail
+from sandbox.jail import (
+    SECCOMP_POLICY,
+    Bind,
+    _limit_reached,
+    _read_log,
+    build_command,
+    find_nsjail,
+)
 from sandbox.models import JailSettings, config_for, load_config
 from sandbox.python_block import RESULT_FILE, _check_name, _interpret
 from sandbox.workspace import Workspace, _sweep_stale, validate_relpath
@@ -168,6 +175,31 @@ def test_read_log(tmp_path: Path) -> None:
     assert r.launch_failed and r.execve_failed and "[F]" in r.problems
     r = _read_log(tmp_path / "absent")
     assert not r.ran and not r.launch_failed
+
+
+@pytest.mark.parametrize(
+    ("killed_for", "oom", "nsjail_time_limit", "sig", "expected"),
+    [
+        (None, False, False, None, None),  # exited by itself
+        ("output", False, False, 9, "output"),
+        ("timeout", False, False, 9, "wall"),
+        ("timeout", True, False, 9, "wall"),  # our timer fired first: the wall limit
+        (None, True, False, 9, "memory"),
+        (None, False, True, 9, "wall"),  # nsjail's backstop, by its log line
+        (None, False, False, 9, "cpu"),  # a SIGKILL of pid 1 nobody above sent
+        (None, False, False, 24, "cpu"),  # SIGXCPU
+        (None, False, False, 11, None),  # the program's own crash is no limit
+        (None, False, False, 15, None),
+    ],
+)
+def test_limit_reached_says_who_stopped_the_run(
+    killed_for: str | None,
+    oom: bool,
+    nsjail_time_limit: bool,
+    sig: int | None,
+    expected: str | None,
+) -> None:
+    assert _limit_reached(killed_for, oom, nsjail_time_limit, sig) == expected
 
 
 def test_find_nsjail_explicit_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

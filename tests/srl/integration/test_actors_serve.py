@@ -58,8 +58,13 @@ def test_bad_config_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_serve_starts_restarts_and_stops_children_by_pid(tmp_path: Path) -> None:
     fake = tmp_path / "vllm"
-    # Writes what it was started with, then waits like a server would.
-    fake.write_text('#!/bin/sh\necho "gpu=$CUDA_VISIBLE_DEVICES args=$*"\nexec sleep 300\n')
+    # Writes what it was started with, then waits like a server would; on SIGTERM it
+    # says so with its pid before it exits (a SIGTERM blocked in it would never say so).
+    fake.write_text(
+        '#!/bin/sh\necho "gpu=$CUDA_VISIBLE_DEVICES args=$*"\n'
+        "trap 'echo \"TERM $$\"; exit 0' TERM\n"
+        "sleep 300 &\nwait\n"
+    )
     fake.chmod(0o755)
     ports = [free_port(), free_port()]
     cfg = tmp_path / "actors.yaml"
@@ -109,14 +114,17 @@ def test_serve_starts_restarts_and_stops_children_by_pid(tmp_path: Path) -> None
             assert time.monotonic() < deadline, "g0 was not restarted"
             time.sleep(0.1)
 
-        started = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-        # SIGTERM reached the children (not blocked in them): no 10 s wait for SIGKILL.
-        assert time.monotonic() - started < 8
         err = proc.stderr.read()
         assert "g0 (pid" in err and "g0 restarted (pid" in err
         restarted = int(err.split("g0 restarted (pid ")[1].split(")")[0])
+        # SIGTERM reached every running actor and was not blocked in it: each one ran its
+        # TERM trap (rather than being SIGKILLed after the 10 s grace, which runs none).
+        assert f"TERM {pids['g1']}" in (logs / "g1.log").read_text().splitlines()
+        g0_lines = (logs / "g0.log").read_text().splitlines()
+        assert f"TERM {restarted}" in g0_lines
+        assert f"TERM {pids['g0']}" not in g0_lines  # the first g0 was SIGKILLed above
         wait_gone_sync([*pids.values(), restarted], what="every actor to be gone")
     finally:
         if proc.poll() is None:
