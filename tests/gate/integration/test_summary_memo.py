@@ -191,8 +191,9 @@ async def test_gate_list_reads_summaries_from_memos_not_histories(
         child_req = None
         for gid in ids:
             wf = await client.get_workflow_handle(gid).describe()
-            req = await _request_from_history(client, wf)
-            assert req is not None
+            read = await _request_from_history(client, wf)
+            assert read is not None
+            req = read
             if gid == child:
                 child_req = req
             else:
@@ -214,10 +215,10 @@ async def test_gate_list_reads_summaries_from_memos_not_histories(
         history_reads.clear()
         for gid in memo_d:
             desc = await client.get_workflow_handle(gid).describe()
-            access = await gates.access_of(client, desc)
-            req = requests.get(gid) or child_req
-            assert access is not None
-            assert (access.owner, APPROVER in access.approvers) == (req.requester, True)
+            got = await gates.access_of(client, desc)
+            want = requests.get(gid) or child_req
+            assert got is not None and want is not None
+            assert (got.owner, APPROVER in got.approvers) == (want.requester, True)
         assert history_reads == []
 
         # What the approver receives over HTTP: the same rows, the same values, and the
@@ -289,8 +290,8 @@ async def test_unreadable_or_missing_summary_memo_falls_back_to_the_request(
             row = rows[gid]
             assert (row.requester, row.subject, row.approvers) == (who, kind, [APPROVER])
             assert row.expires_at == row.started_at + timedelta(hours=24)  # type: ignore[operator]
-            access = await gates.access_of(client, await client.get_workflow_handle(gid).describe())
-            assert access == RunAccess(owner=who, approvers=[APPROVER])
+            desc = await client.get_workflow_handle(gid).describe()
+            assert await gates.access_of(client, desc) == RunAccess(owner=who, approvers=[APPROVER])
     finally:
         await asyncio.gather(
             *(client.get_workflow_handle(g).terminate("test over") for g in ids),
