@@ -219,8 +219,9 @@ class GateSummaryMemo(BaseModel):
     """What a gate list shows of a gate's request, kept in its memo under
     :data:`GATE_SUMMARY_MEMO` so a list reads it from the visibility row instead of one
     history read per gate. ``client.gate.start_gate`` writes it at the start; a gate
-    started without it (a child of a workflow, ``temporal workflow start``) sets it itself
-    in its first workflow task (patch ``gate-summary-memo``)."""
+    started without it (a child of a workflow, ``temporal workflow start``), or with one
+    that is not its request's, sets it itself in its first workflow task (patch
+    ``gate-summary-memo``)."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -96,8 +96,9 @@ OPEN_LOCAL_PATCH = "gate-open-local"
 # A gate list (``client.gate.list_gates``) read each row's request from its start event:
 # one history read per row, most of ``GET /gates``'s time at volume. Since this patch a
 # gate started without the summary memo (``keel.gates.GATE_SUMMARY_MEMO``: a child of a
-# workflow, ``temporal workflow start``) sets it itself at its start, so lists read it
-# from the visibility row. ``client.gate.start_gate`` writes it at the start (no command).
+# workflow, ``temporal workflow start``), or with one that is not its request's, sets it
+# itself at its start, so lists read it from the visibility row. ``client.gate.start_gate``
+# writes it at the start (then the gate issues no command for it).
 SUMMARY_MEMO_PATCH = "gate-summary-memo"
 
 
@@ -163,7 +164,7 @@ class ApprovalGate:
             and workflow.info().typed_search_attributes.get(READERS_KEY) is None
         ):
             upsert_readers(access_for(request.requester, [request.approvers]))
-        if workflow.patched(SUMMARY_MEMO_PATCH) and not _has_summary_memo():
+        if workflow.patched(SUMMARY_MEMO_PATCH) and _summary_memo() != summary_memo(request):
             workflow.upsert_memo({GATE_SUMMARY_MEMO: summary_memo(request)})
         if self._opened_row is not None:
             await self._open_locally(request, self._opened_row)
@@ -484,14 +485,17 @@ class ApprovalGate:
             workflow.logger.warning("gate notice %s not delivered: %s", event, err.cause)
 
 
-def _has_summary_memo() -> bool:
-    """Whether this gate was started with a readable summary memo (one it cannot read is
-    replaced from its own request)."""
+def _summary_memo() -> GateSummaryMemo | None:
+    """The summary memo this gate was started with; None for none or one it cannot read.
+    Any but its request's own is replaced, so a list never shows what the gate does not
+    enforce."""
     try:
-        memo = workflow.memo_value(GATE_SUMMARY_MEMO, None, type_hint=GateSummaryMemo)
+        memo: GateSummaryMemo | None = workflow.memo_value(
+            GATE_SUMMARY_MEMO, None, type_hint=GateSummaryMemo
+        )
     except (ValueError, TypeError):
-        return False
-    return memo is not None
+        return None
+    return memo
 
 
 def start_search_attributes(request: GateRequest) -> TypedSearchAttributes:

@@ -3,9 +3,10 @@ memo in the visibility row, not from its history (patch ``gate-summary-memo``).
 
 Gates are started every way there is: ``client.gate.start_gate`` (the memo at the start),
 bare ``temporal workflow start`` style (no memo: the gate sets it itself), as a child of
-``KeelDemo`` (likewise), with an unreadable memo (the gate replaces it), and as an older
-gate whose row carries no summary memo (started as ``start_gate`` did before the memo, on
-a task queue no worker polls, so its first task never runs and nothing sets one). Every
+``KeelDemo`` (likewise), with an unreadable memo or one that is not its request's (the
+gate replaces either), and as an older gate whose row carries no summary memo (started as
+``start_gate`` did before the memo, on a task queue no worker polls, so its first task
+never runs and nothing sets one). Every
 row must show what its request says, exactly as the history read showed it before;
 ``client.gate.request_of`` (the history read) is counted and may be called for the older
 gate only.
@@ -144,6 +145,15 @@ async def test_gate_list_reads_summaries_from_memos_not_histories(
         memo={GATE_SUMMARY_MEMO: {"requester": ""}},
         search_attributes=start_search_attributes(req),
     )  # fmt: skip
+    # A readable summary memo that is not the request's (as a hand-made ``temporal
+    # workflow start --memo`` may be): the gate replaces it with its request's.
+    gid, req = request("forged", approvers=[APPROVER], subject="the real one")
+    forged = GateSummaryMemo(requester="mallory", subject="lie", approvers=[], expires_in_s=1)
+    await client.start_workflow(
+        GATE_WORKFLOW_TYPE, req, id=gid, task_queue=queue,
+        memo={GATE_SUMMARY_MEMO: forged},
+        search_attributes=start_search_attributes(req),
+    )  # fmt: skip
     # An older gate: started as ``start_gate`` did before the summary memo (access memo
     # and KeelReaders, no summary), on a queue no worker polls: nothing ever sets one.
     old, req = request("old", approvers=[APPROVER], subject="from before", expires_in_s=7200)
@@ -168,11 +178,18 @@ async def test_gate_list_reads_summaries_from_memos_not_histories(
     try:
 
         async def rows_ready() -> bool:
-            rows = [wf async for wf in client.list_workflows(query)]
-            with_memo = {wf.id for wf in rows if await gates.summary_memo_of(wf) is not None}
-            return len(rows) == len(ids) and with_memo == set(memo_d)
+            rows = {
+                wf.id: await gates.summary_memo_of(wf) async for wf in client.list_workflows(query)
+            }
+            want = {g: summary_memo(r) for g, r in requests.items() if g != old}
+            return (
+                set(rows) == set(ids)
+                and rows[old] is None
+                and rows[child] is not None
+                and all(rows[g] == m for g, m in want.items())
+            )
 
-        await _until(rows_ready, "every gate's row, with the summary memo where it is set")
+        await _until(rows_ready, "every gate's row, with its request's summary memo where set")
         history_reads.clear()
         page = await gates.list_gates(
             client,
@@ -204,14 +221,14 @@ async def test_gate_list_reads_summaries_from_memos_not_histories(
         assert listed[child].parent_id == demo_id and listed[child].approvers == [APPROVER]
 
         # The gates that set their own memo set the request's summary, not another.
-        for gid in ("bare", "garbled"):
+        for gid in ("bare", "garbled", "forged"):
             wf_id = gate_workflow_id(f"memo/{TAG}/{gid}", "deploy")
             desc = await client.get_workflow_handle(wf_id).describe()
             memo = await desc.memo_value(GATE_SUMMARY_MEMO, type_hint=GateSummaryMemo)
             assert memo == summary_memo(requests[wf_id])
 
         # The access check (GET /gates/{id}) reads the memos too: the access memo where
-        # the gate has one, else the summary memo (the bare, garbled and child gates).
+        # the gate has one, else the summary memo (the bare, garbled, forged, child gates).
         history_reads.clear()
         for gid in memo_d:
             desc = await client.get_workflow_handle(gid).describe()
