@@ -211,6 +211,36 @@ class WebhookResult(BaseModel):
     skipped_reason: str = ""
 
 
+#: The memo key of a gate's summary (:class:`GateSummaryMemo`).
+GATE_SUMMARY_MEMO = "keel_gate"
+
+
+class GateSummaryMemo(BaseModel):
+    """What a gate list shows of a gate's request, kept in its memo under
+    :data:`GATE_SUMMARY_MEMO` so a list reads it from the visibility row instead of one
+    history read per gate. ``client.gate.start_gate`` writes it at the start; a gate
+    started without it (a child of a workflow, ``temporal workflow start``), or with one
+    that is not its request's, sets it itself in its first workflow task (patch
+    ``gate-summary-memo``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requester: str = Field(min_length=1)
+    subject: str = ""
+    approvers: list[str] = Field(default_factory=list)
+    expires_in_s: float = Field(gt=0)
+
+
+def summary_memo(request: GateRequest) -> GateSummaryMemo:
+    """The summary memo of a gate started with ``request``."""
+    return GateSummaryMemo(
+        requester=request.requester,
+        subject=request.subject,
+        approvers=list(request.approvers),
+        expires_in_s=request.expires_in_s,
+    )
+
+
 def start_search_attribute_values(request: GateRequest) -> dict[str, str]:
     """The keyword search attributes a gate is started with (``pending`` and its name), so
     visibility lists it as pending before its first workflow task runs; the run upserts

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         GATE_DECIDE_SIGNAL,
         GATE_DECIDE_UPDATE,
         GATE_STATE_QUERY,
+        GATE_SUMMARY_MEMO,
         GATE_WORKFLOW_TYPE,
         CommentEntry,
         GateComment,
@@ -32,12 +33,14 @@ with workflow.unsafe.imports_passed_through():
         GateRequest,
         GateState,
         GateStatus,
+        GateSummaryMemo,
         RefusedDecision,
         WebhookDelivery,
         WebhookTarget,
         check_decision,
         gate_workflow_id,
         start_search_attribute_values,
+        summary_memo,
     )
     from keel.records import GateAuditEvent
     from keel.refs import NOTIFY_HAS_TARGET, NOTIFY_WEBHOOK, RECORD_GATE_EVENT
@@ -90,6 +93,13 @@ AUDIT_ROWS_AT_ONCE_PATCH = "gate-audit-rows-at-once"
 # activities inside the first workflow task, and send no notices when none would: an
 # opened gate then has nothing in flight, and a decision is answered at once.
 OPEN_LOCAL_PATCH = "gate-open-local"
+# A gate list (``client.gate.list_gates``) read each row's request from its start event:
+# one history read per row, most of ``GET /gates``'s time at volume. Since this patch a
+# gate started without the summary memo (``keel.gates.GATE_SUMMARY_MEMO``: a child of a
+# workflow, ``temporal workflow start``), or with one that is not its request's, sets it
+# itself at its start, so lists read it from the visibility row. ``client.gate.start_gate``
+# writes it at the start (then the gate issues no command for it).
+SUMMARY_MEMO_PATCH = "gate-summary-memo"
 
 
 @workflow.defn(name=GATE_WORKFLOW_TYPE)
@@ -154,6 +164,8 @@ class ApprovalGate:
             and workflow.info().typed_search_attributes.get(READERS_KEY) is None
         ):
             upsert_readers(access_for(request.requester, [request.approvers]))
+        if workflow.patched(SUMMARY_MEMO_PATCH) and _summary_memo() != summary_memo(request):
+            workflow.upsert_memo({GATE_SUMMARY_MEMO: summary_memo(request)})
         if self._opened_row is not None:
             await self._open_locally(request, self._opened_row)
         elif self._audit_after_answer:
@@ -471,6 +483,19 @@ class ApprovalGate:
         except ActivityError as err:
             # A notice that cannot be delivered must not decide the gate.
             workflow.logger.warning("gate notice %s not delivered: %s", event, err.cause)
+
+
+def _summary_memo() -> GateSummaryMemo | None:
+    """The summary memo this gate was started with; None for none or one it cannot read.
+    Any but its request's own is replaced, so a list never shows what the gate does not
+    enforce."""
+    try:
+        memo: GateSummaryMemo | None = workflow.memo_value(
+            GATE_SUMMARY_MEMO, None, type_hint=GateSummaryMemo
+        )
+    except (ValueError, TypeError):
+        return None
+    return memo
 
 
 def start_search_attributes(request: GateRequest) -> TypedSearchAttributes:

@@ -22,6 +22,8 @@ CORPUS: tuple[str, ...] = (
     "gate_rejected_signal",
     "gate_readers_signal",
     "gate_self_readers",
+    "gate_summary_memo",
+    "gate_summary_memo_at_start",
     "gate_expired_with_reminders",
     "gate_duplicate_request",
     "gate_shared_key",

@@ -44,17 +44,20 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
+from client.gate import start_gate as start_gate_through_client
 from client.srl import start_collection, upload_tasks
 from client.temporal import connect
 from keel.demo import DemoInput, DemoResult
 from keel.design.steps import DesignAnswers, DesignInput, DesignResult, DesignStatus
 from keel.design.steps import workflow_id as design_workflow_id
 from keel.gates import (
+    GATE_SUMMARY_MEMO,
     GateComment,
     GateDecision,
     GateRequest,
     GateState,
     GateStatus,
+    GateSummaryMemo,
     gate_workflow_id,
 )
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
@@ -220,6 +223,52 @@ async def _gate_gets_readers(ctx: Ctx, scenario: str, *, signal: bool) -> Histor
     )
     result = await handle.result()
     expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
+    return {scenario: await history_json(handle)}
+
+
+async def gate_summary_memo(ctx: Ctx) -> Histories:
+    """A gate started with no memo (``temporal workflow start``, a workflow's child) sets
+    its summary memo itself from its request (patch ``gate-summary-memo``), after its
+    ``KeelReaders``; then it is approved."""
+    scenario = "gate_summary_memo"
+    handle = await start_gate(ctx, scenario, subject="ship v3", expires_in_s=900)
+
+    async def has_memo() -> bool:
+        return GATE_SUMMARY_MEMO in await (await handle.describe()).memo()
+
+    await poll(has_memo, "the gate to set its summary memo")
+    desc = await handle.describe()
+    memo = await desc.memo_value(GATE_SUMMARY_MEMO, type_hint=GateSummaryMemo)
+    want = GateSummaryMemo(
+        requester="alice", subject="ship v3", approvers=["bob"], expires_in_s=900
+    )
+    expect(memo == want, f"the summary memo from the request, got {memo}")
+    await handle.execute_update(
+        ApprovalGate.decide,
+        GateDecision(decision="approve", actor="bob", comment="ok", request_id="r-1"),
+    )
+    result = await handle.result()
+    expect(result.status == GateStatus.APPROVED, f"approved, got {result.status}")
+    return {scenario: await history_json(handle)}
+
+
+async def gate_summary_memo_at_start(ctx: Ctx) -> Histories:
+    """A gate started through ``client.gate.start_gate`` (its access and summary memos and
+    ``KeelReaders`` at the start) after patch ``gate-summary-memo``: it sets nothing
+    itself, then is rejected by signal."""
+    scenario = "gate_summary_memo_at_start"
+    request = GateRequest(name="deploy", requester="alice", approvers=["bob"], subject="v4")
+    handle = await start_gate_through_client(
+        ctx.client,
+        request,
+        gate_id=gate_workflow_id(f"{ID_PREFIX}/{scenario}", request.name),
+        task_queue=ctx.task_queue,
+    )
+    await handle.signal(
+        ApprovalGate.decide_signal, GateDecision(decision="reject", actor="bob", comment="no")
+    )
+    result = await handle.result()
+    expect(result.status == GateStatus.REJECTED, f"rejected, got {result.status}")
     return {scenario: await history_json(handle)}
 
 
@@ -984,6 +1033,8 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_rejected_signal": gate_rejected_signal,
     "gate_readers_signal": gate_readers_signal,
     "gate_self_readers": gate_self_readers,
+    "gate_summary_memo": gate_summary_memo,
+    "gate_summary_memo_at_start": gate_summary_memo_at_start,
     "gate_expired_with_reminders": gate_expired_with_reminders,
     "gate_duplicate_request": gate_duplicate_request,
     "gate_shared_key": gate_shared_key,

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from pydantic import ValidationError
 
-from keel.gates import GateRequest
+from keel.gates import GateRequest, GateSummaryMemo, summary_memo
 
 YEAR_S = 365 * 24 * 3600
 
@@ -40,3 +40,26 @@ def test_the_api_body_has_the_same_limits_as_the_request() -> None:
         OpenGateBody(name="release", remind_every_s=3.0e16)
     body = OpenGateBody(name="release", remind_every_s=YEAR_S, expires_in_s=YEAR_S)
     request(remind_every_s=body.remind_every_s, expires_in_s=body.expires_in_s, max_reminders=1)
+
+
+def test_the_summary_memo_is_what_a_gate_list_shows_of_the_request() -> None:
+    req = GateRequest(
+        name="deploy",
+        requester="alice",
+        approvers=["carol", "bob", "carol"],
+        subject="ship ♡",
+        details={"big": "x" * 1000},
+        expires_in_s=90,
+        webhook_url="http://127.0.0.1:1/hook",
+    )
+    memo = summary_memo(req)
+    assert memo == GateSummaryMemo(
+        requester="alice", subject="ship ♡", approvers=["bob", "carol"], expires_in_s=90
+    )
+    # Only the summary: no details, no webhook url (a memo is in every visibility row).
+    assert set(memo.model_dump()) == {"requester", "subject", "approvers", "expires_in_s"}
+    # A newer writer's extra field is ignored; a memo without a requester or expiry is not one.
+    assert GateSummaryMemo.model_validate({**memo.model_dump(), "later": 1}) == memo
+    for broken in ({"requester": "", "expires_in_s": 1}, {"requester": "alice"}, "text"):
+        with pytest.raises(ValidationError):
+            GateSummaryMemo.model_validate(broken)
