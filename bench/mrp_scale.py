@@ -6,7 +6,7 @@ the same map on raw Ray tasks in the same run; history sizes; a ``kill -9`` mid-
 
 Issue 26 §2 asks for 100,000 shards. On the 2-core machine that size does not fit the
 10-minute bound of one run (raw Ray, a cold and a warm Keel job, the kill job): the default
-is scaled down to ``--shards 20000`` (see docs/mrp.md, "Performance", for the small-size
+is scaled down to ``--shards 20000`` (see docs/mrp-runtime.md, "At volume", for the small-size
 timings it was chosen from). Every part grows linearly in the shard count (compile stores
 one payload per shard, each window records its shards' rows, raw Ray runs one task per
 shard), so the 100,000-shard times are about 5x the printed ones and the ratios stay; run

@@ -7,7 +7,7 @@ Issue 26 §2 asks for 10,000 tasks. The rate is bounded by the answer delay: at 
 ``window / delay`` steps per second for Keel and the floor alike, so 10,000 tasks at the
 default window 8 and delay 1 s take ~21 minutes for each of the two parts, and a run must
 finish within 10 minutes on the 2-core machine. The default is scaled down to
-``--tasks 1000`` (see docs/srl.md, "Performance", for the small-size timings it was chosen
+``--tasks 1000`` (see docs/srl-collect.md, "At volume", for the small-size timings it was chosen
 from). Both parts' times grow linearly with the task count (the window keeps the same
 number in flight; the collection continues as new every ``--per-run`` tasks, so no
 history grows with it), so steps per minute and the ratio are what 10,000 tasks give;
