@@ -52,7 +52,14 @@ import yaml
 from activities.fanout import ray_init, ray_shutdown
 from bench.mrp_fanout import run_raw
 from bench.mrp_history import job
-from bench.volume import history_line, history_sizes, keel_worker, kill9, wait_ready
+from bench.volume import (
+    history_line,
+    history_sizes,
+    keel_worker,
+    kill9,
+    stop_worker,
+    wait_ready,
+)
 from client.temporal import connect
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
@@ -218,8 +225,7 @@ async def main(shards: int, window: int, workers: int, kill_shards: int, kill_wi
         print(f"floor {raw:.2f} s  keel {warm:.2f} s  ratio {warm / raw:.2f}")
     finally:
         for w in workers_started:
-            if w.proc is not None and w.proc.poll() is None:
-                w.stop()
+            stop_worker(w)
         ray_shutdown()
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)

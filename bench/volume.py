@@ -114,15 +114,31 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def kill9(worker: ManagedProcess, timeout_s: float = 30) -> None:
-    """SIGKILL the worker's process group (it, its Ray cluster, Ray's workers); wait,
-    bounded, until all of them are gone; remove the Ray temp dir it cannot remove."""
-    tree = _tree(worker.pid)
+def _ray_dirs(tree: set[int]) -> set[str]:
+    """The Ray temp dirs (``/tmp/keel-ray-*``) that processes of ``tree`` name."""
     cmdlines = []
     for p in tree:
         with contextlib.suppress(OSError):
             cmdlines.append(Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace"))
-    ray_dirs = {m for c in cmdlines for m in re.findall(r"/tmp/keel-ray-[A-Za-z0-9_]+", c)}
+    return {m for c in cmdlines for m in re.findall(r"/tmp/keel-ray-[A-Za-z0-9_]+", c)}
+
+
+def stop_worker(worker: ManagedProcess) -> None:
+    """Stop a worker that still runs (SIGTERM, then SIGKILL, to its group) and remove
+    the Ray temp dir it started, should it not have removed it itself."""
+    if worker.proc is None or worker.proc.poll() is not None:
+        return
+    ray_dirs = _ray_dirs(_tree(worker.pid))
+    worker.stop()
+    for d in ray_dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+async def kill9(worker: ManagedProcess, timeout_s: float = 30) -> None:
+    """SIGKILL the worker's process group (it, its Ray cluster, Ray's workers); wait,
+    bounded, until all of them are gone; remove the Ray temp dir it cannot remove."""
+    tree = _tree(worker.pid)
+    ray_dirs = _ray_dirs(tree)
     os.killpg(worker.pid, signal.SIGKILL)
     assert worker.proc is not None
     await asyncio.to_thread(worker.proc.wait, 10)
