@@ -86,17 +86,18 @@ def bench_config(path: Path, shards: int, workers: int) -> Path:
 
 async def run_keel(
     client: Any, settings: Settings, text: str, job_id: str, window: int
-) -> tuple[float, MRPJobResult, str]:
+) -> tuple[float, MRPJobResult, Any]:
     run_id = uuid.uuid4().hex[:12]
     wid = workflow_id_for(job_id, run_id)
     t0 = time.perf_counter()
-    result: MRPJobResult = await client.execute_workflow(
+    handle = await client.start_workflow(
         MRPJob.run,
         MRPJobInput(job_yaml=text, run_id=run_id, backend="ray", window_size=window),
         id=wid,
         task_queue=settings.task_queue,
     )
-    return time.perf_counter() - t0, result, wid
+    result: MRPJobResult = await handle.result()
+    return time.perf_counter() - t0, result, handle
 
 
 async def kill_part(
@@ -145,7 +146,7 @@ async def kill_part(
     assert sorted(rows) == shards and all(r.output_digest for r in rows.values())
     again = sum(1 for s in recorded if runs[s] > 1)
     doubled_rows = sum(1 for s in recorded if rows[s].executions != 1)
-    sizes = await history_sizes(client, wid)
+    sizes = await history_sizes(client, wid, handle.first_execution_run_id)
     return (len(recorded), again, len(in_flight), sum(runs.values()) - n, doubled_rows,
             sizes, second)  # fmt: skip
 
@@ -185,11 +186,11 @@ async def main(shards: int, window: int, workers: int, kill_shards: int, kill_wi
         timed: dict[str, tuple[float, MRPJobResult]] = {}
         sizes: dict[str, int] = {}
         for kind, (job_id, text) in texts.items():
-            elapsed, result, wid = await run_keel(client, settings, text, job_id, window)
+            elapsed, result, handle = await run_keel(client, settings, text, job_id, window)
             assert result.status == "succeeded", result
             assert result.counters.run == shards, result.counters
             timed[kind] = (elapsed, result)
-            sizes |= await history_sizes(client, wid)
+            sizes |= await history_sizes(client, handle.id, handle.first_execution_run_id)
 
         # 3. kill -9 mid-map, a new worker finishes.
         t1 = time.perf_counter()

@@ -102,7 +102,9 @@ async def main(n: int, window: int, delay: float, per_run: int) -> None:
                 result = await handle.result()
                 keel_s = time.perf_counter() - started
             keel_requests = len(srv.requests) - floor_requests
-        sizes = await history_sizes(client, handle.id)
+        first_run = handle.first_execution_run_id or handle.result_run_id
+        assert first_run is not None
+        sizes = await history_sizes(client, handle.id, first_run)
         rows = list_steps(get_sessionmaker(settings.resolved_database_url), collection)
         t = result.totals
         floor_rate = n / (floor_s / 60)

@@ -22,11 +22,12 @@ from services.processes import ManagedProcess
 ROOT = Path(__file__).resolve().parents[1]
 
 
-async def history_sizes(client: Client, workflow_id: str) -> dict[str, int]:
-    """Events of every run of ``workflow_id`` (its continue-as-new chain) and of every
-    child any of them started, recursively: ``{"<workflow id>/<run id>": events}``."""
+async def history_sizes(client: Client, workflow_id: str, first_run_id: str) -> dict[str, int]:
+    """Events of every run of ``workflow_id`` from ``first_run_id`` on (its continue-as-new
+    chain) and of every child any of them started, recursively:
+    ``{"<workflow id>/<run id>": events}``."""
     sizes: dict[str, int] = {}
-    todo: list[tuple[str, str | None]] = [(workflow_id, None)]
+    todo: list[tuple[str, str]] = [(workflow_id, first_run_id)]
     while todo:
         wid, run_id = todo.pop()
         handle = client.get_workflow_handle(wid, run_id=run_id)
@@ -39,7 +40,7 @@ async def history_sizes(client: Client, workflow_id: str) -> dict[str, int]:
             elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 attrs = e.workflow_execution_continued_as_new_event_attributes
                 todo.append((wid, attrs.new_execution_run_id))
-        sizes[f"{wid}/{handle.run_id or 'latest'}"] = events
+        sizes[f"{wid}/{run_id}"] = events
     return sizes
 
 
