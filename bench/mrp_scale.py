@@ -5,14 +5,18 @@ the same map on raw Ray tasks in the same run; history sizes; a ``kill -9`` mid-
                                      [--kill-shards 2000] [--kill-window 100]
 
 Issue 26 §2 asks for 100,000 shards. On the 2-core machine that size does not fit the
-10-minute bound of one run (raw Ray, a cold and a warm Keel job, the kill job): the default
-is scaled down to ``--shards 20000`` (see docs/mrp-runtime.md, "At volume", for the small-size
-timings it was chosen from). Every part grows linearly in the shard count (compile stores
-one payload per shard, each window records its shards' rows, raw Ray runs one task per
-shard), so the 100,000-shard times are about 5x the printed ones and the ratios stay; run
-``--shards 100000`` on a larger machine to measure it directly. The history size does
-not grow with shards but with windows: ``shards / window`` map windows of ~6 events each
-(100 windows at 100,000 shards with the default window of 1,000).
+10-minute bound of one run (raw Ray, a cold and a warm Keel job, the kill job), so the
+default is scaled down to ``--shards 10000``. Timed small sizes (2 cores shared with a
+test-suite run, ``nice -n 19``): 1,000 shards 2.9-4.7 min in all, 5,000 shards 4.1 min,
+of which ~2-2.5 min do not depend on the size (dev server and Ray starts, the worker's
+start, the kill job); the Keel jobs took 8-14 ms a shard there (a few ms on an idle
+machine), so 10,000 shards take ~5-8 min loaded and 100,000 would take ~30-50 min.
+Every Keel and raw Ray time grows linearly with the shard count (compile stores one
+payload per shard, each window records its shards' rows, raw Ray runs one task per
+shard): the 100,000-shard times are about 10x the printed ones and the ratios stay; run
+``--shards 100000`` where the time is there to measure it directly. The history size does
+not grow with shards but with windows: ~6 events per map window, ``shards / window``
+windows (10 at the default size, 100 at 100,000 shards with the default window 1,000).
 
 One run of this script, everything on loopback, in a temp dir, stopped by PID at the end:
 
@@ -234,7 +238,7 @@ async def main(shards: int, window: int, workers: int, kill_shards: int, kill_wi
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--shards", type=int, default=20_000)
+    parser.add_argument("--shards", type=int, default=10_000)
     parser.add_argument("--window", type=int, default=1000, help="shards per map window")
     parser.add_argument("--workers", type=int, default=2, help="Ray CPUs and policy.max_workers")
     parser.add_argument("--kill-shards", type=int, default=2000)
