@@ -9,7 +9,7 @@ Issue 26 §2 asks for 100,000 shards. On the 2-core machine that size does not f
 default is scaled down to ``--shards 10000``. Timed small sizes (2 cores shared with a
 test-suite run, ``nice -n 19``): 1,000 shards 2.9-4.7 min in all, 5,000 shards 4.1 min,
 of which ~2-2.5 min do not depend on the size (dev server and Ray starts, the worker's
-start, the kill job); the Keel jobs took 8-14 ms a shard there (a few ms on an idle
+start, the kill job); the warm Keel jobs took 8-14 ms a shard there (a few ms on an idle
 machine), so 10,000 shards take ~5-8 min loaded and 100,000 would take ~30-50 min.
 Every Keel and raw Ray time grows linearly with the shard count (compile stores one
 payload per shard, each window records its shards' rows, raw Ray runs one task per
