@@ -32,7 +32,6 @@ import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +40,15 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
 
 from api.app import create_app  # noqa: E402
 from bench.floor import FloorGate, FloorState  # noqa: E402
+from bench.harness import bench_worker  # noqa: E402
 from bench.stats import p90  # noqa: E402
 from client.temporal import connect  # noqa: E402
 from keel.gates import GateDecision, GateRequest  # noqa: E402
 from keel.settings import Settings  # noqa: E402
 from services.processes import TemporalDevServer, free_port  # noqa: E402
-from workers.main import WORKFLOWS, build_activities  # noqa: E402
 from workflows.gate import ApprovalGate  # noqa: E402
 
 
@@ -87,14 +85,7 @@ async def main(n: int, settle_s: float) -> None:
         query_ms: list[float] = []
         signal_ms: list[float] = []
         health_ms: list[float] = []
-        worker = Worker(
-            client,
-            task_queue=settings.task_queue,
-            workflows=[*WORKFLOWS, FloorGate],
-            activities=build_activities(settings),
-            # build_activities has sync activities (design.load), which need an executor.
-            activity_executor=ThreadPoolExecutor(max_workers=8),
-        )
+        worker = bench_worker(client, settings)
         base = f"http://127.0.0.1:{settings.api_port}"
         requester = {"Authorization": f"Bearer {token(settings, 'requester')}"}
         approver = {"Authorization": f"Bearer {token(settings, 'approver')}"}

@@ -95,10 +95,11 @@ class LocalServices:
         self, workflow_id: str, log_name: str = "cli-worker.log", wait_s: float = 3.0
     ) -> None:
         """Start one ``keel worker`` unless a worker picks up ``workflow_id``'s first
-        workflow task within ``wait_s`` seconds.
+        workflow task within ``wait_s`` seconds; at once when no worker polls the queue.
 
-        Watching the run, not the task queue's poller list: Temporal keeps listing a
-        worker as a poller for minutes after it stopped.
+        An empty poller list is proof enough that no worker runs; a listed poller is
+        not, since Temporal keeps listing a worker for minutes after it stopped: then
+        the run is watched for a worker picking it up.
         """
         from temporalio.api.enums.v1 import PendingWorkflowTaskState
         from temporalio.client import WorkflowExecutionStatus
@@ -107,7 +108,7 @@ class LocalServices:
             return  # keel up runs its own worker (it may still be starting)
         handle = self._client.get_workflow_handle(workflow_id)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
+        deadline = loop.time() + (wait_s if await self._polled() else 0.0)
         while loop.time() < deadline:
             desc = await handle.describe()
             task = desc.raw_description.pending_workflow_task
@@ -125,6 +126,26 @@ class LocalServices:
         )
         self.worker = keel_process("worker", log)
         self.worker.start()
+
+    async def _polled(self) -> bool:
+        """Whether any worker polls (or polled lately) the task queue for workflow tasks."""
+        from temporalio.api.enums.v1 import TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+        from temporalio.service import RPCError
+
+        assert self._client is not None
+        try:
+            desc = await self._client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=self._client.namespace,
+                    task_queue=TaskQueue(name=self.settings.task_queue),
+                    task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+                )
+            )
+        except RPCError:  # a refused call: watch the run instead
+            return True
+        return bool(desc.pollers)
 
     def stop(self, stay: bool = False) -> None:
         """Stop what this command started; with ``stay`` leave it running and say how to stop it."""

@@ -5,15 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from services.model_server import unavailable_reason
 from services.processes import free_port
-from tests.support.faults import wait_gone_sync
 
 KEEL = [sys.executable, "-m", "cli.keel"]
 
@@ -80,45 +77,6 @@ def test_help_is_clean_and_imports_no_runtime():
     assert "cli.keel" in imported or "cli" in imported, proc.stderr[-2000:]
     for heavy in ("litellm", "temporalio.worker", "ray", "sqlalchemy"):
         assert heavy not in imported, heavy
-
-
-def test_up_status_second_up_and_down(tmp_path):
-    env = keel_env(tmp_path / "keel")
-    up = subprocess.Popen(
-        [*KEEL, "up", "--no-model"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "keel" / "run" / "up.json").exists():
-            assert up.poll() is None, up.stderr.read() if up.stderr else ""
-            assert time.monotonic() < deadline, "keel up did not come up"
-            time.sleep(0.2)
-        # keel up names the console beside the Web UI, and the API serves it there.
-        assert up.stdout is not None
-        printed: list[str] = []
-        while not printed or not printed[-1].strip().startswith(("Console", "Stop with")):
-            assert len(printed) < 30, printed
-            printed.append(up.stdout.readline())
-        console = printed[-1].split()[1]
-        assert console == f"http://127.0.0.1:{env['KEEL_API_PORT']}/ui", printed
-        page = httpx.get(console, timeout=10)
-        assert page.status_code == 200 and "<title>Keel console</title>" in page.text
-        status = run(["status", "--text"], env)
-        assert status.returncode == 0, status.stderr
-        for name in ("temporal", "worker", "api"):
-            assert name in status.stdout
-        assert "DEAD" not in status.stdout
-        twin = run(["up", "--no-model"], env)
-        assert twin.returncode == 1 and "already running" in twin.stderr
-        pids = [int(line.split()[2]) for line in status.stdout.splitlines()[1:]]
-        down = run(["down", "--text"], env)
-        assert down.returncode == 0 and "down" in down.stdout
-        up.wait(timeout=60)
-        wait_gone_sync(pids, what="every service keel up started to be gone after keel down")
-        assert run(["status"], env).returncode == 3
-    finally:
-        stop_up(up)
 
 
 def test_cli_exits_cleanly_after_using_the_temporal_client(tmp_path, temporal_address):

@@ -1,4 +1,7 @@
-"""``keel up`` restarts a killed worker and keeps Temporal and the API up (issue 15 §5)."""
+"""``keel up`` as a user runs it: it names the console, ``keel status`` lists its services,
+a second ``keel up`` is refused, a killed worker is restarted while Temporal and the API
+stay up (issue 15 §5), a gate then completes through the API, and ``keel down`` stops
+every service it started. One ``keel up`` for all of it: each start costs about 20 s."""
 
 from __future__ import annotations
 
@@ -59,7 +62,7 @@ def test_restart_backoff_doubles_to_a_cap_and_resets_after_a_healthy_run():
 
 
 @pytest.mark.slow
-def test_killed_worker_is_restarted_and_a_gate_completes_through_the_api(tmp_path):
+def test_up_status_twin_worker_restart_gate_and_down(tmp_path):
     data = tmp_path / "keel"
     env = keel_env(data)
     up = subprocess.Popen(
@@ -72,6 +75,25 @@ def test_killed_worker_is_restarted_and_a_gate_completes_through_the_api(tmp_pat
             assert up.poll() is None, up.stderr.read() if up.stderr else ""
             assert time.monotonic() < deadline, "keel up did not come up"
             time.sleep(0.2)
+        # keel up names the console beside the Web UI, and the API serves it there.
+        assert up.stdout is not None
+        printed: list[str] = []
+        while not printed or not printed[-1].strip().startswith(("Console", "Stop with")):
+            assert len(printed) < 30, printed
+            printed.append(up.stdout.readline())
+        console = printed[-1].split()[1]
+        assert console == f"http://127.0.0.1:{env['KEEL_API_PORT']}/ui", printed
+        page = httpx.get(console, timeout=10)
+        assert page.status_code == 200 and "<title>Keel console</title>" in page.text
+        status = run(["status", "--text"], env)
+        assert status.returncode == 0, status.stderr
+        for name in ("temporal", "worker", "api"):
+            assert name in status.stdout
+        assert "DEAD" not in status.stdout
+        twin = run(["up", "--no-model"], env)
+        assert twin.returncode == 1 and "already running" in twin.stderr
+        first_pids = [int(line.split()[2]) for line in status.stdout.splitlines()[1:]]
+
         t_up = time.monotonic()
         before = _state(data)["services"]
         os.kill(int(before["worker"]["pid"]), signal.SIGKILL)
@@ -121,10 +143,14 @@ def test_killed_worker_is_restarted_and_a_gate_completes_through_the_api(tmp_pat
         status = run(["status", "--text"], env)
         assert status.returncode == 0 and "DEAD" not in status.stdout, status.stdout
         down = run(["down", "--text"], env)
-        assert down.returncode == 0
+        assert down.returncode == 0 and "down" in down.stdout
         up.wait(timeout=60)
         stderr = up.stderr.read() if up.stderr else ""
         assert "restarting it in 1s" in stderr and "worker restarted" in stderr, stderr
-        wait_gone_sync([int(after["worker"]["pid"])], what="the restarted worker to be gone")
+        wait_gone_sync(
+            [*first_pids, int(after["worker"]["pid"])],
+            what="every service keel up started, the restarted worker too, to be gone",
+        )
+        assert run(["status"], env).returncode == 3
     finally:
         stop_up(up)

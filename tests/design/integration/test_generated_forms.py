@@ -5,11 +5,9 @@ regions; online retrieval (RAG) on a high budget.
 Each tree must hold real resources (no ``aws_ssm_parameter`` standing in for a service,
 nothing named placeholder) and every capability in every region of the form;
 ``design diff``'s domain between two of them names the Terraform resources and cost
-lines that changed. The validators (HCL parse and checkov among them) run on trees of
-these shapes in ``test_app_validators.py`` (batch in one region on a low budget,
-streaming and online RAG in three regions) and ``test_validators.py`` (the five golden
-cases; the batch form here is the golden ``batch_training``): each tree is validated
-once in the suite.
+lines that changed. The validators (HCL parse and checkov among them) run in
+``test_validators.py`` on the shapes that together generate everything any shape here
+generates (its ``VALIDATED``; a test there keeps that true).
 """
 
 from __future__ import annotations

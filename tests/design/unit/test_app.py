@@ -2,7 +2,7 @@
 plan shape, what varies with the plan, deterministic, and valid Python everywhere.
 
 The validators' verdict on these trees (ruff, mypy, pytest in the jail, hadolint,
-actionlint, ...) is in tests/design/integration/test_app_validators.py.
+actionlint, ...) is in tests/design/integration/test_validators.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,116 @@
+"""What the API benches share: a dev server, Keel's settings on it, the API on loopback,
+and starting thousands of workflows fast.
+
+* :func:`dev_server`: a Temporal dev server (SQLite WAL) on a free loopback port in a
+  temporary folder, stopped by its PID on exit;
+* :func:`bench_settings`: ``Settings`` for that server, a fresh task queue and store;
+* :func:`serve_api`: the API (``uvicorn`` on loopback, in this process) while the block
+  runs; its base URL is what the block gets;
+* :func:`bench_worker`: a worker of Keel's workflows and activities and ``FloorGate``
+  (bench/floor.py) on ``settings.task_queue``;
+* :func:`role_token`: the actor and bearer token of the first API token with a role;
+* :func:`in_chunks`: run one coroutine per item, at most ``chunk`` at once
+  (``asyncio.gather`` per chunk), and say how long it took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvicorn
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from api.app import create_app
+from bench.floor import FloorGate
+from keel.settings import Settings
+from services.processes import TemporalDevServer, free_port
+from workers.main import WORKFLOWS, build_activities
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@contextlib.contextmanager
+def dev_server(prefix: str) -> Iterator[tuple[TemporalDevServer, Path]]:
+    """A dev server in a fresh temporary folder (also handed back for the store)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    server = TemporalDevServer(tmp / "t.db", tmp / "t.log", port=free_port(), ui_port=None)
+    server.start()
+    try:
+        yield server, tmp
+    finally:
+        server.stop()
+
+
+def bench_settings(server: TemporalDevServer, tmp: Path, **overrides: Any) -> Settings:
+    """Keel's settings on ``server``: test env, a fresh task queue, the store under ``tmp``."""
+    values: dict[str, Any] = {
+        "env": "test",
+        "data_dir": tmp / "keel",
+        "temporal_address": server.address,
+        "task_queue": f"bench-{uuid.uuid4()}",
+        "api_port": free_port(),
+    }
+    return Settings(**(values | overrides))
+
+
+@contextlib.asynccontextmanager
+async def serve_api(settings: Settings, client: Client) -> AsyncIterator[str]:
+    """The API on ``127.0.0.1:settings.api_port`` in this process; yields its base URL."""
+    api = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings, client=client),
+            host="127.0.0.1",
+            port=settings.api_port,
+            log_level="warning",
+        )
+    )
+    serving = asyncio.create_task(api.serve())
+    try:
+        while not api.started:
+            if serving.done():
+                serving.result()  # raises what stopped it
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{settings.api_port}"
+    finally:
+        api.should_exit = True
+        await serving
+
+
+async def in_chunks(
+    items: Sequence[T], run: Callable[[T], Awaitable[R]], *, chunk: int = 200
+) -> tuple[list[R], float]:
+    """``run(item)`` for every item, ``chunk`` at a time; the results and seconds taken."""
+    t0 = time.perf_counter()
+    out: list[R] = []
+    for i in range(0, len(items), chunk):
+        out.extend(await asyncio.gather(*(run(x) for x in items[i : i + chunk])))
+    return out, time.perf_counter() - t0
+
+
+def bench_worker(client: Client, settings: Settings) -> Worker:
+    """Keel's workflows and activities (``workers.main``) and ``FloorGate``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[*WORKFLOWS, FloorGate],
+        activities=build_activities(settings),
+        # build_activities has sync activities (design.load), which need an executor.
+        activity_executor=ThreadPoolExecutor(max_workers=8),
+    )
+
+
+def role_token(settings: Settings, role: str) -> tuple[str, str]:
+    """The actor and bearer token of the first of ``settings.api_tokens`` with ``role``."""
+    tok = next(t for t in settings.api_tokens if role in t.roles)
+    return tok.actor, tok.token.get_secret_value()
