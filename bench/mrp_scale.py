@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -54,6 +53,7 @@ from typing import Any
 import yaml
 
 from activities.fanout import ray_init, ray_shutdown
+from bench.harness import bench_settings, dev_server
 from bench.mrp_fanout import run_raw
 from bench.mrp_history import job
 from bench.volume import (
@@ -67,7 +67,7 @@ from bench.volume import (
 from client.temporal import connect
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
-from services.processes import ManagedProcess, TemporalDevServer, free_port
+from services.processes import ManagedProcess
 from store.db import get_sessionmaker
 from store.mrp_runs import list_shards
 from tests.support.mrp_jobs import items_job_yaml
@@ -156,84 +156,82 @@ async def kill_part(
 
 
 async def main(shards: int, window: int, workers: int, kill_shards: int, kill_window: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-mrp-scale-"))
-    server = TemporalDevServer(tmp / "t.db", tmp / "t.log", port=free_port(), ui_port=None)
-    server.start()
-    workers_started: list[ManagedProcess] = []
-    try:
-        config = bench_config(tmp / "mrp.yaml", max(shards, kill_shards), workers)
-        settings = Settings(
-            env="test", data_dir=tmp / "keel", temporal_address=server.address,
-            task_queue=f"bench-{uuid.uuid4()}", metrics_port=0, mrp_config=config,
-        )  # fmt: skip
-        env = {"KEEL_MRP_CONFIG": str(config), "KEEL_MODELS_CONFIG": str(settings.models_config)}
-        client = await connect(settings)
-        texts = {
-            k: (jid := f"scale-{k}-{uuid.uuid4().hex[:6]}", job(jid, shards, workers))
-            for k in ("cold", "warm")
-        }
+    with dev_server("keel-bench-mrp-scale-") as (server, tmp):
+        workers_started: list[ManagedProcess] = []
+        try:
+            config = bench_config(tmp / "mrp.yaml", max(shards, kill_shards), workers)
+            settings = bench_settings(server, tmp, metrics_port=0, mrp_config=config)
+            env = {
+                "KEEL_MRP_CONFIG": str(config),
+                "KEEL_MODELS_CONFIG": str(settings.models_config),
+            }
+            client = await connect(settings)
+            texts = {
+                k: (jid := f"scale-{k}-{uuid.uuid4().hex[:6]}", job(jid, shards, workers))
+                for k in ("cold", "warm")
+            }
 
-        # 1. The floor: raw Ray tasks in this process, then Ray is shut down.
-        t0 = time.perf_counter()
-        ray_init(workers)
-        await asyncio.to_thread(run_raw, job("warm-raw", 20, workers), workers, settings)
-        raw, n = await asyncio.to_thread(run_raw, texts["warm"][1], workers, settings)
-        assert n == shards
-        ray_shutdown()
-        raw_part = time.perf_counter() - t0
+            # 1. The floor: raw Ray tasks in this process, then Ray is shut down.
+            t0 = time.perf_counter()
+            ray_init(workers)
+            await asyncio.to_thread(run_raw, job("warm-raw", 20, workers), workers, settings)
+            raw, n = await asyncio.to_thread(run_raw, texts["warm"][1], workers, settings)
+            assert n == shards
+            ray_shutdown()
+            raw_part = time.perf_counter() - t0
 
-        # 2. Keel: a worker process; its first job (cold), then a second (warm).
-        log = tmp / "worker-1.log"
-        first = keel_worker(settings, log, env)
-        workers_started.append(first)
-        await wait_ready(first, log)
-        timed: dict[str, tuple[float, MRPJobResult]] = {}
-        sizes: dict[str, int] = {}
-        for kind, (job_id, text) in texts.items():
-            elapsed, result, handle = await run_keel(client, settings, text, job_id, window)
-            assert result.status == "succeeded", result
-            assert result.counters.run == shards, result.counters
-            timed[kind] = (elapsed, result)
-            sizes |= await history_sizes(client, handle.id, handle.first_execution_run_id)
+            # 2. Keel: a worker process; its first job (cold), then a second (warm).
+            log = tmp / "worker-1.log"
+            first = keel_worker(settings, log, env)
+            workers_started.append(first)
+            await wait_ready(first, log)
+            timed: dict[str, tuple[float, MRPJobResult]] = {}
+            sizes: dict[str, int] = {}
+            for kind, (job_id, text) in texts.items():
+                elapsed, result, handle = await run_keel(client, settings, text, job_id, window)
+                assert result.status == "succeeded", result
+                assert result.counters.run == shards, result.counters
+                timed[kind] = (elapsed, result)
+                sizes |= await history_sizes(client, handle.id, handle.first_execution_run_id)
 
-        # 3. kill -9 mid-map, a new worker finishes.
-        t1 = time.perf_counter()
-        recorded, again, in_flight, extra, doubled, kill_sizes, second = await kill_part(
-            client, settings, tmp, env, kill_shards, kill_window, workers, first
-        )
-        workers_started.append(second)
-        kill_wall = time.perf_counter() - t1
-        sizes |= kill_sizes
+            # 3. kill -9 mid-map, a new worker finishes.
+            t1 = time.perf_counter()
+            recorded, again, in_flight, extra, doubled, kill_sizes, second = await kill_part(
+                client, settings, tmp, env, kill_shards, kill_window, workers, first
+            )
+            workers_started.append(second)
+            kill_wall = time.perf_counter() - t1
+            sizes |= kill_sizes
 
-        warm = timed["warm"][0]
-        print(
-            f"shards: {shards} (one one-word item each, word-count), window {window}, "
-            f"Ray CPUs {workers}; dev server (SQLite), a keel worker process, this machine"
-        )
-        print(f"{'':<40}{'seconds':>9}{'shards/s':>10}{'ratio':>8}")
-        print(f"{'raw Ray tasks (floor)':<40}{raw:>9.2f}{shards / raw:>10.1f}{1:>8.2f}")
-        for kind, (elapsed, result) in timed.items():
-            m = result.phase_timings.get("map", 0.0)
-            print(f"{f'Keel {kind}, end to end':<40}{elapsed:>9.2f}{shards / elapsed:>10.1f}"
-                  f"{elapsed / raw:>8.2f}")  # fmt: skip
-            print(f"{f'Keel {kind}, map phase':<40}{m:>9.2f}{shards / m:>10.1f}{m / raw:>8.2f}")
-            phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phase_timings.items())
-            print(f"  {kind} phases (s): {phases}")
-        print(history_line(sizes))
-        print(
-            f"kill -9 mid-map ({kill_shards} slow shards, window {kill_window}, "
-            f"{kill_wall:.1f} s): {recorded} shards recorded before the kill, "
-            f"{again} of them recomputed, {doubled} with executions != 1; {in_flight} in "
-            f"flight at the kill, {extra} operator runs beyond one per shard"
-        )
-        print(f"(raw Ray part incl. Ray start {raw_part:.1f} s)")
-        print(f"floor {raw:.2f} s  keel {warm:.2f} s  ratio {warm / raw:.2f}")
-    finally:
-        for w in workers_started:
-            stop_worker(w)
-        ray_shutdown()
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+            warm = timed["warm"][0]
+            print(
+                f"shards: {shards} (one one-word item each, word-count), window {window}, "
+                f"Ray CPUs {workers}; dev server (SQLite), a keel worker process, this machine"
+            )
+            print(f"{'':<40}{'seconds':>9}{'shards/s':>10}{'ratio':>8}")
+            print(f"{'raw Ray tasks (floor)':<40}{raw:>9.2f}{shards / raw:>10.1f}{1:>8.2f}")
+            for kind, (elapsed, result) in timed.items():
+                m = result.phase_timings.get("map", 0.0)
+                print(f"{f'Keel {kind}, end to end':<40}{elapsed:>9.2f}{shards / elapsed:>10.1f}"
+                      f"{elapsed / raw:>8.2f}")  # fmt: skip
+                print(f"{f'Keel {kind}, map phase':<40}{m:>9.2f}{shards / m:>10.1f}{m / raw:>8.2f}")
+                phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phase_timings.items())
+                print(f"  {kind} phases (s): {phases}")
+            print(history_line(sizes))
+            print(
+                f"kill -9 mid-map ({kill_shards} slow shards, window {kill_window}, "
+                f"{kill_wall:.1f} s): {recorded} shards recorded before the kill, "
+                f"{again} of them recomputed, {doubled} with executions != 1; {in_flight} in "
+                f"flight at the kill, {extra} operator runs beyond one per shard"
+            )
+            print(f"(raw Ray part incl. Ray start {raw_part:.1f} s)")
+            print(f"floor {raw:.2f} s  keel {warm:.2f} s  ratio {warm / raw:.2f}")
+        finally:
+            for w in workers_started:
+                stop_worker(w)
+            ray_shutdown()
+    # After the dev server stopped; a run that failed keeps its folder (the worker logs).
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

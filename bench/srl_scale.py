@@ -39,18 +39,15 @@ import argparse
 import asyncio
 import os
 import shutil
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from bench.floor import FloorCall, floor_complete
+from bench.harness import bench_settings, dev_server
 from bench.volume import history_line, history_sizes
 from client.srl import start_collection, upload_tasks
 from client.temporal import connect
-from keel.settings import Settings
 from keel.srl.steps import CollectionInput
-from services.processes import TemporalDevServer, free_port
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.srl_steps import list_steps
@@ -74,18 +71,14 @@ async def floor_part(base_url: str, n: int, window: int) -> float:
 
 
 async def main(n: int, window: int, delay: float, per_run: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-srl-scale-"))
-    server = TemporalDevServer(tmp / "t.db", tmp / "t.log", port=free_port(), ui_port=None)
-    server.start()
-    try:
+    with dev_server("keel-bench-srl-scale-") as (server, tmp):
         with ScriptedOpenAIServer(default=ScriptedReply(content=SWAP_ANSWER, delay_s=delay)) as srv:
             await floor_part(srv.base_url, min(n, 2 * window), window)  # warm-up (LiteLLM import)
             floor_s = await floor_part(srv.base_url, n, window)
             floor_requests = len(srv.requests)
 
-            settings = Settings(
-                env="test", data_dir=tmp / "keel", temporal_address=server.address,
-                task_queue=f"bench-srl-{uuid.uuid4().hex[:8]}", metrics_port=0,
+            settings = bench_settings(
+                server, tmp, metrics_port=0,
                 models_config=write_models_config(tmp / "models.yaml", srv.base_url),
             )  # fmt: skip
             digest, count = upload_tasks(
@@ -130,9 +123,8 @@ async def main(n: int, window: int, delay: float, per_run: int) -> None:
         )
         print(f"floor {floor_rate:.1f} steps/min  keel {keel_rate:.1f} steps/min  "
               f"ratio {keel_rate / floor_rate:.2f}")  # fmt: skip
-    finally:
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+    # After the dev server stopped; a run that failed keeps its folder.
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
