@@ -89,11 +89,12 @@ def raw_map(
     return invoke_map(handle.spec, handle.load(), items, ctx)
 
 
-def run_raw(yaml_text: str, num_cpus: int) -> tuple[float, int]:
-    """Compile the job (for the same shards and seeds), run its map on raw Ray."""
+def run_raw(yaml_text: str, num_cpus: int, settings: Settings | None = None) -> tuple[float, int]:
+    """Compile the job (for the same shards and seeds), run its map on raw Ray (the MRP
+    config of ``settings``, default the shipped one)."""
     import ray
 
-    config = load_mrp_config(Settings())
+    config = load_mrp_config(settings or Settings())
     compiled = config.compile_job(yaml_text)
     handle = config.handle(compiled.ir.operators["map"].ref)
     params = dict(compiled.ir.operators["map"].params)

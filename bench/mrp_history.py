@@ -31,7 +31,7 @@ from workers.main import build_worker
 from workflows.mrp import MRPJob
 
 
-def job(job_id: str, shards: int) -> str:
+def job(job_id: str, shards: int, max_workers: int = 8, operator: str = "word-count@1.0.0") -> str:
     items = json.dumps([f"w{i}" for i in range(shards)])
     return f"""
 dsl_version: "0.1"
@@ -40,14 +40,14 @@ inputs:
   items: {items}
   by: item
 map:
-  operator: word-count@1.0.0
+  operator: {operator}
 reduce:
   operator: numeric-sum@1.0.0
 produce:
   operator: json-writer@1.0.0
   sink: {{kind: json, destination: out/{job_id}.json}}
 policy:
-  max_workers: 8
+  max_workers: {max_workers}
   budget_units: "1000000"
 """
 

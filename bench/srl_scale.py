@@ -1,0 +1,137 @@
+"""SRL at volume: a collection of many tasks against a scripted OpenAI-compatible server
+with a fixed answer delay, against the same number of direct calls to that server.
+
+    uv run python bench/srl_scale.py [--tasks N] [--window 8] [--delay 1.0] [--per-run 200]
+
+Issue 26 §2 asks for 10,000 tasks. The rate is bounded by the answer delay: at most
+``window / delay`` steps per second for Keel and the floor alike, so 10,000 tasks at the
+default window 8 and delay 1 s take ~21 minutes for the floor alone, and a run must
+finish within 10 minutes on the 2-core machine. The default is scaled down to
+``--tasks 1000``: timed (2 cores shared with a test-suite run, ``nice -n 19``) 200 tasks
+1.6-1.9 min in all, 1,000 tasks 6.8 min (floor 135 s, Keel 236 s, the rest starts and
+history counting). Both parts' times grow linearly with the task count (the window keeps
+the same number in flight; the collection continues as new every ``--per-run`` tasks, so
+no history grows with it), so steps per minute and the ratio are what 10,000 tasks give
+(10,000 tasks would take ~60 min here); run ``--tasks 10000`` where the time is there to
+measure it directly.
+
+One run, everything on loopback, in a temp dir, stopped by PID at the end:
+
+- the server: ``tests/support/scripted_openai`` answering every chat completion, after
+  ``--delay`` seconds, with a well-formed step (``tests/support/srl.SWAP_ANSWER``) that
+  solves each task (``divide_tasks``: swap the two arguments of ``divide``);
+- **floor**: ``--tasks`` chat completions through LiteLLM straight to that server
+  (``bench/floor.floor_complete``), ``--window`` at a time: no Temporal, no sandbox, no SQL;
+- **Keel**: an ``SRLCollection`` of the same tasks, ``source: teacher`` through the LLM
+  gateway to that server, ``--window`` episodes in flight, one step each, on a dev server
+  and an in-process worker: each step is a child workflow whose answer is parsed, applied
+  in nsjail by ast-grep, rewarded and written as a row.
+
+Prints both rates and checks: every history (each collection run and every episode)
+under 10,000 events, the step rows in the store equal to the task count (and verified),
+the server's request count. Last line: ``floor <steps/min>  keel <steps/min>  ratio <x>``
+(Keel's rate over the floor's; goal >= 0.8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import time
+import uuid
+
+from bench.floor import FloorCall, floor_complete
+from bench.harness import bench_settings, dev_server
+from bench.volume import history_line, history_sizes
+from client.srl import start_collection, upload_tasks
+from client.temporal import connect
+from keel.srl.steps import CollectionInput
+from store.artifacts import artifact_store_from_settings
+from store.db import get_sessionmaker
+from store.srl_steps import list_steps
+from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
+from tests.support.srl import SWAP_ANSWER, divide_tasks, tasks_jsonl
+from workers.main import build_worker
+
+
+async def floor_part(base_url: str, n: int, window: int) -> float:
+    """Seconds for ``n`` direct chat completions, ``window`` at a time."""
+    gate = asyncio.Semaphore(window)
+
+    async def one(i: int) -> None:
+        async with gate:
+            text = await floor_complete(FloorCall(api_base=base_url, prompt=f"task {i}"))
+            assert SWAP_ANSWER.endswith(text), text  # LiteLLM moves <think> aside
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return time.perf_counter() - started
+
+
+async def main(n: int, window: int, delay: float, per_run: int) -> None:
+    with dev_server("keel-bench-srl-scale-") as (server, tmp):
+        with ScriptedOpenAIServer(default=ScriptedReply(content=SWAP_ANSWER, delay_s=delay)) as srv:
+            await floor_part(srv.base_url, min(n, 2 * window), window)  # warm-up (LiteLLM import)
+            floor_s = await floor_part(srv.base_url, n, window)
+            floor_requests = len(srv.requests)
+
+            settings = bench_settings(
+                server, tmp, metrics_port=0,
+                models_config=write_models_config(tmp / "models.yaml", srv.base_url),
+            )  # fmt: skip
+            digest, count = upload_tasks(
+                artifact_store_from_settings(settings), tasks_jsonl(divide_tasks(n))
+            )
+            assert count == n
+            client = await connect(settings)
+            collection = f"scale-{uuid.uuid4().hex[:8]}"
+            inp = CollectionInput(
+                collection=collection, tasks_digest=digest, task_count=count,
+                source="teacher", model="local", window=window, max_steps=1, per_run=per_run,
+            )  # fmt: skip
+            async with build_worker(client, settings):
+                started = time.perf_counter()
+                handle = await start_collection(client, inp, task_queue=settings.task_queue)
+                result = await handle.result()
+                keel_s = time.perf_counter() - started
+            keel_requests = len(srv.requests) - floor_requests
+        first_run = handle.first_execution_run_id or handle.result_run_id
+        assert first_run is not None
+        sizes = await history_sizes(client, handle.id, first_run)
+        rows = list_steps(get_sessionmaker(settings.resolved_database_url), collection)
+        t = result.totals
+        floor_rate = n / (floor_s / 60)
+        keel_rate = t.steps / (keel_s / 60)
+        print(
+            f"tasks: {n}, window {window}, answer delay {delay:.2f} s, {per_run} tasks a run; "
+            f"dev server (SQLite), in-process worker, {os.cpu_count()} cores"
+        )
+        print(f"{'':<44}{'seconds':>9}{'steps/min':>11}")
+        print(f"{'direct calls to the server (floor)':<44}{floor_s:>9.1f}{floor_rate:>11.1f}")
+        print(f"{'Keel SRLCollection, start to result':<44}{keel_s:>9.1f}{keel_rate:>11.1f}")
+        print(
+            f"steps {t.steps} ({t.verified_steps} verified, {t.format_errors} malformed, "
+            f"{t.sandbox_failures} sandbox failures, {t.failed_episodes} failed episodes); "
+            f"requests to the server {keel_requests}"
+        )
+        print(history_line(sizes))
+        print(
+            f"step rows in the store: {len(rows)} for {n} tasks: "
+            f"{'equal' if len(rows) == n else 'NOT EQUAL'}"
+        )
+        print(f"floor {floor_rate:.1f} steps/min  keel {keel_rate:.1f} steps/min  "
+              f"ratio {keel_rate / floor_rate:.2f}")  # fmt: skip
+    # After the dev server stopped; a run that failed keeps its folder.
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--window", type=int, default=8, help="episodes (and calls) in flight")
+    parser.add_argument("--delay", type=float, default=1.0, help="the server's answer delay, s")
+    parser.add_argument("--per-run", type=int, default=200, help="tasks per collection run")
+    a = parser.parse_args()
+    asyncio.run(main(a.tasks, a.window, a.delay, a.per_run))
