@@ -102,8 +102,9 @@ async def test_pending_gates_carry_what_the_inbox_shows(http: httpx.AsyncClient)
     expires = datetime.fromisoformat(row["expires_at"])
     started = datetime.fromisoformat(row["started_at"])
     assert expires - started == timedelta(seconds=3600)
-    # The gate's own clock starts a moment after the workflow's start.
-    assert abs(datetime.fromisoformat(gate["expires_at"]) - expires) < timedelta(seconds=5)
+    # The gate's own clock starts at its first workflow task, after the workflow's start
+    # (how long after depends on the worker's load: an order, not a bound).
+    assert expires <= datetime.fromisoformat(gate["expires_at"])
 
 
 async def test_console_files_are_served_with_a_strict_policy(http: httpx.AsyncClient) -> None:
