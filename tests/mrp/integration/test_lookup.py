@@ -5,6 +5,7 @@ the visibility RPCs each request makes (one, whatever the server holds), not by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -14,10 +15,12 @@ import httpx
 import pytest
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError
 
 from api.app import create_app
 from client.mrp import RUN_ID_KEY, find_workflow_id
 from keel.mrp.run import WORKFLOW_TYPE, MRPJobInput, workflow_id_for
+from keel.settings import Settings
 from tests.support.api import auth
 
 JOBS = 2000
@@ -69,6 +72,34 @@ def count_visibility_rpcs(client: Client, monkeypatch: pytest.MonkeyPatch) -> Co
 async def test_unknown_run_id_is_404_at_once_among_2000_jobs(api_settings, client, monkeypatch):
     job_id = f"lookup-{uuid.uuid4().hex[:8]}"
     run_ids = await _start_idle_jobs(client, job_id, JOBS)
+    try:
+        await _lookups(api_settings, client, monkeypatch, job_id, run_ids)
+    finally:
+        # Closed, the 2,000 cost nothing to the tests that list every run of the session's
+        # server afterwards (an open run's row asks its worker for progress; none polls).
+        await _terminate_all(client, job_id, run_ids)
+
+
+async def _terminate_all(client: Client, job_id: str, run_ids: list[str]) -> None:
+    gate = asyncio.Semaphore(32)
+
+    async def one(run_id: str) -> None:
+        async with gate:
+            with contextlib.suppress(RPCError):  # already closed
+                await client.get_workflow_handle(workflow_id_for(job_id, run_id)).terminate(
+                    "test over"
+                )
+
+    await asyncio.gather(*(one(r) for r in run_ids))
+
+
+async def _lookups(
+    api_settings: Settings,
+    client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    job_id: str,
+    run_ids: list[str],
+) -> None:
     # The last one started is listed once visibility has caught up: the server holds them all.
     for _ in range(100):
         if await find_workflow_id(client, run_ids[-1]):
