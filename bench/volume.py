@@ -18,6 +18,7 @@ from temporalio.client import Client
 
 from keel.settings import Settings
 from services.processes import ManagedProcess
+from tests.support.faults import descendants, running
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,31 +89,7 @@ async def wait_ready(worker: ManagedProcess, log: Path, timeout_s: float = 180) 
 
 def _tree(pid: int) -> set[int]:
     """``pid`` and every live descendant (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = {pid}, [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
+    return descendants(pid) | {pid}
 
 
 def _ray_dirs(tree: set[int]) -> set[str]:
@@ -144,7 +121,7 @@ async def kill9(worker: ManagedProcess, timeout_s: float = 30) -> None:
     assert worker.proc is not None
     await asyncio.to_thread(worker.proc.wait, 10)
     deadline = time.monotonic() + timeout_s
-    while any(_alive(p) for p in tree):
+    while any(running(p) for p in tree):
         if time.monotonic() > deadline:
             raise SystemExit(f"processes of the killed worker still run: {sorted(tree)}")
         await asyncio.sleep(0.05)
