@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -39,11 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-import uvicorn  # noqa: E402
 
-from api.app import create_app  # noqa: E402
 from bench.floor import FloorGate, FloorState  # noqa: E402
-from bench.harness import bench_worker  # noqa: E402
+from bench.harness import bench_worker, serve_api  # noqa: E402
 from bench.stats import p90  # noqa: E402
 from client.temporal import connect  # noqa: E402
 from keel.gates import GateDecision, GateRequest  # noqa: E402
@@ -66,17 +65,8 @@ async def main(n: int, settle_s: float) -> None:
             task_queue=f"bench-{uuid.uuid4()}", api_port=free_port(),
         )  # fmt: skip
         client = await connect(settings)
-        api = uvicorn.Server(
-            uvicorn.Config(
-                create_app(settings, client=client),
-                host="127.0.0.1",
-                port=settings.api_port,
-                log_level="warning",
-            )
-        )
-        serving = asyncio.create_task(api.serve())
-        while not api.started:
-            await asyncio.sleep(0.05)
+        api = contextlib.AsyncExitStack()
+        base = await api.enter_async_context(serve_api(settings, client))
         floor_ms: list[float] = []
         floor_settled_ms: list[float] = []
         client_ms: list[float] = []
@@ -86,7 +76,6 @@ async def main(n: int, settle_s: float) -> None:
         signal_ms: list[float] = []
         health_ms: list[float] = []
         worker = bench_worker(client, settings)
-        base = f"http://127.0.0.1:{settings.api_port}"
         requester = {"Authorization": f"Bearer {token(settings, 'requester')}"}
         approver = {"Authorization": f"Bearer {token(settings, 'approver')}"}
         approver_actor = next(t for t in settings.api_tokens if "approver" in t.roles).actor
@@ -185,8 +174,7 @@ async def main(n: int, settle_s: float) -> None:
                     api_ms.append((t6 - t5) * 1000)
                     signal_ms.append((t8 - t7) * 1000)
                     health_ms.append((t7h - t6h) * 1000)
-        api.should_exit = True
-        await serving
+        await api.aclose()
     finally:
         server.stop()
     base_ms = statistics.median(floor_ms)
