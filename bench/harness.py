@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import tempfile
 import time
 import uuid
@@ -40,14 +41,23 @@ R = TypeVar("R")
 
 @contextlib.contextmanager
 def dev_server(prefix: str) -> Iterator[tuple[TemporalDevServer, Path]]:
-    """A dev server in a fresh temporary folder (also handed back for the store)."""
+    """A dev server in a fresh temporary folder (also handed back for the store).
+
+    SIGTERM to the bench ends it as Ctrl-C does (SystemExit through the ``finally``), so
+    the server is stopped by its PID either way, not left running."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     server = TemporalDevServer(tmp / "t.db", tmp / "t.log", port=free_port(), ui_port=None)
+
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     server.start()
     try:
         yield server, tmp
     finally:
         server.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def bench_settings(server: TemporalDevServer, tmp: Path, **overrides: Any) -> Settings:
