@@ -28,19 +28,19 @@ async def history_sizes(client: Client, workflow_id: str, first_run_id: str) -> 
     chain) and of every child any of them started, recursively:
     ``{"<workflow id>/<run id>": events}``."""
     sizes: dict[str, int] = {}
-    todo: list[tuple[str, str]] = [(workflow_id, first_run_id)]
-    while todo:
-        wid, run_id = todo.pop()
+    pending: list[tuple[str, str]] = [(workflow_id, first_run_id)]
+    while pending:
+        wid, run_id = pending.pop()
         handle = client.get_workflow_handle(wid, run_id=run_id)
         events = 0
         async for e in handle.fetch_history_events():
             events += 1
             if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
                 child = e.child_workflow_execution_started_event_attributes.workflow_execution
-                todo.append((child.workflow_id, child.run_id))
+                pending.append((child.workflow_id, child.run_id))
             elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 attrs = e.workflow_execution_continued_as_new_event_attributes
-                todo.append((wid, attrs.new_execution_run_id))
+                pending.append((wid, attrs.new_execution_run_id))
         sizes[f"{wid}/{run_id}"] = events
     return sizes
 
