@@ -49,6 +49,7 @@ __all__ = [
     "join_arguments",
     "kill",
     "local_path",
+    "on_loopback",
     "on_shutdown",
     "ray_init",
     "ray_joined",
@@ -166,6 +167,13 @@ def local_path(path: str) -> str:
     return str(REPO_ROOT / rel)
 
 
+def on_loopback(address: str) -> bool:
+    """Whether a ``KEEL_RAY_ADDRESS`` names a cluster on this host's loopback
+    (``127.0.0.1:6379``, ``localhost:6379``, ``[::1]:6379``)."""
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
 def ray_joined() -> bool:
     """Whether this process is connected to a cluster it joined (KEEL_RAY_ADDRESS)."""
     return bool(_ray_state.get("joined"))
@@ -188,8 +196,10 @@ def ray_init(num_cpus: int, address: str | None = None) -> None:
             return
         address = address or configured_address()
         if address:
-            # A cluster's nodes are found by their own addresses, not loopback.
-            ray_constants.ENABLE_RAY_CLUSTER = True
+            # A cluster's nodes are found by their own addresses; a cluster on this
+            # host's loopback (``127.0.0.1:port``) stays there: Ray would otherwise
+            # rewrite the address to the host's network IP, where such a cluster is not.
+            ray_constants.ENABLE_RAY_CLUSTER = not on_loopback(address)
             ray.init(**join_arguments(address))
             _ray_state.update(owned=False, joined=True, temp_dir=None, num_cpus=0)
             _remotes.clear()

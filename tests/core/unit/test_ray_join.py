@@ -1,5 +1,5 @@
 """KEEL_RAY_ADDRESS: how a worker joins a Ray cluster you already run, checked without
-starting Ray (a two-node run lives on branch ``ray`` until it is reliable here)."""
+starting Ray (the two-node run is tests/mrp/integration/test_ray_cluster.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ def test_ray_address_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fanout.configured_address() == "10.0.0.5:6379"
     monkeypatch.setenv("KEEL_RAY_ADDRESS", "  ")  # compose without the ray profile
     assert Settings(_env_file=None).ray_address is None  # type: ignore[call-arg]
+
+
+def test_a_loopback_address_is_a_cluster_on_this_host() -> None:
+    # Joined in Ray's loopback mode, so Ray does not rewrite 127.0.0.1 to the host's IP.
+    for address in ("127.0.0.1:6379", "localhost:6379", "[::1]:6379", "ray://127.0.0.1:10001"):
+        assert fanout.on_loopback(address), address
+    for address in ("ray-head:6379", "10.0.0.5:6379", "ray://10.0.0.5:10001", "auto"):
+        assert not fanout.on_loopback(address), address
 
 
 def test_join_arguments_ship_the_code_through_ray() -> None:

@@ -1,0 +1,204 @@
+"""A real two-node Ray cluster on loopback for tests: ``ray start --head`` and a second
+``ray start --address=...`` node, each ``--block``-ed in its own process group, stopped by
+its own process group (never ``ray stop``, which would stop every Ray of this host).
+
+Every server of both nodes listens on 127.0.0.1 only: the nodes run in Ray's loopback mode
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), and the second node starts through
+:mod:`tests.support.ray_loopback_node`, since ``ray start`` refuses a second node in that
+mode. :func:`listening` lists what a set of processes listens on, so a test can check."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.faults import descendants, wait_gone_sync
+
+RAY_CLI = Path(sys.executable).parent / "ray"
+# A loopback test cluster: no token auth (``ray start --head`` turns it on by default;
+# the joining process must then carry RAY_AUTH_TOKEN, see docs/deploy.md), and Ray's
+# loopback mode, in which every server binds 127.0.0.1.
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RayNode:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def tree(self) -> set[int]:
+        return descendants(self.pid) | {self.pid}
+
+    def kill(self) -> set[int]:
+        """SIGKILL the node's whole process group (raylet, its workers, the CLI)."""
+        tree = self.tree()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        for pid in tree:  # anything that left the group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        return tree
+
+    def stop(self) -> None:
+        """SIGKILL the node's process group and wait until every process of it is gone
+        (a test cluster keeps nothing worth a clean stop, and Ray's own SIGTERM path
+        took 10 s here)."""
+        tree = self.tree()
+        self.kill()
+        wait_gone_sync(tree, what=f"Ray node {self.name} to exit")
+
+
+@dataclass
+class RayCluster:
+    address: str
+    temp_root: Path
+    nodes: dict[str, RayNode] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        for node in reversed(list(self.nodes.values())):
+            node.stop()
+        shutil.rmtree(self.temp_root, ignore_errors=True)
+
+
+def _start(name: str, args: list[str], temp_root: Path, *, joins: bool = False) -> RayNode:
+    log = temp_root / f"{name}.log"
+    env = dict(os.environ) | RAY_ENV
+    env.pop("KEEL_RAY_ADDRESS", None)
+    repo = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [repo, env.get("PYTHONPATH", "")] if p)
+    ray = [sys.executable, "-m", "tests.support.ray_loopback_node"] if joins else [str(RAY_CLI)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*ray, "start", "--block", "--disable-usage-stats", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # its own process group: stopped by killpg
+        )
+    return RayNode(name, proc, log)
+
+
+def start_cluster(timeout_s: float = 120.0) -> RayCluster:
+    """Head (``{"head": 1}``, 1 CPU) and a second node (``{"second": 1}``, 1 CPU)."""
+    temp_root = Path(tempfile.mkdtemp(prefix=f"kr{uuid.uuid4().hex[:4]}-", dir="/tmp"))
+    port = free_port()
+    cluster = RayCluster(f"127.0.0.1:{port}", temp_root)
+    try:
+        common = ["--node-ip-address=127.0.0.1", "--num-cpus=1"]
+        cluster.nodes["head"] = _start(
+            "head",
+            [
+                "--head",
+                f"--port={port}",
+                "--include-dashboard=false",
+                *common,
+                '--resources={"head": 1}',
+                f"--temp-dir={temp_root}/h",
+            ],
+            temp_root,
+        )
+        _wait_nodes(cluster, 1, timeout_s)
+        cluster.nodes["second"] = _start(
+            "second",
+            [
+                f"--address={cluster.address}",
+                *common,
+                '--resources={"second": 1}',
+                f"--temp-dir={temp_root}/s",
+            ],
+            temp_root,
+            joins=True,
+        )
+        _wait_nodes(cluster, 2, timeout_s)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _wait_nodes(cluster: RayCluster, n: int, timeout_s: float) -> None:
+    """Until ``ray status`` on the cluster lists ``n`` alive nodes."""
+    deadline = time.monotonic() + timeout_s
+    out = ""
+    while time.monotonic() < deadline:
+        for node in cluster.nodes.values():
+            if node.proc.poll() is not None:
+                raise RuntimeError(f"ray node {node.name} exited:\n{node.log.read_text()}")
+        res = subprocess.run(
+            [str(RAY_CLI), "status", f"--address={cluster.address}"],
+            env=dict(os.environ) | RAY_ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        out = res.stdout + res.stderr
+        active = out.split("Active:", 1)[-1].split("Pending:", 1)[0] if "Active:" in out else ""
+        if active.count("node_") >= n:
+            return
+        time.sleep(1.0)
+    raise TimeoutError(f"the Ray cluster did not reach {n} nodes:\n{out}")
+
+
+def listening(pids: set[int]) -> set[tuple[str, int]]:
+    """The (address, port) of every TCP socket that one of ``pids`` listens on, read from
+    /proc (``/proc/net/tcp{,6}`` for listening sockets, ``/proc/<pid>/fd`` for owners)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    link = os.readlink(fd)
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+    found: set[tuple[str, int]] = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+                cols = line.split()
+                if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
+                    continue
+                host, port = cols[1].split(":")
+                raw = bytes.fromhex(host)
+                # /proc prints each 32-bit word in host (little-endian) order.
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                ip = ipaddress.ip_address(words)
+                found.add((str(ip), int(port, 16)))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8, ::1, or an IPv4-mapped loopback (``::ffff:127.0.0.1``)."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
