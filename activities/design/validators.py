@@ -210,6 +210,14 @@ async def _jailed(
         return ValidatorResult(name=name, status="not_run", summary=f"the jail did not run: {exc}")
 
 
+_LIMIT_WORDS = {
+    "wall": "wall-clock limit (timed out)",
+    "cpu": "CPU-time limit (timed out)",
+    "memory": "memory limit",
+    "output": "output limit",
+}
+
+
 def _from_jail(name: str, run: SandboxResult | ValidatorResult, what: str) -> ValidatorResult:
     if isinstance(run, ValidatorResult):
         return run
@@ -221,12 +229,20 @@ def _from_jail(name: str, run: SandboxResult | ValidatorResult, what: str) -> Va
         "output": output[-_OUTPUT_TAIL:],
         "sandbox": "nsjail",
     }
+    if run.limit is not None:
+        details["limit"] = run.limit
     if run.ok:
         return ValidatorResult(
             name=name, status="passed", summary=f"{what}: clean", details=details
         )
-    if run.timed_out or run.killed_by_signal is not None:
-        why = "timed out" if run.timed_out else f"killed by signal {run.killed_by_signal}"
+    if run.limit is not None or run.timed_out or run.killed_by_signal is not None:
+        why = (
+            f"stopped at the sandbox's {_LIMIT_WORDS[run.limit]}"
+            if run.limit is not None
+            else "timed out"
+            if run.timed_out
+            else f"killed by signal {run.killed_by_signal}"
+        )
         return ValidatorResult(
             name=name, status="failed", summary=f"{what}: {why}", details=details
         )

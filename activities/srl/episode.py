@@ -499,6 +499,8 @@ class SrlActivities:
             "duration_ms": run.duration_ms,
             "artifact": diff_digest,
         }
+        if run.limit is not None:  # which limit stopped the action (wall, cpu, memory, output)
+            facts["limit"] = run.limit
         if not applied.ok:
             return _sandbox_result(ok=False, error=applied.error, **facts)
         result_text = applied.changed_files.get(name, text)

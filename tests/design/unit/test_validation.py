@@ -118,3 +118,21 @@ def test_heartbeats_name_each_validator_inside_an_activity() -> None:
     host = [n for n in first_seen if n not in ("ruff", "mypy", "pytest")]
     assert jailed == ["ruff", "mypy", "pytest"]
     assert host == ["secrets", "hcl", "checkov", "actionlint", "hadolint", "sbom"]
+
+
+@pytest.mark.parametrize(
+    ("limit", "words"),
+    [("memory", "memory limit"), ("cpu", "CPU-time limit"), ("output", "output limit")],
+)
+def test_a_validator_stopped_by_a_sandbox_limit_says_which(limit: str, words: str) -> None:
+    from activities.design.validators import _from_jail
+    from sandbox.models import SandboxResult
+
+    run = SandboxResult.model_validate(
+        {"exit_code": None, "killed_by_signal": 9, "limit": limit, "timed_out": limit == "cpu"}
+    )
+    got = _from_jail("pytest", run, "pytest")
+    assert got.status == "failed" and words in got.summary, got.summary
+    assert got.details["limit"] == limit
+    clean = _from_jail("pytest", SandboxResult(exit_code=0), "pytest")
+    assert clean.status == "passed" and "limit" not in clean.details

@@ -135,6 +135,7 @@ async def test_sandbox_timeout_is_a_recorded_step(
     assert len(rows) == 2 and not any(r.verified for r in rows)
     sandbox = json.loads(rows[0].record_json)["sandbox_result"]
     assert sandbox["ok"] is False and sandbox["timed_out"] is True
+    assert sandbox["limit"] == "wall"  # which limit stopped it
     assert "timed out True" in sandbox["error"]
 
 
