@@ -27,6 +27,7 @@ coder's requests (one a run).
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import threading
@@ -87,6 +88,10 @@ def two_models(teacher_url: str, coder_url: str) -> str:
     """``local`` (the default: the SRL teacher) and ``coder`` (design's codegen model)."""
     coder = models_yaml(coder_url).split("  local:\n", 1)[1]
     return models_yaml(teacher_url) + "  coder:\n" + coder
+
+
+def started_or_exited(worker: ManagedProcess, log: Path) -> bool:
+    return not worker.running() or "worker ready" in log.read_text(errors="replace")
 
 
 def pid_of(identity: str) -> str:
@@ -167,9 +172,7 @@ async def scenario(
     workers = [spawn_worker(settings, log, spawned) for log in logs]  # both start at once
     for w, log in zip(workers, logs, strict=True):
         await wait_until(
-            lambda w=w, log=log: (
-                not w.running() or "worker ready" in log.read_text(errors="replace")
-            ),
+            functools.partial(started_or_exited, w, log),
             timeout_s=120,
             what="both workers to start",
         )
@@ -204,24 +207,17 @@ async def scenario(
         source="teacher", model="local", window=TASKS, max_steps=2,
     )  # fmt: skip
     projects = [f"p-{uuid.uuid4().hex[:8]}" for _ in range(RUNS)]
+    design: dict[str, Any] = {
+        "decision_set": "ds1", "requester": "alice", "intake": FORM,
+        "require_approval": False, "codegen": "litellm", "codegen_model": "coder",
+    }  # fmt: skip
+    runs = [DesignInput(project=p, **design) for p in projects]
     started = await asyncio.gather(
         start_collection(client, inp, task_queue=settings.task_queue),
-        *(
-            start_design(
-                client,
-                DesignInput(
-                    project=p, decision_set="ds1", requester="alice", intake=FORM,
-                    require_approval=False, codegen="litellm", codegen_model="coder",
-                ),  # fmt: skip
-                task_queue=settings.task_queue,
-            )
-            for p in projects
-        ),
+        *(start_design(client, r, task_queue=settings.task_queue) for r in runs),
     )
     handle, designs = started[0], list(started[1:])
-    episodes = [
-        client.get_workflow_handle(f"srl/{collection}/swap-{i}") for i in range(TASKS)
-    ]
+    episodes = [client.get_workflow_handle(f"srl/{collection}/swap-{i}") for i in range(TASKS)]
 
     async def designs_wait_for_answers() -> bool:
         for d, p in zip(designs, projects, strict=True):
@@ -253,10 +249,10 @@ async def scenario(
     held: dict[str, int] = {}
     for ep in episodes:
         desc = await ep.describe()
-        for p in desc.raw_description.pending_activities:
-            assert p.activity_type.name == "srl.generate", p
-            if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
-                who = pid_of(p.last_worker_identity)
+        for act in desc.raw_description.pending_activities:
+            assert act.activity_type.name == "srl.generate", act
+            if act.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+                who = pid_of(act.last_worker_identity)
                 held[who] = held.get(who, 0) + 1
     assert sum(held.values()) == TASKS, held
     ran = await started_identities([handle, *episodes, *designs])
@@ -322,6 +318,7 @@ async def scenario(
         assert r.status == "completed", r
         assert r.constraints.model_dump(mode="json", exclude_defaults=True) == BATCH
         assert r.file_count == len(MODEL_FILES) and r.version == 1 and r.archive_digest
+        assert len(design_store.decision_sets_of(sessions, p)) == 1
         row = design_store.decision_set(sessions, p, "ds1")
         assert row is not None and (row["status"], row["version"]) == ("completed", 1)
         counts = design_store.count_rows(sessions, p, "ds1")
@@ -337,7 +334,7 @@ async def scenario(
         assert {k: v.encode() for k, v in MODEL_FILES.items()}.items() <= shipped.items()
         files = {a["path"]: a["digest"] for a in stored if a["kind"] != "archive"}
         assert sorted(files) == sorted(MODEL_FILES)
-        assert all(digest_bytes(shipped[path]) == d for path, d in files.items())
+        assert all(digest_bytes(shipped[path]) == dg for path, dg in files.items())
         # Each design activity ran once: none was in flight at the kill.
         assert all(n == 1 for _, n in await attempts(d)), await attempts(d)
     # The coder: one request a run (no codegen was in flight at the kill).
