@@ -255,6 +255,8 @@ async def scenario(
                 who = pid_of(act.last_worker_identity)
                 held[who] = held.get(who, 0) + 1
     assert sum(held.values()) == TASKS, held
+    # Nothing else is in flight: srl.window is done, the design runs wait for answers.
+    assert not (await handle.describe()).raw_description.pending_activities
     ran = await started_identities([handle, *episodes, *designs])
     hosts = [await workflow_task_identities(d) for d in designs]
     # Preferably one that also runs design workflows, so that they move too.
