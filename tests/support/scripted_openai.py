@@ -15,6 +15,11 @@ Usage::
 Endpoints: ``POST /v1/chat/completions`` (also ``/chat/completions``) serves the queued
 replies in order, then ``default``; ``GET /v1/models`` lists ``model_ids``. Every request
 is recorded in :attr:`ScriptedOpenAIServer.requests`. Non-streaming only.
+
+A reply with ``hold`` (a ``threading.Event``) is not sent until that event is set: a test
+holds requests in flight, on whichever worker sent them, for as long as it needs (a kill
+lands inside the activity that waits), and :attr:`ScriptedOpenAIServer.holding` says how
+many wait now.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ class ScriptedReply:
     """One scripted answer to a chat completion request.
 
     ``status`` >= 400 sends an OpenAI-style error body whose message is ``content``.
-    ``delay_s`` waits before answering (to provoke client timeouts). ``body`` (dict,
-    str or bytes) replaces the generated body entirely, for malformed or unusual replies.
+    ``delay_s`` waits before answering (to provoke client timeouts). ``hold`` waits, before
+    that, until the event is set (or the server stops). ``body`` (dict, str or bytes)
+    replaces the generated body entirely, for malformed or unusual replies.
     """
 
     status: int = 200
@@ -51,6 +57,7 @@ class ScriptedReply:
     delay_s: float = 0.0
     body: dict[str, Any] | str | bytes | None = None
     finish_reason: str = "stop"
+    hold: threading.Event | None = None
 
 
 @dataclass
@@ -94,6 +101,7 @@ class ScriptedOpenAIServer:
         self.default: DefaultReply = default if default is not None else ScriptedReply()
         self.model_ids = list(model_ids)
         self._requests: list[RecordedRequest] = []
+        self._holding = 0
         self._lock = threading.Lock()
         # Set on stop() so that handlers sleeping in delay_s wake up at once.
         self._stopping = threading.Event()
@@ -158,6 +166,25 @@ class ScriptedOpenAIServer:
     def chat_requests(self) -> list[RecordedRequest]:
         """The chat completion requests among :attr:`requests`."""
         return [r for r in self.requests if r.path.rstrip("/").endswith("/chat/completions")]
+
+    @property
+    def holding(self) -> int:
+        """How many requests wait now for their reply's ``hold`` event."""
+        with self._lock:
+            return self._holding
+
+    def _wait_hold(self, hold: threading.Event) -> bool:
+        """Wait until ``hold`` is set; False when the server stops first."""
+        with self._lock:
+            self._holding += 1
+        try:
+            while not hold.wait(0.05):
+                if self._stopping.is_set():
+                    return False
+            return True
+        finally:
+            with self._lock:
+                self._holding -= 1
 
     @property
     def port(self) -> int:
@@ -269,6 +296,8 @@ def _make_handler(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, _error_body(404, f"no route {rec.path}"))
                 return
             reply = server._next_reply(rec)
+            if reply.hold is not None and not server._wait_hold(reply.hold):
+                return  # stopping: drop the connection without an answer
             if reply.delay_s > 0 and server._stopping.wait(reply.delay_s):
                 return  # stopping: drop the connection without an answer
             if reply.body is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -59,3 +60,38 @@ def test_stop_wakes_delayed_handlers_and_joins_threads() -> None:
     assert set(threading.enumerate()) - before == set()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/models", timeout=1)
+
+
+def test_a_held_reply_waits_for_its_event_and_stop_wakes_it() -> None:
+    hold = threading.Event()
+    before = set(threading.enumerate())
+    srv = ScriptedOpenAIServer(
+        [ScriptedReply(content="held", hold=hold), ScriptedReply(hold=threading.Event())]
+    ).start()
+    url = f"{srv.base_url}/chat/completions"
+    answers: list[str] = []
+
+    def ask() -> None:
+        reply = httpx.post(url, json={"messages": []}, timeout=30).json()
+        answers.append(reply["choices"][0]["message"]["content"])
+
+    first = threading.Thread(target=ask, name="held-request")
+    first.start()
+    for _ in range(600):  # bounded: the request reaches the server and waits there
+        if srv.holding == 1:
+            break
+        time.sleep(0.05)
+    assert srv.holding == 1 and answers == [] and len(srv.chat_requests) == 1
+    hold.set()
+    first.join(timeout=30)
+    assert answers == ["held"] and srv.holding == 0
+    # A reply whose event is never set: stop() wakes its handler, which drops the connection.
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json={"messages": []}, timeout=0.3)
+    assert srv.holding == 1
+    stopper = threading.Thread(target=srv.stop, name="stop-scripted-server")
+    stopper.start()
+    stopper.join(timeout=30)
+    assert not stopper.is_alive(), "stop() did not wake the handler waiting on its hold"
+    assert srv.holding == 0
+    assert set(threading.enumerate()) - before == set()

@@ -35,32 +35,12 @@ from keel.settings import Settings
 from store.db import get_sessionmaker
 from store.models import AgentRunRow
 from tests.design.unit.design_data import golden_cases
+from tests.support.design_repo import MODEL_FILES
 from tests.support.faults import sigkill, spawn_ready_worker, wait_until
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from workers.main import build_worker
 
 pytestmark = pytest.mark.slow  # waits out the dead worker's heartbeat timeout
-
-#: The model's repository: small, and clean for the validators that can run.
-MODEL_FILES = {
-    "README.md": "# Scripted repository\n",
-    "app/__init__.py": '"""A scripted service."""\n',
-    "app/score.py": (
-        '"""Scoring."""\n\n\ndef score(values: list[float]) -> float:\n'
-        '    """The mean of ``values``."""\n    return sum(values) / len(values)\n'
-    ),
-    # mypy needs a target and pytest a test: a run whose tree fails a validator ends
-    # validation_failed.
-    "pyproject.toml": (
-        '[tool.mypy]\nstrict = true\nfiles = ["app", "tests"]\n\n'
-        '[tool.pytest.ini_options]\ntestpaths = ["tests"]\npythonpath = ["."]\n'
-    ),
-    "tests/__init__.py": "",
-    "tests/test_score.py": (
-        "from app.score import score\n\n\ndef test_mean() -> None:\n"
-        "    assert score([1.0, 3.0]) == 2.0\n"
-    ),
-}
 
 
 def recorded_refs(settings: Settings) -> list[Path]:
