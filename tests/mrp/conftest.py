@@ -26,10 +26,11 @@ def mrp_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"mrp_config": TEST_CONFIG})
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_for_module() -> Iterator[None]:
-    """Shut Ray down after the module (``pytestmark = pytest.mark.usefixtures(...)``):
-    the Ray backend starts it once in this process and keeps it for the next run."""
+    """Shut Ray down when the session ends (``pytestmark = pytest.mark.usefixtures(...)``):
+    the Ray backend starts it once in this process and keeps it for the next run, and the
+    next module that uses it (a local Ray start took 8-19 s here, once per module before)."""
     yield
     from activities.fanout import ray_shutdown
 
