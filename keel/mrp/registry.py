@@ -59,7 +59,7 @@ def check_schema(schema: dict[str, Any]) -> None:
     Checking a schema walks it against the draft's metaschema: a few ms for an operator's
     small schemas. A spec is validated wherever its handle arrives as JSON: the operator
     host parses the handle of every call, so once per shard, and on a warm 2,000-shard
-    map that check was 58% of the hosts' time (bench/mrp_scale.py, docs/mrp.md). A schema
+    map that check was 58% of the hosts' time (bench/mrp_scale.py, docs/mrp-runtime.md). A schema
     is a JSON value, so its canonical text names it; only successes are kept (an invalid
     schema raises every time, with its message).
     """
