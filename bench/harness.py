@@ -139,7 +139,10 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "KEEL_TASK_QUEUE": settings.task_queue,
         "KEEL_API_HOST": "127.0.0.1",
         "KEEL_API_PORT": str(settings.api_port),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "KEEL_WEBHOOK_URL": settings.webhook_url,
+        "KEEL_METRICS_PORT": str(settings.metrics_port),
+        "KEEL_OTEL_EXPORTER": settings.otel_exporter,
+        "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH")] if p),
     }
 
 
