@@ -8,6 +8,9 @@ and starting thousands of workflows fast.
   runs; its base URL is what the block gets;
 * :func:`bench_worker`: a worker of Keel's workflows and activities and ``FloorGate``
   (bench/floor.py) on ``settings.task_queue``;
+* :func:`keel_processes`: the same worker and the API as two processes of their own, as
+  ``keel up`` runs them (``keel worker`` with ``FloorGate``, ``keel api``), each started
+  and stopped by its PID; its base URL is what the block gets;
 * :func:`role_token`: the actor and bearer token of the first API token with a role;
 * :func:`in_chunks`: run one coroutine per item, at most ``chunk`` at once
   (``asyncio.gather`` per chunk), and say how long it took.
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -32,8 +37,10 @@ from temporalio.worker import Worker
 from api.app import create_app
 from bench.floor import FloorGate
 from keel.settings import Settings
-from services.processes import TemporalDevServer, free_port
+from services.processes import ManagedProcess, ServiceError, TemporalDevServer, free_port, tail
 from workers.main import WORKFLOWS, build_activities
+
+ROOT = Path(__file__).resolve().parents[1]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -118,6 +125,59 @@ def bench_worker(client: Client, settings: Settings) -> Worker:
         # build_activities has sync activities (design.load), which need an executor.
         activity_executor=ThreadPoolExecutor(max_workers=8),
     )
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The ``KEEL_*`` variables that give a child process ``settings``' server, task queue,
+    store and API port."""
+    return {
+        "KEEL_ENV": settings.env,
+        "KEEL_DATA_DIR": str(settings.data_dir.resolve()),
+        "KEEL_DATABASE_URL": settings.resolved_database_url,
+        "KEEL_TEMPORAL_ADDRESS": settings.resolved_temporal_address,
+        "KEEL_TEMPORAL_NAMESPACE": settings.temporal_namespace,
+        "KEEL_TASK_QUEUE": settings.task_queue,
+        "KEEL_API_HOST": "127.0.0.1",
+        "KEEL_API_PORT": str(settings.api_port),
+        "KEEL_WEBHOOK_URL": settings.webhook_url,
+        "KEEL_METRICS_PORT": str(settings.metrics_port),
+        "KEEL_OTEL_EXPORTER": settings.otel_exporter,
+        "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH")] if p),
+    }
+
+
+WORKER_READY = "worker ready on task queue"
+
+
+@contextlib.contextmanager
+def keel_processes(settings: Settings, logs: Path, timeout_s: float = 120) -> Iterator[str]:
+    """A worker process (``python -m bench.gate_worker``: ``keel worker`` with
+    ``FloorGate``) and an API process (``python -m cli.keel api``: uvicorn on
+    ``127.0.0.1:settings.api_port``) on ``settings``, their logs under ``logs``; yields the
+    API's base URL. The worker is up (it logged that it polls) before the API starts, so
+    the two do not migrate the store at once; both are stopped by their PIDs on exit."""
+    env = settings_env(settings)
+    worker = ManagedProcess(
+        "worker", [sys.executable, "-m", "bench.gate_worker"], logs / "worker.log", env=env
+    )
+    api = ManagedProcess(
+        "api", [sys.executable, "-m", "cli.keel", "api"], logs / "api.log", env=env
+    )
+    try:
+        worker.start()
+        deadline = time.monotonic() + timeout_s
+        while WORKER_READY not in worker.log_path.read_text(errors="replace"):
+            if not worker.running() or time.monotonic() > deadline:
+                raise ServiceError(
+                    f"the worker did not start (log {worker.log_path}):\n{tail(worker.log_path)}"
+                )
+            time.sleep(0.1)
+        api.start()
+        api.wait_port(settings.api_port, timeout_s)
+        yield f"http://127.0.0.1:{settings.api_port}"
+    finally:
+        api.stop()
+        worker.stop()
 
 
 def role_token(settings: Settings, role: str) -> tuple[str, str]:

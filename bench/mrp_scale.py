@@ -11,6 +11,8 @@ test-suite run, ``nice -n 19``): 1,000 shards 2.9-4.7 min in all, 5,000 shards 4
 of which ~2-2.5 min do not depend on the size (dev server and Ray starts, the worker's
 start, the kill job); the warm Keel jobs took 8-14 ms a shard there (a few ms on an idle
 machine), so 10,000 shards take ~5-8 min loaded and 100,000 would take ~30-50 min.
+(Those warm times were before the operator hosts stopped re-checking each shard's
+operator schemas: 2,000 warm shards now take 1.2-1.5 ms a shard loaded, docs/mrp-runtime.md.)
 Every Keel and raw Ray time grows linearly with the shard count (compile stores one
 payload per shard, each window records its shards' rows, raw Ray runs one task per
 shard): the 100,000-shard times are about 10x the printed ones and the ratios stay; run

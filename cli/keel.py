@@ -34,6 +34,8 @@ from cli.toolkit import JsonOpt, load_settings, sessions
 from keel.settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cli.envelope import CliError
 
 app = typer.Typer(
@@ -388,7 +390,9 @@ def worker(json_out: JsonOpt = None) -> None:
     asyncio.run(_run_worker(settings))
 
 
-async def _run_worker(settings: Settings) -> None:
+async def _run_worker(settings: Settings, extra_workflows: Sequence[type] = ()) -> None:
+    """``keel worker``'s body; ``extra_workflows`` run beside Keel's (bench/gate_worker.py
+    adds the floor's ``FloorGate``)."""
     from activities.llm import load_litellm_async
     from client.temporal import connect
     from workers.main import build_worker, ensure_search_attributes
@@ -407,7 +411,7 @@ async def _run_worker(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with build_worker(client, settings):
+        async with build_worker(client, settings, extra_workflows=extra_workflows):
             log.info("worker ready on task queue %r", settings.task_queue)
             if settings.metrics_port:
                 log.info("metrics on http://127.0.0.1:%d/metrics", settings.metrics_port)

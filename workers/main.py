@@ -113,12 +113,14 @@ def build_worker(
     *,
     task_queue: str | None = None,
     max_cached_workflows: int = 1000,
+    extra_workflows: Sequence[type] = (),
 ) -> Worker:
-    """A worker for every Keel workflow and activity."""
+    """A worker for every Keel workflow and activity (and ``extra_workflows``: the benches
+    run their floor workflows in the same worker process)."""
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=list(WORKFLOWS),
+        workflows=[*WORKFLOWS, *extra_workflows],
         activities=build_activities(settings),
         activity_executor=ThreadPoolExecutor(max_workers=8),
         max_cached_workflows=max_cached_workflows,

@@ -105,6 +105,25 @@ def test_operator_spec_validation(overrides: dict[str, Any], fragment: str):
         spec(**overrides)
 
 
+def test_schema_check_is_remembered_for_valid_schemas_only():
+    """A spec parsed again (the operator host parses the handle of every shard) does not
+    walk its schemas against the metaschema again; an invalid schema is refused every
+    time, with its message, in any key order."""
+    from keel.mrp import registry
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}
+    registry._check_schema_text.cache_clear()
+    for _ in range(3):
+        assert spec(input_schema=schema, output_schema=dict(reversed(schema.items())))
+    info = registry._check_schema_text.cache_info()
+    assert (info.misses, info.hits) == (1, 5)  # one schema (keys sorted), six checks
+    bad = {"properties": {"n": {"type": "no-such-type"}}}
+    for _ in range(2):
+        with pytest.raises(ValidationError, match="not a valid JSON Schema: 'no-such-type'"):
+            spec(input_schema=bad)
+    assert registry._check_schema_text.cache_info().currsize == 1
+
+
 def test_signature_covers_everything_but_itself():
     base = spec()
     signed = spec(signature="ab" * 64)
