@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from activities import fanout
 from activities.mrp.operators import OperatorHandle, invoke_map, load_mrp_config
 from keel.mrp.sdk import OperatorContext, OperatorError
 from tests.support.mrp_operators import TEST_CONFIG
@@ -39,6 +40,7 @@ def test_test_operators_run_in_ray_workers(tmp_path: Path):
     state = tmp_path / "attempts"
     # Ray's socket paths must stay under 108 bytes: pytest's tmp_path is too deep.
     ray_dir = tempfile.mkdtemp(prefix="keel-m1-ray-", dir="/tmp")
+    fanout.ray_shutdown()  # the Ray an MRP module of this process left up (session-scoped)
     ray.init(
         address="local",
         num_cpus=1,
