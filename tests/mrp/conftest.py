@@ -26,11 +26,12 @@ def mrp_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"mrp_config": TEST_CONFIG})
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_for_module() -> Iterator[None]:
-    """Shut Ray down when the session ends (``pytestmark = pytest.mark.usefixtures(...)``):
-    the Ray backend starts it once in this process and keeps it for the next run, and the
-    next module that uses it (a local Ray start took 8-19 s here, once per module before)."""
+    """Shut Ray down after the module (``pytestmark = pytest.mark.usefixtures(...)``):
+    the Ray backend starts it once in this process and keeps it for the next run. (Kept
+    for the session it saved its starts but left two idle clusters running beside every
+    other test; the clean-clone suite was not faster.)"""
     yield
     from activities.fanout import ray_shutdown
 
