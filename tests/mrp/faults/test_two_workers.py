@@ -69,6 +69,10 @@ async def test_two_workers_share_a_job_and_one_killed_loses_and_doubles_nothing(
     job_id = f"two-workers-{uuid.uuid4().hex[:6]}"
     state = tmp_path / "slow"
     run_id = f"r-{uuid.uuid4().hex[:10]}"
+    # Held from the start until both workers are seen polling: the job (24 half-second
+    # shards) can end before that on a loaded machine (clean-clone run 11).
+    state.mkdir(parents=True)
+    (state / "hold").touch()
     handle = await client.start_workflow(
         MRPJob.run,
         # Two-shard windows on threads: many activities for the two workers to share.
@@ -97,6 +101,7 @@ async def test_two_workers_share_a_job_and_one_killed_loses_and_doubles_nothing(
             break
         await asyncio.sleep(0.5)
     assert pids <= await polling(), await polling()
+    (state / "hold").unlink()
 
     async def running_on() -> set[int]:
         desc = await handle.describe()
