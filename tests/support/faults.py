@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -283,3 +284,19 @@ async def sigkill(worker: ManagedProcess, *, timeout_s: float = GONE_TIMEOUT_S) 
         started, pgid=pgid, timeout_s=timeout_s,
         what=f"the killed worker's process group {pgid} and its children to be gone",
     )  # fmt: skip
+
+
+async def activity_attempts(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int]]:
+    """``(activity type, attempt)`` of each started activity in ``handle``'s history, in
+    history order (an activity retried on another worker shows its later attempt)."""
+    names: dict[int, str] = {}
+    out: list[tuple[str, int]] = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            a = event.activity_task_started_event_attributes
+            out.append((names[a.scheduled_event_id], a.attempt))
+    return out

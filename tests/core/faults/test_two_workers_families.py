@@ -58,7 +58,7 @@ from store.db import get_sessionmaker
 from store.srl_steps import list_steps
 from tests.design.unit.design_data import golden_cases
 from tests.support.design_repo import MODEL_FILES
-from tests.support.faults import sigkill, spawn_worker, wait_until
+from tests.support.faults import activity_attempts, sigkill, spawn_worker, wait_until
 from tests.support.scripted_openai import (
     RecordedRequest,
     ScriptedOpenAIServer,
@@ -115,21 +115,6 @@ async def workflow_task_identities(handle: WorkflowHandle[Any, Any]) -> set[str]
         async for event in handle.fetch_history_events()
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
     }
-
-
-async def attempts(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int]]:
-    """``(activity type, attempt)`` of each completed activity, in history order."""
-    names: dict[int, str] = {}
-    out: list[tuple[str, int]] = []
-    async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            names[event.event_id] = (
-                event.activity_task_scheduled_event_attributes.activity_type.name
-            )
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            a = event.activity_task_started_event_attributes
-            out.append((names[a.scheduled_event_id], a.attempt))
-    return out
 
 
 async def test_two_workers_share_srl_and_design_and_one_killed_loses_and_doubles_nothing(
@@ -307,7 +292,7 @@ async def scenario(
     # the killed worker (its held request never answered; the retry asks again).
     assert len(teacher.chat_requests) == 2 * TASKS + in_flight, (in_flight, held)
     # In the histories: the killed worker's steps 2 were attempted twice, nothing else.
-    tries = [a for ep in episodes for a in await attempts(ep)]
+    tries = [a for ep in episodes for a in await activity_attempts(ep)]
     assert sorted(tries) == sorted(
         [("srl.generate", 1)] * (2 * TASKS - in_flight)
         + [("srl.generate", 2)] * in_flight
@@ -338,7 +323,7 @@ async def scenario(
         assert sorted(files) == sorted(MODEL_FILES)
         assert all(digest_bytes(shipped[path]) == dg for path, dg in files.items())
         # Each design activity ran once: none was in flight at the kill.
-        assert all(n == 1 for _, n in await attempts(d)), await attempts(d)
+        assert all(n == 1 for _, n in await activity_attempts(d)), await activity_attempts(d)
     # The coder: one request a run (no codegen was in flight at the kill).
     assert len(coder.chat_requests) == RUNS
 

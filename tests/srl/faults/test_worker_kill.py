@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
@@ -33,7 +33,7 @@ from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.files import load_models_config
 from store.srl_steps import list_steps, record_identity
-from tests.support.faults import sigkill, spawn_ready_worker, wait_until
+from tests.support.faults import activity_attempts, sigkill, spawn_ready_worker, wait_until
 from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
 from tests.support.srl import SWAP_ANSWER, divide_tasks, tasks_jsonl
 from workers.main import build_worker
@@ -103,16 +103,7 @@ async def test_worker_killed_mid_step_loses_no_step_and_records_none_twice(
     assert all(r.verified for r in rows)
     # Each apply ran twice (once on the killed worker), each generate once.
     for ep in episodes:
-        attempts = {}
-        scheduled = {}
-        async for e in ep.fetch_history_events():
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                scheduled[e.event_id] = (
-                    e.activity_task_scheduled_event_attributes.activity_type.name
-                )
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                a = e.activity_task_started_event_attributes
-                attempts[scheduled[a.scheduled_event_id]] = a.attempt
+        attempts = dict(await activity_attempts(ep))
         assert attempts == {"srl.generate": 1, "srl.apply": 2}
 
 
