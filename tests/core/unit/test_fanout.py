@@ -14,7 +14,7 @@ from tests.support.fanout_actors import Echo
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    # A Ray of this process left up by an MRP module (session-scoped there) holds its CPUs
+    # A Ray of this process left up by another module would hold its CPUs
     # with idle shard actors: start this module's pools on a Ray of their own.
     fanout.ray_shutdown()
     yield

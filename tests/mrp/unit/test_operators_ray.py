@@ -40,7 +40,7 @@ def test_test_operators_run_in_ray_workers(tmp_path: Path):
     state = tmp_path / "attempts"
     # Ray's socket paths must stay under 108 bytes: pytest's tmp_path is too deep.
     ray_dir = tempfile.mkdtemp(prefix="keel-m1-ray-", dir="/tmp")
-    fanout.ray_shutdown()  # the Ray an MRP module of this process left up (session-scoped)
+    fanout.ray_shutdown()  # a Ray another module of this process may have left up
     ray.init(
         address="local",
         num_cpus=1,
