@@ -8,6 +8,7 @@ attempts in files under ``params.state_dir``, so the tests read what really ran.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from keel.mrp import steps
 from keel.mrp.run import ERROR_SHARD, MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
 from services.processes import ManagedProcess, TemporalDevServer
@@ -140,9 +142,16 @@ async def test_kill_switch_cancels_windows_still_running(
     client: Client, mrp_settings: Settings, tmp_path: Path
 ) -> None:
     """Every shard fails twice before it succeeds, so each costs 3 units against an estimate
-    of 1; with 4 one-shard windows in flight the kill switch trips while others run, and
-    the workflow cancels them (and waits until they have stopped)."""
-    params = {"state_dir": str(tmp_path / "flaky"), "fail_times": 2}
+    of 1; with 4 one-shard windows in flight the kill switch trips at the sixth shard. The
+    first shard is held (the flaky operator's ``hold``) until the run has ended, so one
+    window is surely running when it trips: the workflow cancels it and waits until it has
+    stopped. (Without the hold, on a loaded machine every window still in flight could be
+    one launched in the same workflow task that tripped: cancelled before it was ever sent.)"""
+    state = tmp_path / "flaky"
+    state.mkdir()
+    (state / "hold").touch()
+    held = "shard-000000"
+    params = {"state_dir": str(state), "fail_times": 2, "hold_shards": [held]}
     yaml_text = items_job_yaml(
         "budget-cancel",
         "flaky@1.0.0",
@@ -160,23 +169,39 @@ async def test_kill_switch_cancels_windows_still_running(
             id=workflow_id_for("budget-cancel", run_id),
             task_queue=mrp_settings.task_queue,
         )
-        result = await handle.result()
+        try:
+            result = await handle.result()
+        finally:
+            (state / "hold").unlink()
+        # The held attempt's thread goes on once released; let it end before the worker.
+        await wait_until(
+            lambda: flaky_attempts(state, held) == 1, timeout_s=10, what="the held shard ends"
+        )
     assert result.status == "budget_exceeded" and result.cost.tripped == "units"
     assert result.cost.limit_units == Decimal("16.8")  # 1.2 x (12 map + reduce + produce)
     assert result.counters.cancelled > 0 and result.produced == []
     # Each window the workflow asked to cancel ended before the workflow did: cancelled,
-    # or completed when it finished its shard before the request reached it.
+    # or completed when it finished its shard before the request reached it. The held
+    # shard's window is among them, and it was cancelled: it never finished its shard.
     requested: set[int] = set()
     ended: dict[int, str] = {}
+    held_window: int | None = None
     async for event in handle.fetch_history_events():
         t = event.event_type
-        if t == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED:
+        if t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            inp = json.loads(attrs.input.payloads[0].data)
+            if attrs.activity_type.name == steps.MAP_WINDOW.name and inp["start"] == 0:
+                held_window = event.event_id  # the window of shard-000000 alone
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED:
             requested.add(event.activity_task_cancel_requested_event_attributes.scheduled_event_id)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
             ended[event.activity_task_canceled_event_attributes.scheduled_event_id] = "canceled"
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             ended[event.activity_task_completed_event_attributes.scheduled_event_id] = "completed"
-    assert requested and requested <= set(ended)
+    assert held_window is not None and held_window in requested
+    assert ended[held_window] == "canceled"
+    assert requested <= set(ended)
 
 
 async def test_cancelled_workflow_stops_its_windows_and_records_the_run(

@@ -2,12 +2,15 @@
 
 Attempts are counted in ``params.state_dir`` (one file per shard, one byte appended per
 attempt, so processes and threads count together). ``params.only_shards`` limits the
-failures to those shard ids. The output does not depend on the attempt count.
+failures to those shard ids. While ``<state_dir>/hold`` exists, a shard in
+``params.hold_shards`` waits before its attempt counts, so a test can keep a window running
+for as long as it needs. The output does not depend on the attempt count.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from pydantic import JsonValue
@@ -43,7 +46,11 @@ class Flaky(AgentBase):
     def map(self, items: list[JsonValue], ctx: OperatorContext) -> JsonValue:
         shard = ctx.shard_id or "no-shard"
         only = ctx.params.get("only_shards")
-        attempt = record_attempt(Path(str(ctx.params["state_dir"])), shard)
+        state_dir = Path(str(ctx.params["state_dir"]))
+        held = ctx.params.get("hold_shards") or []
+        while shard in held and (state_dir / "hold").exists():  # type: ignore[operator]
+            time.sleep(0.05)
+        attempt = record_attempt(state_dir, shard)
         fail_times = int(ctx.params.get("fail_times", 0))  # type: ignore[arg-type]
         if (only is None or shard in only) and attempt <= fail_times:  # type: ignore[operator]
             raise FlakyFailure(f"{shard}: planned failure {attempt} of {fail_times}")
