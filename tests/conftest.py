@@ -189,7 +189,9 @@ def local_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
     """
     assert unavailable_reason() is None, unavailable_reason()
     log = tmp_path_factory.mktemp("model-server") / "server.log"
-    server = LocalModelServer(port=free_port(), threads=2, ctx=2048, log_path=log)
+    # One thread: the other xdist worker keeps the second core busy, and llama.cpp's
+    # threads spin while one of them waits for a core (services/model_server.py).
+    server = LocalModelServer(port=free_port(), threads=1, ctx=2048, log_path=log)
     server.start(timeout_s=180)
     try:
         yield server
