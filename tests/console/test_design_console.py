@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import uuid
 import zipfile
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.async_api import expect
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -163,8 +165,10 @@ async def test_design_session_from_text_to_repository(
 
     # Codegen: a second decision set whose previous is the planned one.
     await page.get_by_role("button", name="Generate the repository").click()
-    await page.wait_for_function(
-        "ds => !document.querySelector('#ds-heading').textContent.endsWith(ds)", arg=ds
+    # A locator wait: wait_for_function's string predicate is compiled by eval in the
+    # page, which the console's CSP (script-src 'self') refuses once it polls.
+    await expect(page.locator("#ds-heading")).not_to_have_text(
+        re.compile(re.escape(ds) + "$"), timeout=30_000
     )
     code_ds = (await page.locator("#ds-heading").inner_text()).split(" / ")[1]
     await page.locator("#timeline li.event-run-complete").wait_for(timeout=CODEGEN_WAIT_MS)

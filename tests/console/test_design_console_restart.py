@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.async_api import expect
 
 from keel.settings import Settings
 from services.processes import ManagedProcess, TemporalDevServer
@@ -122,7 +123,9 @@ async def test_stream_survives_a_worker_restart_mid_run(
     await page.get_by_role("button", name="New design session").click()
     await page.locator(f'button[data-ds="{ds}"]').click()
     await gate.get_by_role("button", name="Approve plan").wait_for()
-    await page.wait_for_function("document.querySelector('#stream-state').textContent === 'Live.'")
+    # Locator waits, not wait_for_function: its string predicate is compiled by eval in the
+    # page, which the console's CSP (script-src 'self') refuses once it polls.
+    await expect(page.locator("#stream-state")).to_have_text("Live.", timeout=30_000)
     before = await seqs(page)
     assert before == list(range(len(before))), before
     await watch_stream_state(page)
@@ -159,9 +162,8 @@ async def test_stream_survives_a_worker_restart_mid_run(
     assert [e["type"] for e in stored["events"]].count("run-complete") == 1
     # The route ends the stream on its next read after run-complete, which may be one
     # more events query (up to its 5 s timeout) while the workflow closes.
-    await page.wait_for_function(
-        "document.querySelector('#stream-state').textContent === 'The session has ended.'",
-        timeout=30_000,
+    await expect(page.locator("#stream-state")).to_have_text(
+        "The session has ended.", timeout=30_000
     )
     states = await page.evaluate("window.__streamStates")
     assert states == ["The session has ended."], states

@@ -94,9 +94,9 @@ async def test_a_failing_repository_is_shown_failing_and_still_downloads(
     assert await failed.inner_text() == "Validation failed: checkov."
 
     link = page.locator("#download-link")
-    await page.wait_for_function(
-        "() => document.querySelector('#download-link').classList.contains('failing')"
-    )
+    # A locator wait: wait_for_function's predicate is compiled by eval in the page,
+    # which the console's CSP (script-src 'self') refuses once it polls.
+    await page.locator("#download-link.failing").wait_for(timeout=30_000)
     assert await link.inner_text() == "Download the repository (zip): fails validation (checkov)"
     assert await page.locator("#download-row").get_attribute("data-validation") == "failed"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
