@@ -400,10 +400,12 @@ async def _run_worker(settings: Settings, extra_workflows: Sequence[type] = ()) 
 
     init_tracing(settings)
     # LiteLLM's import takes seconds: pay it at start, not inside the first LLM call; the
-    # same for the IRI grammar, whose first check may come inside a workflow task.
-    await load_litellm_async()
-    with contextlib.suppress(ImportError):
-        lazy_iri.load_now()
+    # same for the IRI grammar, whose first check may come inside a workflow task
+    # (KEEL_WORKER_PRELOAD=false skips both: each then loads at its first use).
+    if settings.worker_preload:
+        await load_litellm_async()
+        with contextlib.suppress(ImportError):
+            lazy_iri.load_now()
     client = await connect(settings, runtime=make_runtime(settings))
     await ensure_search_attributes(client, settings.temporal_namespace)
     stop = asyncio.Event()

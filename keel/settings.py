@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     # keel.webhooks.webhook_url_allowed): the worker never posts anywhere else.
     webhook_allowed_prefixes: list[str] = Field(default_factory=list)
 
+    # Worker start: load LiteLLM and the IRI grammar before polling (about 6 s of CPU), so
+    # neither import lands in the first LLM call or inside a workflow task. False suits
+    # short-lived workers that may never need them (the test suite starts dozens).
+    worker_preload: bool = True
+
     # Observability
     metrics_port: int = 0  # 0: no Prometheus endpoint
     otel_exporter: Literal["none", "console", "otlp"] = "none"

@@ -60,6 +60,12 @@ if sys.version_info < (3, 13):
 
 POSTGRES_URL = os.environ.get("KEEL_TEST_POSTGRES_URL", "")
 
+# The suite starts dozens of short-lived `keel worker` processes (fault tests, `keel up`,
+# the CLIs), most of which never call a model: they load LiteLLM and the IRI grammar at
+# their first use instead of at start (about 6 s of CPU each). The README's first command
+# runs with the default (tests/core/integration/test_cli.py::test_demo_end_to_end).
+os.environ.setdefault("KEEL_WORKER_PRELOAD", "false")
+
 #: The test files that run the embedded llama.cpp model (the ``local_model_server``
 #: fixture, ``keel demo``, or a ``LocalModelServer`` of their own, marked
 #: ``@pytest.mark.embedded_model``). Under xdist they all run on one worker: the model

@@ -95,7 +95,7 @@ def test_demo_end_to_end(tmp_path):
     """The README's first command: gate opened, approved through the API, workflow done."""
     if unavailable_reason():
         pytest.skip(f"local model not installed: {unavailable_reason()}")
-    env = keel_env(tmp_path / "keel")
+    env = keel_env(tmp_path / "keel") | {"KEEL_WORKER_PRELOAD": "true"}  # the default
     proc = run(["demo"], env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
