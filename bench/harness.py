@@ -142,6 +142,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "KEEL_WEBHOOK_URL": settings.webhook_url,
         "KEEL_METRICS_PORT": str(settings.metrics_port),
         "KEEL_OTEL_EXPORTER": settings.otel_exporter,
+        "KEEL_WORKER_MAX_CACHED_WORKFLOWS": str(settings.worker_max_cached_workflows),
         "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH")] if p),
     }
 

@@ -413,7 +413,12 @@ async def _run_worker(settings: Settings, extra_workflows: Sequence[type] = ()) 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with build_worker(client, settings, extra_workflows=extra_workflows):
+        async with build_worker(
+            client,
+            settings,
+            extra_workflows=extra_workflows,
+            max_cached_workflows=settings.worker_max_cached_workflows,
+        ):
             log.info("worker ready on task queue %r", settings.task_queue)
             if settings.metrics_port:
                 log.info("metrics on http://127.0.0.1:%d/metrics", settings.metrics_port)

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     # neither import lands in the first LLM call or inside a workflow task. False suits
     # short-lived workers that may never need them (the test suite starts dozens).
     worker_preload: bool = True
+    # Workflows a worker keeps in memory between their tasks (Temporal's sticky cache). One
+    # evicted is replayed from its history at its next task: with more open workflows than
+    # this (gates waiting for decisions), decisions on evicted ones pay a replay
+    # (bench/gate_concurrency.py, docs/console.md).
+    worker_max_cached_workflows: int = Field(default=1000, ge=0)
 
     # Observability
     metrics_port: int = 0  # 0: no Prometheus endpoint
