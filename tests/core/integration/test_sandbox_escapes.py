@@ -224,12 +224,19 @@ def test_fork_bomb_contained() -> None:
 
 
 def test_shell_fork_bomb_ends() -> None:
+    # pid 1 forks once (the bomb's first background job) and then runs builtins only: a
+    # `sleep` here would itself be a fork, refused whenever the bomb's survivors hold
+    # every pid of the cap, and dash exits 2 on a refused fork (seen on CI).
     r = run(
-        ["/bin/sh", "-c", "b() { b | b & }; b; sleep 1"],
+        [
+            "/bin/sh",
+            "-c",
+            "b() { b | b & }; b; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; exit 0",
+        ],
         limits=SMALL.model_copy(update={"max_processes": 8, "wall_time_s": 3}),
     )
     # The cap stopped the bomb (the shell reports its failed forks), and the run ended
-    # with pid 1's own exit after `sleep 1`: the bomb's survivors, still forking, did not
+    # with pid 1's own exit after its loop: the bomb's survivors, still forking, did not
     # hold it open to its wall limit.
     assert "Cannot fork" in r.stderr
     assert r.exit_code == 0 and not r.timed_out and r.limit is None, r
