@@ -31,6 +31,9 @@ from typing import Any
 from temporalio import activity
 
 from activities.design.codegen import check_paths
+from activities.design.mypy_seed import SEED_MOUNT
+from activities.design.mypy_seed import jail_code as seed_jail_code
+from activities.design.mypy_seed import seed_dir as mypy_seed_dir
 from activities.heartbeat import heartbeating
 from keel.design.validation import ValidationReport, ValidatorResult
 from sandbox.errors import SandboxError, SandboxUnavailable
@@ -148,6 +151,14 @@ def _site_packages() -> list[str]:
     return [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
 
 
+def _import_paths() -> dict[str, str]:
+    """The jailed interpreter's import paths: this venv's site-packages, no user site."""
+    return {
+        "PYTHONPATH": ":".join(os.path.realpath(p) for p in _site_packages()),
+        "PYTHONNOUSERSITE": "1",
+    }
+
+
 async def _jailed(
     name: str,
     argv_tail: Sequence[str],
@@ -155,6 +166,8 @@ async def _jailed(
     config: SandboxConfig,
     *,
     binary: str | None = None,
+    extra_binds: Sequence[Bind] = (),
+    limits: SandboxLimits = JAIL_LIMITS,
 ) -> SandboxResult | ValidatorResult:
     """Run ``python -m <tool>`` (or ``binary``) in a jail holding the repository.
 
@@ -175,7 +188,7 @@ async def _jailed(
             summary=f"the jail's interpreter {runtime.executable} is not Python {here}; "
             "set python.interpreter in configs/sandbox.yaml",
         )
-    binds = list(runtime.binds)
+    binds = [*runtime.binds, *extra_binds]
     visible = {b.src for b in binds}
     site = _site_packages()
     for path in site:
@@ -183,8 +196,7 @@ async def _jailed(
         if not any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
             binds.append(Bind(real, real))
     env = {
-        "PYTHONPATH": ":".join(os.path.realpath(p) for p in site),
-        "PYTHONNOUSERSITE": "1",
+        **_import_paths(),
         "PYTHONDONTWRITEBYTECODE": "1",
         # The repository's tests need none of this venv's pytest plugins, and some are
         # slow to import.
@@ -200,7 +212,7 @@ async def _jailed(
     try:
         return await run_async(
             argv,
-            limits=JAIL_LIMITS,
+            limits=limits,
             workspace_files=dict(files),
             env=env,
             binds=binds,
@@ -270,8 +282,30 @@ async def run_ruff(files: Mapping[str, str], config: SandboxConfig) -> Validator
 
 
 async def run_mypy(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
-    run = await _jailed("mypy", ["-m", "mypy", "--cache-dir=/dev/null"], files, config)
-    return _from_jail("mypy", run, "mypy")
+    """mypy in the jail, from the warm cache of :mod:`activities.design.mypy_seed` when
+    there is one (``details["seeded"]``), else with no cache."""
+    seed = None
+    with contextlib.suppress(SandboxUnavailable):  # no jail: _jailed says so
+        executable = python_runtime(config).executable
+        seed = await asyncio.to_thread(
+            mypy_seed_dir, config.jail.base_dir, executable, _import_paths()
+        )
+    if seed is None:
+        run = await _jailed("mypy", ["-m", "mypy", "--cache-dir=/dev/null"], files, config)
+    else:
+        run = await _jailed(
+            "mypy",
+            ["-c", seed_jail_code()],
+            files,
+            config,
+            extra_binds=[Bind(str(seed), SEED_MOUNT)],
+            # Room in the jail's /tmp for the seed's copy (22 MB) and what mypy adds.
+            limits=JAIL_LIMITS.model_copy(update={"tmpfs_size_mb": 192}),
+        )
+    result = _from_jail("mypy", run, "mypy")
+    if isinstance(run, SandboxResult):
+        result.details["seeded"] = seed is not None
+    return result
 
 
 async def run_pytest(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:

@@ -31,6 +31,7 @@ from activities.design.validators import (
     check_sbom,
     run_actionlint,
     run_hadolint,
+    run_mypy,
     run_pytest,
     run_ruff,
     scan_secrets,
@@ -94,6 +95,8 @@ def test_generated_repo_passes_every_validator(kind: str, name: str) -> None:
     for validator in (*VALIDATORS, "sbom"):
         assert summaries[validator].startswith("passed"), (name, validator, summaries[validator])
     assert report.passed and report.complete and report.not_run == []
+    mypy = report.result("mypy")
+    assert mypy is not None and mypy.details["seeded"] is True  # from the warm cache
     for result in report.results:
         written = json.loads(report.files[f"reports/{result.name}.json"])
         assert written["status"] == result.status
@@ -278,6 +281,24 @@ def _write(files: dict[str, str], root: Path) -> None:
     for path, text in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text, encoding="utf-8")
+
+
+def test_mypy_from_the_warm_cache_still_fails_a_misused_library() -> None:
+    """The seed carries the libraries' real types: a call FastAPI's signature refuses,
+    and a plain type error, both fail the seeded run, each named where it is."""
+    files = render_request(request_for("online_serving_slo"))
+    app = files["services/serve/app.py"]
+    assert "from fastapi import FastAPI" in app
+    files["services/serve/app.py"] = app + (
+        "\n\ndef _misused() -> FastAPI:\n    return FastAPI(title=1)\n"
+        "\n\ndef _wrong() -> int:\n    return 'one'\n"
+    )
+    result = asyncio.run(run_mypy(files, default_config()))
+    assert result.status == "failed" and result.details["seeded"] is True, result
+    output = result.details["output"]
+    assert re.search(r'services/serve/app\.py:\d+: error: Argument "title" to "FastAPI"', output)
+    assert re.search(r"services/serve/app\.py:\d+: error: Incompatible return value", output)
+    assert "Found 2 errors in 1 file" in output, output
 
 
 def test_broken_python_fails_ruff_and_pytest() -> None:

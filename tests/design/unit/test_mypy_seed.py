@@ -1,0 +1,76 @@
+"""The jailed mypy's warm cache (activities/design/mypy_seed.py): its tree imports what the
+templates import, under the templates' own mypy options, and a shared folder is only
+used when it is ours alone. That the seeded mypy passes the generated repositories and
+still fails a type error is in tests/design/integration/test_validators.py."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import tomllib
+from pathlib import Path
+
+from activities.design.app import TEMPLATES
+from activities.design.codegen import render_request
+from activities.design.mypy_seed import SEED_FILES, seed_dir
+from tests.design.codegen_cases import request_for
+
+#: The generated repositories' own packages.
+LOCAL = ("services", "tests", "__future__")
+
+
+def _seed_imports() -> set[str]:
+    tree = ast.parse(SEED_FILES["seed/__init__.py"])
+    return {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+
+
+def _template_imports() -> set[str]:
+    found: set[str] = set()
+    for path in TEMPLATES.rglob("*"):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            found |= set(re.findall(r"^\s*(?:from|import) ([A-Za-z_][\w.]*)", text, re.M))
+    return {m for m in found if m.split(".")[0] not in LOCAL}
+
+
+def _untyped(config: dict[str, object]) -> list[str]:
+    overrides = config.get("overrides", [])
+    assert isinstance(overrides, list)
+    return [m for o in overrides if o.get("ignore_missing_imports") for m in o["module"]]
+
+
+def _covered(module: str, names: set[str], untyped: list[str]) -> bool:
+    if module in names:
+        return True
+    return any(module == u or (u.endswith(".*") and module.startswith(u[:-1])) for u in untyped)
+
+
+def test_the_seed_imports_every_library_the_templates_import() -> None:
+    seed_config = tomllib.loads(SEED_FILES["pyproject.toml"])["tool"]["mypy"]
+    untyped = [*_untyped(seed_config), "confluent_kafka", "confluent_kafka.*"]
+    missing = sorted(m for m in _template_imports() if not _covered(m, _seed_imports(), untyped))
+    assert not missing, f"add to mypy_seed.SEED_FILES: {missing}"
+    assert {"fastapi", "fastapi.testclient", "pydantic", "pytest", "uvicorn"} <= _seed_imports()
+
+
+def test_the_seed_has_the_generated_repositories_mypy_options() -> None:
+    """Options decide whether mypy trusts a cached module: the same ones, but ``packages``."""
+    generated = tomllib.loads(render_request(request_for("rag"))["pyproject.toml"])
+    seed = tomllib.loads(SEED_FILES["pyproject.toml"])
+    mine, theirs = dict(seed["tool"]["mypy"]), dict(generated["tool"]["mypy"])
+    assert mine.pop("packages") == ["seed"] and theirs.pop("packages") == ["services", "tests"]
+    assert mine == theirs
+
+
+def test_a_seed_folder_others_may_write_to_is_not_used(tmp_path: Path) -> None:
+    shared = tmp_path / f"keel-mypy-seed-{os.geteuid()}"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert seed_dir(str(tmp_path), "/usr/bin/python3", {"PYTHONPATH": ""}) is None
+    assert list(shared.iterdir()) == []  # nothing was built there either
