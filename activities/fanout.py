@@ -57,6 +57,9 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: First on the PYTHONPATH of every process of the local cluster: its sitecustomize defers
+#: the IRI grammar that ``import ray`` builds (activities/ray_site/sitecustomize.py).
+RAY_SITE = Path(__file__).resolve().parent / "ray_site"
 # Ray must treat this host as a single loopback node: with this set before Ray reads its
 # constants, every Ray server (GCS, raylet, workers, agents) binds 127.0.0.1 only.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -218,24 +221,32 @@ def _start_cluster(num_cpus: int) -> None:
     _sweep_stale_temp_dirs()
     temp_dir = tempfile.mkdtemp(prefix="keel-ray-", dir="/tmp")
     Path(temp_dir, _OWNER_FILE).write_text(str(os.getpid()))
-    pythonpath = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
+    inherited = os.environ.get("PYTHONPATH", "")
+    pythonpath = os.pathsep.join(p for p in [str(RAY_SITE), str(REPO_ROOT), inherited] if p)
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
-            ray.init(
-                num_cpus=max(1, num_cpus),
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-                namespace="keel",
-                _temp_dir=temp_dir,
-                runtime_env={
-                    "env_vars": {
-                        "PYTHONPATH": pythonpath,
-                        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                    }
-                },
-            )
+            # The agents the raylet starts inherit this process's environment, the workers
+            # get the runtime_env's too: both start with RAY_SITE first on the path.
+            with _environ(PYTHONPATH=pythonpath):
+                ray.init(
+                    num_cpus=max(1, num_cpus),
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    namespace="keel",
+                    _temp_dir=temp_dir,
+                    # No idle workers started ahead: shards run on actors and tasks with
+                    # the job's runtime_env, which never took one of those (two per
+                    # cluster, 2 s of CPU each, measured).
+                    _system_config={"prestart_worker_first_driver": False},
+                    runtime_env={
+                        "env_vars": {
+                            "PYTHONPATH": pythonpath,
+                            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                        }
+                    },
+                )
             break
         except Exception as exc:
             # A failed start leaves its GCS, monitors and agents running, and Ray no
@@ -256,6 +267,21 @@ def _start_cluster(num_cpus: int) -> None:
     _ray_state.update(owned=True, temp_dir=temp_dir, num_cpus=max(1, num_cpus))
     _remotes.clear()
     atexit.register(ray_shutdown)
+
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """``os.environ`` with ``values`` set, restored after (for what starts meanwhile)."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _started_in(temp_dir: str) -> set[int]:

@@ -1,5 +1,5 @@
 """Keel's command lines: ``keel``, ``mrp``, ``runllm``, ``srl`` and ``design``."""
 
-from cli.lazy_iri import defer
+from activities.lazy_iri import defer
 
 defer()

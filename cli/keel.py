@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli import lazy_iri, toolkit
+from activities import lazy_iri
+from cli import toolkit
 from cli.gate import app as gates_app
 from cli.toolkit import JsonOpt, load_settings, sessions
 from keel.settings import Settings

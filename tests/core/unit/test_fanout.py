@@ -4,6 +4,7 @@ process is gone and the pool starts a new one."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -42,3 +43,17 @@ async def test_pool_gather_timeout_and_discard(ray_cluster: None) -> None:
     fresh_pids = {pid for _, pid in fresh}
     assert slow_pid not in fresh_pids
     assert got[3][1] in fresh_pids
+
+
+async def test_ray_workers_defer_the_iri_grammar_and_still_check_iris(ray_cluster: None) -> None:
+    """activities/ray_site/sitecustomize.py runs first in the cluster's workers: the
+    grammar that ``import ray`` would build is a stand-in until the first ``iri`` check,
+    which is then made by the real grammar."""
+    import ray
+
+    from tests.support.fanout_actors import iri_checks
+
+    fanout.ray_init(1)
+    deferred, verdicts = await asyncio.to_thread(ray.get, ray.remote(iri_checks).remote())
+    assert deferred is True
+    assert verdicts == [True, False]

@@ -1,4 +1,4 @@
-"""``cli.lazy_iri``: a CLI start does not build the IRI grammar, and the ``iri`` formats
+"""``activities.lazy_iri``: a CLI start does not build the IRI grammar, and the ``iri`` formats
 are checked as before (in a fresh interpreter, as a person's command starts)."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_a_cli_start_defers_the_grammar_and_checks_iris_the_same() -> None:
 def test_a_worker_loads_the_real_grammar_at_start() -> None:
     code = (
         "import sys, cli.keel, keel.rllm.schema\n"
-        "from cli import lazy_iri\n"
+        "from activities import lazy_iri\n"
         "before = 'rfc3987_syntax.syntax_helpers' in sys.modules\n"
         "real = lazy_iri.load_now()\n"
         "print(before, real is sys.modules['rfc3987_syntax'], hasattr(real, 'syntax_parser'),"

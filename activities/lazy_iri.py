@@ -1,4 +1,4 @@
-"""The IRI grammar loaded at its first use, not at every CLI start.
+"""The IRI grammar loaded at its first use, not at every process start.
 
 ``jsonschema`` imports ``rfc3987_syntax`` when it is imported (for the ``iri`` and
 ``iri-reference`` formats; it is installed here with ``jsonschema[format-nongpl]``), and
@@ -9,6 +9,11 @@ name in its place whose ``is_valid_syntax`` imports the real one at its first ca
 formats are checked exactly as before. A long-running process (``keel worker``) calls
 :func:`load_now` at start: its first check may come inside a workflow task, which must
 not spend seconds importing.
+
+Deferred in: the CLIs (``cli/__init__.py``), an operator host process
+(``activities/mrp/host_main.py``) and every process of the local Ray cluster Keel starts
+(``activities/ray_site/sitecustomize.py``: ``import ray`` itself imports ``jsonschema``).
+Only the standard library is imported here, so any of them may import it first.
 """
 
 from __future__ import annotations
