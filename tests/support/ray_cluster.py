@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from activities.fanout import RAY_SITE, REPO_ROOT
 from tests.support.faults import descendants, wait_gone_sync
 
 RAY_CLI = Path(sys.executable).parent / "ray"
@@ -155,7 +156,10 @@ def _wait_nodes(cluster: RayCluster, n: int, timeout_s: float) -> None:
                 raise RuntimeError(f"ray node {node.name} exited:\n{node.log.read_text()}")
         res = subprocess.run(
             [str(RAY_CLI), "status", f"--address={cluster.address}"],
-            env=dict(os.environ) | RAY_ENV,
+            # A client only: it may defer the IRI grammar its `import ray` would build
+            # (1.5 s of CPU a poll), as the local Ray's processes do. The nodes keep their
+            # own path: Keel's code must reach their workers through Ray alone.
+            env=dict(os.environ) | RAY_ENV | {"PYTHONPATH": f"{RAY_SITE}{os.pathsep}{REPO_ROOT}"},
             capture_output=True,
             text=True,
             timeout=60,
