@@ -596,6 +596,9 @@ async def make_sbom(files: Mapping[str, str]) -> tuple[str | None, str]:
                 "--of",
                 "JSON",
                 "--output-reproducible",
+                # The sbom validator checks it against the schema (check_sbom); the tool's
+                # own check was 2.2 of its 2.4 s of CPU, and the text is the same without.
+                "--no-validate",
                 "-o",
                 "-",
                 "requirements.txt",
