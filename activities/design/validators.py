@@ -420,8 +420,9 @@ async def run_checkov(files: Mapping[str, str], root: Path) -> ValidatorResult:
             "--soft-fail",
         ],
         root,
-        # One process: on the 2-core machine checkov's forked runners cost more than they
-        # saved (rag tree: 5.8 s of CPU and 5.2 s of wall forked, 4.7 s and 4.6 s not).
+        # One process: on the 2-core machine checkov's forked runners saved no wall time
+        # and cost about 0.9 s more of CPU a run (rag tree, two runs each way: 6.7-7.3 s
+        # of CPU forked, 5.9-6.9 s not; wall 5.8-7.1 s either way).
         env={"CHECKOV_PARALLELIZATION_TYPE": "none"},
     )
     if code is None:
