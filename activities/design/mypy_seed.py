@@ -87,12 +87,18 @@ _build_lock = threading.Lock()
 
 
 def jail_code() -> str:
-    """The ``python -c`` program of a seeded jailed run: copy the seed, then mypy."""
+    """The ``python -c`` program of a seeded jailed run: copy the seed, then mypy. A copy
+    that fails (a full ``/tmp``) runs mypy with no cache, as without a seed: mypy's own
+    exit code and output stay the verdict."""
     return (
-        "import runpy, shutil, sys; "
-        f"shutil.copytree({SEED_MOUNT!r}, {JAIL_CACHE!r}); "
-        f"sys.argv = ['mypy', '--cache-dir={JAIL_CACHE}']; "
-        "runpy.run_module('mypy', run_name='__main__', alter_sys=True)"
+        "import runpy, shutil, sys\n"
+        "try:\n"
+        f"    shutil.copytree({SEED_MOUNT!r}, {JAIL_CACHE!r})\n"
+        f"    cache = {JAIL_CACHE!r}\n"
+        "except OSError:\n"
+        "    cache = '/dev/null'\n"
+        "sys.argv = ['mypy', '--cache-dir=' + cache]\n"
+        "runpy.run_module('mypy', run_name='__main__', alter_sys=True)\n"
     )
 
 

@@ -283,7 +283,7 @@ async def run_ruff(files: Mapping[str, str], config: SandboxConfig) -> Validator
 
 async def run_mypy(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
     """mypy in the jail, from the warm cache of :mod:`activities.design.mypy_seed` when
-    there is one (``details["seeded"]``), else with no cache."""
+    there is one (``details["seeded"]``: the run was given the seed), else with no cache."""
     seed = None
     with contextlib.suppress(SandboxUnavailable):  # no jail: _jailed says so
         executable = python_runtime(config).executable
