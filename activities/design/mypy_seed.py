@@ -84,6 +84,8 @@ import uvicorn
 }
 
 _build_lock = threading.Lock()
+#: Keys whose build failed in this process: not tried again at every mypy run.
+_failed: set[str] = set()
 
 
 def jail_code() -> str:
@@ -145,7 +147,12 @@ def seed_dir(base: str | None, executable: str, env: Mapping[str, str]) -> Path 
             return None
         if (target / "ok").is_file():
             return target
-        return _build(parent, target, executable, env)
+        if key in _failed:
+            return None
+        built = _build(parent, target, executable, env)
+        if built is None:
+            _failed.add(key)
+        return built
 
 
 def _build(parent: Path, target: Path, executable: str, env: Mapping[str, str]) -> Path | None:

@@ -11,6 +11,9 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
+from activities.design import mypy_seed
 from activities.design.app import TEMPLATES
 from activities.design.codegen import render_request
 from activities.design.mypy_seed import SEED_FILES, seed_dir
@@ -74,3 +77,20 @@ def test_a_seed_folder_others_may_write_to_is_not_used(tmp_path: Path) -> None:
     shared.chmod(0o777)
     assert seed_dir(str(tmp_path), "/usr/bin/python3", {"PYTHONPATH": ""}) is None
     assert list(shared.iterdir()) == []  # nothing was built there either
+
+
+def test_a_failed_build_is_not_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter that cannot run mypy: no seed, and later calls do not build again."""
+    builds: list[Path] = []
+    real = mypy_seed._build
+
+    def counted(parent: Path, target: Path, executable: str, env: dict[str, str]) -> Path | None:
+        builds.append(target)
+        return real(parent, target, executable, env)
+
+    monkeypatch.setattr(mypy_seed, "_build", counted)
+    env = {"PYTHONPATH": "", "PYTHONNOUSERSITE": "1"}
+    assert seed_dir(str(tmp_path), "/bin/false", env) is None
+    assert seed_dir(str(tmp_path), "/bin/false", env) is None
+    assert len(builds) == 1
+    assert list((tmp_path / f"keel-mypy-seed-{os.geteuid()}").iterdir()) == []
