@@ -49,6 +49,7 @@ from keel.gates import (
     GateState,
     GateStatus,
     GateSummaryMemo,
+    gate_update_id,
     start_search_attribute_values,
     summary_memo,
 )
@@ -336,13 +337,19 @@ async def state(
     raise GateNotRunning(gate_id, status_name(desc))
 
 
-async def _update(client: Client, gate_id: str, update: str, arg: Any) -> GateState:
+async def _update(
+    client: Client, gate_id: str, update: str, arg: GateDecision | GateComment
+) -> GateState:
     handle: WorkflowHandle[Any, GateState] = client.get_workflow_handle(
         gate_id, result_type=GateState
     )
     try:
         result: GateState = await handle.execute_update(
-            update, arg, result_type=GateState, rpc_timeout=GATE_RPC_TIMEOUT
+            update,
+            arg,
+            id=gate_update_id(update, arg.actor, arg.request_id),
+            result_type=GateState,
+            rpc_timeout=GATE_RPC_TIMEOUT,
         )
     except WorkflowUpdateFailedError as err:
         cause = err.cause

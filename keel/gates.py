@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from keel.digest import digest_json
 from keel.ids import GATE_NAME_PATTERN
 from keel.search_attributes import GATE_NAME_ATTRIBUTE, GATE_STATUS_ATTRIBUTE
 
@@ -35,6 +36,16 @@ class GateStatus(StrEnum):
 def gate_workflow_id(parent_workflow_id: str, name: str) -> str:
     """The deterministic id of gate ``name`` opened by workflow ``parent_workflow_id``."""
     return f"{parent_workflow_id}{GATE_ID_SEPARATOR}{name}"
+
+
+def gate_update_id(update: str, actor: str, request_id: str) -> str | None:
+    """The Update id a gate request with a ``request_id`` is sent under: one per update,
+    actor and request id, so the server itself answers a retry with the first answer, at
+    once while it runs and also after the gate has closed (a gate may close in the task
+    that answers its decision). ``None`` (a fresh id) without a request id."""
+    if not request_id:
+        return None
+    return f"{update}/{digest_json([actor, request_id])[7:39]}"
 
 
 #: The longest a gate waits, and the longest between reminders (one year): the workflow's

@@ -100,6 +100,14 @@ OPEN_LOCAL_PATCH = "gate-open-local"
 # itself at its start, so lists read it from the visibility row. ``client.gate.start_gate``
 # writes it at the start (then the gate issues no command for it).
 SUMMARY_MEMO_PATCH = "gate-summary-memo"
+# Runs started before this patch answered a decision, a comment or a refusal at once and
+# wrote its row after, as a regular activity: its schedule, start and completion, and the
+# workflow task that completion woke, cost the server more than the answer did (at 50
+# concurrent decisions, 2.2 times a bare Update's CPU, bench/gate_concurrency.py). Newer
+# runs write a handler's row as a local activity in the answering workflow task, which
+# answers once the row is written: one workflow task per decision, the run's completion in
+# it too when the decision closes the gate.
+HANDLER_ROWS_LOCAL_PATCH = "gate-handler-rows-local"
 
 
 @workflow.defn(name=GATE_WORKFLOW_TYPE)
@@ -129,6 +137,7 @@ class ApprovalGate:
             AUDIT_ROWS_AT_ONCE_PATCH
         )
         self._open_local = self._audit_at_once and workflow.patched(OPEN_LOCAL_PATCH)
+        self._handler_rows_local = self._open_local and workflow.patched(HANDLER_ROWS_LOCAL_PATCH)
         # Whether notices go anywhere: known from the start in older runs (always sent),
         # after the first task's local answer in open-local runs.
         self._notices_on: bool | None = None if self._open_local else True
@@ -387,6 +396,9 @@ class ApprovalGate:
         record = self._record(
             event, actor=actor, comment=comment, request_id=request_id, details=details
         )
+        if in_handler and self._handler_rows_local:
+            await call(RECORD_GATE_EVENT, record, summary=f"audit {event}", local=True)
+            return
         if self._audit_at_once:
             self._write_at_once(record)
             return

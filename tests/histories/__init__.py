@@ -19,6 +19,8 @@ CORPUS: tuple[str, ...] = (
     "gate_open_local",
     "gate_open_local_webhook",
     "gate_open_local_early",
+    "gate_handler_rows_local",
+    "gate_handler_rows_local_early",
     "gate_rejected_signal",
     "gate_readers_signal",
     "gate_self_readers",

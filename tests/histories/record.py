@@ -193,6 +193,13 @@ async def gate_open_local(ctx: Ctx) -> Histories:
     return await gate_approved_update(ctx, "gate_open_local")
 
 
+async def gate_handler_rows_local(ctx: Ctx) -> Histories:
+    """gate_approved_update after patch ``gate-handler-rows-local``: the comment's, the
+    refusal's and the decision's rows are local activities of the tasks that answer them
+    (markers); no activity is scheduled at all."""
+    return await gate_approved_update(ctx, "gate_handler_rows_local")
+
+
 async def gate_readers_signal(ctx: Ctx) -> Histories:
     """A gate started without ``KeelReaders`` (as before it existed) gets it from
     ``keel_refresh_readers`` (``keel migrate-search-attributes``), then is approved."""
@@ -324,6 +331,12 @@ async def gate_open_local_early(ctx: Ctx) -> Histories:
     """gate_duplicate_request after patch ``gate-open-local``: the decisions are sent right
     after the start, so they may reach the run before its local activities answer."""
     return await gate_duplicate_request(ctx, "gate_open_local_early")
+
+
+async def gate_handler_rows_local_early(ctx: Ctx) -> Histories:
+    """gate_duplicate_request after patch ``gate-handler-rows-local``: the two identical
+    decisions reach the run with its first task, beside the opening's local activities."""
+    return await gate_duplicate_request(ctx, "gate_handler_rows_local_early")
 
 
 async def gate_shared_key(ctx: Ctx) -> Histories:
@@ -1030,6 +1043,8 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_open_local": gate_open_local,
     "gate_open_local_webhook": gate_open_local_webhook,
     "gate_open_local_early": gate_open_local_early,
+    "gate_handler_rows_local": gate_handler_rows_local,
+    "gate_handler_rows_local_early": gate_handler_rows_local_early,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_readers_signal": gate_readers_signal,
     "gate_self_readers": gate_self_readers,

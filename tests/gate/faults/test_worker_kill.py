@@ -19,10 +19,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState
+from temporalio.api.enums.v1 import EventType, PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowHandle
 
-from keel.gates import GateDecision, GateRequest, GateStatus
+from keel.gates import GateDecision, GateRequest, GateState, GateStatus
 from keel.refs import NOTIFY_HAS_TARGET
 from keel.settings import Settings
 from services.processes import LOOPBACK
@@ -76,13 +76,13 @@ async def approve_and_check(client: Client, settings: Settings, handle: Workflow
     ]
     # Replay ran nothing twice: the "opened" row and the webhook-target answer are local
     # activities of the first task (one marker each, patch gate-open-local); the
-    # decision's row is one activity, scheduled right after the Update was answered; no
-    # notice, since no webhook is configured.
+    # decision's row is one of the task that answered it (patch gate-handler-rows-local);
+    # no activity at all, and no notice, since no webhook is configured.
     scheduled = await activity_events(handle, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-    completed = await activity_events(handle, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
-    assert scheduled == completed == [GATE_EVENT_ACTIVITY]
+    assert scheduled == []
     assert sorted(await local_activity_names(handle)) == [
         NOTIFY_HAS_TARGET.name,
+        GATE_EVENT_ACTIVITY,
         GATE_EVENT_ACTIVITY,
     ]
 
@@ -200,19 +200,26 @@ async def test_worker_sigkill_after_side_effect_before_completion(
     await approve_and_check(client, settings, handle)
 
     # The first task ran again after the crash: its local activity found the row already
-    # there (returned False); the history holds that one answer.
+    # there (returned False); the history holds that one answer, and the decision's row,
+    # written once (True), in whichever order the two finished when the decision came with
+    # that task.
     results = await local_activity_results(handle)
-    assert [r for r in results if r[0] == GATE_EVENT_ACTIVITY] == [(GATE_EVENT_ACTIVITY, False)]
+    assert sorted(r for r in results if r[0] == GATE_EVENT_ACTIVITY) == [
+        (GATE_EVENT_ACTIVITY, False),
+        (GATE_EVENT_ACTIVITY, True),
+    ]
 
 
-async def test_worker_sigkill_after_the_answer_before_the_audit_row(
+async def test_worker_sigkill_while_the_decision_row_waits(
     client: Client, settings: Settings, tmp_path: Path, spawned
 ) -> None:
-    """A decision is answered before its audit row is written (``gate-audit-after-answer``).
+    """A decision is answered once its audit row is written, in the same workflow task
+    (``gate-handler-rows-local``).
 
-    The worker is killed in that window: the Update has come back, the row is not in SQL
-    (its insert waits on the SQLite write lock the test holds). A new worker must write
-    the row once, and the gate must end approved with nothing decided twice.
+    The worker is killed while that row waits (its insert waits on the SQLite write lock
+    the test holds): the caller has no answer yet and the row is not in SQL. A new worker
+    must answer the same Update, write the row once, and end the gate approved with
+    nothing decided twice.
     """
     worker = await spawn_ready_worker(settings, tmp_path / "worker.log", spawned)
     handle = await start_gate(client, settings)
@@ -224,32 +231,34 @@ async def test_worker_sigkill_after_the_answer_before_the_audit_row(
 
     db_file = settings.resolved_database_url.removeprefix("sqlite:///")
     lock = sqlite3.connect(db_file, isolation_level=None, timeout=10)
+    answer: asyncio.Task[object] | None = None
     try:
         lock.execute("BEGIN IMMEDIATE")  # the audit insert now waits
-        state = await handle.execute_update(
-            ApprovalGate.decide,
-            GateDecision(decision="approve", actor="bob", comment="ship", request_id="r1"),
-        )
-        # The answer came back while the row could not be written.
-        assert state.status == GateStatus.APPROVED
-        assert audit_events_on(lock, handle.id) == ["opened"]
-
-        async def approved_row_in_flight() -> bool:
-            pending = (await handle.describe()).raw_description.pending_activities
-            return any(
-                p.activity_type.name == GATE_EVENT_ACTIVITY
-                and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-                for p in pending
+        answer = asyncio.create_task(
+            handle.execute_update(
+                ApprovalGate.decide,
+                GateDecision(decision="approve", actor="bob", comment="ship", request_id="r1"),
             )
+        )
 
-        await wait_until(approved_row_in_flight, timeout_s=60, what="the 'approved' row to start")
+        async def decision_task_started() -> bool:
+            task = (await handle.describe()).raw_description.pending_workflow_task
+            return task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
+
+        await wait_until(decision_task_started, timeout_s=60, what="the decision's task")
+        await asyncio.sleep(TASK_IN_TRANSIT_S)  # for the task to reach the blocked insert
+        assert not answer.done(), "the decision was answered before its row was written"
+        assert audit_events_on(lock, handle.id) == ["opened"]
         await sigkill(worker)
     finally:
         lock.execute("ROLLBACK")
         lock.close()
 
+    assert answer is not None
     async with build_worker(client, settings, max_cached_workflows=0):
+        state = await asyncio.wait_for(answer, timeout=120)
         result = await handle.result()
+    assert isinstance(state, GateState) and state.status == GateStatus.APPROVED
     assert (result.status, result.decided_by) == (GateStatus.APPROVED, "bob")
     run_id = (await handle.describe()).run_id
     assert [(r.event, r.event_key) for r in audit_rows(settings, handle.id)] == [

@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from client.gate import decide
 from keel.gates import GateComment, GateDecision, GateRequest, GateState, GateStatus
 from keel.settings import Settings
 from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
@@ -86,13 +87,16 @@ async def test_forged_and_duplicate_decisions_refused(client, settings, worker):
     assert [(r.actor, r.reason) for r in state.refused] == [("eve", "not_an_approver")]
 
     ok = GateDecision(decision="approve", actor="bob", request_id="req-1")
-    # The same request delivered twice at once (a client retry): applied once, same answer.
+    # The same request sent twice at once (a client retry; client.gate.decide sends it
+    # under one Update id): applied once, the same answer; and again once the gate closed
+    # (in the task that answered), still the same answer.
     first, again = await asyncio.gather(
-        handle.execute_update(ApprovalGate.decide, ok),
-        handle.execute_update(ApprovalGate.decide, ok),
+        decide(client, handle.id, ok), decide(client, handle.id, ok)
     )
     assert first == again
+    assert first.status == GateStatus.APPROVED
     await handle.result()
+    assert await decide(client, handle.id, ok) == first
     # The gate is closed: the server itself refuses any further decision.
     with pytest.raises(RPCError, match="already completed"):
         await handle.execute_update(
