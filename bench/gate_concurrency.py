@@ -1,7 +1,7 @@
 """1,000 open gates decided by 50 concurrent API callers, against the bare Update at the
 same concurrency; every decision's audit row counted.
 
-    uv run python bench/gate_concurrency.py [--gates 1000] [--callers 50] [--rounds 2]
+    uv run python bench/gate_concurrency.py [--gates 1000] [--callers 50] [--rounds 2] [--split]
 
 Keel runs as ``keel up`` runs it: one dev server (SQLite WAL), one worker process
 (``keel worker``'s code with ``FloorGate`` added: bench/gate_worker.py) and one API
@@ -15,18 +15,25 @@ run):
 
 * ``--gates`` ``ApprovalGate`` workflows (``client.gate.start_gate``), one approver each;
 * ``--gates`` ``FloorGate`` workflows (bench/floor.py): a bare Update that records the
-  decision and returns, no schema check, no audit.
+  decision and returns, no schema check, no audit;
+* with ``--split``, ``--gates`` more ``ApprovalGate`` workflows, decided by the ``decide``
+  Update from the bench's process (no API): the middle row, which splits Keel's time into
+  the gate's and the API's. Off by default: the worker then holds half as many workflows
+  again, and its cycle collector's pauses grow with them (1.3 to 1.5 s at 3,000 cached
+  workflows, when the decided gates' garbage is collected), whichever series they land in.
 
 Then the gates are decided in ``--rounds`` rounds, each a share of both kinds, floor first:
 
 * floor: ``--callers`` concurrent callers, each taking the next open ``FloorGate`` and
   sending its ``decide`` Update from the bench's process, timed from send to answer;
+* (``--split``) the same for the second set of gates, through ``client.gate.decide``;
 * Keel: ``--callers`` concurrent HTTP callers, each taking the next open gate and sending
   ``POST /gates/{id}/approve`` (bearer token, ``Idempotency-Key``) to the API process,
   timed as the HTTP client sees it; every answer must be 200 with status ``approved``.
 
 Once every gate's workflow has completed, the audit trail (the store's ``gate_audit``
-table, written by the worker process) must hold exactly one ``approved`` row per gate:
+table, written by the worker process) must hold exactly one ``approved`` row per gate of
+Keel's:
 lost (none) and doubled (more than one) decisions are counted and printed. Prints p50 and
 p99 of both and ends with ``floor ... Keel ... ratio <Keel p99 / floor p99>`` (the
 issue's goal: ≤ 2). The worker's and the API's logs are left in the folder printed
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
 import sys
 import time
@@ -59,6 +67,7 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from bench.floor import FloorGate, FloorState  # noqa: E402
 from bench.harness import (  # noqa: E402
+    GC_PAUSE_LOG,
     bench_settings,
     dev_server,
     in_chunks,
@@ -98,6 +107,13 @@ async def concurrently(
     return times
 
 
+def gc_pauses(worker_log: Path) -> list[tuple[float, float]]:
+    """(start on ``time.perf_counter``'s clock, ms) of each cycle-collector pause that
+    bench/gate_worker.py logged."""
+    found = re.findall(rf"{GC_PAUSE_LOG} ([\d.]+) ms at ([\d.]+)", worker_log.read_text())
+    return [(float(at), float(ms)) for ms, at in found]
+
+
 async def audit_counts(settings_url: str, gate_ids: set[str]) -> dict[str, int]:
     """``approved`` audit rows per gate of ``gate_ids``."""
     sessions = get_sessionmaker(settings_url)
@@ -114,13 +130,13 @@ async def audit_counts(settings_url: str, gate_ids: set[str]) -> dict[str, int]:
     return await asyncio.to_thread(count)
 
 
-async def main(n: int, callers: int, rounds: int) -> None:
+async def main(n: int, callers: int, rounds: int, split: bool) -> None:
     with dev_server("keel-bench-gatecc-") as (server, tmp):
-        # The worker keeps every open gate of the three series in its cache (3 x n, and
-        # room): with the default 1,000, Keel's gates were evicted by the floor's and
-        # replayed at their decision (p99 4.26x the floor's without the API, 1.78x with them
-        # cached); with 2 x n + 500, the first series opened (the HTTP one) was.
-        settings = bench_settings(server, tmp, worker_max_cached_workflows=3 * n + 500)
+        # The worker keeps every open gate of every series in its cache (and room): with
+        # the default 1,000, Keel's gates were evicted by the floor's and replayed at their
+        # decision (p99 4.26x the floor's without the API, 1.78x with them cached).
+        series_n = 3 if split else 2
+        settings = bench_settings(server, tmp, worker_max_cached_workflows=series_n * n + 500)
         client: Client = await connect(settings)
         approver, approver_token = role_token(settings, "approver")
         tag = uuid.uuid4().hex[:8]
@@ -163,8 +179,11 @@ async def main(n: int, callers: int, rounds: int) -> None:
 
                 _, gates_s = await in_chunks(range(n), lambda i: open_gate(i, gates, "bench"))
                 print(f"{n} gates open in {gates_s:.1f} s ({n / gates_s:.0f}/s)")
-                _, direct_s = await in_chunks(range(n), lambda i: open_gate(i, direct, "direct"))
-                print(f"{n} gates (no API) open in {direct_s:.1f} s ({n / direct_s:.0f}/s)")
+                if split:
+                    _, direct_s = await in_chunks(
+                        range(n), lambda i: open_gate(i, direct, "direct")
+                    )
+                    print(f"{n} gates (no API) open in {direct_s:.1f} s ({n / direct_s:.0f}/s)")
                 _, floors_s = await in_chunks(range(n), open_floor)
                 print(f"{n} floor gates open in {floors_s:.1f} s ({n / floors_s:.0f}/s)")
 
@@ -195,7 +214,7 @@ async def main(n: int, callers: int, rounds: int) -> None:
 
                 series: list[tuple[str, dict[str, Any], Callable[[str], Awaitable[None]]]] = [
                     ("floor", floors, floor_decide),
-                    ("direct", direct, direct_decide),
+                    *([("direct", direct, direct_decide)] if split else []),
                     ("keel", gates, api_decide),
                 ]
                 ms: dict[str, list[float]] = {name: [] for name, _, _ in series}
@@ -213,14 +232,20 @@ async def main(n: int, callers: int, rounds: int) -> None:
                             assert all(s.status == "approved" for s in results), (
                                 "a gate did not end approved"
                             )
-                print(f"all decided in {time.perf_counter() - t_decide:.1f} s")
+                t_decided = time.perf_counter()
+                print(f"all decided in {t_decided - t_decide:.1f} s")
 
         # The audit rows are written by activities before each gate completes; read them.
         counts = await audit_counts(settings.resolved_database_url, set(gates) | set(direct))
         lost = sum(1 for gid in [*gates, *direct] if counts.get(gid, 0) == 0)
         doubled = sum(1 for c in counts.values() if c > 1)
+        pauses = [ms_ for at, ms_ in gc_pauses(logs / "worker.log") if t_decide <= at <= t_decided]
         print(
-            f"audit: {sum(counts.values())} approved rows for {2 * n} gates;"
+            f"the worker's cycle collector paused {len(pauses)} times for 100 ms or more while"
+            f" the gates were decided (longest {max(pauses, default=0):.0f} ms)"
+        )
+        print(
+            f"audit: {sum(counts.values())} approved rows for {len(gates) + len(direct)} gates;"
             f" lost {lost}, doubled {doubled}; HTTP 200 answers {sum(answers.values())}"
         )
     print(
@@ -232,12 +257,13 @@ async def main(n: int, callers: int, rounds: int) -> None:
     floor_ms, keel_ms = ms["floor"], ms["keel"]
     f50, f99 = statistics.median(floor_ms), p99(floor_ms)
     k50, k99 = statistics.median(keel_ms), p99(keel_ms)
-    d50, d99 = statistics.median(ms["direct"]), p99(ms["direct"])
     print(f"{'floor: bare Update (FloorGate)':<40}{f50:>9.1f}{f99:>9.1f}")
-    print(
-        f"{'decide Update to the gate, no API':<40}{d50:>9.1f}{d99:>9.1f}"
-        f"{d50 / f50:>12.2f}x{d99 / f99:>12.2f}x"
-    )
+    if split:
+        d50, d99 = statistics.median(ms["direct"]), p99(ms["direct"])
+        print(
+            f"{'decide Update to the gate, no API':<40}{d50:>9.1f}{d99:>9.1f}"
+            f"{d50 / f50:>12.2f}x{d99 / f99:>12.2f}x"
+        )
     print(
         f"{'POST /gates/{id}/approve, HTTP':<40}{k50:>9.1f}{k99:>9.1f}"
         f"{k50 / f50:>12.2f}x{k99 / f99:>12.2f}x"
@@ -254,7 +280,12 @@ if __name__ == "__main__":
     parser.add_argument("--gates", type=int, default=1000, help="gates of each kind")
     parser.add_argument("--callers", type=int, default=50, help="concurrent callers")
     parser.add_argument("--rounds", type=int, default=2, help="floor/Keel alternations")
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="also decide as many gates by the Update alone, without the API",
+    )
     args = parser.parse_args()
     if min(args.gates, args.callers, args.rounds) < 1:
         parser.error("--gates, --callers and --rounds must be at least 1")
-    asyncio.run(main(args.gates, args.callers, args.rounds))
+    asyncio.run(main(args.gates, args.callers, args.rounds, args.split))

@@ -148,6 +148,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 WORKER_READY = "worker ready on task queue"
+#: How bench/gate_worker.py logs a pause of its cycle collector.
+GC_PAUSE_LOG = "cycle collector paused"
 
 
 @contextlib.contextmanager

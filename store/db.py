@@ -77,6 +77,10 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
         path = _sqlite_file(parsed)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+        # Room for every thread that may hold a connection at once (the worker's activity
+        # threads and asyncio's default executor; the API's executor): with the default 5,
+        # the rest opened a connection, ran the pragmas and closed it on every use.
+        kwargs.setdefault("pool_size", 16)
         engine = create_engine(parsed, **kwargs)
         event.listen(engine, "connect", _set_sqlite_pragmas)
         return engine
