@@ -8,7 +8,7 @@ process. For each round, interleaved:
 * floor: ``FloorGate`` (bench/floor.py) started, then one ``decide`` Update that records
   the decision and returns the state: the least an Update round trip costs here;
 * client: an ``ApprovalGate`` started, then its ``decide`` Update (validator, handler,
-  answer; the audit row follows the answer), timed from send to answer;
+  the audit row's local activity, answer), timed from send to answer;
 * client, settled: the same on a gate opened ``--settle`` seconds before (default 0.3),
   as a person's click comes, against a floor settled as long: after a pause the round
   trip itself is slower here (the floor too), so each is compared with its own floor;
