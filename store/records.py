@@ -152,9 +152,13 @@ def _to_response(row: ApiIdempotencyRow) -> IdempotentResponse:
 
 def get_idempotent(sm: sessionmaker[Session], key: str, actor: str) -> IdempotentResponse | None:
     """The response stored for (``key``, ``actor``), or None if the key is new."""
+    # A Core select on the session's connection: every mutating API request with a key
+    # asks this first, and the ORM's identity map and loading cost several times the read.
+    table = cast(Table, ApiIdempotencyRow.__table__)
+    stmt = select(table).where(table.c.key == key, table.c.actor == actor)
     with sm() as session:
-        row = session.get(ApiIdempotencyRow, (key, actor))
-        return _to_response(row) if row is not None else None
+        row = session.connection().execute(stmt).first()
+    return IdempotentResponse.model_validate(dict(row._mapping)) if row is not None else None
 
 
 def save_idempotent(
@@ -184,9 +188,10 @@ def save_idempotent(
     }
     with sm.begin() as session:
         inserted = _insert_ignoring_conflict(session, ApiIdempotencyRow, values, ["key", "actor"])
+        if inserted:
+            return IdempotentResponse.model_validate(values)
         row = session.get(ApiIdempotencyRow, (key, actor), populate_existing=True)
         if row is None:  # pragma: no cover - the row exists once the insert or the winner did
             raise RuntimeError(f"idempotency row ({key!r}, {actor!r}) vanished after insert")
-        if not inserted:
-            log.debug("idempotency key %r for %r already stored", key, actor)
+        log.debug("idempotency key %r for %r already stored", key, actor)
         return _to_response(row)
