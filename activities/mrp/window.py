@@ -151,13 +151,26 @@ class MapWindow:
         async with self.flush_lock:
             batch, self.pending = self.pending, []
             if batch:
-                try:
-                    await asyncio.to_thread(
+                write = asyncio.ensure_future(
+                    asyncio.to_thread(
                         record_shards,
                         self.acts.sessions,
                         batch,
                         operator_digest=self.operator_digest,
                     )
+                )
+                try:
+                    await asyncio.shield(write)
+                except asyncio.CancelledError:
+                    # The write goes on in its thread (the window's end cancels the
+                    # flusher): wait for it, so the batch is written once, by it, or put
+                    # back if it failed. Putting it back at once had the last flush write
+                    # it again, and a shard's attempts and executions add up per write.
+                    try:
+                        await write
+                    except Exception:
+                        self.pending[:0] = batch
+                    raise
                 except BaseException:
                     self.pending[:0] = batch  # written by the next flush
                     raise
