@@ -387,11 +387,13 @@ class ApprovalGate:
     ) -> None:
         """Write one audit row (idempotent by ``event_key``).
 
-        Every row is queued and written in order by one writer task, so no step waits for
-        a row: a decision, a comment or a refusal is answered at once and its row follows
-        it; the gate closes only when the queue is empty. Runs from before
-        ``gate-audit-after-answer`` wrote each row before going on (a handler's as a local
-        activity inside the answering task, or before that a regular one).
+        Runs since ``gate-handler-rows-local`` write a handler's row (decision, comment,
+        refusal) as a local activity of the task that answers it, so the answer comes once
+        the row is written; other rows (opened, reminder, expired) start their activity
+        where they are made. Runs from ``gate-audit-after-answer`` on answered at once and
+        wrote the row after; runs from before it wrote each row before going on (a
+        handler's as a local activity inside the answering task, or before that a regular
+        one). The gate closes only when every row is written.
         """
         record = self._record(
             event, actor=actor, comment=comment, request_id=request_id, details=details
