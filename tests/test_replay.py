@@ -7,13 +7,15 @@ re-record (docs/replay.md says which). The last test proves the check has teeth.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 with workflow.unsafe.imports_passed_through():
     from keel.gates import GATE_WORKFLOW_TYPE, GateRequest, GateState
@@ -46,13 +48,23 @@ def test_corpus_is_complete() -> None:
     assert types >= {GATE_WORKFLOW_TYPE, "KeelDemo", "RllmApp", "MRPJob"}
 
 
+def sandboxed_replayer(workflows: list[type], **kwargs: Any) -> Replayer:
+    """A replayer that runs every workflow in the sandbox, whatever its ``sandboxed``."""
+    return Replayer(
+        workflows=workflows,
+        data_converter=pydantic_data_converter,
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
+        **kwargs,
+    )
+
+
 @pytest.mark.parametrize("name", NAMES)
 async def test_history_replays(name: str) -> None:
     history = load(name)
-    # Every workflow the worker registers, so a new family's histories replay too.
-    replayer = Replayer(
-        workflows=list(WORKFLOWS), data_converter=pydantic_data_converter, plugins=plugins()
-    )
+    # Every workflow the worker registers, so a new family's histories replay too, each
+    # inside the SDK's sandbox, the ones the worker runs outside it (``sandboxed=False``:
+    # ApprovalGate) included, so a clock read or an import with side effects fails here.
+    replayer = sandboxed_replayer(list(WORKFLOWS), plugins=plugins())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{name}: {result.replay_failure!r}"
 
@@ -74,3 +86,24 @@ async def test_changed_gate_is_nondeterministic() -> None:
     # Core names the mismatch: the new timer against the history's search attribute upsert.
     message = str(info.value)
     assert "TMPRL1100" in message and "Timer" in message, message
+
+
+@workflow.defn(name=GATE_WORKFLOW_TYPE, sandboxed=False)
+class ClockReadingGate(ApprovalGate):
+    """ApprovalGate reading the wall clock: the sandbox refuses it, even for a workflow
+    the worker runs outside the sandbox."""
+
+    @workflow.run
+    async def run(self, request: GateRequest) -> GateState:
+        datetime.now()
+        return await super().run(request)
+
+
+async def test_unsandboxed_gate_still_replays_in_the_sandbox() -> None:
+    # The worker runs the gate outside the sandbox; this replay runs it inside.
+    assert getattr(ApprovalGate, "__temporal_workflow_definition").sandboxed is False
+    result = await sandboxed_replayer([ClockReadingGate]).replay_workflow(
+        load("gate_approved_update"), raise_on_replay_failure=False
+    )
+    assert result.replay_failure is not None
+    assert "datetime.datetime.now" in str(result.replay_failure), result.replay_failure

@@ -110,7 +110,14 @@ SUMMARY_MEMO_PATCH = "gate-summary-memo"
 HANDLER_ROWS_LOCAL_PATCH = "gate-handler-rows-local"
 
 
-@workflow.defn(name=GATE_WORKFLOW_TYPE)
+# Outside the SDK's sandbox. Gates are the family a team holds by the thousand, and the
+# sandbox entered per payload (six visitor passes a task, each running a code string in the
+# run's module copy) was a third of the worker's CPU per decision at 50 concurrent callers
+# (bench/gate_concurrency.py), and its per-run module copy most of each cached run's
+# memory. The determinism guard stays where it catches things before a run does: the
+# replay suite (tests/test_replay.py) runs every recorded history, this workflow's
+# included, inside the sandbox, and a clock read there fails it.
+@workflow.defn(name=GATE_WORKFLOW_TYPE, sandboxed=False)
 class ApprovalGate:
     @workflow.init
     def __init__(self, request: GateRequest) -> None:
