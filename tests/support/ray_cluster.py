@@ -3,9 +3,10 @@
 its own process group (never ``ray stop``, which would stop every Ray of this host).
 
 Every server of both nodes listens on 127.0.0.1 only: the nodes run in Ray's loopback mode
-(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), and the second node starts through
-:mod:`tests.support.ray_loopback_node`, since ``ray start`` refuses a second node in that
-mode. :func:`listening` lists what a set of processes listens on, so a test can check."""
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``). Both start through
+:mod:`tests.support.ray_loopback_node`: ``ray start`` refuses a second node in that mode,
+and gives a node a fixed 30 s to register, which a loaded 2-core host can miss.
+:func:`listening` lists what a set of processes listens on, so a test can check."""
 
 from __future__ import annotations
 
@@ -95,7 +96,9 @@ def _start(name: str, args: list[str], temp_root: Path, *, joins: bool = False) 
     env.pop("KEEL_RAY_ADDRESS", None)
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in [repo, env.get("PYTHONPATH", "")] if p)
-    ray = [sys.executable, "-m", "tests.support.ray_loopback_node"] if joins else [str(RAY_CLI)]
+    if joins:
+        env["KEEL_TEST_RAY_JOINS"] = "1"
+    ray = [sys.executable, "-m", "tests.support.ray_loopback_node"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [*ray, "start", "--block", "--disable-usage-stats", *args],
@@ -109,8 +112,9 @@ def _start(name: str, args: list[str], temp_root: Path, *, joins: bool = False) 
 
 
 # Ray gives a starting node 30 s (not configurable) to register with the GCS; on a
-# 2-core machine running the rest of the suite beside it, the head missed that once (clean
-# clone 20, 2026-11-28), so a node that exits with this message is started again, once.
+# 2-core machine running the rest of the suite beside it, the head missed that (clean
+# clone 20, then CI, 2026-11-28). The launcher waits longer (tests.support.ray_loopback_node),
+# and a node that still exits with this message is started again, once.
 RAY_STARTUP_TIMEOUT = "timed out during startup"
 
 
