@@ -68,7 +68,11 @@ async def test_what_a_killed_worker_started_dies_with_it(
             time.sleep(0.05)
         started = descendants(parent.pid)
         # Outside the parent's process group: killing the group alone would miss them.
-        assert any(_pgid(p) not in (None, parent.pid) for p in started)
+        groups = {p: (_pgid(p), cmdline(p)) for p in started}
+        assert any(g not in (None, parent.pid) for g, _ in groups.values()), (
+            f"parent {parent.pid}, exited {parent.poll()}; its descendants (pgid, cmdline): "
+            f"{groups}"
+        )
         os.kill(parent.pid, signal.SIGKILL)
         assert parent.wait(timeout=10) == -signal.SIGKILL
         await wait_gone(started, timeout_s=15, what=f"what the killed parent started ({marker})")
