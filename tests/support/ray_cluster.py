@@ -111,19 +111,21 @@ def _start(name: str, args: list[str], temp_root: Path, *, joins: bool = False) 
 
 # Ray gives a starting node 30 s (not configurable) to register with the GCS; on a
 # 2-core machine running the rest of the suite beside it, the head missed that (clean
-# clone 20, then CI, 2026-11-28). The launcher waits longer (tests.support.ray_loopback_node),
-# and a node that still exits with this message is started again, once.
+# clone 20, then CI, 2026-11-28). The launcher waits longer (tests.support.ray_loopback_node);
+# a start that still fails that way, or is not up in ``timeout_s``, is tried again, once.
 RAY_STARTUP_TIMEOUT = "timed out during startup"
 
 
-def start_cluster(timeout_s: float = 240.0, attempts: int = 2) -> RayCluster:
-    """Head (``{"head": 1}``, 1 CPU) and a second node (``{"second": 1}``, 1 CPU); a
-    start that Ray itself timed out is tried again, up to ``attempts`` in all."""
+def start_cluster(timeout_s: float = 150.0, attempts: int = 2) -> RayCluster:
+    """Head (``{"head": 1}``, 1 CPU) and a second node (``{"second": 1}``, 1 CPU), each
+    given ``timeout_s`` to come up; a start that timed out (Ray's registration wait, or
+    ours) is tried again, up to ``attempts`` in all."""
     for attempt in range(1, attempts + 1):
         try:
             return _start_cluster(timeout_s)
-        except NodeExited as err:
-            if attempt == attempts or RAY_STARTUP_TIMEOUT not in err.log:
+        except (NodeExited, TimeoutError) as err:
+            timed_out = isinstance(err, TimeoutError) or RAY_STARTUP_TIMEOUT in err.log
+            if attempt == attempts or not timed_out:
                 raise
     raise AssertionError("unreachable")
 
@@ -139,6 +141,8 @@ def _start_cluster(timeout_s: float) -> RayCluster:
     port = free_port()
     cluster = RayCluster(f"127.0.0.1:{port}", temp_root)
     try:
+        # Ports of their own where ``ray start`` has fixed defaults (the dashboard's
+        # 8265, its agents' 52365): another Ray of this host may hold those.
         common = ["--node-ip-address=127.0.0.1", "--num-cpus=1"]
         cluster.nodes["head"] = _start(
             "head",
@@ -146,6 +150,8 @@ def _start_cluster(timeout_s: float) -> RayCluster:
                 "--head",
                 f"--port={port}",
                 "--include-dashboard=false",
+                f"--dashboard-port={free_port()}",
+                f"--dashboard-agent-listen-port={free_port()}",
                 *common,
                 '--resources={"head": 1}',
                 f"--temp-dir={temp_root}/h",
@@ -157,6 +163,7 @@ def _start_cluster(timeout_s: float) -> RayCluster:
             "second",
             [
                 f"--address={cluster.address}",
+                f"--dashboard-agent-listen-port={free_port()}",
                 *common,
                 '--resources={"second": 1}',
                 f"--temp-dir={temp_root}/s",

@@ -39,7 +39,9 @@ from tests.support.ray_cluster import RAY_ENV, RayCluster, is_loopback, listenin
 from workers.main import build_worker
 from workflows.mrp import MRPJob
 
-pytestmark = pytest.mark.slow
+# The cluster's start may take two tries of up to 2 x 150 s on a loaded host (see
+# tests/support/ray_cluster.py), and pytest-timeout counts the fixture's setup.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture
