@@ -46,20 +46,17 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
-# The marker is the command itself, running: a process whose command line starts with it
-# (not nsjail's or setpriv's, which name it as arguments while they still set up). A
-# fresh process first runs a probe jail (sandbox.jail.ensure_available), which an
-# "nsjail" marker also matched (it failed so once under load, 2026-11-28); and a kill
-# while nsjail or setpriv is still starting the command is not the case tested here (the
-# command may then outlive them; clean clone 24 of 2026-11-28 showed it).
-@pytest.mark.parametrize(
-    ("script", "marker"),
-    [(JAILED, "/bin/sleep 120"), (HOST_TOOL, "/bin/sleep 120")],
-    ids=["jailed", "host-tool"],
-)
-async def test_what_a_killed_worker_started_dies_with_it(
-    tmp_path: Path, script: str, marker: str
-) -> None:
+#: What both scripts run. The test kills the parent once a process whose command line
+#: starts with it runs: not nsjail's or setpriv's, which name it as arguments while they
+#: still set up. A fresh process first runs a probe jail (sandbox.jail.ensure_available),
+#: which an "nsjail" marker also matched (it failed so once under load, 2026-11-28); and a
+#: kill while nsjail or setpriv is still starting the command is not the case tested here
+#: (the command may then outlive them; clean clone 24 of 2026-11-28 showed it).
+COMMAND = "/bin/sleep 120"
+
+
+@pytest.mark.parametrize("script", [JAILED, HOST_TOOL], ids=["jailed", "host-tool"])
+async def test_what_a_killed_worker_started_dies_with_it(tmp_path: Path, script: str) -> None:
     assert tether_unavailable() is None, tether_unavailable()
     parent = subprocess.Popen(
         [sys.executable, "-c", script],
@@ -72,9 +69,9 @@ async def test_what_a_killed_worker_started_dies_with_it(
     started: set[int] = set()
     try:
         deadline = time.monotonic() + 60
-        while not any(cmdline(p).startswith(marker) for p in descendants(parent.pid)):
+        while not any(cmdline(p).startswith(COMMAND) for p in descendants(parent.pid)):
             assert parent.poll() is None, parent.stdout.read() if parent.stdout else ""
-            assert time.monotonic() < deadline, f"no {marker!r} under the parent"
+            assert time.monotonic() < deadline, f"no {COMMAND!r} under the parent"
             time.sleep(0.05)
         started = descendants(parent.pid)
         # Outside the parent's process group: killing the group alone would miss them.
@@ -85,7 +82,7 @@ async def test_what_a_killed_worker_started_dies_with_it(
         )
         os.kill(parent.pid, signal.SIGKILL)
         assert parent.wait(timeout=10) == -signal.SIGKILL
-        await wait_gone(started, timeout_s=15, what=f"what the killed parent started ({marker})")
+        await wait_gone(started, timeout_s=15, what=f"what the killed parent started ({COMMAND})")
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
