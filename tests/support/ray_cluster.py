@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -47,6 +48,7 @@ class RayNode:
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
+    temp_dir: Path  # its ``--temp-dir``: Ray's session and logs
 
     @property
     def pid(self) -> int:
@@ -88,7 +90,9 @@ class RayCluster:
         shutil.rmtree(self.temp_root, ignore_errors=True)
 
 
-def _start(name: str, args: list[str], temp_root: Path, *, joins: bool = False) -> RayNode:
+def _start(
+    name: str, args: list[str], temp_root: Path, temp_dir: str, *, joins: bool = False
+) -> RayNode:
     log = temp_root / f"{name}.log"
     env = dict(os.environ) | RAY_ENV
     env.pop("KEEL_RAY_ADDRESS", None)
@@ -99,41 +103,59 @@ def _start(name: str, args: list[str], temp_root: Path, *, joins: bool = False) 
     ray = [sys.executable, "-m", "tests.support.ray_loopback_node"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*ray, "start", "--block", "--disable-usage-stats", *args],
+            [
+                *ray,
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                *args,
+                f"--temp-dir={temp_root / temp_dir}",
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,  # its own process group: stopped by killpg
         )
-    return RayNode(name, proc, log)
+    return RayNode(name, proc, log, temp_root / temp_dir)
 
 
 # Ray gives a starting node 30 s (not configurable) to register with the GCS; on a
 # 2-core machine running the rest of the suite beside it, the head missed that (clean
-# clone 20, then CI, 2026-11-28). The launcher waits longer (tests.support.ray_loopback_node);
-# a start that still fails that way, or is not up in ``timeout_s``, is tried again, once.
-RAY_STARTUP_TIMEOUT = "timed out during startup"
+# clone 20, then CI, 2026-11-28). The launcher waits longer (tests.support.ray_loopback_node).
+# CI then saw the joining node's raylet crash at its start, on both tries (CI, 2026-11-28 12:01): a
+# start that fails in any way is tried again with a fresh temp dir and ports, and a node
+# whose raylet died is given up at once, with Ray's own fatal lines, instead of waiting
+# out ``timeout_s``.
 
 
-def start_cluster(timeout_s: float = 150.0, attempts: int = 2) -> RayCluster:
+class ClusterStartFailed(RuntimeError):
+    """Ray could not bring the two nodes up (its own processes failed or were too slow),
+    in every attempt: the message holds each attempt's error and Ray's fatal lines."""
+
+
+def start_cluster(timeout_s: float = 150.0, attempts: int = 3) -> RayCluster:
     """Head (``{"head": 1}``, 1 CPU) and a second node (``{"second": 1}``, 1 CPU), each
-    given ``timeout_s`` to come up; a start that timed out (Ray's registration wait, or
-    ours) is tried again, up to ``attempts`` in all."""
+    given ``timeout_s`` to come up; a start that fails is tried again, up to ``attempts``
+    in all. :class:`ClusterStartFailed` if none came up."""
+    errors: list[str] = []
     for attempt in range(1, attempts + 1):
         try:
             return _start_cluster(timeout_s)
         except (NodeExited, TimeoutError) as err:
-            timed_out = isinstance(err, TimeoutError) or RAY_STARTUP_TIMEOUT in err.log
-            if attempt == attempts or not timed_out:
-                raise
-    raise AssertionError("unreachable")
+            first = str(err).splitlines()[0]
+            fatal = [n for n in getattr(err, "__notes__", []) if n.startswith("FATAL")]
+            errors.append("\n".join([f"attempt {attempt}: {first}", *fatal]))
+            print(f"ray cluster attempt {attempt} failed: {err}", file=sys.stderr)
+            for note in getattr(err, "__notes__", []):
+                print(note, file=sys.stderr)
+    raise ClusterStartFailed("\n".join(errors))
 
 
 class NodeExited(RuntimeError):
-    def __init__(self, node: RayNode) -> None:
-        self.log = node.log.read_text() if node.log.exists() else ""
-        super().__init__(f"ray node {node.name} exited:\n{self.log}")
+    def __init__(self, node: RayNode, why: str = "exited") -> None:
+        self.log = node.log.read_text(errors="replace") if node.log.exists() else ""
+        super().__init__(f"ray node {node.name} {why}:\n{self.log[-3000:]}")
 
 
 def _start_cluster(timeout_s: float) -> RayCluster:
@@ -154,9 +176,9 @@ def _start_cluster(timeout_s: float) -> RayCluster:
                 f"--dashboard-agent-listen-port={free_port()}",
                 *common,
                 '--resources={"head": 1}',
-                f"--temp-dir={temp_root}/h",
             ],
             temp_root,
+            "h",
         )
         _wait_started(cluster.nodes["head"], timeout_s)
         cluster.nodes["second"] = _start(
@@ -166,14 +188,15 @@ def _start_cluster(timeout_s: float) -> RayCluster:
                 f"--dashboard-agent-listen-port={free_port()}",
                 *common,
                 '--resources={"second": 1}',
-                f"--temp-dir={temp_root}/s",
             ],
             temp_root,
+            "s",
             joins=True,
         )
         _wait_started(cluster.nodes["second"], timeout_s)
-    except TimeoutError as err:
-        err.add_note(_session_logs(temp_root))
+    except (NodeExited, TimeoutError) as err:
+        for note in _session_logs(temp_root):
+            err.add_note(note)
         cluster.stop()
         raise
     except BaseException:
@@ -190,29 +213,59 @@ STARTED = "This command will now block forever"
 def _wait_started(node: RayNode, timeout_s: float) -> None:
     """Until ``node``'s ``ray start`` says it is up, read from its log: nothing is asked of
     the cluster meanwhile (a ``ray status`` a second, which an earlier version polled,
-    cost 2.5 s of CPU each on a host where the node was already short of it)."""
+    cost 2.5 s of CPU each on a host where the node was already short of it). A node whose
+    raylet or GCS logged a fatal error is given up at once: ``ray start`` would wait for it
+    to register until its own timeout."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if node.proc.poll() is not None:
             raise NodeExited(node)
         if node.log.exists() and STARTED in node.log.read_text(errors="replace"):
             return
+        if _fatal_lines(node.temp_dir):
+            raise NodeExited(node, "crashed (its raylet or GCS logged a fatal error)")
         time.sleep(0.2)
     raise TimeoutError(f"ray node {node.name} was not up in {timeout_s:.0f} s")
 
 
-def _session_logs(temp_root: Path, tail_bytes: int = 2000) -> str:
-    """The end of each node's ``ray start`` output and Ray's own process logs: what a
-    start that timed out left, read before the temp dir goes."""
+#: A fatal line of Ray's C++ logs (level ``C``: a failed check or a fatal exit), or the
+#: start of the stack trace a crash prints.
+FATAL = re.compile(r"^\[[^\]]* C \d+ \d+\]|^\*\*\* (SIG\w+|StackTrace|Check failure)", re.M)
+PROCESS_LOGS = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
+
+
+def _fatal_lines(temp_dir: Path) -> list[str]:
+    """Each fatal line of the raylet's and GCS's logs under ``temp_dir`` (one node's),
+    with the name of its log."""
+    found = []
+    for name in PROCESS_LOGS:
+        for path in temp_dir.glob(f"session_latest/logs/{name}"):
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace")
+                found += [
+                    f"{name}: {text[m.start() :].split(chr(10), 1)[0]}"
+                    for m in FATAL.finditer(text)
+                ]
+    return found
+
+
+def _session_logs(temp_root: Path, tail_bytes: int = 2000) -> list[str]:
+    """What a start that failed left, read before the temp dir goes: first every fatal
+    line of each node's raylet and GCS (a crash's cause, which a tail would cut off
+    behind its stack trace), then the end of each node's ``ray start`` output and of
+    Ray's own process logs."""
     parts = []
+    for node_dir in sorted(p for p in temp_root.iterdir() if p.is_dir()):
+        for line in _fatal_lines(node_dir):
+            parts.append(f"FATAL {node_dir.name}/{line}")
     paths = sorted(temp_root.glob("*.log"))
-    for name in ("raylet.out", "gcs_server.out", "dashboard_agent.log", "runtime_env_agent.log"):
+    for name in (*PROCESS_LOGS, "dashboard_agent.log", "runtime_env_agent.log"):
         paths += sorted(temp_root.glob(f"*/session_latest/logs/{name}"))
     for path in paths:
         with contextlib.suppress(OSError):
             text = path.read_bytes()[-tail_bytes:].decode(errors="replace")
             parts.append(f"--- {path.relative_to(temp_root)}\n{text}")
-    return "\n".join(parts) or "no logs"
+    return parts
 
 
 def listening(pids: set[int]) -> set[tuple[str, int]]:

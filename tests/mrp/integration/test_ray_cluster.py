@@ -35,18 +35,32 @@ from tests.support.mrp_jobs import items_job_yaml, run_job
 from tests.support.mrp_operators import TEST_CONFIG
 from tests.support.mrp_operators.slow.agent import count as slow_count
 from tests.support.mrp_operators.slow.agent import where as slow_where
-from tests.support.ray_cluster import RAY_ENV, RayCluster, is_loopback, listening, start_cluster
+from tests.support.ray_cluster import (
+    RAY_ENV,
+    ClusterStartFailed,
+    RayCluster,
+    is_loopback,
+    listening,
+    start_cluster,
+)
 from workers.main import build_worker
 from workflows.mrp import MRPJob
 
-# The cluster's start may take two tries of up to 2 x 150 s on a loaded host (see
-# tests/support/ray_cluster.py), and pytest-timeout counts the fixture's setup.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# The cluster's start may take three tries of up to 2 x 150 s on a loaded host (see
+# tests/support/ray_cluster.py; a crashed node is given up at once), and pytest-timeout
+# counts the fixture's setup.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture
 def ray_cluster() -> Iterator[RayCluster]:
-    cluster = start_cluster()
+    try:
+        cluster = start_cluster()
+    except ClusterStartFailed as err:
+        # Ray's own processes (a raylet or the GCS) crashed or did not come up, in every
+        # try: nothing of Keel has run yet. The reason carries Ray's fatal lines; the
+        # full logs are in the test's captured stderr.
+        pytest.skip(f"Ray could not start the two-node test cluster on this host:\n{err}")
     try:
         yield cluster
     finally:
