@@ -34,6 +34,10 @@ RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_AUTH_MODE": "disabled",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # How long a raylet waits for its runtime-env agent to answer before it exits (30 s
+    # by default): the agent's Python start can take that long on a loaded 2-core host
+    # (see agent_ports).
+    "RAY_agent_register_timeout_ms": "300000",
 }
 
 
@@ -100,6 +104,9 @@ def _start(
     env["PYTHONPATH"] = os.pathsep.join(p for p in [repo, env.get("PYTHONPATH", "")] if p)
     if joins:
         env["KEEL_TEST_RAY_JOINS"] = "1"
+    for arg in args:  # the launcher hands the agent's listen port to the raylet too
+        if arg.startswith("--dashboard-agent-listen-port="):
+            env["KEEL_TEST_RAY_AGENT_LISTEN_PORT"] = arg.partition("=")[2]
     ray = [sys.executable, "-m", "tests.support.ray_loopback_node"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -158,13 +165,31 @@ class NodeExited(RuntimeError):
         super().__init__(f"ray node {node.name} {why}:\n{self.log[-3000:]}")
 
 
+def agent_ports() -> list[str]:
+    """A node's agent ports, each given (free on this host), none left to Ray.
+
+    Left to Ray, an agent binds port 0 and writes the port it got to a file, and the
+    raylet waits for that file a fixed 15 to 30 s (Ray 2.60), then dies of a failed check
+    ("Timed out waiting for file .../metrics_agent_port_..."). On CI's 2-core machine with
+    the suite beside it, the agents' Python start took longer: CI crashed the joining
+    node's raylet that way on both tries (2026-11-28 12:01), and a start with the agents
+    held 40 s (a ``sitecustomize`` sleep) crashed the head the same way here. Given the
+    ports, the raylet reads none of those files (``ray start`` does not pass the listen
+    port on to the raylet: :mod:`tests.support.ray_loopback_node` does). A fixed default
+    (the agent's 52365) could also be held by another Ray of this host."""
+    return [
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",  # the metrics agent's
+        f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+    ]
+
+
 def _start_cluster(timeout_s: float) -> RayCluster:
     temp_root = Path(tempfile.mkdtemp(prefix=f"kr{uuid.uuid4().hex[:4]}-", dir="/tmp"))
     port = free_port()
     cluster = RayCluster(f"127.0.0.1:{port}", temp_root)
     try:
-        # Ports of their own where ``ray start`` has fixed defaults (the dashboard's
-        # 8265, its agents' 52365): another Ray of this host may hold those.
         common = ["--node-ip-address=127.0.0.1", "--num-cpus=1"]
         cluster.nodes["head"] = _start(
             "head",
@@ -173,7 +198,7 @@ def _start_cluster(timeout_s: float) -> RayCluster:
                 f"--port={port}",
                 "--include-dashboard=false",
                 f"--dashboard-port={free_port()}",
-                f"--dashboard-agent-listen-port={free_port()}",
+                *agent_ports(),
                 *common,
                 '--resources={"head": 1}',
             ],
@@ -185,7 +210,7 @@ def _start_cluster(timeout_s: float) -> RayCluster:
             "second",
             [
                 f"--address={cluster.address}",
-                f"--dashboard-agent-listen-port={free_port()}",
+                *agent_ports(),
                 *common,
                 '--resources={"second": 1}',
             ],

@@ -16,6 +16,12 @@ Every node it starts waits longer for its raylet to register with the GCS: Ray g
 beside it, a head missed it twice in a row (2026-11-28: "The current node timed out during
 startup", each ``get_node`` answered "Deadline Exceeded"). Here each of Ray's tries keeps
 asking for up to :data:`REGISTER_WAIT_S`.
+
+Its raylet is also told the dashboard agent's listen port (``KEEL_TEST_RAY_AGENT_LISTEN_PORT``,
+the port ``--dashboard-agent-listen-port`` gave the agent), which ``ray start`` does not
+pass on: without it the raylet waits for the agent to write that port to a file, a fixed
+15 to 30 s, and dies of a failed check when the agent's Python start is slower (see
+``tests.support.ray_cluster.agent_ports``).
 """
 
 from __future__ import annotations
@@ -45,6 +51,17 @@ def main() -> None:
                 time.sleep(0.5)
 
     services.get_node = patient_get_node
+
+    listen_port = os.environ.pop("KEEL_TEST_RAY_AGENT_LISTEN_PORT", "")
+    if listen_port:
+        start_ray_process = services.start_ray_process
+
+        def start_with_listen_port(command: list[str], *args: Any, **kwargs: Any) -> Any:
+            if command and command[0] == services.RAYLET_EXECUTABLE:
+                command = [*command, f"--dashboard_agent_listen_port={listen_port}"]
+            return start_ray_process(command, *args, **kwargs)
+
+        services.start_ray_process = start_with_listen_port
 
     if os.environ.get("KEEL_TEST_RAY_JOINS") == "1":
 
