@@ -72,6 +72,13 @@ _shutdown_hooks: list[Callable[[], None]] = []
 _OWNER_FILE = "keel-owner.pid"
 _START_LOCK = Path("/tmp/keel-ray-start.lock")
 _START_ATTEMPTS = 2
+#: How long the local raylet waits for its runtime-env agent to answer before it exits
+#: (Ray's ``agent_register_timeout_ms``, 30 s by default). The agent is a Python process
+#: of its own; on a loaded 2-core host its start took longer than 30 s, and the raylet,
+#: and every shard on it, went with it ("Runtime Env Agent timed out in 30000ms"; seen
+#: with the agents' start held 40 s, tests/support/ray_cluster.py). The agent shares the
+#: raylet's fate, so a longer wait only matters while it starts.
+AGENT_WAIT_MS = 120_000
 
 
 @contextlib.contextmanager
@@ -227,7 +234,7 @@ def _start_cluster(num_cpus: int) -> None:
         try:
             # The agents the raylet starts inherit this process's environment, the workers
             # get the runtime_env's too: both start with RAY_SITE first on the path.
-            with _environ(PYTHONPATH=pythonpath):
+            with _environ(PYTHONPATH=pythonpath, RAY_agent_register_timeout_ms=str(AGENT_WAIT_MS)):
                 ray.init(
                     num_cpus=max(1, num_cpus),
                     include_dashboard=False,

@@ -5,12 +5,15 @@ process is gone and the pool starts a new one."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from activities import fanout
 from tests.support.fanout_actors import Echo
+from tests.support.faults import descendants
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +60,28 @@ async def test_ray_workers_defer_the_iri_grammar_and_still_check_iris(ray_cluste
     deferred, verdicts = await asyncio.to_thread(ray.get, ray.remote(iri_checks).remote())
     assert deferred is True
     assert verdicts == [True, False]
+
+
+async def test_local_raylet_gives_its_agents_time_to_start(ray_cluster: None) -> None:
+    """The raylet of the local Ray waits :data:`fanout.AGENT_WAIT_MS` for its runtime-env
+    agent, not Ray's 30 s (tests/support/ray_cluster.py shows a raylet leaving at 30 s
+    when the agents start slowly, and staying with the longer wait)."""
+    fanout.ray_init(1)
+    raylets = [
+        pid
+        for pid in descendants(os.getpid())
+        if _cmdline(pid)[:1] and _cmdline(pid)[0].endswith("/raylet")
+    ]
+    assert len(raylets) == 1, raylets
+    environ = Path(f"/proc/{raylets[0]}/environ").read_bytes().split(b"\0")
+    assert f"RAY_agent_register_timeout_ms={fanout.AGENT_WAIT_MS}".encode() in environ
+    # ... and only the Ray it started: this process's own environment is as it was.
+    assert "RAY_agent_register_timeout_ms" not in os.environ
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
