@@ -67,10 +67,13 @@ async def test_local_raylet_gives_its_agents_time_to_start(ray_cluster: None) ->
     agent, not Ray's 30 s (tests/support/ray_cluster.py shows a raylet leaving at 30 s
     when the agents start slowly, and staying with the longer wait)."""
     fanout.ray_init(1)
+    temp_dir = fanout._ray_state["temp_dir"]  # this Ray's, whatever else runs here
     raylets = [
         pid
         for pid in descendants(os.getpid())
-        if _cmdline(pid)[:1] and _cmdline(pid)[0].endswith("/raylet")
+        if (cmd := _cmdline(pid))[:1]
+        and cmd[0].endswith("/raylet")
+        and any(temp_dir in arg for arg in cmd)
     ]
     assert len(raylets) == 1, raylets
     environ = Path(f"/proc/{raylets[0]}/environ").read_bytes().split(b"\0")
