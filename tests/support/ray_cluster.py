@@ -35,8 +35,8 @@ RAY_ENV = {
     "RAY_AUTH_MODE": "disabled",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     # How long a raylet waits for its runtime-env agent to answer before it exits (30 s
-    # by default): the agent's Python start can take that long on a loaded 2-core host
-    # (see agent_ports).
+    # by default; Keel's own local Ray gives 120 s, activities/fanout.py): longer here,
+    # where the whole suite runs beside the nodes (see agent_ports).
     "RAY_agent_register_timeout_ms": "300000",
 }
 
@@ -129,11 +129,11 @@ def _start(
 
 # Ray gives a starting node 30 s (not configurable) to register with the GCS; on a
 # 2-core machine running the rest of the suite beside it, the head missed that (clean
-# clone 20, then CI, 2026-11-28). The launcher waits longer (tests.support.ray_loopback_node).
-# CI then saw the joining node's raylet crash at its start, on both tries (CI, 2026-11-28 12:01): a
-# start that fails in any way is tried again with a fresh temp dir and ports, and a node
-# whose raylet died is given up at once, with Ray's own fatal lines, instead of waiting
-# out ``timeout_s``.
+# clone 20, then CI, 2026-11-28). The launcher waits longer
+# (tests.support.ray_loopback_node). CI then saw the joining node's raylet crash at its
+# start on both tries (2026-11-28 12:01; the cause: agent_ports). A start that fails in
+# any way is tried again with a fresh temp dir and ports, and a node whose raylet died
+# is given up at once, with Ray's own fatal lines, instead of waiting out ``timeout_s``.
 
 
 class ClusterStartFailed(RuntimeError):

@@ -13,7 +13,7 @@ import pytest
 
 from activities import fanout
 from tests.support.fanout_actors import Echo
-from tests.support.faults import descendants
+from tests.support.faults import cmdline, descendants
 
 
 @pytest.fixture(scope="module")
@@ -71,20 +71,10 @@ async def test_local_raylet_gives_its_agents_time_to_start(ray_cluster: None) ->
     raylets = [
         pid
         for pid in descendants(os.getpid())
-        if (cmd := _cmdline(pid))[:1]
-        and cmd[0].endswith("/raylet")
-        and any(temp_dir in arg for arg in cmd)
+        if (cmd := cmdline(pid)).split(" ", 1)[0].endswith("/raylet") and temp_dir in cmd
     ]
     assert len(raylets) == 1, raylets
     environ = Path(f"/proc/{raylets[0]}/environ").read_bytes().split(b"\0")
     assert f"RAY_agent_register_timeout_ms={fanout.AGENT_WAIT_MS}".encode() in environ
     # ... and only the Ray it started: this process's own environment is as it was.
     assert "RAY_agent_register_timeout_ms" not in os.environ
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
