@@ -135,8 +135,9 @@ class ServiceError(RuntimeError):
 
 #: The kernel's ephemeral ports when /proc does not say (Linux's default).
 EPHEMERAL_DEFAULT = (32768, 60999)
-#: The lowest port :func:`free_port` picks.
-LOWEST_PICKED = 10_000
+#: The lowest port :func:`free_port` picks: above the ports ``ray start`` gives its workers
+#: (10002-19999 by default), which a node binds as workers start, at any time.
+LOWEST_PICKED = 20_000
 _handed_out: set[int] = set()
 _handed_out_lock = threading.Lock()
 
@@ -160,7 +161,8 @@ def _bindable(port: int) -> bool:
 
 
 def _kernel_port() -> int:
-    """A port the kernel picks, free right now: for a server that binds it at once."""
+    """A port the kernel picks, free right now, in its ephemeral range: any outgoing
+    connection may take it from the next instant on."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
@@ -339,8 +341,10 @@ class TemporalDevServer:
             "start-dev",
             "--ip", LOOPBACK,
             "--port", str(self.port),
-            "--http-port", str(_kernel_port()),
-            "--metrics-port", str(_kernel_port()),
+            # Not the kernel's pick: the server binds these a second or more later, and
+            # CI saw an outgoing connection take its HTTP port in between.
+            "--http-port", str(free_port()),
+            "--metrics-port", str(free_port()),
             "--db-filename", str(self.db_file),
             "--sqlite-pragma", "journal_mode=wal",
             "--sqlite-pragma", "synchronous=normal",
@@ -357,18 +361,37 @@ class TemporalDevServer:
             argv += ["--headless"]
         return argv
 
+    #: Starts tried when the server exits because a port it was given for its HTTP API or
+    #: metrics was taken before it bound it (each try picks those ports afresh).
+    START_TRIES = 3
+
     def start(self, timeout_s: float = 60.0) -> int:
         if port_open(self.port):
             raise ServiceError(f"port {self.port} is already in use; is a server running there?")
         self.db_file.parent.mkdir(parents=True, exist_ok=True)
-        self.process = ManagedProcess(
-            "temporal dev server", self.argv(), self.log_path, on_spawn=self.on_spawn
-        )
-        pid = self.process.start()
-        deadline = time.monotonic() + timeout_s
-        self.process.wait_port(self.port, timeout_s)
-        self._wait_serving(deadline)
-        return pid
+        for attempt in range(1, self.START_TRIES + 1):
+            self.process = ManagedProcess(
+                "temporal dev server", self.argv(), self.log_path, on_spawn=self.on_spawn
+            )
+            pid = self.process.start()
+            deadline = time.monotonic() + timeout_s
+            try:
+                self.process.wait_port(self.port, timeout_s)
+            except ServiceError:
+                if attempt < self.START_TRIES and self._lost_a_side_port():
+                    log.warning("temporal dev server: a side port was taken; starting again")
+                    continue
+                raise
+            self._wait_serving(deadline)
+            return pid
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _lost_a_side_port(self) -> bool:
+        """Whether the server that just exited found a port other than its frontend's taken."""
+        assert self.process is not None
+        if self.process.running() or port_open(self.port):
+            return False
+        return "address already in use" in tail(self.log_path, 40)
 
     def _wait_serving(self, deadline: float) -> None:
         """Until the frontend's health check says SERVING: its port opens before it is

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.processes import free_port  # below the kernel's ephemeral range: see there
 from tests.support.faults import descendants, wait_gone_sync
 
 # A loopback test cluster: no token auth (``ray start --head`` turns it on by default;
@@ -39,12 +39,6 @@ RAY_ENV = {
     # where the whole suite runs beside the nodes (see agent_ports).
     "RAY_agent_register_timeout_ms": "300000",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

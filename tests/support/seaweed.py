@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+
+from services.processes import free_port
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +78,9 @@ def find_weed() -> str:
 
 
 def _free_ports(count: int) -> list[int]:
-    # Hold every socket open until all are chosen so the ports are distinct.
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """Distinct ports below the kernel's ephemeral range (see :func:`free_port`): the
+    server binds them seconds later, and an outgoing connection could take a kernel pick."""
+    return [free_port() for _ in range(count)]
 
 
 def _tail(path: Path, lines: int = 40) -> str:
