@@ -17,6 +17,7 @@ async def test_health(http):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two schemathesis runs of up to 200 s each (78 s in all here)
 async def test_openapi_fuzz_has_no_server_errors(api_settings, temporal_address, worker, tmp_path):
     """schemathesis against a live `keel api` process: no 5xx for any generated request."""
     port = free_port()

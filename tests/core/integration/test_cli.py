@@ -91,6 +91,7 @@ def test_cli_exits_cleanly_after_using_the_temporal_client(tmp_path, temporal_ad
 
 @pytest.mark.slow
 @pytest.mark.embedded_model
+@pytest.mark.timeout(600)  # the demo's own limit below; it took 156 s on a loaded 2-core host
 def test_demo_end_to_end(tmp_path):
     """The README's first command: gate opened, approved through the API, workflow done."""
     if unavailable_reason():
