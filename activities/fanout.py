@@ -33,6 +33,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -43,9 +44,11 @@ from typing import Any
 __all__ = [
     "ActorPool",
     "PooledActor",
+    "RayUnreachable",
     "as_future",
     "configured_address",
     "gather",
+    "gcs_unreachable",
     "join_arguments",
     "kill",
     "local_path",
@@ -184,6 +187,28 @@ def on_loopback(address: str) -> bool:
     return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
+class RayUnreachable(RuntimeError):
+    """Nothing answers at ``KEEL_RAY_ADDRESS``: Ray's own ``ray.init`` would retry there
+    for minutes before it failed."""
+
+
+#: How long :func:`gcs_unreachable` waits for the cluster's address to accept a connection.
+PROBE_TIMEOUT_S = 5.0
+
+
+def gcs_unreachable(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why nothing accepts a TCP connection at a cluster address's host and port (None:
+    something does, or the address names no port to try, such as ``auto``)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+
+
 def ray_joined() -> bool:
     """Whether this process is connected to a cluster it joined (KEEL_RAY_ADDRESS)."""
     return bool(_ray_state.get("joined"))
@@ -210,6 +235,12 @@ def ray_init(num_cpus: int, address: str | None = None) -> None:
             # host's loopback (``127.0.0.1:port``) stays there: Ray would otherwise
             # rewrite the address to the host's network IP, where such a cluster is not.
             ray_constants.ENABLE_RAY_CLUSTER = not on_loopback(address)
+            why = gcs_unreachable(address)
+            if why is not None:
+                raise RayUnreachable(
+                    f"no Ray cluster answers at KEEL_RAY_ADDRESS={address} ({why}): start "
+                    "it, fix the address, or unset KEEL_RAY_ADDRESS for a local Ray"
+                )
             ray.init(**join_arguments(address))
             _ray_state.update(owned=False, joined=True, temp_dir=None, num_cpus=0)
             _remotes.clear()

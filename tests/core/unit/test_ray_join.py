@@ -3,13 +3,16 @@ starting Ray (the two-node run is tests/mrp/integration/test_ray_cluster.py)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from activities import fanout
 from keel.settings import Settings
+from services.processes import LOOPBACK, free_port
 
 
 def test_ray_address_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,6 +31,39 @@ def test_a_loopback_address_is_a_cluster_on_this_host() -> None:
         assert fanout.on_loopback(address), address
     for address in ("ray-head:6379", "10.0.0.5:6379", "ray://10.0.0.5:10001", "auto"):
         assert not fanout.on_loopback(address), address
+
+
+def test_an_address_where_nothing_listens_is_named_unreachable() -> None:
+    with socket.socket() as listening:
+        listening.bind((LOOPBACK, free_port()))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert fanout.gcs_unreachable(f"127.0.0.1:{port}") is None
+        assert fanout.gcs_unreachable(f"ray://127.0.0.1:{port}") is None
+    assert fanout.gcs_unreachable(f"127.0.0.1:{port}") == "Connection refused"
+    assert fanout.gcs_unreachable("auto") is None  # Ray finds that one itself
+
+
+def test_a_worker_pointed_where_no_cluster_runs_fails_at_once_saying_so() -> None:
+    """Ray's own ``ray.init`` retries an address with nothing behind it for minutes
+    (seen: still retrying after 120 s); Keel fails the join at once with the address."""
+    address = f"127.0.0.1:{free_port()}"
+    code = (
+        "from activities import fanout\n"
+        "try:\n"
+        f"    fanout.ray_init(1, address={address!r})\n"
+        "except fanout.RayUnreachable as exc:\n"
+        "    import ray; print(ray.is_initialized(), exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=fanout.REPO_ROOT, capture_output=True, text=True,
+        timeout=120,  # Ray alone would still be retrying there
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        f"False no Ray cluster answers at KEEL_RAY_ADDRESS={address} (Connection refused): "
+        "start it, fix the address, or unset KEEL_RAY_ADDRESS for a local Ray"
+    )
 
 
 def test_join_arguments_ship_the_code_through_ray() -> None:
