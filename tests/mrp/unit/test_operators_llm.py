@@ -265,24 +265,25 @@ def test_sentiment_label_operator_end_to_end_and_replayed(
     items: list[Any] = [
         {"id": 1, "text": "I loved it"},
         {"id": 2, "text": "It was awful"},
-        "It was fine",
+        "It was fine",  # the scripted model answers "I am not sure": no label word
     ]
 
-    def run(client: CachedLLMClient) -> object:
+    def run(client: CachedLLMClient, params: dict[str, Any] | None = None) -> object:
         ctx = OperatorContext(
-            params={}, seed=2**40 + 3, shard_id="shard-000000", llm=client, operator=ref
+            params=params or {}, seed=2**40 + 3, shard_id="shard-000000", llm=client, operator=ref
         )
         return invoke_map(spec, agent, items, ctx)
 
     live = make_client(server, tmp_path / "store")
     out = run(live)
+    # A reply with no label word is counted as unlabeled, not passed off as neutral.
     assert out == {
         "labels": [
             {"index": 0, "label": "positive", "id": 1},
             {"index": 1, "label": "negative", "id": 2},
-            {"index": 2, "label": "neutral"},
+            {"index": 2, "label": "unlabeled"},
         ],
-        "counts": {"negative": 1, "neutral": 1, "positive": 1},
+        "counts": {"negative": 1, "neutral": 0, "positive": 1, "unlabeled": 1},
     }
     assert len(server.chat_requests) == 3
     for req in server.chat_requests:
@@ -295,3 +296,15 @@ def test_sentiment_label_operator_end_to_end_and_replayed(
     assert run(replay) == out
     assert replay.stats.cache_hits == 3 and replay.stats.calls == 0
     assert len(server.chat_requests) == 3
+
+    # A job may still file such replies under a label on purpose; the requests are the
+    # same, so the cache answers them.
+    chosen = run(make_client(server, tmp_path / "store", replay_only=True), {"fallback": "neutral"})
+    assert chosen == {
+        "labels": [
+            {"index": 0, "label": "positive", "id": 1},
+            {"index": 1, "label": "negative", "id": 2},
+            {"index": 2, "label": "neutral"},
+        ],
+        "counts": {"negative": 1, "neutral": 1, "positive": 1},
+    }

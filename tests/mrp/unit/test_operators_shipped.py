@@ -24,6 +24,7 @@ from keel.mrp.dsl import SinkKind, SinkSpec
 from keel.mrp.normalize import FileRef
 from keel.mrp.sdk import (
     Evaluation,
+    LLMResult,
     OperatorContext,
     OperatorError,
     SchemaViolation,
@@ -86,6 +87,89 @@ def test_an_operator_exception_is_a_retryable_operator_error(cfg: MrpConfig):
         run_map(cfg, "amount-stats@1.0.0", [{"amount": "12,5"}])
     assert info.value.retryable
     assert info.value.operator == "amount-stats@1.0.0"
+
+
+class Replies:
+    """An LLM client that answers each prompt with the reply for the first key it holds."""
+
+    def __init__(self, replies: dict[str, str]) -> None:
+        self.replies = replies
+        self.prompts: list[str] = []
+
+    def complete(self, messages: Any, **params: Any) -> LLMResult:
+        prompt = str(messages[-1]["content"])
+        self.prompts.append(prompt)
+        text = prompt.split("Text:", 1)[1]
+        return LLMResult(content=next(r for k, r in self.replies.items() if k in text))
+
+
+SENTIMENT = "sentiment-label@1.0.0"
+REPLIES = {
+    "great": " Positive!",
+    "broke": "NEGATIVE",
+    "phone": "%%%)( 42",  # garbage: no label word at all
+    "calls": "The sentiment is unclear.",  # words, but none of them a label
+}
+
+
+def test_sentiment_label_records_a_reply_without_a_label_word_as_unlabeled(cfg: MrpConfig):
+    items = ["A great camera", "It broke", {"id": 7, "text": "It is a phone"}, "It makes calls"]
+    out = run_map(cfg, SENTIMENT, items, llm=Replies(REPLIES))
+    assert out == {
+        "labels": [
+            {"index": 0, "label": "positive"},
+            {"index": 1, "label": "negative"},
+            {"index": 2, "label": "unlabeled", "id": 7},
+            {"index": 3, "label": "unlabeled"},
+        ],
+        "counts": {"negative": 1, "neutral": 0, "positive": 1, "unlabeled": 2},
+    }
+
+
+def test_sentiment_label_fallback_files_unlabeled_replies_under_a_label_on_purpose(
+    cfg: MrpConfig,
+):
+    llm = Replies(REPLIES)
+    out = run_map(
+        cfg, SENTIMENT, ["It is a phone", "great"], llm=llm, params={"fallback": "neutral"}
+    )
+    assert out == {
+        "labels": [{"index": 0, "label": "neutral"}, {"index": 1, "label": "positive"}],
+        "counts": {"negative": 0, "neutral": 1, "positive": 1},
+    }
+    assert "negative, neutral, positive" in llm.prompts[0]  # the fallback is not offered
+
+
+def test_sentiment_label_refuses_unlabeled_as_a_label_without_another_fallback(cfg: MrpConfig):
+    with pytest.raises(OperatorError, match="'unlabeled' cannot be a label"):
+        run_map(
+            cfg,
+            SENTIMENT,
+            ["great"],
+            llm=Replies(REPLIES),
+            params={"labels": ["good", "unlabeled"]},
+        )
+    out = run_map(
+        cfg,
+        SENTIMENT,
+        ["It is a phone"],
+        llm=Replies(REPLIES),
+        params={"labels": ["good", "unlabeled"], "fallback": "unknown"},
+    )
+    assert out == {
+        "labels": [{"index": 0, "label": "unknown"}],
+        "counts": {"good": 0, "unknown": 1, "unlabeled": 0},
+    }
+
+
+def test_read_label_takes_the_first_label_word_else_unlabeled():
+    from operators.sentiment_label.agent import read_label
+
+    labels = ["negative", "neutral", "positive"]
+    assert read_label("Neutral, maybe positive", labels) == "neutral"
+    assert read_label("positively", labels) == "unlabeled"  # a whole word, not a prefix
+    assert read_label("", labels) == "unlabeled"
+    assert read_label("?!", labels, fallback="neutral") == "neutral"
 
 
 def test_amount_stats_are_exact_decimals(cfg: MrpConfig):
