@@ -39,7 +39,9 @@ from store.db import dispose_engines, get_sessionmaker
 from tests.support.api import asgi_client, with_tokens
 from workers.main import build_worker
 
-pytest_plugins = ["tests.support.faults"]
+# tests.support.skips: a skip, xfail or xpass that tests/skip_allowlist.toml does not
+# allow fails the run.
+pytest_plugins = ["tests.support.faults", "tests.support.skips"]
 
 # CPython before 3.13 keeps ``ast.parse``'s recursion count in interpreter-wide state
 # (cpython gh-106905): a parse interrupted by another raises SystemError "AST constructor
