@@ -21,8 +21,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from services.processes import free_port  # below the kernel's ephemeral range: see there
 from tests.support.faults import descendants, wait_gone_sync
@@ -88,6 +91,21 @@ class RayCluster:
         shutil.rmtree(self.temp_root, ignore_errors=True)
 
 
+#: An executable to start each test node with in place of the launcher
+#: (:mod:`tests.support.ray_loopback_node`), given ``ray start``'s arguments: a test of
+#: the cluster fixture puts a ``ray`` there that fails.
+RAY_COMMAND_ENV = "KEEL_TEST_RAY"
+
+
+def ray_command() -> list[str]:
+    """What starts a node: ``$KEEL_TEST_RAY`` if set, else the loopback launcher in this
+    interpreter (the venv's Ray)."""
+    override = os.environ.get(RAY_COMMAND_ENV)
+    if override:
+        return [override]
+    return [sys.executable, "-m", "tests.support.ray_loopback_node"]
+
+
 def _start(
     name: str, args: list[str], temp_root: Path, temp_dir: str, *, joins: bool = False
 ) -> RayNode:
@@ -101,7 +119,7 @@ def _start(
     for arg in args:  # the launcher hands the agent's listen port to the raylet too
         if arg.startswith("--dashboard-agent-listen-port="):
             env["KEEL_TEST_RAY_AGENT_LISTEN_PORT"] = arg.partition("=")[2]
-    ray = [sys.executable, "-m", "tests.support.ray_loopback_node"]
+    ray = ray_command()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
@@ -151,6 +169,27 @@ def start_cluster(timeout_s: float = 150.0, attempts: int = 3) -> RayCluster:
             for note in getattr(err, "__notes__", []):
                 print(note, file=sys.stderr)
     raise ClusterStartFailed("\n".join(errors))
+
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[RayCluster]:
+    """A started cluster, stopped at the end (the body of the ``ray_cluster`` fixture).
+    A cluster that does not come up fails the test (an error in its setup) with each
+    attempt's error and Ray's fatal lines: never a skip, since CI has Ray and a test
+    that never ran is not a pass."""
+    try:
+        cluster = start_cluster()
+    except ClusterStartFailed as err:
+        # Ray's own processes (a raylet or the GCS) crashed or did not come up, in every
+        # try: nothing of Keel has run yet. The full logs are in the captured stderr.
+        raise pytest.fail.Exception(
+            f"Ray could not start the two-node test cluster on this host:\n{err}",
+            pytrace=False,
+        ) from None  # the message has all of it: no chained traceback
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 class NodeExited(RuntimeError):

@@ -37,11 +37,10 @@ from tests.support.mrp_operators.slow.agent import count as slow_count
 from tests.support.mrp_operators.slow.agent import where as slow_where
 from tests.support.ray_cluster import (
     RAY_ENV,
-    ClusterStartFailed,
     RayCluster,
     is_loopback,
     listening,
-    start_cluster,
+    running_cluster,
 )
 from workers.main import build_worker
 from workflows.mrp import MRPJob
@@ -54,17 +53,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 @pytest.fixture
 def ray_cluster() -> Iterator[RayCluster]:
-    try:
-        cluster = start_cluster()
-    except ClusterStartFailed as err:
-        # Ray's own processes (a raylet or the GCS) crashed or did not come up, in every
-        # try: nothing of Keel has run yet. The reason carries Ray's fatal lines; the
-        # full logs are in the test's captured stderr.
-        pytest.skip(f"Ray could not start the two-node test cluster on this host:\n{err}")
-    try:
+    """The two-node cluster; one that does not come up fails the test, never skips it
+    (tests/mrp/unit/test_ray_cluster_fixture.py)."""
+    with running_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def job_yaml(job_id: str, state: Path, n: int) -> str:
