@@ -36,7 +36,7 @@ from cli.toolkit import JsonOpt, load_settings, sessions
 from keel.settings import Settings
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from cli.envelope import CliError
 
@@ -574,8 +574,8 @@ async def _run_demo(settings: Settings) -> None:
     typer.echo(
         f"The Keel console (design sessions, approval inbox, runs): {console_link(settings)}"
     )
-    await _run_rllm_examples(client, settings)
-    failed = await _run_mrp_examples(client, settings)
+    failed = await _run_rllm_examples(client, settings)
+    failed += await _run_mrp_examples(client, settings)
     failed += await _run_srl_example(client, settings)
     failed += await _run_design_example(client, settings)
     if failed:
@@ -590,19 +590,29 @@ RLLM_DEMO_TEXT = (
 )
 
 
-async def _run_rllm_examples(client: Any, settings: Settings) -> None:
-    """The three example ``.rllm`` apps on the local model, as ``RllmApp`` workflows."""
+async def _run_rllm_examples(client: Any, settings: Settings) -> list[str]:
+    """The three example ``.rllm`` apps on the local model, as ``RllmApp`` workflows.
+
+    Each output is validated again against its app's ``output_schema`` and checked for
+    what the input implies (:data:`keel.demo_checks.CONTENT_RULES`: the summary names
+    something from the input, each keyword is a short phrase of words of the input, ...);
+    each model call of the recovery loop is printed. Returns the checks that failed.
+    """
     from temporalio.client import WorkflowFailureError
 
     from client.rllm import failure_payload, start_run
+    from keel.demo_checks import CONTENT_RULES, attempt_lines, content_problems, schema_problems
     from keel.rllm.run import RllmRunInput, workflow_id_for
+    from keel.rllm.schema import apply_defaults
     from services.up import ui_link
-    from store.files import bundle_files
+    from store.files import bundle_files, load_rllm
 
     examples = Path(__file__).resolve().parent.parent / "examples"
     typer.echo("6. .rllm apps on the local model (RllmApp workflows, as `runllm run` runs them)")
     typer.echo(f"   input text: {RLLM_DEMO_TEXT!r}")
+    failed: list[str] = []
     for name in ("summary.rllm", "extract_keywords.rllm", "compose_summary_keywords.rllm"):
+        program = load_rllm(examples / name)
         wid = workflow_id_for(Path(name).stem, str(uuid.uuid4()))
         inp = RllmRunInput(path=name, files=bundle_files(examples / name), input=RLLM_DEMO_TEXT)
         handle = await start_run(client, inp, workflow_id=wid, task_queue=settings.task_queue)
@@ -620,6 +630,23 @@ async def _run_rllm_examples(client: Any, settings: Settings) -> None:
             f"      {calls} model call(s), {retries} recovery retries, "
             f"{r.usage.total_tokens} tokens, {r.total_latency_ms:.0f} ms; {ui_link(settings, wid)}"
         )
+        for line in attempt_lines(r.attempts):
+            typer.echo(f"      {line}")
+        for alias, child in r.children.items():
+            for line in attempt_lines(child.attempts):
+                typer.echo(f"      {alias} ({child.app}): {line}")
+        inputs = apply_defaults(program.input_schema, {"text": RLLM_DEMO_TEXT})
+        bad_schema = schema_problems(r.output, program.output_schema)
+        bad_content = content_problems(program.name, r.output, inputs)
+        typer.echo(
+            "      output_schema: "
+            + ("matches" if not bad_schema else f"{len(bad_schema)} problem(s)")
+            + f"; content ({CONTENT_RULES.get(program.name, 'no content check')}): "
+            + ("holds" if not bad_content else f"{len(bad_content)} problem(s)")
+        )
+        failed += [f"examples/{name}: output does not match output_schema: {p}" for p in bad_schema]
+        failed += [f"examples/{name}: content check failed: {p}" for p in bad_content]
+    return failed
 
 
 SRL_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "srl" / "tasks.jsonl"
@@ -708,9 +735,12 @@ DESIGN_DEMO_FORM: dict[str, Any] = {
 async def _run_design_example(client: Any, settings: Settings) -> list[str]:
     """One decision set through ``DesignPipeline``: the guided form, no gate (policy
     passes and there is no previous set), the template renderer's repository and the
-    validators. Returns the checks that failed."""
+    validators, counted passed, failed and not run apart. Every validator is required
+    (Keel has no optional ones), so one that failed or did not run fails the demo with
+    its reason from the stored report. Returns the checks that failed."""
     from cli.design import user
     from client.design import start_design
+    from keel.demo_checks import tally_validators
     from keel.design.steps import DesignInput
     from services.up import ui_link
     from store.design import create_project, submit_decision_set
@@ -740,6 +770,8 @@ async def _run_design_example(client: Any, settings: Settings) -> list[str]:
         f"{r.file_count} files generated in {elapsed:.0f}s"
     )
     typer.echo(f"      validators: {checks}")
+    tally = tally_validators(r.validation, await asyncio.to_thread(_validator_reasons, settings, r))
+    typer.echo(f"      validators: {tally.line} (every validator the pipeline runs is required)")
     typer.echo(
         f"      `design show {project} {ds}`, `design download {project} {ds}`; "
         f"{ui_link(settings, handle.id)}"
@@ -747,9 +779,19 @@ async def _run_design_example(client: Any, settings: Settings) -> list[str]:
     failed: list[str] = []
     if r.status != "completed" or not r.archive_digest:
         failed.append(f"design {project}/{ds} ended {r.status}")
-    if "failed" in r.validation.values():
-        failed.append(f"design {project}/{ds}: a validator failed ({checks})")
+    failed += [f"design {project}/{ds}: {problem}" for problem in tally.problems]
     return failed
+
+
+def _validator_reasons(settings: Settings, r: Any) -> dict[str, str]:
+    """Each validator's summary (why it failed or did not run) from the design run's
+    stored validation report; empty when the run stored none."""
+    from store.artifacts import artifact_store_from_settings
+
+    if not r.validation_digest:
+        return {}
+    report = artifact_store_from_settings(settings).get_json(r.validation_digest)
+    return {str(x["name"]): str(x.get("summary", "")) for x in report.get("results", [])}
 
 
 MRP_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "mrp"
@@ -763,20 +805,29 @@ async def _run_mrp_examples(
 ) -> list[str]:
     """The three example MRP jobs (examples/mrp) as ``MRPJob`` workflows on Ray.
 
-    A pure example's output digests are checked against examples/mrp/golden.json. The LLM
-    example has no golden digests (a model's answers depend on the CPU llama.cpp was built
-    for), so it is checked the way MRP promises: a replay of the run, answering from the
-    run's own LLM cache, must reproduce every digest. Returns the checks that failed.
+    A pure example's produced values (read back from its output file) are compared with
+    examples/mrp/expected/<name>.json, worked out from the inputs apart from Keel's code
+    (examples/mrp/expected/derive.py); its output digests are checked against
+    examples/mrp/golden.json as well, a regression check. The LLM example has no expected
+    values or golden digests (a model's answers depend on the CPU llama.cpp was built
+    for): how many replies had a label word is printed, every review must have a row, and
+    a replay of the run, answering from the run's own LLM cache, must reproduce every
+    digest. Returns the checks that failed.
     """
     from temporalio.client import WorkflowFailureError
 
     from client.mrp import failure_of, start_job
+    from keel.demo_checks import ValueCheck, compare_invoices, compare_wordcount, sentiment_tally
     from keel.mrp.dsl import parse_job
     from keel.mrp.run import MRPJobInput, workflow_id_for
     from services.up import ui_link
 
     golden = json.loads((examples / "golden.json").read_text())
     failed: list[str] = []
+    compare: dict[str, Callable[[Any, Any], ValueCheck]] = {
+        "wordcount": lambda out, want: compare_wordcount(out["data"], want),
+        "invoices": compare_invoices,
+    }
 
     async def run(job_id: str, inp: MRPJobInput) -> Any:
         run_id = uuid.uuid4().hex[:16]
@@ -813,12 +864,24 @@ async def _run_mrp_examples(
             )
         if not ok:
             failed.append(f"examples/mrp/{job.name}: {check}")
+        values: ValueCheck | None = None
+        if r.status == "succeeded" and name in compare:
+            want = json.loads((examples / "expected" / f"{name}.json").read_text())
+            values = compare[name](_produced_value(r), want)
+            values.line += f" (examples/mrp/expected/{name}.json)"
+        elif r.status == "succeeded" and name == "sentiment":
+            spec = parse_job(text, job.name).spec
+            values = sentiment_tally(_produced_value(r)["data"], len(spec.inputs.items or []))
+        if values is not None:
+            failed += [f"examples/mrp/{job.name}: {d}" for d in _first(values.differences)]
         c = r.counters
         typer.echo(
             f"   examples/mrp/{job.name}: {r.status}, {c.total} shards ({c.run} run, "
             f"{c.skipped} from checkpoints), {r.cost.units} units, "
             f"{r.cost.llm_calls} LLM calls ({r.cost.llm_cached} cached); {check}"
         )
+        if values is not None:
+            typer.echo(f"      {values.line}")
         typer.echo(f"      reduce {r.reduce_digest}")
         for key, digest in r.output_digests.items():
             if key.startswith("produced:") and not key.endswith(".audit.jsonl"):
@@ -828,6 +891,34 @@ async def _run_mrp_examples(
             f"      run {r.run_id}: `mrp inspect --run-id {r.run_id}`; {ui_link(settings, wid)}"
         )
     return failed
+
+
+def _first(lines: list[str], most: int = 10) -> list[str]:
+    """At most ``most`` of ``lines``, then one saying how many more there were."""
+    more = len(lines) - most
+    return lines[:most] + ([f"... and {more} more"] if more > 0 else [])
+
+
+def _produced_value(r: Any) -> Any:
+    """The value an MRP run produced, read back from its one data file under the run's
+    output root (JSON as parsed, Parquet as a list of row dicts). The bytes must still have
+    the digest the run recorded, so it is the file the golden digests speak of."""
+    from keel.digest import digest_bytes
+
+    data = [f for f in r.produced if not f.path.endswith(".audit.jsonl")]
+    if len(data) != 1 or r.output_root is None:
+        raise RuntimeError(f"MRP run {r.run_id}: expected one output file, got {r.produced}")
+    path = Path(r.output_root) / data[0].path
+    raw = path.read_bytes()
+    if digest_bytes(raw) != data[0].digest:
+        raise RuntimeError(f"MRP run {r.run_id}: {path} no longer has digest {data[0].digest}")
+    if path.suffix == ".parquet":
+        import io
+
+        import pyarrow.parquet as pq
+
+        return pq.read_table(io.BytesIO(raw)).to_pylist()
+    return json.loads(raw)
 
 
 actors_app = typer.Typer(
