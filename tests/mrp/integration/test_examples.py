@@ -130,7 +130,8 @@ async def test_demo_reports_a_digest_that_differs_from_golden(
     client: Client, settings: Settings, tmp_path: Path
 ) -> None:
     """`keel demo` names a failed check (and then exits non-zero) instead of printing
-    "DIFFERS" and carrying on."""
+    "DIFFERS" and carrying on: a digest that differs from golden.json, and a produced
+    value that differs from examples/mrp/expected, each on a line naming it."""
     from cli.keel import _run_mrp_examples
 
     examples = tmp_path / "examples"
@@ -138,6 +139,15 @@ async def test_demo_reports_a_digest_that_differs_from_golden(
     golden = json.loads(GOLDEN.read_text())
     golden["wordcount"]["reduce"] = "blake3:" + "0" * 64
     (examples / "golden.json").write_text(json.dumps(golden))
+    expected = examples / "expected" / "invoices.json"
+    want = json.loads(expected.read_text())
+    produced_sum = want["sum"]
+    want["sum"] = "100000000000001240.1579"
+    expected.write_text(json.dumps(want))
     async with build_worker(client, settings):
         failed = await _run_mrp_examples(client, settings, examples, ("wordcount", "invoices"))
-    assert failed == ["examples/mrp/wordcount.yaml: DIFFERS from golden.json"]
+    assert failed == [
+        "examples/mrp/wordcount.yaml: DIFFERS from golden.json",
+        f"examples/mrp/invoices.yaml: sum (totals.sum): produced {produced_sum}00, "
+        "expected 100000000000001240.1579",
+    ]
