@@ -366,6 +366,7 @@ def _record_columns(record_json: str) -> dict[str, Any]:
     record = json.loads(record_json)
     out = record.get("model_output") or {}
     sampling = record.get("sampling") or {}
+    reward = record.get("reward") or {}
 
     def text(value: Any) -> str | None:
         return None if value is None else json.dumps(value, sort_keys=True, ensure_ascii=False)
@@ -388,6 +389,15 @@ def _record_columns(record_json: str) -> dict[str, Any]:
         "latency_s": out.get("latency_s"),
         "cost_usd": out.get("cost_usd"),
         "endpoint": out.get("endpoint"),
+        # Both rewards, and what they are computed from (docs/srl.md, "Rewards"): Keel's
+        # is reward_total and step_similarity among the row's columns.
+        "paper_reward": reward.get("paper_reward"),
+        "reward_version": reward.get("reward_version"),
+        "effect": reward.get("effect"),
+        "expert_action": text(record.get("expert_action")),
+        "expert_text_after": record.get("expert_text_after"),
+        "text_before": record.get("text_before"),
+        "text_after": record.get("text_after"),
     }
 
 
@@ -395,7 +405,9 @@ def write_export(rows: list[StepRow], out: Path) -> dict[str, Path]:
     """``steps.jsonl`` (one §7 record a line) and ``steps.parquet``: the row's columns
     (rewards flat, sample and seed, the record as JSON text) and the record's parts as
     columns of their own (think, action, state update, prompt, sampling, tokens,
-    finish_reason, latency, cost)."""
+    finish_reason, latency, cost), and both rewards with what they are computed from
+    (``paper_reward`` a float column beside ``reward_total``, ``reward_version``,
+    ``effect``, the expert action, the file before and after)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -419,6 +431,13 @@ def write_export(rows: list[StepRow], out: Path) -> dict[str, Path]:
         "completion_tokens": pa.int64(),
         "latency_s": pa.float64(),
         "cost_usd": pa.float64(),
+        "paper_reward": pa.float64(),
+        "reward_version": pa.string(),
+        "effect": pa.string(),
+        "expert_action": pa.string(),
+        "expert_text_after": pa.string(),
+        "text_before": pa.string(),
+        "text_after": pa.string(),
     }
     fields = [
         pa.field(c, types[c]) if c in types else pa.field(c, pa.array(v).type)

@@ -161,6 +161,70 @@ async def apply_astgrep_async(
     )
 
 
+class AstGrepSpans(BaseModel):
+    """Per file: the regions a rewrite replaces, as UTF-8 byte offsets ``[start, end)``
+    (ast-grep's ``replacementOffsets``: ``expandStart``/``expandEnd`` included)."""
+
+    ok: bool
+    spans: dict[str, list[tuple[int, int]]] = Field(default_factory=dict)
+    error: str | None = None
+    run: SandboxResult
+
+
+async def astgrep_spans_async(
+    action: AstGrepAction,
+    files: Mapping[str, str],
+    *,
+    limits: SandboxLimits | None = None,
+    config: SandboxConfig | None = None,
+) -> AstGrepSpans:
+    """The regions ``action`` would replace in ``files``, from ast-grep's JSON output inside
+    the jail (nothing is rewritten): what tells a rewrite of the whole file from one of
+    the code in it."""
+    cfg = config or default_config()
+    clean = {validate_relpath(p).as_posix(): text for p, text in files.items()}
+    targets = [validate_relpath(p).as_posix() for p in (action.paths or list(clean))]
+    readonly: dict[str, str] = {}
+    if action.rule is not None:
+        readonly["rule.yml"] = action.rule
+        argv = [JAIL_BINARY, "scan", "--rule", "/keel/rule.yml"]
+    else:
+        assert action.pattern is not None and action.rewrite is not None
+        assert action.language is not None
+        argv = [JAIL_BINARY, "run", "--pattern", action.pattern, "--rewrite", action.rewrite]
+        argv += ["--lang", action.language]
+    argv += ["--json=compact", "--threads", str(cfg.astgrep.threads)]
+    argv += [f"./{p}" for p in targets]
+    run = await run_async(
+        argv,
+        limits=limits,
+        workspace_files=clean,
+        readonly_files=readonly,
+        env={"MALLOC_ARENA_MAX": "2", "NO_COLOR": "1"},
+        binds=[Bind(astgrep_binary(cfg), JAIL_BINARY)],
+        config=cfg,
+    )
+    if run.timed_out or run.killed_by_signal is not None or run.exit_code not in (0, 1):
+        return AstGrepSpans(
+            ok=False,
+            error=f"ast-grep failed (exit {run.exit_code}, signal {run.killed_by_signal}, "
+            f"timed out {run.timed_out}): {run.stderr.strip()[-2000:]}",
+            run=run,
+        )
+    try:
+        matches = json.loads(run.stdout or "[]")
+    except json.JSONDecodeError as e:
+        return AstGrepSpans(ok=False, error=f"ast-grep printed no JSON: {e}", run=run)
+    spans: dict[str, list[tuple[int, int]]] = {p: [] for p in targets}
+    for m in matches if isinstance(matches, list) else []:
+        path = str(m.get("file", "")).removeprefix("./")
+        where = m.get("replacementOffsets") or (m.get("range") or {}).get("byteOffset") or {}
+        start, end = where.get("start"), where.get("end")
+        if isinstance(start, int) and isinstance(end, int):
+            spans.setdefault(path, []).append((start, end))
+    return AstGrepSpans(ok=True, spans=spans, run=run)
+
+
 def apply_astgrep(
     action: AstGrepAction,
     files: Mapping[str, str],

@@ -62,7 +62,7 @@ from keel.srl.steps import (
 )
 from keel.srl.trajectory import ModelOutput, Sampling, StepRecord, StepRow, step_key
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits
-from sandbox.astgrep import apply_astgrep_async, check_parses_async
+from sandbox.astgrep import apply_astgrep_async, astgrep_spans_async, check_parses_async
 from store.artifacts import ArtifactNotFound, ArtifactStore
 from store.srl_steps import get_step, insert_step, record_identity
 
@@ -402,12 +402,16 @@ class SrlActivities:
         gen = inp.generation
         state = inp.state
         key = step_key(task.task_id, inp.step, inp.sample)
+        expert, expert_post = task.expert_at(inp.step)
         base: dict[str, Any] = {
             "task_id": task.task_id,
             "step": inp.step,
             "prompt": await asyncio.to_thread(self.artifacts.get_json, gen.prompt_digest),
             "state_before": state.model_dump(mode="json"),
             "sampling": gen.sampling or (Sampling(sample=inp.sample) if inp.sample else None),
+            "expert_action": expert.model_dump(mode="json") if expert is not None else None,
+            "expert_text_after": expert_post,
+            "text_before": text,
         }
         try:
             step = parse_step(gen.raw, finish_reason=gen.finish_reason)
@@ -420,11 +424,11 @@ class SrlActivities:
                 reward=format_error_reward(),
                 state_after=after.model_dump(mode="json"),
                 text_digest=inp.text_digest,
+                text_after=text,
             )
             return record, _outcome_of(record, key)
         result = await self._sandbox(task, step.action, text)
         result_text: str | None = result["text"]
-        expert, expert_post = task.expert_at(inp.step)
         reward = combine(
             action=step.action,
             expert=expert,
@@ -434,6 +438,7 @@ class SrlActivities:
             final_post=task.post,
             reparses=result["reparses"],
             language=task.language,
+            replaced=[(a, b) for a, b in result.get("replaced") or []],
         )
         verified_now = reward.verified
         changed = result_text is not None and result_text != text
@@ -454,6 +459,7 @@ class SrlActivities:
             reward=reward,
             state_after=after.model_dump(mode="json"),
             text_digest=text_digest,
+            text_after=result_text if changed else text,
         )
         return record, _outcome_of(record, key)
 
@@ -513,11 +519,20 @@ class SrlActivities:
         parse_errors = check.errors.get(name, []) if check.ok else [check.error or "check failed"]
         if check.ok and not parse_errors and task.language == "python":
             parse_errors = _python_parse_errors(result_text)
+        replaced: list[tuple[int, int]] | None = None
+        if result_text != text:
+            # Where the rewrite replaced code: a region spanning the whole file is an
+            # overwrite (keel.srl.rewards.is_overwrite), never an equivalent action.
+            spans = await astgrep_spans_async(
+                sg, {name: text}, limits=self.sandbox_limits, config=self.sandbox_config
+            )
+            replaced = spans.spans.get(name, []) if spans.ok else None
         return {
             **_sandbox_result(ok=True, **facts),
             "text": result_text,
             "reparses": check.ok and not parse_errors,
             "parse_errors": parse_errors[:5],
+            "replaced": [list(r) for r in replaced] if replaced is not None else None,
         }
 
 
@@ -559,6 +574,8 @@ def _feedback(
 ) -> str:
     if not result["ok"]:
         return f"step {step}: the action failed: {(result['error'] or '')[:180]}"
+    if effect == "overwrite":
+        return f"step {step}: applied but it rewrote the whole file, not the code to change"
     if verified:
         return f"step {step}: applied; the file now matches the goal"
     if not changed:

@@ -14,10 +14,19 @@ Signals, each computed from what the sandbox activity hands over:
   ``2M/T`` between the model's action text and the expert's, -1 for a malformed answer),
   changed so that it measures the action, not its spelling: 1.0 for any action whose
   result is the expert's, else the canonical text similarity
-  (:mod:`keel.srl.canonical`) scaled by the effect (:func:`step_similarity`).
+  (:mod:`keel.srl.canonical`) scaled by the effect (:func:`step_similarity`);
+* the paper's reward itself (:func:`paper_reward`): the ratio between the canonical texts
+  of the two actions (:func:`paper_action_text`), -1 for a malformed answer, and
+  ``OVERWRITE_PAPER_REWARD`` for an action that overwrites the whole file.
+
+An action that rewrites the whole file (its rule matches the root node, or one match
+replaced the file's whole text with text written out in the rewrite) has the effect
+``overwrite`` (:func:`is_overwrite`): never equivalent, never verified, in both rewards
+below every correct structural action.
 
 :func:`combine` folds them into one :class:`Reward` with the documented weights of
-:class:`RewardWeights`. Pure: no I/O.
+:class:`RewardWeights`; ``REWARD_VERSION`` names this definition in every record. Pure:
+no I/O.
 """
 
 from __future__ import annotations
@@ -25,14 +34,26 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from keel.srl.canonical import CanonicalAction, text_similarity
+from keel.srl.canonical import CanonicalAction, canonical_action, text_similarity
 from keel.srl.step import Language, PatternAction, RuleAction
 
 FORMAT_ERROR_REWARD = -1.0
+#: The version of the reward definitions (Keel's ``total`` and ``step_similarity``, and
+#: ``paper_reward``) a record was scored with: recorded in every :class:`Reward`, changed
+#: whenever a definition changes. Rows without it were scored before version 2 (no
+#: ``overwrite`` effect, no paper reward).
+REWARD_VERSION = "srl-reward/2"
+#: The paper reward of an action that overwrites the whole file: below every well-formed
+#: answer's ratio (>= 0), above a malformed answer's -1. A deviation from the paper,
+#: whose ratio would score such an action by its text alone.
+OVERWRITE_PAPER_REWARD = -0.5
+#: The kinds of the root node of a file in the task languages (tree-sitter's names).
+ROOT_KINDS = frozenset({"module", "program"})
 
 
 def verified(result_text: str | None, gold_post: str, reparses: bool) -> bool:
@@ -89,11 +110,20 @@ def unified_diff(pre: str, post: str, path: str = "file") -> str:
 
 
 Effect = Literal[
-    "equivalent", "partial", "noop", "destructive", "unparseable", "failed", "malformed"
+    "equivalent",
+    "partial",
+    "noop",
+    "destructive",
+    "unparseable",
+    "failed",
+    "overwrite",
+    "malformed",
 ]
 #: Effects that earn (almost) nothing: the file is unchanged, broken or lost code the
-#: expert keeps, or the action was not applied.
-DEGENERATE_EFFECTS: frozenset[Effect] = frozenset({"noop", "destructive", "unparseable", "failed"})
+#: expert keeps, overwritten as a whole, or the action was not applied.
+DEGENERATE_EFFECTS: frozenset[Effect] = frozenset(
+    {"noop", "destructive", "unparseable", "failed", "overwrite"}
+)
 #: An unverified, non-degenerate action's similarity is this share of its text similarity:
 #: below 1.0, so only an action whose result is the expert's earns a full 1.0.
 PARTIAL_CAP = 0.9
@@ -117,6 +147,74 @@ def removes_kept_code(pre: str, result: str, gold_post: str) -> bool:
     return any(after[t] < min(n, gold[t]) for t, n in before.items() if t in gold)
 
 
+#: A metavariable in a canonical rewrite (``keel.srl.canonical`` numbers them: ``$1``,
+#: ``$$$2``; a non-capturing one is ``$_``).
+_CANONICAL_METAVARIABLE = re.compile(r"(?<![\w$])\${1,3}(?:\d+|_)(?!\w)")
+
+
+def _names_root_kind(value: object) -> bool:
+    """True when a rule object (at any depth: ``all``, ``any``, ``has`` …) asks for a node of
+    a root kind (``kind: module`` / ``kind: program``)."""
+    if isinstance(value, dict):
+        kind = value.get("kind")
+        if isinstance(kind, str) and kind.strip() in ROOT_KINDS:
+            return True
+        return any(_names_root_kind(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_names_root_kind(v) for v in value)
+    return False
+
+
+def matches_root_kind(action: PatternAction | RuleAction | CanonicalAction) -> bool:
+    """True when the action's rule matches the file's root node by kind (``module`` in
+    Python, ``program`` in JavaScript, TypeScript and Java): it rewrites the whole file."""
+    if isinstance(action, RuleAction):
+        return _names_root_kind(action.rule.get("rule")) or _names_root_kind(
+            action.rule.get("utils")
+        )
+    if isinstance(action, CanonicalAction):
+        return any(f'"kind":"{k}"' in action.matcher for k in ROOT_KINDS)
+    return False
+
+
+def is_overwrite(
+    action: PatternAction | RuleAction | CanonicalAction,
+    pre: str,
+    replaced: Sequence[tuple[int, int]] | None,
+) -> bool:
+    """True when the action rewrites the whole file rather than the code the task is about.
+
+    Either its rule asks for the root node by kind (:func:`matches_root_kind`), or one of
+    the regions ast-grep replaced (``replaced``: UTF-8 byte offsets into ``pre``, expansions
+    included) spans the whole file but for surrounding whitespace and
+
+    * is the root node's span (from the first byte to the last, the file's trailing
+      whitespace included: no statement ends past its last token; a pattern that is one
+      metavariable, ``$A``, matches the root), or
+    * was replaced by a rewrite with no metavariable, i.e. the new file written out in
+      the rewrite (a pattern spelling the whole old file, a rewrite spelling the new).
+
+    A structural rewrite of a one-statement file (``foo($A)`` → ``bar($A)`` on
+    ``foo(1)\n``) is none of these: its match ends before the newline and its rewrite
+    carries ``$A`` over.
+    """
+    if matches_root_kind(action):
+        return True
+    data = pre.encode("utf-8")
+    if not data.strip():
+        return False
+    first = len(data) - len(data.lstrip())
+    last = len(data.rstrip())
+    rewrite = canonical_action(action).rewrite or ""
+    literal = _CANONICAL_METAVARIABLE.search(rewrite) is None
+    for start, end in replaced or ():
+        if start > first or end < last:
+            continue
+        if (start == 0 and end == len(data) and last < len(data)) or literal:
+            return True
+    return False
+
+
 def effect(
     *,
     pre: str,
@@ -124,17 +222,22 @@ def effect(
     gold_post: str,
     reparses: bool,
     applied_language_ok: bool = True,
+    overwrite: bool = False,
 ) -> Effect:
     """What the action did to the file, judged against the expert's result ``gold_post``.
 
     ``failed``: not applied (the sandbox refused or failed, or the action's language is
-    not the task's); ``equivalent``: the result is ``gold_post`` and re-parses (see
-    :func:`verified`); ``noop``: the file is unchanged; ``unparseable``: the result does
-    not re-parse; ``destructive``: it removed code the expert keeps
-    (:func:`removes_kept_code`); ``partial``: any other change.
+    not the task's); ``noop``: the file is unchanged; ``overwrite``: it changed the file
+    by rewriting it as a whole (``overwrite``, see :func:`is_overwrite`), whatever the
+    result, the expert's included; ``equivalent``: the result is ``gold_post`` and
+    re-parses (see :func:`verified`); ``unparseable``: the result does not re-parse;
+    ``destructive``: it removed code the expert keeps (:func:`removes_kept_code`);
+    ``partial``: any other change.
     """
     if result_text is None or not applied_language_ok:
         return "failed"
+    if overwrite and result_text != pre:
+        return "overwrite"
     if verified(result_text, gold_post, reparses):
         return "equivalent"
     if result_text == pre:
@@ -157,7 +260,7 @@ def step_similarity(
     expert action; 1.0 for an ``equivalent`` action, whatever its spelling;
     ``PARTIAL_CAP`` (0.9) · :func:`~keel.srl.canonical.text_similarity` for a ``partial``
     one; ``DEGENERATE_FRACTION`` (0.1) · it for a degenerate one (``noop``,
-    ``destructive``, ``unparseable``, ``failed``). So every correct action scores the same
+    ``destructive``, ``unparseable``, ``failed``, ``overwrite``). So every correct action scores the same
     and above every other, and a do-nothing action scores at most 0.1.
     """
     if action is None or effect == "malformed":
@@ -165,6 +268,41 @@ def step_similarity(
     if expert is None:
         return None
     return _scaled(effect, text_similarity(action, expert))
+
+
+def paper_action_text(action: PatternAction | RuleAction | CanonicalAction) -> str:
+    """The text the paper reward compares: the action's canonical form
+    (:func:`~keel.srl.canonical.canonical_action`) as three lines, the matcher (the rule
+    object as canonical JSON; ``{"pattern":"…"}`` for a pattern action), the rewrite (empty
+    for a rule without ``fix``) and the extras (``constraints``, ``transform`` … as
+    canonical JSON; empty when there are none). The language and the envelope (``id``,
+    ``message`` …) are not compared; metavariables are numbered by first appearance."""
+    canon = canonical_action(action)
+    return "\n".join((canon.matcher, canon.rewrite or "", canon.extras or ""))
+
+
+def paper_reward(
+    action: PatternAction | RuleAction | CanonicalAction | None,
+    expert: PatternAction | RuleAction | CanonicalAction | None,
+    *,
+    overwrite: bool = False,
+) -> float | None:
+    """The SRL paper's step-wise reward (arXiv 2510.25992, §3): ``2M/T``, the
+    ``difflib.SequenceMatcher`` ratio (``autojunk`` off) between the two actions' texts
+    (:func:`paper_action_text`), whatever the action did; -1 for a malformed answer
+    (``action`` is ``None``); ``None`` when the task has no expert action.
+
+    One deviation: an action that overwrites the whole file (:func:`is_overwrite`) scores
+    ``OVERWRITE_PAPER_REWARD`` (-0.5), below every well-formed answer, whatever its text.
+    """
+    if action is None:
+        return FORMAT_ERROR_REWARD
+    if expert is None:
+        return None
+    if overwrite:
+        return OVERWRITE_PAPER_REWARD
+    a, b = paper_action_text(action), paper_action_text(expert)
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
 def _scaled(effect: Effect, text: float) -> float:
@@ -209,7 +347,8 @@ class Reward(BaseModel):
     ``effect`` says what the action did (see :func:`effect`; ``None`` in rows written
     before it existed); ``text_similarity`` is the canonical text similarity before the
     effect scaled it (``None`` for a malformed answer or a task without expert action);
-    ``step_similarity`` is ``None`` when the task has no expert action.
+    ``step_similarity`` is ``None`` when the task has no expert action. ``paper_reward``
+    is the paper's reward beside it, and ``reward_version`` the definitions used.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -224,6 +363,12 @@ class Reward(BaseModel):
     text_similarity: float | None = Field(default=None, ge=0.0, le=1.0)
     effect: Effect | None = None
     total: float
+    #: The paper's step-wise reward (:func:`paper_reward`); ``None`` without an expert
+    #: action, and in rows written before it existed.
+    paper_reward: float | None = Field(default=None, ge=-1.0, le=1.0)
+    #: The definitions the step was scored with (``REWARD_VERSION``); ``None``: before
+    #: version 2.
+    reward_version: str | None = None
 
 
 def format_error_reward() -> Reward:
@@ -234,6 +379,8 @@ def format_error_reward() -> Reward:
         step_similarity=FORMAT_ERROR_REWARD,
         effect="malformed",
         total=-1.0,
+        paper_reward=FORMAT_ERROR_REWARD,
+        reward_version=REWARD_VERSION,
     )
 
 
@@ -249,6 +396,7 @@ def combine(
     tests_passed: float | None = None,
     weights: RewardWeights | None = None,
     final_post: str | None = None,
+    replaced: Sequence[tuple[int, int]] | None = None,
 ) -> Reward:
     """The :class:`Reward` of one step.
 
@@ -261,21 +409,25 @@ def combine(
     post-text when ``gold_post`` is the file after one step of a longer expert trajectory:
     the step is compared with the expert's step, and ``verified`` means the task is done
     (the result is ``final_post``); an action that reaches it at once is ``equivalent``
-    too, however many steps the expert took.
+    too, however many steps the expert took. ``replaced`` are the regions of ``pre`` ast-grep
+    replaced (UTF-8 byte offsets), from which :func:`is_overwrite` tells an action that
+    overwrote the whole file: effect ``overwrite``, never verified.
     """
     if action is None:
         return format_error_reward()
     w = weights or RewardWeights()
     language_ok = language is None or action.language == language
+    overwrite = is_overwrite(action, pre, replaced)
     what = effect(
         pre=pre,
         result_text=result_text,
         gold_post=gold_post,
         reparses=reparses,
         applied_language_ok=language_ok,
+        overwrite=overwrite,
     )
     is_verified = what == "equivalent"
-    if final_post is not None and final_post != gold_post:
+    if final_post is not None and final_post != gold_post and what != "overwrite":
         is_verified = language_ok and verified(result_text, final_post, reparses)
         if is_verified:
             what = "equivalent"
@@ -302,4 +454,6 @@ def combine(
         text_similarity=text,
         effect=what,
         total=round(total, 6),
+        paper_reward=paper_reward(action, expert, overwrite=what == "overwrite"),
+        reward_version=REWARD_VERSION,
     )

@@ -141,6 +141,18 @@ class StepRecord(BaseModel):
     state_after: dict[str, Any] | None = None
     text_digest: str | None = Field(None, description="the file after the step (artifact)")
     sampling: Sampling | None = Field(None, description="sample, seed, sampling parameters")
+    # What the rewards were computed from, so that both (``reward.total`` and
+    # ``reward.paper_reward``) can be recomputed from the record alone
+    # (``keel.srl.rewards.combine``; the replaced regions are in ``sandbox_result``).
+    # ``None`` in records written before they were kept.
+    expert_action: dict[str, Any] | None = Field(
+        None, description="the expert's action the step was compared with"
+    )
+    expert_text_after: str | None = Field(None, description="the file after the expert's step")
+    text_before: str | None = Field(None, description="the file before the step")
+    text_after: str | None = Field(
+        None, description="the file after the step (the action's result; unchanged if none)"
+    )
 
     @field_validator("task_id")
     @classmethod

@@ -15,6 +15,7 @@ import json
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from temporalio.client import Client, WorkflowFailureError
@@ -23,6 +24,7 @@ from cli.srl import write_export
 from client.srl import CollectionMismatch, check_identity, start_collection, upload_tasks
 from client.temporal import cause_chain
 from keel.settings import Settings
+from keel.srl.rewards import REWARD_VERSION
 from keel.srl.steps import CollectionInput, CollectionResult, EpisodeResult
 from keel.srl.trajectory import sample_seed
 from store.artifacts import artifact_store_from_settings
@@ -199,10 +201,16 @@ async def test_samples_are_episodes_with_their_own_recorded_seeds(
     for name in (
         "think", "action", "state_update", "prompt", "seed", "sample", "temperature",
         "top_p", "max_tokens", "prompt_tokens", "completion_tokens", "finish_reason",
-        "latency_s", "cost_usd",
+        "latency_s", "cost_usd", "paper_reward", "reward_version", "effect",
+        "expert_action", "expert_text_after", "text_before", "text_after",
     ):  # fmt: skip
         assert name in table.column_names, name
+    assert table.schema.field("paper_reward").type == pa.float64()
     cols = table.to_pydict()
+    # Both rewards, typed, with what they are computed from.
+    assert all(isinstance(p, float) for p in cols["paper_reward"]), cols["paper_reward"]
+    assert set(cols["reward_version"]) == {REWARD_VERSION}
+    assert all(t is not None for t in cols["text_before"] + cols["text_after"])
     assert cols["sample"] == [r.sample for r in rows]
     assert cols["seed"] == [r.seed for r in rows]
     assert set(cols["think"]) == {"swap the arguments"}

@@ -8,7 +8,8 @@ TypeScript and Java, and three more): every spelling of a correct action (JSON w
 reordered or spread over lines, a fence, other metavariable names, YAML rules with
 ``fix`` in several quotings, a different pattern with the same result) scores exactly the
 same, 1.0 in ``step_similarity``; every degenerate action (matching nothing, rewriting a
-match to itself, deleting every match or the whole file, a rule without fix, a broken
+match to itself, deleting every match or the whole file (an ``overwrite``: see
+test_reward_overwrite.py), a rule without fix, a broken
 rule, the wrong language, the gold text echoed in ``<think>`` beside a bad action)
 scores strictly less, in ``step_similarity`` and in ``total``.
 """
@@ -189,7 +190,7 @@ def degenerate_answers(task: SrlTask) -> dict[str, tuple[str, set[str]]]:
         "delete every match": (answer(as_json(p, "", lang)), lost),
         "delete the whole file": (
             answer(f"id: t\nlanguage: {lang}\nrule:\n  kind: {ROOT_KIND[lang]}\nfix: ''\n"),
-            lost,
+            {"overwrite"},
         ),
         "broken rule": (
             answer(

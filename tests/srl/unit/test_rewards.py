@@ -21,13 +21,19 @@ from keel.srl.canonical import CanonicalAction, canonical_action, text_similarit
 from keel.srl.rewards import (
     DEGENERATE_EFFECTS,
     DEGENERATE_FRACTION,
+    OVERWRITE_PAPER_REWARD,
     PARTIAL_CAP,
+    REWARD_VERSION,
     DiffSize,
     Reward,
     RewardWeights,
     combine,
     diff_size,
     effect,
+    is_overwrite,
+    matches_root_kind,
+    paper_action_text,
+    paper_reward,
     passed_fraction,
     removes_kept_code,
     step_similarity,
@@ -299,23 +305,52 @@ def test_format_error_is_minus_one() -> None:
 RESULTS = [PRE, None, GOLD + "z = 1\n", "def f(a, b):\n    return \n", GOLD.replace("g", "h")]
 
 
+#: Where ast-grep replaced code in PRE (UTF-8 byte offsets): the gold's match ``g(a, b)``,
+#: the whole file as the root node, the file but its newline, nothing listed.
+GOLD_SPAN = [(PRE.index("g(a, b)"), PRE.index("g(a, b)") + len("g(a, b)"))]
+ROOT_SPAN = [(0, len(PRE))]
+BODY_SPAN = [(0, len(PRE) - 1)]
+
+
 @given(
     st.text(min_size=1, max_size=40),
     st.text(max_size=40),
     st.one_of(st.sampled_from(RESULTS), st.text(max_size=80)),
     st.booleans(),
     st.floats(0.0, 1.0),
+    st.sampled_from([None, GOLD_SPAN, ROOT_SPAN, BODY_SPAN]),
 )
 def test_nothing_but_a_correct_action_reaches_a_correct_actions_score(
-    pattern: str, rewrite: str, result: str | None, reparses: bool, tests: float
+    pattern: str,
+    rewrite: str,
+    result: str | None,
+    reparses: bool,
+    tests: float,
+    replaced: list[tuple[int, int]] | None,
 ) -> None:
-    """Whatever the action's text and its result, with at most the tests a correct action
-    passes: only the gold result earns 1.0, and anything else totals less."""
+    """Whatever the action's text, its result and the regions it replaced, with at most the
+    tests a correct action passes: only a structural action with the gold result earns 1.0
+    (and 1.0 in the paper reward only with the gold's text); anything else totals less. An
+    action that reached the gold result by overwriting the whole file is not correct
+    (this test once let any action with the gold result score 2.0, an overwrite too)."""
     action = PatternAction(pattern=pattern, rewrite=rewrite, language="python")
     kwargs = {"expert": GOLD_ACTION, "pre": PRE, "gold_post": GOLD, "tests_passed": tests}
-    correct = combine(action=action, result_text=GOLD, reparses=True, **kwargs)  # type: ignore[arg-type]
+    reached = combine(action=action, result_text=GOLD, reparses=True, replaced=replaced, **kwargs)  # type: ignore[arg-type]
+    correct = combine(
+        action=GOLD_ACTION, result_text=GOLD, reparses=True, replaced=GOLD_SPAN, **kwargs
+    )  # type: ignore[arg-type]
     other = combine(action=GOLD_ACTION, result_text=result, reparses=reparses, **kwargs)  # type: ignore[arg-type]
     assert correct.step_similarity == 1.0 and correct.effect == "equivalent"
+    assert correct.paper_reward == 1.0
+    if is_overwrite(action, PRE, replaced):
+        assert reached.effect == "overwrite" and not reached.verified
+        assert reached.total < correct.total
+        assert reached.paper_reward == OVERWRITE_PAPER_REWARD
+    else:
+        assert reached.step_similarity == 1.0 and reached.effect == "equivalent"
+        assert reached.total == correct.total
+        assert reached.paper_reward is not None
+        assert reached.paper_reward <= correct.paper_reward
     if result == GOLD and reparses:
         assert other == correct.model_copy(update={"text_similarity": 1.0})
         return
@@ -335,3 +370,124 @@ def test_weights_cannot_let_a_wrong_step_win() -> None:
 def test_old_rows_without_effect_still_load() -> None:
     old = {"format_ok": True, "verified": False, "step_similarity": 0.5, "total": 0.5}
     assert Reward.model_validate(old).effect is None
+
+
+# -- the whole-file overwrite and the paper reward ----------------------------------------
+ROOT_RULE = parsed(
+    "id: t\nlanguage: python\nrule:\n  kind: module\nfix: " + json.dumps(GOLD) + "\n"
+)
+
+
+def test_an_overwrite_of_the_whole_file_is_never_equivalent() -> None:
+    """A rule on the root node whose fix is the expert's file reaches the expert's result
+    byte for byte: it is an overwrite, below the gold action in both rewards."""
+    gold = combine(
+        action=GOLD_ACTION,
+        expert=GOLD_ACTION,
+        pre=PRE,
+        result_text=GOLD,
+        gold_post=GOLD,
+        reparses=True,
+        language="python",
+        replaced=GOLD_SPAN,
+    )
+    attack = combine(
+        action=ROOT_RULE,
+        expert=GOLD_ACTION,
+        pre=PRE,
+        result_text=GOLD,
+        gold_post=GOLD,
+        reparses=True,
+        language="python",
+        replaced=ROOT_SPAN,
+    )
+    assert (gold.effect, gold.verified, gold.total, gold.paper_reward) == (
+        "equivalent",
+        True,
+        2.0,
+        1.0,
+    )
+    assert attack.effect == "overwrite" and not attack.verified
+    assert attack.step_similarity is not None and attack.step_similarity <= DEGENERATE_FRACTION
+    assert attack.total < gold.total and attack.total <= DEGENERATE_FRACTION
+    assert attack.paper_reward == OVERWRITE_PAPER_REWARD < 0
+    assert attack.reward_version == gold.reward_version == REWARD_VERSION
+    # Also the last step of a longer expert trajectory: an overwrite never verifies.
+    last = combine(
+        action=ROOT_RULE,
+        expert=GOLD_ACTION,
+        pre=PRE,
+        result_text=GOLD,
+        gold_post=PRE + "#\n",
+        final_post=GOLD,
+        reparses=True,
+        language="python",
+        replaced=ROOT_SPAN,
+    )
+    assert last.effect == "overwrite" and not last.verified
+    # The root rule is an overwrite even when ast-grep's regions are not known.
+    unknown = combine(
+        action=ROOT_RULE,
+        expert=GOLD_ACTION,
+        pre=PRE,
+        result_text=GOLD,
+        gold_post=GOLD,
+        reparses=True,
+        language="python",
+    )
+    assert unknown.effect == "overwrite"
+
+
+def test_what_is_an_overwrite() -> None:
+    literal = PatternAction(pattern=PRE.strip(), rewrite=GOLD.strip(), language="python")
+    anything = PatternAction(pattern="$A", rewrite=GOLD, language="python")
+    assert matches_root_kind(ROOT_RULE)
+    assert matches_root_kind(
+        parsed("id: t\nlanguage: js\nrule:\n  any: [{kind: program}]\nfix: x\n")
+    )
+    assert not matches_root_kind(GOLD_ACTION)
+    assert not matches_root_kind(
+        parsed("id: t\nlanguage: js\nrule: {kind: call_expression}\nfix: x\n")
+    )
+    # The root node's span (the trailing newline included) is the whole file, whatever the
+    # rewrite; a match over the file's text but for its newline is one only when the
+    # rewrite has no metavariable (the new file written out).
+    assert is_overwrite(anything, PRE, ROOT_SPAN)
+    assert is_overwrite(literal, PRE, BODY_SPAN)
+    assert not is_overwrite(GOLD_ACTION, PRE, GOLD_SPAN)
+    assert not is_overwrite(GOLD_ACTION, PRE, None)
+    one = "foo(1)\n"
+    rename = PatternAction(pattern="foo($A)", rewrite="bar($A)", language="python")
+    assert not is_overwrite(rename, one, [(0, 6)])  # a one-statement file, rewritten structurally
+    assert is_overwrite(rename, one, [(0, 7)])  # the root itself
+    # An overwrite that leaves the file as it was is a noop.
+    assert effect(pre=PRE, result_text=PRE, gold_post=GOLD, reparses=True, overwrite=True) == "noop"
+    assert "overwrite" in DEGENERATE_EFFECTS
+
+
+def test_the_paper_reward_is_the_ratio_of_the_canonical_action_texts() -> None:
+    assert paper_action_text(GOLD_ACTION) == '{"pattern":"g($1,$2)"}\ng($2,$1)\n'
+    for spelling in SPELLINGS:  # one canonical text, whatever the spelling
+        assert paper_reward(parsed(spelling), GOLD_ACTION) == 1.0
+    near = PatternAction(pattern="g($A, $B)", rewrite="h($B, $A)", language="python")
+    expected = difflib.SequenceMatcher(
+        None, paper_action_text(near), paper_action_text(GOLD_ACTION), autojunk=False
+    ).ratio()
+    assert paper_reward(near, GOLD_ACTION) == expected
+    assert 0 < expected < 1
+    # The paper's reward looks at the text only: an identity rewrite is still similar.
+    identity = PatternAction(pattern="g($A, $B)", rewrite="g($A, $B)", language="python")
+    assert paper_reward(identity, GOLD_ACTION) > 0.8
+    assert paper_reward(None, GOLD_ACTION) == -1.0
+    assert paper_reward(near, None) is None
+    assert paper_reward(GOLD_ACTION, GOLD_ACTION, overwrite=True) == OVERWRITE_PAPER_REWARD
+    malformed = combine(
+        action=None, expert=GOLD_ACTION, pre=PRE, result_text=None, gold_post=GOLD, reparses=False
+    )
+    assert malformed.paper_reward == -1.0 and malformed.reward_version == REWARD_VERSION
+
+
+def test_old_rows_without_paper_reward_still_load() -> None:
+    old = {"format_ok": True, "verified": True, "step_similarity": 1.0, "total": 2.0}
+    loaded = Reward.model_validate(old)
+    assert loaded.paper_reward is None and loaded.reward_version is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -55,7 +57,8 @@ def test_jsonl_round_trip_is_canonical() -> None:
     rec = record(reward=Reward(format_ok=True, verified=True, step_similarity=1.0, total=2.0))
     line = rec.to_jsonl()
     assert "\n" not in line
-    assert line.startswith('{"model_output":')
+    keys = list(json.loads(line))
+    assert keys == sorted(keys) and keys[0] == "expert_action"
     assert StepRecord.from_jsonl(line) == rec
     assert rec.schema_version == SCHEMA_VERSION
     assert rec.key == "py-rename-0001#1"
