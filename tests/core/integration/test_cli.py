@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ from services.model_server import unavailable_reason
 from services.processes import free_port
 
 KEEL = [sys.executable, "-m", "cli.keel"]
+EXPECTED = Path(__file__).resolve().parents[3] / "examples" / "mrp" / "expected"
 
 
 def keel_env(data_dir: Path) -> dict[str, str]:
@@ -107,9 +110,22 @@ def test_demo_end_to_end(tmp_path):
     assert "The Keel console (design sessions, approval inbox, runs): http://127.0.0.1:" in out
     for name in ("summary", "extract_keywords", "compose_summary_keywords"):
         assert f"examples/{name}.rllm -> {{" in out  # the .rllm examples ran and printed
+    # ... each output checked against its schema and its input, the model calls printed
+    # (the composition makes none of its own: its children's are printed by alias).
+    assert out.count("output_schema: matches; content (") == 3, out
+    assert out.count("): holds") >= 3, out
+    assert out.count("      attempt 1 (prompt): ") == 2, out
+    assert "keywords_of (extract_keywords): attempt 1 (prompt): " in out, out
     for job in ("wordcount", "sentiment", "invoices"):  # the MRP examples ran and were checked
         assert f"examples/mrp/{job}.yaml: succeeded" in out
-    assert out.count("matches golden.json") == 2, out  # the pure examples
+    assert out.count("matches golden.json") == 2, out  # the pure examples' digests
+    # ... and their values, against examples/mrp/expected (worked out apart from Keel).
+    expected = json.loads((EXPECTED / "wordcount.json").read_text())
+    n = len(expected["counts"])
+    assert f"word counts: {n} distinct words, {n} match expected; 4 files" in out, out
+    assert "words per file: match expected (examples/mrp/expected/wordcount.json)" in out
+    assert "3 shards; 4 of 4 values match expected (examples/mrp/expected/invoices.json)" in out
+    assert re.search(r"\d of 4 replies had a label word \(.*\); \d unlabeled", out), out
     assert "matched every digest" in out, out  # the LLM example, by replay
     # The SRL collection: the local model as teacher (whatever its precision), then the
     # gold actions, each of the six verified.
@@ -120,6 +136,7 @@ def test_demo_end_to_end(tmp_path):
     assert "9. Design pipeline on a guided intake form" in out, out
     assert "/ds1: completed, version 1, 8 capabilities" in out, out
     assert "validators: secrets passed, ruff passed, mypy passed, pytest passed" in out, out
+    assert "validators: 9 passed, 0 failed, 0 not run (every validator" in out, out
     assert "All checks passed." in out
     assert not (tmp_path / "keel" / "run" / "up.json").exists()  # the demo stopped what it started
 
