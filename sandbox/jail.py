@@ -45,7 +45,7 @@ from sandbox.models import (
     SandboxResult,
     default_config,
 )
-from sandbox.tether import tethered
+from sandbox.tether import NSJAIL_DEATH_SIGNAL, tethered
 from sandbox.workspace import Workspace, tmpfs_inodes, unreachable_reason, validate_relpath
 
 NSJAIL_ENV = "KEEL_NSJAIL_PATH"
@@ -327,7 +327,8 @@ async def _feed(stream: asyncio.StreamWriter | None, data: bytes) -> None:
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGKILL nsjail's process group; the jail dies with nsjail (its pid 1 has PDEATHSIG)."""
+    """SIGKILL nsjail's process group. The jail's pid 1 is in that group until it arms its
+    own ``PR_SET_PDEATHSIG`` and only then leaves it (``setsid``), so it dies either way."""
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -344,9 +345,11 @@ async def _execute(
     start = time.monotonic()
     try:
         # Its own session (a timeout kills its group), tethered to this thread: nsjail, and
-        # with it the jail, dies with the process that waits for it (sandbox.tether).
+        # with it the jail, dies with the process that waits for it, from the first
+        # instant of its start on; SIGTERM, so that nsjail kills the jailed program
+        # itself, wherever its set-up is (sandbox.tether).
         proc = await asyncio.create_subprocess_exec(
-            *tethered(cmd),
+            *tethered(cmd, death_signal=NSJAIL_DEATH_SIGNAL),
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -1,92 +1,156 @@
-"""A killed worker leaves nothing it started running: the jail (nsjail and the jailed
-program) and the design validators' host tools run in sessions of their own, outside the
-worker's process group, and are tethered to it (sandbox/tether.py).
+"""A killed worker leaves nothing it started running, whenever it is killed: the jail
+(nsjail and the jailed program) and the design validators' host tools run in sessions of
+their own, outside the worker's process group, and are tethered to it (sandbox/tether.py).
 
-Each case starts a process that runs a long ``sleep`` the way the worker does (in the
-jail, or as a host tool), SIGKILLs that process alone (not its group: the OOM killer's
-way), and checks that every process it had started is gone within a bound. Before the
-tether, nsjail lived on to its time limit and the host tool to its end.
+The worker here is a small driver process: it imports the sandbox and the validators and
+runs the probe jail once, then forks one child per case. The child starts a jail or a
+host tool that runs a long ``sleep`` the way the worker does, and the driver SIGKILLs the
+child alone (not its group: the OOM killer's way) at a random offset from the fork:
+before the command is spawned, while setpriv, the tether's gate or nsjail are still
+starting it, or after it runs. Afterwards no process may be left whose command line
+names that case's sleep.
+
+The offsets come from a seeded RNG; the seed is printed, and ``KEEL_KILL_SEED`` replays
+a run. Before the start window was closed, 200 such kills left commands running: a child
+killed before setpriv armed ``PR_SET_PDEATHSIG``, and a jailed program whose nsjail
+died (SIGKILLed with the worker) while the program's own process was still being set up.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from sandbox.tether import tether_unavailable
-from tests.support.faults import REPO_ROOT, cmdline, descendants, wait_gone
+from tests.support.faults import REPO_ROOT, cmdline, running
 
-JAILED = """
-import sys
-from sandbox import SandboxLimits, run
-print("started", flush=True)
-run(["/bin/sleep", "120"], limits=SandboxLimits(wall_time_s=300, cpu_time_s=300))
-"""
+JAILED_CASES = 100
+HOST_TOOL_CASES = 100
+#: Kill offsets are drawn uniformly from 0 to these many ms after the fork. A jail's
+#: command runs some 40-60 ms after the fork on an idle 2-core host (workspace, nsjail's
+#: mounts); a host tool's some 5 ms. Both ranges reach well past the start.
+JAILED_MAX_MS = 150.0
+HOST_TOOL_MAX_MS = 40.0
+#: How long the killed cases' processes may take to be gone, all together.
+GONE_TIMEOUT_S = 20.0
 
-HOST_TOOL = """
-import asyncio, sys
+DRIVER = r"""
+import asyncio, os, random, signal, sys, time
 from pathlib import Path
+from sandbox import SandboxLimits
+from sandbox.jail import ensure_available, run
+from sandbox.tether import tethered
 from activities.design.validators import _host
-print("started", flush=True)
-asyncio.run(_host(["/bin/sleep", "120"], Path("."), timeout_s=300))
+
+seed, jailed, host = (int(a) for a in sys.argv[1:4])
+tag, jailed_ms, host_ms = sys.argv[4], float(sys.argv[5]), float(sys.argv[6])
+asyncio.run(ensure_available())  # the probe jail, once: forked children skip it
+tethered(["true"])  # finds setpriv, once
+limits = SandboxLimits(wall_time_s=1000, cpu_time_s=1000)
+rng = random.Random(seed)
+kinds = ["jailed"] * jailed + ["host-tool"] * host
+rng.shuffle(kinds)
+for i, kind in enumerate(kinds):
+    offset = rng.uniform(0, jailed_ms if kind == "jailed" else host_ms) / 1000
+    command = ["/bin/sleep", f"900.{tag}{i:03d}"]
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if kind == "jailed":
+                run(command, limits=limits)
+            else:
+                asyncio.run(_host(command, Path("."), timeout_s=1000))
+        finally:
+            os._exit(3)  # the command ended, or failed to start: the test says so
+    time.sleep(max(0.0, t0 + offset - time.monotonic()))
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    print("case", i, kind, f"{offset * 1000:.1f}", pid, status, flush=True)
+print("done", flush=True)
+sys.stdin.readline()  # the test has checked (and killed) what was left
+from sandbox.cgroups import cgroup_setup, sweep_stale
+from sandbox.models import default_config
+from sandbox.workspace import _secure_base, _sweep_stale
+_sweep_stale(_secure_base(default_config().jail))
+if (setup := cgroup_setup(default_config().jail)) is not None:
+    sweep_stale(setup)
 """
 
 
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
+def _marked(tag: str) -> dict[int, str]:
+    """Live processes whose command line names one of this run's sleeps."""
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and tag in (line := cmdline(int(entry))) and running(int(entry)):
+            found[int(entry)] = line
+    return found
 
 
-#: What both scripts run. The test kills the parent once a process whose command line
-#: starts with it runs: not nsjail's or setpriv's, which name it as arguments while they
-#: still set up. A fresh process first runs a probe jail (sandbox.jail.ensure_available),
-#: which an "nsjail" marker also matched (it failed so once under load, 2026-11-28); and a
-#: kill while nsjail or setpriv is still starting the command is not the case tested here
-#: (the command may then outlive them; clean clone 24 of 2026-11-28 showed it).
-COMMAND = "/bin/sleep 120"
-
-
-@pytest.mark.parametrize("script", [JAILED, HOST_TOOL], ids=["jailed", "host-tool"])
-async def test_what_a_killed_worker_started_dies_with_it(tmp_path: Path, script: str) -> None:
+def test_a_worker_killed_at_any_moment_of_a_start_leaves_nothing(tmp_path: Path) -> None:
     assert tether_unavailable() is None, tether_unavailable()
-    parent = subprocess.Popen(
-        [sys.executable, "-c", script],
+    seed = int(os.environ.get("KEEL_KILL_SEED") or random.randrange(2**32))
+    run_tag = f"{random.randrange(10**6):06d}"
+    tag = f"900.{run_tag}"  # in each case's sleep: 900.<run tag><case>
+    print(f"KEEL_KILL_SEED={seed}")
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(seed), str(JAILED_CASES), str(HOST_TOOL_CASES),
+         run_tag, str(JAILED_MAX_MS), str(HOST_TOOL_MAX_MS)],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
-    )
-    started: set[int] = set()
+    )  # fmt: skip
+    assert driver.stdin is not None and driver.stdout is not None
+    cases: dict[str, str] = {}
     try:
-        deadline = time.monotonic() + 60
-        while not any(cmdline(p).startswith(COMMAND) for p in descendants(parent.pid)):
-            assert parent.poll() is None, parent.stdout.read() if parent.stdout else ""
-            assert time.monotonic() < deadline, f"no {COMMAND!r} under the parent"
-            time.sleep(0.05)
-        started = descendants(parent.pid)
-        # Outside the parent's process group: killing the group alone would miss them.
-        groups = {p: (_pgid(p), cmdline(p)) for p in started}
-        assert any(g not in (None, parent.pid) for g, _ in groups.values()), (
-            f"parent {parent.pid}, exited {parent.poll()}; its descendants (pgid, cmdline): "
-            f"{groups}"
+        output = []
+        for line in driver.stdout:
+            output.append(line)
+            if line.startswith("case "):
+                _, i, kind, offset, _pid, status = line.split()
+                cases[f"{int(i):03d}"] = f"{kind} killed {offset} ms after the fork"
+                assert os.WIFSIGNALED(int(status)) and os.WTERMSIG(int(status)) == 9, (
+                    f"case {i} ({kind}) ended before the kill (status {status}):\n"
+                    + "".join(output)
+                )
+            if line == "done\n":
+                break
+        assert len(cases) == JAILED_CASES + HOST_TOOL_CASES, "".join(output)
+        deadline = time.monotonic() + GONE_TIMEOUT_S
+        while (left := _marked(tag)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        survivors = [
+            f"{pid} {line[:300]}  <- case {cases.get(_case(line, tag), '?')}"
+            for pid, line in sorted(left.items())
+        ]
+        assert not left, (
+            f"{len(left)} processes outlived the killed worker (KEEL_KILL_SEED={seed}):\n"
+            + "\n".join(survivors)
         )
-        os.kill(parent.pid, signal.SIGKILL)
-        assert parent.wait(timeout=10) == -signal.SIGKILL
-        await wait_gone(started, timeout_s=15, what=f"what the killed parent started ({COMMAND})")
     finally:
-        if parent.poll() is None:
-            os.killpg(parent.pid, signal.SIGKILL)
-            parent.wait()
-        for pid in started:
+        for pid in _marked(tag):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)  # a leak this test found: not left behind
+        with contextlib.suppress(BrokenPipeError, OSError):
+            driver.stdin.write("sweep\n")
+            driver.stdin.close()
+        try:
+            driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+
+
+def _case(line: str, tag: str) -> str:
+    """The case number in a command line that names ``tag`` followed by it."""
+    return line.split(tag, 1)[1][:3]
