@@ -32,7 +32,6 @@ import atexit
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import tempfile
 import threading
@@ -40,6 +39,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 __all__ = [
     "ActorPool",
@@ -289,14 +290,11 @@ def _start_cluster(num_cpus: int) -> None:
         except Exception as exc:
             # A failed start leaves its GCS, monitors and agents running, and Ray no
             # longer knows them: stop every process of ours that names its temp dir.
-            pids = _ray_pids() | _started_in(temp_dir)
+            procs = _ray_processes() | _started_in(temp_dir)
             with contextlib.suppress(Exception):
                 ray.shutdown()
-            pids |= _started_in(temp_dir)
-            _reap(pids)
-            for pid in pids:  # Ray dropped its handles on them: reap our own children
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
+            procs |= _started_in(temp_dir)
+            _reap(procs)
             # Ray gives a starting node a fixed 30 s to register with its GCS; on a busy
             # machine it can miss that: then try once more.
             if "timed out during startup" not in str(exc) or attempt == _START_ATTEMPTS:
@@ -322,17 +320,13 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _started_in(temp_dir: str) -> set[int]:
+def _started_in(temp_dir: str) -> set[psutil.Process]:
     """This process's descendants whose command line names ``temp_dir``."""
-    children = _children()
-    found: set[int] = set()
-    stack = [os.getpid()]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            stack.append(child)
-            with contextlib.suppress(OSError):
-                if temp_dir.encode() in Path(f"/proc/{child}/cmdline").read_bytes():
-                    found.add(child)
+    found: set[psutil.Process] = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(temp_dir in arg for arg in child.cmdline()):
+                found.add(child)
     return found
 
 
@@ -344,22 +338,11 @@ def on_shutdown(hook: Callable[[], None]) -> None:
             _shutdown_hooks.append(hook)
 
 
-def _children() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            out.setdefault(ppid, []).append(int(entry))
-    return out
-
-
-def _ray_pids() -> set[int]:
+def _ray_processes() -> set[psutil.Process]:
     """The processes of the Ray node this process started (GCS, raylet, monitors, as Ray
-    lists them) and everything below them (agents, workers)."""
+    lists them) and everything below them (agents, workers), each held by its identity
+    (PID and start time), so that a process that ends meanwhile is never mistaken for
+    one that takes its PID later."""
     import ray
 
     roots: list[int] = []
@@ -367,45 +350,59 @@ def _ray_pids() -> set[int]:
         node: Any = ray._private.worker._global_node
         for infos in node.all_processes.values():
             roots.extend(info.process.pid for info in infos if info.process is not None)
-    if not roots or not os.path.isdir("/proc"):
-        return set(roots)
-    children = _children()
-    found: set[int] = set()
-    stack = list(roots)
-    while stack:
-        pid = stack.pop()
-        if pid not in found:
-            found.add(pid)
-            stack.extend(children.get(pid, []))
+    found: set[psutil.Process] = set()
+    for pid in roots:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            found.add(root)
+            found.update(root.children(recursive=True))
     return found
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
 
 
-def _reap(pids: set[int], timeout_s: float = 5.0) -> None:
-    """Wait for ``pids`` to exit; SIGTERM, then SIGKILL, whatever Ray left behind.
+def _running(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is still the process found and has not exited (a zombie, dead but
+    not yet reaped, has)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _reap(procs: set[psutil.Process], timeout_s: float = 5.0) -> None:
+    """Wait for ``procs`` to exit; SIGTERM, then SIGKILL, whatever Ray left behind.
 
     ``ray.shutdown()`` stops its processes, but an agent that was still starting can
-    outlive its raylet; those PIDs were found as ours before the shutdown.
+    outlive its raylet; those processes were found as ours before the shutdown. psutil
+    signals each only while it is still the process found (same PID, same start time),
+    never one that took the PID of a process that ended meanwhile; those that are this
+    process's own children are reaped (Ray dropped its handles on them).
     """
+    left = _wait_gone(set(procs), timeout_s)
+    for stop in (psutil.Process.terminate, psutil.Process.kill):
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                stop(proc)
+        left = _wait_gone(left, 3.0)
+
+
+def _wait_gone(procs: set[psutil.Process], timeout_s: float) -> set[psutil.Process]:
+    """Those of ``procs`` still running after at most ``timeout_s`` (none: at once)."""
     deadline = time.monotonic() + timeout_s
-    for sig in (None, signal.SIGTERM, signal.SIGKILL):
-        if sig is not None:
-            for pid in pids:
-                if _alive(pid):
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, sig)
-            deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.1)
-        if not any(_alive(p) for p in pids):
-            return
+    while procs:
+        psutil.wait_procs(procs, timeout=0)  # reaps those of our children that exited
+        procs = {p for p in procs if _running(p)}
+        if not procs or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return procs
 
 
 def ray_shutdown() -> None:
@@ -428,10 +425,10 @@ def ray_shutdown() -> None:
             return
         import ray
 
-        pids = _ray_pids()
+        procs = _ray_processes()
         with contextlib.suppress(Exception):
             ray.shutdown()
-        _reap(pids)
+        _reap(procs)
         hooks = list(_shutdown_hooks)
         temp_dir = _ray_state["temp_dir"]
         _ray_state.update(owned=False, temp_dir=None, num_cpus=0)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+import psutil
+
 from keel.search_attributes import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
@@ -223,16 +225,49 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _tree(pid: int) -> set[psutil.Process]:
+    """The process ``pid`` and every process below it, in its group or not; none once it
+    is gone. Each is held by its identity (PID and start time): psutil signals it only
+    while it is still that process, never one that took its PID after it ended."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return set()
+    with contextlib.suppress(psutil.Error):  # a zombie has no children to list
+        return {root, *root.children(recursive=True)}
+    return {root}
+
+
+def _running(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is still the process found and has not exited (a zombie has)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
-    """SIGTERM the process group led by ``pid``, then SIGKILL it after ``timeout_s``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """SIGTERM the process group led by ``pid``; SIGKILL that group and every process found
+    below ``pid`` (also those in sessions of their own) if they are not all gone after
+    ``timeout_s``.
+
+    The processes below are found with psutil when the stop begins and again when it
+    kills (a leader that exited meanwhile leaves its orphans out of the second look),
+    and each is signalled by its identity, never by a PID collected seconds earlier.
+    """
+    found = _tree(pid)
+    leader = {p for p in found if p.pid == pid}
+    for sig, targets in ((signal.SIGTERM, leader), (signal.SIGKILL, found)):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+        if sig == signal.SIGKILL:
+            targets |= _tree(pid)
+        for proc in targets:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not pid_alive(pid):
+            if not pid_alive(pid) and not any(_running(p) for p in found):
                 return
             time.sleep(0.05)
 

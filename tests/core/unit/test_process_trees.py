@@ -1,0 +1,72 @@
+"""Process trees stopped by identity: ``services.processes.stop_pid`` (``keel down``, every
+ManagedProcess) and the local Ray's leftovers (``activities.fanout._reap``) find processes
+with psutil and signal each only while it is still the process found."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+
+import psutil
+
+from activities import fanout
+from services.processes import stop_pid
+
+#: Ignores SIGTERM (and so do the sleeps it starts), and starts a sleep in a session of
+#: its own, outside its process group.
+STUBBORN = 'trap "" TERM; setsid sleep 301 & sleep 302 & wait'
+
+
+def _started(argv: list[str]) -> tuple[subprocess.Popen[bytes], psutil.Process]:
+    """``argv`` in a session of its own, once the ``sleep 301`` it starts runs."""
+    proc = subprocess.Popen(argv, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while True:
+        below = [p for p in psutil.Process(proc.pid).children() if "301" in p.cmdline()]
+        if below:
+            return proc, below[0]
+        assert time.monotonic() < deadline, "the stubborn script did not start its sleep"
+        time.sleep(0.02)
+
+
+def test_stop_pid_kills_the_tree_that_outlasts_sigterm() -> None:
+    proc, outside = _started(["/bin/sh", "-c", STUBBORN])
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    assert os.getsid(outside.pid) != os.getsid(proc.pid)
+    try:
+        started = time.monotonic()
+        stop_pid(proc.pid, timeout_s=0.5)
+        assert time.monotonic() - started < 5
+        _, left = psutil.wait_procs(tree, timeout=5)
+        assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], left
+    finally:
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+def test_stop_pid_of_a_process_already_gone_returns() -> None:
+    proc = subprocess.Popen(["/bin/true"], start_new_session=True)
+    proc.wait()
+    started = time.monotonic()
+    stop_pid(proc.pid, timeout_s=5)
+    assert time.monotonic() - started < 1
+
+
+def test_ray_leftovers_are_found_by_their_temp_dir_killed_and_reaped() -> None:
+    marker = f"/tmp/keel-ray-test-{time.time_ns()}"
+    proc, _ = _started(["/bin/sh", "-c", STUBBORN, marker])
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    try:
+        # Only the shell names the directory: its sleeps do not.
+        assert {p.pid for p in fanout._started_in(marker)} == {proc.pid}
+        started = time.monotonic()
+        fanout._reap(fanout._started_in(marker), timeout_s=0.2)
+        assert time.monotonic() - started < 5
+        assert not psutil.pid_exists(proc.pid)  # killed, and reaped here: no zombie left
+    finally:
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
