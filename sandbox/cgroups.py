@@ -20,10 +20,12 @@ process:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -170,7 +172,13 @@ class RunCgroup:
 
 
 def _remove_cgroup(path: Path) -> None:
-    """rmdir a cgroup and its child cgroups; tasks of a killed jail may take a moment to go."""
+    """rmdir a cgroup and its child cgroups, SIGKILLing what still runs in them.
+
+    Only a run's jail runs there, and by the time a run's cgroup is removed nsjail has
+    exited (or its owner has died): what is left is a jailed program that outlived an
+    nsjail SIGKILLed on its own before the program armed its own death signal. Tasks of
+    a killed jail may take a moment to go.
+    """
     if not path.is_dir():
         return
     for child in path.iterdir():
@@ -185,8 +193,20 @@ def _remove_cgroup(path: Path) -> None:
         except OSError as exc:
             if exc.errno != errno.EBUSY:
                 break
+            _kill_tasks(path)
             time.sleep(0.02)
     log.warning("could not remove sandbox cgroup %s", path)
+
+
+def _kill_tasks(path: Path) -> None:
+    """SIGKILL every process in the cgroup at ``path`` (read from it just before)."""
+    try:
+        pids = [int(line) for line in (path / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 _OWNER_RE = re.compile(r"^(?:run-|NSJAIL\.)(\d+)")

@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -41,7 +42,7 @@ from sandbox import (
     run_python_block,
     run_python_block_async,
 )
-from sandbox.cgroups import CgroupSetup, cgroup_setup
+from sandbox.cgroups import CgroupSetup, RunCgroup, cgroup_setup
 from sandbox.jail import find_nsjail
 from sandbox.models import JailSettings, PythonSettings, config_for
 from sandbox.python_block import python_runtime
@@ -987,6 +988,27 @@ def test_block_killed_at_memory_limit_says_so() -> None:
     assert r.error.type == "MemoryLimitExceeded", r.error
     assert r.run.memory_limit_hit and not r.run.timed_out and r.run.killed_by_signal == 9
     assert r.run.limit == "memory", r.run
+
+
+def test_removing_a_run_cgroup_kills_what_still_runs_in_it() -> None:
+    """What an nsjail SIGKILLed on its own mid set-up leaves (its child, before that armed
+    its own death signal) is killed when the run's cgroup is removed after the run."""
+    setup = find_cgroups()
+    if setup is None:
+        pytest.skip("no cgroups on this host")
+    cgroup = RunCgroup(setup, f"run-{os.getpid()}-leftover", SMALL)
+    left = subprocess.Popen(["/bin/sleep", "300"])
+    try:
+        for d in cgroup.dirs:
+            (d / "cgroup.procs").write_text(str(left.pid))
+        cgroup.finish()
+        assert left.wait(timeout=5) == -signal.SIGKILL
+        assert not [d for d in cgroup.dirs if d.exists()]
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()
+        cgroup.finish()
 
 
 def test_run_cgroups_removed_even_when_the_jail_is_killed() -> None:
