@@ -62,5 +62,17 @@ class TemplateNotApplicable(SrlError, ValueError):
     """A synthetic-task template finds nothing it can rewrite safely in a source file."""
 
 
+class InstructionLeak(SrlError, ValueError):
+    """A task's instruction gives its gold action away (``keel.srl.intent``): a template
+    bug, not a file it cannot use, so never counted as a refusal."""
+
+    def __init__(self, task_id: str, leaks: list[str]) -> None:
+        self.task_id = task_id
+        self.leaks = leaks
+        super().__init__(
+            f"task {task_id}: the instruction gives the gold action away ({'; '.join(leaks)})"
+        )
+
+
 class ActorsConfigError(SrlError, ValueError):
     """The actors config is not YAML or does not validate; the message names each bad key."""

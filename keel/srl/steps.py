@@ -24,6 +24,7 @@ from pydantic import (
 from keel.problems import problems
 from keel.refs import ActivityRef
 from keel.srl.expert import Expert
+from keel.srl.intent import instruction_leaks
 from keel.srl.state import State
 from keel.srl.step import Language, PatternAction, RuleAction
 from keel.srl.trajectory import Sampling, Source, check_id
@@ -55,8 +56,9 @@ class SrlTask(BaseModel):
     A ``keel.srl.synth.SynthTask`` line is one (its other fields are ignored here and
     stay in the task file). ``gold_action`` is ``None`` for a task made from a dataset
     record (``srl tasks``): the record has the post-text, not the action that makes it,
-    so such a task cannot be gold-replayed. ``post`` must differ from ``pre``, and a gold
-    action be in the task's language.
+    so such a task cannot be gold-replayed. ``post`` must differ from ``pre``, a gold
+    action be in the task's language, and the instruction state intent: it must not give
+    the gold action or an expert step's action away (:mod:`keel.srl.intent`).
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -95,6 +97,19 @@ class SrlTask(BaseModel):
                 raise ValueError("expert: its last step's file is not the task's post")
             if any(s.action.language != self.language for s in self.expert.steps):
                 raise ValueError("expert: a step's action is not in the task's language")
+        # The instruction states intent; the action it is scored against is the answer.
+        actions: list[PatternAction | RuleAction] = [
+            *([self.gold_action] if self.gold_action is not None else []),
+            *(s.action for s in (self.expert.steps if self.expert is not None else [])),
+        ]
+        if actions:
+            leaks = instruction_leaks(self.instruction, actions, self.pre)
+            if leaks:
+                raise ValueError(
+                    "instruction gives the expert action away ("
+                    + "; ".join(leaks)
+                    + "): say what to change and why, as a person would ask"
+                )
         return self
 
     def expert_at(self, step: int) -> tuple[PatternAction | RuleAction | None, str]:

@@ -31,7 +31,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
 from keel.srl.datasets import Spdx
-from keel.srl.errors import TemplateNotApplicable
+from keel.srl.errors import InstructionLeak, TemplateNotApplicable
+from keel.srl.intent import instruction_leaks
 from keel.srl.step import Language, PatternAction
 
 
@@ -100,8 +101,12 @@ def _task(
     digest = hashlib.sha256(
         f"{source.sha256}\0{template}\0{pattern}\0{rewrite}".encode()
     ).hexdigest()
+    task_id = f"{source.language}-{template.replace('_', '-')}-{digest[:16]}"
+    leaks = instruction_leaks(instruction, [{"pattern": pattern, "rewrite": rewrite}], source.text)
+    if leaks:
+        raise InstructionLeak(task_id, leaks)
     return SynthTask(
-        task_id=f"{source.language}-{template.replace('_', '-')}-{digest[:16]}",
+        task_id=task_id,
         template=template,
         instruction=instruction,
         language=source.language,
@@ -255,7 +260,8 @@ def py_rename(source: SourceFile, seed: int) -> SynthTask:
         source,
         "rename",
         seed,
-        f"Rename the function `{old}` to `{new}` everywhere.",
+        f"Rename the function `{old}` to `{new}`, its definition and every call; "
+        "the old name is being retired.",
         old,
         new,
         post,
@@ -283,7 +289,7 @@ def py_wrap_call(source: SourceFile, seed: int) -> SynthTask:
         source,
         "wrap_call",
         seed,
-        f"Wrap every call of `{name}` in `traced(...)`.",
+        f"Wrap every call of `{name}` in `traced(...)`, so that each call shows up in the traces.",
         f"{name}($$$ARGS)",
         f"traced({name}($$$ARGS))",
         _apply(source.text, edits),
@@ -330,7 +336,8 @@ def py_add_guard(source: SourceFile, seed: int) -> SynthTask:
         source,
         "add_guard",
         seed,
-        f"Only run `{text}` when `{receiver}` is not None.",
+        f"Only run `{text}` when `{receiver}` is not None, so that a missing `{receiver}` "
+        "does not raise.",
         text,
         rewrite,
         _apply(source.text, edits),
@@ -373,7 +380,7 @@ def py_replace_api(source: SourceFile, seed: int) -> SynthTask:
         source,
         "replace_api",
         seed,
-        f"Replace every call of `{old}` with `{new}`.",
+        f"Replace every call of `{old}` with `{new}`; the code is moving over to `{new}`.",
         f"{old}($$$ARGS)",
         f"{new}($$$ARGS)",
         _apply(source.text, edits),
@@ -408,7 +415,8 @@ def py_swap_arguments(source: SourceFile, seed: int) -> SynthTask:
         source,
         "swap_arguments",
         seed,
-        f"Swap the two arguments of every two-argument call of `{name}`.",
+        f"Swap the two arguments of every two-argument call of `{name}`: its parameters "
+        "now come the other way round.",
         f"{name}($A, $B)",
         f"{name}($B, $A)",
         _apply(source.text, edits),
@@ -444,7 +452,8 @@ def py_none_comparison(source: SourceFile, seed: int) -> SynthTask:
         source,
         "none_comparison",
         seed,
-        f"Compare with None using `{new}` instead of `{op}`.",
+        f"Compare with None using `{new}` instead of `{op}`: None is a singleton, so compare "
+        "it by identity (PEP 8).",
         f"$X {op} None",
         f"$X {new} None",
         _apply(source.text, edits),
@@ -479,7 +488,8 @@ def py_dict_get_default(source: SourceFile, seed: int) -> SynthTask:
         source,
         "dict_get_default",
         seed,
-        "Drop the redundant `None` default from `.get(key, None)` calls.",
+        "Drop the redundant `None` default from `.get(key, None)` calls: `None` is already "
+        "what `.get` returns for a missing key.",
         "$D.get($K, None)",
         "$D.get($K)",
         _apply(source.text, edits),
@@ -720,7 +730,7 @@ def c_like_rename(source: SourceFile, seed: int) -> SynthTask:
         source,
         "rename",
         seed,
-        f"Rename `{old}` to `{new}` everywhere.",
+        f"Rename `{old}` to `{new}`, its declaration and every use; the old name is being retired.",
         old,
         new,
         _apply(text, edits),

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.srl.conftest import EXAMPLE_TASKS
+from tests.srl.conftest import EXAMPLE_TASKS, HAND_TASKS
 
 REPO = Path(__file__).resolve().parents[3]
 SRL = [sys.executable, "-m", "cli.srl"]
@@ -73,7 +73,8 @@ def test_collect_report_export_state(env: dict[str, str], tmp_path: Path) -> Non
     assert state.returncode == 0, state.stderr
     dumped = doc(state)
     assert dumped["step"] == 1
-    assert dumped["state"]["goals"] == ["rewrite `divide($A, $B)` as `divide($B, $A)`"]
+    swap = next(t for t in HAND_TASKS if t["task_id"] == "py-swap")
+    assert dumped["state"]["goals"] == [swap["instruction"]]
     assert dumped["state"]["history"] == ["step 1: applied; the file now matches the goal"]
 
 

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.timeout(300)
 EXTRA_TASKS: list[dict[str, Any]] = [
     {
         "task_id": "py-haskey",
-        "instruction": "rewrite `$D.has_key($K)` as `$K in $D`",
+        "instruction": "`dict.has_key` is gone in Python 3: test membership with `in` instead",
         "language": "python",
         "file": "keys.py",
         "pre": "if d.has_key(k):\n    x = d.has_key(j)\n",
@@ -50,7 +50,7 @@ EXTRA_TASKS: list[dict[str, Any]] = [
     },
     {
         "task_id": "ts-logger",
-        "instruction": "rewrite `log.debug(...)` as `logger.debug(...)`",
+        "instruction": "Log through `logger` instead of the old `log` object; `log` is being removed",
         "language": "typescript",
         "file": "log.ts",
         "pre": "log.debug(a, b);\nlog.debug();\n",
@@ -63,7 +63,7 @@ EXTRA_TASKS: list[dict[str, Any]] = [
     },
     {
         "task_id": "java-isempty",
-        "instruction": "rewrite `$L.size() == 0` as `$L.isEmpty()`",
+        "instruction": "Use `isEmpty()` to test whether the list is empty; it says what it means",
         "language": "java",
         "file": "B.java",
         "pre": "class B {\n  void f(List<String> xs) {\n    if (xs.size() == 0) { return; }\n  }\n}\n",
