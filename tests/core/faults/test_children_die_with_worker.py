@@ -32,9 +32,10 @@ from tests.support.faults import REPO_ROOT, cmdline, running
 
 JAILED_CASES = 100
 HOST_TOOL_CASES = 100
-#: Kill offsets are drawn uniformly from 0 to these many ms after the fork. A jail's
-#: command runs some 40-60 ms after the fork on an idle 2-core host (workspace, nsjail's
-#: mounts); a host tool's some 5 ms. Both ranges reach well past the start.
+#: Kill offsets are drawn uniformly from 0 to these many ms after the fork. On the 2-core
+#: host a jail's command ran 45-70 ms after the fork (workspace, cgroups, nsjail's
+#: mounts), a host tool's 20-30 ms (the event loop, setpriv, the gate): both ranges
+#: cover the whole start and some time after it.
 JAILED_MAX_MS = 150.0
 HOST_TOOL_MAX_MS = 40.0
 #: How long the killed cases' processes may take to be gone, all together.
