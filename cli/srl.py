@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
     from cli.envelope import CliError
     from keel.settings import Settings
-    from keel.srl.steps import CollectionInput, CollectionResult
+    from keel.srl.steps import CollectionInput, CollectionResult, SrlTask
     from keel.srl.trajectory import StepRow
 
 app = typer.Typer(
@@ -319,11 +320,19 @@ def export(
     out: Annotated[Path, typer.Option(help="Folder for steps.jsonl and steps.parquet")],
     json_out: JsonOpt = None,
 ) -> None:
-    """Write the collection's steps: §7 JSONL records and Parquet with reward columns."""
+    """Write the collection's steps: §7 JSONL records and Parquet with reward columns and
+    TRL's conversational columns (docs/srl-export.md)."""
+    from client.srl import collection_tasks
+    from store.artifacts import artifact_store_from_settings
+
     SRL.mode(json_out)
     with SRL.reported():
-        rows = _rows(toolkit.load_settings(), collection)
-        paths = write_export(rows, out)
+        settings = toolkit.load_settings()
+        rows = _rows(settings, collection)
+        tasks = collection_tasks(
+            toolkit.sessions(settings), artifact_store_from_settings(settings), collection
+        )
+        paths = write_export(rows, out, tasks)
         SRL.emit(
             {"collection": collection, "steps": len(rows), **{k: str(v) for k, v in paths.items()}},
             f"{collection}: {len(rows)} steps -> {paths['jsonl']}, {paths['parquet']}",
@@ -360,7 +369,8 @@ def expert(
 
 
 def _record_columns(record_json: str) -> dict[str, Any]:
-    """The record's parts a trainer reads, as flat values (JSON text for the open ones)."""
+    """The record's parts a trainer reads, as flat values (JSON text for the open ones).
+    The chat, the completion and the think text are :func:`keel.srl.export.trainer_columns`'."""
     import json
 
     record = json.loads(record_json)
@@ -372,12 +382,10 @@ def _record_columns(record_json: str) -> dict[str, Any]:
         return None if value is None else json.dumps(value, sort_keys=True, ensure_ascii=False)
 
     return {
-        "think": out.get("think", ""),
         "action": text(out.get("action")),
         "state_update": text(out.get("state_update")),
         "raw": out.get("raw", ""),
         "format_error": out.get("format_error"),
-        "prompt": text(record.get("prompt")),
         "state_before": text(record.get("state_before")),
         "state_after": text(record.get("state_after")),
         "temperature": sampling.get("temperature"),
@@ -390,7 +398,7 @@ def _record_columns(record_json: str) -> dict[str, Any]:
         "cost_usd": out.get("cost_usd"),
         "endpoint": out.get("endpoint"),
         # Both rewards, and what they are computed from (docs/srl.md, "Rewards"): Keel's
-        # is reward_total and step_similarity among the row's columns.
+        # is reward_total (and `reward`) and step_similarity among the row's columns.
         "paper_reward": reward.get("paper_reward"),
         "reward_version": reward.get("reward_version"),
         "effect": reward.get("effect"),
@@ -401,52 +409,79 @@ def _record_columns(record_json: str) -> dict[str, Any]:
     }
 
 
-def write_export(rows: list[StepRow], out: Path) -> dict[str, Path]:
+def export_schema() -> Any:
+    """The Parquet schema of ``steps.parquet``: every column typed (a column of nulls
+    keeps its type; TRL's chat columns are lists of ``{role, content}``)."""
+    import pyarrow as pa
+
+    chat = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    s, i, f, b = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+    return pa.schema(
+        [
+            # the row's columns (keel.srl.trajectory.StepRow)
+            ("step_key", s), ("schema_version", i), ("collection", s), ("task_id", s),
+            ("step", i), ("source", s), ("model", s), ("language", s), ("template", s),
+            ("format_ok", b), ("verified", b), ("tests_passed", b), ("diff_lines", i),
+            ("step_similarity", f), ("reward_total", f), ("record_json", s),
+            ("record_digest", s), ("sample", i), ("seed", i),
+            # the record's parts
+            ("action", s), ("state_update", s), ("raw", s), ("format_error", s),
+            ("state_before", s), ("state_after", s), ("temperature", f), ("top_p", f),
+            ("max_tokens", i), ("prompt_tokens", i), ("completion_tokens", i),
+            ("finish_reason", s), ("latency_s", f), ("cost_usd", f), ("endpoint", s),
+            ("paper_reward", f), ("reward_version", s), ("effect", s), ("expert_action", s),
+            ("expert_text_after", s), ("text_before", s), ("text_after", s),
+            # TRL's conversational columns and the rewards (keel.srl.export)
+            ("messages", chat), ("prompt", chat), ("completion", chat), ("prompt_json", s),
+            ("think", s), ("think_source", s), ("reward", f), ("tests_passed_fraction", f),
+            ("text_similarity", f), ("logprobs", pa.list_(f)), ("token_ids", pa.list_(i)),
+        ]
+    )  # fmt: skip
+
+
+def write_export(
+    rows: list[StepRow], out: Path, tasks: Mapping[str, SrlTask] | None = None
+) -> dict[str, Path]:
     """``steps.jsonl`` (one §7 record a line) and ``steps.parquet``: the row's columns
-    (rewards flat, sample and seed, the record as JSON text) and the record's parts as
-    columns of their own (think, action, state update, prompt, sampling, tokens,
-    finish_reason, latency, cost), and both rewards with what they are computed from
-    (``paper_reward`` a float column beside ``reward_total``, ``reward_version``,
-    ``effect``, the expert action, the file before and after)."""
+    (rewards flat, sample and seed, the record as JSON text), the record's parts as
+    columns of their own (action, state update, sampling, tokens, finish_reason, latency,
+    cost, both rewards and what they are computed from), and TRL's conversational
+    columns: ``messages`` (the chat sent, then the answer), ``prompt`` and ``completion``
+    (docs/srl-export.md). ``tasks`` (by id; the collection's task file) give a gold
+    replay's completion its expert's reasoning (:func:`keel.srl.export.gold_think`)."""
+    import json
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from keel.srl.export import trainer_columns
     from keel.srl.trajectory import StepRow
 
+    schema = export_schema()
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "steps.jsonl"
     with jsonl.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(row.record_json + "\n")
     columns: dict[str, list[Any]] = {c: [getattr(r, c) for r in rows] for c in StepRow.model_fields}
-    extra = [_record_columns(r.record_json) for r in rows]
-    for name in _record_columns("{}"):
-        columns[name] = [e[name] for e in extra]
-    types = {
-        "seed": pa.int64(),
-        "temperature": pa.float64(),
-        "top_p": pa.float64(),
-        "max_tokens": pa.int64(),
-        "prompt_tokens": pa.int64(),
-        "completion_tokens": pa.int64(),
-        "latency_s": pa.float64(),
-        "cost_usd": pa.float64(),
-        "paper_reward": pa.float64(),
-        "reward_version": pa.string(),
-        "effect": pa.string(),
-        "expert_action": pa.string(),
-        "expert_text_after": pa.string(),
-        "text_before": pa.string(),
-        "text_after": pa.string(),
-    }
-    fields = [
-        pa.field(c, types[c]) if c in types else pa.field(c, pa.array(v).type)
-        for c, v in columns.items()
-    ]
-    schema = pa.schema(
-        [f if f.type != pa.null() else pa.field(f.name, pa.string()) for f in fields]
-    )
-    table = pa.table(columns, schema=schema)
+    extra = []
+    for r in rows:
+        task = (tasks or {}).get(r.task_id)
+        record = json.loads(r.record_json)
+        extra.append(
+            _record_columns(r.record_json) | trainer_columns(record, source=r.source, task=task)
+        )
+    for name in schema.names:
+        if name not in columns:
+            columns[name] = [e[name] for e in extra]
+    # tests_passed: a nullable bool (null where the task has no tests); the fraction of
+    # tests passed is tests_passed_fraction.
+    columns["tests_passed"] = [e["tests_passed"] for e in extra]
+    for name in columns:  # a row column this schema does not name yet: inferred
+        if name not in schema.names:
+            kind = pa.array(columns[name]).type
+            schema = schema.append(pa.field(name, pa.string() if kind == pa.null() else kind))
+    table = pa.table({n: columns[n] for n in schema.names}, schema=schema)
     parquet = out / "steps.parquet"
     pq.write_table(table, parquet)
     return {"jsonl": jsonl, "parquet": parquet}

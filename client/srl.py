@@ -23,6 +23,8 @@ from keel.srl.steps import (
     CollectionProgress,
     CollectionResult,
     CollectionTotals,
+    SrlTask,
+    TasksInvalid,
     check_source,
     parse_tasks,
 )
@@ -133,6 +135,22 @@ async def collection_view(
         totals=result.totals if result else (progress.totals if progress else None),
         recorded=counts,
     )
+
+
+def collection_tasks(
+    sessions: sessionmaker[Session], artifacts: ArtifactStore, collection: str
+) -> dict[str, SrlTask]:
+    """The tasks of the collection's task file (the first run's, as its identity records
+    it), by id; empty when the collection has no identity or the file is gone (an export
+    then derives a gold replay's think text from the record alone)."""
+    identity = get_identity(sessions, collection)
+    if identity is None or not identity.tasks_digest:
+        return {}
+    try:
+        tasks = parse_tasks(artifacts.get_bytes(identity.tasks_digest))
+    except (ArtifactNotFound, TasksInvalid):  # gone, or refused by this version's checks
+        return {}
+    return {t.task_id: t for t in tasks}
 
 
 class ExpertExport(BaseModel):

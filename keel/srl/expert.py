@@ -31,6 +31,9 @@ class ExpertStep(BaseModel):
 
     action: Action
     text_after: str = Field(max_length=200_000)
+    #: The reasoning of the step that became this one (its think text; ``None`` where
+    #: none was kept): a gold replay's exported completion thinks it (docs/srl-export.md).
+    think: str | None = Field(default=None, max_length=20_000)
 
 
 class Expert(BaseModel):
@@ -67,6 +70,7 @@ def expert_steps(
                 parsed = _ACTION.validate_python(action)
             except ValidationError:
                 return None  # a record this version cannot read: no expert from it
-            steps.append(ExpertStep(action=parsed, text_after=texts[digest]))
+            think = record.model_output.think.strip()[:20_000] or None
+            steps.append(ExpertStep(action=parsed, text_after=texts[digest], think=think))
         before = digest
     return steps or None

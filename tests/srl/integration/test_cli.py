@@ -65,6 +65,14 @@ def test_collect_report_export_state(env: dict[str, str], tmp_path: Path) -> Non
     assert {"reward_total", "step_similarity", "diff_lines", "record_json"} <= set(
         table.column_names
     )
+    # A gold replay without an expert set: each completion thinks from its task's
+    # instruction (the task file found through the collection's identity).
+    rows = table.select(["task_id", "think_source", "think", "completion"]).to_pylist()
+    assert {r["think_source"] for r in rows} == {"instruction"}
+    for r in rows:
+        task = next(t for t in HAND_TASKS if t["task_id"] == r["task_id"])
+        assert task["instruction"] in r["think"]
+        assert f"<think>{r['think']}</think>" in r["completion"][0]["content"]
     records = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert [r["task_id"] for r in records] == ["js-rename", "py-none", "py-rename", "py-swap"]
     assert all(r["schema_version"] == 1 and r["reward"]["verified"] for r in records)

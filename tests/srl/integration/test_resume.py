@@ -199,7 +199,7 @@ async def test_samples_are_episodes_with_their_own_recorded_seeds(
     paths = write_export(rows, tmp_path / "export")
     table = pq.read_table(paths["parquet"])
     for name in (
-        "think", "action", "state_update", "prompt", "seed", "sample", "temperature",
+        "think", "action", "state_update", "prompt", "prompt_json", "seed", "sample", "temperature",
         "top_p", "max_tokens", "prompt_tokens", "completion_tokens", "finish_reason",
         "latency_s", "cost_usd", "paper_reward", "reward_version", "effect",
         "expert_action", "expert_text_after", "text_before", "text_after",
@@ -221,6 +221,9 @@ async def test_samples_are_episodes_with_their_own_recorded_seeds(
         "rewrite": "divide($B, $A)",
     }
     assert json.loads(cols["state_update"][0]) == {"decisions": ["swap"]}
-    assert json.loads(cols["prompt"][0])["messages"][1]["content"].count("divide(10, 2)") == 1
+    # The record's prompt as JSON (the `prompt` column before TRL's chat columns) ...
+    assert json.loads(cols["prompt_json"][0])["messages"][1]["content"].count("divide(10, 2)") == 1
+    # ... and the chat sent as TRL reads it (tests/srl/integration/test_export_trl.py).
+    assert cols["prompt"][0] == json.loads(cols["prompt_json"][0])["messages"]
     assert set(cols["finish_reason"]) == {"stop"}
     assert set(cols["prompt_tokens"]) == {5} and set(cols["completion_tokens"]) == {3}
