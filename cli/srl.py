@@ -177,6 +177,21 @@ def collect(
     seed: Annotated[
         int, typer.Option(min=0, max=2**31 - 1, help="Base of every sample's seed")
     ] = 0,
+    step_mode: Annotated[
+        str,
+        typer.Option(
+            help="expert_prefix (the paper's, default): step n starts from the file after the "
+            "expert's steps 1..n-1; free_running: from the episode's own last file"
+        ),
+    ] = "expert_prefix",
+    expert_feedback: Annotated[
+        bool,
+        typer.Option(
+            "--expert-feedback/--no-expert-feedback",
+            help="Let feedback derived from the expert's file ('matches the goal', 'removed "
+            "code the goal keeps') into the next prompt (off by default)",
+        ),
+    ] = False,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait, with progress")] = True,
     stay: Annotated[bool, typer.Option("--stay", help="Keep services this started")] = False,
     json_out: JsonOpt = None,
@@ -194,6 +209,10 @@ def collect(
     SRL.mode(json_out)
     if source not in ("gold_replay", "teacher", "actor"):
         SRL.fail_now("usage", f"--source must be gold_replay, teacher or actor, not {source!r}")
+    if step_mode not in ("expert_prefix", "free_running"):
+        SRL.fail_now(
+            "usage", f"--step-mode must be expert_prefix or free_running, not {step_mode!r}"
+        )
     with SRL.reported():
         settings = toolkit.load_settings()
         try:
@@ -218,6 +237,8 @@ def collect(
                 top_p=top_p,
                 samples=samples,
                 seed=seed,
+                step_mode=step_mode,  # type: ignore[arg-type]
+                expert_feedback=expert_feedback,
             )
         except ValidationError as e:
             SRL.fail("usage", [err["msg"] for err in e.errors()])

@@ -19,6 +19,11 @@ A collection run again under the same id resumes: ``srl.window`` refuses a run n
 another source, model or sampling, and ``srl.generate`` answers a step already recorded
 with its stored outcome (``Generation.recorded``, no model call), which the episode takes
 without ``srl.apply`` (patch ``srl-resume-recorded``).
+
+Step modes (patch ``srl-step-mode``): by default (``expert_prefix``, the paper's) step n
+starts from the file after the expert's steps 1..n-1, which its state shows, and the
+episode takes the expert's number of steps; ``free_running`` goes on from the episode's
+own last file until verified. The activities read the mode; the episode passes it on.
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ with workflow.unsafe.imports_passed_through():
 
 #: A step ``srl.generate`` found recorded is taken as it is, without ``srl.apply``.
 RESUME_PATCH = "srl-resume-recorded"
+#: Step modes: the episode asks its activities for ``step_mode`` (by default the paper's
+#: ``expert_prefix``) and ``expert_feedback``; a run from before (no marker) runs free, with
+#: the expert-derived feedback, as it did.
+STEP_MODE_PATCH = "srl-step-mode"
 
 
 @workflow.defn(name=EPISODE_TYPE)
@@ -71,6 +80,10 @@ class SRLEpisode:
 
     @workflow.run
     async def run(self, inp: EpisodeInput) -> EpisodeResult:
+        if workflow.patched(STEP_MODE_PATCH):
+            step_mode, expert_feedback = inp.step_mode, inp.expert_feedback
+        else:
+            step_mode, expert_feedback = "free_running", True
         state = State()
         text_digest: str | None = None
         verified = False
@@ -92,6 +105,7 @@ class SRLEpisode:
                     seed=inp.seed + step,
                     top_p=inp.top_p,
                     sample=inp.sample,
+                    step_mode=step_mode,
                 ),
                 summary=f"step {step}: {inp.source} proposes an action",
             )
@@ -111,6 +125,8 @@ class SRLEpisode:
                         text_digest=text_digest,
                         generation=generation,
                         sample=inp.sample,
+                        step_mode=step_mode,
+                        expert_feedback=expert_feedback,
                     ),
                     summary=f"step {step}: sandbox, reward, record",
                 )
@@ -145,6 +161,7 @@ class SRLCollection:
         self._totals = inp.totals
         self._done = inp.offset * inp.samples
         self._in_flight = 0
+        self._modes = False
 
     @workflow.signal(name=READERS_SIGNAL)
     def refresh_readers(self) -> None:
@@ -165,6 +182,8 @@ class SRLCollection:
 
     @workflow.run
     async def run(self, inp: CollectionInput) -> CollectionResult:
+        # A run from before step modes starts its episodes without one (free running).
+        self._modes = workflow.patched(STEP_MODE_PATCH)
         window = await call(
             WINDOW,
             WindowInput(
@@ -220,6 +239,10 @@ class SRLCollection:
                     top_p=inp.top_p,
                     sample=sample,
                 )
+                if self._modes:
+                    child = child.model_copy(
+                        update={"step_mode": inp.step_mode, "expert_feedback": inp.expert_feedback}
+                    )
                 pending.add(asyncio.create_task(self._episode(child)))
                 self._in_flight = len(pending)
         while pending:

@@ -201,6 +201,16 @@ class SrlActivities:
         if row is None:
             return None
         record = StepRecord.model_validate_json(row.record_json)
+        mode = task.step_mode(inp.step_mode)
+        if (record.step_mode or "free_running") != mode:
+            # Its state and file came from the other mode: not this run's step.
+            raise ApplicationError(
+                f"collection {inp.collection!r} recorded step {key} in step mode "
+                f"{record.step_mode or 'free_running'!r}; this run asks for {mode!r}. "
+                "Use another collection id for another step mode",
+                type=ERROR_SRL_IDENTITY,
+                non_retryable=True,
+            )
         out = record.model_output
         prompt = self.artifacts.put_json(record.prompt)
         return Generation(
@@ -215,13 +225,17 @@ class SrlActivities:
             cost_usd=out.cost_usd,
             structured=out.structured,
             sampling=record.sampling,
-            recorded=_outcome_of(record, key).model_copy(update={"recorded": False}),
+            recorded=_outcome_of(record, key, task).model_copy(update={"recorded": False}),
         )
 
     async def _generate(self, inp: GenerateInput) -> Generation:
         task = self.task(inp.tasks_digest, inp.task_index)
-        text = self.text(task, inp.text_digest)
-        state = inp.state if inp.state.goals else merge(inp.state, _goal(task))
+        if task.step_mode(inp.step_mode) == "expert_prefix":
+            # The paper's step n: the file and state after the expert's steps 1..n-1.
+            text, state = task.prefix_text(inp.step), task.prefix_state(inp.step)
+        else:
+            text = self.text(task, inp.text_digest)
+            state = inp.state if inp.state.goals else merge(inp.state, _goal(task))
         state, state_tokens = await self._fit(state, inp.source)
         structured = inp.source == "teacher" and await self._structured(inp.model)
         messages = render_messages(
@@ -370,8 +384,17 @@ class SrlActivities:
     async def _apply(self, inp: ApplyInput) -> StepOutcome:
         task = self.task(inp.tasks_digest, inp.task_index)
         key = step_key(task.task_id, inp.step, inp.sample)
-        text = self.text(task, inp.text_digest)
-        record, outcome = await self._score(task, inp, text)
+        text_digest = inp.text_digest
+        if task.step_mode(inp.step_mode) == "expert_prefix":
+            text = task.prefix_text(inp.step)
+            text_digest = (
+                None
+                if text == task.pre
+                else await asyncio.to_thread(self.artifacts.put_bytes, text.encode("utf-8"))
+            )
+        else:
+            text = self.text(task, inp.text_digest)
+        record, outcome = await self._score(task, inp, text, text_digest)
         row = StepRow.from_record(
             record,
             collection=inp.collection,
@@ -384,7 +407,7 @@ class SrlActivities:
         meter = activity.metric_meter()
         if not recorded:
             # A retry of a step already written: the stored row is the step's truth.
-            outcome = _outcome_of(StepRecord.model_validate_json(stored.record_json), key)
+            outcome = _outcome_of(StepRecord.model_validate_json(stored.record_json), key, task)
         if recorded:
             attrs = {"source": inp.source, "model": inp.generation.model}
             meter.create_counter("keel_srl_steps", "SRL steps recorded").add(1, attrs)
@@ -397,12 +420,15 @@ class SrlActivities:
         return outcome.model_copy(update={"recorded": recorded})
 
     async def _score(
-        self, task: SrlTask, inp: ApplyInput, text: str
+        self, task: SrlTask, inp: ApplyInput, text: str, text_digest: str | None
     ) -> tuple[StepRecord, StepOutcome]:
+        """Score the step on ``text`` (the file it started from, ``text_digest`` in the
+        artifact store, ``None`` for the task's ``pre``)."""
         gen = inp.generation
         state = inp.state
         key = step_key(task.task_id, inp.step, inp.sample)
         expert, expert_post = task.expert_at(inp.step)
+        mode = task.step_mode(inp.step_mode)
         base: dict[str, Any] = {
             "task_id": task.task_id,
             "step": inp.step,
@@ -412,6 +438,9 @@ class SrlActivities:
             "expert_action": expert.model_dump(mode="json") if expert is not None else None,
             "expert_text_after": expert_post,
             "text_before": text,
+            "step_mode": mode,
+            # Only a free-running episode's next prompt shows the state this step writes.
+            "expert_feedback_in_prompt": inp.expert_feedback and mode == "free_running",
         }
         try:
             step = parse_step(gen.raw, finish_reason=gen.finish_reason)
@@ -423,10 +452,10 @@ class SrlActivities:
                 model_output=_output(gen, format_error=f"{e.kind}: {e.detail}"),
                 reward=format_error_reward(),
                 state_after=after.model_dump(mode="json"),
-                text_digest=inp.text_digest,
+                text_digest=text_digest,
                 text_after=text,
             )
-            return record, _outcome_of(record, key)
+            return record, _outcome_of(record, key, task)
         result = await self._sandbox(task, step.action, text)
         result_text: str | None = result["text"]
         reward = combine(
@@ -442,12 +471,13 @@ class SrlActivities:
         )
         verified_now = reward.verified
         changed = result_text is not None and result_text != text
-        text_digest = (
-            await asyncio.to_thread(self.artifacts.put_bytes, result_text.encode("utf-8"))
-            if changed and result_text is not None
-            else inp.text_digest
+        if changed and result_text is not None:
+            text_digest = await asyncio.to_thread(
+                self.artifacts.put_bytes, result_text.encode("utf-8")
+            )
+        feedback = _feedback(
+            inp.step, result, changed, verified_now, reward.effect, expert=inp.expert_feedback
         )
-        feedback = _feedback(inp.step, result, changed, verified_now, reward.effect)
         after = merge(merge(state, step.state_update), StateUpdate(history=[feedback]))
         sandbox_result = {k: v for k, v in result.items() if k != "text"}
         record = StepRecord(
@@ -461,7 +491,7 @@ class SrlActivities:
             text_digest=text_digest,
             text_after=result_text if changed else text,
         )
-        return record, _outcome_of(record, key)
+        return record, _outcome_of(record, key, task)
 
     async def _sandbox(
         self, task: SrlTask, action: PatternAction | RuleAction, text: str
@@ -570,12 +600,24 @@ def _goal(task: SrlTask) -> StateUpdate:
 
 
 def _feedback(
-    step: int, result: dict[str, Any], changed: bool, verified: bool, effect: str | None = None
+    step: int,
+    result: dict[str, Any],
+    changed: bool,
+    verified: bool,
+    effect: str | None = None,
+    *,
+    expert: bool = True,
 ) -> str:
+    """The history line a step adds to the state. What the jail saw (failed, an overwrite,
+    unchanged, does not parse) always; what only a comparison with the expert's file tells
+    (matches the goal, removed code the goal keeps, does not match yet) only when
+    ``expert`` is set: otherwise "the file changed"."""
     if not result["ok"]:
         return f"step {step}: the action failed: {(result['error'] or '')[:180]}"
     if effect == "overwrite":
         return f"step {step}: applied but it rewrote the whole file, not the code to change"
+    if not expert and changed and result["reparses"]:
+        return f"step {step}: applied; the file changed"
     if verified:
         return f"step {step}: applied; the file now matches the goal"
     if not changed:
@@ -613,11 +655,19 @@ def _output(
     )
 
 
-def _outcome_of(record: StepRecord, key: str) -> StepOutcome:
-    """The outcome a step's record implies (also for a row read back on a retry)."""
+def _outcome_of(record: StepRecord, key: str, task: SrlTask) -> StepOutcome:
+    """The outcome a step's record implies (also for a row read back on a retry).
+
+    A free-running episode is done when a step is verified; an ``expert_prefix`` one after
+    the expert's number of steps (each step starts from the expert's prefix, whatever the
+    model's last step did)."""
     reward = record.reward
     sandbox = record.sandbox_result or {}
     verified = bool(reward and reward.verified)
+    if record.step_mode == "expert_prefix":
+        done = record.step >= task.expert_step_count
+    else:
+        done = verified
     return StepOutcome(
         step_key=key,
         format_ok=record.model_output.format_error is None,
@@ -626,7 +676,7 @@ def _outcome_of(record: StepRecord, key: str) -> StepOutcome:
         reward_total=reward.total if reward else 0.0,
         state=State.model_validate(record.state_after or record.state_before),
         text_digest=record.text_digest,
-        done=verified,
+        done=done,
         recorded=True,
         sandbox_failed=bool(sandbox) and not sandbox.get("ok"),
     )

@@ -25,9 +25,9 @@ from keel.problems import problems
 from keel.refs import ActivityRef
 from keel.srl.expert import Expert
 from keel.srl.intent import instruction_leaks
-from keel.srl.state import State
+from keel.srl.state import State, StateUpdate, merge
 from keel.srl.step import Language, PatternAction, RuleAction
-from keel.srl.trajectory import Sampling, Source, check_id
+from keel.srl.trajectory import Sampling, Source, StepMode, check_id
 
 #: The workflow types (workflows/srl.py), named here so clients and the API need no
 #: workflow module.
@@ -122,10 +122,52 @@ class SrlTask(BaseModel):
         return self.gold_action, self.post
 
     @property
+    def expert_step_count(self) -> int:
+        """How many steps the expert took: the expert trajectory's, 1 for a gold action,
+        0 for a task without an expert action (a dataset record's)."""
+        if self.expert is not None:
+            return len(self.expert.steps)
+        return 1 if self.gold_action is not None else 0
+
+    def step_mode(self, asked: StepMode) -> StepMode:
+        """The mode an episode of this task runs in: ``expert_prefix`` needs an expert
+        action; a task without one (nothing to prefix) runs free."""
+        return asked if self.expert_step_count else "free_running"
+
+    def prefix_text(self, step: int) -> str:
+        """The file after the expert's steps ``1..step-1`` (``pre`` at step 1; past the
+        expert's end, the file after its last step but one), where an ``expert_prefix``
+        step starts."""
+        if self.expert is None or step <= 1:
+            return self.pre
+        n = min(step, len(self.expert.steps))
+        return self.pre if n <= 1 else self.expert.steps[n - 2].text_after
+
+    def prefix_state(self, step: int) -> State:
+        """The state an ``expert_prefix`` step starts from: the goal, and the expert's
+        steps ``1..step-1`` in the history (the newest 3 kept, as any history)."""
+        lines: list[str] = []
+        if self.expert is not None:
+            count = min(step, len(self.expert.steps)) - 1
+            lines = [
+                f"step {k + 1} (expert): {action_summary(s.action)}"
+                for k, s in enumerate(self.expert.steps[:count])
+            ]
+        return merge(State(), StateUpdate(goals=[self.instruction[:256]], history=lines))
+
+    @property
     def file_name(self) -> str:
         """The file's name in the sandbox workspace (its base name: one file a task)."""
         base = self.file.replace("\\", "/").rsplit("/", 1)[-1]
         return base or "file"
+
+
+def action_summary(action: PatternAction | RuleAction) -> str:
+    """One line naming what an action does: ``pattern -> rewrite``, or a rule's YAML with
+    its lines joined (the state cuts it to 256 characters)."""
+    if isinstance(action, PatternAction):
+        return f"applied `{action.pattern}` -> `{action.rewrite}`"
+    return "applied the rule " + " ".join(action.yaml_text.split())
 
 
 class TasksInvalid(ValueError):
@@ -238,6 +280,20 @@ class CollectionOptions(_Model):
         default=1, ge=1, le=MAX_SAMPLES, description="rollouts per task, each with its own seed"
     )
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="base of every sample's seed")
+    step_mode: StepMode = Field(
+        default="expert_prefix",
+        description="expert_prefix (the paper's): step n starts from the file after the "
+        "expert's steps 1..n-1, shown in the state, and the episode takes the expert's "
+        "number of steps; free_running: step n starts from the episode's own last file, "
+        "until verified (a task without an expert action always runs free)",
+    )
+    expert_feedback: bool = Field(
+        default=False,
+        description="let feedback derived from the expert's file ('the file now matches "
+        "the goal', 'removed code the goal keeps', 'does not match the goal yet') into the "
+        "state the next prompt shows; off: only what the jail saw (failed, unchanged, "
+        "does not parse, changed)",
+    )
 
 
 class CollectionIdentity(_Model):
@@ -348,6 +404,10 @@ class EpisodeInput(_Model):
     seed: int = 0
     top_p: float = 1.0
     sample: int = Field(default=0, ge=0)
+    # Left out (an input of a run from before step modes): free running, with the
+    # expert-derived feedback, as then.
+    step_mode: StepMode = "free_running"
+    expert_feedback: bool = True
 
 
 class EpisodeResult(_Model):
@@ -390,6 +450,9 @@ class GenerateInput(_Model):
     seed: int = 0
     top_p: float = 1.0
     sample: int = Field(default=0, ge=0)
+    #: ``expert_prefix``: the file and state are the expert's prefix (``state`` and
+    #: ``text_digest`` are not read). Left out: free running, as before step modes.
+    step_mode: StepMode = "free_running"
 
 
 class ApplyInput(_Model):
@@ -402,6 +465,9 @@ class ApplyInput(_Model):
     text_digest: str | None = None
     generation: Generation
     sample: int = Field(default=0, ge=0)
+    step_mode: StepMode = "free_running"
+    #: Left out (a run from before this setting): the expert-derived feedback, as then.
+    expert_feedback: bool = True
 
 
 class StepOutcome(_Model):

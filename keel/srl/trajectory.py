@@ -25,6 +25,10 @@ SAMPLE_MARK = "~s"
 MAX_SAMPLE_SEED: Final = 2**31 - 1 - 64
 
 Source = Literal["teacher", "actor", "gold_replay"]
+#: Where step ``n`` starts (docs/srl-collect.md, "Step modes"): ``expert_prefix`` (the
+#: paper's: from the file after the expert's steps ``1..n-1``, which the state shows) or
+#: ``free_running`` (from the file the episode's own previous step left).
+StepMode = Literal["expert_prefix", "free_running"]
 
 
 def check_id(value: str, what: str) -> str:
@@ -152,6 +156,18 @@ class StepRecord(BaseModel):
     text_before: str | None = Field(None, description="the file before the step")
     text_after: str | None = Field(
         None, description="the file after the step (the action's result; unchanged if none)"
+    )
+    step_mode: StepMode | None = Field(
+        None,
+        description="where the step started: expert_prefix (the file after the expert's "
+        "steps 1..n-1) or free_running (the episode's own last file); None: recorded before "
+        "step modes, free running",
+    )
+    expert_feedback_in_prompt: bool | None = Field(
+        None,
+        description="the feedback this step wrote into the state (shown in the next prompt) "
+        "was derived from the expert's file ('matches the goal', 'removed code the goal "
+        "keeps'); None: recorded before this was kept (it was)",
     )
 
     @field_validator("task_id")

@@ -51,6 +51,8 @@ CORPUS: tuple[str, ...] = (
     "srl_episode_sample",
     "srl_collection_resumed",
     "srl_episode_resumed",
+    "srl_collection_prefix",
+    "srl_episode_prefix",
     "design_replanned",
     "design_iteration",
     "design_intake_unfit",

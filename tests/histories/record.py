@@ -74,7 +74,14 @@ from tests.support.scripted_openai import (
     ScriptedReply,
     write_models_config,
 )
-from tests.support.srl import SWAP_ANSWER, divide_tasks, tasks_jsonl
+from tests.support.srl import (
+    RENAME_F,
+    SWAP_ANSWER,
+    answer_with,
+    divide_tasks,
+    tasks_jsonl,
+    two_step_task,
+)
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
 from workflows.demo import KeelDemo
@@ -963,6 +970,7 @@ async def srl_collection(ctx: Ctx) -> Histories:
         model="local",
         window=2,
         per_run=2,
+        step_mode="free_running",  # step 2 goes on from the malformed step 1
     )
     before = ctx.llm.default
     ctx.llm.enqueue(ScriptedReply(content="no tags at all"))
@@ -1009,6 +1017,7 @@ async def srl_resume(ctx: Ctx) -> Histories:
         samples=2,
         window=2,
         temperature=0.7,
+        step_mode="free_running",
     )
     before = ctx.llm.default
     ctx.llm.default = ScriptedReply(content=SWAP_ANSWER)
@@ -1032,6 +1041,37 @@ async def srl_resume(ctx: Ctx) -> Histories:
         "srl_episode_sample": sample_history,
         "srl_collection_resumed": await history_json(again),
         "srl_episode_resumed": await history_json(episode),
+    }
+
+
+async def srl_expert_prefix(ctx: Ctx) -> Histories:
+    """A teacher collection in the default step mode, ``expert_prefix`` (patch
+    ``srl-step-mode``), of one task with a two-step expert (swap ``f``'s arguments, then
+    rename it): the teacher renames first (the expert's step 2, at step 1: destructive),
+    then, from the expert's step-1 file, renames again (verified)."""
+    data = tasks_jsonl([two_step_task()])
+    digest, count = upload_tasks(artifact_store_from_settings(ctx.settings), data)
+    inp = CollectionInput(
+        collection=f"{ID_PREFIX}-srl-prefix",
+        tasks_digest=digest,
+        task_count=count,
+        source="teacher",
+        model="local",
+    )
+    ctx.llm.enqueue(ScriptedReply(content=answer_with(RENAME_F, "rename")))
+    ctx.llm.enqueue(ScriptedReply(content=answer_with(RENAME_F, "rename")))
+    handle = await start_collection(ctx.client, inp, task_queue=ctx.task_queue)
+    result = await handle.result()
+    t = result.totals
+    expect((t.episodes, t.steps, t.verified_steps) == (1, 2, 1), f"{t}")
+    expect(t.verified_episodes == 1, f"the episode ends verified: {t}")
+    episode = ctx.client.get_workflow_handle(f"srl/{inp.collection}/swap-rename")
+    history = await history_json(episode)
+    marker = base64.b64encode(b'{"id":"srl-step-mode","deprecated":false}').decode()
+    expect(marker in history, "the step-mode patch marker is recorded")
+    return {
+        "srl_collection_prefix": await history_json(handle),
+        "srl_episode_prefix": history,
     }
 
 
@@ -1067,6 +1107,7 @@ SCENARIOS: dict[str, Scenario] = {
     "mrp_partial_success": mrp_partial_success,
     "srl_collection": srl_collection,
     "srl_resume": srl_resume,
+    "srl_expert_prefix": srl_expert_prefix,
     "design_replanned": design_replanned,
     "design_intake_unfit": design_intake_unfit,
     "design_cost_workload": design_cost_workload,

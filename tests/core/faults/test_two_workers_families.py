@@ -190,6 +190,7 @@ async def scenario(
     inp = CollectionInput(
         collection=collection, tasks_digest=digest, task_count=count,
         source="teacher", model="local", window=TASKS, max_steps=2,
+        step_mode="free_running",  # step 2 goes on from step 1's unchanged file
     )  # fmt: skip
     projects = [f"p-{uuid.uuid4().hex[:8]}" for _ in range(RUNS)]
     design: dict[str, Any] = {

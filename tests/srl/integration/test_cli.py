@@ -83,7 +83,8 @@ def test_collect_report_export_state(env: dict[str, str], tmp_path: Path) -> Non
     assert dumped["step"] == 1
     swap = next(t for t in HAND_TASKS if t["task_id"] == "py-swap")
     assert dumped["state"]["goals"] == [swap["instruction"]]
-    assert dumped["state"]["history"] == ["step 1: applied; the file now matches the goal"]
+    # No expert-derived feedback by default (--expert-feedback): only that the file changed.
+    assert dumped["state"]["history"] == ["step 1: applied; the file changed"]
 
 
 def test_errors_are_the_envelope_with_srl_exit_codes(env: dict[str, str], tmp_path: Path) -> None:
@@ -98,6 +99,8 @@ def test_errors_are_the_envelope_with_srl_exit_codes(env: dict[str, str], tmp_pa
     assert missing.returncode == 6 and doc(missing)["error"]["type"] == "not_found"
     usage = srl(["collect", str(bad), "--collection", "c", "--source", "oracle"], env)
     assert usage.returncode == 2 and "--source must be" in usage.stderr
+    mode = srl(["collect", str(bad), "--collection", "c", "--step-mode", "expert"], env)
+    assert mode.returncode == 2 and "--step-mode must be" in mode.stderr
 
 
 def test_collect_again_reuses_its_steps_and_refuses_another_source(

@@ -86,7 +86,15 @@ async def test_teacher_malformed_answer_is_a_recorded_step_then_recovers(
         async with build_worker(client, settings):
             collection = f"teach-{uuid.uuid4().hex[:8]}"
             task = next(t for t in HAND_TASKS if t["task_id"] == "py-swap")
-            inp = _inp(settings, collection, [task], source="teacher", model="local")
+            # Free running: step 2 goes on from step 1's outcome (the malformed answer).
+            inp = _inp(
+                settings,
+                collection,
+                [task],
+                source="teacher",
+                model="local",
+                step_mode="free_running",
+            )
             result = await _collect(client, settings, inp)
         prompts = [r.json["messages"][1]["content"] for r in srv.requests]
 
@@ -127,7 +135,8 @@ async def test_sandbox_timeout_is_a_recorded_step(
         activities=acts.all(),
         activity_executor=ThreadPoolExecutor(2),
     ):
-        inp = _inp(settings, collection, HAND_TASKS[:1], max_steps=2)
+        # Free running: a failed step is followed by another, up to the cap.
+        inp = _inp(settings, collection, HAND_TASKS[:1], max_steps=2, step_mode="free_running")
         result = await _collect(client, settings, inp)
     assert result.totals.steps == 2 and result.totals.sandbox_failures == 2
     assert result.totals.verified_steps == 0 and result.totals.failed_episodes == 0

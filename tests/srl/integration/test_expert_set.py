@@ -116,6 +116,8 @@ async def _collect(
                 source="teacher",
                 model="local",
                 max_steps=3,
+                # Free running: an episode ends when verified (the shortcut in one step).
+                step_mode="free_running",
             )
             handle = await start_collection(client, inp, task_queue=settings.task_queue)
             return await handle.result()

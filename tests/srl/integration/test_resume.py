@@ -113,9 +113,14 @@ async def test_an_episode_cut_short_goes_on_from_its_last_recorded_step(
     scripted.enqueue(ScriptedReply(content=MALFORMED))
     tasks = divide_tasks(1)
     async with build_worker(client, settings):
-        first = await _collect(client, settings, _inp(settings, collection, tasks, max_steps=1))
+        free = {"step_mode": "free_running"}  # step 2 goes on from step 1's outcome
+        first = await _collect(
+            client, settings, _inp(settings, collection, tasks, max_steps=1, **free)
+        )
         assert first.totals.verified_episodes == 0 and len(scripted.requests) == 1
-        more = await _collect(client, settings, _inp(settings, collection, tasks, max_steps=3))
+        more = await _collect(
+            client, settings, _inp(settings, collection, tasks, max_steps=3, **free)
+        )
     # Step 1 (malformed) is reused; only step 2 is asked for, and it sees step 1's outcome.
     assert len(scripted.requests) == 2
     assert "malformed answer (missing_tag)" in scripted.requests[1].json["messages"][1]["content"]
