@@ -30,6 +30,7 @@ from temporalio.exceptions import ApplicationError
 from activities.actors import ActorPool, ActorRequestError
 from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
+from activities.srl.checks import run_task_tests
 from activities.srl.data import python_syntax_error
 from keel.llm import LLMMessage, LLMRequest, ModelNotAllowedError, UnknownModelError
 from keel.srl.errors import StepFormatError
@@ -420,7 +421,7 @@ class SrlActivities:
         return outcome.model_copy(update={"recorded": recorded})
 
     async def _score(
-        self, task: SrlTask, inp: ApplyInput, text: str, text_digest: str | None
+        self, task: SrlTask, inp: ApplyInput, text: str, text_digest: str | None = None
     ) -> tuple[StepRecord, StepOutcome]:
         """Score the step on ``text`` (the file it started from, ``text_digest`` in the
         artifact store, ``None`` for the task's ``pre``)."""
@@ -458,6 +459,15 @@ class SrlActivities:
             return record, _outcome_of(record, key, task)
         result = await self._sandbox(task, step.action, text)
         result_text: str | None = result["text"]
+        # The task's tests on the file after the action (unchanged where it failed).
+        tests_passed, tests_report = await run_task_tests(
+            task.tests,
+            result_text if result_text is not None else text,
+            task.file_name,
+            limits=self.sandbox_limits,
+            config=self.sandbox_config,
+        )
+        result.update(tests_report)
         reward = combine(
             action=step.action,
             expert=expert,
@@ -468,6 +478,7 @@ class SrlActivities:
             reparses=result["reparses"],
             language=task.language,
             replaced=[(a, b) for a, b in result.get("replaced") or []],
+            tests_passed=tests_passed,
         )
         verified_now = reward.verified
         changed = result_text is not None and result_text != text

@@ -46,8 +46,11 @@ FORMAT_ERROR_REWARD = -1.0
 #: The version of the reward definitions (Keel's ``total`` and ``step_similarity``, and
 #: ``paper_reward``) a record was scored with: recorded in every :class:`Reward`, changed
 #: whenever a definition changes. Rows without it were scored before version 2 (no
-#: ``overwrite`` effect, no paper reward).
-REWARD_VERSION = "srl-reward/2"
+#: ``overwrite`` effect, no paper reward). Version 3: ``tests_passed`` is computed (the
+#: fraction of the task's tests that pass on the file after the action, run in the jail),
+#: so a task with tests adds ``0.5·tests_passed`` to ``total``; without tests, ``total``
+#: is what version 2 gave.
+REWARD_VERSION = "srl-reward/3"
 #: The paper reward of an action that overwrites the whole file: below every well-formed
 #: answer's ratio (>= 0), above a malformed answer's -1. A deviation from the paper,
 #: whose ratio would score such an action by its text alone.

@@ -23,6 +23,7 @@ from pydantic import (
 
 from keel.problems import problems
 from keel.refs import ActivityRef
+from keel.srl.checks import TaskTest, check_tests
 from keel.srl.expert import Expert
 from keel.srl.intent import instruction_leaks
 from keel.srl.state import State, StateUpdate, merge
@@ -75,11 +76,21 @@ class SrlTask(BaseModel):
     #: file after that step. ``None``: the gold action against ``post``, as before.
     expert: Expert | None = None
     template: str | None = Field(None, max_length=64)
+    #: Python checks the jail runs on the file after each action (keel.srl.checks):
+    #: ``tests_passed`` in the reward is the fraction that pass; empty: no tests, and
+    #: ``tests_passed`` is ``None``.
+    tests: list[TaskTest] = Field(default_factory=list)
 
     @field_validator("task_id")
     @classmethod
     def _id(cls, value: str) -> str:
         return check_id(value, "task id")
+
+    @field_validator("tests")
+    @classmethod
+    def _tests(cls, value: list[TaskTest]) -> list[TaskTest]:
+        check_tests(value)
+        return value
 
     @model_validator(mode="after")
     def _a_change_in_the_task_language(self) -> SrlTask:

@@ -28,8 +28,9 @@ import tokenize
 from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from keel.srl.checks import Check, TaskTest, check_tests, synth_tests
 from keel.srl.datasets import Spdx
 from keel.srl.errors import InstructionLeak, TemplateNotApplicable
 from keel.srl.intent import instruction_leaks
@@ -70,6 +71,15 @@ class SynthTask(BaseModel):
     post: str
     gold_action: PatternAction
     tags: list[str]
+    #: Checks that hold on ``pre`` and ``post`` (keel.srl.checks.synth_tests); empty for
+    #: a template with no meaningful check, and in task files written before tests.
+    tests: list[TaskTest] = Field(default_factory=list)
+
+    @field_validator("tests")
+    @classmethod
+    def _tests(cls, value: list[TaskTest]) -> list[TaskTest]:
+        check_tests(value)
+        return value
 
 
 Edit = tuple[int, int, str]
@@ -95,6 +105,7 @@ def _task(
     pattern: str,
     rewrite: str,
     post: str,
+    checks: Sequence[Check] = (),
 ) -> SynthTask:
     if post == source.text:
         raise TemplateNotApplicable("the rewrite changes nothing")
@@ -119,6 +130,7 @@ def _task(
         post=post,
         gold_action=PatternAction(pattern=pattern, rewrite=rewrite, language=source.language),
         tags=["synthetic", template],
+        tests=synth_tests(checks, source.text, post),
     )
 
 
@@ -265,6 +277,7 @@ def py_rename(source: SourceFile, seed: int) -> SynthTask:
         old,
         new,
         post,
+        [("names", {"old": old, "new": new}), ("calls", {"names": [old, new]})],
     )
 
 
@@ -293,6 +306,7 @@ def py_wrap_call(source: SourceFile, seed: int) -> SynthTask:
         f"{name}($$$ARGS)",
         f"traced({name}($$$ARGS))",
         _apply(source.text, edits),
+        [("calls", {"names": [name]})],
     )
 
 
@@ -325,6 +339,7 @@ def py_add_guard(source: SourceFile, seed: int) -> SynthTask:
     candidates = [text for text, nodes in statements.items() if all_calls.get(text) == len(nodes)]
     text = _pick(candidates, seed)
     receiver = statements[text][0].value.func.value.id  # type: ignore[attr-defined]
+    method = statements[text][0].value.func.attr  # type: ignore[attr-defined]
     rewrite = f"if {receiver} is not None:\n    {text}"
     edits = []
     for node in statements[text]:
@@ -341,6 +356,7 @@ def py_add_guard(source: SourceFile, seed: int) -> SynthTask:
         text,
         rewrite,
         _apply(source.text, edits),
+        [("calls", {"names": [f"{receiver}.{method}"]})],
     )
 
 
@@ -384,6 +400,7 @@ def py_replace_api(source: SourceFile, seed: int) -> SynthTask:
         f"{old}($$$ARGS)",
         f"{new}($$$ARGS)",
         _apply(source.text, edits),
+        [("calls", {"names": [old, new]})],
     )
 
 
@@ -420,6 +437,7 @@ def py_swap_arguments(source: SourceFile, seed: int) -> SynthTask:
         f"{name}($A, $B)",
         f"{name}($B, $A)",
         _apply(source.text, edits),
+        [("calls", {"names": [name]})],
     )
 
 
@@ -457,6 +475,7 @@ def py_none_comparison(source: SourceFile, seed: int) -> SynthTask:
         f"$X {op} None",
         f"$X {new} None",
         _apply(source.text, edits),
+        [("none_comparisons", {})],
     )
 
 
@@ -493,6 +512,7 @@ def py_dict_get_default(source: SourceFile, seed: int) -> SynthTask:
         "$D.get($K, None)",
         "$D.get($K)",
         _apply(source.text, edits),
+        [("calls", {"names": ["get"], "none_default": True})],
     )
 
 
