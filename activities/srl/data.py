@@ -461,6 +461,10 @@ class DatasetProcessStats(BaseModel):
     report: str
 
 
+#: How ``srl data process`` names the heuristic count (``keel.srl.state.heuristic_count_tokens``).
+HEURISTIC_COUNTER = "heuristic: 1 token per 3 UTF-8 bytes (no tokenizer available)"
+
+
 class ProcessResult(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -473,6 +477,11 @@ class ProcessResult(BaseModel):
     max_tokens: int
     splits: dict[str, dict[str, int]]
     report: str
+    token_counter: str = Field(
+        HEURISTIC_COUNTER,
+        description="what counted the tokens: a model's tokenizer (gguf:<file>) or the "
+        "heuristic where none is available",
+    )
     unconfirmed: list[str] = Field(
         default_factory=list, description="datasets read whose published layout is unconfirmed"
     )
@@ -488,6 +497,7 @@ async def process_datasets(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     count_tokens: Callable[[str], int] = heuristic_count_tokens,
+    token_counter: str = HEURISTIC_COUNTER,
     config: DatasetsConfig | None = None,
 ) -> ProcessResult:
     """Parse-check, dedupe (across datasets, in the order given), token-filter and split
@@ -578,7 +588,7 @@ async def process_datasets(
         f"- parse-failed (kept, tagged `{PARSE_FAILED_TAG}`): "
         f"{sum(s.parse_failed for s in stats)}\n"
         f"- duplicate (instruction, pre) dropped: {duplicates}\n"
-        f"- over {max_tokens} input tokens dropped: {too_long}\n"
+        f"- over {max_tokens} input tokens dropped: {too_long} (counted by {token_counter})\n"
         f"- other languages left out of the splits: {other}\n\n"
         "| language group | train | dev | test |\n| --- | ---: | ---: | ---: |\n"
         + "".join(f"| {g} | {c['train']} | {c['dev']} | {c['test']} |\n" for g, c in splits.items())
@@ -595,6 +605,7 @@ async def process_datasets(
         splits=splits,
         report=str(reports / "all.md"),
         unconfirmed=unconfirmed,
+        token_counter=token_counter,
     )
 
 

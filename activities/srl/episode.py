@@ -32,8 +32,10 @@ from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
 from activities.srl.checks import run_task_tests
 from activities.srl.data import python_syntax_error
+from activities.srl.tokens import HEURISTIC, PromptTokenizer, tokenizer_for
 from keel.llm import LLMMessage, LLMRequest, ModelNotAllowedError, UnknownModelError
 from keel.srl.errors import StepFormatError
+from keel.srl.fit import PromptFit, fit_prompt, focus_line
 from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, render_messages
 from keel.srl.rewards import combine, format_error_reward
 from keel.srl.state import (
@@ -239,18 +241,29 @@ class SrlActivities:
             state = inp.state if inp.state.goals else merge(inp.state, _goal(task))
         state, state_tokens = await self._fit(state, inp.source)
         structured = inp.source == "teacher" and await self._structured(inp.model)
-        messages = render_messages(
-            self.pack(),
-            instruction=task.instruction,
-            language=task.language,
-            file=task.file_name,
-            code=text,
-            state=render(state),
-            structured=structured,
-        )
+        pack, rendered_state = self.pack(), render(state)
+
+        def messages_for(code: str, instruction: str) -> list[dict[str, str]]:
+            return render_messages(
+                pack,
+                instruction=instruction,
+                language=task.language,
+                file=task.file_name,
+                code=code,
+                state=rendered_state,
+                structured=structured,
+            )
+
+        fit = await self._fit_prompt(task, inp, text, messages_for)
+        messages = fit.messages if fit is not None else messages_for(text, task.instruction)
         prompt = await asyncio.to_thread(
             self.artifacts.put_json,
-            {"messages": messages, "step": inp.step, "state_tokens": state_tokens},
+            {
+                "messages": messages,
+                "step": inp.step,
+                "state_tokens": state_tokens,
+                **({"fit": _fit_facts(fit)} if fit is not None else {}),
+            },
         )
         started = time.monotonic()
         if inp.source == "gold_replay":
@@ -337,6 +350,61 @@ class SrlActivities:
         except (UnknownModelError, ModelNotAllowedError):
             return False
         return spec.structured_output != "none"
+
+    async def _context(self, inp: GenerateInput) -> tuple[int, PromptTokenizer] | None:
+        """The step's model's context length and tokenizer: a teacher's from
+        configs/models.yaml (``context_length``, ``tokenizer``), the actor pool's smallest
+        ``max_model_len`` (counted by the heuristic, which overestimates); None where it is
+        unknown (a gold replay, a model without ``context_length``)."""
+        if inp.source == "teacher":
+            try:
+                _, spec = await asyncio.to_thread(self.llm.resolve, inp.model)
+            except (UnknownModelError, ModelNotAllowedError):
+                return None
+            if spec.context_length is None:
+                return None
+            return spec.context_length, await asyncio.to_thread(tokenizer_for, spec)
+        if inp.source == "actor":
+            pool = await self.actors()
+            lengths = [e.max_model_len for e in pool.config.endpoints if e.max_model_len]
+            return (min(lengths), HEURISTIC) if lengths else None
+        return None
+
+    async def _fit_prompt(
+        self,
+        task: SrlTask,
+        inp: GenerateInput,
+        text: str,
+        messages_for: Callable[[str, str], list[dict[str, str]]],
+    ) -> PromptFit | None:
+        """The step's messages cut to the model's context less ``max_tokens``
+        (``keel.srl.fit``), or None where the context is unknown. A prompt pack too long
+        for the model whatever is cut is the configuration's fault: not retried."""
+        context = await self._context(inp)
+        if context is None:
+            return None
+        length, tokenizer = context
+        _, goal = task.expert_at(inp.step)
+        fit = await asyncio.to_thread(
+            fit_prompt,
+            messages_for,
+            code=text,
+            instruction=task.instruction,
+            language=task.language,
+            count=tokenizer.count_messages,
+            budget=length - inp.max_tokens,
+            focus=focus_line(text, goal),
+        )
+        if not fit.fits:
+            raise ApplicationError(
+                f"the prompt does not fit model {inp.model or inp.source!r}'s context of "
+                f"{length} tokens with max_tokens {inp.max_tokens}, even with no code: "
+                f"{fit.prompt_tokens} tokens ({tokenizer.name}). Lower --max-tokens or use "
+                "a model with a larger context",
+                type="SrlPromptTooLong",
+                non_retryable=True,
+            )
+        return fit
 
     async def _fit(self, state: State, source: str) -> tuple[State, int]:
         """The state within ``STATE_BUDGET`` tokens, and its size.
@@ -575,6 +643,11 @@ class SrlActivities:
             "parse_errors": parse_errors[:5],
             "replaced": [list(r) for r in replaced] if replaced is not None else None,
         }
+
+
+def _fit_facts(fit: PromptFit) -> dict[str, Any]:
+    """How the prompt was fitted, kept in the prompt's record."""
+    return fit.model_dump(exclude={"messages", "fits"})
 
 
 def _sandbox_result(*, ok: bool, error: str | None = None, **facts: Any) -> dict[str, Any]:

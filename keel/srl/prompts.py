@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from keel.problems import problems
+from keel.srl.fit import cut_marker
 from keel.srl.step import PatternAction, RuleAction, action_text
 
 #: Placeholders a user template may use (anything else is refused when the pack loads).
@@ -74,11 +75,15 @@ def render_messages(
     state: str,
     structured: bool = False,
 ) -> list[dict[str, str]]:
-    """The chat messages of one step (code cut at ``MAX_CODE_CHARS``, marked).
+    """The chat messages of one step. Code over ``MAX_CODE_CHARS`` is cut at the last
+    line boundary before it, with a comment line in the task's language saying how many
+    lines were cut (``keel.srl.fit`` cuts to the model's context before this).
     ``structured``: the answer is the JSON form, so the pack's ``system_structured``
     (when it has one) is the system prompt."""
     if len(code) > MAX_CODE_CHARS:
-        code = code[:MAX_CODE_CHARS] + "\n# [cut]\n"
+        head = code[: code.rfind("\n", 0, MAX_CODE_CHARS) + 1]
+        cut = code[len(head) :].count("\n") + (0 if code.endswith("\n") else 1)
+        code = head + cut_marker(language, cut, "below")
     user = pack.user.format(
         instruction=instruction, language=language, file=file, code=code, state=state
     )

