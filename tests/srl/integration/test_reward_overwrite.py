@@ -19,22 +19,15 @@ verified and scores below the gold action in Keel's reward (``total``,
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from activities.llm import LLMGateway
 from activities.srl.episode import SrlActivities
-from keel.settings import Settings
 from keel.srl.prompts import gold_answer
-from keel.srl.rewards import OVERWRITE_PAPER_REWARD, REWARD_VERSION, Reward
-from keel.srl.state import State
-from keel.srl.steps import ApplyInput, Generation, SrlTask
-from store.artifacts import LocalArtifactStore
-from store.db import get_sessionmaker
-from store.files import load_models_config
+from keel.srl.rewards import OVERWRITE_PAPER_REWARD, REWARD_VERSION
+from keel.srl.steps import SrlTask
 from tests.srl.conftest import HAND_TASKS
+from tests.support.srl_scoring import score, scoring_activities
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,31 +73,7 @@ def attacks(task: SrlTask) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def acts(tmp_path_factory: pytest.TempPathFactory) -> SrlActivities:
-    tmp = tmp_path_factory.mktemp("overwrite")
-    settings = Settings(data_dir=tmp)
-    return SrlActivities(
-        sessions=get_sessionmaker(f"sqlite:///{tmp / 'k.db'}"),
-        artifacts=LocalArtifactStore(tmp / "a"),
-        llm=LLMGateway(load_models_config(settings.models_config)),
-        prompts_path=Path(settings.srl_prompts),
-    )
-
-
-async def score(acts: SrlActivities, task: SrlTask, raw: str) -> tuple[Reward, dict[str, Any]]:
-    """``srl.apply``'s scoring of one answer at step 1 (parse, jail, re-parse, reward)."""
-    prompt = acts.artifacts.put_json({"messages": [], "step": 1, "state_tokens": 0})
-    inp = ApplyInput(
-        collection="overwrite",
-        tasks_digest="blake3:" + "0" * 64,
-        task_index=0,
-        step=1,
-        source="teacher",
-        state=State(),
-        generation=Generation(raw=raw, model="m", state_before=State(), prompt_digest=prompt),
-    )
-    record, _ = await acts._score(task, inp, task.pre)
-    assert record.reward is not None, record.model_output.format_error
-    return record.reward, {**(record.sandbox_result or {}), "text_after": record.text_after}
+    return scoring_activities(tmp_path_factory.mktemp("overwrite"))
 
 
 @pytest.mark.parametrize("language", LANGUAGES)

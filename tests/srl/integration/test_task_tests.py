@@ -7,26 +7,19 @@ a task without tests has ``tests_passed`` ``None`` (and the reward no test term)
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from activities.llm import LLMGateway
 from activities.srl.checks import run_task_tests
 from activities.srl.episode import SrlActivities
-from keel.settings import Settings
 from keel.srl.checks import TaskTest
 from keel.srl.export import all_tests_passed
 from keel.srl.prompts import gold_answer
-from keel.srl.rewards import REWARD_VERSION, Reward
-from keel.srl.state import State
-from keel.srl.steps import ApplyInput, Generation, SrlTask
+from keel.srl.rewards import REWARD_VERSION
+from keel.srl.steps import SrlTask
 from keel.srl.synth import TEMPLATES, SourceFile
-from store.artifacts import LocalArtifactStore
-from store.db import get_sessionmaker
-from store.files import load_models_config
 from tests.srl.conftest import HAND_TASKS
+from tests.support.srl_scoring import score, scoring_activities
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,30 +53,7 @@ def answer(action: dict[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def acts(tmp_path_factory: pytest.TempPathFactory) -> SrlActivities:
-    tmp = tmp_path_factory.mktemp("task-tests")
-    settings = Settings(data_dir=tmp)
-    return SrlActivities(
-        sessions=get_sessionmaker(f"sqlite:///{tmp / 'k.db'}"),
-        artifacts=LocalArtifactStore(tmp / "a"),
-        llm=LLMGateway(load_models_config(settings.models_config)),
-        prompts_path=Path(settings.srl_prompts),
-    )
-
-
-async def score(acts: SrlActivities, task: SrlTask, raw: str) -> tuple[Reward, dict[str, Any]]:
-    prompt = acts.artifacts.put_json({"messages": [], "step": 1, "state_tokens": 0})
-    inp = ApplyInput(
-        collection="task-tests",
-        tasks_digest="blake3:" + "0" * 64,
-        task_index=0,
-        step=1,
-        source="teacher",
-        state=State(),
-        generation=Generation(raw=raw, model="m", state_before=State(), prompt_digest=prompt),
-    )
-    record, _ = await acts._score(task, inp, task.pre)
-    assert record.reward is not None, record.model_output.format_error
-    return record.reward, {**(record.sandbox_result or {}), "text_after": record.text_after}
+    return scoring_activities(tmp_path_factory.mktemp("task-tests"))
 
 
 async def test_gold_action_passes_the_tasks_tests(acts: SrlActivities) -> None:
