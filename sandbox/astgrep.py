@@ -16,6 +16,7 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -161,6 +162,38 @@ async def apply_astgrep_async(
     )
 
 
+async def _json_matches(
+    argv: list[str],
+    files: Mapping[str, str],
+    readonly: Mapping[str, str],
+    limits: SandboxLimits | None,
+    cfg: SandboxConfig,
+) -> tuple[SandboxResult, list[Any], str | None]:
+    """Run ast-grep with ``--json`` in the jail over ``files``: the run, its matches, and
+    why there are none to read (a failed run, or output that is not JSON) or None. Exit 1
+    is not a failure: ``scan`` exits 1 when it found error-severity matches."""
+    run = await run_async(
+        argv,
+        limits=limits,
+        workspace_files=dict(files),
+        readonly_files=dict(readonly),
+        env={"MALLOC_ARENA_MAX": "2", "NO_COLOR": "1"},
+        binds=[Bind(astgrep_binary(cfg), JAIL_BINARY)],
+        config=cfg,
+    )
+    if run.timed_out or run.killed_by_signal is not None or run.exit_code not in (0, 1):
+        error = (
+            f"ast-grep failed (exit {run.exit_code}, signal {run.killed_by_signal}, "
+            f"timed out {run.timed_out}): {run.stderr.strip()[-2000:]}"
+        )
+        return run, [], error
+    try:
+        matches = json.loads(run.stdout or "[]")
+    except json.JSONDecodeError as e:
+        return run, [], f"ast-grep printed no JSON: {e}"
+    return run, matches if isinstance(matches, list) else [], None
+
+
 class AstGrepSpans(BaseModel):
     """Per file: the regions a rewrite replaces, as UTF-8 byte offsets ``[start, end)``
     (ast-grep's ``replacementOffsets``: ``expandStart``/``expandEnd`` included)."""
@@ -195,28 +228,11 @@ async def astgrep_spans_async(
         argv += ["--lang", action.language]
     argv += ["--json=compact", "--threads", str(cfg.astgrep.threads)]
     argv += [f"./{p}" for p in targets]
-    run = await run_async(
-        argv,
-        limits=limits,
-        workspace_files=clean,
-        readonly_files=readonly,
-        env={"MALLOC_ARENA_MAX": "2", "NO_COLOR": "1"},
-        binds=[Bind(astgrep_binary(cfg), JAIL_BINARY)],
-        config=cfg,
-    )
-    if run.timed_out or run.killed_by_signal is not None or run.exit_code not in (0, 1):
-        return AstGrepSpans(
-            ok=False,
-            error=f"ast-grep failed (exit {run.exit_code}, signal {run.killed_by_signal}, "
-            f"timed out {run.timed_out}): {run.stderr.strip()[-2000:]}",
-            run=run,
-        )
-    try:
-        matches = json.loads(run.stdout or "[]")
-    except json.JSONDecodeError as e:
-        return AstGrepSpans(ok=False, error=f"ast-grep printed no JSON: {e}", run=run)
+    run, matches, error = await _json_matches(argv, clean, readonly, limits, cfg)
+    if error is not None:
+        return AstGrepSpans(ok=False, error=error, run=run)
     spans: dict[str, list[tuple[int, int]]] = {p: [] for p in targets}
-    for m in matches if isinstance(matches, list) else []:
+    for m in matches:
         path = str(m.get("file", "")).removeprefix("./")
         where = m.get("replacementOffsets") or (m.get("range") or {}).get("byteOffset") or {}
         start, end = where.get("start"), where.get("end")
@@ -264,27 +280,10 @@ async def check_parses_async(
     clean = {validate_relpath(p).as_posix(): text for p, text in files.items()}
     argv = [JAIL_BINARY, "scan", "--rule", "/keel/rule.yml", "--json=compact"]
     argv += ["--threads", str(cfg.astgrep.threads), *(f"./{p}" for p in clean)]
-    run = await run_async(
-        argv,
-        limits=limits,
-        workspace_files=clean,
-        readonly_files={"rule.yml": _PARSE_ERROR_RULE.format(language=language)},
-        env={"MALLOC_ARENA_MAX": "2", "NO_COLOR": "1"},
-        binds=[Bind(astgrep_binary(cfg), JAIL_BINARY)],
-        config=cfg,
-    )
-    # scan exits 1 when it found error-severity matches, i.e. parse errors.
-    if run.timed_out or run.killed_by_signal is not None or run.exit_code not in (0, 1):
-        return ParseCheck(
-            ok=False,
-            error=f"ast-grep failed (exit {run.exit_code}, signal {run.killed_by_signal}, "
-            f"timed out {run.timed_out}): {run.stderr.strip()[-2000:]}",
-            run=run,
-        )
-    try:
-        matches = json.loads(run.stdout or "[]")
-    except json.JSONDecodeError as e:
-        return ParseCheck(ok=False, error=f"ast-grep printed no JSON: {e}", run=run)
+    rule = {"rule.yml": _PARSE_ERROR_RULE.format(language=language)}
+    run, matches, error = await _json_matches(argv, clean, rule, limits, cfg)
+    if error is not None:
+        return ParseCheck(ok=False, error=error, run=run)
     errors: dict[str, list[str]] = {p: [] for p in clean}
     for m in matches:
         path = str(m.get("file", "")).removeprefix("./")
