@@ -36,7 +36,7 @@ from activities.srl.tokens import HEURISTIC, PromptTokenizer, tokenizer_for
 from keel.llm import LLMMessage, LLMRequest, ModelNotAllowedError, UnknownModelError
 from keel.srl.errors import StepFormatError
 from keel.srl.fit import PromptFit, fit_prompt, focus_line
-from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, render_messages
+from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, step_messages
 from keel.srl.rewards import combine, format_error_reward
 from keel.srl.state import (
     State,
@@ -61,6 +61,7 @@ from keel.srl.steps import (
     TasksInvalid,
     WindowInput,
     WindowTasks,
+    goal_update,
     parse_tasks,
 )
 from keel.srl.trajectory import ModelOutput, Sampling, StepRecord, StepRow, step_key
@@ -243,16 +244,13 @@ class SrlActivities:
         structured = inp.source == "teacher" and await self._structured(inp.model)
         pack, rendered_state = self.pack(), render(state)
 
-        def messages_for(code: str, instruction: str) -> list[dict[str, str]]:
-            return render_messages(
-                pack,
-                instruction=instruction,
-                language=task.language,
-                file=task.file_name,
-                code=code,
-                state=rendered_state,
-                structured=structured,
-            )
+        messages_for = step_messages(
+            pack,
+            language=task.language,
+            file=task.file_name,
+            state=rendered_state,
+            structured=structured,
+        )
 
         fit = await self._fit_prompt(task, inp, text, messages_for)
         messages = fit.messages if fit is not None else messages_for(text, task.instruction)
@@ -680,7 +678,7 @@ def _sampling(inp: GenerateInput) -> Sampling:
 
 
 def _goal(task: SrlTask) -> StateUpdate:
-    return StateUpdate(goals=[task.instruction[:256]])
+    return goal_update(task.instruction)
 
 
 def _feedback(

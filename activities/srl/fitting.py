@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict
 from activities.srl.tokens import PromptTokenizer, tokenizer_for
 from keel.llm import ModelsConfig
 from keel.srl.fit import PromptFit, fit_prompt, focus_line
-from keel.srl.prompts import PromptPack, parse_prompt_pack, render_messages
-from keel.srl.state import State, StateUpdate, merge, render
+from keel.srl.prompts import PromptPack, parse_prompt_pack, step_messages
+from keel.srl.state import State, merge, render
+from keel.srl.steps import base_name, goal_update
 
 #: ``srl collect``'s default ``--max-tokens``: the completion budget the counts assume.
 DEFAULT_COMPLETION_TOKENS = 512
@@ -74,20 +75,10 @@ def fit_task(
     structured: bool,
 ) -> PromptFit:
     """The first step's prompt of ``task`` fitted into ``budget`` tokens."""
-    state = render(merge(State(), StateUpdate(goals=[task.instruction[:256]])))
-    name = task.file.replace("\\", "/").rsplit("/", 1)[-1] or "file"
-
-    def messages_for(code: str, instruction: str) -> list[dict[str, str]]:
-        return render_messages(
-            pack,
-            instruction=instruction,
-            language=task.language,
-            file=name,
-            code=code,
-            state=state,
-            structured=structured,
-        )
-
+    state = render(merge(State(), goal_update(task.instruction)))
+    messages_for = step_messages(
+        pack, language=task.language, file=base_name(task.file), state=state, structured=structured
+    )
     return fit_prompt(
         messages_for,
         code=task.pre,

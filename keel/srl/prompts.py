@@ -7,6 +7,7 @@ Pure: the pack's YAML text comes in as a string and messages go out as plain dic
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from string import Formatter
 from typing import Final
 
@@ -89,6 +90,27 @@ def render_messages(
     )
     system = pack.system_structured if structured and pack.system_structured else pack.system
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def step_messages(
+    pack: PromptPack, *, language: str, file: str, state: str, structured: bool
+) -> Callable[[str, str], list[dict[str, str]]]:
+    """:func:`render_messages` of one step as a function of its code and instruction, the
+    two parts ``keel.srl.fit.fit_prompt`` may cut: what the episode sends and what
+    ``srl tasks``/``srl synth`` count."""
+
+    def messages(code: str, instruction: str) -> list[dict[str, str]]:
+        return render_messages(
+            pack,
+            instruction=instruction,
+            language=language,
+            file=file,
+            code=code,
+            state=state,
+            structured=structured,
+        )
+
+    return messages
 
 
 def gold_answer(action: PatternAction | RuleAction, instruction: str) -> str:

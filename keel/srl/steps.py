@@ -164,13 +164,23 @@ class SrlTask(BaseModel):
                 f"step {k + 1} (expert): {action_summary(s.action)}"
                 for k, s in enumerate(self.expert.steps[:count])
             ]
-        return merge(State(), StateUpdate(goals=[self.instruction[:256]], history=lines))
+        return merge(State(), goal_update(self.instruction).model_copy(update={"history": lines}))
 
     @property
     def file_name(self) -> str:
         """The file's name in the sandbox workspace (its base name: one file a task)."""
-        base = self.file.replace("\\", "/").rsplit("/", 1)[-1]
-        return base or "file"
+        return base_name(self.file)
+
+
+def goal_update(instruction: str) -> StateUpdate:
+    """A task's goal as the state's first update: its instruction, cut to the state's
+    256 characters a goal."""
+    return StateUpdate(goals=[instruction[:256]])
+
+
+def base_name(file: str) -> str:
+    """A task file's name in the sandbox workspace: its base name (one file a task)."""
+    return file.replace("\\", "/").rsplit("/", 1)[-1] or "file"
 
 
 def action_summary(action: PatternAction | RuleAction) -> str:
