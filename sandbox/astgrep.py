@@ -99,6 +99,17 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+def _action_argv(action: AstGrepAction) -> tuple[list[str], dict[str, str]]:
+    """The jailed ast-grep command of ``action`` (``scan`` with its rule, or ``run`` with
+    its pattern and rewrite), and the read-only files it reads (the rule)."""
+    if action.rule is not None:
+        return [JAIL_BINARY, "scan", "--rule", "/keel/rule.yml"], {"rule.yml": action.rule}
+    assert action.pattern is not None and action.rewrite is not None
+    assert action.language is not None
+    argv = [JAIL_BINARY, "run", "--pattern", action.pattern, "--rewrite", action.rewrite]
+    return [*argv, "--lang", action.language], {}
+
+
 async def apply_astgrep_async(
     action: AstGrepAction,
     files: Mapping[str, str],
@@ -117,15 +128,7 @@ async def apply_astgrep_async(
     if unknown:
         raise SandboxError(f"action names files not in the workspace: {unknown}")
     threads = str(cfg.astgrep.threads)
-    readonly: dict[str, str] = {}
-    if action.rule is not None:
-        readonly["rule.yml"] = action.rule
-        argv = [JAIL_BINARY, "scan", "--rule", "/keel/rule.yml"]
-    else:
-        assert action.pattern is not None and action.rewrite is not None
-        assert action.language is not None
-        argv = [JAIL_BINARY, "run", "--pattern", action.pattern, "--rewrite", action.rewrite]
-        argv += ["--lang", action.language]
+    argv, readonly = _action_argv(action)
     # "./" keeps a file named like a flag from being read as one.
     argv += ["--update-all", "--threads", threads, *(f"./{p}" for p in targets)]
     run = await run_async(
@@ -217,15 +220,7 @@ async def astgrep_spans_async(
     cfg = config or default_config()
     clean = {validate_relpath(p).as_posix(): text for p, text in files.items()}
     targets = [validate_relpath(p).as_posix() for p in (action.paths or list(clean))]
-    readonly: dict[str, str] = {}
-    if action.rule is not None:
-        readonly["rule.yml"] = action.rule
-        argv = [JAIL_BINARY, "scan", "--rule", "/keel/rule.yml"]
-    else:
-        assert action.pattern is not None and action.rewrite is not None
-        assert action.language is not None
-        argv = [JAIL_BINARY, "run", "--pattern", action.pattern, "--rewrite", action.rewrite]
-        argv += ["--lang", action.language]
+    argv, readonly = _action_argv(action)
     argv += ["--json=compact", "--threads", str(cfg.astgrep.threads)]
     argv += [f"./{p}" for p in targets]
     run, matches, error = await _json_matches(argv, clean, readonly, limits, cfg)
