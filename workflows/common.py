@@ -145,7 +145,7 @@ SRL_APPLY_RETRY = RetryPolicy(
     non_retryable_error_types=[ERROR_SRL_TASKS],
 )
 
-# Design pipelines (workflows/design.py). Bad configs/design data or a bad input is final;
+# Design pipelines (workflows/design/). Bad configs/design data or a bad input is final;
 # the intake retries only a model it cannot reach (a reply that does not fit is re-asked
 # in the activity, then becomes questions: activities/design/pipeline.py).
 DESIGN_LOAD_TIMEOUT = timedelta(seconds=30)

@@ -1,7 +1,7 @@
 """The design pipeline as a workflow sees it: its input, Update and query models, each
 activity's input and output, and the activity references.
 
-``workflows/design.py`` runs ``DesignPipeline`` (the 12 nodes of plan §21.1 as a LangGraph
+``workflows/design/`` runs ``DesignPipeline`` (the 12 nodes of plan §21.1 as a LangGraph
 graph); the activities in ``activities/design/`` implement each reference under the same
 name. Pure models: no I/O. The generated repository and the validation report live in the
 artifact store; history carries their digests and small summaries only.

@@ -18,15 +18,26 @@ def test_graph_has_the_nodes_in_order() -> None:
 
 def test_no_node_reaches_into_the_workflow_instance() -> None:
     """Nodes read the state (``ctx``) and their explicit ports, never the instance."""
+    import importlib
     import inspect
+    import pkgutil
 
-    import workflows.design as module
+    import workflows.design as package
+    from workflows.design.critics import critic_cost_node
+    from workflows.design.gate_loop import policy_eval_node
+    from workflows.design.planner import planner_node
 
-    assert "workflow.instance(" not in inspect.getsource(module)
+    modules = [
+        importlib.import_module(f"workflows.design.{m.name}")
+        for m in pkgutil.iter_modules(package.__path__)
+    ]
+    assert len(modules) >= 8
+    for module in (package, *modules):
+        assert "workflow.instance(" not in inspect.getsource(module), module.__name__
     for name, fn in {
-        "planner": module.planner_node,
-        "critic_cost": module.critic_cost_node,
-        "policy_eval": module.policy_eval_node,
+        "planner": planner_node,
+        "critic_cost": critic_cost_node,
+        "policy_eval": policy_eval_node,
     }.items():
         assert 'state["ctx"]' in inspect.getsource(fn), name
 
