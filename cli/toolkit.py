@@ -6,7 +6,8 @@
   message, the exit code and the family's own payload in ``details``; :func:`report`
   writes it in the family's documented shape (:data:`ERROR_STYLES`), :class:`CliFailure`
   raises it;
-- :data:`EXIT_CODES`, every family's exit-code table, here and nowhere else;
+- :data:`EXIT_CODES`, every family's exit-code table, read from the families registry
+  (``keel/families.py``) and nowhere else;
 - :func:`load_settings` and :func:`sessions`: one way to get ``Settings`` and a session
   factory (``store.db.get_sessionmaker``);
 - :func:`wait_watching`: the start-and-watch loop (the result, raced against a watcher
@@ -29,13 +30,14 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 import click
 import typer
 
 from cli._exit import run_app
+from keel import families
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -44,85 +46,47 @@ if TYPE_CHECKING:
     from keel.settings import Settings
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+#: The ``keel`` CLI's own exit codes (it is every family's shared command, not a family).
+KEEL_EXIT_CODES: dict[str, int] = {"ok": 0, "error": 1, "usage": 2, "not_running": 3}
+
+
+class _ByFamily(Mapping[str, V]):
+    """A live view of one field of every registered family (``keel/families.py``), with the
+    ``keel`` CLI's own entry first: a family registered later is in it at once."""
+
+    def __init__(self, keel: V, table: Callable[[], dict[str, V]]) -> None:
+        self._keel = keel
+        self._table = table
+
+    def _all(self) -> dict[str, V]:
+        return {"keel": self._keel, **self._table()}
+
+    def __getitem__(self, family: str) -> V:
+        return self._all()[family]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
 
 #: Exit codes of every CLI family (stable; documented in docs/mrp-cli.md, docs/runllm-cli.md
-#: and README.md). ``runllm``'s 10-19 are the ten ``.rllm`` error classes'
+#: and README.md), by family: each family's table is its entry in ``keel/families.py``,
+#: read from there and nowhere else. ``runllm``'s 10-19 are the ten ``.rllm`` error classes'
 #: (``keel.rllm.errors``, fixed by the .rllm spec; tests/core/unit/test_cli_toolkit.py checks
 #: that this table and those classes agree).
-EXIT_CODES: dict[str, dict[str, int]] = {
-    "keel": {"ok": 0, "error": 1, "usage": 2, "not_running": 3},
-    "mrp": {
-        "ok": 0,
-        "error": 1,  # unexpected error, Temporal or the worker unavailable
-        "usage": 2,  # bad command line (click)
-        "invalid_job": 3,  # the YAML is not a valid job (DSL error, with lines)
-        "refused": 4,  # policy refused the job, or an operator was refused (pin, signature)
-        "run_failed": 5,  # the run ended but did not succeed (failed, budget_exceeded, ...)
-        "replay_mismatch": 6,  # a replay produced a different digest
-        "not_found": 7,  # no run with that id
-    },
-    "rllm": {
-        "ok": 0,
-        "RLLM_INTERNAL_ERROR": 1,
-        "RLLM_USAGE_ERROR": 2,
-        "RLLM_PARSE_ERROR": 10,
-        "RLLM_METADATA_INVALID": 11,
-        "RLLM_LLM_PARAMS_INVALID": 12,
-        "RLLM_INPUT_SCHEMA_MISMATCH": 13,
-        "RLLM_OUTPUT_SCHEMA_MISMATCH": 14,
-        "RLLM_CONTEXT_WINDOW_EXCEEDED": 15,
-        "RLLM_RETRY_EXHAUSTED": 16,
-        "RLLM_DEPENDENCY_UNRESOLVED": 17,
-        "RLLM_PYTHON_BLOCK_FAILED": 18,
-        "RLLM_OLLAMA_MODEL_MISSING": 19,
-    },
-    "srl": {
-        "ok": 0,
-        "error": 1,  # unexpected error, the sandbox unavailable
-        "usage": 2,  # bad command line (click), an unknown dataset or language
-        "download_impossible": 3,  # no --from: there is no network to download from
-        "manifest_required": 4,  # the published hashes are unknown and no --manifest given
-        "manifest_mismatch": 5,  # a file's size or sha256 differs from the manifest
-        "not_found": 6,  # a file the manifest lists, an ingested dataset, a collection or steps
-        "too_few_tasks": 7,  # srl synth verified fewer tasks than --min asks
-        "invalid_input": 8,  # a task file that does not validate (its line named)
-        "run_failed": 9,  # the collection failed
-    },
-    "gate": {
-        "ok": 0,
-        "error": 1,  # unexpected error, Temporal or the worker unavailable
-        "usage": 2,  # bad command line (click)
-        "not_found": 3,  # no gate with that id
-        "refused": 4,  # the gate refused the decision (self-approval, not an approver)
-        "closed": 5,  # the gate is already decided or expired, or its run ended
-    },
-    "design": {
-        "ok": 0,  # the decision set completed
-        "error": 1,  # unexpected error, Temporal or the worker unavailable
-        "usage": 2,  # bad command line (click), no requirements given
-        "not_found": 3,  # no such project, decision set, open gate, diff or archive
-        "invalid_input": 4,  # an unreadable file, an intake that is not the schema
-        "refused": 5,  # an answer or a gate decision the workflow refused (its reason given)
-        "conflict": 6,  # the project is another user's, the decision set exists
-        "rejected": 7,  # the plan was rejected (no comment, or no rounds left)
-        "not_covered": 8,  # the questions were not answered into coverage
-        "expired": 9,  # the gate expired undecided
-        "run_failed": 10,  # the pipeline failed or was terminated (run-error)
-        "validation_failed": 11,  # the generated repository failed a validator
-    },
-}
+EXIT_CODES: Mapping[str, Mapping[str, int]] = _ByFamily(KEEL_EXIT_CODES, families.exit_codes)
 
 #: How each family writes an error on stdout. ``envelope``: ``{"error": CliError}`` in
 #: JSON mode (nothing on stdout in text mode). ``payload``: the family's payload itself,
 #: always (the ``.rllm`` spec fixes ``RllmErrorPayload`` as ``runllm``'s error document).
-ERROR_STYLES: dict[str, Literal["envelope", "payload"]] = {
-    "keel": "envelope",
-    "mrp": "envelope",
-    "srl": "envelope",
-    "design": "envelope",
-    "gate": "envelope",
-    "rllm": "payload",
-}
+#: Each family's is its entry's ``error_style`` (``keel/families.py``).
+ERROR_STYLES: Mapping[str, Literal["envelope", "payload"]] = _ByFamily(
+    "envelope", families.error_styles
+)
 
 
 # -- output --------------------------------------------------------------------------------

@@ -15,13 +15,7 @@ from temporalio.client import Client
 
 from client.temporal import READERS_KEY, quoted
 from keel.access import READERS_SIGNAL
-from keel.gates import GATE_WORKFLOW_TYPE
-from keel.mrp.run import WORKFLOW_TYPE as MRP_TYPE
-from keel.rllm.run import WORKFLOW_TYPE as RLLM_TYPE
-from keel.srl.steps import COLLECTION_TYPE as SRL_TYPE
-
-#: The workflow types whose runs answer :data:`keel.access.READERS_SIGNAL`.
-READER_TYPES = (GATE_WORKFLOW_TYPE, RLLM_TYPE, MRP_TYPE, SRL_TYPE)
+from keel.families import reader_types
 
 
 async def migrate_readers(
@@ -29,7 +23,8 @@ async def migrate_readers(
 ) -> list[str]:
     """Signal every open Keel run and gate without ``KeelReaders`` (on ``task_queue``, when
     given) to set it; the ids it signalled (with ``dry_run``: would signal)."""
-    types = ", ".join(f'"{t}"' for t in READER_TYPES)
+    # The families whose runs answer the signal (``answers_readers`` in keel/families.py).
+    types = ", ".join(f'"{t}"' for t in reader_types())
     query = f'ExecutionStatus = "Running" AND WorkflowType IN ({types})'
     if task_queue:
         query += f" AND TaskQueue = {quoted(task_queue)}"

@@ -169,8 +169,10 @@ async def list_page(
     return rows.current_page or [], rows.next_page_token
 
 
-def status_name(desc: WorkflowExecutionDescription) -> RunStatus:
-    """The run's status as Keel's clients name it (``running`` while Temporal has none)."""
+def status_name(desc: WorkflowExecution) -> RunStatus:
+    """The run's status as Keel's clients name it (``running`` while Temporal has none): a
+    description's or a visibility row's (``GET /runs``), from the one table of every
+    Temporal status above."""
     return _STATUS.get(desc.status, "running") if desc.status is not None else "running"
 
 

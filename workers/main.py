@@ -1,4 +1,8 @@
-"""The Keel worker: every workflow and activity on task queue ``keel``."""
+"""The Keel worker: every workflow and activity on task queue ``keel``.
+
+What it registers comes from the families registry (``workers/families.py``, the worker's
+half of ``keel/families.py``): one entry per family, nothing listed here.
+"""
 
 from __future__ import annotations
 
@@ -13,98 +17,29 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
-from temporalio.langgraph import LangGraphPlugin
 from temporalio.worker import Plugin, Worker
 
-from activities.actors import ActorPool
-from activities.design import DesignActivities
-from activities.llm import LLMGateway, sql_recorder
-from activities.mrp import MrpActivities
-from activities.notify import NotifyActivities
-from activities.ollama import OllamaActivities
-from activities.records import RecordActivities
-from activities.rllm import RllmActivities
-from activities.srl.episode import SrlActivities
 from keel.search_attributes import SEARCH_ATTRIBUTES
 from keel.settings import Settings
-from sandbox.models import config_for
-from store.artifacts import artifact_store_from_settings
-from store.db import get_sessionmaker
-from store.files import load_actors_config, load_models_config
-from workflows.demo import KeelDemo
-from workflows.design import GRAPH_NAME, DesignPipeline, build_graph
-from workflows.gate import ApprovalGate
-from workflows.mrp import MRPJob
-from workflows.rllm import RllmApp
-from workflows.srl import SRLCollection, SRLEpisode
+from workers.families import activity_callables, worker_plugins, workflow_classes
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: Sequence[type] = (
-    ApprovalGate,
-    KeelDemo,
-    RllmApp,
-    MRPJob,
-    SRLCollection,
-    SRLEpisode,
-    DesignPipeline,
-)
+#: The workflow classes of Keel's families when this module was imported (the replayer's
+#: and the benches'); a worker built later reads the registry again (workers/families.py).
+WORKFLOWS: Sequence[type] = tuple(workflow_classes())
 
 
 def plugins() -> list[Plugin]:
-    """The worker's (and a replayer's) plugins: LangGraph, with the design graph.
-
-    A fresh graph each call: the plugin rewrites the nodes of the graph it is given.
-    """
-    return [LangGraphPlugin(graphs={GRAPH_NAME: build_graph()})]
+    """The worker's (and a replayer's) plugins: each family's (LangGraph, with the design
+    graph), fresh ones each call."""
+    return worker_plugins()
 
 
 def build_activities(settings: Settings) -> list[Any]:
-    """Activity callables bound to their real clients, built from settings."""
-    sessions = get_sessionmaker(settings.resolved_database_url)
-
-    notify = NotifyActivities(
-        default_url=settings.webhook_url,
-        secret=settings.webhook_secret.get_secret_value(),
-        allowed_prefixes=settings.webhook_allowed_prefixes,
-    )
-    records = RecordActivities(sessions)
-    models = load_models_config(settings.models_config)
-    llm = LLMGateway(models, on_call=sql_recorder(sessions))
-    sandbox_config = config_for(settings.sandbox_config, settings.nsjail_path)
-    rllm = RllmActivities(llm, sessions, sandbox_config=sandbox_config)
-    ollama = OllamaActivities(settings.ollama_base_url, models)
-    mrp = MrpActivities(settings)
-    srl = SrlActivities(
-        sessions=sessions,
-        artifacts=artifact_store_from_settings(settings),
-        llm=llm,
-        prompts_path=settings.srl_prompts,
-        sandbox_config=sandbox_config,
-        actors=lambda: ActorPool(load_actors_config(settings.srl_actors_config)),
-    )
-    design = DesignActivities(
-        sessions=sessions,
-        artifacts=artifact_store_from_settings(settings),
-        llm=llm,
-        config_dir=settings.design_config_dir,
-        sandbox_config=sandbox_config,
-        anthropic_api_key=settings.anthropic_api_key,
-        anthropic_base_url=settings.anthropic_base_url,
-        repos_dir=settings.design_repos_dir,
-        policy_path=settings.design_policy_path,
-    )
-    return [
-        notify.webhook,
-        notify.has_target,
-        records.gate_event,
-        llm.complete,
-        *rllm.all(),
-        ollama.ensure,
-        *mrp.all(),
-        *srl.all(),
-        *design.all(),
-    ]
+    """Every family's activity callables bound to their real clients, built from settings
+    (workers/families.py)."""
+    return activity_callables(settings)
 
 
 def build_worker(
@@ -120,7 +55,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[*WORKFLOWS, *extra_workflows],
+        workflows=[*workflow_classes(), *extra_workflows],
         activities=build_activities(settings),
         activity_executor=ThreadPoolExecutor(max_workers=8),
         max_cached_workflows=max_cached_workflows,

@@ -72,10 +72,11 @@ with workflow.unsafe.imports_passed_through():
         ProduceInput,
         ProduceOutput,
     )
+    from keel.progress import RunProgress
     from keel.refs import ActivityRef
     from workflows.common import call, failure_cause
     from workflows.gate import open_gate
-    from workflows.readers import upsert_readers
+    from workflows.readers import ProgressMemo, upsert_readers
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out")
@@ -129,6 +130,8 @@ class MRPJob:
         self._counters = ShardCounters()
         self._windows_done = 0
         self._windows_total = 0
+        # The same, in the run's progress memo (GET /runs reads it; patch keel-progress-memo).
+        self._memo = ProgressMemo()
         # Seconds per phase; a phase's lap starts where the previous one ended.
         self._timings: dict[str, float] = {}
         self._lap_start = workflow.now()
@@ -168,6 +171,8 @@ class MRPJob:
 
     @workflow.run
     async def run(self, inp: MRPJobInput) -> MRPJobResult:
+        self._memo.start()
+        self._show()
         await self._compile()
         try:
             for phase in (self._map, self._reduce, self._evaluate, self._approve):
@@ -226,6 +231,7 @@ class MRPJob:
         """Run the shards window by window; a failed shard or the kill switch ends the run."""
         self._phase = "map"
         plan = self._plan_windows()
+        self._show()
         ratio = self._compiled.limits.min_success_ratio
         # The patch is asked only for jobs that set a ratio: no older history has one.
         self._tolerate = ratio is not None and workflow.patched(PATCH_MIN_SUCCESS_RATIO)
@@ -236,6 +242,7 @@ class MRPJob:
             done, _ = await workflow.wait(list(self._running), return_when=asyncio.FIRST_COMPLETED)
             for task in sorted(done, key=lambda d: self._running[d]):
                 self._collect_window(task)
+            self._show()
         if self._running:
             # Kill switch or a failed shard: cancel what still runs and wait for it to stop.
             for late in await self._stop_windows():  # finished before the cancel landed
@@ -284,6 +291,7 @@ class MRPJob:
 
     async def _reduce(self) -> MRPJobResult | None:
         self._phase = "reduce"
+        self._show()
         reduced = await self._step(
             steps.REDUCE,
             self._phase_input,
@@ -300,6 +308,7 @@ class MRPJob:
         if self._compiled.evaluate is None:
             return None
         self._phase = "evaluate"
+        self._show()
         ev = await self._step(steps.EVALUATE, self._after_reduce(), summary="evaluate")
         self._lap("evaluate")
         self._evaluation = evaluation = ev.evaluation
@@ -318,6 +327,7 @@ class MRPJob:
         if approval is None or self._replay:
             return None
         self._phase = "approval"
+        self._show()
         compiled, run_id = self._compiled, self._run_id
         gate = await open_gate(
             GateRequest(
@@ -349,6 +359,7 @@ class MRPJob:
     async def _produce(self) -> MRPJobResult:
         """Write the sink's files (the job's only side effect), then record the run."""
         self._phase = "produce"
+        self._show()
         sink = self._compiled.sink
         self._produced = produced = await self._step(
             steps.PRODUCE,
@@ -448,6 +459,18 @@ class MRPJob:
         return [o for o in outcomes if isinstance(o, MapWindowResult)]
 
     # -- shared by the phases ----------------------------------------------------------------
+
+    def _show(self) -> None:
+        """The progress query's phase and windows, in the run's progress memo."""
+        total = self._windows_total or None
+        self._memo.show(
+            RunProgress(
+                phase=self._phase,
+                done=self._windows_done if total else None,
+                total=total,
+                unit="windows" if total else None,
+            )
+        )
 
     def _lap(self, phase: str) -> None:
         now = workflow.now()

@@ -33,6 +33,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 with workflow.unsafe.imports_passed_through():
     from keel.access import READERS_SIGNAL
     from keel.llm import LLMUsage
+    from keel.progress import RunProgress
     from keel.rllm.contracts import (
         apply_block_outputs,
         block_inputs,
@@ -75,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.rllm.stats import RllmRunRecord
     from workflows.common import call, failure_cause
-    from workflows.readers import upsert_readers
+    from workflows.readers import ProgressMemo, upsert_readers
 
 
 LOCAL_STEPS_PATCH = "rllm-local-load-and-stats"
@@ -158,6 +159,8 @@ class RllmApp:
         self._run = _Run()
         self._step = "start"
         self._local_steps = False
+        # The step a remote activity or child waits in, in the run's progress memo.
+        self._memo = ProgressMemo()
 
     @workflow.signal(name=READERS_SIGNAL)
     def refresh_readers(self) -> None:
@@ -177,6 +180,7 @@ class RllmApp:
         # workflow tasks (about half of a run's overhead, docs/rllm-runtime.md). Runs
         # recorded before this change replay their remote activities.
         self._local_steps = workflow.patched(LOCAL_STEPS_PATCH)
+        self._memo.start()
         failure: ApplicationError | None = None
         result: RllmRunResult | None = None
         try:
@@ -192,6 +196,12 @@ class RllmApp:
             raise failure
         assert result is not None
         return result
+
+    def _wait_in(self, step: str) -> None:
+        """Enter ``step``, one that waits on a worker's activity or a child run: shown by
+        the ``step`` query and, as ``step <step>``, in the progress memo."""
+        self._step = step
+        self._memo.show(RunProgress(phase=f"step {step}"))
 
     # -- the run --------------------------------------------------------------------
     async def _execute(self, inp: RllmRunInput, started: datetime) -> RllmRunResult:
@@ -213,7 +223,7 @@ class RllmApp:
             override=None,
             auto_pull=inp.ollama_auto_pull,
         ):
-            self._step = "ollama"
+            self._wait_in("ollama")
             await call(
                 OLLAMA_ENSURE,
                 OllamaEnsureInput(
@@ -281,7 +291,7 @@ class RllmApp:
     async def _block(
         self, program: RllmProgram, block: PythonBlock, scope: dict[str, Any]
     ) -> dict[str, Any]:
-        self._step = f"{block.stage}:{block.name}"
+        self._wait_in(f"{block.stage}:{block.name}")
         res = await call(
             BLOCK,
             BlockRequest(app=program.name, block=block, inputs=block_inputs(block, scope)),
@@ -315,7 +325,7 @@ class RllmApp:
             scope = template_variables(
                 program, inputs, pre_outputs=pre_outputs, child_outputs=outputs
             )
-            self._step = "uses:" + ",".join(e.alias for e in wave)
+            self._wait_in("uses:" + ",".join(e.alias for e in wave))
             wave_start = workflow.now()
             results = await asyncio.gather(
                 *(
@@ -390,7 +400,7 @@ class RllmApp:
                         stage="recovery", attempt=n, attempts=self._attempt_details(checks)
                     )
                     raise
-            self._step = f"attempt:{n}"
+            self._wait_in(f"attempt:{n}")
             res = await call(
                 GENERATE,
                 GenerateRequest(

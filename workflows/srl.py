@@ -36,6 +36,7 @@ from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from keel.access import READERS_SIGNAL
+    from keel.progress import RunProgress
     from keel.srl.state import State
     from keel.srl.steps import (
         APPLY,
@@ -55,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.srl.trajectory import episode_id, sample_seed
     from workflows.common import call
-    from workflows.readers import upsert_readers
+    from workflows.readers import ProgressMemo, upsert_readers
 
 #: A step ``srl.generate`` found recorded is taken as it is, without ``srl.apply``.
 RESUME_PATCH = "srl-resume-recorded"
@@ -162,6 +163,8 @@ class SRLCollection:
         self._done = inp.offset * inp.samples
         self._in_flight = 0
         self._modes = False
+        # Episodes done of all, in the run's progress memo (GET /runs reads it).
+        self._memo = ProgressMemo()
 
     @workflow.signal(name=READERS_SIGNAL)
     def refresh_readers(self) -> None:
@@ -184,6 +187,8 @@ class SRLCollection:
     async def run(self, inp: CollectionInput) -> CollectionResult:
         # A run from before step modes starts its episodes without one (free running).
         self._modes = workflow.patched(STEP_MODE_PATCH)
+        self._memo.start()
+        self._show()
         window = await call(
             WINDOW,
             WindowInput(
@@ -196,6 +201,7 @@ class SRLCollection:
             summary=f"tasks from {inp.offset}",
         )
         self._task_count = window.task_count
+        self._show()
         await self._episodes(inp, window.tasks_digest, window.task_ids)
         end = inp.offset + len(window.task_ids)
         if end < window.task_count:
@@ -261,7 +267,20 @@ class SRLCollection:
                 else CollectionTotals(episodes=1, failed_episodes=1)
             )
         self._in_flight = len(rest)
+        self._show()
         return set(rest)
+
+    def _show(self) -> None:
+        """Episodes done of all (tasks, or tasks times samples), in the progress memo."""
+        samples = self._inp.samples
+        count = self._task_count
+        self._memo.show(
+            RunProgress(
+                done=self._done,
+                total=None if count is None else count * samples,
+                unit="tasks" if samples == 1 else "episodes",
+            )
+        )
 
     async def _episode(self, child: EpisodeInput) -> EpisodeResult | None:
         """One episode's result, or ``None`` when it failed (counted, the collection goes on)."""

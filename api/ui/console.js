@@ -204,8 +204,8 @@
   }
 
   // --- runs ----------------------------------------------------------------------------
-  const FAMILY = { rllm: ".rllm run", mrp: "MRP job", srl: "SRL collection" };
-
+  // Each row names its family as the registry labels it (keel/families.py), and carries its
+  // progress from the run's memo: the console lists no family of its own.
   function cell(tr, text, cls) {
     const td = document.createElement("td");
     if (cls) td.className = cls;
@@ -235,7 +235,7 @@
       const tr = document.createElement("tr");
       tr.dataset.workflowId = r.workflow_id;
       cell(tr, r.workflow_id, "run-id");
-      cell(tr, FAMILY[r.family] || r.workflow_type);
+      cell(tr, r.label || r.workflow_type);
       const pill = document.createElement("span");
       pill.className = "status status-" + r.status;
       pill.textContent = r.status.replace("_", " ");

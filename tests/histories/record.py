@@ -436,6 +436,18 @@ async def rllm_local_steps(ctx: Ctx) -> Histories:
     return {"rllm_local_steps": await history_json(handle)}
 
 
+async def rllm_progress_memo(ctx: Ctx) -> Histories:
+    """summary.rllm after patch ``keel-progress-memo``: the step the model attempt waits in
+    (``step attempt:1``) upserted as the run's progress memo ``keel_progress``."""
+    ctx.llm.enqueue(ScriptedReply(content=RLLM_SUMMARY))
+    handle = await run_rllm(ctx, "rllm_progress_memo", "summary.rllm")
+    result: RllmRunResult = await handle.result()
+    expect(result.retries == 0, f"first try: {result}")
+    history = await history_json(handle)
+    expect("keel_progress" in history, "the progress memo is upserted")
+    return {"rllm_progress_memo": history}
+
+
 async def rllm_recovered(ctx: Ctx) -> Histories:
     """summary.rllm: the first answer lacks a required field, the recovery retry fixes it."""
     ctx.llm.enqueue(
@@ -856,6 +868,16 @@ async def mrp_approved(ctx: Ctx) -> Histories:
     return {"mrp_approved": history}
 
 
+async def mrp_progress_memo(ctx: Ctx) -> Histories:
+    """mrp_approved after patch ``keel-progress-memo``: each phase and each finished window
+    upserted as the run's progress memo ``keel_progress`` (compile, map 0/3 .. 3/3
+    windows, reduce, approval, produce)."""
+    result, history = await mrp_gated(ctx, "mrp-progress", "approve")
+    expect(result.status == "succeeded", f"succeeded, got {result.status}")
+    expect("keel_progress" in history, "the progress memo is upserted")
+    return {"mrp_progress_memo": history}
+
+
 async def mrp_rejected(ctx: Ctx) -> Histories:
     """The publish gate rejected: map and reduce ran, produce never does."""
     result, history = await mrp_gated(ctx, "mrp-rejected", "reject")
@@ -956,14 +978,22 @@ async def mrp_partial_success(ctx: Ctx) -> Histories:
     return {"mrp_partial_success": history}
 
 
-async def srl_collection(ctx: Ctx) -> Histories:
+async def srl_collection(
+    ctx: Ctx,
+    name: str = f"{ID_PREFIX}-srl",
+    stems: tuple[str, str, str] = (
+        "srl_collection",
+        "srl_collection_last",
+        "srl_episode_recovered",
+    ),
+) -> Histories:
     """A teacher collection of three tasks, two per run (so it continues as new once); one
     answer is malformed (a recorded step with reward -1) and that episode's second step
     is verified."""
     data = tasks_jsonl(divide_tasks(3))
     digest, count = upload_tasks(artifact_store_from_settings(ctx.settings), data)
     inp = CollectionInput(
-        collection=f"{ID_PREFIX}-srl",
+        collection=name,
         tasks_digest=digest,
         task_count=count,
         source="teacher",
@@ -995,10 +1025,24 @@ async def srl_collection(ctx: Ctx) -> Histories:
     expect(two_steps is not None, "an episode with a malformed step and a verified one")
     assert two_steps is not None
     return {
-        "srl_collection": await history_json(first_run),
-        "srl_collection_last": await history_json(handle),
-        "srl_episode_recovered": await history_json(two_steps),
+        stems[0]: await history_json(first_run),
+        stems[1]: await history_json(handle),
+        stems[2]: await history_json(two_steps),
     }
+
+
+async def srl_progress_memo(ctx: Ctx) -> Histories:
+    """srl_collection after patch ``keel-progress-memo``: each run of the collection
+    upserts its progress memo ``keel_progress`` (episodes done of all) at its start, once
+    the task window is read and after each episode."""
+    histories = await srl_collection(
+        ctx,
+        f"{ID_PREFIX}-srl-progress",
+        ("srl_collection_progress", "srl_collection_progress_last", "srl_episode_progress"),
+    )
+    for stem in ("srl_collection_progress", "srl_collection_progress_last"):
+        expect("keel_progress" in histories[stem], f"{stem}: the progress memo is upserted")
+    return histories
 
 
 async def srl_resume(ctx: Ctx) -> Histories:
@@ -1099,15 +1143,18 @@ SCENARIOS: dict[str, Scenario] = {
     "rllm_recovered": rllm_recovered,
     "rllm_local_steps": rllm_local_steps,
     "rllm_composed": rllm_composed,
+    "rllm_progress_memo": rllm_progress_memo,
     "mrp_approved": mrp_approved,
     "mrp_budget_exceeded": mrp_budget_exceeded,
     "mrp_overlap_windows": mrp_overlap_windows,
     "mrp_rejected": mrp_rejected,
     "mrp_evaluation_failed": mrp_evaluation_failed,
     "mrp_partial_success": mrp_partial_success,
+    "mrp_progress_memo": mrp_progress_memo,
     "srl_collection": srl_collection,
     "srl_resume": srl_resume,
     "srl_expert_prefix": srl_expert_prefix,
+    "srl_progress_memo": srl_progress_memo,
     "design_replanned": design_replanned,
     "design_intake_unfit": design_intake_unfit,
     "design_cost_workload": design_cost_workload,
