@@ -6,8 +6,9 @@
 #                              SeaweedFS S3, the embedded model, nsjail) on KEEL_TEST_WORKERS
 #                              pytest-xdist workers (default 2; 0 runs them in this process).
 #                              Before a merge, and what CI runs (.ci/run).
-#   scripts/test.sh --quick    lint, types, the import layers, the unit tests and history
-#                              replay (SQLite only): a few minutes, while you work.
+#   scripts/test.sh --quick    lint, types, the import layers, the unit tests, history
+#                              replay and one worker-kill fault test per family
+#                              (tests/quick_tier.txt; SQLite only): under 3 minutes.
 #
 # Further arguments go to pytest (scripts/test.sh --quick -k gate). pytest's exit status
 # is the script's; 5 means the arguments selected no test, and counts as a failure.
@@ -26,7 +27,9 @@ source scripts/bootstrap.sh
 .venv/bin/lint-imports
 workers=${KEEL_TEST_WORKERS:-2}
 if [[ $tier == quick ]]; then
-    exec .venv/bin/pytest -n "$workers" tests/*/unit tests/test_replay.py "$@"
+    # One fault test per family (tests/quick_tier.txt) beside the unit tests and replay.
+    mapfile -t faults < <(grep -v -e '^#' -e '^[[:space:]]*$' tests/quick_tier.txt)
+    exec .venv/bin/pytest -n "$workers" tests/*/unit tests/test_replay.py "${faults[@]}" "$@"
 fi
 # One run of the whole suite with PostgreSQL beside it: store tests run on SQLite and
 # PostgreSQL; the CLI and demo tests use the default SQLite file. Each test file runs

@@ -14,6 +14,7 @@ that uses the embedded model runs on the same worker (see ``pytest_collection_mo
 from __future__ import annotations
 
 import ast
+import json
 import os
 import sys
 import uuid
@@ -117,11 +118,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return FileScheduling(config, log)
 
 
+#: Seconds each test file took in a measured run (tests/support/durations.py writes it).
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
+
+
+def scope_seconds(scopes: set[str]) -> dict[str, float]:
+    """Each work unit's expected seconds: its file's from tests/durations.json (the
+    embedded model's group: the sum of its files'); a file not there, the median."""
+    table: dict[str, float] = json.loads(DURATIONS_FILE.read_text())
+    median = sorted(table.values())[len(table) // 2] if table else 1.0
+    seconds = {scope: table.get(scope, median) for scope in scopes}
+    if EMBEDDED_MODEL_GROUP in scopes:
+        seconds[EMBEDDED_MODEL_GROUP] = sum(table.get(f, median) for f in EMBEDDED_MODEL_FILES)
+    return seconds
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Check that every embedded-model test is in a listed file; on an xdist worker (where
-    collection happens), order the work longest first: the embedded model's group, then
-    files with slow tests, then the rest, each file whole and in its own order, so short
-    files fill in at the end instead of one long file running alone."""
+    collection happens), order the work units longest first by tests/durations.json
+    (each file whole and in its own order), so the short files fill in at the end instead
+    of one long file starting last and running alone."""
     for item in items:
         uses_model = item.get_closest_marker("embedded_model") is not None or (
             "local_model_server" in getattr(item, "fixturenames", ())
@@ -132,14 +148,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 "EMBEDDED_MODEL_FILES in tests/conftest.py"
             )
     if hasattr(config, "workerinput"):
-        slow = {_file(i.nodeid) for i in items if i.get_closest_marker("slow") is not None}
-
-        def rank(item: pytest.Item) -> int:
-            if xdist_scope(item.nodeid) == EMBEDDED_MODEL_GROUP:
-                return 0
-            return 1 if _file(item.nodeid) in slow else 2
-
-        items.sort(key=rank)
+        seconds = scope_seconds({xdist_scope(i.nodeid) for i in items})
+        # A stable sort: ties keep collection order, the same on every worker.
+        items.sort(key=lambda item: -seconds[xdist_scope(item.nodeid)])
 
 
 @pytest.fixture(scope="session")
