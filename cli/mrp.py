@@ -103,14 +103,12 @@ MRP = toolkit.Family("mrp", _translate, bad_settings="config", unavailable="unav
 
 def _violation_lines(e: Any, source: str | None = None) -> list[str]:
     """``job.yaml:26: MRP-P001 max_workers over cap at policy.max_workers: ...``."""
+    from keel.problems import at_path, located
+
     lines = []
     for v in e.report.violations:
-        where = source or ""
-        if v.line is not None:
-            where = f"{where}:{v.line}" if where else f"line {v.line}"
-        head = f"{where}: " if where else ""
-        path = f" at {v.path}" if v.path else ""
-        lines.append(f"{head}{v.rule_id} {v.title}{path}: {v.message}")
+        finding = f"{v.rule_id} {v.title}{at_path(v.path)}: {v.message}"
+        lines.append(located(finding, source or "", v.line))
     return lines
 
 
@@ -184,12 +182,13 @@ def _compile(settings: Settings, job: Path, text: str) -> Any:
         from activities.mrp.inputs import resolve_inputs
         from keel.mrp.errors import InputsRefused
         from keel.mrp.policy import input_source_findings
+        from keel.problems import at_path
 
         refused = input_source_findings(parsed.spec.inputs, config.caps)
         if refused:
             path, message = refused[0]
             line = parsed.line(path)
-            where = f" at {path}" + (f" (line {line})" if line is not None else "")
+            where = at_path(path, line)
             raise InputsRefused(f"MRP-P015 input source not allowed{where}: {message}")
         # As the compile activity does, files beside the job file; nothing is stored.
         inputs = resolve_inputs(

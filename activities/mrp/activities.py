@@ -100,6 +100,7 @@ from keel.mrp.steps import (
     ProduceOutput,
     ReduceResult,
 )
+from keel.problems import at_path
 from keel.records import LLMCallLog
 from keel.settings import Settings
 from store.artifacts import ArtifactStore
@@ -151,7 +152,7 @@ def _refuse_input_sources(parsed: ParsedJob, caps: Caps) -> None:
     if findings:
         path, message = findings[0]
         line = parsed.line(path)
-        where = f" at {path}" + (f" (line {line})" if line is not None else "")
+        where = at_path(path, line)
         raise _compile_error(
             f"MRP-P015 input source not allowed{where}: {message}",
             kind="policy",

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from keel.problems import located
 from keel.srl.datasets import (
     DEFAULT_MAX_TOKENS,
     LANGUAGE_GROUPS,
@@ -194,7 +195,7 @@ class FileRecordError(BaseModel):
 
     def render(self) -> str:
         e = self.error
-        return f"{self.file}:{e.line}: {e.field}: {e.message}"
+        return located(f"{e.field}: {e.message}", self.file, e.line)
 
 
 class IngestResult(BaseModel):

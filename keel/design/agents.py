@@ -30,6 +30,7 @@ from keel.design.critics import CostEstimate, Risk, TechReview
 from keel.design.patterns import MANDATORY_CAPABILITIES, PatternCatalog
 from keel.design.planner import Choice, Gap, Plan, Revision
 from keel.design.policy import PolicySettings, structural_failures
+from keel.problems import where
 
 AgentName = Literal["planner", "critic_tech", "critic_cost", "critic_security"]
 #: The prompt file (``configs/design/prompts/<name>.md``) of each agent.
@@ -103,8 +104,8 @@ def read_agent_reply(agent: str, content: str) -> tuple[dict[str, Any] | None, l
     except ValidationError as exc:
         problems = []
         for e in exc.errors(include_url=False)[:12]:
-            where = ".".join(str(p) for p in e["loc"]) or "(the reply)"
-            problems.append(f"{where}: {e['msg']}"[:300])
+            place = where(e["loc"], "(the reply)")
+            problems.append(f"{place}: {e['msg']}"[:300])
         return None, problems
     return reply.model_dump(mode="json"), []
 

@@ -12,6 +12,8 @@ from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict
 
+from keel.problems import located
+
 
 class MrpError(Exception):
     """Base class of every MRP error."""
@@ -28,12 +30,8 @@ class DslIssue(BaseModel):
 
     def render(self, source: str = "") -> str:
         """``source:line: path: message``, leaving out the parts that are unknown."""
-        where = source
-        if self.line is not None:
-            where = f"{where}:{self.line}" if where else f"line {self.line}"
-        head = f"{where}: " if where else ""
         path = f"{self.path}: " if self.path else ""
-        return f"{head}{path}{self.message}"
+        return located(f"{path}{self.message}", source, self.line)
 
 
 class DslError(MrpError, ValueError):

@@ -22,6 +22,7 @@ from keel.mrp.errors import MrpError
 from keel.mrp.ir import ROLE_KINDS
 from keel.mrp.normalize import NormalizedJob
 from keel.mrp.registry import OperatorSpec, Registry
+from keel.problems import at_path
 
 # Where each role's operator sits in a job file.
 ROLE_PATHS = {"map": "map", "reduce": "reduce", "evaluate": "evaluator", "produce": "produce"}
@@ -95,10 +96,7 @@ class Violation(BaseModel):
 
     def render(self) -> str:
         """``MRP-P001 max_workers over cap at policy.max_workers (line 30): ...``."""
-        where = f" at {self.path}" if self.path else ""
-        if self.line is not None:
-            where += f" (line {self.line})"
-        return f"{self.rule_id} {self.title}{where}: {self.message}"
+        return f"{self.rule_id} {self.title}{at_path(self.path, self.line)}: {self.message}"
 
 
 class RuleOutcome(BaseModel):

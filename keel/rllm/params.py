@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from keel.llm import RESERVED_PARAMS
+from keel.problems import located
 from keel.rllm.errors import REDACTED, LLMParamValidationError, redact_secrets
 from keel.rllm.schema import ValidationIssue, validate_instance
 
@@ -139,10 +140,10 @@ def validate_llm_params(
     first = issues[0]
     name = first.path.removeprefix("$.")
     line, column = locate(name) if locate else (None, None)
-    prefix = f"{file}:{line}:{column}: " if file and line else (f"{file}: " if file else "")
     more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
+    message = f"llm_params.{name} {first.message}{more}"
     raise LLMParamValidationError(
-        f"{prefix}llm_params.{name} {first.message}{more}",
+        located(message, file, line or None, column) if file else message,
         details={
             **({"file": file} if file else {}),
             **({"line": line, "column": column} if line else {}),

@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from keel.digest import digest_bytes
+from keel.problems import located
 from keel.rllm.errors import (
     REDACTED,
     ContextWindowExceededError,
@@ -145,7 +146,7 @@ class _File:
         self, message: str, line: int, column: int = 1, *, hint: str | None = None, **extra: Any
     ) -> ParseError:
         return ParseError(
-            f"{self.name}:{line}:{column}: {message}",
+            located(message, self.name, line, column),
             details={"file": self.path, "line": line, "column": column, **extra},
             recovery_hint=hint,
         )
@@ -166,7 +167,7 @@ class _File:
         if received is _MISSING:
             received = _value_at(data, parts)
         return MetadataValidationError(
-            f"{self.name}:{line}:{column}: {key}: {message}",
+            located(f"{key}: {message}", self.name, line, column),
             details={"file": self.path, "line": line, "column": column, "key": key, **extra},
             expected_schema=expected_schema,
             received_payload=None if received is _MISSING else _redact_at(parts, received),
@@ -806,8 +807,13 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
         pname = "max_tokens" if "max_tokens" in params else "max_completion_tokens"
         line, column = f.locate(["llm_params", pname])
         raise LLMParamValidationError(
-            f"{f.name}:{line}:{column}: llm_params.{pname} ({max_tokens}) leaves no room "
-            f"for the prompt in max_context_window ({window})",
+            located(
+                f"llm_params.{pname} ({max_tokens}) leaves no room "
+                f"for the prompt in max_context_window ({window})",
+                f.name,
+                line,
+                column,
+            ),
             details={"file": f.path, "line": line, "column": column, "param": pname},
             received_payload=redact_secrets(params),
             recovery_hint=f"Lower {pname} well below max_context_window.",
