@@ -29,7 +29,7 @@ workers=${KEEL_TEST_WORKERS:-2}
 if [[ $tier == quick ]]; then
     # One fault test per family (tests/quick_tier.txt) beside the unit tests and replay.
     mapfile -t faults < <(grep -v -e '^#' -e '^[[:space:]]*$' tests/quick_tier.txt)
-    exec .venv/bin/pytest -n "$workers" tests/*/unit tests/test_replay.py "${faults[@]}" "$@"
+    exec .venv/bin/pytest -n "$workers" --dist loadgroup tests/*/unit tests/test_replay.py "${faults[@]}" "$@"
 fi
 # One run of the whole suite with PostgreSQL beside it: store tests run on SQLite and
 # PostgreSQL; the CLI and demo tests use the default SQLite file. Each test file runs

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: Files up to this size go up in one PUT, larger ones in parts of (at least) this size.
+MULTIPART_PART_BYTES = 64 * 1024 * 1024
+
+
 class ArtifactError(Exception):
     """Base class of artifact store errors."""
 
@@ -364,6 +368,37 @@ class S3ArtifactStore(ArtifactStore):
             Body=data,
             ContentType=content_type,
             Metadata=dict(metadata or {}),
+        )
+
+    def delete_named(self, key: str) -> None:
+        """Delete the object at ``key`` (nothing happens when it is not there)."""
+        self._client.delete_object(Bucket=self.bucket, Key=key)
+
+    def upload_file_at(
+        self,
+        key: str,
+        path: Path,
+        *,
+        content_type: str = "application/octet-stream",
+        metadata: dict[str, str] | None = None,
+        part_bytes: int = MULTIPART_PART_BYTES,
+    ) -> None:
+        """Stream the file at ``path`` to ``key``, in a bucket that must already exist: one
+        PUT up to ``part_bytes``, a multipart upload above it (S3 takes at most 5 GB in one
+        PUT and 10,000 parts; the part size grows with the file so any size fits). The
+        object appears whole when the upload completes, never in part."""
+        from boto3.s3.transfer import TransferConfig
+
+        size = path.stat().st_size
+        part = max(part_bytes, -(-size // 10_000))
+        self._client.upload_file(
+            str(path),
+            self.bucket,
+            key,
+            ExtraArgs={"ContentType": content_type, "Metadata": dict(metadata or {})},
+            Config=TransferConfig(
+                multipart_threshold=part_bytes, multipart_chunksize=part, use_threads=False
+            ),
         )
 
     def _create_bucket(self) -> None:

@@ -53,7 +53,7 @@ from activities.mrp.operators import (
     read_config_file,
     resolve_config_path,
 )
-from activities.mrp.sinks import SinkWriteError, upload_to_s3
+from activities.mrp.sinks import SinkWriteError, check_sink, upload_to_s3
 from activities.mrp.window import MapWindow, load_ir
 from keel.digest import digest_bytes, digest_json
 from keel.mrp import steps
@@ -300,6 +300,7 @@ class MrpActivities:
 
                 parsed = parse_job(inp.job_yaml, inp.source)
                 config.check_refs(parsed.spec.operator_refs().values())
+                self._check_sink(parsed, config.caps, inp.run_id)
                 resolved: list[FileRef] | None = None
                 slices: list[RecordSlice] | None = None
                 file_digests: dict[str, str] = {}
@@ -361,6 +362,26 @@ class MrpActivities:
                 file_digests,
                 skipped,
             )
+
+    def _check_sink(self, parsed: ParsedJob, caps: Caps, run_id: str) -> None:
+        """An ``s3://`` sink written to and cleaned up with the job's credentials, before
+        the inputs are scanned or any shard runs: a missing bucket or a missing right
+        fails the compile, not the produce step after the map's spend. Only a destination
+        the caps admit is touched (one they do not is refused by admission, MRP-P016 or
+        the allowed prefixes, without a request to the bucket)."""
+        destination = parsed.spec.produce.sink.destination
+        if not destination.startswith("s3://") or destination_problem(destination):
+            return
+        if not any(destination.startswith(p) for p in caps.allowed_destination_prefixes):
+            return
+        try:
+            check_sink(self._settings, destination, run_id)
+        except SinkWriteError as e:
+            line = parsed.line("produce.sink.destination")
+            where = at_path("produce.sink.destination", line)
+            if e.retryable:
+                raise ApplicationError(f"sink not reachable{where}: {e}") from None
+            raise _compile_error(f"sink not writable{where}: {e}", kind="sink") from None
 
     def _compiled(
         self,

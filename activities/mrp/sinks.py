@@ -9,10 +9,17 @@ through the artifact store's S3 client (:func:`store.artifacts.s3_client_for_buc
 Idempotent: each object carries its BLAKE3 digest in its metadata (``keel-digest``); a file
 whose object is already there with that digest and size is not written again (a retried
 produce, or a run that produced the same bytes). Any other object at that key is replaced
-in one PUT (S3 replaces an object atomically, so a reader sees the old or the new file,
-never a mix). Data files go first and the audit log last, so an audit log in the bucket
-means the files it names are there. Destinations the runtime cannot write are refused at
-compile (policy rule MRP-P016), never here after the map has run.
+(S3 replaces an object atomically, so a reader sees the old or the new file, never a
+mix); each file is streamed from disk, in one PUT up to 64 MiB and as a multipart upload
+above that, so an output of any size fits (one PUT stops at 5 GB). Data files go first and
+the audit log last, so an audit log in the bucket means the files it names are there.
+
+Nothing waits for the produce step to find a sink it cannot write: destinations the
+runtime cannot write are refused by policy (rule MRP-P016), and the compile activity
+checks an ``s3://`` sink with the job's credentials before any shard runs
+(:func:`check_sink`: the bucket exists, and an object can be written under the
+destination and deleted again). The upload checks the bucket again, for a bucket
+removed while the job ran.
 """
 
 from __future__ import annotations
@@ -20,17 +27,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from keel.digest import digest_bytes
+import blake3
+
+from keel.digest import DIGEST_PREFIX
 from keel.mrp.dsl import S3Location, parse_s3_destination
 from keel.mrp.run import ProducedFileRecord
 from keel.settings import Settings
-from store.artifacts import s3_client_for_bucket
+from store.artifacts import S3ArtifactStore, s3_client_for_bucket
 
-__all__ = ["DIGEST_METADATA", "SinkWriteError", "upload_to_s3"]
+__all__ = ["DIGEST_METADATA", "SinkWriteError", "check_sink", "upload_to_s3"]
 
 DIGEST_METADATA = "keel-digest"
 RUN_METADATA = "keel-run-id"
 AUDIT_SUFFIX = ".audit.jsonl"
+#: The object :func:`check_sink` writes and deletes under a destination, per run.
+PROBE_NAME = ".keel-write-check-{run_id}"
+_READ_CHUNK = 1 << 20
 # Client errors a retry cannot fix: the bucket or the right to write is missing.
 _PERMANENT = frozenset(
     {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"}
@@ -55,18 +67,18 @@ def _content_type(path: str) -> str:
     return "application/octet-stream"
 
 
-def upload_to_s3(
-    settings: Settings,
-    destination: str,
-    out_dir: Path,
-    files: Sequence[ProducedFileRecord],
-    run_id: str,
-) -> list[ProducedFileRecord]:
-    """Upload ``files`` (relative to ``out_dir``) under ``destination``; return the records
-    with each file's ``uri``. Raises :class:`SinkWriteError`."""
+def _file_digest(path: Path) -> str:
+    hasher = blake3.blake3()
+    with path.open("rb") as f:
+        while block := f.read(_READ_CHUNK):
+            hasher.update(block)
+    return DIGEST_PREFIX + hasher.hexdigest()
+
+
+def _open_bucket(settings: Settings, location: S3Location) -> S3ArtifactStore:
+    """The sink's bucket, checked to exist (a sink never creates one)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    location: S3Location = parse_s3_destination(destination)
     client = s3_client_for_bucket(settings, location.bucket)
     try:
         # Some S3 servers make a bucket on the first PUT; a sink never does.
@@ -86,13 +98,52 @@ def upload_to_s3(
         raise SinkWriteError(
             f"cannot reach bucket {location.bucket!r}: {e}", retryable=True
         ) from None
+    return client
+
+
+def check_sink(settings: Settings, destination: str, run_id: str) -> None:
+    """Whether the job's credentials can write ``destination``, before any shard runs:
+    the bucket exists, and an empty object (:data:`PROBE_NAME`) can be written under
+    the destination's prefix and deleted again. Raises :class:`SinkWriteError`."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location: S3Location = parse_s3_destination(destination)
+    client = _open_bucket(settings, location)
+    key = location.key_for(PROBE_NAME.format(run_id=run_id))
+    uri = location.uri_for(PROBE_NAME.format(run_id=run_id))
+    try:
+        client.put_object_at(key, b"", metadata={RUN_METADATA: run_id})
+        client.delete_named(key)
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        raise SinkWriteError(
+            f"cannot write {uri}: {code or e}", retryable=code not in _PERMANENT
+        ) from None
+    except BotoCoreError as e:
+        raise SinkWriteError(f"cannot write {uri}: {e}", retryable=True) from None
+
+
+def upload_to_s3(
+    settings: Settings,
+    destination: str,
+    out_dir: Path,
+    files: Sequence[ProducedFileRecord],
+    run_id: str,
+) -> list[ProducedFileRecord]:
+    """Upload ``files`` (relative to ``out_dir``) under ``destination``; return the records
+    with each file's ``uri``. Raises :class:`SinkWriteError`."""
+    from boto3.exceptions import S3UploadFailedError
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location: S3Location = parse_s3_destination(destination)
+    client = _open_bucket(settings, location)
     ordered = sorted(files, key=lambda f: (f.path.endswith(AUDIT_SUFFIX), f.path))
     done: dict[str, ProducedFileRecord] = {}
     for f in ordered:
         key = location.key_for(f.path)
         uri = location.uri_for(f.path)
-        data = (out_dir / f.path).read_bytes()
-        if digest_bytes(data) != f.digest:  # pragma: no cover - produce just checked it
+        local = out_dir / f.path
+        if _file_digest(local) != f.digest:  # pragma: no cover - produce just checked it
             raise SinkWriteError(f"{f.path} changed on disk before its upload", retryable=True)
         try:
             head = client.head_named(key)
@@ -100,9 +151,9 @@ def upload_to_s3(
                 head["metadata"].get(DIGEST_METADATA) == f.digest and head["size"] == f.size
             )
             if not there:
-                client.put_object_at(
+                client.upload_file_at(
                     key,
-                    data,
+                    local,
                     content_type=_content_type(f.path),
                     metadata={DIGEST_METADATA: f.digest, RUN_METADATA: run_id},
                 )
@@ -116,6 +167,10 @@ def upload_to_s3(
             raise SinkWriteError(
                 f"cannot write {uri}: {code or e}", retryable=code not in _PERMANENT
             ) from None
+        except S3UploadFailedError as e:
+            # upload_file wraps the client's error in its message: "... (NoSuchBucket) ..."
+            permanent = any(f"({code})" in str(e) for code in _PERMANENT)
+            raise SinkWriteError(f"cannot write {uri}: {e}", retryable=not permanent) from None
         except BotoCoreError as e:
             raise SinkWriteError(f"cannot write {uri}: {e}", retryable=True) from None
         done[f.path] = f.model_copy(update={"uri": uri})

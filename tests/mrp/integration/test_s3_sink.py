@@ -9,6 +9,7 @@ wrote.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +18,16 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import SecretStr
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 
 from activities.mrp.sinks import DIGEST_METADATA, upload_to_s3
 from keel.digest import digest_bytes
-from keel.mrp.run import MRPJobInput, ProducedFileRecord
+from keel.mrp import steps
+from keel.mrp.dsl import parse_s3_destination
+from keel.mrp.run import MRPJobInput, ProducedFileRecord, workflow_id_for
 from keel.settings import Settings
-from store.artifacts import artifact_store_from_settings
+from store.artifacts import artifact_store_from_settings, s3_client_for_bucket
 from store.db import get_sessionmaker
 from store.mrp_runs import get_manifest
 from tests.support.mrp_jobs import run_job
@@ -154,19 +158,75 @@ async def test_s3_sink_is_written_read_back_and_not_written_twice(
     ) == (by_path["wordcount.json"].digest)
 
 
-async def test_s3_sink_into_a_missing_bucket_fails_produce_without_retrying(
+async def test_s3_sink_into_a_missing_bucket_fails_at_compile_before_any_shard(
     client: Client, settings: Settings, s3_server: SeaweedS3, tmp_path: Path
 ) -> None:
+    """The bucket is checked with the job's credentials when the job compiles: the run
+    fails there, naming the bucket and the sink's line, and no map window is scheduled."""
     bucket = f"keel-missing-{uuid.uuid4().hex[:12]}"
     destination = f"s3://{bucket}/out/"
     st = s3_settings(settings, s3_server, s3_config(tmp_path, f"s3://{bucket}/"))
+    run_id = f"r-{uuid.uuid4().hex[:10]}"
+    inp = MRPJobInput(job_yaml=job("s3-missing", destination), backend="threads", run_id=run_id)
     async with build_worker(client, st):
         with pytest.raises(WorkflowFailureError) as info:
-            await run_job(
-                client,
-                st,
-                "s3-missing",
-                MRPJobInput(job_yaml=job("s3-missing", destination), backend="threads"),
-            )
-    cause = info.value.cause
-    assert "NoSuchBucket" in str(cause) and f"s3://{bucket}/out/" in str(cause)
+            await run_job(client, st, "s3-missing", inp)
+    message = str(info.value.cause) + " " + str(getattr(info.value.cause, "cause", ""))
+    assert "sink not writable at produce.sink.destination (line " in message, message
+    assert "NoSuchBucket" in message and f"s3://{bucket}/out/" in message, message
+    scheduled = []
+    handle = client.get_workflow_handle(workflow_id_for("s3-missing", run_id))
+    async for e in handle.fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled.append(e.activity_task_scheduled_event_attributes.activity_type.name)
+    assert scheduled == [steps.COMPILE.name], scheduled  # nothing after the compile
+    listing = s3_server.client().list_buckets()  # type: ignore[attr-defined]
+    assert bucket not in {b["Name"] for b in listing["Buckets"]}  # and no bucket was made
+
+
+def test_a_large_output_goes_up_in_parts_and_reads_back_whole(
+    settings: Settings, s3_server: SeaweedS3, tmp_path: Path
+) -> None:
+    """Above the part size an output is a multipart upload (S3's ETag of such an object
+    ends in ``-<parts>``), streamed from disk; the bytes read back are the file's."""
+    bucket = f"keel-big-{uuid.uuid4().hex[:12]}"
+    s3_server.client().create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+    st = s3_settings(settings, s3_server, s3_config(tmp_path, f"s3://{bucket}/"))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    data = os.urandom(5 * 1024 * 1024) * 2 + b"tail"  # two 5 MiB parts and a little
+    (out_dir / "big.jsonl").write_bytes(data)
+    staged = [ProducedFileRecord(path="big.jsonl", digest=digest_bytes(data), size=len(data))]
+    location = parse_s3_destination(f"s3://{bucket}/runs/")
+    store = s3_client_for_bucket(st, bucket)
+    store.upload_file_at(
+        location.key_for("big.jsonl"),
+        out_dir / "big.jsonl",
+        metadata={DIGEST_METADATA: digest_bytes(data)},
+        part_bytes=5 * 1024 * 1024,
+    )
+    head = s3_server.client().head_object(Bucket=bucket, Key="runs/big.jsonl")  # type: ignore[attr-defined]
+    assert head["ETag"].strip('"').endswith("-3"), head["ETag"]
+    assert get_object(s3_server, bucket, "runs/big.jsonl")["Body"].read() == data
+    # The sink's own path: a second upload of the same bytes finds them and writes nothing.
+    [done] = upload_to_s3(st, f"s3://{bucket}/runs/", out_dir, staged, "r-big")
+    assert done.uri == f"s3://{bucket}/runs/big.jsonl"
+    assert (
+        s3_server.client().head_object(Bucket=bucket, Key="runs/big.jsonl")["ETag"] == head["ETag"]
+    )  # type: ignore[attr-defined]
+
+
+async def test_a_sink_outside_the_allowed_prefixes_is_refused_without_touching_the_bucket(
+    client: Client, settings: Settings, s3_server: SeaweedS3, tmp_path: Path
+) -> None:
+    bucket = f"keel-other-{uuid.uuid4().hex[:12]}"
+    s3 = s3_server.client()
+    s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+    st = s3_settings(settings, s3_server, s3_config(tmp_path, "s3://keel-allowed-only/"))
+    inp = MRPJobInput(job_yaml=job("s3-refused", f"s3://{bucket}/out/"), backend="threads")
+    async with build_worker(client, st):
+        with pytest.raises(WorkflowFailureError) as info:
+            await run_job(client, st, "s3-refused", inp)
+    message = str(info.value.cause) + " " + str(getattr(info.value.cause, "cause", ""))
+    assert "outside the allowed prefixes" in message, message
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket)  # type: ignore[attr-defined]
