@@ -760,16 +760,6 @@ def _true_statuses(
     return found
 
 
-def _diffable(row: dict[str, Any]) -> dict[str, Any]:
-    """A decision set as ``design diff`` compares it: its constraints and the pattern
-    chosen per capability (the candidates' scoring would drown the choices)."""
-    plan = row.get("plan_json") or {}
-    return {
-        "constraints": row.get("constraints_json") or {},
-        "plan": {c["capability"]: c["pattern_id"] for c in plan.get("choices", [])},
-    }
-
-
 def _cost_line_text(c: Any) -> str:
     where = f"{c.capability} {c.resource}" + (f" [{c.region}]" if c.region else "")
 
@@ -795,124 +785,99 @@ def diff(
     as_user: AsOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
-    """The Change Summary of a decision set against its previous one (or ``--against``
+    """The Change Summary of a decision set against its previous one (or --against
     another): files, state, the Terraform resources added, removed and changed (per
     module instance, so per capability and region) and the cost lines that changed."""
-    from keel.design.diff import cost_line_diff, state_diff, terraform_diff
-    from store.artifacts import artifact_store_from_settings
-    from store.design import decision_set as ds_row
-    from store.design import load_previous, repository_diff, stored_view
-
     DESIGN.mode(json_out)
     with DESIGN.reported():
         settings = toolkit.load_settings()
         sm = toolkit.sessions(settings)
         _owned_project(sm, project, user(as_user))
-        row = ds_row(sm, project, decision_set)
-        if row is None:
-            DESIGN.fail("not_found", f"project {project!r} has no decision set {decision_set!r}")
-        parent = against if against is not None else row["parent_id"]
-        if parent is None:
-            DESIGN.fail("not_found", f"{project}/{decision_set} has no previous decision set")
-        old_row = ds_row(sm, project, parent)
-        if old_row is None:
-            DESIGN.fail("not_found", f"project {project!r} has no decision set {parent!r}")
-        last = stored_view(sm, project, decision_set).last
-        summary = last.get("diff-update") if against is None else {}
-        new, old = load_previous(sm, project, decision_set), load_previous(sm, project, parent)
-        if summary is None or new is None or old is None:
-            DESIGN.fail(
-                "not_found", f"{project}/{decision_set} has no Change Summary (not finished)"
-            )
-        # The files from the project's git history: this set's commit against the other's.
-        repo = repository_diff(
-            sm, artifact_store_from_settings(settings), settings.design_repos_dir,
-            project, decision_set, against=parent,
-        )  # fmt: skip
-        files = repo.changes() if repo is not None else {}
-        added, removed, modified = (
-            [p for p, s in files.items() if s == kind] for kind in ("added", "removed", "modified")
-        )
-        changes = state_diff(_diffable(old_row), _diffable(row))
-        tf = None
-        if repo is not None and repo.old is not None:
-            tf = terraform_diff(repo.old.texts(".tf"), repo.new.texts(".tf"))
-        cost_lines = cost_line_diff(
-            [ln.model_dump(mode="json") for ln in (old.cost.breakdown if old.cost else [])],
-            [ln.model_dump(mode="json") for ln in (new.cost.breakdown if new.cost else [])],
-        )
-        cost = new.cost
-        delta_usd = summary.get("cost_delta_usd")
-        delta_pct = cost.delta_vs_prev_pct if cost else None
-        if against is not None:
-            old_total = old.cost.monthly_usd if old.cost else None
-            new_total = cost.monthly_usd if cost else None
-            delta_usd = None
-            delta_pct = None
-            if old_total is not None and new_total is not None:
-                delta_usd = round(new_total - old_total, 2)
-                delta_pct = round(100 * delta_usd / old_total, 2) if old_total else None
-        state_keys = summary.get("state_keys_changed")
-        if state_keys is None:
-            state_keys = changes.top_keys()
-        doc = {
-            "project": project,
-            "decision_set": decision_set,
-            "previous": parent,
-            "files_added": added,
-            "files_removed": removed,
-            "files_modified": modified,
-            "docs_changed": summary.get("docs_changed")
-            or sorted(
-                p for p in (*added, *removed, *modified) if p.endswith((".md", ".rst", ".txt"))
-            ),
-            "state_keys_changed": state_keys,
-            "changes": {
-                "added": changes.added,
-                "removed": changes.removed,
-                "changed": [c.model_dump(mode="json") for c in changes.changed],
-            },
-            "terraform": None
-            if tf is None
-            else {
-                "added": [r.model_dump(mode="json") for r in tf.added],
-                "removed": [r.model_dump(mode="json") for r in tf.removed],
-                "changed": [r.model_dump(mode="json") for r in tf.changed],
-            },
-            "cost_lines": [
-                {**c.model_dump(mode="json"), "delta_usd": c.delta_usd} for c in cost_lines
-            ],
-            "cost_delta_usd": delta_usd,
-            "cost_delta_pct": delta_pct,
-            "monthly_usd": cost.monthly_usd if cost else None,
-        }
-        lines = [f"{project}/{decision_set} against {parent}:"]
-        for label, paths in (("added", added), ("removed", removed), ("modified", modified)):
-            lines.append(f"  files {label} ({len(paths)})" + "".join(f"\n    {p}" for p in paths))
-        lines.append(f"  state keys changed: {', '.join(state_keys) or 'none'}")
-        for path in changes.added:
-            lines.append(f"    + {path}")
-        for path in changes.removed:
-            lines.append(f"    - {path}")
-        for c in changes.changed:
-            lines.append(f"    ~ {c.path}: {json.dumps(c.old)} -> {json.dumps(c.new)}")
-        if tf is None:
-            lines.append("  terraform: no repository to compare (not generated)")
-        else:
-            for label, mark, items in (
-                ("added", "+", tf.added),
-                ("removed", "-", tf.removed),
-                ("changed", "~", tf.changed),
-            ):
-                lines.append(f"  terraform resources {label} ({len(items)})")
-                lines += [
-                    f"    {mark} {r.address}" + (f" [{r.region}]" if r.region else "")
-                    for r in items
-                ]
-        lines.append(f"  cost lines changed ({len(cost_lines)})")
-        lines += [f"    ~ {_cost_line_text(c)}" for c in cost_lines]
-        lines.append(f"  cost: {_usd(doc['monthly_usd'])}/month{_delta(delta_usd, delta_pct)}")
-        DESIGN.emit(doc, "\n".join(lines))
+        d = _load_diff(settings, sm, project, decision_set, against)
+        DESIGN.emit(d.model_dump(mode="json"), _diff_text(d))
+
+
+def _load_diff(
+    settings: Settings, sm: sessionmaker[Session], project: str, ds: str, against: str | None
+) -> Any:
+    """What ``design diff`` compares, read from the store and the project's repository,
+    compared by :func:`keel.design.diff.decision_set_diff`."""
+    from keel.design.diff import decision_set_diff, diffable
+    from store.artifacts import artifact_store_from_settings
+    from store.design import decision_set as ds_row
+    from store.design import load_previous, repository_diff, stored_view
+
+    row = ds_row(sm, project, ds)
+    if row is None:
+        DESIGN.fail("not_found", f"project {project!r} has no decision set {ds!r}")
+    parent = against if against is not None else row["parent_id"]
+    if parent is None:
+        DESIGN.fail("not_found", f"{project}/{ds} has no previous decision set")
+    old_row = ds_row(sm, project, parent)
+    if old_row is None:
+        DESIGN.fail("not_found", f"project {project!r} has no decision set {parent!r}")
+    # Against its own parent, the Diff Summary the run stored (none: not finished).
+    summary = stored_view(sm, project, ds).last.get("diff-update") if against is None else {}
+    new, old = load_previous(sm, project, ds), load_previous(sm, project, parent)
+    if summary is None or new is None or old is None:
+        DESIGN.fail("not_found", f"{project}/{ds} has no Change Summary (not finished)")
+    # The files from the project's git history: this set's commit against the other's.
+    repo = repository_diff(
+        sm, artifact_store_from_settings(settings), settings.design_repos_dir,
+        project, ds, against=parent,
+    )  # fmt: skip
+    old_tf = new_tf = None
+    if repo is not None and repo.old is not None:
+        old_tf, new_tf = repo.old.texts(".tf"), repo.new.texts(".tf")
+    return decision_set_diff(
+        project=project,
+        decision_set=ds,
+        previous=parent,
+        old_state=diffable(old_row.get("constraints_json"), old_row.get("plan_json")),
+        new_state=diffable(row.get("constraints_json"), row.get("plan_json")),
+        files=repo.changes() if repo is not None else {},
+        old_tf=old_tf,
+        new_tf=new_tf,
+        old_cost=old.cost.model_dump(mode="json") if old.cost else None,
+        new_cost=new.cost.model_dump(mode="json") if new.cost else None,
+        recorded=summary,
+    )
+
+
+def _diff_text(d: Any) -> str:
+    """``design diff``'s text: a :class:`keel.design.diff.DecisionSetDiff` for people."""
+    lines = [f"{d.project}/{d.decision_set} against {d.previous}:"]
+    for label, paths in (
+        ("added", d.files_added),
+        ("removed", d.files_removed),
+        ("modified", d.files_modified),
+    ):
+        lines.append(f"  files {label} ({len(paths)})" + "".join(f"\n    {p}" for p in paths))
+    lines.append(f"  state keys changed: {', '.join(d.state_keys_changed) or 'none'}")
+    lines += [f"    + {path}" for path in d.changes.added]
+    lines += [f"    - {path}" for path in d.changes.removed]
+    for c in d.changes.changed:
+        lines.append(f"    ~ {c.path}: {json.dumps(c.old)} -> {json.dumps(c.new)}")
+    tf = d.terraform
+    if tf is None:
+        lines.append("  terraform: no repository to compare (not generated)")
+    else:
+        for label, mark, items in (
+            ("added", "+", tf.added),
+            ("removed", "-", tf.removed),
+            ("changed", "~", tf.changed),
+        ):
+            lines.append(f"  terraform resources {label} ({len(items)})")
+            lines += [
+                f"    {mark} {r.address}" + (f" [{r.region}]" if r.region else "") for r in items
+            ]
+        if tf.unreadable:
+            lines.append("  terraform files not HCL, not compared: " + ", ".join(tf.unreadable))
+    lines.append(f"  cost lines changed ({len(d.cost_lines)})")
+    lines += [f"    ~ {_cost_line_text(c)}" for c in d.cost_lines]
+    delta = _delta(d.cost_delta_usd, d.cost_delta_pct)
+    lines.append(f"  cost: {_usd(d.monthly_usd)}/month{delta}")
+    return "\n".join(lines)
 
 
 @app.command()

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from keel.design.constraints import Constraints, WorkloadType
+from keel.design.diff import cost_delta
 from keel.design.errors import PriceTableError, issues_from_validation
 from keel.design.patterns import Capability, PatternCatalog
 from keel.design.planner import Plan
@@ -412,14 +413,7 @@ def estimate_cost(
                 price_source=price.source,
             )
         )
-    delta_usd: float | None = None
-    delta_pct: float | None = None
-    if previous is not None:
-        prev = Decimal(str(previous.monthly_usd))
-        delta = total - prev
-        delta_usd = float(delta)
-        if prev != 0:
-            delta_pct = float((delta / prev * 100).quantize(Decimal("0.1")))
+    delta_usd, delta_pct = cost_delta(previous.monthly_usd if previous else None, total)
     table = {"method": prices.method, "version": prices.version}
     if prices.as_of is not None:
         table["as_of"] = prices.as_of.isoformat()

@@ -9,11 +9,21 @@ inserted choice does not show every later one as changed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from keel.design.hcl import (
+    aws_alias,
+    blocks,
+    canonical_body,
+    join_path,
+    parent_dir,
+    parse_tf,
+    substitute,
+)
 
 DOC_SUFFIXES = (".md", ".rst", ".txt")
 _MATCH_KEYS = ("capability", "id")
@@ -198,6 +208,8 @@ class TerraformDiff(BaseModel):
     added: list[ResourceChange] = Field(default_factory=list)
     removed: list[ResourceChange] = Field(default_factory=list)
     changed: list[ResourceChange] = Field(default_factory=list)
+    #: ``.tf`` files (of either tree) that python-hcl2 could not read, so not compared.
+    unreadable: list[str] = Field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -220,118 +232,47 @@ class CostLineChange(BaseModel):
     old_usd: float | None = None
     new_usd: float | None = None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def delta_usd(self) -> float:
         return round((self.new_usd or 0.0) - (self.old_usd or 0.0), 2)
 
 
-_BLOCK = re.compile(r'^(resource|module|provider)\s+"([^"]+)"(?:\s+"([^"]+)")?\s*\{\s*$')
-_ARG = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=\s*(.*?)\s*$")
-_VAR = re.compile(r"\bvar\.([A-Za-z_][\w-]*)")
-_SPACE = re.compile(r"\s+")
-
-
-def _blocks(text: str) -> list[tuple[str, str, str, list[str]]]:
-    """Top-level ``resource``/``module``/``provider`` blocks: (kind, first label, second
-    label, body lines). The generated files open a block at column 0 and close it with
-    ``}`` at column 0, as ``terraform fmt`` writes them."""
-    out: list[tuple[str, str, str, list[str]]] = []
-    current: tuple[str, str, str, list[str]] | None = None
-    for line in text.splitlines():
-        if current is None:
-            m = _BLOCK.match(line)
-            if m is not None:
-                current = (m.group(1), m.group(2), m.group(3) or "", [])
-            continue
-        if line.startswith("}"):
-            out.append(current)
-            current = None
-        else:
-            current[3].append(line)
-    return out
-
-
-def _normal(lines: list[str]) -> str:
-    kept = [ln for ln in lines if not ln.lstrip().startswith(("#", "//"))]
-    return _SPACE.sub(" ", "\n".join(kept)).strip()
-
-
-def _top_args(lines: list[str]) -> dict[str, str]:
-    """The block's own single-line arguments (depth 0)."""
-    args: dict[str, str] = {}
-    depth = 0
-    for line in lines:
-        if depth == 0:
-            m = _ARG.match(line)
-            if m is not None:
-                args[m.group(1)] = m.group(2)
-        depth += line.count("{") + line.count("[") + line.count("(")
-        depth -= line.count("}") + line.count("]") + line.count(")")
-    return args
-
-
-def _dir(path: str) -> str:
-    return path.rsplit("/", 1)[0] if "/" in path else ""
-
-
-def _join_path(base: str, rel: str) -> str:
-    parts = [p for p in base.split("/") if p]
-    for seg in rel.split("/"):
-        if seg in ("", "."):
-            continue
-        if seg == "..":
-            if parts:
-                parts.pop()
-        else:
-            parts.append(seg)
-    return "/".join(parts)
-
-
-def _substitute(text: str, args: Mapping[str, str]) -> str:
-    """``text`` with each ``var.x`` replaced by ``(<the argument x>)`` where one is given."""
-    return _VAR.sub(lambda m: f"({args[m.group(1)]})" if m.group(1) in args else m.group(0), text)
-
-
-def terraform_resources(files: Mapping[str, str]) -> dict[str, tuple[ResourceChange, str]]:
-    """Every resource a generated tree declares, by address, with its body (comments and
-    spacing dropped; inside a module instance, each ``var.x`` replaced by the argument the
-    instance passes, so a changed size or wiring shows as a changed resource).
-
-    A directory that some ``module`` block uses as its ``source`` contributes its
-    resources once per instance (``module.<instance>.<type>.<name>``, in the instance's
-    provider region); any other directory's resources are addressed ``<dir>:<type>.<name>``.
-    """
-    tf = {p: t for p, t in files.items() if p.endswith(".tf")}
-    by_dir: dict[str, list[tuple[str, str, list[str]]]] = {}
+def _read_tree(
+    files: Mapping[str, str],
+) -> tuple[dict[str, tuple[ResourceChange, str]], list[str]]:
+    """:func:`terraform_resources`, and the ``.tf`` files that are not HCL (left out)."""
+    by_dir: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     regions: dict[str, str] = {}
-    instances: list[tuple[str, str, dict[str, str]]] = []
-    for path in sorted(tf):
-        for kind, a, b, body in _blocks(tf[path]):
-            if kind == "resource":
-                by_dir.setdefault(_dir(path), []).append((a, b, body))
-            elif kind == "provider":
-                args = _top_args(body)
-                alias, region = args.get("alias", ""), args.get("region", "")
-                if alias and region:
-                    regions[alias.strip('"')] = region.strip('"')
-            elif kind == "module":
-                args = _top_args(body)
-                source = args.get("source", "").strip('"')
-                if source.startswith("."):
-                    instances.append((a, _join_path(_dir(path), source), args))
+    instances: list[tuple[str, str, dict[str, Any]]] = []
+    unreadable: list[str] = []
+    for path in sorted(p for p in files if p.endswith(".tf")):
+        try:
+            parsed = parse_tf(files[path])
+        except ValueError:
+            unreadable.append(path)
+            continue
+        by_dir.setdefault(parent_dir(path), []).extend(blocks(parsed, "resource"))
+        for _, _, args in blocks(parsed, "provider"):
+            alias, region = args.get("alias"), args.get("region")
+            if isinstance(alias, str) and isinstance(region, str) and alias and region:
+                regions[alias] = region
+        for name, _, args in blocks(parsed, "module"):
+            source = args.get("source")
+            if isinstance(source, str) and source.startswith("."):
+                instances.append((name, join_path(parent_dir(path), source), args))
     out: dict[str, tuple[ResourceChange, str]] = {}
     used = {source for _, source, _ in instances}
     for name, source, args in instances:
-        provider = re.search(r"aws\s*=\s*aws\.([\w-]+)", args.get("providers", ""))
-        where = regions.get(provider.group(1)) if provider else None
+        alias = aws_alias(args.get("providers"))
+        where = regions.get(alias) if alias else None
         for rtype, rname, body in by_dir.get(source, []):
-            text = _substitute(_normal(body), args)
             address = f"module.{name}.{rtype}.{rname}"
             out[address] = (
                 ResourceChange(
                     address=address, resource=f"{rtype}.{rname}", module=source, region=where
                 ),
-                text,
+                canonical_body(substitute(body, args)),
             )
     for directory, resources in by_dir.items():
         if directory in used:
@@ -340,18 +281,36 @@ def terraform_resources(files: Mapping[str, str]) -> dict[str, tuple[ResourceCha
             address = f"{directory}:{rtype}.{rname}" if directory else f"{rtype}.{rname}"
             out[address] = (
                 ResourceChange(address=address, resource=f"{rtype}.{rname}", module=directory),
-                _normal(body),
+                canonical_body(body),
             )
-    return out
+    return out, unreadable
+
+
+def terraform_resources(files: Mapping[str, str]) -> dict[str, tuple[ResourceChange, str]]:
+    """Every resource a generated tree declares, by address, with its body as compared
+    (the parsed arguments and blocks as canonical JSON, so comments and layout do not
+    count; inside a module instance, each ``var.x`` replaced by the argument the instance
+    passes, so a changed size or wiring shows as a changed resource).
+
+    The ``.tf`` files are read with python-hcl2, so any layout Terraform accepts reads
+    the same (``terraform fmt``'s, one-line blocks, odd spacing); a file that is not HCL
+    is left out (:func:`terraform_diff` names it). A directory that some ``module`` block
+    uses as its ``source`` contributes its resources once per instance
+    (``module.<instance>.<type>.<name>``, in the instance's provider region); any other
+    directory's resources are addressed ``<dir>:<type>.<name>``.
+    """
+    return _read_tree(files)[0]
 
 
 def terraform_diff(old_files: Mapping[str, str], new_files: Mapping[str, str]) -> TerraformDiff:
-    """The resources added, removed and changed from ``old_files`` to ``new_files``."""
-    old, new = terraform_resources(old_files), terraform_resources(new_files)
+    """The resources added, removed and changed from ``old_files`` to ``new_files``, and
+    the ``.tf`` files of either side that are not HCL (their resources not compared)."""
+    (old, old_bad), (new, new_bad) = _read_tree(old_files), _read_tree(new_files)
     return TerraformDiff(
         added=[new[a][0] for a in sorted(set(new) - set(old))],
         removed=[old[a][0] for a in sorted(set(old) - set(new))],
         changed=[new[a][0] for a in sorted(set(old) & set(new)) if old[a][1] != new[a][1]],
+        unreadable=sorted(set(old_bad) | set(new_bad)),
     )
 
 
@@ -412,3 +371,109 @@ def cost_line_diff(
             )
         )
     return changes
+
+
+def cost_delta(
+    old_usd: float | Decimal | None, new_usd: float | Decimal | None
+) -> tuple[float | None, float | None]:
+    """The one rule for a change of monthly cost, for the cost critic (against the previous
+    decision set) and ``design diff`` (against any): ``new - old`` in USD, exact on the
+    totals' decimals, and its percent of ``old`` to 0.1; the percent is ``None`` when
+    ``old`` is zero (no meaningful ratio), both are ``None`` when a side has no cost."""
+    if old_usd is None or new_usd is None:
+        return None, None
+    old, new = Decimal(str(old_usd)), Decimal(str(new_usd))
+    delta = new - old
+    pct = float((delta / old * 100).quantize(Decimal("0.1"))) if old != 0 else None
+    return float(delta), pct
+
+
+def diffable(
+    constraints: Mapping[str, Any] | None, plan: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A decision set as ``design diff`` compares its state: its constraints and the
+    pattern chosen per capability (the candidates' scoring would drown the choices)."""
+    return {
+        "constraints": dict(constraints or {}),
+        "plan": {c["capability"]: c["pattern_id"] for c in (plan or {}).get("choices", [])},
+    }
+
+
+class DecisionSetDiff(BaseModel):
+    """What ``design diff`` reports: one decision set against another of its project."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project: str
+    decision_set: str
+    previous: str
+    files_added: list[str]
+    files_removed: list[str]
+    files_modified: list[str]
+    docs_changed: list[str]
+    state_keys_changed: list[str]
+    changes: StateDiff
+    #: ``None`` when there is no generated repository to compare.
+    terraform: TerraformDiff | None
+    cost_lines: list[CostLineChange]
+    cost_delta_usd: float | None
+    cost_delta_pct: float | None
+    monthly_usd: float | None
+
+
+def decision_set_diff(
+    *,
+    project: str,
+    decision_set: str,
+    previous: str,
+    old_state: Mapping[str, Any],
+    new_state: Mapping[str, Any],
+    files: Mapping[str, str],
+    old_tf: Mapping[str, str] | None,
+    new_tf: Mapping[str, str] | None,
+    old_cost: Mapping[str, Any] | None,
+    new_cost: Mapping[str, Any] | None,
+    recorded: Mapping[str, Any] | None = None,
+) -> DecisionSetDiff:
+    """The Change Summary of ``decision_set`` against ``previous``: files (``path ->
+    added | removed | modified``, from the project's history), state (:func:`diffable`
+    of each), the Terraform resources (``None`` without both trees), the cost lines and
+    the cost delta (:func:`cost_delta` of the totals; costs are ``CostEstimate`` JSON).
+
+    ``recorded`` is the Diff Summary the run stored when ``previous`` is its own parent:
+    its ``docs_changed`` and ``state_keys_changed`` are kept as the run computed them."""
+    recorded = recorded or {}
+    added, removed, modified = (
+        sorted(p for p, s in files.items() if s == kind)
+        for kind in ("added", "removed", "modified")
+    )
+    changes = state_diff(old_state, new_state)
+    terraform = (
+        terraform_diff(old_tf, new_tf) if old_tf is not None and new_tf is not None else None
+    )
+    old_total = old_cost.get("monthly_usd") if old_cost else None
+    new_total = new_cost.get("monthly_usd") if new_cost else None
+    delta_usd, delta_pct = cost_delta(old_total, new_total)
+    docs = sorted(p for p in (*added, *removed, *modified) if p.endswith(DOC_SUFFIXES))
+    return DecisionSetDiff(
+        project=project,
+        decision_set=decision_set,
+        previous=previous,
+        files_added=added,
+        files_removed=removed,
+        files_modified=modified,
+        docs_changed=recorded.get("docs_changed") or docs,
+        state_keys_changed=(
+            changes.top_keys()
+            if recorded.get("state_keys_changed") is None
+            else list(recorded["state_keys_changed"])
+        ),
+        changes=changes,
+        terraform=terraform,
+        cost_lines=cost_line_diff(
+            list((old_cost or {}).get("breakdown", [])), list((new_cost or {}).get("breakdown", []))
+        ),
+        cost_delta_usd=delta_usd,
+        cost_delta_pct=delta_pct,
+        monthly_usd=new_total,
+    )

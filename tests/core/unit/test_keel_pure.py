@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 KEEL = Path(__file__).resolve().parents[3] / "keel"
-#: Third-party packages the domain may use: models, YAML, schemas, digests.
+#: Third-party packages the domain may use: models, YAML, schemas, digests, HCL (python-hcl2
+#: and its parser lark: the design diff reads generated Terraform from strings).
 THIRD_PARTY = {
+    "hcl2",
+    "lark",
     "pydantic",
     "pydantic_core",
     "yaml",

@@ -2,9 +2,13 @@ from __future__ import annotations
 
 from keel.design.constraints import parse_constraints
 from keel.design.diff import (
+    DecisionSetDiff,
     change_summary,
     change_summary_md,
+    cost_delta,
     cost_line_diff,
+    decision_set_diff,
+    diffable,
     state_diff,
     terraform_diff,
     terraform_resources,
@@ -145,7 +149,8 @@ def test_terraform_resources_expand_each_module_instance_with_its_region() -> No
         "infra/modules/ingest",
         "aws_kinesis_stream.events",
     )
-    assert "shard_count = (2)" in body
+    # The instance's argument stands in for var.shard_count.
+    assert '"shard_count":2' in body
 
 
 def test_an_argument_changes_only_that_regions_resource() -> None:
@@ -174,9 +179,70 @@ def test_added_and_removed_resources_and_trees_without_modules() -> None:
         "infra/ingest:aws_kinesis_stream.events",
         "infra/ingest:aws_kms_key.this",
     ]
-    # Nothing to compare, or a block never closed: no resources, no error.
+    # Nothing to compare, or a block never closed: no resources, no error; the file that
+    # is not HCL is named.
     assert terraform_diff({}, {}).empty
-    assert terraform_resources({"a.tf": 'resource "x" "y" {\n  a = 1\n'}) == {}
+    broken = {"a.tf": 'resource "x" "y" {\n  a = 1\n'}
+    assert terraform_resources(broken) == {}
+    assert terraform_diff({}, broken).unreadable == ["a.tf"]
+
+
+#: The tree of ``_tree`` in a layout ``terraform fmt`` never writes: one-line blocks, a
+#: block closed on its last argument's line or by an indented brace, indented blocks,
+#: no spaces around ``=``, a comment after the brace. Terraform reads it as the same tree.
+ODD_ROOT_TF = """provider "aws" { alias = "us_east_1"
+region="us-east-1" }
+provider   "aws"   {
+    alias="eu_west_1"
+    region   =   "eu-west-1"
+    }
+module "ingest_us_east_1" { source = "./modules/ingest"
+  providers = { aws = aws.us_east_1 }
+  shard_count = %d }
+module "ingest_eu_west_1" {
+    source="./modules/ingest"
+    providers={aws=aws.eu_west_1}
+    shard_count=1
+  }
+"""
+ODD_MODULE_TF = """resource "aws_kinesis_stream" "events" { # one stream per region
+  name = "events"
+  shard_count = var.shard_count }
+resource "aws_kms_key" "this" { enable_key_rotation = true }
+"""
+
+
+def _odd_tree(shards: int) -> dict[str, str]:
+    return {"infra/main.tf": ODD_ROOT_TF % shards, "infra/modules/ingest/main.tf": ODD_MODULE_TF}
+
+
+def test_terraform_in_any_layout_reads_as_in_fmt_layout() -> None:
+    """The old reader matched ``terraform fmt``'s layout line by line (a block opened at
+    the end of its first line, closed by ``}`` at column 0): on this tree it found no
+    resource at all. Read as HCL, it is the same tree as ``_tree``'s."""
+    odd = terraform_resources(_odd_tree(2))
+    fmt = terraform_resources(_tree(2))
+    assert (
+        sorted(odd)
+        == sorted(fmt)
+        == [
+            "module.ingest_eu_west_1.aws_kinesis_stream.events",
+            "module.ingest_eu_west_1.aws_kms_key.this",
+            "module.ingest_us_east_1.aws_kinesis_stream.events",
+            "module.ingest_us_east_1.aws_kms_key.this",
+        ]
+    )
+    assert {a: (c.region, body) for a, (c, body) in odd.items()} == {
+        a: (c.region, body) for a, (c, body) in fmt.items()
+    }
+    d = terraform_diff(_odd_tree(2), _odd_tree(4))
+    assert [r.address for r in d.changed] == ["module.ingest_us_east_1.aws_kinesis_stream.events"]
+    assert d.added == d.removed == d.unreadable == []
+    # Across layouts only what Terraform would see counts: the argument that changed.
+    assert [r.address for r in terraform_diff(_tree(2), _odd_tree(4)).changed] == [
+        "module.ingest_us_east_1.aws_kinesis_stream.events"
+    ]
+    assert terraform_diff(_tree(2), _odd_tree(2)).empty
 
 
 def test_cost_lines_are_matched_by_capability_resource_and_region() -> None:
@@ -206,3 +272,52 @@ def test_cost_lines_are_matched_by_capability_resource_and_region() -> None:
     [moved] = cost_line_diff(old, swapped)
     assert (moved.old_pattern, moved.new_pattern) == ("ingest:a", "ingest:b")
     assert cost_line_diff(old, old) == []
+
+
+def test_one_cost_delta_rule_for_the_critic_and_design_diff() -> None:
+    """``design diff`` against any decision set and the cost critic against the previous
+    one compute the delta with the same rule (cost_delta), percent to 0.1."""
+    assert cost_delta(100.0, 133.33) == (33.33, 33.3)
+    assert cost_delta(0.0, 5.0) == (5.0, None)
+    assert cost_delta(None, 5.0) == cost_delta(5.0, None) == (None, None)
+    line = {"service": "s3_storage", "region": "us-east-1", "quantity": 10.0, "usd": 0.23,
+            "pattern_id": "ingest:a", "unit": "GB-month", "qty": "10 GB-month"}  # fmt: skip
+    d = decision_set_diff(
+        project="p",
+        decision_set="ds2",
+        previous="ds1",
+        old_state=diffable({"regions": ["us-east-1"]}, {"choices": []}),
+        new_state=diffable(
+            {"regions": ["us-east-1"]}, {"choices": [{"capability": "ingest", "pattern_id": "a"}]}
+        ),
+        files={"README.md": "modified", "infra/main.tf": "added"},
+        old_tf=None,
+        new_tf=None,
+        old_cost={"monthly_usd": 100.0, "breakdown": []},
+        new_cost={"monthly_usd": 100.23, "breakdown": [line]},
+    )
+    assert (d.cost_delta_usd, d.cost_delta_pct, d.monthly_usd) == (0.23, 0.2, 100.23)
+    assert d.docs_changed == ["README.md"] and d.files_added == ["infra/main.tf"]
+    assert d.state_keys_changed == ["plan"] and d.terraform is None
+    doc = d.model_dump(mode="json")
+    assert doc["cost_lines"][0]["delta_usd"] == 0.23
+    assert doc["changes"]["added"] == ["plan.ingest"]
+    # A run's recorded summary keeps what the run computed.
+    recorded = {"docs_changed": ["plan.md"], "state_keys_changed": []}
+    kept = decision_set_diff(**{**_args(d), "recorded": recorded})
+    assert (kept.docs_changed, kept.state_keys_changed) == (["plan.md"], [])
+
+
+def _args(d: DecisionSetDiff) -> dict:
+    return {
+        "project": d.project,
+        "decision_set": d.decision_set,
+        "previous": d.previous,
+        "old_state": {},
+        "new_state": {},
+        "files": {},
+        "old_tf": None,
+        "new_tf": None,
+        "old_cost": None,
+        "new_cost": None,
+    }
