@@ -79,7 +79,7 @@ def up(
 ) -> None:
     """Start the embedded Temporal dev server, the local model server, a worker and the API.
 
-    Stays up until Ctrl-C or ``keel down``; everything binds to 127.0.0.1.
+    Stays up until Ctrl-C or 'keel down'; everything binds to 127.0.0.1.
     """
     KEEL.mode(json_out)
     from services.model_server import LocalModelServer, unavailable_reason
@@ -241,8 +241,8 @@ def _say_err(line: str) -> None:
 
 @app.command()
 def down(timeout: float = 30.0, json_out: JsonOpt = None) -> None:
-    """Stop the services a running ``keel up`` started (also those of a start cut short,
-    or of a ``keel up`` that was killed)."""
+    """Stop the services a running 'keel up' started (also those of a start cut short,
+    or of a 'keel up' that was killed)."""
     KEEL.mode(json_out)
     with KEEL.reported():
         _down(timeout)
@@ -280,7 +280,7 @@ def _down(timeout: float) -> None:
 
 @app.command()
 def status(json_out: JsonOpt = None) -> None:
-    """Show what ``keel up`` runs and whether Temporal answers."""
+    """Show what 'keel up' runs and whether Temporal answers."""
     KEEL.mode(json_out)
     with KEEL.reported():
         _status()
@@ -356,8 +356,8 @@ def migrate_search_attributes(
     task_queue: Annotated[str | None, typer.Option(help="Only workflows on this queue")] = None,
     json_out: JsonOpt = None,
 ) -> None:
-    """Have open runs and gates started before ``KeelReaders`` set it, so their owners and
-    approvers find them in ``GET /gates`` and ``GET /runs`` (docs/console.md, "Runs")."""
+    """Set KeelReaders on open runs and gates started before it existed, so their owners
+    and approvers find them in GET /gates and GET /runs (docs/console.md, "Runs")."""
     KEEL.mode(json_out)
     with KEEL.reported():
         _migrate_search_attributes(dry_run, task_queue)
@@ -922,7 +922,7 @@ def _produced_value(r: Any) -> Any:
 
 
 actors_app = typer.Typer(
-    help="The SRL actor servers: one `vllm serve` per GPU (docs/srl-actors.md).",
+    help="The SRL actor servers: one 'vllm serve' per GPU (docs/srl-actors.md).",
     no_args_is_help=True,
 )
 app.add_typer(actors_app, name="actors")
@@ -959,11 +959,11 @@ def actors_serve(
     ] = None,
     json_out: JsonOpt = None,
 ) -> None:
-    """Start one `vllm serve` per endpoint of the config and keep them running until Ctrl-C.
+    """Start one 'vllm serve' per endpoint of the config and keep them running until Ctrl-C.
 
     Each is a child process in its own process group, bound to the endpoint's
-    ``bind_host`` (127.0.0.1 unless configured), on its GPU (``CUDA_VISIBLE_DEVICES``),
-    logging to ``<data_dir>/logs/actors/<name>.log``; one that exits is restarted after
+    bind_host (127.0.0.1 unless configured), on its GPU (CUDA_VISIBLE_DEVICES),
+    logging to <data_dir>/logs/actors/<name>.log; one that exits is restarted after
     1, 2, 4 ... 30 s. Ctrl-C or SIGTERM stops them all by PID.
     """
     KEEL.mode(json_out)

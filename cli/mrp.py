@@ -466,7 +466,7 @@ def run(
     stay: StayOpt = False,
     json_out: JsonOpt = None,
 ) -> None:
-    """Run a job as an MRPJob workflow; checks it locally first (as `mrp compile`)."""
+    """Run a job as an MRPJob workflow; checks it locally first (as 'mrp compile')."""
     from keel.mrp.run import MRPJobInput
 
     MRP.mode(json_out)

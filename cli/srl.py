@@ -155,7 +155,7 @@ async def _collect(
 @app.command()
 def collect(
     tasks: Annotated[
-        Path, typer.Argument(help="Task file (JSONL of SrlTask; `srl synth` writes one)")
+        Path, typer.Argument(help="Task file (JSONL of SrlTask; 'srl synth' writes one)")
     ],
     collection: CollectionOpt,
     source: Annotated[
@@ -367,7 +367,7 @@ def expert(
     json_out: JsonOpt = None,
 ) -> None:
     """Write the collection's verified trajectories as an expert set: its task file with
-    each verified task's expert steps (`srl collect` on it scores step n against the
+    each verified task's expert steps ('srl collect' on it scores step n against the
     expert's step n)."""
     from client.srl import expert_task_file
     from store.artifacts import artifact_store_from_settings

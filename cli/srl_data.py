@@ -212,7 +212,7 @@ def stats(
     out: OutOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
-    """Print the Markdown stats reports written by `srl data process`."""
+    """Print the Markdown stats reports written by 'srl data process'."""
     from activities.srl.data import stats_for
 
     SRL_DATA.mode(json_out)
@@ -255,7 +255,7 @@ def tasks(
     keep_parse_failed: Annotated[
         bool,
         typer.Option(
-            "--keep-parse-failed", help="Keep records `srl data process` tagged parse-failed"
+            "--keep-parse-failed", help="Keep records 'srl data process' tagged parse-failed"
         ),
     ] = False,
     minimum: Annotated[
@@ -263,7 +263,7 @@ def tasks(
     ] = None,
     json_out: JsonOpt = None,
 ) -> None:
-    """Turn processed records into a task file for `srl collect`: one SrlTask a record,
+    """Turn processed records into a task file for 'srl collect': one SrlTask a record,
     with no gold action (collect with a teacher or actors, not gold_replay)."""
     from activities.srl.data import write_tasks
     from keel.srl.steps import parse_tasks
