@@ -5,7 +5,8 @@ nsjail sandbox with the repository as the jail's workspace. The other checks onl
 files and run on the host in a temporary directory: an HCL parse and checkov on the
 Terraform, actionlint on the workflows, hadolint on a Dockerfile, a CycloneDX SBOM of
 ``requirements.txt`` (checked, not made, here: :func:`add_sbom` puts it in the tree
-before validation) and a secret scan (detect-secrets). Each result is a
+before validation), a secret scan (detect-secrets) and the wiring check (the pieces
+against each other: :mod:`keel.design.wiring`). Each result is a
 :class:`~keel.design.validation.ValidatorResult`; a validator whose tool is missing, or
 whose jail cannot start, is ``not_run`` with the reason, never ``passed``.
 """
@@ -36,6 +37,8 @@ from activities.design.mypy_seed import jail_code as seed_jail_code
 from activities.design.mypy_seed import seed_dir as mypy_seed_dir
 from activities.heartbeat import heartbeating
 from keel.design.validation import ValidationReport, ValidatorResult
+from keel.design.wiring import RULES as WIRING_RULES
+from keel.design.wiring import check_wiring as wiring_findings
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.jail import Bind, run_async
 from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult, default_config
@@ -707,6 +710,39 @@ def check_sbom(files: Mapping[str, str]) -> ValidatorResult:
     )
 
 
+# ------------------------------------------------------------------------------ wiring
+
+
+def check_wiring(files: Mapping[str, str]) -> ValidatorResult:
+    """The pieces checked against each other (:mod:`keel.design.wiring`): commands and
+    module inputs against the variables declared, Lambda handlers and packages, images
+    against the CI that pushes them, environment variables against the runtimes that run
+    the code, alarms against what emits their metrics, job scripts against the tree. Each
+    finding names its rule, the file and what is wrong."""
+    if not any(p.endswith(".tf") for p in files):
+        return ValidatorResult(name="wiring", status="not_run", summary="no Terraform files")
+    findings = wiring_findings(files)
+    details: dict[str, Any] = {
+        "rules": list(WIRING_RULES),
+        "findings": [f.as_dict() for f in findings[:200]],
+    }
+    if findings:
+        counts = {r: n for r in WIRING_RULES if (n := sum(f.rule == r for f in findings))}
+        return ValidatorResult(
+            name="wiring",
+            status="failed",
+            summary=f"{len(findings)} wiring finding(s): "
+            + ", ".join(f"{r} {n}" for r, n in counts.items()),
+            details=details,
+        )
+    return ValidatorResult(
+        name="wiring",
+        status="passed",
+        summary=f"the pieces fit: {', '.join(WIRING_RULES)} checked",
+        details=details,
+    )
+
+
 # --------------------------------------------------------------------------- the report
 
 
@@ -740,6 +776,7 @@ VALIDATOR_ORDER = (
     "actionlint",
     "hadolint",
     "sbom",
+    "wiring",
 )
 
 
@@ -752,7 +789,7 @@ async def validate_repo(
 
     Three lanes run side by side: the jailed tools (ruff, mypy, pytest, one after the
     other: each jail takes its share of memory), the host's tools (checkov, actionlint,
-    hadolint) and the host's pure-Python checks (secrets, hcl, sbom, in threads). The report lists them in :data:`VALIDATOR_ORDER`
+    hadolint) and the host's pure-Python checks (secrets, hcl, sbom, wiring, in threads). The report lists them in :data:`VALIDATOR_ORDER`
     whatever order they finished in. Inside an activity it heartbeats with the running
     validators' names at each step and every :data:`HEARTBEAT_EVERY_S` seconds.
     """
@@ -794,6 +831,7 @@ async def validate_repo(
         await timed("secrets", lambda: asyncio.to_thread(scan_secrets, files))
         await timed("hcl", lambda: asyncio.to_thread(run_hcl, files))
         await timed("sbom", lambda: asyncio.to_thread(check_sbom, files))
+        await timed("wiring", lambda: asyncio.to_thread(check_wiring, files))
 
     async def run_all() -> None:
         with tempfile.TemporaryDirectory(prefix="keel-validate-") as tmp:
@@ -822,6 +860,7 @@ __all__ = [
     "SBOM_PATH",
     "add_sbom",
     "check_sbom",
+    "check_wiring",
     "make_sbom",
     "report_files",
     "run_hcl",

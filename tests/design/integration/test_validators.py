@@ -8,8 +8,9 @@ three regions, Kinesis streaming with online serving in one region). The shapes 
 pytest running every test the repository defines; the others are checked to generate
 nothing the validated ones do not.
 
-ruff, mypy and pytest run inside nsjail; checkov, actionlint, hadolint, the SBOM check and
-the secret scan (detect-secrets) on the host. Each case runs the whole ``validate_repo``
+ruff, mypy and pytest run inside nsjail; checkov, actionlint, hadolint, the SBOM check,
+the secret scan (detect-secrets) and the wiring check (the pieces against each other,
+``keel.design.wiring``) on the host. Each case runs the whole ``validate_repo``
 on the tree that ships (the generated files and the SBOM ``add_sbom`` puts in).
 """
 
@@ -55,7 +56,17 @@ VALIDATED = (
     ("form", "online_rag_three_regions"),
 )
 SHAPES = (*(("case", c) for c in CASES), *(("form", f) for f in FORMS))
-VALIDATORS = ("secrets", "ruff", "mypy", "pytest", "hcl", "checkov", "actionlint", "hadolint")
+VALIDATORS = (
+    "secrets",
+    "ruff",
+    "mypy",
+    "pytest",
+    "hcl",
+    "checkov",
+    "actionlint",
+    "hadolint",
+    "wiring",
+)
 
 
 def request_for_shape(kind: str, name: str) -> CodeGenRequest:
