@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
+from activities.design.infra import name_prefix
 from keel.design.constraints import WorkloadType
 from keel.design.patterns import Deployment
 
@@ -114,6 +115,9 @@ _FILES: dict[str, _File] = {
     "services/ingest/__main__.py": _File("services/ingest/__main__.py.j2"),
     "services/ingest/batch.py": _File("services/ingest/batch.py.j2"),
     "services/ingest/stream.py": _File("services/ingest/stream.py.j2", "streaming"),
+    "services/ingest/lambda_handler.py": _File(
+        "services/ingest/lambda_handler.py.j2", "transform_lambda"
+    ),
     "services/feature/__init__.py": _File("services/feature/__init__.py.j2"),
     "services/feature/__main__.py": _File("services/feature/__main__.py.j2"),
     "services/feature/features.py": _File("services/feature/features.py.j2"),
@@ -184,8 +188,9 @@ def _one_line(text: str, limit: int) -> str:
     return flat[:limit].rstrip()
 
 
-def _infra_doc(infra_paths: Collection[str]) -> tuple[str, str, list[str]]:
-    """What ``infra/`` holds and how to apply it: (layout, intro, shell lines)."""
+def _infra_doc(infra_paths: Collection[str], images: bool = True) -> tuple[str, str, list[str]]:
+    """What ``infra/`` holds and how to apply it: (layout, intro, shell lines); with
+    ``images``, the plan passes the root's ``image_tag`` (the commit CI pushes)."""
     if "infra/main.tf" in infra_paths:
         backend = "infra/backend.s3.tfbackend.example"
         steps = ["cd infra"]
@@ -197,7 +202,9 @@ def _infra_doc(infra_paths: Collection[str]) -> tuple[str, str, list[str]]:
         else:
             steps += ["terraform init -backend-config=<your backend settings>"]
         steps += [
-            'terraform plan -out=tfplan -var "image_tag=$(git rev-parse --short HEAD)"',
+            'terraform plan -out=tfplan -var "image_tag=$(git rev-parse HEAD)"'
+            if images
+            else "terraform plan -out=tfplan",
             "terraform apply tfplan",
         ]
         return (
@@ -284,11 +291,50 @@ def _serve_doc(ctx: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+#: Glue jobs of each pattern that runs them (the Terraform's ``glue_job`` names).
+GLUE_JOBS: dict[str, str] = {
+    "transform:glue-etl": "transform",
+    "feature:glue-offline-features": "features",
+}
+#: Patterns whose Terraform runs an image of an ECR repository (capability -> image).
+ECR_IMAGES: dict[str, str] = {
+    "serve:ecs-fargate-fastapi": "serve",
+    "serve:sagemaker-batch-transform": "serve",
+    "serve:lambda-serverless": "serve",
+    "transform:kinesis-lambda": "transform",
+    "train:ecs-fargate-jobs": "train",
+    "train:sagemaker-training": "train",
+    "train:sagemaker-gpu-training": "train",
+    "govern:mlflow-registry": "mlflow",
+}
+
+
+def _pushes(slug: str, regions: list[str], patterns: dict[str, str]) -> list[dict[str, str]]:
+    """One CI push per image the Terraform runs and region: the Dockerfile and the ECR
+    repository (``<name prefix>/<image>``, as the module declares it)."""
+    images = sorted({ECR_IMAGES[p] for p in patterns.values() if p in ECR_IMAGES})
+    return [
+        {
+            "service": image,
+            "dockerfile": f"services/{image}/Dockerfile",
+            "region": region,
+            "repository": f"{name_prefix(slug, region)}/{image}",
+        }
+        for region in regions
+        for image in images
+    ]
+
+
 def _images(req: CodeGenRequest, patterns: dict[str, str]) -> list[str]:
     """Services that ship as container images: serving always (ECS task, Lambda image or
     SageMaker container), training always (ECS task or SageMaker training container),
-    ingest when its pattern runs containers (the Kafka consumer)."""
+    ingest when its pattern runs containers (the Kafka consumer), the MLflow server when
+    the plan governs with it."""
     images = ["serve", "train"] if "train" in patterns else ["serve"]
+    if patterns.get("govern") == "govern:mlflow-registry":
+        images.append("mlflow")
+    if patterns.get("transform") == "transform:kinesis-lambda":
+        images.append("transform")  # the stream's Lambda function, as a container image
     ingest = patterns.get("ingest")
     if ingest is not None and req.catalog is not None:
         pattern = req.catalog.by_id().get(ingest)
@@ -303,9 +349,24 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
     env = _environment()
     pattern = ctx["patterns_by_cap"].get(service) or "library"
     image = f"{ctx['slug'][:40]}-{service}"
+    if service == "mlflow":
+        boto3 = next(r for r in RUNTIME_REQUIREMENTS if r.startswith("boto3=="))
+        return env.get_template("docker/mlflow.Dockerfile.j2").render(
+            pattern=ctx["patterns_by_cap"]["govern"], image=image, boto3=boto3
+        )
+    if service == "transform":
+        return env.get_template("docker/lambda.Dockerfile.j2").render(
+            service=service,
+            pattern=pattern,
+            image=image,
+            handler="services.ingest.lambda_handler.handler",
+        )
     if service == "serve" and ctx["lambda_handler"]:
         return env.get_template("docker/lambda.Dockerfile.j2").render(
-            service=service, pattern=pattern, image=image
+            service=service,
+            pattern=pattern,
+            image=image,
+            handler="services.serve.handler.lambda_handler",
         )
     if service == "serve":
         http, health = True, "ping" if ctx["sagemaker"] else "healthz"
@@ -385,6 +446,7 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
         "rag": "store:opensearch-vector" in patterns.values(),
         "sagemaker": sagemaker,
         "lambda_handler": serve_pattern == "serve:lambda-serverless",
+        "transform_lambda": patterns.get("transform") == "transform:kinesis-lambda",
         "govern": "govern" in patterns,
         "http_service": serve_pattern != "serve:lambda-serverless",
         "serve_pattern": serve_pattern,
@@ -415,6 +477,10 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     }
     ctx["serve_doc"] = _serve_doc(ctx)
     ctx["images"] = _images(req, patterns)
+    ctx["pushes"] = _pushes(slug, regions, patterns)
+    ctx["glue_jobs"] = [
+        {"job": job, "pattern": pid} for pid, job in GLUE_JOBS.items() if pid in patterns.values()
+    ]
     present = [c for c in _PIPELINE_ORDER if c in patterns]
     ctx["diagram"] = _diagram(regions, present, patterns)
     ctx["capability_rows"] = [
@@ -434,7 +500,7 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     ctx["gaps"] = [
         {"capability": g.capability.value, "detail": _one_line(g.detail, 200)} for g in plan.gaps
     ]
-    layout, intro, steps = _infra_doc(infra_paths)
+    layout, intro, steps = _infra_doc(infra_paths, images=bool(ctx["pushes"]))
     ctx["infra_doc"], ctx["deploy_infra_intro"], ctx["terraform_steps"] = layout, intro, steps
     ctx["has_tf_workflow"] = ".github/workflows/terraform.yml" in infra_paths
     ctx.update(_cost_context(req))
@@ -485,6 +551,10 @@ def render_app(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[s
         files[path] = env.get_template(spec.template).render(ctx)
     for service in ctx["images"]:
         files[f"services/{service}/Dockerfile"] = _dockerfile(service, ctx)
+    for job in ctx["glue_jobs"]:
+        files[f"jobs/glue/{job['job']}.py"] = env.get_template("jobs/glue/job.py.j2").render(
+            {**ctx, **job}
+        )
     return files
 
 

@@ -22,6 +22,7 @@ state the same numbers. Rendering is deterministic: same request, same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from functools import cache
@@ -77,6 +78,11 @@ def _ident(text: str) -> str:
 def pattern_template(pattern_id: str) -> str:
     """The template file of a pattern, relative to :data:`TEMPLATES`."""
     return f"patterns/{_ident(pattern_id)}.tf.j2"
+
+
+@cache
+def _template_text(template: str) -> str:
+    return (TEMPLATES / template).read_text(encoding="utf-8")
 
 
 @cache
@@ -214,9 +220,41 @@ def _region_id(region: str) -> str:
     return region.replace("-", "_")
 
 
-def _name_prefix(slug: str, region: str) -> str:
-    """Short enough for AWS's tightest name limits (S3 bucket prefixes, collections)."""
-    return f"{slug[:10].strip('-') or 'keel'}-{region}"
+#: How each word of a region's name is written in a name prefix (``eu-west-1``: ``euw1``).
+_REGION_WORDS = {
+    "north": "n",
+    "south": "s",
+    "east": "e",
+    "west": "w",
+    "central": "c",
+    "northeast": "ne",
+    "southeast": "se",
+    "northwest": "nw",
+    "southwest": "sw",
+    "gov": "g",
+    "iso": "i",
+    "isob": "ib",
+}
+#: The longest name prefix: SageMaker job and model names are ``<prefix>-<capability>-``
+#: and the Step Functions execution name (a 36-character id), at most 63 characters.
+NAME_PREFIX_MAX = 20
+
+
+def region_code(region: str) -> str:
+    """``eu-west-1`` as ``euw1``, ``ap-southeast-2`` as ``apse2`` (unique per region)."""
+    area, *words = region.split("-")
+    return area + "".join(_REGION_WORDS.get(w, w[:2]) for w in words)
+
+
+def name_prefix(slug: str, region: str) -> str:
+    """The prefix of every name in ``region``: the slug's start, a hash of the whole slug
+    (``churn-model-eu`` and ``churn-model-us`` differ) and the region's code, at most
+    :data:`NAME_PREFIX_MAX` characters (S3 bucket prefixes, OpenSearch collections and
+    SageMaker job names are cut from it or built on it)."""
+    digest = hashlib.sha256(slug.encode()).hexdigest()[:6]
+    tail = f"-{digest}-{region_code(region)}"
+    head = slug[: max(1, NAME_PREFIX_MAX - len(tail))].strip("-") or "keel"
+    return head + tail
 
 
 def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str]]:
@@ -280,6 +318,9 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
                 "pattern_id": pid,
                 "template": template if known else "patterns/_unknown.tf.j2",
                 "summary": pattern.summary if pattern is not None else pid,
+                # Modules that run an image of their ECR repository take its tag from the
+                # root's image_tag (the tag CI pushes).
+                "image_tag": known and 'variable "image_tag"' in _template_text(template),
                 "bom": _bom_comment(req, pid, regions),
                 # Sizes per region (the BOM's quantities may differ by region).
                 "sizes": {r: _module_sizes(req, pid, r, w) for r in regions},
@@ -289,7 +330,7 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
         {
             "name": r,
             "id": _region_id(r),
-            "prefix": _name_prefix(slug, r),
+            "prefix": name_prefix(slug, r),
             "primary": i == 0,
             "cidr": f"10.{(i * 16) % 256}.0.0/16",
             "zones": _zones(r),
@@ -305,6 +346,7 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
         "regions": region_ctx,
         "plan": plan_by_cap,
         "modules": modules,
+        "images": any(m["image_tag"] for m in modules),
         "monthly_usd": req.cost.monthly_usd,
     }
     files: dict[str, str] = {}
@@ -397,4 +439,12 @@ def _tidy(text: str) -> str:
     return "\n".join(_align(out)) + "\n"
 
 
-__all__ = ["DEFAULT_REGION", "TEMPLATES", "pattern_template", "render_infra"]
+__all__ = [
+    "DEFAULT_REGION",
+    "NAME_PREFIX_MAX",
+    "TEMPLATES",
+    "name_prefix",
+    "pattern_template",
+    "region_code",
+    "render_infra",
+]
