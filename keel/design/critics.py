@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from keel.design.constraints import Constraints, WorkloadType
 from keel.design.diff import cost_delta
 from keel.design.errors import PriceTableError, issues_from_validation
-from keel.design.patterns import Capability, PatternCatalog
+from keel.design.patterns import BomItem, Capability, PatternCatalog
 from keel.design.planner import Plan
 from keel.design.workload import (
     Workload,
@@ -191,6 +191,43 @@ class Price(BaseModel):
     # Where the number was copied from (page name and region class); empty in tables
     # before provenance was recorded.
     source: str = ""
+    # The day this price was last checked, when it differs from the table's ``as_of``.
+    as_of: date | None = None
+
+
+class TerraformPriced(BaseModel):
+    """A Terraform resource type that costs money: the price keys whose lines bill it.
+
+    ``when`` (attribute -> value) narrows the entry to resources set up that way (an
+    ``aws_apigatewayv2_api`` with ``protocol_type = "HTTP"`` is billed as an HTTP API).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prices: list[str] = Field(min_length=1)
+    when: dict[str, str] = Field(default_factory=dict)
+    note: str = ""
+
+
+class TerraformFree(BaseModel):
+    """A Terraform resource type with no charge of its own, and why; ``usage`` names the
+    price keys where what it carries or triggers is priced instead, if anywhere."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: str = Field(min_length=1)
+    when: dict[str, str] = Field(default_factory=dict)
+    usage: list[str] = Field(default_factory=list)
+
+
+class TerraformCoverage(BaseModel):
+    """Which Terraform resource types are billed (and by which prices) and which are free:
+    every type the generated Terraform creates must be in one of the two."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    priced: dict[str, TerraformPriced] = Field(default_factory=dict)
+    free: dict[str, TerraformFree] = Field(default_factory=dict)
 
 
 class PriceTable(BaseModel):
@@ -206,6 +243,8 @@ class PriceTable(BaseModel):
     currency: Literal["USD"] = "USD"
     region_factor: dict[str, Decimal] = Field(default_factory=dict)
     prices: dict[str, Price]
+    # Tables before issue 38 had no coverage map: the default keeps them valid.
+    terraform: TerraformCoverage = Field(default_factory=TerraformCoverage)
 
 
 def load_prices(data: Mapping[str, Any]) -> PriceTable:
@@ -258,6 +297,8 @@ class CostLine(BaseModel):
     unit_usd: str = ""
     region_factor: str = ""
     price_source: str = ""
+    # The day the unit price was checked (the price's own date, else the table's).
+    price_as_of: str = ""
 
 
 class UnpricedLine(BaseModel):
@@ -308,10 +349,16 @@ def workload_of(catalog: PatternCatalog, constraints: Constraints | None) -> Wor
     return compute_workload(catalog.workload, constraints or Constraints())
 
 
+#: The pattern id of the lines of ``foundation`` in the catalogue (the per-region network
+#: and logging module every plan creates); its capability in ``by_capability`` too.
+FOUNDATION = "foundation"
+
+
 def bill_of_materials(
     plan: Plan, catalog: PatternCatalog, constraints: Constraints | None = None
 ) -> list[BomLine]:
-    """The plan's resources: each chosen pattern's BOM once per region (one
+    """The plan's resources: the catalogue's ``foundation`` lines and each chosen
+    pattern's BOM (with the ``every_module`` lines) once per region (one
     region-agnostic copy when no region is stated), each quantity its formula's value
     for the workload of ``constraints`` (``None``: every workload input at its default).
     A BOM item without a formula (catalogues before formulas) keeps its fixed quantity.
@@ -321,31 +368,37 @@ def bill_of_materials(
     env = workload.env()
     regions: list[str | None] = list(plan.regions) or [None]
     lines: list[BomLine] = []
+
+    def add(pid: str, item: BomItem, region: str | None) -> None:
+        expr = item.expression()
+        quantity = evaluate(expr, env)
+        lines.append(
+            BomLine(
+                pattern_id=pid,
+                resource=item.resource,
+                quantity=quantity,
+                unit=item.unit,
+                region=region,
+                formula=item.formula or "",
+                inputs={n: env[n] for n in formula_names(expr)},
+                depends_on=workload.depends_on(expr),
+                shown=(
+                    workload.explain(expr, quantity, item.unit)
+                    if item.formula
+                    else f"{fmt_number(quantity)} {item.unit} (fixed)"
+                ),
+            )
+        )
+
     for region in regions:
+        for item in catalog.foundation:
+            add(FOUNDATION, item, region)
         for pid in plan.pattern_ids():
             pattern = by_id.get(pid)
             if pattern is None:
                 continue
-            for item in pattern.bom:
-                expr = item.expression()
-                quantity = evaluate(expr, env)
-                lines.append(
-                    BomLine(
-                        pattern_id=pid,
-                        resource=item.resource,
-                        quantity=quantity,
-                        unit=item.unit,
-                        region=region,
-                        formula=item.formula or "",
-                        inputs={n: env[n] for n in formula_names(expr)},
-                        depends_on=workload.depends_on(expr),
-                        shown=(
-                            workload.explain(expr, quantity, item.unit)
-                            if item.formula
-                            else f"{fmt_number(quantity)} {item.unit} (fixed)"
-                        ),
-                    )
-                )
+            for item in (*pattern.bom, *catalog.every_module):
+                add(pid, item, region)
     return lines
 
 
@@ -411,6 +464,7 @@ def estimate_cost(
                 unit_usd=str(price.usd),
                 region_factor=str(factor),
                 price_source=price.source,
+                price_as_of=str(price.as_of or prices.as_of or ""),
             )
         )
     delta_usd, delta_pct = cost_delta(previous.monthly_usd if previous else None, total)

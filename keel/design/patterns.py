@@ -104,6 +104,12 @@ class PatternCatalog(BaseModel):
     patterns: list[Pattern]
     # The named values BOM formulas use; None in catalogues before formulas.
     workload: WorkloadSpec | None = None
+    # Lines every plan pays whatever its patterns: ``foundation`` once per region (the
+    # network and logging module the root creates in each region), ``every_module`` once
+    # per chosen pattern per region (what each capability module creates besides the
+    # pattern's own resources, e.g. its KMS key). Empty in catalogues before issue 38.
+    foundation: list[BomItem] = Field(default_factory=list)
+    every_module: list[BomItem] = Field(default_factory=list)
 
     def by_id(self) -> dict[str, Pattern]:
         return {p.id: p for p in self.patterns}
@@ -133,7 +139,13 @@ def load_patterns(data: Mapping[str, Any]) -> PatternCatalog:
             flat.append({"capability": capability, **dict(item)})
     try:
         catalog = PatternCatalog.model_validate(
-            {"version": raw.get("version"), "patterns": flat, "workload": raw.get("workload")}
+            {
+                "version": raw.get("version"),
+                "patterns": flat,
+                "workload": raw.get("workload"),
+                "foundation": _shared_bom(raw, "foundation"),
+                "every_module": _shared_bom(raw, "every_module"),
+            }
         )
     except ValidationError as exc:
         raise PatternError(issues_from_validation(exc)) from None
@@ -155,6 +167,16 @@ def load_patterns(data: Mapping[str, Any]) -> PatternCatalog:
     return catalog
 
 
+def _shared_bom(raw: Mapping[str, Any], key: str) -> Any:
+    """``raw[key]["bom"]`` (a list of BOM items), or ``[]`` when the section is absent."""
+    section = raw.get(key)
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        raise PatternError([DesignIssue(field=key, message="must be a mapping with a bom list")])
+    return section.get("bom") or []
+
+
 def _formula_issues(catalog: PatternCatalog) -> list[DesignIssue]:
     """Each workload definition and BOM formula must parse and use only defined names."""
     spec = catalog.workload
@@ -163,11 +185,16 @@ def _formula_issues(catalog: PatternCatalog) -> list[DesignIssue]:
         for name, msg in (spec.problems() if spec else [])
     ]
     known = set(spec.names()) if spec else set()
-    for p in catalog.patterns:
-        for n, item in enumerate(p.bom):
+    sections = [
+        ("foundation", catalog.foundation),
+        ("every_module", catalog.every_module),
+        *((f"patterns.{p.id}", p.bom) for p in catalog.patterns),
+    ]
+    for section, bom in sections:
+        for n, item in enumerate(bom):
             if item.formula is None:
                 continue
-            where = f"patterns.{p.id}.bom.{n}"
+            where = f"{section}.bom.{n}"
             try:
                 unknown = [x for x in formula_names(item.formula) if x not in known]
             except FormulaError as exc:

@@ -44,8 +44,22 @@ from tests.design.unit.design_strategies import constraint_dicts
 FORM: dict[str, Any] = golden_cases()["broken_gdpr_region"]["constraints"]
 BOUNDS = {"data_gb_per_day": 1e6, "requests_per_s": 1e8, "events_per_s": 1e9}
 
-# The lines of FORM's plan that follow from the data volume, and those that do not.
+# The lines of FORM's plan that follow from the data volume, and those that do not. A
+# (pattern, service) pair can be in both: a pattern may have two lines of one price (the
+# lake's data and its query results).
+PLAN = [
+    "ingest:s3-batch",
+    "transform:glue-etl",
+    "store:s3-lakehouse",
+    "feature:glue-offline-features",
+    "train:ecs-fargate-jobs",
+    "serve:sagemaker-batch-transform",
+    "observe:cloudwatch",
+    "govern:lake-formation-cloudtrail",
+]
 VOLUME_LINES = {
+    ("foundation", "nat_gateway_data"),
+    ("foundation", "vended_logs"),
     ("ingest:s3-batch", "s3_storage"),
     ("ingest:s3-batch", "s3_requests"),
     ("transform:glue-etl", "glue_dpu"),
@@ -57,13 +71,28 @@ VOLUME_LINES = {
     ("train:ecs-fargate-jobs", "fargate_vcpu"),
     ("train:ecs-fargate-jobs", "fargate_memory"),
     ("serve:sagemaker-batch-transform", "sagemaker_ml_m5_xlarge"),
+    ("serve:sagemaker-batch-transform", "s3_storage"),
     ("observe:cloudwatch", "cloudwatch_logs"),
     ("govern:lake-formation-cloudtrail", "cloudtrail_events"),
+    ("govern:lake-formation-cloudtrail", "s3_storage"),
 }
 FIXED_LINES = {
+    ("foundation", "nat_gateway_hour"),
+    ("foundation", "public_ipv4"),
+    ("foundation", "s3_storage"),
+    ("foundation", "kms_key"),
+    *((pid, "kms_key") for pid in PLAN),
     ("ingest:s3-batch", "step_functions_transitions"),
+    ("transform:glue-etl", "s3_storage"),
+    ("store:s3-lakehouse", "s3_storage"),
+    ("train:ecs-fargate-jobs", "s3_storage"),
+    ("train:ecs-fargate-jobs", "ecr_storage"),
+    ("train:ecs-fargate-jobs", "cloudwatch_metrics"),
+    ("serve:sagemaker-batch-transform", "step_functions_transitions"),
+    ("serve:sagemaker-batch-transform", "ecr_storage"),
     ("observe:cloudwatch", "cloudwatch_metrics"),
-    ("govern:lake-formation-cloudtrail", "kms_key"),
+    ("observe:cloudwatch", "cloudwatch_alarm"),
+    ("observe:cloudwatch", "cloudwatch_dashboard"),
 }
 
 
@@ -108,15 +137,20 @@ def test_ten_times_the_volume_costs_more_on_exactly_the_volume_lines() -> None:
     ten = cost_of(with_throughput(FORM, data_gb_per_day=500))
     keys = [(line.pattern_id, line.service) for line in base.breakdown]
     assert keys == [(line.pattern_id, line.service) for line in ten.breakdown]
-    assert set(keys) == VOLUME_LINES | FIXED_LINES
+    assert {pid for pid, _ in keys} == {"foundation", *PLAN}
     follows = {
         (line.pattern_id, line.service)
         for line in base.breakdown
         if "data_gb_per_day" in line.depends_on
     }
-    assert follows == VOLUME_LINES
+    fixed = {
+        (line.pattern_id, line.service)
+        for line in base.breakdown
+        if "data_gb_per_day" not in line.depends_on
+    }
+    assert follows == VOLUME_LINES and fixed == FIXED_LINES
     for before, after in zip(base.breakdown, ten.breakdown, strict=True):
-        if (before.pattern_id, before.service) in VOLUME_LINES:
+        if "data_gb_per_day" in before.depends_on:
             assert after.usd > before.usd, before.formula
         else:
             assert after.usd == before.usd and after.formula == before.formula
@@ -156,9 +190,10 @@ def test_every_shipped_price_has_a_source_and_every_bom_line_a_formula() -> None
     cat = catalog()
     assert cat.workload is not None
     used: set[str] = set()
-    for pattern in cat.patterns:
-        for item in pattern.bom:
-            assert item.formula is not None and item.quantity is None, pattern.id
+    sections = [("foundation", cat.foundation), ("every_module", cat.every_module)]
+    for where, bom in [*sections, *((p.id, p.bom) for p in cat.patterns)]:
+        for item in bom:
+            assert item.formula is not None and item.quantity is None, where
             assert table.prices[item.resource].unit == item.unit
             used.update(formula_names(item.formula))
     for d in cat.workload.derived.values():
@@ -194,12 +229,13 @@ def test_every_formula_prices_at_the_edges_of_the_schema(constraints: Constraint
     cat = catalog()
     env = workload_of(cat, constraints).env()
     lines = []
-    for pattern in cat.patterns:
-        for item in pattern.bom:
+    sections = [("foundation", cat.foundation), ("every_module", cat.every_module)]
+    for where, bom in [*sections, *((p.id, p.bom) for p in cat.patterns)]:
+        for item in bom:
             assert item.formula is not None
             q = evaluate(item.formula, env)
-            assert math.isfinite(q) and q >= 0, (pattern.id, item.resource)
-            lines.append((pattern.id, item, q))
+            assert math.isfinite(q) and q >= 0, (where, item.resource)
+            lines.append((where, item, q))
     for region in ("us-east-1", "ap-southeast-2"):
         est = estimate_cost(
             [
@@ -341,7 +377,8 @@ def test_older_estimates_tables_and_catalogues_still_decode_and_price() -> None:
     }
     assert load_prices(old_table).version == "unversioned"
     raw = raw_patterns()
-    raw.pop("workload")
+    for key in ("workload", "foundation", "every_module"):  # none before formulas
+        raw.pop(key)
     for items in raw["patterns"].values():
         for item in items:
             item["bom"] = [
