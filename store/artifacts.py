@@ -13,6 +13,7 @@ Layout:
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -21,6 +22,8 @@ import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import blake3
 
 from keel.digest import DIGEST_PREFIX, canonical_json, digest_bytes, is_digest
 from keel.settings import Settings
@@ -60,6 +63,111 @@ class ArtifactCorrupted(ArtifactError):
         )
         self.digest = digest
         self.actual = actual
+
+
+def _file_digest(path: Path) -> str:
+    """``digest_bytes`` of a file's content, read in blocks."""
+    hasher = blake3.blake3()
+    with Path(path).open("rb") as f:
+        while block := f.read(1 << 20):
+            hasher.update(block)
+    return DIGEST_PREFIX + hasher.hexdigest()
+
+
+class BlobReader(io.RawIOBase):
+    """A read-only, seekable view of one stored artifact (``ArtifactStore.open_blob``).
+
+    ``bytes_read`` counts the bytes it has handed out (for S3, the bytes its ranged GETs
+    fetched), so a caller can see how much of the artifact a read touched."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.bytes_read = 0
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self.size - self._pos)
+        if n <= 0:
+            return 0
+        data = self._read_at(self._pos, n)
+        view[: len(data)] = data
+        self._pos += len(data)
+        self.bytes_read += len(data)
+        return len(data)
+
+    def _read_at(self, offset: int, n: int) -> bytes:
+        raise NotImplementedError
+
+
+class _BytesBlob(BlobReader):
+    def __init__(self, data: bytes) -> None:
+        super().__init__(len(data))
+        self._data = data
+
+    def _read_at(self, offset: int, n: int) -> bytes:
+        return self._data[offset : offset + n]
+
+
+class _FileBlob(BlobReader):
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("rb", buffering=0)
+        super().__init__(os.fstat(self._file.fileno()).st_size)
+
+    def _read_at(self, offset: int, n: int) -> bytes:
+        return os.pread(self._file.fileno(), n, offset)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._file.close()
+        super().close()
+
+
+class _S3RangeBlob(BlobReader):
+    """Each read is one ``GET`` with a ``Range`` header."""
+
+    def __init__(self, client: Any, bucket: str, key: str, size: int) -> None:
+        super().__init__(size)
+        self._client = client
+        self._bucket = bucket
+        self._key = key
+        self.requests = 0
+
+    def _read_at(self, offset: int, n: int) -> bytes:
+        response = self._client.get_object(
+            Bucket=self._bucket, Key=self._key, Range=f"bytes={offset}-{offset + n - 1}"
+        )
+        self.requests += 1
+        body = response["Body"]
+        try:
+            data: bytes = body.read()
+        finally:
+            body.close()
+        return data
 
 
 def _hex_of(digest: str) -> str:
@@ -123,6 +231,18 @@ class ArtifactStore(ABC):
         """Whether an artifact is stored under ``digest`` (its content is not verified)."""
         return self._exists(_hex_of(digest))
 
+    def put_file(self, path: Path) -> str:
+        """Store the file at ``path``; returns its digest (what ``put_bytes`` of its bytes
+        returns). Stores that can stream a file from disk do, without holding it."""
+        return self.put_bytes(Path(path).read_bytes())
+
+    def open_blob(self, digest: str) -> BlobReader:
+        """A seekable reader over the artifact stored under ``digest``, for reading parts
+        of a large artifact (a Parquet file's footer and row groups) without fetching all
+        of it. Unlike ``get_bytes`` the content is not verified against its digest (that
+        needs every byte); ``ArtifactNotFound`` when nothing is stored under it."""
+        return _BytesBlob(self.get_bytes(digest))
+
 
 class LocalArtifactStore(ArtifactStore):
     """Artifacts as read-only files under ``root``, sharded two levels deep by digest."""
@@ -183,6 +303,41 @@ class LocalArtifactStore(ArtifactStore):
 
     def _exists(self, hexdigest: str) -> bool:
         return self._path(hexdigest).is_file()
+
+    def put_file(self, path: Path) -> str:
+        """Copy the file in (streamed, never held whole), as ``_write`` writes bytes."""
+        source = Path(path)
+        digest = _file_digest(source)
+        hexdigest = _hex_of(digest)
+        target = self._path(hexdigest)
+        size = source.stat().st_size
+        with contextlib.suppress(FileNotFoundError):
+            if target.stat().st_size == size:
+                return digest
+            log.warning("rewriting artifact %s: stored size differs", target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{hexdigest[:8]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+                while block := src.read(1 << 20):
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        self._fsync_dir(target.parent)
+        return digest
+
+    def open_blob(self, digest: str) -> BlobReader:
+        """The artifact's file, opened for positioned reads."""
+        try:
+            return _FileBlob(self.path_for(digest))
+        except FileNotFoundError:
+            raise ArtifactNotFound(digest, self.describe()) from None
 
 
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
@@ -447,6 +602,28 @@ class S3ArtifactStore(ArtifactStore):
                 return False
             raise
         return True
+
+    def put_file(self, path: Path) -> str:
+        """Upload the file (streamed: one PUT, or multipart above ``MULTIPART_PART_BYTES``)
+        under its digest, unless it is already stored."""
+        digest = _file_digest(Path(path))
+        hexdigest = _hex_of(digest)
+        self.ensure_bucket()
+        if not self._exists(hexdigest):
+            self.upload_file_at(self.KEY_PREFIX + hexdigest, Path(path))
+        return digest
+
+    def open_blob(self, digest: str) -> BlobReader:
+        """A reader whose reads are ranged GETs of the artifact's object (one HEAD first,
+        for its size)."""
+        key = self.key_for(digest)
+        try:
+            response = self._client.head_object(Bucket=self.bucket, Key=key)
+        except _client_error() as e:
+            if _error_code(e) in _NOT_FOUND_CODES:
+                raise ArtifactNotFound(digest, self.describe()) from None
+            raise
+        return _S3RangeBlob(self._client, self.bucket, key, int(response["ContentLength"]))
 
 
 def artifact_store_from_settings(settings: Settings) -> ArtifactStore:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from activities.mrp.records import scan_record_file
+from activities.mrp.records import ScanProgress, scan_record_file
 from keel.mrp.dsl import S3_URI_RE, InputsSpec
 from keel.mrp.errors import InputsRefused
 from keel.mrp.normalize import FileRef, glob_regex, pattern_regex
@@ -197,12 +197,15 @@ def resolve_inputs(
     caps: Caps,
     store: ArtifactStore,
     base_path: Path | None = None,
+    progress: ScanProgress | None = None,
 ) -> ResolvedInputs:
     """List, hash and store every file ``inputs.files`` names: relative patterns under
     ``base_dir`` (``input_root``; or ``base_path`` as given, for the CLI), ``s3://``
     patterns with the artifact store's S3 settings, after checking them against
     ``caps.allowed_input_prefixes`` (nothing outside them is listed). Without a format
-    each file is stored whole; with one, each is scanned into record slices."""
+    each file is stored whole; with one, each is scanned into record slices, and the
+    scan stops with ``InputsRefused`` at the slice that passes ``caps.max_shards``.
+    ``progress`` (its ``max_shards`` is set here) counts the scan as it goes."""
     patterns = list(inputs.files or [])
     local = [p for p in patterns if "://" not in p]
     remote = [p for p in patterns if "://" in p]
@@ -225,6 +228,8 @@ def resolve_inputs(
     if len(sources) > max_items:
         raise _too_many(max_items)
     out = ResolvedInputs(files=[], file_digests={}, slices=[] if inputs.format else None)
+    progress = progress if progress is not None else ScanProgress()
+    progress.max_shards = caps.max_shards
     with tempfile.TemporaryDirectory(prefix="keel-mrp-inputs-") as tmp:
         for path, real in sorted(sources, key=lambda s: s[0]):
             where = real if real is not None else _download(client, path, Path(tmp))
@@ -233,7 +238,7 @@ def resolve_inputs(
                     data = where.read_bytes()
                     ref = FileRef(path=path, digest=store.put_bytes(data), size_bytes=len(data))
                 else:
-                    ref, slices, malformed = scan_record_file(path, where, inputs, store)
+                    ref, slices, malformed = scan_record_file(path, where, inputs, store, progress)
                     assert out.slices is not None
                     out.slices += slices
                     out.malformed += malformed

@@ -4,8 +4,13 @@
 formats: it hashes the file, finds every record and checks that it parses, cuts the records
 into :class:`~keel.mrp.records.RecordSlice` values (``records_per_shard`` records, or at
 most ``bytes_per_shard`` bytes, at record boundaries) and stores each text slice's bytes
-in the artifact store (a Parquet file is stored whole). :func:`read_slice` is what a shard
-does with its slice: the records as dicts, and the ones it could not read.
+in the artifact store (a Parquet file is stored whole, streamed from disk, and read one
+row group at a time). A :class:`ScanProgress` shared by a job's files counts what the
+scan has done (the compile activity's heartbeats carry it) and refuses the job as soon
+as its shards pass the cap (MRP-P005), not after the whole scan. :func:`read_slice` is
+what a shard does with its slice: the records as dicts, and the ones it could not read;
+a Parquet slice reads the file's footer and its own row groups through the store's
+seekable reader (``ArtifactStore.open_blob``), never the whole file.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import datetime as dt
 import io
 import math
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +45,7 @@ from keel.mrp.records import (
 if TYPE_CHECKING:
     from store.artifacts import ArtifactStore
 
-__all__ = ["read_slice", "scan_record_file"]
+__all__ = ["ScanProgress", "read_slice", "scan_record_file"]
 
 _READ_CHUNK = 1 << 20
 
@@ -64,15 +70,50 @@ def _cutter(inputs: InputsSpec) -> ShardCutter:
     return ShardCutter(inputs.records_per_shard, inputs.bytes_per_shard)
 
 
+@dataclass
+class ScanProgress:
+    """What a job's scan has done so far, over all its files: files, records and shards
+    (slices). With ``max_shards`` set, the slice that would pass it refuses the job there
+    (MRP-P005), so a job with too many shards costs a scan up to the cap, not the whole
+    input. Only the scanning thread writes it; a heartbeat may read it from another."""
+
+    max_shards: int | None = None
+    files: int = 0
+    records: int = 0
+    shards: int = 0
+
+    def start_shard(self, path: str, record: int, inputs: InputsSpec) -> None:
+        """Count a new slice starting at ``record`` (0-based) of ``path``."""
+        self.shards += 1
+        if self.max_shards is not None and self.shards > self.max_shards:
+            key = "records_per_shard" if inputs.records_per_shard is not None else "bytes_per_shard"
+            raise InputsRefused(
+                f"MRP-P005 too many shards: the inputs make more than {self.max_shards} "
+                f"shards (inputs.{key} {getattr(inputs, key)}); the cap is {self.max_shards}; "
+                f"the scan stopped at {path} record {record + 1}"
+            )
+
+    def heartbeat(self) -> dict[str, int]:
+        """What a compile heartbeat carries."""
+        return {"files": self.files, "records": self.records, "shards": self.shards}
+
+
 def scan_record_file(
-    path: str, local: Path, inputs: InputsSpec, store: ArtifactStore
+    path: str,
+    local: Path,
+    inputs: InputsSpec,
+    store: ArtifactStore,
+    progress: ScanProgress | None = None,
 ) -> tuple[FileRef, list[RecordSlice], list[MalformedRecord]]:
     """Scan one record file (``path`` is its name in the job: relative or ``s3://``;
     ``local`` where its bytes are). Returns its ref, its slices (none for a file without
     records) and its malformed records. ``InputsRefused`` for a CSV header that cannot
-    name columns, and for an unreadable Parquet file when ``on_malformed`` is ``fail``."""
+    name columns, for an unreadable Parquet file when ``on_malformed`` is ``fail``, and
+    for a slice past ``progress.max_shards``."""
+    progress = progress if progress is not None else ScanProgress()
+    progress.files += 1
     if inputs.format == "parquet":
-        return _scan_parquet(path, local, inputs, store)
+        return _scan_parquet(path, local, inputs, store, progress)
     ref = _file_ref(path, local)
     fmt = inputs.format
     assert fmt is not None
@@ -120,9 +161,11 @@ def scan_record_file(
                 flush()
                 first, count = None, 0
             if first is None:
+                progress.start_shard(path, rec.index, inputs)
                 first = rec
             last = rec
             count += 1
+            progress.records += 1
             if rec.error is not None:
                 malformed.append(malformed_of(rec, path, fmt))
         if first is not None:
@@ -168,11 +211,29 @@ def _row_record(row: dict[str, Any]) -> dict[str, JsonValue]:
     return out
 
 
-def _open_parquet(data: bytes) -> Any:
-    import pyarrow as pa
+def _open_parquet(source: Any) -> Any:
+    """A ``ParquetFile`` over a path or a seekable file: it reads the footer now and a
+    row group when asked, never the whole file."""
     import pyarrow.parquet as pq
 
-    return pq.ParquetFile(pa.BufferReader(data))
+    return pq.ParquetFile(source)
+
+
+def _open_blob(store: ArtifactStore, digest: str) -> Any:
+    """The store's seekable reader of an artifact; a store with only the byte interface
+    (``get_bytes``) gives its bytes in memory."""
+    opener = getattr(store, "open_blob", None)
+    if opener is None:
+        return io.BytesIO(store.get_bytes(digest))
+    return opener(digest)
+
+
+def _put_file(store: ArtifactStore, local: Path) -> str:
+    putter = getattr(store, "put_file", None)
+    if putter is None:
+        return store.put_bytes(local.read_bytes())
+    digest: str = putter(local)
+    return digest
 
 
 def _group_rows(pf: Any, group: int) -> Iterator[tuple[dict[str, JsonValue] | None, str | None]]:
@@ -192,41 +253,49 @@ def _group_rows(pf: Any, group: int) -> Iterator[tuple[dict[str, JsonValue] | No
 
 
 def _scan_parquet(
-    path: str, local: Path, inputs: InputsSpec, store: ArtifactStore
+    path: str, local: Path, inputs: InputsSpec, store: ArtifactStore, progress: ScanProgress
 ) -> tuple[FileRef, list[RecordSlice], list[MalformedRecord]]:
-    data = local.read_bytes()
-    ref = FileRef(path=path, digest=store.put_bytes(data), size_bytes=len(data))
+    ref = FileRef(path=path, digest=_put_file(store, local), size_bytes=local.stat().st_size)
     try:
-        pf = _open_parquet(data)
+        pf = _open_parquet(local)
         meta = pf.metadata
     except Exception as e:
         reason = f"unreadable Parquet file: {type(e).__name__}: {e}"
         if inputs.malformed_policy == "fail":
             raise InputsRefused(f"{path}: {reason}") from None
         return ref, [], [MalformedRecord(path=path, reason=reason)]
+    with pf:
+        return ref, *_cut_parquet(path, pf, meta, ref, inputs, progress)
+
+
+def _cut_parquet(
+    path: str, pf: Any, meta: Any, ref: FileRef, inputs: InputsSpec, progress: ScanProgress
+) -> tuple[list[RecordSlice], list[MalformedRecord]]:
     malformed: list[MalformedRecord] = []
-    sizes: list[float] = []  # estimated bytes of each row, from its row group
-    row = 0
+    cutter = _cutter(inputs)
+    slices: list[RecordSlice] = []
+    first, count, size = 0, 0, 0.0
+    row = 0  # 0-based index of the next row
+    # One row group in memory at a time; each row's size is estimated from its group's.
     for group in range(meta.num_row_groups):
         info = meta.row_group(group)
         per_row = info.total_byte_size / info.num_rows if info.num_rows else 0.0
         for _, problem in _group_rows(pf, group):
+            if count and cutter.full(count, math.ceil(size + per_row)):
+                slices.append(_parquet_slice(ref, first, count, inputs))
+                count, size = 0, 0.0
+            if count == 0:
+                progress.start_shard(path, row, inputs)
+                first = row
+            count += 1
+            size += per_row
             row += 1
-            sizes.append(per_row)
+            progress.records += 1
             if problem is not None:
                 malformed.append(MalformedRecord(path=path, row=row, reason=problem))
-    cutter = _cutter(inputs)
-    slices: list[RecordSlice] = []
-    first, count, size = 0, 0, 0.0
-    for i, row_size in enumerate(sizes):
-        if cutter.full(count, math.ceil(size + row_size)):
-            slices.append(_parquet_slice(ref, first, count, inputs))
-            first, count, size = i, 0, 0.0
-        count += 1
-        size += row_size
     if count:
         slices.append(_parquet_slice(ref, first, count, inputs))
-    return ref, slices, malformed
+    return slices, malformed
 
 
 def _parquet_slice(ref: FileRef, first: int, count: int, inputs: InputsSpec) -> RecordSlice:
@@ -242,6 +311,35 @@ def _parquet_slice(ref: FileRef, first: int, count: int, inputs: InputsSpec) -> 
 # -- A shard's records ---------------------------------------------------------------------
 
 
+def _read_parquet_slice(
+    s: RecordSlice, pf: Any, good: list[dict[str, JsonValue]], bad: list[MalformedRecord]
+) -> int:
+    """Read the rows of ``s`` from the row groups that hold them (the others are never
+    read); returns how many rows it saw."""
+    end = s.first_record + s.record_count
+    base = 0
+    seen = 0
+    for group in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(group).num_rows
+        if base + n > s.first_record and base < end:
+            for j, (row, reason) in enumerate(_group_rows(pf, group)):
+                index = base + j
+                if s.first_record <= index < end:
+                    seen += 1
+                    if row is not None:
+                        good.append(row)
+                    else:
+                        bad.append(
+                            MalformedRecord(
+                                path=s.file.path, row=index + 1, reason=reason or "malformed"
+                            )
+                        )
+        elif base >= end:
+            break
+        base += n
+    return seen
+
+
 def read_slice(
     s: RecordSlice, store: ArtifactStore
 ) -> tuple[list[dict[str, JsonValue]], list[MalformedRecord]]:
@@ -252,27 +350,8 @@ def read_slice(
     good: list[dict[str, JsonValue]] = []
     bad: list[MalformedRecord] = []
     if s.format == "parquet":
-        pf = _open_parquet(store.get_bytes(s.file.digest))
-        end = s.first_record + s.record_count
-        base = 0
-        seen = 0
-        for group in range(pf.metadata.num_row_groups):
-            n = pf.metadata.row_group(group).num_rows
-            if base + n > s.first_record and base < end:
-                for j, (row, reason) in enumerate(_group_rows(pf, group)):
-                    index = base + j
-                    if s.first_record <= index < end:
-                        seen += 1
-                        if row is not None:
-                            good.append(row)
-                        else:
-                            bad.append(
-                                MalformedRecord(
-                                    path=s.file.path, row=index + 1, reason=reason or "malformed"
-                                )
-                            )
-            base += n
-        count = seen
+        with _open_blob(store, s.file.digest) as blob, _open_parquet(blob) as pf:
+            count = _read_parquet_slice(s, pf, good, bad)
     else:
         assert s.chunk_digest is not None and s.start_line is not None
         lines = io.BytesIO(store.get_bytes(s.chunk_digest))
