@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import hcl2
 import pytest
@@ -149,6 +151,14 @@ def _keys(value: object, prefix: str = "") -> set[str]:
     return found
 
 
+@functools.cache
+def _parsed_hcl(text: str) -> dict[str, Any]:
+    """One parse per distinct file text: the shapes share most of their modules, and
+    python-hcl2 takes most of this file's time."""
+    parsed: dict[str, Any] = hcl2.loads(text)
+    return parsed
+
+
 def _shape_features(files: dict[str, str]) -> set[str]:
     """What a tree generates: its files (digits folded) and each Terraform resource type
     with every argument path it sets."""
@@ -156,7 +166,7 @@ def _shape_features(files: dict[str, str]) -> set[str]:
     for path, text in files.items():
         features.add("file " + re.sub(r"\d+", "N", path))
         if path.endswith(".tf"):
-            for block in hcl2.loads(text).get("resource", []):
+            for block in _parsed_hcl(text).get("resource", []):
                 for kind, named in block.items():
                     for body in named.values():
                         features |= {f"{kind} {key}" for key in _keys(body)}
