@@ -173,7 +173,7 @@ _DESIGN = FamilySpec(
         "run_failed": 10,  # the pipeline failed or was terminated (run-error)
         "validation_failed": 11,  # the generated repository failed a validator
     },
-    # The pipeline keeps no progress memo yet (its ``status`` query is the console's).
+    progress="memo",
     progress_query="status",
 )
 

@@ -62,6 +62,7 @@ CORPUS: tuple[str, ...] = (
     "design_iteration",
     "design_intake_unfit",
     "design_cost_workload",
+    "design_progress_memo",
     "design_validation_failed",
     "design_auto_revised",
     "design_agent_planned",

@@ -640,10 +640,10 @@ async def design_intake_unfit(ctx: Ctx) -> Histories:
     return {"design_intake_unfit": await history_json(handle)}
 
 
-async def design_cost_workload(ctx: Ctx) -> Histories:
+async def design_cost_workload(ctx: Ctx, scenario: str = "design_cost_workload") -> Histories:
     """DesignPipeline from a guided form that states its workload: the cost critic sizes the
     bill of materials from it (patch ``design-cost-from-workload``); no gate, no codegen."""
-    project = f"{ID_PREFIX}-design-cost"
+    project = f"{ID_PREFIX}-design-cost" + ("" if scenario == "design_cost_workload" else "-p")
     handle = await ctx.client.start_workflow(
         DesignPipeline.run,
         DesignInput(
@@ -672,7 +672,13 @@ async def design_cost_workload(ctx: Ctx) -> Histories:
     expect(cost is not None and bool(cost.workload), f"a workload-sized estimate: {cost}")
     stated = {v.name: v.value for v in (cost.workload if cost else []) if v.source == "stated"}
     expect(stated.get("data_gb_per_day") == 50, f"the stated volume priced: {stated}")
-    return {"design_cost_workload": await history_json(handle)}
+    return {scenario: await history_json(handle)}
+
+
+async def design_progress_memo(ctx: Ctx) -> Histories:
+    """``design_cost_workload`` recorded with patch ``keel-progress-memo``: the run's
+    progress memo (its phase or node, and the nodes run) upserted as it goes."""
+    return await design_cost_workload(ctx, "design_progress_memo")
 
 
 async def design_validation_failed(ctx: Ctx) -> Histories:
@@ -1158,6 +1164,7 @@ SCENARIOS: dict[str, Scenario] = {
     "design_replanned": design_replanned,
     "design_intake_unfit": design_intake_unfit,
     "design_cost_workload": design_cost_workload,
+    "design_progress_memo": design_progress_memo,
     "design_validation_failed": design_validation_failed,
     "design_auto_revised": design_auto_revised,
     "design_agent_planned": design_agent_planned,

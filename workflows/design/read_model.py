@@ -22,8 +22,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.digest import digest_json
     from keel.gates import DesignNotice, WebhookDelivery
+    from keel.progress import RunProgress
     from keel.refs import NOTIFY_WEBHOOK
     from workflows.common import call
+    from workflows.readers import ProgressMemo
 
 from workflows.design.state import (
     Approval,
@@ -52,6 +54,17 @@ class ReadModel:
         self.rejection_comments: list[str] = []
         # Webhook notices run beside the pipeline: a slow receiver never holds it up.
         self._notices: list[asyncio.Task[None]] = []
+        # What GET /runs shows of a running run (patch keel-progress-memo; started by run).
+        self._memo = ProgressMemo()
+
+    def show_progress(self) -> None:
+        """The run's progress memo: its phase, or the node running (``codegen``), with
+        the count of nodes run so far (the graph's length depends on the run)."""
+        phase = self.status.phase
+        if phase == "running" and self.status.node:
+            phase = self.status.node
+        done = len(self.status.nodes_run)
+        self._memo.show(RunProgress(phase=phase, done=done, unit="nodes run"))
 
     # --- the ports the nodes are given (DesignPorts), and helpers -------------------
 
@@ -91,6 +104,7 @@ class ReadModel:
                 self.events.append(cast(Stored, e).event)
             else:
                 raise TypeError(f"unknown effect {kind}")
+        self.show_progress()
 
     def journal(self) -> tuple[list[AgentRun], list[ApprovalRecord], list[DesignEvent]]:
         """The run's ``agent_runs``, approvals and events so far (persist writes them)."""

@@ -73,7 +73,9 @@ class DesignPipeline(ReadModel):
         return result
 
     async def _run(self, inp: DesignInput) -> DesignResult:
+        self._memo.start()  # the patch is asked before the run's first command
         self.status.phase = "loading"
+        self.show_progress()
         self._data = await call(
             steps.LOAD,
             LoadInput(
@@ -92,6 +94,7 @@ class DesignPipeline(ReadModel):
                 non_retryable=True,
             )
         self.status.phase = "running"
+        self.show_progress()
         ctx = DesignContext(
             thread_id=workflow.info().workflow_id,
             inp=inp,
@@ -120,6 +123,7 @@ class DesignPipeline(ReadModel):
                 else:
                     final = cast(GraphState, chunk)
         self.status.phase = "done"
+        self.show_progress()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result(final)
 
@@ -163,12 +167,14 @@ class DesignPipeline(ReadModel):
         self.status.questions = questions
         self.status.question_round = n
         self.status.phase = "waiting_for_answers"
+        self.show_progress()
         self.event(steps.EVENT_QUESTIONS, {"round": n, "fields": [q.field for q in questions]})
         await workflow.wait_condition(lambda: self._answered is not None)
         answered = self._answered
         assert answered is not None
         self.status.questions = []
         self.status.phase = "running"
+        self.show_progress()
         self._snapshot = None
         return answered
 
