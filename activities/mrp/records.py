@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import blake3
 from pydantic import JsonValue
@@ -50,14 +50,41 @@ __all__ = ["ScanProgress", "read_slice", "scan_record_file"]
 _READ_CHUNK = 1 << 20
 
 
-def _file_ref(path: str, local: Path) -> FileRef:
-    hasher = blake3.blake3()
-    size = 0
-    with local.open("rb") as f:
-        while block := f.read(_READ_CHUNK):
-            hasher.update(block)
-            size += len(block)
-    return FileRef(path=path, digest=DIGEST_PREFIX + hasher.hexdigest(), size_bytes=size)
+class _HashingLines:
+    """A binary file's lines, hashed and counted as they go by: the scan reads the file
+    once, and a scan refused part way has read only that far."""
+
+    def __init__(self, f: BinaryIO, progress: ScanProgress) -> None:
+        self._f = f
+        self._progress = progress
+        self._hasher = blake3.blake3()
+        self.size = 0
+
+    def __iter__(self) -> _HashingLines:
+        return self
+
+    def __next__(self) -> bytes:
+        line = next(self._f)
+        self._take(line)
+        return line
+
+    def _take(self, data: bytes) -> None:
+        self._hasher.update(data)
+        self.size += len(data)
+        self._progress.bytes += len(data)
+
+    def ref(self, path: str) -> FileRef:
+        """The file's ref, once its last bytes are read (what lines left, if any)."""
+        while block := self._f.read(_READ_CHUNK):
+            self._take(block)
+        return FileRef(
+            path=path, digest=DIGEST_PREFIX + self._hasher.hexdigest(), size_bytes=self.size
+        )
+
+
+def _unhashed(path: str, local: Path) -> FileRef:
+    """The file a slice names until the scan has hashed the whole file."""
+    return FileRef(path=path, digest=DIGEST_PREFIX + "0" * 64, size_bytes=local.stat().st_size)
 
 
 def _end_line(last: Record, tail: bytes) -> int:
@@ -81,6 +108,7 @@ class ScanProgress:
     files: int = 0
     records: int = 0
     shards: int = 0
+    bytes: int = 0  # of the text files' bytes, how many the scan has read
 
     def start_shard(self, path: str, record: int, inputs: InputsSpec) -> None:
         """Count a new slice starting at ``record`` (0-based) of ``path``."""
@@ -95,7 +123,12 @@ class ScanProgress:
 
     def heartbeat(self) -> dict[str, int]:
         """What a compile heartbeat carries."""
-        return {"files": self.files, "records": self.records, "shards": self.shards}
+        return {
+            "files": self.files,
+            "records": self.records,
+            "shards": self.shards,
+            "bytes": self.bytes,
+        }
 
 
 def scan_record_file(
@@ -114,24 +147,25 @@ def scan_record_file(
     progress.files += 1
     if inputs.format == "parquet":
         return _scan_parquet(path, local, inputs, store, progress)
-    ref = _file_ref(path, local)
     fmt = inputs.format
     assert fmt is not None
     cutter = _cutter(inputs)
     slices: list[RecordSlice] = []
     malformed: list[MalformedRecord] = []
+    unhashed = _unhashed(path, local)
     with local.open("rb") as f, local.open("rb") as chunk_reader:
+        lines = _HashingLines(f, progress)
         columns: list[str] | None = None
         records: Iterable[Record]
         if fmt == "csv":
             try:
-                rows = CsvRows(f)
+                rows = CsvRows(lines)
             except CsvHeaderError as e:
                 raise InputsRefused(f"{path}: {e}") from None
             columns = rows.columns
             records = rows
         else:
-            records = iter_jsonl(f)
+            records = iter_jsonl(lines)
         first: Record | None = None
         last: Record | None = None
         count = 0
@@ -143,7 +177,7 @@ def scan_record_file(
             slices.append(
                 RecordSlice(
                     format=fmt,
-                    file=ref,
+                    file=unhashed,
                     first_record=first.index,
                     record_count=count,
                     on_malformed=inputs.malformed_policy,
@@ -170,7 +204,8 @@ def scan_record_file(
                 malformed.append(malformed_of(rec, path, fmt))
         if first is not None:
             flush()
-    return ref, slices, malformed
+        ref = lines.ref(path)
+    return ref, [s.model_copy(update={"file": ref}) for s in slices], malformed
 
 
 # -- Parquet -------------------------------------------------------------------------------
