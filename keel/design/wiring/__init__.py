@@ -1,0 +1,91 @@
+"""Wiring (issue 38 §1): the pieces of a generated repository checked against each other.
+
+Every other validator looks at one kind of file (the Terraform parses, the workflow lints,
+the tests pass), so a repository can pass them all and still not deploy: a README that
+passes a variable the root module does not declare, a Lambda function whose package
+nothing builds, a task definition running an image nothing pushes, a service that reads
+``DATA_URI`` from an environment nobody sets, an alarm on a metric nothing emits, a Glue
+job whose script is not in the repository. :func:`check_wiring` reads the tree (Terraform
+with python-hcl2, the CI workflows with PyYAML, Dockerfiles, the README's shell blocks and
+the Python code with :mod:`ast`) and returns one :class:`Finding` per broken joint, each
+naming the file and what is wrong. Pure: no I/O, the same tree always gets the same
+findings.
+
+The rules (:data:`RULES`):
+
+``variables``
+    every variable a README or CI command passes to Terraform (``-var``, ``-var-file``,
+    ``TF_VAR_*``) is declared by the root module the command runs in; every input a
+    ``module`` block passes is declared by that module; every variable of a module
+    without a default is passed.
+``lambda``
+    every Lambda handler names a module file and a function that exist in the package,
+    and the package is built from the repository (an ``archive_file`` data source, or a
+    CI step that uploads the key the function reads), never a zip nothing makes.
+``images``
+    every image a task definition, SageMaker model or job (or a Lambda image) runs comes
+    from an ECR repository the Terraform declares, is built by a CI workflow and pushed
+    to that repository, under the repository's name and the tag variable the Terraform
+    runs (the root variable ``image_tag`` is the CI's ``IMAGE_TAG`` or
+    ``TF_VAR_image_tag``). Images AWS builds (``aws_sagemaker_prebuilt_ecr_image``) are
+    accepted as they are.
+``environment``
+    every environment variable the code a runtime starts reads (``os.environ[...]``,
+    ``os.environ.get``, ``os.getenv``, a name bound to ``os.environ``, fields of a
+    pydantic ``BaseSettings``) is set by that runtime (task definition environment,
+    Lambda environment, SageMaker ``Environment``, a compose file, the image's ``ENV``)
+    unless its default works deployed: see :func:`default_works_deployed`.
+``alarms``
+    every CloudWatch alarm watches a metric something emits: an AWS namespace of a
+    resource type the Terraform creates, a log metric filter on a log group some runtime
+    writes to, or a custom metric the repository's code puts (same namespace, name and
+    dimensions).
+``jobs``
+    every Glue job script (and ``--extra-py-files``) and EMR entry point is an object the
+    Terraform uploads from a file of the repository.
+
+The package: the parsers (:mod:`.model` for the shapes, :mod:`.terraform`,
+:mod:`.commands` for shell and README blocks, :mod:`.ci`, :mod:`.code` for Python and
+Dockerfiles), :mod:`.repo` for the tree parsed once, and one module per rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from keel.design.wiring.alarms import check_alarms
+from keel.design.wiring.code import code_metrics, default_works_deployed, env_reads, import_closure
+from keel.design.wiring.environment import check_environment
+from keel.design.wiring.images import check_images
+from keel.design.wiring.jobs import check_jobs
+from keel.design.wiring.lambdas import check_lambdas
+from keel.design.wiring.model import AWS_NAMESPACES, RULES, RUNTIME_PROVIDED, Finding
+from keel.design.wiring.repo import Repo
+from keel.design.wiring.variables import check_variables
+
+
+def check_wiring(files: Mapping[str, str]) -> list[Finding]:
+    """Every rule's findings on ``files``, sorted (rule, file, message)."""
+    repo = Repo.parse(files)
+    found = [
+        *check_variables(repo),
+        *check_lambdas(repo),
+        *check_images(repo),
+        *check_environment(repo),
+        *check_alarms(repo),
+        *check_jobs(repo),
+    ]
+    return sorted(set(found), key=lambda f: (RULES.index(f.rule), f.file, f.message))
+
+
+__all__ = [
+    "AWS_NAMESPACES",
+    "RULES",
+    "RUNTIME_PROVIDED",
+    "Finding",
+    "check_wiring",
+    "code_metrics",
+    "default_works_deployed",
+    "env_reads",
+    "import_closure",
+]

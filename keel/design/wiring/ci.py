@@ -1,0 +1,192 @@
+"""CI workflows: the images they build and push, and the Terraform they run."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from keel.design.wiring.commands import TfCommand, shell_commands, terraform_command
+from keel.design.wiring.terraform import _join
+
+
+def _workflows(files: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(files):
+        if path.startswith(".github/workflows/") and path.endswith((".yml", ".yaml")):
+            try:
+                doc = yaml.safe_load(files[path])
+            except yaml.YAMLError:
+                continue
+            if isinstance(doc, dict):
+                out[path] = doc
+    return out
+
+
+def _env_names(*envs: Any) -> list[str]:
+    names: list[str] = []
+    for env in envs:
+        if isinstance(env, dict):
+            names += [str(k) for k in env]
+    return names
+
+
+def _matrix_rows(job: Mapping[str, Any]) -> list[dict[str, str]]:
+    strategy = job.get("strategy")
+    matrix = strategy.get("matrix") if isinstance(strategy, dict) else None
+    if not isinstance(matrix, dict):
+        return [{}]
+    rows: list[dict[str, str]] = [{}]
+    for key, values in matrix.items():
+        if key in ("include", "exclude") or not isinstance(values, list):
+            continue
+        rows = [{**row, str(key): str(v)} for row in rows for v in values]
+    include = matrix.get("include")
+    if isinstance(include, list):
+        extra = [
+            {str(k): str(v) for k, v in row.items()} for row in include if isinstance(row, dict)
+        ]
+        rows = extra if rows == [{}] else rows + extra
+    return rows
+
+
+_EXPR = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
+
+
+def _substitute(text: str, row: Mapping[str, str], ecr_steps: set[str]) -> str:
+    def put(m: re.Match[str]) -> str:
+        expr = m.group(1)
+        if expr.startswith("matrix.") and expr[7:] in row:
+            return row[expr[7:]]
+        if expr.startswith("env."):
+            return "${" + expr[4:] + "}"
+        step = re.match(r"steps\.([\w-]+)\.outputs\.registry$", expr)
+        if step:
+            return "<ecr>" if step.group(1) in ecr_steps else f"<registry:{step.group(1)}>"
+        return "<" + expr + ">"
+
+    return _EXPR.sub(put, text)
+
+
+@dataclass(frozen=True)
+class CiImage:
+    """An image a CI workflow pushes: ``repository:tag`` in an ECR registry."""
+
+    file: str
+    registry: str
+    repository: str
+    tag: str
+    dockerfile: str | None
+
+
+def _docker_builds(argv: list[str], cwd: str) -> tuple[list[str], str | None]:
+    tags: list[str] = []
+    dockerfile = None
+    context = None
+    i = 2 if argv[:2] == ["docker", "build"] else 3
+    while i < len(argv):
+        tok = argv[i]
+        if tok in ("-t", "--tag") and i + 1 < len(argv):
+            tags.append(argv[i + 1])
+            i += 2
+            continue
+        if tok.startswith("--tag="):
+            tags.append(tok.split("=", 1)[1])
+        elif tok in ("-f", "--file") and i + 1 < len(argv):
+            dockerfile = argv[i + 1]
+            i += 2
+            continue
+        elif tok.startswith("--file="):
+            dockerfile = tok.split("=", 1)[1]
+        elif not tok.startswith("-"):
+            context = tok
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in tok:
+            i += 2
+            continue
+        i += 1
+    base = _join(cwd, context or ".")
+    path = _join(cwd, dockerfile) if dockerfile else _join(base, "Dockerfile")
+    return tags, path
+
+
+def _split_ref(ref: str) -> tuple[str, str, str]:
+    """(registry, repository, tag) of an image reference."""
+    name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
+    registry, _, repository = name.partition("/")
+    if not repository:
+        registry, repository = "", name
+    return registry, repository, tag
+
+
+def ci_images(files: Mapping[str, str]) -> tuple[list[CiImage], list[TfCommand], set[str]]:
+    """Images the CI workflows push, the terraform commands they run, and every text
+    their ``run`` steps hold (for uploads)."""
+    pushed: list[CiImage] = []
+    commands: list[TfCommand] = []
+    runs: set[str] = set()
+    for path, doc in _workflows(files).items():
+        jobs = doc.get("jobs")
+        if not isinstance(jobs, dict):
+            continue
+        for job in jobs.values():
+            if not isinstance(job, dict):
+                continue
+            steps = [s for s in job.get("steps") or [] if isinstance(s, dict)]
+            ecr_steps = {
+                str(s.get("id"))
+                for s in steps
+                if str(s.get("uses", "")).startswith("aws-actions/amazon-ecr-login")
+            }
+            defaults = job.get("defaults")
+            run_defaults = defaults.get("run") if isinstance(defaults, dict) else None
+            job_dir = (
+                run_defaults.get("working-directory", ".")
+                if isinstance(run_defaults, dict)
+                else "."
+            )
+            for row in _matrix_rows(job):
+                built: dict[str, str | None] = {}
+                for step in steps:
+                    env = _env_names(doc.get("env"), job.get("env"), step.get("env"))
+                    uses = str(step.get("uses", ""))
+                    if uses.startswith("docker/build-push-action"):
+                        with_ = step.get("with")
+                        if not isinstance(with_, dict):
+                            with_ = {}
+                        tags = _substitute(str(with_.get("tags", "")), row, ecr_steps)
+                        dockerfile = _join(".", str(with_.get("file", "Dockerfile")))
+                        for tag in re.split(r"[,\s]+", tags):
+                            if tag and str(with_.get("push", "")).lower() == "true":
+                                reg, repo, t = _split_ref(tag)
+                                pushed.append(CiImage(path, reg, repo, t, dockerfile))
+                        continue
+                    run = step.get("run")
+                    if not isinstance(run, str):
+                        continue
+                    text = _substitute(run, row, ecr_steps)
+                    runs.add(text)
+                    cwd = _join(".", str(step.get("working-directory", job_dir)))
+                    for cdir, argv, tf_env in shell_commands(text, cwd, env)[0]:
+                        cmd = terraform_command(path, cdir, argv, tf_env)
+                        if cmd is not None:
+                            commands.append(cmd)
+                        elif argv[:2] == ["docker", "build"] or argv[:3] == [
+                            "docker",
+                            "buildx",
+                            "build",
+                        ]:
+                            built_tags, built_file = _docker_builds(argv, cdir)
+                            for tag in built_tags:
+                                built[tag] = built_file
+                            if "--push" in argv:
+                                for tag in built_tags:
+                                    pushed.append(CiImage(path, *_split_ref(tag), built_file))
+                        elif argv[:2] == ["docker", "tag"] and len(argv) >= 4:
+                            built[argv[3]] = built.get(argv[2])
+                        elif argv[:2] == ["docker", "push"] and len(argv) >= 3:
+                            ref = argv[-1]
+                            pushed.append(CiImage(path, *_split_ref(ref), built.get(ref)))
+    return pushed, commands, runs

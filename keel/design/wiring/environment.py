@@ -1,0 +1,123 @@
+"""Rule ``environment``: every variable the code reads is set by the runtime that starts it."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Mapping
+
+from keel.design.wiring.code import (
+    EnvRead,
+    entry_modules,
+    env_reads,
+    import_closure,
+    module_file,
+    parse_dockerfile,
+)
+from keel.design.wiring.images import _image_code, runtimes
+from keel.design.wiring.lambdas import Package, _archives
+from keel.design.wiring.model import RUNTIME_PROVIDED, Finding
+from keel.design.wiring.repo import Repo
+from keel.design.wiring.terraform import _dirname, _join
+
+
+def _compose_runtimes(files: Mapping[str, str]) -> list[tuple[str, str, list[str], frozenset[str]]]:
+    """(compose file, service, files it starts, variables it sets)."""
+    import yaml
+
+    out = []
+    for path in sorted(files):
+        if posixpath.basename(path) not in (
+            "docker-compose.yml",
+            "docker-compose.yaml",
+            "compose.yml",
+            "compose.yaml",
+        ):
+            continue
+        try:
+            doc = yaml.safe_load(files[path])
+        except yaml.YAMLError:
+            continue
+        services = doc.get("services") if isinstance(doc, dict) else None
+        if not isinstance(services, dict):
+            continue
+        for name, svc in services.items():
+            if not isinstance(svc, dict) or "build" not in svc:
+                continue
+            build = svc["build"]
+            context = _join(
+                _dirname(path), build if isinstance(build, str) else build.get("context", ".")
+            )
+            dockerfile = _join(
+                context,
+                build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile",
+            )
+            parsed = parse_dockerfile(files.get(dockerfile, ""))
+            env = svc.get("environment") or {}
+            names = set(env) if isinstance(env, dict) else {str(e).split("=", 1)[0] for e in env}
+            command = svc.get("command")
+            cmd = (
+                tuple(command)
+                if isinstance(command, list)
+                else (tuple(shlex.split(command)) if isinstance(command, str) else parsed.cmd)
+            )
+            starts = entry_modules(files, parsed.entrypoint + cmd, parsed.lambda_base)
+            out.append((path, str(name), starts, frozenset(names | parsed.env)))
+    return out
+
+
+def _missing_env(repo: Repo, starts: list[str], provided: frozenset[str]) -> list[EnvRead]:
+    missing: dict[str, EnvRead] = {}
+    for path in import_closure(repo.files, starts):
+        for read in env_reads(path, repo.files[path]):
+            if read.accepted or read.name in provided:
+                continue
+            missing.setdefault(read.name, read)
+    return [missing[k] for k in sorted(missing)]
+
+
+def _env_message(what: str, runs: str, read: EnvRead) -> str:
+    default = "no default" if read.default == "none" else f"default {read.default}"
+    return (
+        f"{what} runs {runs}, which reads {read.name} ({read.file}:{read.line}, {default}), "
+        "and nothing sets it there"
+    )
+
+
+def check_environment(repo: Repo) -> list[Finding]:
+    out: list[Finding] = []
+    for rt in runtimes(repo):
+        provided = rt.env | RUNTIME_PROVIDED[rt.kind]
+        if rt.handler:
+            module = rt.handler.rsplit(".", 1)[0]
+            for pkg in _archives(
+                repo, rt.module, {k: rt.block.body.get(k) for k in ("filename", "s3_key")}
+            ) or [Package(".", (), "")]:
+                path = module_file(repo.files, module, pkg.root) if pkg.root else None
+                if path is None:
+                    continue  # the lambda rule reports it
+                for read in _missing_env(repo, [path], provided):
+                    out.append(
+                        Finding(
+                            "environment", rt.block.file, _env_message(rt.where, rt.handler, read)
+                        )
+                    )
+            continue
+        for image in rt.images:
+            code = _image_code(repo, rt, image)
+            if code is None:
+                continue
+            starts, image_env, dockerfile = code
+            for read in _missing_env(repo, starts, provided | image_env):
+                runs = " and ".join(starts) + f" ({dockerfile})"
+                out.append(
+                    Finding("environment", rt.block.file, _env_message(rt.where, runs, read))
+                )
+    for path, name, starts, provided in _compose_runtimes(repo.files):
+        for read in _missing_env(repo, starts, provided):
+            out.append(
+                Finding(
+                    "environment", path, _env_message(f"service {name}", ", ".join(starts), read)
+                )
+            )
+    return out

@@ -1,0 +1,253 @@
+"""Rule ``images``: every image run is built, pushed to a declared ECR repository and tagged as run."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from keel.design.wiring.code import entry_modules, parse_dockerfile
+from keel.design.wiring.model import (
+    _ECR_IMAGE,
+    _ENV_NAME,
+    _STRING,
+    _VAR_ONLY,
+    Block,
+    Finding,
+    Instance,
+    TfModule,
+)
+from keel.design.wiring.repo import Repo
+from keel.design.wiring.terraform import _json_objects, _json_values, _resolve, _unwrap
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Something the Terraform starts that runs code: where it is declared, its kind
+    (``ecs``, ``lambda``, ``sagemaker``), the images it runs and the variables it sets."""
+
+    module: TfModule
+    block: Block
+    kind: str
+    images: tuple[str, ...]
+    env: frozenset[str]
+    command: tuple[str, ...] | None = None
+    handler: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.block.kind}.{self.block.name}"
+
+
+def _json_keys(obj: str) -> set[str]:
+    """Top-level keys of an encoded object ``{...}``."""
+    keys: set[str] = set()
+    depth = 0
+    i, quoted, start = 0, False, -1
+    while i < len(obj):
+        ch = obj[i]
+        if quoted:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quoted = False
+                if depth == 1:
+                    j = i + 1
+                    while j < len(obj) and obj[j] == " ":
+                        j += 1
+                    if j < len(obj) and obj[j] == ":" and _ENV_NAME.match(obj[start + 1 : i]):
+                        keys.add(obj[start + 1 : i])
+        elif ch == '"':
+            quoted, start = True, i
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        i += 1
+    return keys
+
+
+def runtimes(repo: Repo) -> list[Runtime]:
+    out: list[Runtime] = []
+    for mod in repo.modules.values():
+        for block in mod.resources:
+            body = block.body
+            if block.kind == "aws_ecs_task_definition":
+                text = str(body.get("container_definitions", ""))
+                images = tuple(v for _, v in _json_values(text, ["image"]))
+                env: set[str] = set()
+                for arr in [*_json_objects(text, "environment"), *_json_objects(text, "secrets")]:
+                    env |= {v for _, v in _json_values(arr, ["name"])}
+                command = None
+                for arr in _json_objects(text, "command"):
+                    command = tuple(re.findall(_STRING, arr))
+                out.append(Runtime(mod, block, "ecs", images, frozenset(env), command))
+            elif block.kind == "aws_lambda_function":
+                env_block = _unwrap(body.get("environment")) or {}
+                variables = env_block.get("variables") if isinstance(env_block, dict) else None
+                names = frozenset(variables) if isinstance(variables, dict) else frozenset()
+                image = body.get("image_uri")
+                out.append(
+                    Runtime(
+                        mod,
+                        block,
+                        "lambda",
+                        (str(image),) if image else (),
+                        names,
+                        handler=None if image else str(body.get("handler", "")),
+                    )
+                )
+            elif block.kind == "aws_sfn_state_machine":
+                text = str(body.get("definition", ""))
+                for params in _json_objects(text, "Parameters"):
+                    images = tuple(
+                        v for _, v in _json_values(params, ["Image", "TrainingImage", "ImageUri"])
+                    )
+                    if not images:
+                        continue
+                    env = set()
+                    for obj in _json_objects(params, "Environment"):
+                        env |= _json_keys(obj)
+                    out.append(Runtime(mod, block, "sagemaker", images, frozenset(env)))
+            elif block.kind == "aws_sagemaker_model":
+                for key in ("primary_container", "container"):
+                    cont = _unwrap(body.get(key))
+                    if isinstance(cont, dict) and cont.get("image"):
+                        env_map = cont.get("environment")
+                        names = frozenset(env_map) if isinstance(env_map, dict) else frozenset()
+                        out.append(Runtime(mod, block, "sagemaker", (str(cont["image"]),), names))
+    return out
+
+
+@dataclass(frozen=True)
+class ResolvedImage:
+    repository: str  # the ECR repository's name, as the instance resolves it
+    tag_var: str  # the root variable the tag comes from ("" when none)
+    problem: str  # why it cannot be pushed by CI ("" when it can)
+
+
+def _resolve_image(repo: Repo, mod: TfModule, image: str) -> list[ResolvedImage] | str:
+    """Each instance's (repository, root tag variable), or why the image is not from a
+    declared ECR repository (``""``: an image AWS builds, accepted)."""
+    if "aws_sagemaker_prebuilt_ecr_image" in image:
+        return ""
+    m = _ECR_IMAGE.match(image)
+    if m is None:
+        return f"image {image} is not from an ECR repository the Terraform declares"
+    ecr = mod.resource("aws_ecr_repository", m.group(1))
+    if ecr is None:
+        return f"image {image}: {mod.dir}/ declares no aws_ecr_repository.{m.group(1)}"
+    tag = _VAR_ONLY.match(m.group(2))
+    out = []
+    for inst in repo.instances_of(mod) or [Instance(mod, mod.dir, {}, None)]:
+        name = str(_resolve(ecr.body.get("name", ""), inst.args))
+        if tag is None:
+            out.append(ResolvedImage(name, "", f"its tag {m.group(2)} is no variable"))
+            continue
+        var = tag.group(1)
+        chain = var
+        if inst.block is not None:
+            arg = inst.args.get(var)
+            root_var = _VAR_ONLY.match(arg) if isinstance(arg, str) else None
+            if root_var is None:
+                default = mod.variables.get(var)
+                shown = repr(default.default) if default and default.has_default else "unset"
+                out.append(
+                    ResolvedImage(
+                        name,
+                        "",
+                        f"its tag var.{var} is not passed from the root module "
+                        f'(module "{inst.block.name}" leaves it at {shown})',
+                    )
+                )
+                continue
+            chain = root_var.group(1)
+        out.append(ResolvedImage(name, chain, ""))
+    return out
+
+
+def _tag_matches(ci_tag: str, root_var: str) -> bool:
+    m = re.fullmatch(r"\$\{?(\w+)\}?", ci_tag)
+    if m is None:
+        return False
+    name = m.group(1)
+    return name.lower() == root_var.lower() or name == f"TF_VAR_{root_var}"
+
+
+def check_images(repo: Repo) -> list[Finding]:
+    out: list[Finding] = []
+    for rt in runtimes(repo):
+        for image in rt.images:
+            resolved = _resolve_image(repo, rt.module, image)
+            if isinstance(resolved, str):
+                if resolved:
+                    out.append(Finding("images", rt.block.file, f"{rt.where}: {resolved}"))
+                continue
+            for img in resolved:
+                if img.problem:
+                    out.append(
+                        Finding(
+                            "images",
+                            rt.block.file,
+                            f"{rt.where} runs {img.repository}: {img.problem}",
+                        )
+                    )
+                pushes = [p for p in repo.pushed if p.repository == img.repository]
+                if not pushes:
+                    built = sorted({p.repository for p in repo.pushed}) or ["nothing"]
+                    out.append(
+                        Finding(
+                            "images",
+                            rt.block.file,
+                            f"{rt.where} runs the ECR repository {img.repository}, which no CI "
+                            f"workflow pushes to (they push: {', '.join(built)})",
+                        )
+                    )
+                    continue
+                if not any(p.registry == "<ecr>" or ".dkr.ecr." in p.registry for p in pushes):
+                    out.append(
+                        Finding(
+                            "images",
+                            pushes[0].file,
+                            f"{img.repository} is pushed to {pushes[0].registry or 'no registry'}, "
+                            "not to ECR (an amazon-ecr-login step's registry)",
+                        )
+                    )
+                if img.tag_var and not any(_tag_matches(p.tag, img.tag_var) for p in pushes):
+                    out.append(
+                        Finding(
+                            "images",
+                            pushes[0].file,
+                            f"{rt.where} runs {img.repository} at var.{img.tag_var}, but CI "
+                            f"pushes it as {pushes[0].tag or 'no tag'} (expected "
+                            f"${{IMAGE_TAG}} or ${{TF_VAR_{img.tag_var}}})",
+                        )
+                    )
+    return out
+
+
+def _image_code(
+    repo: Repo, rt: Runtime, image: str
+) -> tuple[list[str], frozenset[str], str] | None:
+    """The files the image starts for ``rt``, the variables its Dockerfile sets, and the
+    Dockerfile; None when it runs no code of the repository we can find."""
+    resolved = _resolve_image(repo, rt.module, image)
+    if isinstance(resolved, str):
+        return None
+    for img in resolved:
+        dockerfiles = [
+            p.dockerfile
+            for p in repo.pushed
+            if p.repository == img.repository and p.dockerfile in repo.files
+        ]
+        # Not pushed (the images rule says so): the Dockerfile of a directory named as the
+        # repository's last segment (``<prefix>/serve``: ``services/serve/Dockerfile``).
+        last = img.repository.rsplit("/", 1)[-1]
+        dockerfiles += sorted(
+            p for p in repo.files if p.endswith(f"/{last}/Dockerfile") or p == f"{last}/Dockerfile"
+        )
+        for dockerfile in dockerfiles[:1]:
+            if dockerfile is not None:
+                parsed = parse_dockerfile(repo.files[dockerfile])
+                argv = parsed.entrypoint + (rt.command if rt.command is not None else parsed.cmd)
+                return entry_modules(repo.files, argv, parsed.lambda_base), parsed.env, dockerfile
+    return None

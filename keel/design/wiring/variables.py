@@ -1,0 +1,112 @@
+"""Rule ``variables``: every variable passed to Terraform is declared, every one without a default is passed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from keel.design.wiring.commands import TfCommand, readme_blocks, shell_commands, terraform_command
+from keel.design.wiring.model import _META_ARGS, Finding
+from keel.design.wiring.repo import Repo
+from keel.design.wiring.terraform import _callee, _dirname, _join
+
+
+def _readme_commands(files: Mapping[str, str]) -> list[TfCommand]:
+    out = []
+    for path in sorted(files):
+        if not path.lower().endswith(".md"):
+            continue
+        for block in readme_blocks(files[path]):
+            base = _dirname(path)
+            for cwd, argv, env in shell_commands(block, base)[0]:
+                cmd = terraform_command(path, cwd, argv, env)
+                if cmd is not None:
+                    out.append(cmd)
+    return out
+
+
+def _tfvars_keys(text: str) -> list[str] | None:
+    import hcl2
+
+    try:
+        return list(hcl2.loads(text))
+    except Exception:
+        return None
+
+
+def check_variables(repo: Repo) -> list[Finding]:
+    out: list[Finding] = []
+    mods = repo.modules
+    for mod in mods.values():
+        for block in mod.modules:
+            callee_dir = _callee(mod, block)
+            if callee_dir is None:
+                continue
+            callee = mods.get(callee_dir)
+            if callee is None:
+                out.append(
+                    Finding(
+                        "variables",
+                        block.file,
+                        f'module "{block.name}": its source {block.body.get("source")} '
+                        f"({callee_dir}/) holds no Terraform",
+                    )
+                )
+                continue
+            passed = {k for k in block.body if k not in _META_ARGS}
+            for key in sorted(passed - set(callee.variables)):
+                out.append(
+                    Finding(
+                        "variables",
+                        block.file,
+                        f'module "{block.name}" passes {key}, which {callee_dir}/ does not declare',
+                    )
+                )
+            for var in sorted(callee.variables.values(), key=lambda v: v.name):
+                if not var.has_default and var.name not in passed:
+                    out.append(
+                        Finding(
+                            "variables",
+                            block.file,
+                            f'module "{block.name}" does not pass {var.name}, which '
+                            f"{var.file} declares without a default",
+                        )
+                    )
+    for cmd in [*_readme_commands(repo.files), *repo.ci_terraform]:
+        if cmd.subcommand not in ("plan", "apply", "destroy", "import", "refresh", "console"):
+            continue
+        root = mods.get(cmd.cwd)
+        if root is None:
+            out.append(
+                Finding(
+                    "variables",
+                    cmd.file,
+                    f"terraform {cmd.subcommand} runs in {cmd.cwd}/, which holds no Terraform",
+                )
+            )
+            continue
+        given = [(v, "-var") for v in cmd.variables] + [(v, "TF_VAR_") for v in cmd.env_vars]
+        for var_file in cmd.var_files:
+            path = _join(cmd.cwd, var_file)
+            if path not in repo.files:
+                out.append(
+                    Finding(
+                        "variables",
+                        cmd.file,
+                        f"terraform {cmd.subcommand} in {cmd.cwd}/ reads -var-file {var_file}, "
+                        "which is not in the repository",
+                    )
+                )
+                continue
+            keys = _tfvars_keys(repo.files[path])
+            given += [(k, f"-var-file {var_file}") for k in keys or ()]
+        for name, how in given:
+            if name not in root.variables:
+                out.append(
+                    Finding(
+                        "variables",
+                        cmd.file,
+                        f"terraform {cmd.subcommand} in {cmd.cwd}/ passes {name} ({how}), "
+                        f"which the root module {cmd.cwd}/ does not declare",
+                    )
+                )
+    return out
