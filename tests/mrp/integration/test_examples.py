@@ -132,7 +132,7 @@ async def test_demo_reports_a_digest_that_differs_from_golden(
     """`keel demo` names a failed check (and then exits non-zero) instead of printing
     "DIFFERS" and carrying on: a digest that differs from golden.json, and a produced
     value that differs from examples/mrp/expected, each on a line naming it."""
-    from cli.keel import _run_mrp_examples
+    from cli.demo import _run_mrp_examples
 
     examples = tmp_path / "examples"
     shutil.copytree(EXAMPLES, examples)
