@@ -87,6 +87,8 @@ RLLM_OLLAMA_RETRY = RetryPolicy(
 # MRP jobs (workflows/mrp.py). Their own errors (compile refused, shard over its retry
 # cap, phase failed) are final; anything else (a worker lost, a store outage) is retried.
 MRP_COMPILE_TIMEOUT = timedelta(minutes=10)
+# Compile heartbeats while it scans the inputs (activities/mrp/activities.py, every 5 s).
+MRP_COMPILE_HEARTBEAT = timedelta(seconds=30)
 MRP_COMPILE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
@@ -210,7 +212,7 @@ OPTIONS: dict[str, Options] = {
     "rllm.ollama_ensure": Options(
         RLLM_OLLAMA_TIMEOUT, RLLM_OLLAMA_RETRY, heartbeat=RLLM_OLLAMA_HEARTBEAT
     ),
-    "mrp.compile": Options(MRP_COMPILE_TIMEOUT, MRP_COMPILE_RETRY),
+    "mrp.compile": Options(MRP_COMPILE_TIMEOUT, MRP_COMPILE_RETRY, heartbeat=MRP_COMPILE_HEARTBEAT),
     "mrp.map_window": Options(MRP_WINDOW_TIMEOUT, MRP_WINDOW_RETRY, heartbeat=MRP_WINDOW_HEARTBEAT),
     "mrp.reduce": Options(MRP_PHASE_TIMEOUT, MRP_PHASE_RETRY),
     "mrp.evaluate": Options(MRP_PHASE_TIMEOUT, MRP_PHASE_RETRY),

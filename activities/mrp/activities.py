@@ -9,7 +9,8 @@ index live in SQL (``store/mrp_runs.py``).
   ``base_dir`` and store their bytes, store every shard input, ``IR.json``,
   ``manifest.json``, the policy report and the job file; record the run. For a replay,
   load the original run's IR instead. Failures are non-retryable
-  ``ApplicationError(type="MrpCompileError")`` naming the rule or operator.
+  ``ApplicationError(type="MrpCompileError")`` naming the rule or operator. It heartbeats
+  every ``COMPILE_HEARTBEAT_EVERY_S`` with how far the input scan has got.
 - ``mrp.map_window``: run shards ``[start, end)`` on the backend, heartbeating the number
   done. A shard whose checkpoint key is indexed (or that this run already finished) is
   skipped; others run with the policy's timeout and retry cap. Over the cap the window
@@ -37,6 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway, sql_recorder
 from activities.mrp.backends import file_reader, store_for
 from activities.mrp.host import run_in_host
@@ -53,6 +55,7 @@ from activities.mrp.operators import (
     read_config_file,
     resolve_config_path,
 )
+from activities.mrp.records import ScanProgress
 from activities.mrp.sinks import SinkWriteError, check_sink, upload_to_s3
 from activities.mrp.window import MapWindow, load_ir
 from keel.digest import digest_bytes, digest_json
@@ -120,6 +123,10 @@ tracer = trace.get_tracer("keel.mrp")
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
 
+#: How often the compile activity heartbeats (its heartbeat timeout, MRP_COMPILE_HEARTBEAT
+#: in workflows/common.py, is several times this).
+COMPILE_HEARTBEAT_EVERY_S = 5.0
+
 
 # ---------------------------------------------------------------------------------------
 # Helpers
@@ -161,13 +168,23 @@ def _refuse_input_sources(parsed: ParsedJob, caps: Caps) -> None:
 
 
 def _resolve_inputs(
-    parsed: ParsedJob, base_dir: str, settings: Settings, config: MrpConfig, store: ArtifactStore
+    parsed: ParsedJob,
+    base_dir: str,
+    settings: Settings,
+    config: MrpConfig,
+    store: ArtifactStore,
+    progress: ScanProgress | None = None,
 ) -> ResolvedInputs:
     """:func:`resolve_inputs`; an S3 bucket or object that does not exist or may not be
     read refuses the job (other S3 errors are worth the activity's retry)."""
     try:
         return resolve_inputs(
-            parsed.spec.inputs, base_dir=base_dir, settings=settings, caps=config.caps, store=store
+            parsed.spec.inputs,
+            base_dir=base_dir,
+            settings=settings,
+            caps=config.caps,
+            store=store,
+            progress=progress,
         )
     except Exception as e:
         code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
@@ -284,10 +301,17 @@ class MrpActivities:
 
     @activity.defn(name=steps.COMPILE.name)
     async def compile(self, inp: CompileInput) -> CompiledJob:
-        """Compile (or, for a replay, load) the job and store everything it needs."""
-        return await asyncio.to_thread(self._compile, inp)
+        """Compile (or, for a replay, load) the job and store everything it needs,
+        heartbeating the scan's progress (a lost worker is noticed after the heartbeat
+        timeout, not the whole start-to-close)."""
+        progress = ScanProgress()
+        return await heartbeating(
+            asyncio.to_thread(self._compile, inp, progress),
+            every_s=COMPILE_HEARTBEAT_EVERY_S,
+            details=progress.heartbeat,
+        )
 
-    def _compile(self, inp: CompileInput) -> CompiledJob:
+    def _compile(self, inp: CompileInput, progress: ScanProgress | None = None) -> CompiledJob:
         with _span("mrp.compile", run_id=inp.run_id, replay=bool(inp.replay_of)):
             if inp.replay_of:
                 return self._load_replay(inp)
@@ -307,7 +331,9 @@ class MrpActivities:
                 malformed: list[MalformedRecord] = []
                 if parsed.spec.inputs.files is not None:
                     _refuse_input_sources(parsed, config.caps)
-                    inputs = _resolve_inputs(parsed, inp.base_dir, self._settings, config, store)
+                    inputs = _resolve_inputs(
+                        parsed, inp.base_dir, self._settings, config, store, progress
+                    )
                     resolved, file_digests = inputs.files, inputs.file_digests
                     slices, malformed = inputs.slices, inputs.malformed
                 # What config.compile_job does, without parsing the job file a second time
