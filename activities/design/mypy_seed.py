@@ -58,6 +58,7 @@ ignore_missing_imports = true
 from __future__ import annotations
 
 import argparse
+import base64
 import collections
 import collections.abc
 import dataclasses
@@ -71,6 +72,7 @@ import pathlib
 import random
 import re
 import sys
+import tempfile
 import time
 import typing
 import urllib.request
