@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from activities.actors import ActorPool
 from activities.design import DesignActivities
+from activities.design.repair import RepairActivities
 from activities.llm import LLMGateway, sql_recorder
 from activities.mrp import MrpActivities
 from activities.notify import NotifyActivities
@@ -145,7 +146,8 @@ def _design(deps: WorkerDeps) -> Sequence[Any]:
         repos_dir=s.design_repos_dir,
         policy_path=s.design_policy_path,
     )
-    return design.all()
+    repair = RepairActivities(artifacts=deps.artifacts(), llm=deps.llm)
+    return [*design.all(), repair.repair]
 
 
 def _design_plugins() -> list[Plugin]:

@@ -230,6 +230,9 @@ OPTIONS: dict[str, Options] = {
     "design.validate": Options(
         DESIGN_VALIDATE_TIMEOUT, DESIGN_VALIDATE_RETRY, heartbeat=DESIGN_HEARTBEAT
     ),
+    "design.repair": Options(
+        DESIGN_CODEGEN_TIMEOUT, DESIGN_CODEGEN_RETRY, heartbeat=DESIGN_HEARTBEAT
+    ),
     "design.persist": Options(DESIGN_PERSIST_TIMEOUT, DESIGN_PERSIST_RETRY),
 }
 

@@ -110,6 +110,13 @@ class DesignOptions(_Model):
         description="litellm: a models-config name (empty: the default); anthropic: the "
         "Claude model id (empty: the provider's default)",
     )
+    repair_rounds: int = Field(
+        default=2,
+        ge=0,
+        le=5,
+        description="Rounds of design.repair then the validators after a validator fails "
+        "(0: a failure ends the run validation_failed at once)",
+    )
 
     @field_validator("approvers")
     @classmethod
@@ -139,6 +146,40 @@ class DesignAnswers(_Model):
     request_id: str = Field(default="", max_length=256)
 
 
+class Finding(_Model):
+    """One thing a failed validator found: the validator, the file it names (if any),
+    its line and what it said."""
+
+    validator: str
+    file: str | None = None
+    line: int | None = None
+    message: str = Field(default="", max_length=2000)
+
+
+RepairFix = Literal["rule", "model", "not_fixed"]
+
+
+class FindingOutcome(_Model):
+    """What a repair did about one finding: fixed by a known rule (``ruff --fix``), the
+    model rewrote the file it names, or neither."""
+
+    finding: Finding
+    fixed_by: RepairFix
+
+
+class RepairRound(_Model):
+    """One repair round as the status, the result and the ``repair`` event show it."""
+
+    round: int
+    failed: list[str] = Field(description="the validators that failed before the round")
+    files_changed: list[str] = Field(default_factory=list)
+    outcomes: list[FindingOutcome] = Field(default_factory=list)
+    files_digest: str = Field(description="the repaired generated files")
+    validation: dict[str, str] = Field(
+        default_factory=dict, description="the validators after the round"
+    )
+
+
 class DesignStatus(_Model):
     """Query ``status`` and the reply of Update ``answers``."""
 
@@ -150,6 +191,9 @@ class DesignStatus(_Model):
     plan_round: int = 0
     gate_id: str | None = None
     nodes_run: list[str] = Field(default_factory=list)
+    repairs: list[RepairRound] = Field(
+        default_factory=list, description="the repair rounds after failed validators"
+    )
 
 
 class DesignResult(_Model):
@@ -184,6 +228,7 @@ class DesignResult(_Model):
     cost_delta_usd: float | None = None
     cost_delta_pct: float | None = None
     nodes_run: list[str] = Field(default_factory=list)
+    repairs: list[RepairRound] = Field(default_factory=list)
 
 
 # --- activities -------------------------------------------------------------------------
@@ -328,6 +373,33 @@ class ValidateOutput(_Model):
         return [name for name, status in self.summary.items() if status == "failed"]
 
 
+class RepairInput(_Model):
+    """``design.repair``: the generated files, the failed validators' report and who may
+    fix: the rules always, the model ``model`` (a models-config name) when not empty."""
+
+    key: str
+    project: str
+    decision_set: str
+    files_digest: str
+    report_digest: str
+    round: int = Field(ge=1)
+    model: str = ""
+    use_model: bool = False
+
+
+class RepairOutput(_Model):
+    """The repaired files (a new files map, or the same digest when nothing changed)."""
+
+    files_digest: str
+    file_count: int
+    file_digests: dict[str, str]
+    files_changed: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    outcomes: list[FindingOutcome] = Field(default_factory=list)
+    model: str = ""
+    tokens_total: int = 0
+
+
 class AgentRun(_Model):
     """One node's run, an ``agent_runs`` row."""
 
@@ -361,6 +433,8 @@ EVENT_GATE_WAITING: Final = "gate-waiting"
 EVENT_APPROVAL: Final = "approval"
 EVENT_ARTIFACTS: Final = "artifacts"
 EVENT_VALIDATION: Final = "validation"
+#: A repair round after failed validators: what was found and what changed.
+EVENT_REPAIR: Final = "repair"
 EVENT_DIFF: Final = "diff-update"
 #: Always the last event of a finished run (written by ``design.persist`` with the version).
 EVENT_RUN_COMPLETE: Final = "run-complete"
@@ -456,6 +530,10 @@ CODEGEN: ActivityRef[CodegenInput, CodegenOutput] = ActivityRef(
 #: The validators on the generated repository (activities/design/validators.py).
 VALIDATE: ActivityRef[ValidateInput, ValidateOutput] = ActivityRef(
     "design.validate", ValidateInput, ValidateOutput
+)
+#: Fixes for the failed validators' findings: known rules, then the codegen model.
+REPAIR: ActivityRef[RepairInput, RepairOutput] = ActivityRef(
+    "design.repair", RepairInput, RepairOutput
 )
 #: SQL rows of the decision set and the archive of its repository, idempotent by key.
 PERSIST: ActivityRef[PersistInput, PersistOutput] = ActivityRef(

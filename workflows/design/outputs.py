@@ -16,12 +16,14 @@ with workflow.unsafe.imports_passed_through():
     from keel.design.steps import (
         CodegenInput,
         PersistInput,
+        RepairRound,
         ValidateInput,
         ValidateOutput,
     )
     from keel.digest import canonical_json
     from workflows.common import call
 
+from workflows.design.repair import PATCH_REPAIR_ROUNDS, repair_rounds
 from workflows.design.state import (
     DesignPorts,
     Effect,
@@ -98,7 +100,7 @@ async def codegen_node(state: GraphState) -> GraphState:
 PATCH_SHIPPED_TREE = "design-validate-shipped-tree"
 
 
-async def validators_node(state: GraphState) -> GraphState:
+async def validators_node(state: GraphState, runtime: Runtime[DesignPorts]) -> GraphState:
     ctx = state["ctx"]
     files = state["codegen"].files_digest
     key = ctx.key("validators", {"files": files})
@@ -117,6 +119,18 @@ async def validators_node(state: GraphState) -> GraphState:
         Run("validators", {"files": files}, dict(out.summary), key=key),
         Event(steps.EVENT_VALIDATION, payload),
     ]
+    if ship and out.failed and ctx.inp.repair_rounds > 0 and workflow.patched(PATCH_REPAIR_ROUNDS):
+        # The findings go back to the files' maker, round by round (workflows/design/
+        # repair.py); each round's effects are applied as it ends, so these go first.
+        runtime.context.emit(effects)
+        codegen, out, rounds = await repair_rounds(
+            ctx,
+            state["codegen"],
+            out,
+            lambda c: _shipped_reports({**state, "codegen": c})[0],
+            runtime.context.emit,
+        )
+        return {"validation": out, "codegen": codegen, "repairs": rounds, "effects": []}
     return {"validation": out, "effects": effects}
 
 
@@ -151,7 +165,7 @@ def _shipped_reports(state: GraphState) -> tuple[dict[str, str], dict[str, Any] 
     return report_files, diff, summary_md
 
 
-def _validation_md(validation: ValidateOutput) -> str:
+def _validation_md(validation: ValidateOutput, repairs: list[RepairRound]) -> str:
     """The Change Summary's validation section of a run that validated the shipped tree."""
     failed = validation.failed
     lines = ["## Validation", ""]
@@ -165,6 +179,21 @@ def _validation_md(validation: ValidateOutput) -> str:
     lines.append(
         "Validators: " + ", ".join(f"{n} {s}" for n, s in validation.summary.items()) + "."
     )
+    for r in repairs:
+        fixed = sum(o.fixed_by != "not_fixed" for o in r.outcomes)
+        lines.append(
+            f"Repair round {r.round} (after {', '.join(r.failed)} failed): "
+            f"{len(r.files_changed)} file(s) changed"
+            + (f" ({', '.join(r.files_changed)})" if r.files_changed else "")
+            + f", {fixed} of {len(r.outcomes)} finding(s) addressed; then "
+            + (", ".join(n for n, s in r.validation.items() if s == "failed") or "none")
+            + " failed."
+        )
+        for o in r.outcomes:
+            if o.fixed_by == "not_fixed":
+                f = o.finding
+                where = f"{f.file}:{f.line}" if f.file and f.line else f.file or "-"
+                lines.append(f"- not fixed: {f.validator} {where}: {f.message[:200]}")
     return "\n".join(lines)
 
 
@@ -206,7 +235,7 @@ async def diff_and_persist_node(state: GraphState, runtime: Runtime[DesignPorts]
     validation = state.get("validation")
     shipped = validation.tree_files_digest if validation is not None else None
     if validation is not None and shipped is not None:
-        summary_md = _validation_md(validation) + "\n\n" + summary_md
+        summary_md = _validation_md(validation, state.get("repairs", [])) + "\n\n" + summary_md
     key = ctx.key("diff_and_persist", {"state": new_state, "files": files, "outcome": outcome})
     before: list[Effect] = []
     if diff is not None and previous is not None:

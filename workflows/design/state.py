@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         DesignEvent,
         DesignInput,
         LoadOutput,
+        RepairRound,
         ValidateOutput,
     )
 
@@ -137,6 +138,7 @@ class GraphState(TypedDict, total=False):
     cards: list[ReasonCard]
     codegen: CodegenOutput
     validation: ValidateOutput
+    repairs: list[RepairRound]
     rationale: dict[str, Any]
     rationale_md: str
     outcome: str

@@ -157,6 +157,7 @@ class DesignPipeline(ReadModel):
             cost_delta_usd=cost.delta_vs_prev_usd if cost else None,
             cost_delta_pct=cost.delta_vs_prev_pct if cost else None,
             nodes_run=list(self.status.nodes_run),
+            repairs=list(final.get("repairs", [])),
         )
 
     async def ask(

@@ -1,0 +1,139 @@
+"""Repair rounds (issue 38 §5): after the validators fail, ``design.repair`` then the
+validators again, up to ``DesignInput.repair_rounds`` times. Each round is a step in
+history (the repair activity and the validators after it), a ``repair`` event and an
+entry of the status' ``repairs``; when the rounds run out the run ends
+``validation_failed`` as before, the last round naming every finding it could not fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from keel.design import steps
+    from keel.design.steps import (
+        CodegenOutput,
+        RepairInput,
+        RepairRound,
+        ValidateInput,
+        ValidateOutput,
+    )
+    from workflows.common import call
+
+from workflows.design.state import DesignContext, Effect, Event, Run, SetStatus
+
+#: The patch under which a failed validation is repaired (runs before it end at once).
+PATCH_REPAIR_ROUNDS = "design-repair-rounds"
+
+
+def repair_model(ctx: DesignContext) -> tuple[bool, str]:
+    """Whether the model may repair, and which: the codegen model when a model wrote the
+    repository through the gateway (``codegen="litellm"``), else the decision set's model
+    when the models config marks it capable (``LoadOutput.agent_model``). Otherwise the
+    rules fix alone."""
+    if ctx.inp.codegen == "litellm":
+        return True, ctx.inp.codegen_model
+    if ctx.data.agent_model:
+        return True, ctx.data.agent_model
+    return False, ""
+
+
+def validation_payload(out: ValidateOutput) -> dict[str, Any]:
+    """The ``validation`` event's payload of a run that validates the shipped tree."""
+    return {
+        "summary": out.summary,
+        "report": out.report_digest,
+        "failed": out.failed,
+        "tree_digest": out.tree_digest,
+    }
+
+
+async def repair_rounds(
+    ctx: DesignContext,
+    codegen: CodegenOutput,
+    validation: ValidateOutput,
+    extra_of: Callable[[CodegenOutput], dict[str, str]],
+    emit: Callable[[list[Effect]], None],
+) -> tuple[CodegenOutput, ValidateOutput, list[RepairRound]]:
+    """Up to ``ctx.inp.repair_rounds`` rounds while a validator fails; the repaired
+    files, the last validation and the rounds. A round that changes nothing ends the
+    rounds (the same tree would fail the same way). ``extra_of`` gives the report files
+    the shipped tree adds to a files map; ``emit`` applies each round's effects now."""
+    use_model, model = repair_model(ctx)
+    rounds: list[RepairRound] = []
+    for n in range(1, ctx.inp.repair_rounds + 1):
+        if not validation.failed:
+            break
+        failed = validation.failed
+        key = ctx.key(
+            "repair",
+            {"files": codegen.files_digest, "report": validation.report_digest, "round": n},
+        )
+        rep = await call(
+            steps.REPAIR,
+            RepairInput(
+                key=key,
+                project=ctx.inp.project,
+                decision_set=ctx.inp.decision_set,
+                files_digest=codegen.files_digest,
+                report_digest=validation.report_digest,
+                round=n,
+                model=model,
+                use_model=use_model,
+            ),
+            summary=f"repair round {n}: {', '.join(failed)}"
+            + (" (rules and the model)" if use_model else " (rules)"),
+        )
+        effects: list[Effect] = [
+            Run(
+                "repair",
+                {"files": codegen.files_digest, "report": validation.report_digest},
+                {"round": n, "changed": rep.files_changed, "digest": rep.files_digest},
+                key=key,
+                provider="litellm" if use_model else "workflow",
+                model=rep.model,
+                tokens=rep.tokens_total,
+            )
+        ]
+        if rep.files_changed:
+            codegen = CodegenOutput(
+                files_digest=rep.files_digest,
+                file_count=rep.file_count,
+                file_digests=rep.file_digests,
+            )
+            extra = extra_of(codegen)
+            vkey = ctx.key("validators", {"files": codegen.files_digest})
+            validation = await call(
+                steps.VALIDATE,
+                ValidateInput(
+                    key=vkey, files_digest=codegen.files_digest, extra_files=extra, ship=True
+                ),
+                summary=f"validators after repair round {n} on {codegen.file_count} files",
+            )
+            effects.append(
+                Run(
+                    "validators",
+                    {"files": codegen.files_digest},
+                    dict(validation.summary),
+                    key=vkey,
+                )
+            )
+        done = RepairRound(
+            round=n,
+            failed=failed,
+            files_changed=rep.files_changed,
+            outcomes=rep.outcomes,
+            files_digest=codegen.files_digest,
+            validation=dict(validation.summary),
+        )
+        rounds.append(done)
+        effects.append(Event(steps.EVENT_REPAIR, done.model_dump(mode="json")))
+        if rep.files_changed:
+            effects.append(Event(steps.EVENT_VALIDATION, validation_payload(validation)))
+        effects.append(SetStatus({"repairs": list(rounds)}))
+        emit(effects)
+        if not rep.files_changed:
+            break
+    return codegen, validation, rounds
