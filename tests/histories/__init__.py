@@ -64,6 +64,7 @@ CORPUS: tuple[str, ...] = (
     "design_cost_workload",
     "design_progress_memo",
     "design_validation_failed",
+    "design_repaired",
     "design_auto_revised",
     "design_agent_planned",
 )

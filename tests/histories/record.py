@@ -709,6 +709,8 @@ async def design_validation_failed(ctx: Ctx) -> Histories:
             require_approval=False,
             codegen="litellm",
             codegen_model="local",
+            # Recorded before repair rounds: a re-recording keeps the failure unrepaired.
+            repair_rounds=0,
         ),
         id=design_workflow_id(project, "ds1"),
         task_queue=ctx.task_queue,
@@ -718,6 +720,48 @@ async def design_validation_failed(ctx: Ctx) -> Histories:
     expect(result.validation.get("checkov") == "failed", f"checkov failed: {result.validation}")
     expect(result.validated_tree_digest is not None, "the shipped tree was validated")
     return {"design_validation_failed": await history_json(handle)}
+
+
+async def design_repaired(ctx: Ctx) -> Histories:
+    """DesignPipeline with patch ``design-repair-rounds``: the guided form, no gate, a
+    scripted model's repository whose handler (``app/score.py``) has a syntax error; ruff,
+    mypy and pytest fail, one repair round (``design.repair``: ruff --fix, then the
+    model's fixed handler) and the validators again, which pass: the run completes."""
+    from tests.support.design_repo import MODEL_FILES
+
+    handler = "app/score.py"
+    broken = {**MODEL_FILES, handler: MODEL_FILES[handler].replace("len(values)", "len(values")}
+    ctx.llm.enqueue(
+        ScriptedReply(content=json.dumps({"files": broken})),
+        ScriptedReply(content=json.dumps({"files": {handler: MODEL_FILES[handler]}})),
+    )
+    project = f"{ID_PREFIX}-design-rp"
+    handle = await ctx.client.start_workflow(
+        DesignPipeline.run,
+        DesignInput(
+            project=project,
+            decision_set="ds1",
+            requester="alice",
+            intake={
+                "cloud": "aws",
+                "workload_types": ["batch"],
+                "data_classification": "internal",
+                "budget_band": "medium",
+                "regions": ["us-east-1"],
+            },
+            require_approval=False,
+            codegen="litellm",
+            codegen_model="local",
+            repair_rounds=2,
+        ),
+        id=design_workflow_id(project, "ds1"),
+        task_queue=ctx.task_queue,
+    )
+    result: DesignResult = await handle.result()
+    expect(result.status == "completed", f"completed, got {result.status}: {result.validation}")
+    expect(len(result.repairs) == 1, f"one repair round: {result.repairs}")
+    expect(result.repairs[0].files_changed == [handler], f"the handler: {result.repairs}")
+    return {"design_repaired": await history_json(handle)}
 
 
 async def design_auto_revised(ctx: Ctx) -> Histories:
@@ -1166,6 +1210,7 @@ SCENARIOS: dict[str, Scenario] = {
     "design_cost_workload": design_cost_workload,
     "design_progress_memo": design_progress_memo,
     "design_validation_failed": design_validation_failed,
+    "design_repaired": design_repaired,
     "design_auto_revised": design_auto_revised,
     "design_agent_planned": design_agent_planned,
 }
