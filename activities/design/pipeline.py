@@ -26,6 +26,7 @@ from activities.heartbeat import heartbeating
 from activities.llm import LLM_CONNECTION_ERROR, LLM_SERVER_ERROR, LLM_TIMEOUT, LLMGateway
 from keel.design import steps
 from keel.design.agents import agent_recovery_prompt, read_agent_reply
+from keel.design.coverage import IntakeSnapshot
 from keel.design.critics import load_prices
 from keel.design.errors import DesignError
 from keel.design.intake import (
@@ -35,6 +36,7 @@ from keel.design.intake import (
     read_reply,
     recovery_prompt,
 )
+from keel.design.intake_rules import merge_with_rules, read_rules
 from keel.design.patterns import PatternCatalog, load_patterns
 from keel.design.policy import PolicySettings
 from keel.design.reasons import prompt_pack_hash
@@ -236,7 +238,13 @@ class DesignActivities:
         not fit is kept field by field (``keel.design.intake``): the fields that validate
         stay, the rest go to ``snapshot.unfit`` and become questions. Only a model that
         cannot be reached fails here (``DesignModelUnreachable``, retried as any model
-        failure, its message naming the model and its address)."""
+        failure, its message naming the model and its address).
+
+        The rules reader (``keel.design.intake_rules``) reads the same text beside the
+        model, and its values fill the fields the model left empty and replace those the
+        text contradicts: region codes, volumes, latency and budgets are never asked about
+        when the paragraph states them. Merged here, in the activity, so recorded
+        histories replay unchanged."""
         info = activity.info()
         messages = [
             LLMMessage(role="system", content=inp.system_prompt),
@@ -247,7 +255,7 @@ class DesignActivities:
         tokens, latency = first.usage.total_tokens, first.latency_ms
         if reading.fits:
             return IntakeOutput(
-                snapshot=reading.snapshot,
+                snapshot=_checked_by_rules(reading.snapshot, inp.text),
                 model=first.model_name,
                 tokens_total=tokens,
                 latency_ms=int(latency),
@@ -263,7 +271,7 @@ class DesignActivities:
             # The model answered once: what fits of that answer beats failing the session.
             activity.logger.warning("intake re-ask failed, keeping the first reply: %s", err)
             return IntakeOutput(
-                snapshot=reading.snapshot,
+                snapshot=_checked_by_rules(reading.snapshot, inp.text),
                 model=first.model_name,
                 tokens_total=tokens,
                 latency_ms=int(latency),
@@ -276,6 +284,7 @@ class DesignActivities:
             if second_reading.fits
             else merge_readings(reading, second_reading)
         )
+        snapshot = _checked_by_rules(snapshot, inp.text)
         if snapshot.unfit:
             activity.logger.warning(
                 "intake reply did not fit after a re-ask; asking about %s",
@@ -574,6 +583,18 @@ def _validator_summary(report: dict[str, Any]) -> dict[str, str]:
                 if isinstance(item, dict) and "name" in item and "status" in item:
                     out[str(item["name"])] = str(item["status"])
     return out
+
+
+def _checked_by_rules(snapshot: IntakeSnapshot, text: str) -> IntakeSnapshot:
+    """The model's reading with the rules' reading of ``text`` laid over it; which source
+    gave each field goes to the activity's log (IntakeOutput has no place for it)."""
+    merged, source = merge_with_rules(snapshot, read_rules(text))
+    if source:
+        activity.logger.info(
+            "intake fields by source: %s",
+            ", ".join(f"{field}={by}" for field, by in sorted(source.items())),
+        )
+    return merged
 
 
 def _yaml(path: Path) -> Any:

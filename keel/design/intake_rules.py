@@ -286,6 +286,7 @@ def merge_with_rules(
             continue
         mine = getattr(ruled, field)
         theirs = getattr(model, field)
+        value: Any
         if field in ("workload_types", "compliance"):
             drop = set(rules.excluded_workloads) if field == "workload_types" else set()
             value = sorted({*mine, *theirs} - drop)
@@ -428,11 +429,9 @@ def _availability(t: str) -> tuple[float, str] | None:
         value = float(m.group(1))
         if _AVAIL_WORDS.search(context) and 90.0 <= value < 100.0:
             return value, m.group(0)
-    if m := _NINES.search(t):
-        nines = {"2": 99.0, "3": 99.9, "4": 99.99, "5": 99.999}[
-            _NINE_WORDS.get(m.group(1), m.group(1))
-        ]
-        return nines, m.group(0)
+    if said := _NINES.search(t):
+        word = _NINE_WORDS.get(said.group(1), said.group(1))
+        return {"2": 99.0, "3": 99.9, "4": 99.99, "5": 99.999}[word], said.group(0)
     return None
 
 

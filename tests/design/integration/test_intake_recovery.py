@@ -47,6 +47,10 @@ OUT_OF_RANGE = {
     "compliance": ["gdpr"],
     "availability_target": 9.5,
 }
+#: What the rules read from TEXT beyond OUT_OF_RANGE (keel/design/intake_rules.py).
+RULES_MORE = {"throughput": {"data_gb_per_day": 200.0}, "training_runs_per_month": 30.0}
+#: A paragraph that states nothing rules can read: what the model gives decides.
+VAGUE = "A churn model for our marketing team, on the usual stack."
 
 
 async def start(client: Client, settings: Settings, **kw: Any) -> WorkflowHandle[Any, Any]:
@@ -55,7 +59,7 @@ async def start(client: Client, settings: Settings, **kw: Any) -> WorkflowHandle
         project=project,
         decision_set="ds1",
         requester="alice",
-        requirements=TEXT,
+        requirements=kw.pop("requirements", TEXT),
         require_approval=False,
         generate=False,
         **kw,
@@ -111,7 +115,7 @@ async def test_out_of_range_reply_is_reasked_then_asked_with_the_valid_fields_ke
 
     assert result.status == "completed"
     kept = result.constraints.model_dump(mode="json", exclude_defaults=True)
-    assert kept == {**OUT_OF_RANGE, "availability_target": 99.5}
+    assert kept == {**OUT_OF_RANGE, **RULES_MORE, "availability_target": 99.5}
     assert result.nodes_run[:3] == ["intake_extract", "coverage_check", "adaptive_questions"]
     # Both calls are recorded under the intake node's key.
     key = node_idempotency_key(
@@ -134,7 +138,8 @@ async def test_garbage_reply_goes_to_questions_never_to_failure(
     with ScriptedOpenAIServer(replies) as srv:
         settings.models_config = write_models_config(tmp_path / "models.yaml", srv.base_url)
         async with build_worker(client, settings):
-            handle = await start(client, settings)
+            # TEXT would be covered by the rules alone (test_intake_paragraph.py).
+            handle = await start(client, settings, requirements=VAGUE)
             asked = await questions_of(client, handle)
             rest = {
                 "budget_band": "medium",
@@ -172,7 +177,7 @@ async def test_a_failed_reask_keeps_what_fits_of_the_first_reply(
     assert list(asked) == ["availability_target"]
     assert result.status == "completed"
     kept = result.constraints.model_dump(mode="json", exclude_defaults=True)
-    assert kept == {**OUT_OF_RANGE, "availability_target": 99.9}
+    assert kept == {**OUT_OF_RANGE, **RULES_MORE, "availability_target": 99.9}
 
 
 async def test_unreachable_model_fails_the_run_saying_what_to_check(
