@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli import toolkit
+from cli.design_text import _cmd, _diff_text, _view_text, event_line
 from cli.toolkit import note
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from cli.envelope import CliError
     from keel.design.steps import DesignEvent, DesignInput
     from keel.settings import Settings
+
 
 app = typer.Typer(
     help="MLOps design pipelines: requirements to a reviewed plan and a generated, "
@@ -66,11 +67,14 @@ def _translate(err: BaseException) -> CliError | None:
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
+    from client.design import DecisionSetNotFound
     from client.temporal import cause_chain
     from keel.gates import GateRefusal
     from keel.problems import problem_lines
     from store.design import DecisionSetExists, NotYours
 
+    if isinstance(err, DecisionSetNotFound):
+        return DESIGN.failure("not_found", str(err)).error
     if isinstance(err, NotYours | DecisionSetExists | WorkflowAlreadyStartedError):
         return DESIGN.failure("conflict", str(err)).error
     if isinstance(err, WorkflowUpdateFailedError):
@@ -128,99 +132,6 @@ async def _running_status(client: Client, project: str, ds: str, what: str) -> A
     if status_name(desc) != "running":
         DESIGN.fail("not_found", f"{project}/{ds} has {what}: the run is {status_name(desc)}")
     return await design_client.status(client, project, ds)
-
-
-def _cmd(*words: str) -> str:
-    return " ".join(shlex.quote(w) for w in words)
-
-
-# -- event lines ---------------------------------------------------------------------------
-
-
-def _usd(value: Any) -> str:
-    return "-" if value is None else f"${value:,.2f}"
-
-
-def _delta(usd: Any, pct: Any) -> str:
-    if usd is None:
-        return ""
-    text = f"{'+' if usd >= 0 else '-'}${abs(usd):,.2f}"
-    if pct is not None:
-        text += f", {pct:+.1f}%"
-    return f" ({text} against the previous set)"
-
-
-def event_line(e: DesignEvent, project: str, ds: str) -> str:
-    """One line for one pipeline event, as ``design run`` prints it."""
-    p = e.payload
-    node = p.get("node_name") or "-"
-    t = e.type
-    if t == "coverage-update":
-        text = f"coverage {p.get('score', 0):.2f}, " + (
-            "covered"
-            if p.get("covered")
-            else f"not covered (missing {', '.join(p['missing'])})"
-            if p.get("missing")
-            else "not covered"
-        )
-    elif t == "questions":
-        text = f"questions (round {p.get('round')}): {', '.join(p.get('fields', []))}"
-    elif t == "answers":
-        text = f"answers from {p.get('by') or '?'}: {', '.join(p.get('fields', []))}"
-    elif t == "plan-ready":
-        choices = ", ".join(f"{k}={v}" for k, v in p.get("choices", {}).items())
-        gaps = f"; gaps: {', '.join(p['gaps'])}" if p.get("gaps") else ""
-        text = f"plan round {p.get('round')}: {choices}{gaps}"
-        if p.get("revision"):
-            text += " (sent back by the critics: " + "; ".join(p["revision"]["reasons"]) + ")"
-        refused = (p.get("agent") or {}).get("refused") or []
-        if refused:
-            text += f"; refused model proposals: {', '.join(r['proposal'] for r in refused)}"
-    elif t == "reason-card":
-        choice = (p.get("choice") or {}).get("id")
-        text = f"reason card ({p.get('agent')}): {choice or 'no choice'}, "
-        text += f"confidence {p.get('confidence', 0):.2f}"
-    elif t == "cost-update":
-        unpriced = len(p.get("unpriced") or [])
-        text = f"cost {_usd(p.get('monthly_usd'))}/month"
-        text += _delta(p.get("delta_vs_prev_usd"), p.get("delta_vs_prev_pct"))
-        text += f", {unpriced} unpriced" if unpriced else ""
-    elif t == "policy-update":
-        flagged = [f"{r['id']} {r['status']}" for r in p.get("rules", []) if r["status"] != "pass"]
-        text = f"policy {p.get('overall')}" + (f" ({', '.join(flagged)})" if flagged else "")
-        text += ", gate required" if p.get("gate_required") else ""
-    elif t == "gate-waiting":
-        text = (
-            f"gate {p.get('gate')} waiting for approval: "
-            f"{_cmd('design', 'approve', project, ds)} "
-            f"(or --reject --comment '...' to plan again)"
-        )
-    elif t == "approval":
-        text = f"gate {p.get('gate')} {p.get('status')} by {p.get('by') or '?'}"
-    elif t == "artifacts":
-        text = f"codegen: {p.get('files')} files"
-    elif t == "validation":
-        summary = p.get("summary", {})
-        text = "validators: " + ", ".join(f"{k} {v}" for k, v in summary.items())
-        failed = [k for k, v in summary.items() if v == "failed"]
-        if failed:
-            text += f"; FAILED: {', '.join(failed)}"
-    elif t == "diff-update":
-        text = (
-            f"diff against {p.get('previous')}: {p.get('files_added')} files added, "
-            f"{p.get('files_removed')} removed, {p.get('files_modified')} modified; "
-            f"{len(p.get('state_keys_changed', []))} state keys changed"
-        )
-    elif t == "run-complete":
-        text = f"run complete: {p.get('status')}, version {p.get('version')}"
-        if p.get("archive_digest"):
-            failing = " (failing validation)" if p.get("status") == "validation_failed" else ""
-            text += f"; download{failing} with {_cmd('design', 'download', project, ds)}"
-    elif t == "run-error":
-        text = f"run error ({p.get('status')}): {p.get('message')}"
-    else:
-        text = json.dumps(p, default=str)[:200]
-    return f"[{node}] {text}"
 
 
 # -- new -----------------------------------------------------------------------------------
@@ -579,89 +490,6 @@ def approve(
 # -- show, diff, download ------------------------------------------------------------------
 
 
-def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any]:
-    """What ``design show <project> <ds>`` shows of a stored decision set (from the read
-    model, ``store.design.stored_view``)."""
-    from store.design import count_rows, stored_view
-
-    stored = stored_view(sm, project, ds)
-    row = stored.row
-    if row is None:
-        DESIGN.fail("not_found", f"project {project!r} has no decision set {ds!r}")
-    ev = stored.last
-    cost, policy = stored.cost, ev.get("policy-update")
-    failed = stored.failed_validators or []
-    archive = stored.archive
-    plan = ev.get("plan-ready", {})
-    return {
-        "project": project,
-        "decision_set": ds,
-        "previous": row["parent_id"],
-        "version": row["version"],
-        "status": row["status"],
-        "plan": plan.get("choices"),
-        "plan_round": plan.get("round"),
-        # The critics' auto-revision (its own planner round) and the planner agent's
-        # proposals the rules refused, of the last round.
-        "revised_for": (plan.get("revision") or {}).get("reasons"),
-        "refused_proposals": [
-            r["proposal"] + ": " + r["reason"] for r in (plan.get("agent") or {}).get("refused", [])
-        ],
-        "cost": None
-        if cost is None
-        else {
-            k: cost.get(k)
-            for k in ("monthly_usd", "delta_vs_prev_usd", "delta_vs_prev_pct", "unpriced")
-        },
-        "policy": None
-        if policy is None
-        else {"overall": policy.get("overall"), "rules": policy.get("rules", [])},
-        "validation": stored.validation,
-        "failed_validators": failed,
-        "archive_digest": archive["digest"] if archive else None,
-        "archive_validation": None if archive is None else "failed" if failed else "passed",
-        "rows": count_rows(sm, project, ds),
-        "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None,
-    }
-
-
-def _view_text(v: dict[str, Any]) -> str:
-    lines = [f"{v['project']}/{v['decision_set']}: {v['status']}, version {v['version']}"]
-    if v.get("live"):
-        live = v["live"]
-        lines.append(f"  running: phase {live['phase']}, node {live.get('node') or '-'}")
-    if v["previous"]:
-        lines.append(f"  previous: {v['previous']}")
-    if v["plan"]:
-        round_ = f" (round {v['plan_round']})" if v.get("plan_round") else ""
-        lines.append(f"  plan{round_}: " + ", ".join(f"{k}={p}" for k, p in v["plan"].items()))
-    if v.get("revised_for"):
-        lines.append("  revised by the critics for: " + "; ".join(v["revised_for"]))
-    for refused in v.get("refused_proposals") or []:
-        lines.append(f"  refused model proposal: {refused}")
-    if v["cost"]:
-        c = v["cost"]
-        unpriced = f", {len(c['unpriced'])} unpriced" if c.get("unpriced") else ""
-        lines.append(
-            f"  cost: {_usd(c['monthly_usd'])}/month"
-            f"{_delta(c['delta_vs_prev_usd'], c['delta_vs_prev_pct'])}{unpriced}"
-        )
-    if v["policy"]:
-        p = v["policy"]
-        flagged = [f"{r['id']} {r['status']}" for r in p["rules"] if r["status"] != "pass"]
-        lines.append(f"  policy: {p['overall']}" + (f" ({', '.join(flagged)})" if flagged else ""))
-    if v["validation"]:
-        lines.append("  validation: " + ", ".join(f"{k} {s}" for k, s in v["validation"].items()))
-    if v.get("failed_validators"):
-        lines.append("  VALIDATION FAILED: " + ", ".join(v["failed_validators"]))
-    if v["archive_digest"]:
-        failing = " (fails validation)" if v.get("failed_validators") else ""
-        lines.append(
-            f"  archive{failing}: {_cmd('design', 'download', v['project'], v['decision_set'])}"
-        )
-    return "\n".join(lines)
-
-
 @app.command()
 def show(
     project: Annotated[
@@ -712,7 +540,7 @@ def show(
             )
             DESIGN.emit({"project": project, "decision_sets": sets}, text or "no decision sets")
             return
-        view = decision_set_view(sm, project, decision_set)
+        view = design_client.decision_set_view(sm, project, decision_set)
         if view["status"] == SUBMITTED:
             from services.local import ServiceUnavailable
 
@@ -760,17 +588,6 @@ def _true_statuses(
     return found
 
 
-def _cost_line_text(c: Any) -> str:
-    where = f"{c.capability} {c.resource}" + (f" [{c.region}]" if c.region else "")
-
-    def side(qty: float | None, usd: float | None) -> str:
-        if usd is None:
-            return "none"
-        return (f"{qty:,.6g} {c.unit} " if qty is not None else "") + f"{_usd(usd)}/month"
-
-    return f"{where}: {side(c.old_quantity, c.old_usd)} -> {side(c.new_quantity, c.new_usd)}"
-
-
 @app.command()
 def diff(
     project: ProjectArg,
@@ -788,96 +605,23 @@ def diff(
     """The Change Summary of a decision set against its previous one (or --against
     another): files, state, the Terraform resources added, removed and changed (per
     module instance, so per capability and region) and the cost lines that changed."""
+    from client import design as design_client
+    from store.artifacts import artifact_store_from_settings
+
     DESIGN.mode(json_out)
     with DESIGN.reported():
         settings = toolkit.load_settings()
         sm = toolkit.sessions(settings)
         _owned_project(sm, project, user(as_user))
-        d = _load_diff(settings, sm, project, decision_set, against)
+        d = design_client.load_diff(
+            sm,
+            artifact_store_from_settings(settings),
+            settings.design_repos_dir,
+            project,
+            decision_set,
+            against,
+        )
         DESIGN.emit(d.model_dump(mode="json"), _diff_text(d))
-
-
-def _load_diff(
-    settings: Settings, sm: sessionmaker[Session], project: str, ds: str, against: str | None
-) -> Any:
-    """What ``design diff`` compares, read from the store and the project's repository,
-    compared by :func:`keel.design.diff.decision_set_diff`."""
-    from keel.design.diff import decision_set_diff, diffable
-    from store.artifacts import artifact_store_from_settings
-    from store.design import decision_set as ds_row
-    from store.design import load_previous, repository_diff, stored_view
-
-    row = ds_row(sm, project, ds)
-    if row is None:
-        DESIGN.fail("not_found", f"project {project!r} has no decision set {ds!r}")
-    parent = against if against is not None else row["parent_id"]
-    if parent is None:
-        DESIGN.fail("not_found", f"{project}/{ds} has no previous decision set")
-    old_row = ds_row(sm, project, parent)
-    if old_row is None:
-        DESIGN.fail("not_found", f"project {project!r} has no decision set {parent!r}")
-    # Against its own parent, the Diff Summary the run stored (none: not finished).
-    summary = stored_view(sm, project, ds).last.get("diff-update") if against is None else {}
-    new, old = load_previous(sm, project, ds), load_previous(sm, project, parent)
-    if summary is None or new is None or old is None:
-        DESIGN.fail("not_found", f"{project}/{ds} has no Change Summary (not finished)")
-    # The files from the project's git history: this set's commit against the other's.
-    repo = repository_diff(
-        sm, artifact_store_from_settings(settings), settings.design_repos_dir,
-        project, ds, against=parent,
-    )  # fmt: skip
-    old_tf = new_tf = None
-    if repo is not None and repo.old is not None:
-        old_tf, new_tf = repo.old.texts(".tf"), repo.new.texts(".tf")
-    return decision_set_diff(
-        project=project,
-        decision_set=ds,
-        previous=parent,
-        old_state=diffable(old_row.get("constraints_json"), old_row.get("plan_json")),
-        new_state=diffable(row.get("constraints_json"), row.get("plan_json")),
-        files=repo.changes() if repo is not None else {},
-        old_tf=old_tf,
-        new_tf=new_tf,
-        old_cost=old.cost.model_dump(mode="json") if old.cost else None,
-        new_cost=new.cost.model_dump(mode="json") if new.cost else None,
-        recorded=summary,
-    )
-
-
-def _diff_text(d: Any) -> str:
-    """``design diff``'s text: a :class:`keel.design.diff.DecisionSetDiff` for people."""
-    lines = [f"{d.project}/{d.decision_set} against {d.previous}:"]
-    for label, paths in (
-        ("added", d.files_added),
-        ("removed", d.files_removed),
-        ("modified", d.files_modified),
-    ):
-        lines.append(f"  files {label} ({len(paths)})" + "".join(f"\n    {p}" for p in paths))
-    lines.append(f"  state keys changed: {', '.join(d.state_keys_changed) or 'none'}")
-    lines += [f"    + {path}" for path in d.changes.added]
-    lines += [f"    - {path}" for path in d.changes.removed]
-    for c in d.changes.changed:
-        lines.append(f"    ~ {c.path}: {json.dumps(c.old)} -> {json.dumps(c.new)}")
-    tf = d.terraform
-    if tf is None:
-        lines.append("  terraform: no repository to compare (not generated)")
-    else:
-        for label, mark, items in (
-            ("added", "+", tf.added),
-            ("removed", "-", tf.removed),
-            ("changed", "~", tf.changed),
-        ):
-            lines.append(f"  terraform resources {label} ({len(items)})")
-            lines += [
-                f"    {mark} {r.address}" + (f" [{r.region}]" if r.region else "") for r in items
-            ]
-        if tf.unreadable:
-            lines.append("  terraform files not HCL, not compared: " + ", ".join(tf.unreadable))
-    lines.append(f"  cost lines changed ({len(d.cost_lines)})")
-    lines += [f"    ~ {_cost_line_text(c)}" for c in d.cost_lines]
-    delta = _delta(d.cost_delta_usd, d.cost_delta_pct)
-    lines.append(f"  cost: {_usd(d.monthly_usd)}/month{delta}")
-    return "\n".join(lines)
 
 
 @app.command()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
@@ -34,6 +35,10 @@ from keel.design.steps import (
 from keel.gates import GateDecision, GateState, gate_workflow_id
 from store.design import SUBMITTED, list_events, note_run_ended
 from store.design import decision_set as decision_set_row
+
+if TYPE_CHECKING:
+    from keel.design.diff import DecisionSetDiff
+    from store.artifacts import ArtifactStore
 
 
 def gate_name(plan_round: int) -> str:
@@ -251,4 +256,111 @@ async def _run_error(
             "status": status,
             "ts": ts,
         },
+    )
+
+
+class DecisionSetNotFound(LookupError):
+    """No such decision set, or not the part of it asked for (no previous set, not finished)."""
+
+
+def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any]:
+    """What ``design show <project> <ds>`` shows of a stored decision set (from the read
+    model, ``store.design.stored_view``).
+
+    Raises:
+        DecisionSetNotFound: the project has no decision set ``ds``.
+    """
+    from store.design import count_rows, stored_view
+
+    stored = stored_view(sm, project, ds)
+    row = stored.row
+    if row is None:
+        raise DecisionSetNotFound(f"project {project!r} has no decision set {ds!r}")
+    ev = stored.last
+    cost, policy = stored.cost, ev.get("policy-update")
+    failed = stored.failed_validators or []
+    archive = stored.archive
+    plan = ev.get("plan-ready", {})
+    return {
+        "project": project,
+        "decision_set": ds,
+        "previous": row["parent_id"],
+        "version": row["version"],
+        "status": row["status"],
+        "plan": plan.get("choices"),
+        "plan_round": plan.get("round"),
+        # The critics' auto-revision (its own planner round) and the planner agent's
+        # proposals the rules refused, of the last round.
+        "revised_for": (plan.get("revision") or {}).get("reasons"),
+        "refused_proposals": [
+            r["proposal"] + ": " + r["reason"] for r in (plan.get("agent") or {}).get("refused", [])
+        ],
+        "cost": None
+        if cost is None
+        else {
+            k: cost.get(k)
+            for k in ("monthly_usd", "delta_vs_prev_usd", "delta_vs_prev_pct", "unpriced")
+        },
+        "policy": None
+        if policy is None
+        else {"overall": policy.get("overall"), "rules": policy.get("rules", [])},
+        "validation": stored.validation,
+        "failed_validators": failed,
+        "archive_digest": archive["digest"] if archive else None,
+        "archive_validation": None if archive is None else "failed" if failed else "passed",
+        "rows": count_rows(sm, project, ds),
+        "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None,
+    }
+
+
+def load_diff(
+    sm: sessionmaker[Session],
+    artifacts: ArtifactStore,
+    repos_dir: Path,
+    project: str,
+    ds: str,
+    against: str | None,
+) -> DecisionSetDiff:
+    """What ``design diff`` shows: ``ds`` against ``against`` (default: its previous set),
+    read from the store and the project's repository (``repos_dir``, its trees in
+    ``artifacts``), compared by :func:`keel.design.diff.decision_set_diff`.
+
+    Raises:
+        DecisionSetNotFound: a set is missing, ``ds`` has no previous set, or its run has
+            not finished (no Change Summary stored).
+    """
+    from keel.design.diff import decision_set_diff, diffable
+    from store.design import load_previous, repository_diff, stored_view
+
+    row = decision_set_row(sm, project, ds)
+    if row is None:
+        raise DecisionSetNotFound(f"project {project!r} has no decision set {ds!r}")
+    parent = against if against is not None else row["parent_id"]
+    if parent is None:
+        raise DecisionSetNotFound(f"{project}/{ds} has no previous decision set")
+    old_row = decision_set_row(sm, project, parent)
+    if old_row is None:
+        raise DecisionSetNotFound(f"project {project!r} has no decision set {parent!r}")
+    # Against its own parent, the Diff Summary the run stored (none: not finished).
+    summary = stored_view(sm, project, ds).last.get("diff-update") if against is None else {}
+    new, old = load_previous(sm, project, ds), load_previous(sm, project, parent)
+    if summary is None or new is None or old is None:
+        raise DecisionSetNotFound(f"{project}/{ds} has no Change Summary (not finished)")
+    # The files from the project's git history: this set's commit against the other's.
+    repo = repository_diff(sm, artifacts, repos_dir, project, ds, against=parent)
+    old_tf = new_tf = None
+    if repo is not None and repo.old is not None:
+        old_tf, new_tf = repo.old.texts(".tf"), repo.new.texts(".tf")
+    return decision_set_diff(
+        project=project,
+        decision_set=ds,
+        previous=parent,
+        old_state=diffable(old_row.get("constraints_json"), old_row.get("plan_json")),
+        new_state=diffable(row.get("constraints_json"), row.get("plan_json")),
+        files=repo.changes() if repo is not None else {},
+        old_tf=old_tf,
+        new_tf=new_tf,
+        old_cost=old.cost.model_dump(mode="json") if old.cost else None,
+        new_cost=new.cost.model_dump(mode="json") if new.cost else None,
+        recorded=summary,
     )

@@ -19,8 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from api.app import create_app
-from cli.design import decision_set_view
-from client.design import start_design
+from client.design import decision_set_view, start_design
 from keel.design.steps import DesignInput, DesignResult
 from keel.settings import Settings
 from services.model_server import LocalModelServer, unavailable_reason
