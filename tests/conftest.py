@@ -81,6 +81,7 @@ EMBEDDED_MODEL_FILES = frozenset(
         "tests/core/integration/test_cli.py",
         "tests/core/integration/test_local_model.py",
         "tests/design/integration/test_agents.py",
+        "tests/design/integration/test_intake_paragraph.py",
         "tests/mrp/integration/test_examples.py",
         "tests/rllm/integration/test_cli.py",
         "tests/rllm/integration/test_local_model.py",

@@ -269,10 +269,9 @@ def merge_with_rules(
     each stated field (``"rules"``, ``"model"`` or ``"model+rules"``).
 
     A field the rules read takes their value: the model left it empty, or gave a value
-    the text contradicts (a region the text does not name, another budget). Workload
-    types and compliance names are the union of both (the model may read a kind the
-    rules' words miss), less any workload the text rules out; throughput merges part by
-    part. A field the rules read is no longer ambiguous nor unfit.
+    the text contradicts (a region or a compliance regime the text does not name,
+    another budget). Workload types are the union of both (the model may read a kind the
+    rules' words miss), less any the text rules out; throughput merges part by part. A field the rules read is no longer ambiguous nor unfit.
     """
     model = snapshot.constraints
     ruled = rules.constraints
@@ -287,9 +286,8 @@ def merge_with_rules(
         mine = getattr(ruled, field)
         theirs = getattr(model, field)
         value: Any
-        if field in ("workload_types", "compliance"):
-            drop = set(rules.excluded_workloads) if field == "workload_types" else set()
-            value = sorted({*mine, *theirs} - drop)
+        if field == "workload_types":
+            value = sorted({*mine, *theirs} - set(rules.excluded_workloads))
         elif field == "throughput" and theirs is not None:
             value = {**theirs.model_dump(exclude_none=True), **mine.model_dump(exclude_none=True)}
         else:

@@ -179,6 +179,12 @@ def test_agreeing_sources_and_a_workload_the_text_rules_out() -> None:
     assert source["cloud"] == "model+rules" and source["compliance"] == "model"
 
 
+def test_a_compliance_regime_the_text_does_not_name_is_dropped() -> None:
+    model = IntakeSnapshot(constraints=Constraints(compliance=["gdpr", "hipaa"]))
+    merged, source = merge_with_rules(model, read_rules(PARAGRAPH))
+    assert merged.constraints.compliance == ["gdpr"] and source["compliance"] == "rules"
+
+
 def test_nothing_read_leaves_the_model_alone() -> None:
     model = IntakeSnapshot(constraints=Constraints(cloud="aws"), ambiguous={"regions": "x"})
     merged, source = merge_with_rules(model, read_rules(""))
