@@ -162,6 +162,14 @@ class RepairActivities:
         files: dict[str, str] = self.artifacts.get_json(inp.files_digest)
         report = self.artifacts.get_json(inp.report_digest)
         findings = findings_of(report, files)
+        if not inp.fix:
+            return RepairOutput(
+                files_digest=inp.files_digest,
+                file_count=len(files),
+                file_digests={p: digest_bytes(t.encode()) for p, t in sorted(files.items())},
+                findings=findings,
+                outcomes=[FindingOutcome(finding=f, fixed_by="not_fixed") for f in findings],
+            )
         fixed_by: dict[int, str] = {}
         repaired = dict(files)
         ruff_findings = [i for i, f in enumerate(findings) if f.validator == "ruff"]

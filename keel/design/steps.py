@@ -229,6 +229,10 @@ class DesignResult(_Model):
     cost_delta_pct: float | None = None
     nodes_run: list[str] = Field(default_factory=list)
     repairs: list[RepairRound] = Field(default_factory=list)
+    findings: list[Finding] = Field(
+        default_factory=list,
+        description="every finding of the last validation when it failed (repair rounds)",
+    )
 
 
 # --- activities -------------------------------------------------------------------------
@@ -382,9 +386,10 @@ class RepairInput(_Model):
     decision_set: str
     files_digest: str
     report_digest: str
-    round: int = Field(ge=1)
+    round: int = Field(ge=0, description="the repair round; 0: the findings only")
     model: str = ""
     use_model: bool = False
+    fix: bool = Field(True, description="False: read the findings, change nothing")
 
 
 class RepairOutput(_Model):
@@ -435,6 +440,8 @@ EVENT_ARTIFACTS: Final = "artifacts"
 EVENT_VALIDATION: Final = "validation"
 #: A repair round after failed validators: what was found and what changed.
 EVENT_REPAIR: Final = "repair"
+#: The findings of a validation that failed after the repair rounds (or with none).
+EVENT_FINDINGS: Final = "validation-findings"
 EVENT_DIFF: Final = "diff-update"
 #: Always the last event of a finished run (written by ``design.persist`` with the version).
 EVENT_RUN_COMPLETE: Final = "run-complete"

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.design.reasons import codegen_card, design_rationale_md, rationale_json
     from keel.design.steps import (
         CodegenInput,
+        Finding,
         PersistInput,
         RepairRound,
         ValidateInput,
@@ -23,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.digest import canonical_json
     from workflows.common import call
 
-from workflows.design.repair import PATCH_REPAIR_ROUNDS, repair_rounds
+from workflows.design.repair import PATCH_REPAIR_ROUNDS, last_findings, repair_rounds
 from workflows.design.state import (
     DesignPorts,
     Effect,
@@ -119,7 +120,7 @@ async def validators_node(state: GraphState, runtime: Runtime[DesignPorts]) -> G
         Run("validators", {"files": files}, dict(out.summary), key=key),
         Event(steps.EVENT_VALIDATION, payload),
     ]
-    if ship and out.failed and ctx.inp.repair_rounds > 0 and workflow.patched(PATCH_REPAIR_ROUNDS):
+    if ship and out.failed and workflow.patched(PATCH_REPAIR_ROUNDS):
         # The findings go back to the files' maker, round by round (workflows/design/
         # repair.py); each round's effects are applied as it ends, so these go first.
         runtime.context.emit(effects)
@@ -130,7 +131,16 @@ async def validators_node(state: GraphState, runtime: Runtime[DesignPorts]) -> G
             lambda c: _shipped_reports({**state, "codegen": c})[0],
             runtime.context.emit,
         )
-        return {"validation": out, "codegen": codegen, "repairs": rounds, "effects": []}
+        findings: list[Finding] = []
+        if out.failed:
+            findings = await last_findings(ctx, codegen, out, runtime.context.emit)
+        return {
+            "validation": out,
+            "codegen": codegen,
+            "repairs": rounds,
+            "findings": findings,
+            "effects": [],
+        }
     return {"validation": out, "effects": effects}
 
 
@@ -165,7 +175,9 @@ def _shipped_reports(state: GraphState) -> tuple[dict[str, str], dict[str, Any] 
     return report_files, diff, summary_md
 
 
-def _validation_md(validation: ValidateOutput, repairs: list[RepairRound]) -> str:
+def _validation_md(
+    validation: ValidateOutput, repairs: list[RepairRound], findings: list[Finding]
+) -> str:
     """The Change Summary's validation section of a run that validated the shipped tree."""
     failed = validation.failed
     lines = ["## Validation", ""]
@@ -189,11 +201,11 @@ def _validation_md(validation: ValidateOutput, repairs: list[RepairRound]) -> st
             + (", ".join(n for n, s in r.validation.items() if s == "failed") or "none")
             + " failed."
         )
-        for o in r.outcomes:
-            if o.fixed_by == "not_fixed":
-                f = o.finding
-                where = f"{f.file}:{f.line}" if f.file and f.line else f.file or "-"
-                lines.append(f"- not fixed: {f.validator} {where}: {f.message[:200]}")
+    if findings:
+        lines += ["", f"Findings ({len(findings)}):"]
+        for f in findings:
+            where = f"{f.file}:{f.line}" if f.file and f.line else f.file or "-"
+            lines.append(f"- {f.validator} {where}: {f.message[:200]}")
     return "\n".join(lines)
 
 
@@ -235,7 +247,11 @@ async def diff_and_persist_node(state: GraphState, runtime: Runtime[DesignPorts]
     validation = state.get("validation")
     shipped = validation.tree_files_digest if validation is not None else None
     if validation is not None and shipped is not None:
-        summary_md = _validation_md(validation, state.get("repairs", [])) + "\n\n" + summary_md
+        summary_md = (
+            _validation_md(validation, state.get("repairs", []), state.get("findings", []))
+            + "\n\n"
+            + summary_md
+        )
     key = ctx.key("diff_and_persist", {"state": new_state, "files": files, "outcome": outcome})
     before: list[Effect] = []
     if diff is not None and previous is not None:

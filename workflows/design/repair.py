@@ -2,7 +2,8 @@
 validators again, up to ``DesignInput.repair_rounds`` times. Each round is a step in
 history (the repair activity and the validators after it), a ``repair`` event and an
 entry of the status' ``repairs``; when the rounds run out the run ends
-``validation_failed`` as before, the last round naming every finding it could not fix."""
+``validation_failed`` as before, with every finding of the last validation
+(:func:`last_findings`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.design import steps
     from keel.design.steps import (
         CodegenOutput,
+        Finding,
         RepairInput,
         RepairRound,
         ValidateInput,
@@ -137,3 +139,39 @@ async def repair_rounds(
         if not rep.files_changed:
             break
     return codegen, validation, rounds
+
+
+async def last_findings(
+    ctx: DesignContext,
+    codegen: CodegenOutput,
+    validation: ValidateOutput,
+    emit: Callable[[list[Effect]], None],
+) -> list[Finding]:
+    """Every finding of a validation that still fails (``design.repair`` reading them,
+    changing nothing), as a ``validation-findings`` event."""
+    key = ctx.key("findings", {"report": validation.report_digest})
+    rep = await call(
+        steps.REPAIR,
+        RepairInput(
+            key=key,
+            project=ctx.inp.project,
+            decision_set=ctx.inp.decision_set,
+            files_digest=codegen.files_digest,
+            report_digest=validation.report_digest,
+            round=0,
+            fix=False,
+        ),
+        summary=f"findings of {', '.join(validation.failed)}",
+    )
+    emit(
+        [
+            Event(
+                steps.EVENT_FINDINGS,
+                {
+                    "failed": validation.failed,
+                    "findings": [f.model_dump(mode="json") for f in rep.findings],
+                },
+            )
+        ]
+    )
+    return rep.findings

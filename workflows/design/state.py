@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         CodegenOutput,
         DesignEvent,
         DesignInput,
+        Finding,
         LoadOutput,
         RepairRound,
         ValidateOutput,
@@ -139,6 +140,7 @@ class GraphState(TypedDict, total=False):
     codegen: CodegenOutput
     validation: ValidateOutput
     repairs: list[RepairRound]
+    findings: list[Finding]
     rationale: dict[str, Any]
     rationale_md: str
     outcome: str

@@ -158,6 +158,7 @@ class DesignPipeline(ReadModel):
             cost_delta_pct=cost.delta_vs_prev_pct if cost else None,
             nodes_run=list(self.status.nodes_run),
             repairs=list(final.get("repairs", [])),
+            findings=list(final.get("findings", [])),
         )
 
     async def ask(

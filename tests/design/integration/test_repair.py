@@ -107,10 +107,42 @@ async def test_with_repairs_disabled_the_broken_handler_ends_the_set_failed(
     assert result.status == "validation_failed"
     assert result.repairs == []
     assert {"ruff", "pytest"} <= {n for n, s in result.validation.items() if s == "failed"}
+    # Every finding, each naming the file: the handler's syntax error among them.
+    assert {f.validator for f in result.findings if f.file == HANDLER} >= {"ruff"}, result.findings
     assert result.validation_digest is not None
     report = artifact_store_from_settings(settings).get_json(result.validation_digest)
-    found = findings_of(report, BROKEN)
-    assert {f.validator for f in found if f.file == HANDLER} >= {"ruff"}, found
+    assert findings_of(report, BROKEN) == result.findings
+    sm = get_sessionmaker(settings.resolved_database_url)
+    row = design_store.decision_set(sm, inp.project, "ds1")
+    assert row is not None and f"- ruff {HANDLER}:" in row["summary_md"]
+
+
+async def test_when_the_rounds_run_out_the_set_ends_failed_with_every_finding(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """The model's "fix" is as broken as the handler was: one round (repair_rounds=1),
+    the validators still fail, the run ends validation_failed naming the handler."""
+    broken_again = {HANDLER: BROKEN[HANDLER] + "\n# still broken\n"}
+    replies = [
+        ScriptedReply(content=json.dumps({"files": BROKEN})),
+        ScriptedReply(content=json.dumps({"files": broken_again})),
+    ]
+    inp = _input(repair_rounds=1)
+    with ScriptedOpenAIServer(replies) as llm:
+        settings.models_config = write_models_config(tmp_path / "models.yaml", llm.base_url)
+        async with build_worker(client, settings):
+            handle = await start_design(client, inp, task_queue=settings.task_queue)
+            result: DesignResult = await handle.result()
+        assert len(llm.chat_requests) == 2
+
+    assert result.status == "validation_failed"
+    (round1,) = result.repairs
+    assert round1.files_changed == [HANDLER]
+    assert "failed" in round1.validation.values()
+    assert any(f.file == HANDLER for f in result.findings), result.findings
+    sm = get_sessionmaker(settings.resolved_database_url)
+    kinds = [e["type"] for e in design_store.list_events(sm, inp.project, "ds1")]
+    assert kinds.count("repair") == 1 and kinds.count("validation-findings") == 1
 
 
 async def test_ruff_fix_is_the_rule_for_ruffs_fixable_findings() -> None:
