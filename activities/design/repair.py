@@ -36,6 +36,8 @@ MAX_FINDINGS = 200
 _LOCATED = re.compile(r"^(?P<file>[\w./-]+\.[A-Za-z0-9]+):(?P<line>\d+)(?::\d+)?:?\s*(?P<msg>.*)$")
 #: A file pytest names in a collection error or a traceback.
 _PYTEST_FILE = re.compile(r"(?:ERROR collecting |File \")(?P<file>[\w./-]+\.py)")
+#: An import that failed: the module, for the missing-package rule.
+_NO_MODULE = re.compile(r"No module named '(?P<module>[\w.]+)'")
 
 REPAIR_SYSTEM_PROMPT = (
     "You fix small code repositories. You are given files of a repository and what its "
@@ -88,6 +90,8 @@ def findings_of(report: Mapping[str, Any], files: Mapping[str, str]) -> list[Fin
             p = _PYTEST_FILE.search(text)
             if p and p.group("file") in files:
                 found.append(Finding(validator=name, file=p.group("file"), message=text[:2000]))
+            elif _NO_MODULE.search(text):
+                found.append(Finding(validator=name, message=text[:2000]))
         if not found:
             found.append(Finding(validator=name, message=str(result.get("summary", ""))[:2000]))
         out.extend(found)
@@ -95,6 +99,31 @@ def findings_of(report: Mapping[str, Any], files: Mapping[str, str]) -> list[Fin
     for f in out:
         unique.setdefault(json.dumps(f.model_dump(), sort_keys=True), f)
     return list(unique.values())[:MAX_FINDINGS]
+
+
+def add_missing_packages(
+    files: Mapping[str, str], findings: list[Finding]
+) -> tuple[dict[str, str], list[int]]:
+    """The known fix of ``No module named 'a.b'`` where ``a/b/`` (or ``a/``) holds
+    Python files but no ``__init__.py``: an empty one. The fixed files and the indexes of
+    the findings it fixed."""
+    out = dict(files)
+    fixed: list[int] = []
+    for i, f in enumerate(findings):
+        m = _NO_MODULE.search(f.message)
+        if not m:
+            continue
+        parts = m.group("module").split(".")
+        inits = [f"{'/'.join(parts[:n])}/__init__.py" for n in range(1, len(parts) + 1)]
+        for init in inits:
+            folder = init.removesuffix("/__init__.py")
+            if init not in out and any(
+                p.startswith(folder + "/") and p.endswith(".py") for p in out
+            ):
+                out[init] = ""
+        if any(init in out and init not in files for init in inits):
+            fixed.append(i)
+    return out, fixed
 
 
 async def ruff_fix(files: Mapping[str, str]) -> tuple[dict[str, str], set[str]]:
@@ -171,7 +200,8 @@ class RepairActivities:
                 outcomes=[FindingOutcome(finding=f, fixed_by="not_fixed") for f in findings],
             )
         fixed_by: dict[int, str] = {}
-        repaired = dict(files)
+        repaired, packaged = add_missing_packages(files, findings)
+        fixed_by.update({i: "rule" for i in packaged})
         ruff_findings = [i for i, f in enumerate(findings) if f.validator == "ruff"]
         if ruff_findings:
             repaired, remaining = await ruff_fix(repaired)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.design.repair import findings_of, ruff_fix
+from activities.design.repair import add_missing_packages, findings_of, ruff_fix
 from client.design import start_design
-from keel.design.steps import DesignInput, DesignResult
+from keel.design.steps import DesignInput, DesignResult, Finding
 from keel.settings import Settings
 from store import design as design_store
 from store.artifacts import artifact_store_from_settings
@@ -84,6 +84,8 @@ async def test_a_broken_handler_is_repaired_by_the_model_and_the_set_completes(
     assert repair["files_changed"] == [HANDLER]
     row = design_store.decision_set(sm, inp.project, "ds1")
     assert row is not None and "Repair round 1" in row["summary_md"]
+    # What the reader sees is the last validation: the repaired tree's, passing.
+    assert design_store.failing_validators(sm, inp.project, "ds1") == []
     summaries = []
     async for e in handle.fetch_history_events():
         attrs = e.activity_task_scheduled_event_attributes
@@ -151,3 +153,42 @@ async def test_ruff_fix_is_the_rule_for_ruffs_fixable_findings() -> None:
     fixed, remaining = await ruff_fix(files)
     assert "import os" not in fixed["app/x.py"]
     assert remaining == set()
+
+
+def test_a_missing_package_init_is_the_rule_for_no_module_named() -> None:
+    """pytest's "No module named 'app.handlers'" where app/handlers/ has code but no
+    __init__.py: the rule adds the empty package files; another finding is left alone."""
+    files = {"app/__init__.py": "", "app/handlers/score.py": "X = 1\n", "t.py": ""}
+    found = [
+        Finding(validator="pytest", message="ModuleNotFoundError: No module named 'app.handlers'"),
+        Finding(validator="pytest", message="E   assert 1 == 2"),
+    ]
+    fixed, which = add_missing_packages(files, found)
+    assert fixed == {**files, "app/handlers/__init__.py": ""}
+    assert which == [0]
+
+
+def test_findings_of_a_failed_pytest_name_the_missing_module() -> None:
+    report = {
+        "results": [
+            {
+                "name": "pytest",
+                "status": "failed",
+                "summary": "pytest: exit 2: 1 error in 0.05s",
+                "details": {
+                    "output": "ERROR collecting tests/test_h.py\n"
+                    "E   ModuleNotFoundError: No module named 'app.handlers'\n"
+                    "1 error in 0.05s"
+                },
+            },
+            {"name": "ruff", "status": "passed", "summary": "clean", "details": {}},
+        ]
+    }
+    files = {"tests/test_h.py": "", "app/handlers/score.py": ""}
+    found = findings_of(report, files)
+    assert [(f.validator, f.file) for f in found] == [
+        ("pytest", "tests/test_h.py"),
+        ("pytest", None),
+    ]
+    fixed, which = add_missing_packages(files, found)
+    assert "app/handlers/__init__.py" in fixed and which == [1]
