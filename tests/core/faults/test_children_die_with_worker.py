@@ -47,7 +47,7 @@ from pathlib import Path
 from sandbox import SandboxLimits
 from sandbox.jail import ensure_available, run
 from sandbox.tether import tethered
-from activities.design.validators import _host
+from activities.design.validators.host import _host
 
 seed, jailed, host = (int(a) for a in sys.argv[1:4])
 tag, jailed_ms, host_ms = sys.argv[4], float(sys.argv[5]), float(sys.argv[6])

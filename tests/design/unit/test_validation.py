@@ -126,7 +126,7 @@ def test_heartbeats_name_each_validator_inside_an_activity() -> None:
     [("memory", "memory limit"), ("cpu", "CPU-time limit"), ("output", "output limit")],
 )
 def test_a_validator_stopped_by_a_sandbox_limit_says_which(limit: str, words: str) -> None:
-    from activities.design.validators import _from_jail
+    from activities.design.validators.jailed import _from_jail
     from sandbox.models import SandboxResult
 
     run = SandboxResult.model_validate(

@@ -1,0 +1,231 @@
+"""The validators that run the repository's code (ruff, mypy, pytest), inside the nsjail
+sandbox with the repository as the jail's workspace."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from activities.design.mypy_seed import SEED_MOUNT
+from activities.design.mypy_seed import jail_code as seed_jail_code
+from activities.design.mypy_seed import seed_dir as mypy_seed_dir
+from keel.design.validation import ValidatorResult
+from sandbox.errors import SandboxError, SandboxUnavailable
+from sandbox.jail import Bind, run_async
+from sandbox.models import SandboxConfig, SandboxLimits, SandboxResult
+from sandbox.python_block import python_runtime
+
+#: Limits of one jailed tool run (mypy over FastAPI and pydantic needs room).
+JAIL_LIMITS = SandboxLimits(
+    wall_time_s=240,
+    cpu_time_s=240,
+    memory_mb=2048,
+    max_processes=64,
+    max_file_size_mb=16,
+    max_open_files=1024,
+    max_output_bytes=2_000_000,
+    tmpfs_size_mb=64,
+    workspace_size_mb=64,
+)
+#: How much of a tool's output a result keeps (its tail).
+_OUTPUT_TAIL = 4000
+
+
+def _venv_bin(name: str) -> str | None:
+    """A tool installed next to this interpreter (the project's venv), else on PATH."""
+    here = Path(sys.executable).parent / name
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    from shutil import which
+
+    return which(name)
+
+
+@functools.cache
+def _minor_version(executable: str) -> str | None:
+    """``"3.11"`` for an interpreter (run on the host: it is the interpreter, not repo code)."""
+    try:
+        out = subprocess.run(
+            [executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def _site_packages() -> list[str]:
+    return [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
+
+
+def _import_paths() -> dict[str, str]:
+    """The jailed interpreter's import paths: this venv's site-packages, no user site."""
+    return {
+        "PYTHONPATH": ":".join(os.path.realpath(p) for p in _site_packages()),
+        "PYTHONNOUSERSITE": "1",
+    }
+
+
+async def _jailed(
+    name: str,
+    argv_tail: Sequence[str],
+    files: Mapping[str, str],
+    config: SandboxConfig,
+    *,
+    binary: str | None = None,
+    extra_binds: Sequence[Bind] = (),
+    limits: SandboxLimits = JAIL_LIMITS,
+) -> SandboxResult | ValidatorResult:
+    """Run ``python -m <tool>`` (or ``binary``) in a jail holding the repository.
+
+    The jail's interpreter may be a system one (this venv's base interpreter can sit
+    where the jail cannot traverse); the venv's site-packages are then bound read-only
+    and put on ``PYTHONPATH`` so the tools and the repository's dependencies import.
+    """
+    try:
+        runtime = python_runtime(config)
+    except SandboxUnavailable as exc:
+        return ValidatorResult(name=name, status="not_run", summary=f"no jail: {exc}")
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if binary is None and _minor_version(runtime.executable) != here:
+        # This venv's compiled packages only load in the same minor version.
+        return ValidatorResult(
+            name=name,
+            status="not_run",
+            summary=f"the jail's interpreter {runtime.executable} is not Python {here}; "
+            "set python.interpreter in configs/sandbox.yaml",
+        )
+    binds = [*runtime.binds, *extra_binds]
+    visible = {b.src for b in binds}
+    site = _site_packages()
+    for path in site:
+        real = os.path.realpath(path)
+        if not any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
+            binds.append(Bind(real, real))
+    env = {
+        **_import_paths(),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # The repository's tests need none of this venv's pytest plugins, and some are
+        # slow to import.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "MYPY_FORCE_COLOR": "0",
+    }
+    if binary is not None:
+        real = os.path.realpath(binary)
+        binds.append(Bind(real, "/keel-tools/" + os.path.basename(real)))
+        argv = ["/keel-tools/" + os.path.basename(real), *argv_tail]
+    else:
+        argv = [runtime.executable, "-B", *argv_tail]
+    try:
+        return await run_async(
+            argv,
+            limits=limits,
+            workspace_files=dict(files),
+            env=env,
+            binds=binds,
+            config=config,
+        )
+    except (SandboxUnavailable, SandboxError) as exc:
+        return ValidatorResult(name=name, status="not_run", summary=f"the jail did not run: {exc}")
+
+
+_LIMIT_WORDS = {
+    "wall": "wall-clock limit (timed out)",
+    "cpu": "CPU-time limit (timed out)",
+    "memory": "memory limit",
+    "output": "output limit",
+}
+
+
+def _from_jail(name: str, run: SandboxResult | ValidatorResult, what: str) -> ValidatorResult:
+    if isinstance(run, ValidatorResult):
+        return run
+    output = (run.stdout + ("\n" + run.stderr if run.stderr.strip() else "")).strip()
+    details = {
+        "exit_code": run.exit_code,
+        "duration_ms": run.duration_ms,
+        "timed_out": run.timed_out,
+        "output": output[-_OUTPUT_TAIL:],
+        "sandbox": "nsjail",
+    }
+    if run.limit is not None:
+        details["limit"] = run.limit
+    if run.ok:
+        return ValidatorResult(
+            name=name, status="passed", summary=f"{what}: clean", details=details
+        )
+    if run.limit is not None or run.timed_out or run.killed_by_signal is not None:
+        why = (
+            f"stopped at the sandbox's {_LIMIT_WORDS[run.limit]}"
+            if run.limit is not None
+            else "timed out"
+            if run.timed_out
+            else f"killed by signal {run.killed_by_signal}"
+        )
+        return ValidatorResult(
+            name=name, status="failed", summary=f"{what}: {why}", details=details
+        )
+    last = next((ln for ln in reversed(output.splitlines()) if ln.strip()), "no output")
+    return ValidatorResult(
+        name=name,
+        status="failed",
+        summary=f"{what}: exit {run.exit_code}: {last[:300]}",
+        details=details,
+    )
+
+
+async def run_ruff(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
+    binary = _venv_bin("ruff")
+    if binary is None:
+        return ValidatorResult(name="ruff", status="not_run", summary="ruff is not installed")
+    run = await _jailed(
+        "ruff",
+        ["check", "--no-cache", "--output-format", "concise", "."],
+        files,
+        config,
+        binary=binary,
+    )
+    return _from_jail("ruff", run, "ruff check")
+
+
+async def run_mypy(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
+    """mypy in the jail, from the warm cache of :mod:`activities.design.mypy_seed` when
+    there is one (``details["seeded"]``: the run was given the seed), else with no cache."""
+    seed = None
+    with contextlib.suppress(SandboxUnavailable):  # no jail: _jailed says so
+        executable = python_runtime(config).executable
+        seed = await asyncio.to_thread(
+            mypy_seed_dir, config.jail.base_dir, executable, _import_paths()
+        )
+    if seed is None:
+        run = await _jailed("mypy", ["-m", "mypy", "--cache-dir=/dev/null"], files, config)
+    else:
+        run = await _jailed(
+            "mypy",
+            ["-c", seed_jail_code()],
+            files,
+            config,
+            extra_binds=[Bind(str(seed), SEED_MOUNT)],
+            # Room in the jail's /tmp for the seed's copy (22 MB) and what mypy adds.
+            limits=JAIL_LIMITS.model_copy(update={"tmpfs_size_mb": 192}),
+        )
+    result = _from_jail("mypy", run, "mypy")
+    if isinstance(run, SandboxResult):
+        result.details["seeded"] = seed is not None
+    return result
+
+
+async def run_pytest(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
+    run = await _jailed(
+        "pytest", ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header"], files, config
+    )
+    return _from_jail("pytest", run, "pytest")
