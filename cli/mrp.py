@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from cli.envelope import CliError
-    from keel.mrp.normalize import FileRef
     from keel.mrp.run import MRPJobInput, MRPJobResult, RunManifest, RunRecord
     from keel.settings import Settings
     from store.artifacts import ArtifactStore
@@ -149,23 +148,6 @@ def _read_job(job: Path) -> str:
 
 
 # -- compile -------------------------------------------------------------------------------
-
-
-def resolve_job_files(
-    patterns: list[str], base_dir: Path, max_items: int | None = None
-) -> list[FileRef]:
-    """List and hash the files under ``base_dir`` that ``patterns`` match, as the compile
-    activity does on the worker (relative POSIX paths, BLAKE3 of the bytes), stopping past
-    ``max_items``."""
-    from activities.mrp.inputs import resolve_files
-
-    refs, _ = resolve_files(
-        patterns,
-        base_dir,
-        _HashOnlyStore(),  # type: ignore[arg-type]
-        max_items=max_items,
-    )
-    return refs
 
 
 def _compile(settings: Settings, job: Path, text: str) -> Any:

@@ -5,10 +5,11 @@ Callers are Temporal activities (which may run more than once) and the ``mrp`` C
 
 - ``mrp_runs``: one row per run, upserted by :func:`start_run` (after compile) and
   :func:`finish_run` (finalise).
-- ``mrp_shards``: one row per (run, shard), upserted by :func:`record_shard` (one shard)
-  or :func:`record_shards` (a batch, one transaction; what map windows use). A row that already holds an output is never overwritten by a later attempt.
+- ``mrp_shards``: one row per (run, shard), upserted by :func:`record_shards` (a batch,
+  one transaction; what map windows write). A row that already holds an output is never
+  overwritten by a later attempt.
 - ``mrp_checkpoints``: checkpoint key -> output digest; the first writer wins
-  (:func:`record_shard` with ``checkpoint=True``), so a key never changes meaning.
+  (:func:`record_shards` with ``checkpoint`` set), so a key never changes meaning.
 
 All functions are blocking (SQLAlchemy sync); async callers run them in a thread.
 """
@@ -34,7 +35,6 @@ from keel.mrp.run import (
 )
 from store.artifacts import ArtifactStore
 from store.models import MrpCheckpointRow, MrpRunRow, MrpShardRow
-from store.records import _insert_ignoring_conflict
 
 # SQLite limits bound parameters per statement; IN lists are cut into chunks of this size.
 _CHUNK = 500
@@ -190,72 +190,20 @@ def get_manifest(
 # -- shards --------------------------------------------------------------------------------
 
 
-def record_shard(
-    sm: sessionmaker[Session],
-    record: ShardRecord,
-    *,
-    operator_digest: str,
-    checkpoint: bool,
-) -> None:
-    """Upsert one shard row; with ``checkpoint``, also index its output (first writer wins).
-
-    ``executions`` and ``attempts`` add up over calls for the same (run, shard), so a
-    window that is retried after a crash leaves the true totals. A row that already holds
-    an output keeps it: a later call can only add counts.
-    """
-    values = record.model_dump()
-    values["cost_units"] = str(record.cost_units)
-    values["cost_usd"] = str(record.cost_usd)
-    table = cast(Table, MrpShardRow.__table__)
-    with sm.begin() as session:
-        dialect = session.get_bind().dialect.name
-        ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
-        has_output = table.c.output_digest.isnot(None)
-
-        def keep(col: str) -> Any:
-            return case((has_output, table.c[col]), else_=ins.excluded[col])
-
-        stmt = ins.values(values).on_conflict_do_update(
-            index_elements=["run_id", "shard_index"],
-            set_={
-                "attempts": table.c.attempts + ins.excluded.attempts,
-                "executions": table.c.executions + ins.excluded.executions,
-                "output_digest": keep("output_digest"),
-                "state": keep("state"),
-                "source": keep("source"),
-                "latency_ms": keep("latency_ms"),
-                "cost_units": keep("cost_units"),
-                "cost_usd": keep("cost_usd"),
-                "error": keep("error"),
-                "updated_at": ins.excluded.updated_at,
-            },
-        )
-        session.execute(stmt)
-        if checkpoint and record.output_digest is not None:
-            _insert_ignoring_conflict(
-                session,
-                MrpCheckpointRow,
-                {
-                    "checkpoint_key": record.checkpoint_key,
-                    "output_digest": record.output_digest,
-                    "operator_digest": operator_digest,
-                    "input_digest": record.input_digest,
-                    "run_id": record.run_id,
-                    "created_at": record.updated_at,
-                },
-                ["checkpoint_key"],
-            )
-
-
 def record_shards(
     sm: sessionmaker[Session],
     records: Sequence[tuple[ShardRecord, bool]],
     *,
     operator_digest: str,
 ) -> None:
-    """:func:`record_shard` for many shards in one transaction: ``(record, checkpoint)``
-    pairs, the same upsert rules (counts add up, a row with an output keeps it, the first
-    checkpoint writer wins). Map windows buffer their records and write them this way."""
+    """Upsert shard rows in one transaction, from ``(record, checkpoint)`` pairs; with
+    ``checkpoint``, also index the shard's output (the first writer wins). Map windows
+    buffer their records and write them this way.
+
+    ``executions`` and ``attempts`` add up over calls for the same (run, shard), so a
+    window that is retried after a crash leaves the true totals. A row that already holds
+    an output keeps it: a later call can only add counts.
+    """
     if not records:
         return
     table = cast(Table, MrpShardRow.__table__)
@@ -404,7 +352,6 @@ __all__ = [
     "list_runs",
     "list_shards",
     "lookup_checkpoints",
-    "record_shard",
     "record_shards",
     "shard_counts",
     "shards_with_output",

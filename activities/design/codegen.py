@@ -1,8 +1,8 @@
 """Codegen (§21.1 node 9): an approved plan to a repository, as a ``{path: text}`` map.
 
-Three providers share :class:`CodeGenProvider`. :class:`TemplateRenderer` is the embedded
-default and is deterministic (same request, same bytes): the local model is too small to
-write a repository. :class:`LiteLLMProvider` (any model in the models config) and
+The embedded default is :func:`render_request`, deterministic (same request, same bytes):
+the local model is too small to write a repository. Two providers share
+:class:`CodeGenProvider`: :class:`LiteLLMProvider` (any model in the models config) and
 :class:`AnthropicProvider` (the ``anthropic`` SDK) ask a model for a JSON object of files
 and check it in the same call, so a bad answer fails the activity attempt, never the
 workflow. Every path is checked by :func:`check_paths`: relative, no ``..``, no
@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from activities.design.app import render_app
 from activities.design.infra import render_infra
 from keel.design.codegen import CodeGenRequest
-from keel.design.constraints import Constraints
-from keel.design.critics import CostEstimate
-from keel.design.patterns import PatternCatalog
-from keel.design.planner import Plan
-from keel.design.policy import PolicyReport
-from keel.design.reasons import ReasonCard, rationale_json
+from keel.design.reasons import rationale_json
 from keel.llm import LLMMessage, LLMRequest
 
 if TYPE_CHECKING:
@@ -104,7 +99,14 @@ jobs:
 
 
 def render_request(req: CodeGenRequest) -> dict[str, str]:
-    """The deterministic repository for ``req`` (see :func:`render_repo`)."""
+    """The generated repository as ``{path: text}``, sorted by path; deterministic.
+
+    Terraform (:func:`activities.design.infra.render_infra`: a module per chosen capability,
+    instantiated in every region), the application (:func:`activities.design.app.render_app`:
+    pipeline packages per capability with their pytest suite, a Dockerfile per container
+    service, CI, the README with its architecture diagram and the Design Rationale), and
+    ``reports/`` (rationale, cost, policy, plan).
+    """
     plan = req.plan
     # The infrastructure (root, providers per region, backend, foundation and one module
     # per capability) from configs/design/templates/terraform.
@@ -123,48 +125,6 @@ def render_request(req: CodeGenRequest) -> dict[str, str]:
 
 def _json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def render_repo(
-    plan: Plan,
-    constraints: Constraints,
-    *,
-    project: str,
-    decision_set: str,
-    rationale_md: str,
-    cost: CostEstimate,
-    policy: PolicyReport,
-    reason_cards: Sequence[ReasonCard] = (),
-    catalog: PatternCatalog | None = None,
-) -> dict[str, str]:
-    """The generated repository as ``{path: text}``, sorted by path; deterministic.
-
-    Terraform (:func:`activities.design.infra.render_infra`: a module per chosen capability,
-    instantiated in every region), the application (:func:`activities.design.app.render_app`:
-    pipeline packages per capability with their pytest suite, a Dockerfile per container
-    service, CI, the README with its architecture diagram and the Design Rationale), and
-    ``reports/`` (rationale, cost, policy, plan).
-    """
-    return render_request(
-        CodeGenRequest(
-            project=project,
-            decision_set=decision_set,
-            plan=plan,
-            constraints=constraints,
-            rationale_md=rationale_md,
-            cost=cost,
-            policy=policy,
-            reason_cards=list(reason_cards),
-            catalog=catalog,
-        )
-    )
-
-
-class TemplateRenderer:
-    """The embedded default: :func:`render_request`, no model involved."""
-
-    async def generate(self, request: CodeGenRequest) -> dict[str, str]:
-        return render_request(request)
 
 
 # ----------------------------------------------------------------------- model providers
@@ -312,9 +272,7 @@ __all__ = [
     "CodeGenProvider",
     "CodeGenRequest",
     "LiteLLMProvider",
-    "TemplateRenderer",
     "check_paths",
     "parse_file_map",
-    "render_repo",
     "render_request",
 ]

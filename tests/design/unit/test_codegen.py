@@ -15,10 +15,8 @@ from activities.design.codegen import (
     AnthropicProvider,
     CodeGenError,
     LiteLLMProvider,
-    TemplateRenderer,
     check_paths,
     parse_file_map,
-    render_repo,
     render_request,
 )
 from activities.llm import LLMGateway
@@ -36,22 +34,6 @@ def test_same_input_same_bytes(case: str) -> None:
     second = render_request(request_for(case))
     assert list(first) == sorted(first)
     assert json.dumps(first, sort_keys=True).encode() == json.dumps(second, sort_keys=True).encode()
-
-
-def test_render_repo_matches_the_request_form() -> None:
-    req = request_for("rag")
-    files = render_repo(
-        req.plan,
-        req.constraints,
-        project=req.project,
-        decision_set=req.decision_set,
-        rationale_md=req.rationale_md,
-        cost=req.cost,
-        policy=req.policy,
-        reason_cards=req.reason_cards,
-        catalog=req.catalog,
-    )
-    assert files == render_request(req)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -134,11 +116,6 @@ def test_parse_file_map_shapes() -> None:
     for bad in ("not json", "[]", "{}", '{"a.py": 1}', '{"../a.py": "x"}'):
         with pytest.raises(CodeGenError):
             parse_file_map(bad)
-
-
-def test_template_renderer_is_a_provider() -> None:
-    req = request_for("hipaa_one_region")
-    assert asyncio.run(TemplateRenderer().generate(req)) == render_request(req)
 
 
 def test_anthropic_provider_against_scripted_server() -> None:

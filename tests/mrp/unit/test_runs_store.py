@@ -22,7 +22,6 @@ from store.mrp_runs import (
     list_runs,
     list_shards,
     lookup_checkpoints,
-    record_shard,
     record_shards,
     shard_counts,
     shards_with_output,
@@ -113,20 +112,18 @@ def test_run_lifecycle_and_manifest(tmp_path: Path) -> None:
 def test_shard_rows_add_up_and_keep_their_output(tmp_path: Path) -> None:
     sm = _sm(tmp_path)
     first = _shard(0)
-    record_shard(sm, first, operator_digest="op", checkpoint=True)
+    record_shards(sm, [(first, True)], operator_digest="op")
     # A later attempt of the same shard in the same run (a retried window) adds counts
     # but cannot replace the output that is already there.
-    record_shard(
+    record_shards(
         sm,
-        _shard(0, output_digest=digest_json("other"), attempts=2, executions=1),
+        [(_shard(0, output_digest=digest_json("other"), attempts=2, executions=1), True)],
         operator_digest="op",
-        checkpoint=True,
     )
-    record_shard(
+    record_shards(
         sm,
-        _shard(1, output_digest=None, state="failed", source="none", error="boom"),
+        [(_shard(1, output_digest=None, state="failed", source="none", error="boom"), True)],
         operator_digest="op",
-        checkpoint=True,
     )
     rows = list_shards(sm, "r1")
     assert [(r.shard_index, r.state, r.attempts, r.executions) for r in rows] == [
