@@ -378,6 +378,9 @@
     $("#session-actions").hidden = true;
     $("#session-action-refusal").textContent = "";
     setStatus("running");
+    // The canvas is the open session's from its start (it said "No design session yet."
+    // beside a running one until the run completed): its parts show as the run makes them.
+    showCanvasOf(project, id);
     for (const b of document.querySelectorAll(".session-item")) {
       if (b.dataset.ds === id) b.setAttribute("aria-current", "true"); else b.removeAttribute("aria-current");
     }
@@ -558,9 +561,12 @@
       const delta = p.delta_vs_prev_usd != null ? " (" + (p.delta_vs_prev_usd >= 0 ? "+" : "") + usd(p.delta_vs_prev_usd) + " against the previous set)" : "";
       body.appendChild(el("p", { text: usd(p.monthly_usd) + " a month" + delta }));
       if (p.unpriced && p.unpriced.length) body.appendChild(el("p", { class: "muted small", text: p.unpriced.length + " line(s) without a price" }));
+      if (state.ds === sess) renderCost(p);
     },
     "policy-update"(sess, p, body) {
       body.appendChild(el("p", { text: "Overall " + p.overall + (p.gate_required ? "; an approval is required" : "") }));
+      // Cost and policy are in the canvas before the run ends (the gate waits on them).
+      if (state.ds === sess) renderPolicy(p.overall);
       const d = el("details", {}, el("summary", { class: "small", text: (p.rules || []).length + " rules" }));
       const ul = el("ul", { class: "small" });
       for (const r of p.rules || []) ul.appendChild(el("li", { text: r.id + ": " + r.status + (r.detail ? " (" + r.detail + ")" : "") }));
@@ -707,34 +713,56 @@
   }
 
   // Right panel: the repository, its changes, cost and reports.
+  function showCanvasOf(project, id) {
+    $("#canvas-empty").hidden = true;
+    $("#canvas").hidden = false;
+    $("#canvas-ds").textContent = project + " / " + id + ": its cost, reports and repository show here as the session makes them.";
+    for (const part of ["#download-row", "#cost-section", "#reports-section", "#files-section", "#diff-section", "#viewer"]) $(part).hidden = true;
+    $("#reports-list").replaceChildren();
+    $("#cost-body").replaceChildren();
+    // A running session's canvas (a cost table, no links yet) can scroll: keyboard users
+    // reach it by Tab (axe: scrollable-region-focusable).
+    $("#right").tabIndex = 0;
+  }
+
+  function renderCost(cost) {
+    $("#cost-section").hidden = false;
+    const delta = cost.delta_vs_prev_usd != null
+      ? "; " + (cost.delta_vs_prev_usd >= 0 ? "+" : "") + usd(cost.delta_vs_prev_usd) + (cost.delta_vs_prev_pct != null ? " (" + (cost.delta_vs_prev_pct >= 0 ? "+" : "") + Number(cost.delta_vs_prev_pct).toFixed(1) + "%)" : "") + " against the previous set"
+      : "";
+    $("#cost-total").textContent = usd(cost.monthly_usd) + " a month" + delta;
+    const tb = $("#cost-body");
+    tb.replaceChildren();
+    for (const l of cost.breakdown || []) {
+      const tr = el("tr");
+      cell(tr, l.service + (l.region ? " (" + l.region + ")" : ""));
+      cell(tr, l.qty);
+      cell(tr, usd(l.usd));
+      tb.appendChild(tr);
+    }
+  }
+
+  function renderPolicy(overall) {
+    const reports = $("#reports-list");
+    const old = $("li[data-report=policy]", reports);
+    const li = el("li", { "data-report": "policy", text: "policy: " + overall });
+    if (old) old.replaceWith(li); else reports.appendChild(li);
+    $("#reports-section").hidden = false;
+  }
+
   async function loadCanvas(sess) {
     const d = await api("GET", "/design/decision-sets/" + enc(sess.id));
     if (state.ds !== sess) return;
     $("#canvas-empty").hidden = true;
     $("#canvas").hidden = false;
     $("#canvas-ds").textContent = sess.project + " / " + sess.id + (d.stored && d.stored.parent_id ? " (previous: " + d.stored.parent_id + ")" : "");
-    const cost = d.cost;
-    $("#cost-section").hidden = !cost;
-    if (cost) {
-      const delta = cost.delta_vs_prev_usd != null
-        ? "; " + (cost.delta_vs_prev_usd >= 0 ? "+" : "") + usd(cost.delta_vs_prev_usd) + (cost.delta_vs_prev_pct != null ? " (" + (cost.delta_vs_prev_pct >= 0 ? "+" : "") + Number(cost.delta_vs_prev_pct).toFixed(1) + "%)" : "") + " against the previous set"
-        : "";
-      $("#cost-total").textContent = usd(cost.monthly_usd) + " a month" + delta;
-      const tb = $("#cost-body");
-      tb.replaceChildren();
-      for (const l of cost.breakdown || []) {
-        const tr = el("tr");
-        cell(tr, l.service + (l.region ? " (" + l.region + ")" : ""));
-        cell(tr, l.qty);
-        cell(tr, usd(l.usd));
-        tb.appendChild(tr);
-      }
-    }
+    // Stored once the run persists; until then the cost-update event has shown it.
+    if (d.cost) renderCost(d.cost);
     const reports = $("#reports-list");
     reports.replaceChildren();
     const v = d.validation && d.validation.summary ? Object.entries(d.validation.summary) : [];
     for (const [name, status] of v) reports.appendChild(el("li", {}, el("span", { text: name + ": " }), el("span", { class: "status status-" + status, text: status })));
-    if (d.policy) reports.appendChild(el("li", { text: "policy: " + d.policy.overall }));
+    if (d.policy) reports.appendChild(el("li", { "data-report": "policy", text: "policy: " + d.policy.overall }));
     $("#reports-section").hidden = !reports.children.length;
 
     const archive = (d.artifacts || []).find((a) => a.kind === "archive");
