@@ -108,7 +108,7 @@ _CADENCE: list[tuple[re.Pattern[str], float]] = [
     (re.compile(r"\b(?:twice a day|twice daily|every 12 hours)\b"), 60.0),
     (re.compile(r"\b(?:nightly|daily|every day|every night|once a day|each night)\b"), 30.0),
     (re.compile(r"\b(?:weekly|every week|once a week)\b"), 4.0),
-    (re.compile(r"\b(?:biweekly|fortnightly|every two weeks|every other week)\b"), 2.0),
+    (re.compile(r"\b(?:biweekly|fortnightly|every (?:two|2) weeks|every other week)\b"), 2.0),
     (re.compile(r"\b(?:monthly|every month|once a month)\b"), 1.0),
     (re.compile(r"\b(?:quarterly|every quarter)\b"), 1.0 / 3.0),
 ]

@@ -189,3 +189,24 @@ def test_nothing_read_leaves_the_model_alone() -> None:
     model = IntakeSnapshot(constraints=Constraints(cloud="aws"), ambiguous={"regions": "x"})
     merged, source = merge_with_rules(model, read_rules(""))
     assert merged == model and source == {"cloud": "model"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1.5 TB per month of logs", {"throughput": {"data_gb_per_day": 50.0}}),
+        ("$15,000 per month", {"budget_band": "high"}),
+        ("monthly budget of $3,000", {"budget_band": "medium"}),
+        ("budget $50k per year", {"budget_band": "medium"}),
+        ("1k rps at peak", {"throughput": {"requests_per_s": 1000.0}}),
+        ("500 requests per minute", {"throughput": {"requests_per_s": 8.333333}}),
+        ("p50 20 ms, p99 under 80 ms", {"sla_latency_ms": 80}),
+        ("p99 under 200 ms and p95 under 120 ms", {"sla_latency_ms": 120}),
+        ("eu-west-1a only", {"cloud": "aws", "regions": ["eu-west-1"]}),
+        ("retrain every two weeks", {"workload_types": ["batch"], "training_runs_per_month": 2.0}),
+        ("we retrain twice a day", {"workload_types": ["batch"], "training_runs_per_month": 60.0}),
+        ("no PII here", {}),
+    ],
+)
+def test_one_phrase(text: str, expected: dict[str, Any]) -> None:
+    assert stated(text) == expected
