@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from keel.srl import synth
+from keel.srl import synth, synth_clike
 from keel.srl.errors import InstructionLeak
 from keel.srl.intent import instruction_leaks
 from keel.srl.step import parse_rule_action
@@ -181,11 +181,11 @@ def test_300_synthetic_tasks_leak_nothing() -> None:
 
 def test_synth_refuses_to_make_a_leaking_task(monkeypatch: pytest.MonkeyPatch) -> None:
     source = c_like("javascript", 0)
-    original = synth._task
+    original = synth_clike._task
 
     def leaky(source: SourceFile, template: str, seed: int, instruction: str, *rest: Any) -> Any:
         return original(source, template, seed, "rewrite `$X` as `$Y`", *rest)
 
-    monkeypatch.setattr(synth, "_task", leaky)
+    monkeypatch.setattr(synth_clike, "_task", leaky)
     with pytest.raises(InstructionLeak, match=r"javascript-rename-.*metavariable"):
-        synth.c_like_rename(source, 0)
+        synth_clike.c_like_rename(source, 0)
