@@ -158,6 +158,11 @@ _DEPLOYMENT: list[tuple[re.Pattern[str], DeploymentPref]] = [
     ),
 ]
 _NEGATORS = re.compile(r"\b(?:no|not|without|never|nor|avoid|excluding)\b[\w\s/-]{0,20}$")
+#: An upper bound is no negation: "no more than $2k a month", "not to exceed 2 TB per day".
+_BOUNDS = re.compile(
+    r"\b(?:no|not)\s+(?:more|greater|higher|longer|slower|later)\s+than\b"
+    r"|\bnot\s+(?:to\s+)?exceed\w*|\bnot\s+over\b"
+)
 _NEGATED_AFTER = re.compile(
     r"^[\w\s-]{0,12}\b(?:does not|doesn't|do not|don't|is not|isn't|not)\s+(?:apply|applies|required|needed|in scope)"
 )
@@ -345,7 +350,7 @@ def _unnegated(pattern: re.Pattern[str], t: str) -> list[re.Match[str]]:
     out = []
     for m in pattern.finditer(t):
         before = t[max(0, m.start() - 24) : m.start()]
-        before = re.split(r"[.;,:()]", before)[-1]
+        before = _BOUNDS.sub(" ", re.split(r"[.;,:()]", before)[-1])
         if _NEGATORS.search(before) or _NEGATED_AFTER.match(t[m.end() : m.end() + 40]):
             continue
         out.append(m)

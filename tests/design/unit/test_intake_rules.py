@@ -206,6 +206,9 @@ def test_nothing_read_leaves_the_model_alone() -> None:
         ("retrain every two weeks", {"workload_types": ["batch"], "training_runs_per_month": 2.0}),
         ("we retrain twice a day", {"workload_types": ["batch"], "training_runs_per_month": 60.0}),
         ("no PII here", {}),
+        # An upper bound is no negation.
+        ("a budget of no more than $2k/month", {"budget_band": "medium"}),
+        ("not to exceed 2 TB per day", {"throughput": {"data_gb_per_day": 2000.0}}),
     ],
 )
 def test_one_phrase(text: str, expected: dict[str, Any]) -> None:
