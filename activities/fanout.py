@@ -56,7 +56,6 @@ __all__ = [
     "on_loopback",
     "on_shutdown",
     "ray_init",
-    "ray_joined",
     "ray_shutdown",
 ]
 
@@ -208,11 +207,6 @@ def gcs_unreachable(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | N
             return None
     except OSError as exc:
         return exc.strerror or type(exc).__name__
-
-
-def ray_joined() -> bool:
-    """Whether this process is connected to a cluster it joined (KEEL_RAY_ADDRESS)."""
-    return bool(_ray_state.get("joined"))
 
 
 def ray_init(num_cpus: int, address: str | None = None) -> None:

@@ -401,9 +401,12 @@ async def _run_worker(settings: Settings, extra_workflows: Sequence[type] = ()) 
             await stop.wait()
     finally:
         # The CLI leaves through os._exit, which runs no atexit hook: stop the Ray node
-        # that MRP windows started here (and remove its temp dir) before that.
+        # that MRP windows started here (and remove its temp dir) before that, and the
+        # idle operator hosts MRP calls kept warm (rather than leave them to notice).
         from activities.fanout import ray_shutdown
+        from activities.mrp.host import stop_hosts
 
+        stop_hosts()
         await asyncio.to_thread(ray_shutdown)
     log.info("worker stopped")
 

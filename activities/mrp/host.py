@@ -215,7 +215,7 @@ def _host(env: dict[str, str]) -> Iterator[OperatorHost]:
 
 
 def stop_hosts() -> None:
-    """Stop every idle host of this process (tests; workers stop theirs at exit)."""
+    """Stop every idle host of this process (``keel worker`` at shutdown; tests)."""
     with _pool_lock:
         hosts = [h for group in _idle.values() for h in group]
         _idle.clear()

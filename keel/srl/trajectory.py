@@ -54,12 +54,6 @@ def episode_id(collection: str, task_id: str, sample: int = 0) -> str:
     )
 
 
-def parse_episode_id(value: str) -> tuple[str, str]:
-    """``(collection, task_id)`` of an episode id; ``ValueError`` when it is not one."""
-    collection, task_id, _ = parse_episode_sample(value)
-    return collection, task_id
-
-
 def parse_episode_sample(value: str) -> tuple[str, str, int]:
     """``(collection, task_id, sample)`` of an episode id; ``ValueError`` when it is not one."""
     parts = value.split("/")

@@ -120,4 +120,4 @@ def test_joined_cluster_is_only_disconnected(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(fanout._ray_state, "joined", True)
     monkeypatch.setitem(fanout._ray_state, "owned", False)
     fanout.ray_shutdown()
-    assert calls == ["shutdown"] and reaped == [] and not fanout.ray_joined()
+    assert calls == ["shutdown"] and reaped == [] and not fanout._ray_state["joined"]

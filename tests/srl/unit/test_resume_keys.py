@@ -14,7 +14,6 @@ from keel.srl.trajectory import (
     StepRecord,
     StepRow,
     episode_id,
-    parse_episode_id,
     parse_episode_sample,
     sample_seed,
     step_key,
@@ -31,7 +30,6 @@ def test_sample_zero_keeps_the_old_ids_and_others_are_marked() -> None:
     assert step_key("t1", 2, 2) == "t1~s2#2"
     assert parse_episode_sample("srl/c1/t1~s2") == ("c1", "t1", 2)
     assert parse_episode_sample("srl/c1/t1") == ("c1", "t1", 0)
-    assert parse_episode_id("srl/c1/t1~s2") == ("c1", "t1")
     for bad in ("srl/c1/t1~s0", "srl/c1/t1~s", "srl/c1/t1~s01", "srl/c1/t1~sx"):
         with pytest.raises(ValueError):
             parse_episode_sample(bad)

@@ -15,7 +15,7 @@ from keel.srl.trajectory import (
     StepRecord,
     StepRow,
     episode_id,
-    parse_episode_id,
+    parse_episode_sample,
     precision_lines,
     precision_report,
     step_key,
@@ -42,11 +42,11 @@ def record(step: int = 1, reward: Reward | None = None, error: str | None = None
 
 def test_ids_and_keys() -> None:
     assert episode_id("c1", "py-rename-0001") == "srl/c1/py-rename-0001"
-    assert parse_episode_id("srl/c1/py-rename-0001") == ("c1", "py-rename-0001")
+    assert parse_episode_sample("srl/c1/py-rename-0001") == ("c1", "py-rename-0001", 0)
     assert step_key("py-rename-0001", 3) == "py-rename-0001#3"
     for bad in ("srl/c1", "x/c1/t", "srl/c 1/t", "srl/c1/t/u"):
         with pytest.raises(ValueError):
-            parse_episode_id(bad)
+            parse_episode_sample(bad)
     with pytest.raises(ValueError):
         episode_id("c1", "../etc")
     with pytest.raises(ValueError):
