@@ -530,11 +530,11 @@ INTAKE_EXTRACT: ActivityRef[IntakeInput, IntakeOutput] = ActivityRef(
 )
 #: A planner or critic agent's model call, schema-constrained, re-asked once (issue 24 §4).
 AGENT: ActivityRef[AgentInput, AgentOutput] = ActivityRef("design.agent", AgentInput, AgentOutput)
-#: The repository from the plan (activities/design/codegen.py ``render_repo``).
+#: The repository from the plan (activities/design/codegen.py ``render_request``).
 CODEGEN: ActivityRef[CodegenInput, CodegenOutput] = ActivityRef(
     "design.codegen", CodegenInput, CodegenOutput
 )
-#: The validators on the generated repository (activities/design/validators.py).
+#: The validators on the generated repository (activities/design/validators/).
 VALIDATE: ActivityRef[ValidateInput, ValidateOutput] = ActivityRef(
     "design.validate", ValidateInput, ValidateOutput
 )
