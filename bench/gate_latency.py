@@ -192,10 +192,10 @@ async def main(n: int, settle_s: float) -> None:
         ("GET /health, HTTP + 1 RPC (reference)", health_ms, base_ms),
     ):
         med = statistics.median(values)
-        print(f"{name:<40}{med:>9.1f}{p90(values):>9.1f}{med / floor_of:>12.2f}x")
-    print(f"ratio (API) {statistics.median(api_ms) / base_ms:.2f}")
-    print(f"ratio (settled gate) {statistics.median(settled_ms) / settled_base_ms:.2f}")
-    print(f"ratio {statistics.median(client_ms) / base_ms:.2f}")
+        print(f"{name:<40}{med:>9.3f}{p90(values):>9.3f}{med / floor_of:>12.3f}x")
+    print(f"ratio (API) {statistics.median(api_ms) / base_ms:.3f}")
+    print(f"ratio (settled gate) {statistics.median(settled_ms) / settled_base_ms:.3f}")
+    print(f"ratio {statistics.median(client_ms) / base_ms:.3f}")
 
 
 if __name__ == "__main__":

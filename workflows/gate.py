@@ -11,13 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    SearchAttributeUpdate,
+    TypedSearchAttributes,
+)
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from keel.access import READERS_SIGNAL, access_for, readers_of
+    from keel.access import ACCESS_MEMO, READERS_SIGNAL, RunAccess, access_for, readers_of
     from keel.gates import (
         GATE_COMMENT_UPDATE,
         GATE_DECIDE_SIGNAL,
@@ -108,6 +114,17 @@ SUMMARY_MEMO_PATCH = "gate-summary-memo"
 # answers once the row is written: one workflow task per decision, the run's completion in
 # it too when the decision closes the gate.
 HANDLER_ROWS_LOCAL_PATCH = "gate-handler-rows-local"
+# Each patch a run asks records a marker and an upsert of ``TemporalChangeVersion`` in its
+# first workflow task: sixteen events for the eight above, and the server sends that task's
+# events again with the next task, the decision's, where the worker matches them one by one
+# (about 1.2 ms of a decision here, bench/gate_latency.py) after the upserts' visibility
+# writes. Runs started since this patch ask it alone: it implies every patch above, none of
+# which is then asked. Their first task also sets its search attributes in one upsert, and
+# only those the start did not set (``client.gate.start_gate`` sets them all: no upsert);
+# and the expiry timer is left to lapse with the run instead of being cancelled by the
+# decision (one command less in the task that answers it). Older runs ask each patch, as
+# they were recorded.
+ONE_MARKER_PATCH = "gate-one-marker"
 
 
 # Outside the SDK's sandbox. Gates are the family a team holds by the thousand, and the
@@ -137,14 +154,21 @@ class ApprovalGate:
         # dedup key → the state that request produced, so a retried decision applies once.
         self._applied: dict[str, GateState] = {}
         # Decided once here: validators are read-only and cannot consult the patch.
-        self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
-        self._local_handler_audit = workflow.patched(LOCAL_HANDLER_AUDIT_PATCH)
-        self._audit_after_answer = workflow.patched(AUDIT_AFTER_ANSWER_PATCH)
-        self._audit_at_once = self._audit_after_answer and workflow.patched(
-            AUDIT_ROWS_AT_ONCE_PATCH
-        )
-        self._open_local = self._audit_at_once and workflow.patched(OPEN_LOCAL_PATCH)
-        self._handler_rows_local = self._open_local and workflow.patched(HANDLER_ROWS_LOCAL_PATCH)
+        self._one_marker = workflow.patched(ONE_MARKER_PATCH)
+        if self._one_marker:
+            self._scoped_dedup = self._local_handler_audit = self._audit_after_answer = True
+            self._audit_at_once = self._open_local = self._handler_rows_local = True
+        else:
+            self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
+            self._local_handler_audit = workflow.patched(LOCAL_HANDLER_AUDIT_PATCH)
+            self._audit_after_answer = workflow.patched(AUDIT_AFTER_ANSWER_PATCH)
+            self._audit_at_once = self._audit_after_answer and workflow.patched(
+                AUDIT_ROWS_AT_ONCE_PATCH
+            )
+            self._open_local = self._audit_at_once and workflow.patched(OPEN_LOCAL_PATCH)
+            self._handler_rows_local = self._open_local and workflow.patched(
+                HANDLER_ROWS_LOCAL_PATCH
+            )
         # Whether notices go anywhere: known from the start in older runs (always sent),
         # after the first task's local answer in open-local runs.
         self._notices_on: bool | None = None if self._open_local else True
@@ -172,15 +196,20 @@ class ApprovalGate:
 
     @workflow.run
     async def run(self, request: GateRequest) -> GateState:
-        workflow.upsert_search_attributes(
-            [STATUS_KEY.value_set(GateStatus.PENDING.value), NAME_KEY.value_set(request.name)]
-        )
+        if self._one_marker:
+            _upsert_missing_attributes(request)
+        else:
+            workflow.upsert_search_attributes(
+                [STATUS_KEY.value_set(GateStatus.PENDING.value), NAME_KEY.value_set(request.name)]
+            )
+            if (
+                workflow.patched(SELF_READERS_PATCH)
+                and workflow.info().typed_search_attributes.get(READERS_KEY) is None
+            ):
+                upsert_readers(access_for(request.requester, [request.approvers]))
         if (
-            workflow.patched(SELF_READERS_PATCH)
-            and workflow.info().typed_search_attributes.get(READERS_KEY) is None
-        ):
-            upsert_readers(access_for(request.requester, [request.approvers]))
-        if workflow.patched(SUMMARY_MEMO_PATCH) and _summary_memo() != summary_memo(request):
+            self._one_marker or workflow.patched(SUMMARY_MEMO_PATCH)
+        ) and _summary_memo() != summary_memo(request):
             workflow.upsert_memo({GATE_SUMMARY_MEMO: summary_memo(request)})
         if self._opened_row is not None:
             await self._open_locally(request, self._opened_row)
@@ -196,8 +225,13 @@ class ApprovalGate:
             reminders = asyncio.create_task(self._remind(request.remind_every_s))
 
         remaining = self._state.expires_at - workflow.now()
-        with contextlib.suppress(TimeoutError):  # expiry is an outcome, not an error
-            await workflow.wait_condition(lambda: self._state.closed, timeout=remaining)
+        if self._one_marker:
+            # The timer is never cancelled: a decision closes the run with it pending.
+            expiry = asyncio.create_task(workflow.sleep(remaining))
+            await workflow.wait_condition(lambda: self._state.closed or expiry.done())
+        else:
+            with contextlib.suppress(TimeoutError):  # expiry is an outcome, not an error
+                await workflow.wait_condition(lambda: self._state.closed, timeout=remaining)
         if not self._state.closed:
             async with self._lock:
                 if not self._state.closed:
@@ -504,6 +538,32 @@ class ApprovalGate:
         except ActivityError as err:
             # A notice that cannot be delivered must not decide the gate.
             workflow.logger.warning("gate notice %s not delivered: %s", event, err.cause)
+
+
+def _upsert_missing_attributes(request: GateRequest) -> None:
+    """Set, in one upsert, the attributes the gate was not started with: ``pending``, its
+    name, and ``KeelReaders`` (from its access memo, else its request); none when the
+    start set them all."""
+    started = workflow.info().typed_search_attributes
+    updates: list[SearchAttributeUpdate[Any]] = []
+    if started.get(STATUS_KEY) != GateStatus.PENDING.value:
+        updates.append(STATUS_KEY.value_set(GateStatus.PENDING.value))
+    if started.get(NAME_KEY) != request.name:
+        updates.append(NAME_KEY.value_set(request.name))
+    if started.get(READERS_KEY) is None:
+        access = _access_memo() or access_for(request.requester, [request.approvers])
+        updates.append(READERS_KEY.value_set(readers_of(access)))
+    if updates:
+        workflow.upsert_search_attributes(updates)
+
+
+def _access_memo() -> RunAccess | None:
+    """The access memo this gate was started with; None for none or one it cannot read."""
+    try:
+        access: RunAccess | None = workflow.memo_value(ACCESS_MEMO, None, type_hint=RunAccess)
+    except (ValueError, TypeError):
+        return None
+    return access
 
 
 def _summary_memo() -> GateSummaryMemo | None:

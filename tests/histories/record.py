@@ -346,6 +346,24 @@ async def gate_handler_rows_local_early(ctx: Ctx) -> Histories:
     return await gate_duplicate_request(ctx, "gate_handler_rows_local_early")
 
 
+async def gate_one_marker(ctx: Ctx) -> Histories:
+    """gate_approved_update after patch ``gate-one-marker``: the first task records that
+    one patch marker (none of the eight before it), sets its search attributes in one
+    upsert, and the decision leaves the expiry timer to lapse (no ``TimerCanceled``)."""
+    return await gate_approved_update(ctx, "gate_one_marker")
+
+
+async def gate_one_marker_early(ctx: Ctx) -> Histories:
+    """gate_duplicate_request after patch ``gate-one-marker``."""
+    return await gate_duplicate_request(ctx, "gate_one_marker_early")
+
+
+async def gate_one_marker_expired(ctx: Ctx) -> Histories:
+    """gate_expired_with_reminders after patch ``gate-one-marker``: the expiry is its own
+    timer task's, and still ends the gate ``expired`` after two reminders."""
+    return await gate_expired_with_reminders(ctx, "gate_one_marker_expired")
+
+
 async def gate_shared_key(ctx: Ctx) -> Histories:
     """One request id used by a comment and then by another actor's approval (patch
     ``gate-dedup-by-actor-action``): both apply."""
@@ -1179,6 +1197,9 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_open_local_early": gate_open_local_early,
     "gate_handler_rows_local": gate_handler_rows_local,
     "gate_handler_rows_local_early": gate_handler_rows_local_early,
+    "gate_one_marker": gate_one_marker,
+    "gate_one_marker_early": gate_one_marker_early,
+    "gate_one_marker_expired": gate_one_marker_expired,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_readers_signal": gate_readers_signal,
     "gate_self_readers": gate_self_readers,

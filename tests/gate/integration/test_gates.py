@@ -9,11 +9,13 @@ import time
 import uuid
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from client.gate import decide
+from client.gate import start_gate as start_gate_with_client
 from keel.gates import GateComment, GateDecision, GateRequest, GateState, GateStatus
 from keel.settings import Settings
 from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
@@ -179,3 +181,42 @@ async def test_temporal_cli_start_and_signal_with_plain_json(client, settings, w
     )  # fmt: skip
     result = await client.get_workflow_handle(wid, result_type=GateState).result()
     assert result.status == GateStatus.APPROVED and result.decision_comment == "from the CLI"
+
+
+async def test_a_new_gate_asks_one_patch_and_leaves_its_expiry_timer(client, settings, worker):
+    """Patch ``gate-one-marker``: a gate started through ``client.gate.start_gate`` records
+    one patch marker (not one per earlier gate patch, each with its own upsert), sets no
+    search attribute it was started with, and its decision does not cancel the expiry
+    timer: the task that answers it holds the Update, the row's marker, the status and the
+    run's completion only."""
+    handle = await start_gate_with_client(
+        client,
+        GateRequest(name="deploy", requester="alice", approvers=["bob"]),
+        gate_id=f"test/{uuid.uuid4()}/gate/deploy",
+        task_queue=settings.task_queue,
+    )
+    await handle.execute_update(ApprovalGate.decide, GateDecision(decision="approve", actor="bob"))
+    assert (await handle.result()).status == GateStatus.APPROVED
+    events = (await handle.fetch_history()).events
+    patches = [
+        e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert len(patches) == 1 and b"gate-one-marker" in patches[0]
+    types = [e.event_type for e in events]
+    # The patch's own TemporalChangeVersion upsert, and the status at the close.
+    assert types.count(EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES) == 2
+    assert EventType.EVENT_TYPE_TIMER_CANCELED not in types
+    last_task = max(
+        i for i, t in enumerate(types) if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    assert types[last_task + 1 :] == [
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+        EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+        EventType.EVENT_TYPE_MARKER_RECORDED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    ]
+    assert audit_events(settings, handle.id) == ["opened", "approved"]
