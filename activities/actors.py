@@ -33,8 +33,8 @@ from typing import Any, Literal, Self
 
 import httpx
 from pydantic import BaseModel
-from temporalio import activity
 
+from activities.telemetry import meter_add, meter_hist
 from keel.retry import is_retryable_status
 from keel.srl.actors import ActorEndpoint, ActorsConfig
 
@@ -152,22 +152,6 @@ class _EndpointFailed(Exception):
 def _excerpt(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= ERROR_EXCERPT else text[: ERROR_EXCERPT - 1] + "…"
-
-
-def _meter_add(name: str, description: str, value: int, attrs: dict[str, str]) -> None:
-    if not activity.in_activity():
-        return
-    with contextlib.suppress(Exception):  # metrics never fail an activity
-        activity.metric_meter().create_counter(name, description).add(value, attrs)
-
-
-def _meter_hist(
-    name: str, description: str, unit: str, value: float, attrs: dict[str, str]
-) -> None:
-    if not activity.in_activity():
-        return
-    with contextlib.suppress(Exception):
-        activity.metric_meter().create_histogram_float(name, description, unit).record(value, attrs)
 
 
 def parse_chat_response(body: Any) -> tuple[str, dict[str, Any]]:
@@ -364,7 +348,7 @@ class ActorPool:
         slot.failures += 1
         slot.last_error = reason
         slot.next_check = time.monotonic() + self.config.retry_dead_after_s
-        _meter_add(
+        meter_add(
             "keel_srl_actor_failures",
             "SRL actor endpoint failures by kind",
             1,
@@ -448,7 +432,7 @@ class ActorPool:
                 else:
                     slot.failures += 1
                     slot.last_error = err.reason
-                    _meter_add(
+                    meter_add(
                         "keel_srl_actor_failures",
                         "SRL actor endpoint failures by kind",
                         1,
@@ -457,7 +441,7 @@ class ActorPool:
                 log.warning("actor %s failed a request, re-routing: %s", name, err.reason)
                 continue
             slot.served += 1
-            _meter_hist(
+            meter_hist(
                 "keel_srl_actor_latency_seconds",
                 "SRL actor generation latency",
                 "s",

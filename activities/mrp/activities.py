@@ -25,14 +25,12 @@ index live in SQL (``store/mrp_runs.py``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from opentelemetry import trace
 from pydantic import JsonValue
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
@@ -41,42 +39,36 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway, sql_recorder
 from activities.mrp.backends import file_reader, store_for
+from activities.mrp.compiling import (
+    check_job_sink,
+    compile_error,
+    compile_errors,
+    config_fingerprint,
+    refuse_input_sources,
+    resolve_job_inputs,
+)
 from activities.mrp.host import run_in_host
-from activities.mrp.inputs import ResolvedInputs, resolve_inputs
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for, record_calls
 from activities.mrp.operators import (
-    OPERATOR_FILE,
     MrpConfig,
     OperatorHandle,
-    OperatorRefused,
-    code_digest,
     load_mrp_config,
     phase_handle,
-    read_config_file,
-    resolve_config_path,
 )
 from activities.mrp.records import ScanProgress
-from activities.mrp.sinks import SinkWriteError, check_sink, upload_to_s3
+from activities.mrp.sinks import SinkWriteError, upload_to_s3
+from activities.mrp.telemetry import operator_errors, span
 from activities.mrp.window import MapWindow, load_ir
-from keel.digest import digest_bytes, digest_json
+from activities.telemetry import meter_add, meter_hist
+from keel.digest import digest_bytes
 from keel.mrp import steps
-from keel.mrp.dsl import URI_RE, ParsedJob, destination_problem
-from keel.mrp.errors import (
-    DslError,
-    InputsRefused,
-    MrpError,
-    RegistryError,
-)
-from keel.mrp.ir import (
-    JobIR,
-    ir_from_json,
-)
+from keel.mrp.dsl import URI_RE, destination_problem
+from keel.mrp.errors import MrpError
+from keel.mrp.ir import JobIR, ir_from_json
 from keel.mrp.normalize import FileRef, in_shard_order
-from keel.mrp.policy import Caps, PolicyViolation, input_source_findings
 from keel.mrp.records import MAX_LISTED_SKIPPED, MalformedRecord, RecordSlice
 from keel.mrp.registry import OperatorKind
 from keel.mrp.run import (
-    ERROR_COMPILE,
     ERROR_PHASE,
     ERROR_REPLAY_SOURCE,
     EvaluationRecord,
@@ -103,7 +95,6 @@ from keel.mrp.steps import (
     ProduceOutput,
     ReduceResult,
 )
-from keel.problems import at_path
 from keel.records import LLMCallLog
 from keel.settings import Settings
 from store.artifacts import ArtifactStore
@@ -117,8 +108,6 @@ from store.mrp_runs import (
     shards_with_output,
     start_run,
 )
-
-tracer = trace.get_tracer("keel.mrp")
 
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
@@ -141,102 +130,8 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
 
 
-@contextlib.contextmanager
-def _span(name: str, **attributes: Any) -> Iterator[trace.Span]:
-    clean = {k: v for k, v in attributes.items() if isinstance(v, str | int | float | bool)}
-    with tracer.start_as_current_span(name, attributes=clean) as span:
-        yield span
-
-
-def _compile_error(message: str, **details: Any) -> ApplicationError:
-    return ApplicationError(message, details, type=ERROR_COMPILE, non_retryable=True)
-
-
-def _refuse_input_sources(parsed: ParsedJob, caps: Caps) -> None:
-    """MRP-P015 before anything is listed: an ``s3://`` input outside the caps' input
-    prefixes is refused without touching the bucket (admission reports it again)."""
-    findings = input_source_findings(parsed.spec.inputs, caps)
-    if findings:
-        path, message = findings[0]
-        line = parsed.line(path)
-        where = at_path(path, line)
-        raise _compile_error(
-            f"MRP-P015 input source not allowed{where}: {message}",
-            kind="policy",
-            rules=["MRP-P015"],
-        )
-
-
-def _resolve_inputs(
-    parsed: ParsedJob,
-    base_dir: str,
-    settings: Settings,
-    config: MrpConfig,
-    store: ArtifactStore,
-    progress: ScanProgress | None = None,
-) -> ResolvedInputs:
-    """:func:`resolve_inputs`; an S3 bucket or object that does not exist or may not be
-    read refuses the job (other S3 errors are worth the activity's retry)."""
-    try:
-        return resolve_inputs(
-            parsed.spec.inputs,
-            base_dir=base_dir,
-            settings=settings,
-            caps=config.caps,
-            store=store,
-            progress=progress,
-        )
-    except Exception as e:
-        code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
-        if code in {"NoSuchBucket", "NoSuchKey", "AccessDenied", "404", "403"}:
-            raise InputsRefused(f"inputs.files: S3 refused the listing or read: {e}") from None
-        raise
-
-
-def _config_fingerprint(settings: Settings) -> str:
-    """A digest of everything :func:`load_mrp_config` reads: the config file's bytes, and
-    for each operator on its search path the ``operator.yaml`` bytes and the code digest
-    (the same hash the pin check uses), plus the environment (the prod key check)."""
-    path = resolve_config_path(settings)
-    cfg = read_config_file(path)
-    base = path.resolve().parent
-    parts: list[str] = [settings.env, str(path.resolve()), digest_bytes(path.read_bytes())]
-    for rel in cfg.operator_paths:
-        for yaml_path in sorted((base / rel).resolve().glob(f"*/{OPERATOR_FILE}")):
-            parts += [
-                str(yaml_path),
-                digest_bytes(yaml_path.read_bytes()),
-                code_digest(yaml_path.parent),
-            ]
-    return digest_json(parts)
-
-
-def _meter_add(name: str, description: str, value: int, attrs: dict[str, str]) -> None:
-    with contextlib.suppress(Exception):  # metrics never fail an activity
-        activity.metric_meter().create_counter(name, description).add(value, attrs)
-
-
-def _meter_hist(
-    name: str, description: str, unit: str, value: float, attrs: dict[str, str]
-) -> None:
-    with contextlib.suppress(Exception):
-        activity.metric_meter().create_histogram_float(name, description, unit).record(value, attrs)
-
-
 # ---------------------------------------------------------------------------------------
 # Activities
-
-
-@contextlib.contextmanager
-def _operator_errors() -> Iterator[None]:
-    """An operator's failure becomes the phase's ``ApplicationError``, retryable when the
-    operator says so (reduce, evaluate and produce report it the same way)."""
-    from keel.mrp.sdk import OperatorError
-
-    try:
-        yield
-    except OperatorError as e:
-        raise ApplicationError(str(e), type=ERROR_PHASE, non_retryable=not e.retryable) from None
 
 
 class MrpActivities:
@@ -274,7 +169,7 @@ class MrpActivities:
         again; the parsed config is reused only while all of those bytes are unchanged
         (parsing and schema-checking the operator specs is most of a fresh load)."""
         try:
-            fingerprint = _config_fingerprint(self._settings)
+            fingerprint = config_fingerprint(self._settings)
             cached = self._config_cache
             if cached is not None and cached[0] == fingerprint:
                 config = cached[1]
@@ -282,7 +177,7 @@ class MrpActivities:
                 config = load_mrp_config(self._settings)
                 self._config_cache = (fingerprint, config)
         except MrpError as e:
-            raise _compile_error(str(e), kind="config") from None
+            raise compile_error(str(e), kind="config") from None
         self._llm_model = config.llm_model
         return config
 
@@ -312,26 +207,26 @@ class MrpActivities:
         )
 
     def _compile(self, inp: CompileInput, progress: ScanProgress | None = None) -> CompiledJob:
-        with _span("mrp.compile", run_id=inp.run_id, replay=bool(inp.replay_of)):
+        with span("mrp.compile", run_id=inp.run_id, replay=bool(inp.replay_of)):
             if inp.replay_of:
                 return self._load_replay(inp)
             store = self.store
             config = self.config()
             job_yaml_digest = store.put_bytes(inp.job_yaml.encode("utf-8"))
-            try:
+            with compile_errors():
                 from keel.mrp.compiler import compile_parsed
                 from keel.mrp.dsl import parse_job
 
                 parsed = parse_job(inp.job_yaml, inp.source)
                 config.check_refs(parsed.spec.operator_refs().values())
-                self._check_sink(parsed, config.caps, inp.run_id)
+                check_job_sink(self._settings, parsed, config.caps, inp.run_id)
                 resolved: list[FileRef] | None = None
                 slices: list[RecordSlice] | None = None
                 file_digests: dict[str, str] = {}
                 malformed: list[MalformedRecord] = []
                 if parsed.spec.inputs.files is not None:
-                    _refuse_input_sources(parsed, config.caps)
-                    inputs = _resolve_inputs(
+                    refuse_input_sources(parsed, config.caps)
+                    inputs = resolve_job_inputs(
                         parsed, inp.base_dir, self._settings, config, store, progress
                     )
                     resolved, file_digests = inputs.files, inputs.file_digests
@@ -345,22 +240,6 @@ class MrpActivities:
                     resolved_files=resolved,
                     record_slices=slices,
                 )
-            except OperatorRefused as e:
-                raise _compile_error(
-                    str(e), kind="operator", operator=e.operator, reason=e.reason
-                ) from None
-            except PolicyViolation as e:
-                raise _compile_error(str(e), kind="policy", rules=e.rule_ids) from None
-            except DslError as e:
-                raise _compile_error(
-                    str(e), kind="dsl", issues=[i.model_dump() for i in e.issues]
-                ) from None
-            except InputsRefused as e:
-                raise _compile_error(str(e), kind="inputs") from None
-            except RegistryError as e:
-                raise _compile_error(str(e), kind="registry") from None
-            except MrpError as e:
-                raise _compile_error(str(e), kind="mrp") from None
             ir = result.ir
             # Shard payloads go to the store under their digests (the IR names them).
             payloads = list(result.shard_inputs.items())
@@ -389,26 +268,6 @@ class MrpActivities:
                 skipped,
             )
 
-    def _check_sink(self, parsed: ParsedJob, caps: Caps, run_id: str) -> None:
-        """An ``s3://`` sink written to and cleaned up with the job's credentials, before
-        the inputs are scanned or any shard runs: a missing bucket or a missing right
-        fails the compile, not the produce step after the map's spend. Only a destination
-        the caps admit is touched (one they do not is refused by admission, MRP-P016 or
-        the allowed prefixes, without a request to the bucket)."""
-        destination = parsed.spec.produce.sink.destination
-        if not destination.startswith("s3://") or destination_problem(destination):
-            return
-        if not any(destination.startswith(p) for p in caps.allowed_destination_prefixes):
-            return
-        try:
-            check_sink(self._settings, destination, run_id)
-        except SinkWriteError as e:
-            line = parsed.line("produce.sink.destination")
-            where = at_path("produce.sink.destination", line)
-            if e.retryable:
-                raise ApplicationError(f"sink not reachable{where}: {e}") from None
-            raise _compile_error(f"sink not writable{where}: {e}", kind="sink") from None
-
     def _compiled(
         self,
         inp: CompileInput,
@@ -426,7 +285,7 @@ class MrpActivities:
                 inp, ir, ir_digest, manifest_digest, report_digest, job_yaml_digest, output_root
             )
         except RunIdTaken as e:
-            raise _compile_error(str(e), kind="run_id") from None
+            raise compile_error(str(e), kind="run_id") from None
         return CompiledJob(
             run_id=inp.run_id,
             job_id=ir.job_id,
@@ -534,18 +393,18 @@ class MrpActivities:
     @activity.defn(name=steps.MAP_WINDOW.name)
     async def map_window(self, inp: MapWindowInput) -> MapWindowResult:
         """Run shards ``[start, end)``; see the module docstring."""
-        with _span(
+        with span(
             "mrp.map_window",
             run_id=inp.run_id,
             start=inp.start,
             end=inp.end,
             backend=inp.backend,
             attempt=activity.info().attempt,
-        ) as span:
+        ) as current:
             result = await MapWindow(self, inp).run()
-            span.set_attribute("shards.run", result.counters.run)
-            span.set_attribute("shards.skipped", result.counters.skipped)
-            span.set_attribute("shards.retried", result.counters.retried)
+            current.set_attribute("shards.run", result.counters.run)
+            current.set_attribute("shards.skipped", result.counters.skipped)
+            current.set_attribute("shards.retried", result.counters.retried)
             return result
 
     # -- reduce, evaluate, produce ---------------------------------------------------------
@@ -624,7 +483,7 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._reduce, inp)
 
     def _reduce(self, inp: PhaseInput, call_logs: list[LLMCallLog]) -> ReduceResult:
-        with _span("mrp.reduce", run_id=inp.run_id):
+        with span("mrp.reduce", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
             handle = phase_handle(self.config(), ir, "reduce")
@@ -652,7 +511,7 @@ class MrpActivities:
             with ThreadPoolExecutor(max_workers=8) as pool:
                 outputs: list[JsonValue] = list(pool.map(store.get_json, digests))
             ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle, call_logs)
-            with _operator_errors():
+            with operator_errors():
                 reduced = run_in_host(OperatorKind.REDUCE, handle, outputs, ctx)
             return ReduceResult(
                 reduce_digest=store.put_json(reduced),
@@ -666,14 +525,14 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._evaluate, inp)
 
     def _evaluate(self, inp: EvaluateInput, call_logs: list[LLMCallLog]) -> EvaluateResult:
-        with _span("mrp.evaluate", run_id=inp.run_id):
+        with span("mrp.evaluate", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
             assert ir.evaluate is not None
             handle = phase_handle(self.config(), ir, "evaluate")
             reduced = store.get_json(inp.reduce_digest)
             ctx, llm = self._ctx(ir, "evaluate", ir.evaluate.seed, inp, handle, call_logs)
-            with _operator_errors():
+            with operator_errors():
                 ev = run_in_host(OperatorKind.EVALUATE, handle, reduced, ctx)
             digest = store.put_json(ev.model_dump(mode="json"))
             return EvaluateResult(
@@ -694,7 +553,7 @@ class MrpActivities:
         return await self._in_thread_recording_calls(self._produce, inp)
 
     def _produce(self, inp: ProduceInput, call_logs: list[LLMCallLog]) -> ProduceOutput:
-        with _span("mrp.produce", run_id=inp.run_id):
+        with span("mrp.produce", run_id=inp.run_id):
             store = self.store
             ir = load_ir(store, inp.ir_digest)
             sink = ir.produce.sink
@@ -705,7 +564,7 @@ class MrpActivities:
             reduced = store.get_json(inp.reduce_digest)
             out_dir = Path(inp.output_root)
             ctx, llm = self._ctx(ir, "produce", ir.produce.seed, inp, handle, call_logs)
-            with _operator_errors():
+            with operator_errors():
                 result = run_in_host(
                     OperatorKind.PRODUCE, handle, reduced, ctx, sink=sink, out_dir=out_dir
                 )
@@ -741,7 +600,7 @@ class MrpActivities:
         return await asyncio.to_thread(self._finalise, inp)
 
     def _finalise(self, inp: FinaliseInput) -> FinaliseResult:
-        with _span("mrp.finalise", run_id=inp.compiled.run_id, status=inp.status):
+        with span("mrp.finalise", run_id=inp.compiled.run_id, status=inp.status):
             store = self.store
             c = inp.compiled
             ir = load_ir(store, c.ir_digest)
@@ -810,15 +669,15 @@ class MrpActivities:
             if c.replay_of:
                 mismatch = self._compare(c.replay_of, manifest, ir)
             attrs = {"job_id": c.job_id, "status": inp.status}
-            _meter_add("keel_mrp_jobs", "MRP runs by status", 1, attrs)
-            _meter_hist(
+            meter_add("keel_mrp_jobs", "MRP runs by status", 1, attrs)
+            meter_hist(
                 "keel_mrp_job_cost_units", "MRP run cost", "units", float(inp.cost.units), attrs
             )
-            _meter_hist(
+            meter_hist(
                 "keel_mrp_job_cost_usd", "MRP run LLM cost", "usd", float(inp.cost.usd), attrs
             )
             if inp.cost.limit_units > 0:
-                _meter_hist(
+                meter_hist(
                     "keel_mrp_budget_used_ratio",
                     "MRP run spend / kill limit (units)",
                     "1",

@@ -24,7 +24,8 @@ removed while the job ran.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import blake3
@@ -75,29 +76,41 @@ def _file_digest(path: Path) -> str:
     return DIGEST_PREFIX + hasher.hexdigest()
 
 
-def _open_bucket(settings: Settings, location: S3Location) -> S3ArtifactStore:
-    """The sink's bucket, checked to exist (a sink never creates one)."""
+@contextlib.contextmanager
+def _write_errors(target: str) -> Iterator[None]:
+    """What a failed request to the sink means, as :class:`SinkWriteError` naming
+    ``target``: retryable unless S3 says the bucket or the right to write is missing
+    (:data:`_PERMANENT`)."""
+    from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
 
-    client = s3_client_for_bucket(settings, location.bucket)
     try:
-        # Some S3 servers make a bucket on the first PUT; a sink never does.
-        if not client.bucket_exists():
-            raise SinkWriteError(
-                f"cannot write {location.uri_for('')}: NoSuchBucket (bucket "
-                f"{location.bucket!r} does not exist; sinks never create buckets)",
-                retryable=False,
-            )
+        yield
     except ClientError as e:
         code = str(e.response.get("Error", {}).get("Code", ""))
         raise SinkWriteError(
-            f"cannot write to bucket {location.bucket!r}: {code or e}",
-            retryable=code not in _PERMANENT,
+            f"cannot write {target}: {code or e}", retryable=code not in _PERMANENT
         ) from None
+    except S3UploadFailedError as e:
+        # upload_file wraps the client's error in its message: "... (NoSuchBucket) ..."
+        permanent = any(f"({code})" in str(e) for code in _PERMANENT)
+        raise SinkWriteError(f"cannot write {target}: {e}", retryable=not permanent) from None
     except BotoCoreError as e:
+        raise SinkWriteError(f"cannot write {target}: {e}", retryable=True) from None
+
+
+def _open_bucket(settings: Settings, location: S3Location) -> S3ArtifactStore:
+    """The sink's bucket, checked to exist (a sink never creates one)."""
+    client = s3_client_for_bucket(settings, location.bucket)
+    # Some S3 servers make a bucket on the first PUT; a sink never does.
+    with _write_errors(f"to bucket {location.bucket!r}"):
+        exists = client.bucket_exists()
+    if not exists:
         raise SinkWriteError(
-            f"cannot reach bucket {location.bucket!r}: {e}", retryable=True
-        ) from None
+            f"cannot write {location.uri_for('')}: NoSuchBucket (bucket "
+            f"{location.bucket!r} does not exist; sinks never create buckets)",
+            retryable=False,
+        )
     return client
 
 
@@ -105,22 +118,13 @@ def check_sink(settings: Settings, destination: str, run_id: str) -> None:
     """Whether the job's credentials can write ``destination``, before any shard runs:
     the bucket exists, and an empty object (:data:`PROBE_NAME`) can be written under
     the destination's prefix and deleted again. Raises :class:`SinkWriteError`."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
     location: S3Location = parse_s3_destination(destination)
     client = _open_bucket(settings, location)
     key = location.key_for(PROBE_NAME.format(run_id=run_id))
     uri = location.uri_for(PROBE_NAME.format(run_id=run_id))
-    try:
+    with _write_errors(uri):
         client.put_object_at(key, b"", metadata={RUN_METADATA: run_id})
         client.delete_named(key)
-    except ClientError as e:
-        code = str(e.response.get("Error", {}).get("Code", ""))
-        raise SinkWriteError(
-            f"cannot write {uri}: {code or e}", retryable=code not in _PERMANENT
-        ) from None
-    except BotoCoreError as e:
-        raise SinkWriteError(f"cannot write {uri}: {e}", retryable=True) from None
 
 
 def upload_to_s3(
@@ -132,9 +136,6 @@ def upload_to_s3(
 ) -> list[ProducedFileRecord]:
     """Upload ``files`` (relative to ``out_dir``) under ``destination``; return the records
     with each file's ``uri``. Raises :class:`SinkWriteError`."""
-    from boto3.exceptions import S3UploadFailedError
-    from botocore.exceptions import BotoCoreError, ClientError
-
     location: S3Location = parse_s3_destination(destination)
     client = _open_bucket(settings, location)
     ordered = sorted(files, key=lambda f: (f.path.endswith(AUDIT_SUFFIX), f.path))
@@ -145,7 +146,7 @@ def upload_to_s3(
         local = out_dir / f.path
         if _file_digest(local) != f.digest:  # pragma: no cover - produce just checked it
             raise SinkWriteError(f"{f.path} changed on disk before its upload", retryable=True)
-        try:
+        with _write_errors(uri):
             head = client.head_named(key)
             there = head is not None and (
                 head["metadata"].get(DIGEST_METADATA) == f.digest and head["size"] == f.size
@@ -162,16 +163,5 @@ def upload_to_s3(
                     raise SinkWriteError(
                         f"{uri}: the object is not there after writing it", retryable=True
                     )
-        except ClientError as e:
-            code = str(e.response.get("Error", {}).get("Code", ""))
-            raise SinkWriteError(
-                f"cannot write {uri}: {code or e}", retryable=code not in _PERMANENT
-            ) from None
-        except S3UploadFailedError as e:
-            # upload_file wraps the client's error in its message: "... (NoSuchBucket) ..."
-            permanent = any(f"({code})" in str(e) for code in _PERMANENT)
-            raise SinkWriteError(f"cannot write {uri}: {e}", retryable=not permanent) from None
-        except BotoCoreError as e:
-            raise SinkWriteError(f"cannot write {uri}: {e}", retryable=True) from None
         done[f.path] = f.model_copy(update={"uri": uri})
     return [done[f.path] for f in files]
