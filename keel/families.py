@@ -18,10 +18,10 @@ family that lives outside Keel, as the tests' toy family does) plus one
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 ErrorStyle = Literal["envelope", "payload"]
 
@@ -211,11 +211,26 @@ def register(spec: FamilySpec) -> FamilySpec:
     return spec
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_N = TypeVar("_N", bound=_Named)
+
+
+def drop_added(registered: dict[str, _N], builtin: Iterable[_N], name: str) -> None:
+    """Remove ``name`` from ``registered`` if a ``register`` added it; a built-in family
+    stays (``ValueError``). Both family registries, this one and the worker's
+    (``workers/families.py``), unregister by this rule."""
+    if any(f.name == name for f in builtin):
+        raise ValueError(f"{name!r} is a built-in family")
+    registered.pop(name, None)
+
+
 def unregister(name: str) -> None:
     """Remove a family :func:`register` added (the built-in ones stay)."""
-    if any(f.name == name for f in BUILTIN):
-        raise ValueError(f"{name!r} is a built-in family")
-    _families.pop(name, None)
+    drop_added(_families, BUILTIN, name)
 
 
 def families() -> Iterator[FamilySpec]:

@@ -20,8 +20,9 @@ import os
 import tempfile
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import blake3
 
@@ -261,20 +262,24 @@ class LocalArtifactStore(ArtifactStore):
         return self.root / hexdigest[:2] / hexdigest[2:4] / hexdigest
 
     def _write(self, hexdigest: str, data: bytes) -> None:
+        self._write_blob(hexdigest, len(data), lambda f: f.write(data))
+
+    def _write_blob(self, hexdigest: str, size: int, fill: Callable[[BinaryIO], object]) -> None:
+        """Store the ``size`` bytes that ``fill`` writes under ``hexdigest``: into a
+        temporary file, synced, made read-only and renamed into place, then the directory
+        synced. A blob already there with that size is left alone."""
         path = self._path(hexdigest)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             # Same name and same size means the same content (the name is its hash);
             # a truncated leftover is rewritten below.
-            if path.stat().st_size == len(data):
+            if path.stat().st_size == size:
                 return
             log.warning("rewriting artifact %s: stored size differs", path)
-        except FileNotFoundError:
-            pass
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{hexdigest[:8]}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                fill(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o444)
@@ -309,27 +314,13 @@ class LocalArtifactStore(ArtifactStore):
         source = Path(path)
         digest = _file_digest(source)
         hexdigest = _hex_of(digest)
-        target = self._path(hexdigest)
-        size = source.stat().st_size
-        with contextlib.suppress(FileNotFoundError):
-            if target.stat().st_size == size:
-                return digest
-            log.warning("rewriting artifact %s: stored size differs", target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{hexdigest[:8]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+
+        def copy(out: BinaryIO) -> None:
+            with source.open("rb") as src:
                 while block := src.read(1 << 20):
                     out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        self._fsync_dir(target.parent)
+
+        self._write_blob(hexdigest, source.stat().st_size, copy)
         return digest
 
     def open_blob(self, digest: str) -> BlobReader:

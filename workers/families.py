@@ -26,7 +26,7 @@ from activities.ollama import OllamaActivities
 from activities.records import RecordActivities
 from activities.rllm import RllmActivities
 from activities.srl.episode import SrlActivities
-from keel.families import FAMILIES
+from keel.families import FAMILIES, drop_added
 from keel.settings import Settings
 from sandbox.models import config_for
 from store.artifacts import artifact_store_from_settings
@@ -185,9 +185,7 @@ def register(family: WorkerFamily) -> WorkerFamily:
 
 def unregister(name: str) -> None:
     """Remove a family :func:`register` added (the built-in ones stay)."""
-    if any(f.name == name for f in BUILTIN):
-        raise ValueError(f"{name!r} is a built-in family")
-    _families.pop(name, None)
+    drop_added(_families, BUILTIN, name)
 
 
 def worker_families() -> Iterator[WorkerFamily]:
