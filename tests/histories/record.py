@@ -699,19 +699,10 @@ async def design_progress_memo(ctx: Ctx) -> Histories:
     return await design_cost_workload(ctx, "design_progress_memo")
 
 
-async def design_validation_failed(ctx: Ctx) -> Histories:
-    """DesignPipeline with patch ``design-validate-shipped-tree``: the guided form, no gate,
-    a model's repository (scripted) with an unencrypted S3 bucket; the validators run on
-    the shipped tree (rationale and SBOM added), checkov fails, the run ends
-    ``validation_failed`` with the validated tree as its archive."""
-    from activities.design.codegen import render_request
-    from tests.design.codegen_cases import request_for
-
-    tree = render_request(request_for("batch_training"))
-    tree["infra/ingest/raw.tf"] = 'resource "aws_s3_bucket" "raw" {\n  bucket = "raw"\n}\n'
-    ctx.llm.enqueue(ScriptedReply(content=json.dumps({"files": tree})))
-    project = f"{ID_PREFIX}-design-vf"
-    handle = await ctx.client.start_workflow(
+async def start_batch_codegen(ctx: Ctx, project: str, *, repair_rounds: int) -> WorkflowHandle:
+    """DesignPipeline from the guided batch form on AWS, no gate, the repository written by
+    the scripted model (``codegen_model="local"``) with ``repair_rounds`` repair rounds."""
+    return await ctx.client.start_workflow(
         DesignPipeline.run,
         DesignInput(
             project=project,
@@ -727,12 +718,27 @@ async def design_validation_failed(ctx: Ctx) -> Histories:
             require_approval=False,
             codegen="litellm",
             codegen_model="local",
-            # Recorded before repair rounds: a re-recording keeps the failure unrepaired.
-            repair_rounds=0,
+            repair_rounds=repair_rounds,
         ),
         id=design_workflow_id(project, "ds1"),
         task_queue=ctx.task_queue,
     )
+
+
+async def design_validation_failed(ctx: Ctx) -> Histories:
+    """DesignPipeline with patch ``design-validate-shipped-tree``: the guided form, no gate,
+    a model's repository (scripted) with an unencrypted S3 bucket; the validators run on
+    the shipped tree (rationale and SBOM added), checkov fails, the run ends
+    ``validation_failed`` with the validated tree as its archive."""
+    from activities.design.codegen import render_request
+    from tests.design.codegen_cases import request_for
+
+    tree = render_request(request_for("batch_training"))
+    tree["infra/ingest/raw.tf"] = 'resource "aws_s3_bucket" "raw" {\n  bucket = "raw"\n}\n'
+    ctx.llm.enqueue(ScriptedReply(content=json.dumps({"files": tree})))
+    project = f"{ID_PREFIX}-design-vf"
+    # Recorded before repair rounds: a re-recording keeps the failure unrepaired.
+    handle = await start_batch_codegen(ctx, project, repair_rounds=0)
     result: DesignResult = await handle.result()
     expect(result.status == "validation_failed", f"validation_failed, got {result.status}")
     expect(result.validation.get("checkov") == "failed", f"checkov failed: {result.validation}")
@@ -754,27 +760,7 @@ async def design_repaired(ctx: Ctx) -> Histories:
         ScriptedReply(content=json.dumps({"files": {handler: MODEL_FILES[handler]}})),
     )
     project = f"{ID_PREFIX}-design-rp"
-    handle = await ctx.client.start_workflow(
-        DesignPipeline.run,
-        DesignInput(
-            project=project,
-            decision_set="ds1",
-            requester="alice",
-            intake={
-                "cloud": "aws",
-                "workload_types": ["batch"],
-                "data_classification": "internal",
-                "budget_band": "medium",
-                "regions": ["us-east-1"],
-            },
-            require_approval=False,
-            codegen="litellm",
-            codegen_model="local",
-            repair_rounds=2,
-        ),
-        id=design_workflow_id(project, "ds1"),
-        task_queue=ctx.task_queue,
-    )
+    handle = await start_batch_codegen(ctx, project, repair_rounds=2)
     result: DesignResult = await handle.result()
     expect(result.status == "completed", f"completed, got {result.status}: {result.validation}")
     expect(len(result.repairs) == 1, f"one repair round: {result.repairs}")
