@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.design.planner import plan as make_plan
     from keel.design.policy import Status as PolicyStatus
     from keel.design.policy import structural_results
-    from keel.design.reasons import critic_cost_card, critic_tech_card
+    from keel.design.reasons import ReasonCard, critic_cost_card, critic_tech_card
     from keel.design.security import review_security
     from keel.design.steps import AgentKind, AgentOutput
 
@@ -67,6 +67,28 @@ async def _critic_agent(
     return risks, [*refusals, *refused], revise, out
 
 
+def _tech_card(
+    state: GraphState,
+    review: TechReview,
+    key: str,
+    refusals: list[Refusal],
+    out: AgentOutput | None,
+    **extra: Any,
+) -> ReasonCard:
+    """The technical or security critic's card, with what every critic card carries: the
+    regen trigger, the time, the prompt pack, the agent's refused proposals and model."""
+    return critic_tech_card(
+        review,
+        idempotency_key=key,
+        trigger="regen",
+        ts=now_iso(),
+        prompt_pack=state["ctx"].data.prompt_pack,
+        refusals=[r.line() for r in refusals],
+        model=out.model if out else "",
+        **extra,
+    )
+
+
 def _critic_output(
     review: TechReview, refusals: list[Refusal], out: AgentOutput | None
 ) -> dict[str, Any]:
@@ -88,15 +110,7 @@ async def critic_tech_node(state: GraphState) -> GraphState:
         state, "critic_tech", key, review, "feasibility"
     )
     review = TechReview(risks=[*review.risks, *added])
-    card = critic_tech_card(
-        review,
-        idempotency_key=key,
-        trigger="regen",
-        ts=now_iso(),
-        prompt_pack=ctx.data.prompt_pack,
-        refusals=[r.line() for r in refusals],
-        model=out.model if out else "",
-    )
+    card = _tech_card(state, review, key, refusals, out)
     effects: list[Effect] = [
         agent_run("critic_tech", {"plan": key}, _critic_output(review, refusals, out), key, out),
         *card_events([card]),
@@ -191,14 +205,12 @@ async def critic_security_node(state: GraphState) -> GraphState:
     )
     review = TechReview(risks=[*review.risks, *added])
     structural = structural_results(constraints, chosen, ctx.data.catalog, ctx.policy)
-    card = critic_tech_card(
+    card = _tech_card(
+        state,
         review,
-        idempotency_key=key,
-        trigger="regen",
-        ts=now_iso(),
-        prompt_pack=ctx.data.prompt_pack,
-        refusals=[r.line() for r in refusals],
-        model=out.model if out else "",
+        key,
+        refusals,
+        out,
         agent="critic.security",
         node_name="critic_security",
         policy_results={
