@@ -75,16 +75,7 @@ async def repair_rounds(
         )
         rep = await call(
             steps.REPAIR,
-            RepairInput(
-                key=key,
-                project=ctx.inp.project,
-                decision_set=ctx.inp.decision_set,
-                files_digest=codegen.files_digest,
-                report_digest=validation.report_digest,
-                round=n,
-                model=model,
-                use_model=use_model,
-            ),
+            _repair_input(ctx, key, codegen, validation, round=n, model=model, use_model=use_model),
             summary=f"repair round {n}: {', '.join(failed)}"
             + (" (rules and the model)" if use_model else " (rules)"),
         )
@@ -141,6 +132,32 @@ async def repair_rounds(
     return codegen, validation, rounds
 
 
+def _repair_input(
+    ctx: DesignContext,
+    key: str,
+    codegen: CodegenOutput,
+    validation: ValidateOutput,
+    *,
+    round: int,
+    model: str = "",
+    use_model: bool = False,
+    fix: bool = True,
+) -> RepairInput:
+    """``design.repair``'s input for this run's repository and validation report (a
+    round's fix, or ``fix=False`` to read the findings)."""
+    return RepairInput(
+        key=key,
+        project=ctx.inp.project,
+        decision_set=ctx.inp.decision_set,
+        files_digest=codegen.files_digest,
+        report_digest=validation.report_digest,
+        round=round,
+        model=model,
+        use_model=use_model,
+        fix=fix,
+    )
+
+
 async def last_findings(
     ctx: DesignContext,
     codegen: CodegenOutput,
@@ -152,15 +169,7 @@ async def last_findings(
     key = ctx.key("findings", {"report": validation.report_digest})
     rep = await call(
         steps.REPAIR,
-        RepairInput(
-            key=key,
-            project=ctx.inp.project,
-            decision_set=ctx.inp.decision_set,
-            files_digest=codegen.files_digest,
-            report_digest=validation.report_digest,
-            round=0,
-            fix=False,
-        ),
+        _repair_input(ctx, key, codegen, validation, round=0, fix=False),
         summary=f"findings of {', '.join(validation.failed)}",
     )
     emit(
