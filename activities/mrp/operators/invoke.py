@@ -93,20 +93,34 @@ def _run(spec: OperatorSpec, fn: Callable[[], Any]) -> Any:
         raise OperatorError(spec.ref, f"{type(e).__name__}: {e}") from e
 
 
+def _checked(
+    spec: OperatorSpec,
+    ctx: OperatorContext,
+    inputs: list[JsonValue],
+    input_label: str,
+    call: Callable[[], Any],
+    output_label: str,
+) -> JsonValue:
+    """A map or reduce call checked at both ends: the params and each input against the
+    spec's schemas, the call guarded, its output canonical JSON and against
+    ``output_schema``."""
+    _check(spec, "params", ctx.params)
+    for i, value in enumerate(inputs):
+        _check(spec, "input", value, f"{input_label} {i}:")
+    out = _run(spec, call)
+    _check_json(spec, out, output_label)
+    _check(spec, "output", out)
+    return out  # type: ignore[no-any-return]
+
+
 def invoke_map(
     spec: OperatorSpec, instance: OperatorBase, items: list[JsonValue], ctx: OperatorContext
 ) -> JsonValue:
     """Run a map operator on one shard: params and every item checked against the schemas,
     the call guarded, the output checked against ``output_schema`` and canonical JSON."""
     _expect(spec, instance, OperatorKind.MAP)
-    _check(spec, "params", ctx.params)
-    for i, item in enumerate(items):
-        _check(spec, "input", item, f"item {i}:")
     assert isinstance(instance, AgentBase)
-    out = _run(spec, lambda: instance.map(items, ctx))
-    _check_json(spec, out, "map output")
-    _check(spec, "output", out)
-    return out  # type: ignore[no-any-return]
+    return _checked(spec, ctx, items, "item", lambda: instance.map(items, ctx), "map output")
 
 
 def invoke_reduce(
@@ -115,14 +129,10 @@ def invoke_reduce(
     """Run a reducer: each shard output checked against ``input_schema``, result against
     ``output_schema``."""
     _expect(spec, instance, OperatorKind.REDUCE)
-    _check(spec, "params", ctx.params)
-    for i, o in enumerate(outputs):
-        _check(spec, "input", o, f"shard output {i}:")
     assert isinstance(instance, ReducerBase)
-    out = _run(spec, lambda: instance.reduce(outputs, ctx))
-    _check_json(spec, out, "reduce output")
-    _check(spec, "output", out)
-    return out  # type: ignore[no-any-return]
+    return _checked(
+        spec, ctx, outputs, "shard output", lambda: instance.reduce(outputs, ctx), "reduce output"
+    )
 
 
 def invoke_evaluate(
