@@ -41,3 +41,11 @@ def is_digest(value: str) -> bool:
         and len(hexpart) == 64
         and all(c in "0123456789abcdef" for c in hexpart)
     )
+
+
+def checked_digest(value: str, field: str = "digest") -> str:
+    """``value`` when it is a digest (:func:`is_digest`), else ``ValueError`` naming
+    ``field``: the one check behind every model field that holds a digest."""
+    if not is_digest(value):
+        raise ValueError(f"{field} must be 'blake3:' followed by 64 lowercase hex digits")
+    return value

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
-from keel.digest import is_digest
+from keel.digest import checked_digest
 from keel.mrp.dsl import OnMalformed, RecordFormat
 
 TEXT_FORMATS: frozenset[str] = frozenset({"jsonl", "csv"})
@@ -50,9 +50,7 @@ class FileRef(BaseModel):
     @field_validator("digest")
     @classmethod
     def _digest(cls, v: str) -> str:
-        if not is_digest(v):
-            raise ValueError("digest must be 'blake3:' followed by 64 lowercase hex digits")
-        return v
+        return checked_digest(v, "digest")
 
 
 class MalformedRecord(BaseModel):

@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from keel.digest import digest_json, is_digest
+from keel.digest import checked_digest, digest_json
 from keel.mrp.dsl import (
     NAME_PATTERN,
     VERSION_PATTERN,
@@ -162,9 +162,7 @@ class OperatorSpec(BaseModel):
     @field_validator("code_digest")
     @classmethod
     def _code_digest(cls, v: str) -> str:
-        if not is_digest(v):
-            raise ValueError("code_digest must be 'blake3:' followed by 64 lowercase hex digits")
-        return v
+        return checked_digest(v, "code_digest")
 
     @field_validator("signature")
     @classmethod
@@ -244,9 +242,7 @@ class AllowEntry(BaseModel):
     @field_validator("code_digest")
     @classmethod
     def _digest(cls, v: str | None) -> str | None:
-        if v is not None and not is_digest(v):
-            raise ValueError("code_digest must be 'blake3:' followed by 64 lowercase hex digits")
-        return v
+        return None if v is None else checked_digest(v, "code_digest")
 
     @classmethod
     def parse(cls, text: str) -> AllowEntry:

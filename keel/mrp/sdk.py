@@ -41,7 +41,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from keel.digest import canonical_json, is_digest
+from keel.digest import canonical_json, checked_digest
 from keel.llm import LLMUsage
 from keel.mrp.dsl import SinkSpec
 from keel.mrp.errors import MrpError
@@ -283,9 +283,7 @@ class ProducedFile(BaseModel):
     @field_validator("digest")
     @classmethod
     def _digest(cls, v: str) -> str:
-        if not is_digest(v):
-            raise ValueError("digest must be 'blake3:' followed by 64 lowercase hex digits")
-        return v
+        return checked_digest(v, "digest")
 
 
 class ProduceResult(BaseModel):
