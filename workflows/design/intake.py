@@ -69,15 +69,8 @@ async def intake_extract(state: GraphState) -> GraphState:
     if workflow.patched(PATCH_INTAKE_UNFIT) and (out.snapshot.unfit or out.reasked):
         snapshot = snapshot.model_copy(update={"unfit": dict(out.snapshot.unfit)})
         output.update(unfit=sorted(out.snapshot.unfit), reasked=out.reasked)
-    run = Run(
-        "intake_extract",
-        {"text_digest": digest_json(inp.requirements)},
-        output,
-        key=key,
-        provider="llm",
-        model=out.model,
-        tokens=out.tokens_total,
-        latency_ms=out.latency_ms,
+    run = Run.of_model(
+        "intake_extract", {"text_digest": digest_json(inp.requirements)}, output, key, out
     )
     return {"snapshot": snapshot, "effects": [run]}
 

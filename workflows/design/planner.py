@@ -89,16 +89,7 @@ def agent_run(
 ) -> Run:
     if out is None:
         return Run(node, node_input, output, key=key)
-    return Run(
-        node,
-        node_input,
-        output,
-        key=key,
-        provider="llm",
-        model=out.model,
-        tokens=out.tokens_total,
-        latency_ms=out.latency_ms,
-    )
+    return Run.of_model(node, node_input, output, key, out)
 
 
 def _impacts(plan: Plan, catalog: PatternCatalog) -> dict[str, dict[str, float | None]]:

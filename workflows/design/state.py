@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from temporalio import workflow
 
@@ -61,6 +61,36 @@ class Run:
     model: str = ""
     tokens: int = 0
     latency_ms: int = 0
+
+    @classmethod
+    def of_model(
+        cls, node: str, node_input: Any, output: dict[str, Any], key: str, out: ModelCall
+    ) -> Run:
+        """The run of a node that asked a model: ``out``'s model, tokens and latency."""
+        return cls(
+            node,
+            node_input,
+            output,
+            key=key,
+            provider="llm",
+            model=out.model,
+            tokens=out.tokens_total,
+            latency_ms=out.latency_ms,
+        )
+
+
+class ModelCall(Protocol):
+    """What an activity that asked a model reports of the call (``AgentOutput``,
+    ``IntakeOutput``)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def tokens_total(self) -> int: ...
+
+    @property
+    def latency_ms(self) -> int: ...
 
 
 @dataclass(frozen=True)
