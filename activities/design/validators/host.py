@@ -98,6 +98,17 @@ def _checkov_binary() -> str | None:
     return _venv_bin("checkov")
 
 
+def _unreadable(name: str, code: int, err: str) -> ValidatorResult:
+    """A host tool whose JSON report does not parse did not run as a check: ``not_run``,
+    with its exit code and the tail of its stderr."""
+    return ValidatorResult(
+        name=name,
+        status="not_run",
+        summary=f"unreadable {name} output (exit {code})",
+        details={"stderr": err[-_OUTPUT_TAIL:]},
+    )
+
+
 async def run_checkov(files: Mapping[str, str], root: Path) -> ValidatorResult:
     if not any(p.endswith(".tf") for p in files):
         return ValidatorResult(name="checkov", status="not_run", summary="no Terraform files")
@@ -135,12 +146,7 @@ async def run_checkov(files: Mapping[str, str], root: Path) -> ValidatorResult:
     try:
         data = json.loads(out)
     except json.JSONDecodeError:
-        return ValidatorResult(
-            name="checkov",
-            status="not_run",
-            summary=f"checkov gave no JSON report (exit {code})",
-            details={"stderr": err[-_OUTPUT_TAIL:]},
-        )
+        return _unreadable("checkov", code, err)
     reports = data if isinstance(data, list) else [data]
     summary: dict[str, Any] = {}
     failed: list[dict[str, Any]] = []
@@ -193,12 +199,7 @@ async def run_actionlint(files: Mapping[str, str], root: Path) -> ValidatorResul
     try:
         findings = json.loads(out or "[]")
     except json.JSONDecodeError:
-        return ValidatorResult(
-            name="actionlint",
-            status="not_run",
-            summary=f"unreadable actionlint output (exit {code})",
-            details={"stderr": err[-_OUTPUT_TAIL:]},
-        )
+        return _unreadable("actionlint", code, err)
     if code not in (0, 1):
         return ValidatorResult(
             name="actionlint",
@@ -249,12 +250,7 @@ async def run_hadolint(files: Mapping[str, str], root: Path) -> ValidatorResult:
     try:
         findings = json.loads(out or "[]")
     except json.JSONDecodeError:
-        return ValidatorResult(
-            name="hadolint",
-            status="not_run",
-            summary=f"unreadable hadolint output (exit {code})",
-            details={"stderr": err[-_OUTPUT_TAIL:]},
-        )
+        return _unreadable("hadolint", code, err)
     serious = [f for f in findings if f.get("level") in ("error", "warning")]
     details = {"findings": findings, "dockerfiles": dockerfiles}
     if serious or code != 0:
