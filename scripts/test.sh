@@ -4,7 +4,7 @@
 #   scripts/test.sh            the whole suite: lint, types, the import layers, then every
 #                              test against real servers (Temporal dev server, PostgreSQL,
 #                              SeaweedFS S3, the embedded model, nsjail) on KEEL_TEST_WORKERS
-#                              pytest-xdist workers (default 2; 0 runs them in this process).
+#                              pytest-xdist workers (default 3; 0 runs them in this process).
 #                              Before a merge, and what CI runs (.ci/run).
 #   scripts/test.sh --quick    lint, types, the import layers, the unit tests, history
 #                              replay and one worker-kill fault test per family
@@ -25,11 +25,15 @@ source scripts/bootstrap.sh
 .venv/bin/mypy keel store activities workflows workers client services api cli sandbox operators
 # The import layers of docs/architecture.md (contracts in pyproject.toml).
 .venv/bin/lint-imports
-workers=${KEEL_TEST_WORKERS:-2}
+# Three workers on two cores: most tests wait on servers, subprocesses and Temporal far
+# more than they compute, so a third worker fills the cores while the others wait.
+workers=${KEEL_TEST_WORKERS:-3}
 if [[ $tier == quick ]]; then
     # One fault test per family (tests/quick_tier.txt) beside the unit tests and replay.
     mapfile -t faults < <(grep -v -e '^#' -e '^[[:space:]]*$' tests/quick_tier.txt)
-    exec .venv/bin/pytest -n "$workers" --dist loadgroup tests/*/unit tests/test_replay.py "${faults[@]}" "$@"
+    # Unit tests marked full_tier (seconds of computing each) run in the whole suite only.
+    exec .venv/bin/pytest -n "$workers" --dist loadgroup -m "not full_tier" \
+        tests/*/unit tests/test_replay.py "${faults[@]}" "$@"
 fi
 # One run of the whole suite with PostgreSQL beside it: store tests run on SQLite and
 # PostgreSQL; the CLI and demo tests use the default SQLite file. Each test file runs

@@ -25,6 +25,7 @@ def ray_cluster() -> Iterator[None]:
     fanout.ray_shutdown()
 
 
+@pytest.mark.full_tier
 async def test_pool_gather_timeout_and_discard(ray_cluster: None) -> None:
     pool = fanout.ActorPool(Echo, 2)
     a, b = await pool.acquire(), await pool.acquire()

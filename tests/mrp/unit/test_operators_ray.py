@@ -33,6 +33,7 @@ def run_shard(handle_json: str, items: list, params: dict, shard: str) -> dict:
     return {"pid": os.getpid(), "output": out, "module": type(instance).__module__}
 
 
+@pytest.mark.full_tier
 def test_test_operators_run_in_ray_workers(tmp_path: Path):
     cfg = load_mrp_config(path=TEST_CONFIG)
     flaky = cfg.handle("flaky@1.0.0").model_dump_json()

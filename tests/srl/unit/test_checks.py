@@ -73,6 +73,7 @@ def src(text: str, path: str) -> SourceFile:
     return SourceFile(path=path, text=text, license="PSF-2.0", language="python")
 
 
+@pytest.mark.full_tier
 def test_every_python_template_gets_checks_that_hold_on_pre_and_post() -> None:
     sources = [src(inspect.getsource(importlib.import_module(m)), f"{m}.py") for m in STDLIB]
     sources.append(src(ALL_TEMPLATES, "all.py"))

@@ -165,6 +165,7 @@ def synthetic_tasks(count: int) -> list[SynthTask]:
     return tasks
 
 
+@pytest.mark.full_tier
 def test_300_synthetic_tasks_leak_nothing() -> None:
     tasks = synthetic_tasks(300)  # synth raises InstructionLeak on a leak
     assert {t.language for t in tasks} == {"python", "javascript", "typescript", "java"}
