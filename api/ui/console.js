@@ -489,7 +489,8 @@
 
   function renderPlain(sess, p, body) {
     const rest = Object.fromEntries(Object.entries(p).filter(([k]) => !["project_id", "decision_set_id", "node_name", "ts"].includes(k)));
-    body.appendChild(el("pre", { class: "small code", text: JSON.stringify(rest, null, 1) }));
+    // A long event scrolls: focusable, so a keyboard can scroll it too (axe: scrollable-region-focusable).
+    body.appendChild(el("pre", { class: "small code", tabindex: "0", text: JSON.stringify(rest, null, 1) }));
   }
 
   function facts(pairs) {

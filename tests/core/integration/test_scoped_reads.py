@@ -207,7 +207,9 @@ async def test_each_caller_pages_through_exactly_their_gates_and_runs(
             headers=_auth(APPROVER),
         )
         assert other.status_code == 200, other.text
-        assert {r["workflow_id"] for r in other.json()["runs"]} <= appr_r
+        # Among this test's own: other tests' design runs naming no approver are every
+        # approver's (role:approver) and may be on the page too.
+        assert {r["workflow_id"] for r in other.json()["runs"]} & ours <= appr_r
     finally:
 
         async def end(wid: str) -> None:

@@ -32,6 +32,8 @@ async def test_events_per_episode_keep_the_largest_run_under_10k_events(
     events = [e async for e in first.fetch_history_events()]
     per_episode = len(events) / 12
     # Measured: 74 events for 12 episodes (start initiated, started, completed, and the
-    # workflow tasks around completions, shared between episodes ending together).
-    assert per_episode <= 8, f"{len(events)} events for 12 episodes"
+    # workflow tasks around completions, shared between episodes ending together); 103
+    # since the run keeps its progress memo (one upsert as each episode ends, patch
+    # keel-progress-memo): 8.6 an episode, 8,633 at MAX_PER_RUN.
+    assert per_episode <= 9, f"{len(events)} events for 12 episodes"
     assert per_episode * MAX_PER_RUN + 50 < 10_000
