@@ -389,39 +389,28 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
     )
 
 
-def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[str, Any]:
-    """Everything the templates read, derived from the request alone."""
-    plan, constraints = req.plan, req.constraints
-    patterns = {c.capability.value: c.pattern_id for c in plan.choices}
-    by_id = req.catalog.by_id() if req.catalog is not None else {}
-    workloads = [w.value for w in plan.workloads]
-    online = WorkloadType.ONLINE in plan.workloads
-    serve_pattern = patterns.get("serve", "")
-    sagemaker = serve_pattern.startswith("serve:sagemaker")
-    batch = WorkloadType.BATCH in plan.workloads or not online or sagemaker
-    ingest = patterns.get("ingest", "")
-    kinesis = ingest == "ingest:kinesis-streams"
-    kafka = ingest == "ingest:msk-kafka"
-    streaming = WorkloadType.STREAMING in plan.workloads or kinesis or kafka
-    observe = patterns.get("observe", "")
-    metrics_sink = (
-        "prometheus"
-        if observe == "observe:amp-grafana"
-        else "cloudwatch"
-        if observe.startswith(("observe:cloudwatch", "observe:sagemaker"))
-        else "store"
-    )
-    packages = [*CORE_PACKAGES, *(["govern"] if "govern" in patterns else [])]
-    regions = list(plan.regions) or [DEFAULT_REGION]
+def _metrics_sink(observe: str) -> str:
+    """Where the observe pattern's metrics go: managed Prometheus, CloudWatch or the store."""
+    if observe == "observe:amp-grafana":
+        return "prometheus"
+    if observe.startswith(("observe:cloudwatch", "observe:sagemaker")):
+        return "cloudwatch"
+    return "store"
+
+
+_METRICS_SINK_DOC = {
+    "cloudwatch": "CloudWatch for the observe pattern",
+    "prometheus": "Prometheus text for managed Prometheus",
+    "store": "to the object store",
+}
+
+
+def _naming_context(req: CodeGenRequest) -> dict[str, Any]:
+    """The project's names: title, slug, decision set, catalog, cloud and regions."""
+    plan = req.plan
     title = req.project.strip() or _slug(req.project)
     slug = _slug(req.project)
-    latency = constraints.sla_latency_ms if online else None
-    retention = constraints.retention_days or DEFAULT_RETENTION_DAYS
-    requirements = sorted([*RUNTIME_REQUIREMENTS, *([KAFKA_REQUIREMENT] if kafka else [])])
-    untyped = ["boto3", "boto3.*", "botocore", "botocore.*"]
-    if kafka:
-        untyped += ["confluent_kafka", "confluent_kafka.*"]
-    ctx: dict[str, Any] = {
+    return {
         "project": req.project,
         "title": _one_line(title, 200),
         "short_title": _one_line(title, 60),
@@ -431,16 +420,31 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
         "short_ds": _one_line(req.decision_set, 60),
         "catalog_version": plan.catalog_version,
         "cloud": plan.cloud.value,
-        "regions": regions,
+        "regions": list(plan.regions) or [DEFAULT_REGION],
         "regions_stated": ", ".join(plan.regions) or f"not stated ({DEFAULT_REGION} assumed)",
-        "workloads": workloads,
+    }
+
+
+def _shape_context(req: CodeGenRequest, patterns: dict[str, str]) -> dict[str, Any]:
+    """What the plan runs: workloads, patterns, packages and the flags templates branch on."""
+    plan = req.plan
+    by_id = req.catalog.by_id() if req.catalog is not None else {}
+    online = WorkloadType.ONLINE in plan.workloads
+    serve_pattern = patterns.get("serve", "")
+    sagemaker = serve_pattern.startswith("serve:sagemaker")
+    ingest = patterns.get("ingest", "")
+    kinesis = ingest == "ingest:kinesis-streams"
+    kafka = ingest == "ingest:msk-kafka"
+    metrics_sink = _metrics_sink(patterns.get("observe", ""))
+    return {
+        "workloads": [w.value for w in plan.workloads],
         "patterns": sorted(patterns.items()),
         "patterns_by_cap": {c: patterns.get(c, "") for c in _PIPELINE_ORDER},
         "pattern_ids": sorted(patterns.values()),
-        "packages": packages,
+        "packages": [*CORE_PACKAGES, *(["govern"] if "govern" in patterns else [])],
         "online": online,
-        "batch": batch,
-        "streaming": streaming,
+        "batch": WorkloadType.BATCH in plan.workloads or not online or sagemaker,
+        "streaming": WorkloadType.STREAMING in plan.workloads or kinesis or kafka,
         "kinesis": kinesis,
         "kafka": kafka,
         "rag": "store:opensearch-vector" in patterns.values(),
@@ -454,11 +458,20 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
             by_id[serve_pattern].summary if serve_pattern in by_id else serve_pattern, 80
         ),
         "metrics_sink": metrics_sink,
-        "metrics_sink_doc": {
-            "cloudwatch": "CloudWatch for the observe pattern",
-            "prometheus": "Prometheus text for managed Prometheus",
-            "store": "to the object store",
-        }[metrics_sink],
+        "metrics_sink_doc": _METRICS_SINK_DOC[metrics_sink],
+    }
+
+
+def _constraints_context(req: CodeGenRequest, online: bool, kafka: bool) -> dict[str, Any]:
+    """The constraints the code enforces (latency, retention, classification) and the
+    dependencies it pins."""
+    constraints = req.constraints
+    latency = constraints.sla_latency_ms if online else None
+    retention = constraints.retention_days or DEFAULT_RETENTION_DAYS
+    untyped = ["boto3", "boto3.*", "botocore", "botocore.*"]
+    if kafka:
+        untyped += ["confluent_kafka", "confluent_kafka.*"]
+    return {
         "latency_slo_ms": latency,
         "latency_text": f"{latency} ms" if latency is not None else "none (no online serving)",
         "availability_target": constraints.availability_target,
@@ -470,20 +483,16 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
             constraints.data_classification.value if constraints.data_classification else None
         ),
         "compliance": [c.value for c in constraints.compliance],
-        "requirements": requirements,
+        "requirements": sorted([*RUNTIME_REQUIREMENTS, *([KAFKA_REQUIREMENT] if kafka else [])]),
         "dev_requirements": list(DEV_REQUIREMENTS),
         "untyped_modules": untyped,
-        "steps": [c for c in _PIPELINE_ORDER if c in patterns] or ["ingest"],
     }
-    ctx["serve_doc"] = _serve_doc(ctx)
-    ctx["images"] = _images(req, patterns)
-    ctx["pushes"] = _pushes(slug, regions, patterns)
-    ctx["glue_jobs"] = [
-        {"job": job, "pattern": pid} for pid, job in GLUE_JOBS.items() if pid in patterns.values()
-    ]
-    present = [c for c in _PIPELINE_ORDER if c in patterns]
-    ctx["diagram"] = _diagram(regions, present, patterns)
-    ctx["capability_rows"] = [
+
+
+def _capability_rows(req: CodeGenRequest, patterns: dict[str, str]) -> list[dict[str, str]]:
+    """The README's table: each capability present, its pattern, summary and code."""
+    by_id = req.catalog.by_id() if req.catalog is not None else {}
+    return [
         {
             "capability": cap,
             "pattern": patterns[cap],
@@ -495,8 +504,34 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
             )
             or "",
         }
-        for cap in present
+        for cap in _PIPELINE_ORDER
+        if cap in patterns
     ]
+
+
+def _rationale(req: CodeGenRequest) -> str:
+    rationale = req.rationale_md.strip()
+    if rationale and not rationale.startswith("## Design Rationale"):
+        rationale = "## Design Rationale\n\n" + rationale
+    return rationale
+
+
+def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[str, Any]:
+    """Everything the templates read, derived from the request alone."""
+    plan = req.plan
+    patterns = {c.capability.value: c.pattern_id for c in plan.choices}
+    ctx: dict[str, Any] = {**_naming_context(req), **_shape_context(req, patterns)}
+    ctx.update(_constraints_context(req, online=ctx["online"], kafka=ctx["kafka"]))
+    present = [c for c in _PIPELINE_ORDER if c in patterns]
+    ctx["steps"] = present or ["ingest"]
+    ctx["serve_doc"] = _serve_doc(ctx)
+    ctx["images"] = _images(req, patterns)
+    ctx["pushes"] = _pushes(ctx["slug"], ctx["regions"], patterns)
+    ctx["glue_jobs"] = [
+        {"job": job, "pattern": pid} for pid, job in GLUE_JOBS.items() if pid in patterns.values()
+    ]
+    ctx["diagram"] = _diagram(ctx["regions"], present, patterns)
+    ctx["capability_rows"] = _capability_rows(req, patterns)
     ctx["gaps"] = [
         {"capability": g.capability.value, "detail": _one_line(g.detail, 200)} for g in plan.gaps
     ]
@@ -505,10 +540,7 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     ctx["has_tf_workflow"] = ".github/workflows/terraform.yml" in infra_paths
     ctx.update(_cost_context(req))
     ctx["policy"] = req.policy
-    rationale = req.rationale_md.strip()
-    if rationale and not rationale.startswith("## Design Rationale"):
-        rationale = "## Design Rationale\n\n" + rationale
-    ctx["rationale"] = rationale
+    ctx["rationale"] = _rationale(req)
     return ctx
 
 
