@@ -263,6 +263,75 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _manifest_for(
+    dataset: str, spec: DatasetSpec, manifest_path: Path | None
+) -> tuple[Manifest, Literal["published", "user"]]:
+    """The manifest to check the files against: the user's file, else the published one."""
+    if manifest_path is not None:
+        manifest = load_manifest(manifest_path)
+        if manifest.dataset != dataset:
+            raise DataError(f"{manifest_path}: a manifest of {manifest.dataset!r}, not {dataset!r}")
+        return manifest, "user"
+    published = spec.published_manifest(dataset)
+    if published is None:
+        raise ManifestRequired(
+            f"{dataset}: the published sha256/size of its files are unknown "
+            f"({spec.hashes_note.strip() or 'see configs/srl/datasets.yaml'}); "
+            "give --manifest FILE with the hashes of the files you downloaded"
+        )
+    return published, "published"
+
+
+def _checked_files(manifest: Manifest, source_dir: Path) -> list[tuple[ManifestEntry, bytes]]:
+    """Every file of the manifest read and checked (size, sha256) before any is used."""
+    checked: list[tuple[ManifestEntry, bytes]] = []
+    for entry in manifest.files:
+        path = source_dir / entry.name
+        if not path.is_file():
+            raise DatasetFileMissing(f"{entry.name}: not found under {source_dir}")
+        data = path.read_bytes()
+        checked.append((check_manifest(manifest, entry.name, data), data))
+    return checked
+
+
+def _swap_in(
+    out: Path,
+    dataset: str,
+    checked: Sequence[tuple[ManifestEntry, bytes]],
+    records: Sequence[NormalizedRecord],
+    malformed: Sequence[FileRecordError],
+    meta: DatasetMeta,
+) -> Path:
+    """Write ``raw/<dataset>/`` under ``out`` and return it. Built beside the old copy
+    and swapped in, so a re-ingest never mixes two versions' files and a crash leaves the
+    previous ingest whole."""
+    root = out / "raw" / dataset
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out / "raw", prefix=f".{dataset}."))
+    staging.chmod(0o755)
+    try:
+        for entry, data in checked:
+            _write_atomic(staging / "source" / entry.name, data)
+        _write_atomic(staging / "normalized" / f"{dataset}.jsonl", _jsonl(records))
+        _write_atomic(
+            staging / "normalized" / "errors.jsonl",
+            b"".join(e.model_dump_json().encode() + b"\n" for e in malformed),
+        )
+        # Validated on the way out and again on the way in (read_meta), as the plan asks.
+        _write_atomic(staging / "_meta.json", meta.model_dump_json(indent=2).encode() + b"\n")
+        if root.exists():
+            old = root.with_name(f".{dataset}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(root, old)
+            os.replace(staging, root)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, root)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return root
+
+
 def ingest_dataset(
     dataset: str,
     source_dir: Path | None,
@@ -283,30 +352,8 @@ def ingest_dataset(
     spec = cfg.spec(dataset)
     if source_dir is None:
         raise download_impossible(dataset, spec)
-    if manifest_path is not None:
-        manifest = load_manifest(manifest_path)
-        if manifest.dataset != dataset:
-            raise DataError(f"{manifest_path}: a manifest of {manifest.dataset!r}, not {dataset!r}")
-        manifest_source: Literal["published", "user"] = "user"
-    else:
-        published = spec.published_manifest(dataset)
-        if published is None:
-            raise ManifestRequired(
-                f"{dataset}: the published sha256/size of its files are unknown "
-                f"({spec.hashes_note.strip() or 'see configs/srl/datasets.yaml'}); "
-                "give --manifest FILE with the hashes of the files you downloaded"
-            )
-        manifest = published
-        manifest_source = "published"
-
-    checked: list[tuple[ManifestEntry, bytes]] = []
-    for entry in manifest.files:
-        path = source_dir / entry.name
-        if not path.is_file():
-            raise DatasetFileMissing(f"{entry.name}: not found under {source_dir}")
-        data = path.read_bytes()
-        checked.append((check_manifest(manifest, entry.name, data), data))
-
+    manifest, manifest_source = _manifest_for(dataset, spec, manifest_path)
+    checked = _checked_files(manifest, source_dir)
     records: list[NormalizedRecord] = []
     malformed: list[FileRecordError] = []
     for entry, data in checked:
@@ -323,36 +370,7 @@ def ingest_dataset(
         sha256=_bundle_sha256(entries),
         num_records=len(records),
     )
-    root = out / "raw" / dataset
-    # Built beside the old copy and swapped in, so a re-ingest never mixes two versions'
-    # files and a crash leaves the previous ingest whole.
-    (out / "raw").mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out / "raw", prefix=f".{dataset}."))
-    staging.chmod(0o755)
-    try:
-        for entry, data in checked:
-            _write_atomic(staging / "source" / entry.name, data)
-        _write_atomic(
-            staging / "normalized" / f"{dataset}.jsonl",
-            b"".join(r.model_dump_json().encode() + b"\n" for r in records),
-        )
-        _write_atomic(
-            staging / "normalized" / "errors.jsonl",
-            b"".join(e.model_dump_json().encode() + b"\n" for e in malformed),
-        )
-        # Validated on the way out and again on the way in (read_meta), as the plan asks.
-        _write_atomic(staging / "_meta.json", meta.model_dump_json(indent=2).encode() + b"\n")
-        if root.exists():
-            old = root.with_name(f".{dataset}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(root, old)
-            os.replace(staging, root)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, root)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    normalized = root / "normalized" / f"{dataset}.jsonl"
+    root = _swap_in(out, dataset, checked, records, malformed, meta)
     warning = spec.layout_warning(dataset)
     if warning:
         log.warning(warning)
@@ -360,7 +378,7 @@ def ingest_dataset(
         dataset=dataset,
         meta=meta,
         files=entries,
-        normalized=str(normalized),
+        normalized=str(root / "normalized" / f"{dataset}.jsonl"),
         num_records=len(records),
         malformed=malformed,
         fields_confirmed=spec.fields_confirmed,
@@ -488,8 +506,116 @@ class ProcessResult(BaseModel):
     )
 
 
-def _jsonl(records: Sequence[NormalizedRecord]) -> bytes:
+def _jsonl(records: Sequence[BaseModel]) -> bytes:
     return b"".join(r.model_dump_json().encode() + b"\n" for r in records)
+
+
+def _read_ingested(out: Path, names: Sequence[str]) -> dict[str, list[NormalizedRecord]]:
+    """The normalised records of each dataset, after checking its ``_meta.json``."""
+    per_dataset: dict[str, list[NormalizedRecord]] = {}
+    for name in names:
+        if not (out / "raw" / name / "_meta.json").is_file():
+            raise DataError(f"{name}: not ingested under {out / 'raw'}")
+        read_meta(out, name)  # a hand-edited, invalid _meta.json stops here
+        per_dataset[name] = read_normalized(out, name)
+    return per_dataset
+
+
+async def _parse_all(per_dataset: Mapping[str, Sequence[NormalizedRecord]]) -> dict[str, bool]:
+    """Parse check: every pre and post text (``<dataset>/<i>/pre|post``), one language at
+    a time, batched per jail run."""
+    by_lang: dict[str, dict[str, str]] = {}
+    for name, records in per_dataset.items():
+        for i, rec in enumerate(records):
+            if rec.language in PARSE_EXTENSIONS:
+                by_lang.setdefault(rec.language, {})
+                by_lang[rec.language][f"{name}/{i}/pre"] = rec.pre
+                by_lang[rec.language][f"{name}/{i}/post"] = rec.post
+    parsed: dict[str, bool] = {}
+    for language, texts in sorted(by_lang.items()):
+        parsed.update(await parses_in_jail(texts, language))
+    return parsed
+
+
+def _flag_dataset(
+    name: str,
+    records: Sequence[NormalizedRecord],
+    parsed: Mapping[str, bool],
+    warning: str | None,
+    count_tokens: Callable[[str], int],
+    reports: Path,
+) -> tuple[DatasetProcessStats, list[NormalizedRecord]]:
+    """One dataset's records tagged with their parse check, and its report written."""
+    flagged = []
+    unchecked = 0
+    for i, rec in enumerate(records):
+        if rec.language in PARSE_EXTENSIONS:
+            rec = flag_parse(rec, parsed[f"{name}/{i}/pre"], parsed[f"{name}/{i}/post"])
+        else:
+            unchecked += 1
+        flagged.append(rec)
+    failed = sum(PARSE_FAILED_TAG in r.tags for r in flagged)
+    layout = (
+        "NOT confirmed: the field mapping is inferred (docs/srl-data.md)"
+        if warning
+        else "confirmed (docs/srl-data.md)"
+    )
+    report = stats_report(name, flagged, count_tokens) + (
+        f"\n- published layout: {layout}\n"
+        f"- parse-failed (ast-grep in the jail, Python also ast.parse): {failed}\n"
+        f"- language not parse-checked (not Python, JS/TS or Java): {unchecked}\n"
+    )
+    _write_atomic(reports / f"{name}.md", report.encode())
+    stats = DatasetProcessStats(
+        dataset=name,
+        records=len(flagged),
+        parse_failed=failed,
+        unchecked_language=unchecked,
+        layout_confirmed=warning is None,
+        report=str(reports / f"{name}.md"),
+    )
+    return stats, flagged
+
+
+def _write_splits(out: Path, records: Sequence[NormalizedRecord]) -> dict[str, dict[str, int]]:
+    """``processed/<group>/<split>.jsonl`` for each language group; their sizes."""
+    grouped = split_by_language(records)
+    splits: dict[str, dict[str, int]] = {}
+    for group in ("python", "javascript", "java"):
+        parts = grouped.get(group, {"train": [], "dev": [], "test": []})
+        splits[group] = {}
+        for split in ("train", "dev", "test"):
+            items = parts[split]  # type: ignore[index]
+            _write_atomic(out / "processed" / group / f"{split}.jsonl", _jsonl(items))
+            splits[group][split] = len(items)
+    return splits
+
+
+def _processing_section(
+    names: Sequence[str],
+    unconfirmed: Sequence[str],
+    read: int,
+    parse_failed: int,
+    duplicates: int,
+    too_long: int,
+    max_tokens: int,
+    token_counter: str,
+    other: int,
+    splits: Mapping[str, Mapping[str, int]],
+) -> str:
+    """The summary report's ``## Processing`` section and its table of splits."""
+    return (
+        "\n## Processing\n\n"
+        f"- datasets: {', '.join(names)}\n"
+        f"- published layout NOT confirmed: {', '.join(unconfirmed) or 'none'}\n"
+        f"- records read: {read}\n"
+        f"- parse-failed (kept, tagged `{PARSE_FAILED_TAG}`): {parse_failed}\n"
+        f"- duplicate (instruction, pre) dropped: {duplicates}\n"
+        f"- over {max_tokens} input tokens dropped: {too_long} (counted by {token_counter})\n"
+        f"- other languages left out of the splits: {other}\n\n"
+        "| language group | train | dev | test |\n| --- | ---: | ---: | ---: |\n"
+        + "".join(f"| {g} | {c['train']} | {c['dev']} | {c['test']} |\n" for g, c in splits.items())
+    )
 
 
 async def process_datasets(
@@ -511,94 +637,41 @@ async def process_datasets(
     for warning in warnings.values():
         if warning:
             log.warning(warning)
-    per_dataset: dict[str, list[NormalizedRecord]] = {}
-    for name in names:
-        if not (out / "raw" / name / "_meta.json").is_file():
-            raise DataError(f"{name}: not ingested under {out / 'raw'}")
-        read_meta(out, name)  # a hand-edited, invalid _meta.json stops here
-        per_dataset[name] = read_normalized(out, name)
-
-    # Parse check: every pre and post text, one language at a time, batched per jail run.
-    by_lang: dict[str, dict[str, str]] = {}
-    for name, records in per_dataset.items():
-        for i, rec in enumerate(records):
-            if rec.language in PARSE_EXTENSIONS:
-                by_lang.setdefault(rec.language, {})
-                by_lang[rec.language][f"{name}/{i}/pre"] = rec.pre
-                by_lang[rec.language][f"{name}/{i}/post"] = rec.post
-    parsed: dict[str, bool] = {}
-    for language, texts in sorted(by_lang.items()):
-        parsed.update(await parses_in_jail(texts, language))
+    per_dataset = _read_ingested(out, names)
+    parsed = await _parse_all(per_dataset)
 
     stats: list[DatasetProcessStats] = []
     flagged_all: list[NormalizedRecord] = []
     reports = out / "reports" / "datasets"
     for name, records in per_dataset.items():
-        flagged = []
-        unchecked = 0
-        for i, rec in enumerate(records):
-            if rec.language in PARSE_EXTENSIONS:
-                rec = flag_parse(rec, parsed[f"{name}/{i}/pre"], parsed[f"{name}/{i}/post"])
-            else:
-                unchecked += 1
-            flagged.append(rec)
-        failed = sum(PARSE_FAILED_TAG in r.tags for r in flagged)
-        layout = (
-            "NOT confirmed: the field mapping is inferred (docs/srl-data.md)"
-            if warnings[name]
-            else "confirmed (docs/srl-data.md)"
-        )
-        report = stats_report(name, flagged, count_tokens) + (
-            f"\n- published layout: {layout}\n"
-            f"- parse-failed (ast-grep in the jail, Python also ast.parse): {failed}\n"
-            f"- language not parse-checked (not Python, JS/TS or Java): {unchecked}\n"
-        )
-        _write_atomic(reports / f"{name}.md", report.encode())
-        stats.append(
-            DatasetProcessStats(
-                dataset=name,
-                records=len(flagged),
-                parse_failed=failed,
-                unchecked_language=unchecked,
-                layout_confirmed=warnings[name] is None,
-                report=str(reports / f"{name}.md"),
-            )
-        )
+        one, flagged = _flag_dataset(name, records, parsed, warnings[name], count_tokens, reports)
+        stats.append(one)
         flagged_all.extend(flagged)
 
     unique, duplicates = dedupe(flagged_all)
     short, too_long = filter_tokens(unique, count_tokens, max_tokens)
-    grouped = split_by_language(short)
+    splits = _write_splits(out, short)
     other = sum(1 for r in short if r.language not in LANGUAGE_GROUPS)
-    splits: dict[str, dict[str, int]] = {}
-    for group in ("python", "javascript", "java"):
-        parts = grouped.get(group, {"train": [], "dev": [], "test": []})
-        splits[group] = {}
-        for split in ("train", "dev", "test"):
-            items = parts[split]  # type: ignore[index]
-            _write_atomic(out / "processed" / group / f"{split}.jsonl", _jsonl(items))
-            splits[group][split] = len(items)
-
     kept = [r for r in short if r.language in LANGUAGE_GROUPS]
     unconfirmed = [name for name in names if warnings[name]]
-    summary = stats_report("all datasets (processed)", kept, count_tokens) + (
-        "\n## Processing\n\n"
-        f"- datasets: {', '.join(names)}\n"
-        f"- published layout NOT confirmed: {', '.join(unconfirmed) or 'none'}\n"
-        f"- records read: {len(flagged_all)}\n"
-        f"- parse-failed (kept, tagged `{PARSE_FAILED_TAG}`): "
-        f"{sum(s.parse_failed for s in stats)}\n"
-        f"- duplicate (instruction, pre) dropped: {duplicates}\n"
-        f"- over {max_tokens} input tokens dropped: {too_long} (counted by {token_counter})\n"
-        f"- other languages left out of the splits: {other}\n\n"
-        "| language group | train | dev | test |\n| --- | ---: | ---: | ---: |\n"
-        + "".join(f"| {g} | {c['train']} | {c['dev']} | {c['test']} |\n" for g, c in splits.items())
+    parse_failed = sum(s.parse_failed for s in stats)
+    summary = stats_report("all datasets (processed)", kept, count_tokens) + _processing_section(
+        names,
+        unconfirmed,
+        len(flagged_all),
+        parse_failed,
+        duplicates,
+        too_long,
+        max_tokens,
+        token_counter,
+        other,
+        splits,
     )
     _write_atomic(reports / "all.md", summary.encode())
     return ProcessResult(
         datasets=stats,
         total=len(flagged_all),
-        parse_failed=sum(s.parse_failed for s in stats),
+        parse_failed=parse_failed,
         duplicates_dropped=duplicates,
         too_long_dropped=too_long,
         other_language=other,
