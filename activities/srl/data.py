@@ -510,6 +510,15 @@ def _jsonl(records: Sequence[BaseModel]) -> bytes:
     return b"".join(r.model_dump_json().encode() + b"\n" for r in records)
 
 
+def _layout_warnings(cfg: DatasetsConfig, names: Sequence[str]) -> dict[str, str | None]:
+    """Each dataset's warning that its published layout is unconfirmed (logged), or None."""
+    warnings = {name: cfg.spec(name).layout_warning(name) for name in names}
+    for warning in warnings.values():
+        if warning:
+            log.warning(warning)
+    return warnings
+
+
 def _read_ingested(out: Path, names: Sequence[str]) -> dict[str, list[NormalizedRecord]]:
     """The normalised records of each dataset, after checking its ``_meta.json``."""
     per_dataset: dict[str, list[NormalizedRecord]] = {}
@@ -632,11 +641,7 @@ async def process_datasets(
     names = list(datasets) if datasets else [d for d in DATASETS if (out / "raw" / d).is_dir()]
     if not names:
         raise DataError(f"nothing ingested under {out / 'raw'}; run `srl data ingest` first")
-    cfg = config or load_config()
-    warnings = {name: cfg.spec(name).layout_warning(name) for name in names}
-    for warning in warnings.values():
-        if warning:
-            log.warning(warning)
+    warnings = _layout_warnings(config or load_config(), names)
     per_dataset = _read_ingested(out, names)
     parsed = await _parse_all(per_dataset)
 
