@@ -33,10 +33,10 @@ from api.deps import (
     may_read_run,
 )
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey, idempotent
+from api.idempotency import IdempotencyKey
+from api.routes.shared import answer_once, key_digest
 from client.mrp import MrpJobView, job_view, start_job
 from keel.access import ACCESS_MEMO, RunAccess, access_for
-from keel.digest import digest_json
 from keel.ids import ID_PATTERN
 from keel.mrp.dsl import parse_job
 from keel.mrp.errors import DslError
@@ -190,10 +190,10 @@ async def submit_job(
     async def run() -> tuple[int, Any]:
         # Reading and parsing the job is file I/O and CPU work: off the event loop.
         inp, job_id, approvers = await to_thread.run_sync(_job_input, request, body)
-        run_id = body.run_id or (
-            digest_json(["mrp", caller.actor, idempotency_key])[7:31]
-            if idempotency_key
-            else uuid.uuid4().hex[:24]
+        run_id = (
+            body.run_id
+            or key_digest(caller, idempotency_key, "mrp", width=24)
+            or uuid.uuid4().hex[:24]
         )
         inp = inp.model_copy(update={"run_id": run_id, "requester": caller.actor})
         wid = workflow_id_for(job_id, run_id)
@@ -212,10 +212,7 @@ async def submit_job(
             # The same key after an answer that was not stored (a 5xx): the same run.
         return 202, SubmittedJob(run_id=run_id, workflow_id=wid, job_id=job_id).model_dump()
 
-    return await idempotent(
-        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
-        path=request.url.path, body=body, run=run,
-    )  # fmt: skip
+    return await answer_once(request, sessions, caller, idempotency_key, body, run)
 
 
 @router.get("/jobs/{run_id:path}", response_model=MrpJobView)

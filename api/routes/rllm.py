@@ -30,9 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep, may_read_run
+from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey, idempotent
+from api.idempotency import IdempotencyKey
+from api.routes.shared import answer_once, key_digest, readable_or_404
 from client.rllm import (
     RllmRunView,
     failure_payload,
@@ -41,7 +42,6 @@ from client.rllm import (
     upstream_failure,
 )
 from keel.access import ACCESS_MEMO, access_for
-from keel.digest import digest_json
 from keel.rllm.errors import (
     OllamaModelMissingError,
     OutputSchemaError,
@@ -171,11 +171,7 @@ async def start_rllm_run(
             name = await to_thread.run_sync(_app_name, body)
         except RllmError as e:
             return app_error_response(e.to_payload())
-        unique = (
-            digest_json(["rllm", caller.actor, idempotency_key])[7:39]
-            if idempotency_key
-            else str(uuid.uuid4())
-        )
+        unique = key_digest(caller, idempotency_key, "rllm", width=32) or str(uuid.uuid4())
         wid = workflow_id_for(name, unique)
         try:
             handle = await start_run(
@@ -210,19 +206,14 @@ async def start_rllm_run(
         )
         return 200, view.model_dump(mode="json")
 
-    return await idempotent(
-        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
-        path=request.url.path, body=body, run=run,
-    )  # fmt: skip
+    return await answer_once(request, sessions, caller, idempotency_key, body, run)
 
 
 @router.get("/runs/{workflow_id:path}", response_model=RllmRunView)
 async def get_rllm_run(workflow_id: str, client: ClientDep, caller: CallerDep) -> RllmRunView:
     """A run's status; its result or error payload (with the CLI's exit code) once ended.
     404 for a run another caller started (only its owner and ``admin`` read it)."""
-    if not await may_read_run(client, workflow_id, caller):
-        raise ApiError(404, "not_found", f"no .rllm run {workflow_id!r}")
-    view = await run_view(client, workflow_id)
-    if view is None:
-        raise ApiError(404, "not_found", f"no .rllm run {workflow_id!r}")
-    return view
+    return await readable_or_404(
+        client, caller, workflow_id, f"no .rllm run {workflow_id!r}",
+        lambda: run_view(client, workflow_id),
+    )  # fmt: skip

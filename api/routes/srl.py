@@ -25,10 +25,10 @@ from api.deps import (
     ClientDep,
     RequesterDep,
     SessionsDep,
-    may_read_run,
 )
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey, idempotent
+from api.idempotency import IdempotencyKey
+from api.routes.shared import answer_once, readable_or_404
 from client.srl import (
     CollectionMismatch,
     CollectionView,
@@ -139,10 +139,7 @@ async def start(
             collection=body.collection, workflow_id=wid, task_count=count
         ).model_dump()
 
-    return await idempotent(
-        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
-        path=request.url.path, body=body, run=run,
-    )  # fmt: skip
+    return await answer_once(request, sessions, caller, idempotency_key, body, run)
 
 
 @router.get("/collections/{collection}", response_model=CollectionView)
@@ -150,11 +147,7 @@ async def get_collection(
     collection: str, client: ClientDep, sessions: SessionsDep, caller: CallerDep
 ) -> CollectionView:
     """A collection's status, progress or totals, and the steps recorded in SQL."""
-    missing = ApiError(404, "not_found", f"no SRL collection {collection!r}")
-    wid = collection_workflow_id(collection)
-    if not await may_read_run(client, wid, caller):
-        raise missing
-    view = await collection_view(client, sessions, collection)
-    if view is None:
-        raise missing
-    return view
+    return await readable_or_404(
+        client, caller, collection_workflow_id(collection), f"no SRL collection {collection!r}",
+        lambda: collection_view(client, sessions, collection),
+    )  # fmt: skip
