@@ -67,24 +67,21 @@ def refusal_error(
     return ApiError(status, err.code, err.message, run_id=run_id, node_name=node_name)
 
 
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    details: Any = None,
-    headers: dict[str, str] | None = None,
-    *,
-    run_id: str | None = None,
-    node_name: str | None = None,
-) -> JSONResponse:
+def error_response(err: ApiError) -> JSONResponse:
+    """``err`` as the API answers it: its status and headers, and the one error shape (a
+    ``run_id`` or ``node_name`` it does not know is left out of the body)."""
     error = ErrorBody(
-        code=code, message=message, details=details, run_id=run_id, node_name=node_name
+        code=err.code,
+        message=err.message,
+        details=err.details,
+        run_id=err.run_id,
+        node_name=err.node_name,
     )
     content = ErrorResponse(error=error).model_dump(mode="json")
     for key in ("run_id", "node_name"):
         if content["error"][key] is None:
             del content["error"][key]
-    return JSONResponse(content, status_code=status, headers=headers)
+    return JSONResponse(content, status_code=err.status, headers=err.headers)
 
 
 _HTTP_CODES = {
@@ -115,17 +112,13 @@ ERROR_RESPONSES[400] = {
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(
-            exc.status, exc.code, exc.message, exc.details, exc.headers,
-            run_id=exc.run_id, node_name=exc.node_name,
-        )  # fmt: skip
+        return error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return error_response(
-            exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {})
-        )
+        headers = dict(exc.headers or {})
+        return error_response(ApiError(exc.status_code, code, str(exc.detail), headers=headers))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -135,20 +128,23 @@ def install_error_handlers(app: FastAPI) -> None:
         ]
         if any(d["type"] == "json_invalid" for d in details):
             # Not JSON at all is a malformed request, not a schema mismatch.
-            return error_response(400, "bad_request", "the request body is not JSON", details)
-        return error_response(422, "validation_failed", "request is not valid", details)
+            return error_response(
+                ApiError(400, "bad_request", "the request body is not JSON", details)
+            )
+        return error_response(ApiError(422, "validation_failed", "request is not valid", details))
 
     @app.exception_handler(RPCError)
     async def _temporal_error(_: Request, exc: RPCError) -> JSONResponse:
         if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-            return error_response(
-                503, "temporal_unavailable", "the Temporal server did not answer",
-                headers={"Retry-After": "5"},
-            )  # fmt: skip
+            unavailable = "the Temporal server did not answer"
+            retry = {"Retry-After": "5"}
+            return error_response(ApiError(503, "temporal_unavailable", unavailable, headers=retry))
         log.error("Temporal RPC error %s: %s", exc.status.name, exc.message)
-        return error_response(502, "temporal_error", f"Temporal answered {exc.status.name}")
+        return error_response(
+            ApiError(502, "temporal_error", f"Temporal answered {exc.status.name}")
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled API error")
-        return error_response(500, "internal", f"internal error ({type(exc).__name__})")
+        return error_response(ApiError(500, "internal", f"internal error ({type(exc).__name__})"))
