@@ -66,7 +66,12 @@ from keel.srl.steps import (
 )
 from keel.srl.trajectory import ModelOutput, Sampling, StepRecord, StepRow, step_key
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits
-from sandbox.astgrep import apply_astgrep_async, astgrep_spans_async, check_parses_async
+from sandbox.astgrep import (
+    AstGrepResult,
+    apply_astgrep_async,
+    astgrep_spans_async,
+    check_parses_async,
+)
 from store.artifacts import ArtifactNotFound, ArtifactStore
 from store.srl_steps import get_step, insert_step, record_identity
 
@@ -234,6 +239,18 @@ class SrlActivities:
 
     async def _generate(self, inp: GenerateInput) -> Generation:
         task = self.task(inp.tasks_digest, inp.task_index)
+        state, messages, prompt, structured = await self._prompt(task, inp)
+        if inp.source == "gold_replay":
+            return _gold_generation(task, inp.step, state, prompt)
+        if inp.source == "teacher":
+            return await self._ask_teacher(task, inp, messages, structured, state, prompt)
+        return await self._ask_actors(inp, messages, state, prompt)
+
+    async def _prompt(
+        self, task: SrlTask, inp: GenerateInput
+    ) -> tuple[State, list[dict[str, str]], str, bool]:
+        """The step's state (fitted), its messages (fitted to the model's context), the
+        prompt's digest in the artifact store, and whether the teacher answers in JSON."""
         if task.step_mode(inp.step_mode) == "expert_prefix":
             # The paper's step n: the file and state after the expert's steps 1..n-1.
             text, state = task.prefix_text(inp.step), task.prefix_state(inp.step)
@@ -263,56 +280,58 @@ class SrlActivities:
                 **({"fit": _fit_facts(fit)} if fit is not None else {}),
             },
         )
+        return state, messages, prompt, structured
+
+    async def _ask_teacher(
+        self,
+        task: SrlTask,
+        inp: GenerateInput,
+        messages: list[dict[str, str]],
+        structured: bool,
+        state: State,
+        prompt: str,
+    ) -> Generation:
+        """The teacher's answer through the LLM gateway."""
         started = time.monotonic()
-        if inp.source == "gold_replay":
-            expert, _ = task.expert_at(inp.step)
-            if expert is None:  # a task made from a dataset record (srl tasks)
-                raise tasks_invalid(
-                    f"task {task.task_id} has no gold action: gold_replay replays the task "
-                    "file's expert actions; collect from this file with a teacher or actors"
-                )
-            return Generation(
-                raw=gold_answer(expert, task.instruction),
-                model="gold",
-                state_before=state,
-                prompt_digest=prompt,
-            )
-        meter = activity.metric_meter()
-        if inp.source == "teacher":
-            info = activity.info()
-            response = await self.llm.call(
-                LLMRequest(
-                    model=inp.model,
-                    messages=[LLMMessage.model_validate(m) for m in messages],
-                    params={
-                        "temperature": inp.temperature,
-                        "max_tokens": inp.max_tokens,
-                        "seed": inp.seed,
-                        **({"top_p": inp.top_p} if inp.top_p != 1.0 else {}),
-                    },
-                    # Where the model's server decodes against a schema, the answer is the
-                    # step's JSON form by construction; elsewhere the tags, parsed as before.
-                    json_mode=structured,
-                    json_schema=step_schema(task.language) if structured else None,
-                    schema_name="srl_step",
-                    timeout_s=TEACHER_CALL_TIMEOUT_S,
-                ),
-                call_key=f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}",
-                workflow_id=info.workflow_id,
-                meter=meter,
-            )
-            return Generation(
-                raw=_with_think(response.content, response.reasoning),
-                model=response.model_name,
-                state_before=state,
-                prompt_digest=prompt,
-                latency_s=time.monotonic() - started,
-                prompt_tokens=response.usage.prompt_tokens,
-                completion_tokens=response.usage.completion_tokens,
-                finish_reason=response.finish_reason,
-                cost_usd=response.cost_usd,
-                structured=response.structured != "none",
-            )
+        info = activity.info()
+        response = await self.llm.call(
+            LLMRequest(
+                model=inp.model,
+                messages=[LLMMessage.model_validate(m) for m in messages],
+                params={
+                    "temperature": inp.temperature,
+                    "max_tokens": inp.max_tokens,
+                    "seed": inp.seed,
+                    **({"top_p": inp.top_p} if inp.top_p != 1.0 else {}),
+                },
+                # Where the model's server decodes against a schema, the answer is the
+                # step's JSON form by construction; elsewhere the tags, parsed as before.
+                json_mode=structured,
+                json_schema=step_schema(task.language) if structured else None,
+                schema_name="srl_step",
+                timeout_s=TEACHER_CALL_TIMEOUT_S,
+            ),
+            call_key=f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}",
+            workflow_id=info.workflow_id,
+            meter=activity.metric_meter(),
+        )
+        return Generation(
+            raw=_with_think(response.content, response.reasoning),
+            model=response.model_name,
+            state_before=state,
+            prompt_digest=prompt,
+            latency_s=time.monotonic() - started,
+            prompt_tokens=response.usage.prompt_tokens,
+            completion_tokens=response.usage.completion_tokens,
+            finish_reason=response.finish_reason,
+            cost_usd=response.cost_usd,
+            structured=response.structured != "none",
+        )
+
+    async def _ask_actors(
+        self, inp: GenerateInput, messages: list[dict[str, str]], state: State, prompt: str
+    ) -> Generation:
+        """An answer from the actor pool."""
         pool = await self.actors()
         try:
             gen = await pool.generate(
@@ -495,20 +514,7 @@ class SrlActivities:
         state = inp.state
         key = step_key(task.task_id, inp.step, inp.sample)
         expert, expert_post = task.expert_at(inp.step)
-        mode = task.step_mode(inp.step_mode)
-        base: dict[str, Any] = {
-            "task_id": task.task_id,
-            "step": inp.step,
-            "prompt": await asyncio.to_thread(self.artifacts.get_json, gen.prompt_digest),
-            "state_before": state.model_dump(mode="json"),
-            "sampling": gen.sampling or (Sampling(sample=inp.sample) if inp.sample else None),
-            "expert_action": expert.model_dump(mode="json") if expert is not None else None,
-            "expert_text_after": expert_post,
-            "text_before": text,
-            "step_mode": mode,
-            # Only a free-running episode's next prompt shows the state this step writes.
-            "expert_feedback_in_prompt": inp.expert_feedback and mode == "free_running",
-        }
+        base = await self._record_base(task, inp, text)
         try:
             step = parse_step(gen.raw, finish_reason=gen.finish_reason)
         except StepFormatError as e:
@@ -523,17 +529,8 @@ class SrlActivities:
                 text_after=text,
             )
             return record, _outcome_of(record, key, task)
-        result = await self._sandbox(task, step.action, text)
+        result, tests_passed = await self._sandbox_and_tests(task, step.action, text)
         result_text: str | None = result["text"]
-        # The task's tests on the file after the action (unchanged where it failed).
-        tests_passed, tests_report = await run_task_tests(
-            task.tests,
-            result_text if result_text is not None else text,
-            task.file_name,
-            limits=self.sandbox_limits,
-            config=self.sandbox_config,
-        )
-        result.update(tests_report)
         reward = combine(
             action=step.action,
             expert=expert,
@@ -546,29 +543,63 @@ class SrlActivities:
             replaced=[(a, b) for a, b in result.get("replaced") or []],
             tests_passed=tests_passed,
         )
-        verified_now = reward.verified
         changed = result_text is not None and result_text != text
         if changed and result_text is not None:
             text_digest = await asyncio.to_thread(
                 self.artifacts.put_bytes, result_text.encode("utf-8")
             )
         feedback = _feedback(
-            inp.step, result, changed, verified_now, reward.effect, expert=inp.expert_feedback
+            inp.step, result, changed, reward.verified, reward.effect, expert=inp.expert_feedback
         )
         after = merge(merge(state, step.state_update), StateUpdate(history=[feedback]))
-        sandbox_result = {k: v for k, v in result.items() if k != "text"}
         record = StepRecord(
             **base,
             model_output=_output(
                 gen, think=step.think, action=step.action, update=step.state_update
             ),
-            sandbox_result=sandbox_result,
+            sandbox_result={k: v for k, v in result.items() if k != "text"},
             reward=reward,
             state_after=after.model_dump(mode="json"),
             text_digest=text_digest,
             text_after=result_text if changed else text,
         )
         return record, _outcome_of(record, key, task)
+
+    async def _record_base(self, task: SrlTask, inp: ApplyInput, text: str) -> dict[str, Any]:
+        """The step record's fields that do not depend on the answer."""
+        gen = inp.generation
+        expert, expert_post = task.expert_at(inp.step)
+        mode = task.step_mode(inp.step_mode)
+        return {
+            "task_id": task.task_id,
+            "step": inp.step,
+            "prompt": await asyncio.to_thread(self.artifacts.get_json, gen.prompt_digest),
+            "state_before": inp.state.model_dump(mode="json"),
+            "sampling": gen.sampling or (Sampling(sample=inp.sample) if inp.sample else None),
+            "expert_action": expert.model_dump(mode="json") if expert is not None else None,
+            "expert_text_after": expert_post,
+            "text_before": text,
+            "step_mode": mode,
+            # Only a free-running episode's next prompt shows the state this step writes.
+            "expert_feedback_in_prompt": inp.expert_feedback and mode == "free_running",
+        }
+
+    async def _sandbox_and_tests(
+        self, task: SrlTask, action: PatternAction | RuleAction, text: str
+    ) -> tuple[dict[str, Any], float | None]:
+        """:meth:`_sandbox`'s result with the report of the task's tests, run on the file
+        after the action (unchanged where it failed), and the fraction that passed."""
+        result = await self._sandbox(task, action, text)
+        result_text: str | None = result["text"]
+        tests_passed, tests_report = await run_task_tests(
+            task.tests,
+            result_text if result_text is not None else text,
+            task.file_name,
+            limits=self.sandbox_limits,
+            config=self.sandbox_config,
+        )
+        result.update(tests_report)
+        return result, tests_passed
 
     async def _sandbox(
         self, task: SrlTask, action: PatternAction | RuleAction, text: str
@@ -587,18 +618,37 @@ class SrlActivities:
                 error=f"not applied: the action's language is {action.language}, "
                 f"the task's is {task.language}",
             )
-        if isinstance(action, RuleAction):
-            sg = AstGrepAction(rule=action.yaml_text)
-        else:
-            sg = AstGrepAction(
-                pattern=action.pattern, rewrite=action.rewrite, language=action.language
-            )
+        sg = _astgrep_action(action)
         try:
             applied = await apply_astgrep_async(
                 sg, {name: text}, limits=self.sandbox_limits, config=self.sandbox_config
             )
         except SandboxError as e:  # refused request (e.g. a path): the action's fault
             return _sandbox_result(ok=False, error=str(e))
+        facts = await self._run_facts(applied)
+        if not applied.ok:
+            return _sandbox_result(ok=False, error=applied.error, **facts)
+        result_text = applied.changed_files.get(name, text)
+        reparses, parse_errors = await self._reparse(task, result_text)
+        replaced: list[tuple[int, int]] | None = None
+        if result_text != text:
+            # Where the rewrite replaced code: a region spanning the whole file is an
+            # overwrite (keel.srl.rewards.is_overwrite), never an equivalent action.
+            spans = await astgrep_spans_async(
+                sg, {name: text}, limits=self.sandbox_limits, config=self.sandbox_config
+            )
+            replaced = spans.spans.get(name, []) if spans.ok else None
+        return {
+            **_sandbox_result(ok=True, **facts),
+            "text": result_text,
+            "reparses": reparses,
+            "parse_errors": parse_errors[:5],
+            "replaced": [list(r) for r in replaced] if replaced is not None else None,
+        }
+
+    async def _run_facts(self, applied: AstGrepResult) -> dict[str, Any]:
+        """What the jail's run of the action reports: its diff and stderr (kept in the
+        artifact store), exit, time and the limit that stopped it."""
         diff_digest = None
         if applied.diff or applied.run.stderr:
             diff_digest = await asyncio.to_thread(
@@ -614,33 +664,42 @@ class SrlActivities:
         }
         if run.limit is not None:  # which limit stopped the action (wall, cpu, memory, output)
             facts["limit"] = run.limit
-        if not applied.ok:
-            return _sandbox_result(ok=False, error=applied.error, **facts)
-        result_text = applied.changed_files.get(name, text)
+        return facts
+
+    async def _reparse(self, task: SrlTask, text: str) -> tuple[bool, list[str]]:
+        """Whether ``text`` parses in the task's language (ast-grep in the jail, Python
+        also CPython's parser), and the parse errors."""
+        name = task.file_name
         check = await check_parses_async(
-            {name: result_text},
-            task.language,
-            limits=self.sandbox_limits,
-            config=self.sandbox_config,
+            {name: text}, task.language, limits=self.sandbox_limits, config=self.sandbox_config
         )
         parse_errors = check.errors.get(name, []) if check.ok else [check.error or "check failed"]
         if check.ok and not parse_errors and task.language == "python":
-            parse_errors = _python_parse_errors(result_text)
-        replaced: list[tuple[int, int]] | None = None
-        if result_text != text:
-            # Where the rewrite replaced code: a region spanning the whole file is an
-            # overwrite (keel.srl.rewards.is_overwrite), never an equivalent action.
-            spans = await astgrep_spans_async(
-                sg, {name: text}, limits=self.sandbox_limits, config=self.sandbox_config
-            )
-            replaced = spans.spans.get(name, []) if spans.ok else None
-        return {
-            **_sandbox_result(ok=True, **facts),
-            "text": result_text,
-            "reparses": check.ok and not parse_errors,
-            "parse_errors": parse_errors[:5],
-            "replaced": [list(r) for r in replaced] if replaced is not None else None,
-        }
+            parse_errors = _python_parse_errors(text)
+        return check.ok and not parse_errors, parse_errors
+
+
+def _gold_generation(task: SrlTask, step: int, state: State, prompt: str) -> Generation:
+    """The task file's expert action at ``step``, answered as a model would."""
+    expert, _ = task.expert_at(step)
+    if expert is None:  # a task made from a dataset record (srl tasks)
+        raise tasks_invalid(
+            f"task {task.task_id} has no gold action: gold_replay replays the task "
+            "file's expert actions; collect from this file with a teacher or actors"
+        )
+    return Generation(
+        raw=gold_answer(expert, task.instruction),
+        model="gold",
+        state_before=state,
+        prompt_digest=prompt,
+    )
+
+
+def _astgrep_action(action: PatternAction | RuleAction) -> AstGrepAction:
+    """The model's action as ast-grep runs it: a YAML rule, or a pattern and rewrite."""
+    if isinstance(action, RuleAction):
+        return AstGrepAction(rule=action.yaml_text)
+    return AstGrepAction(pattern=action.pattern, rewrite=action.rewrite, language=action.language)
 
 
 def _fit_facts(fit: PromptFit) -> dict[str, Any]:
