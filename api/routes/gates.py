@@ -7,7 +7,8 @@ answers 404, as a missing one does, so ids are not confirmed (``keel/access.py``
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,12 +16,12 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExec
 
 from api.deps import ApproverDep, Caller, CallerDep, ClientDep, RequesterDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError, refusal_error
-from api.idempotency import IdempotencyKey, idempotent, request_id_for
+from api.idempotency import IdempotencyKey, request_id_for
+from api.routes.shared import answer_once, key_digest
 from client import gate as gates
 from client.gate import GateNotFound, GateNotRunning, GateSummary
 from client.temporal import BadPageToken, decode_page_token, encode_page_token
 from keel.access import access_for, may_read, reader_terms
-from keel.digest import digest_json
 from keel.gates import (
     MAX_WAIT_S,
     GateComment,
@@ -139,11 +140,8 @@ async def open_gate(
     """Open a standalone gate; its id is ``<parent_id>/gate/<name>``."""
 
     async def run() -> tuple[int, Any]:
-        parent = body.parent_id or (
-            f"api/{digest_json([caller.actor, idempotency_key])[7:23]}"
-            if idempotency_key
-            else f"api/{uuid.uuid4()}"
-        )
+        unique = key_digest(caller, idempotency_key, width=16) or uuid.uuid4()
+        parent = body.parent_id or f"api/{unique}"
         gate_id = gate_workflow_id(parent, body.name)
         req = GateRequest(requester=caller.actor, **body.model_dump(exclude={"parent_id"}))
         try:
@@ -155,10 +153,7 @@ async def open_gate(
             raise ApiError(409, "conflict", str(err)) from None
         return 201, state.model_dump(mode="json")
 
-    return await idempotent(
-        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
-        path=request.url.path, body=body, run=run,
-    )  # fmt: skip
+    return await answer_once(request, sessions, caller, idempotency_key, body, run)
 
 
 @router.get("/{gate_id:path}", response_model=GateState)
@@ -167,75 +162,59 @@ async def get_gate(gate_id: str, client: ClientDep, caller: CallerDep) -> GateSt
     return await _read_state(client, gate_id, caller)
 
 
-async def _decide(
-    request: Request,
-    gate_id: str,
-    decision: str,
-    body: DecisionBody,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: ApproverDep,
-    idempotency_key: str | None,
-) -> Any:
-    async def run() -> tuple[int, Any]:
-        # One RPC on the way that succeeds: the Update itself. The gate accepts a decision
-        # only from a caller who may see it (a named approver, any approver when it names
-        # none, or admin; ApproverDep let no one else through), so the read check that
-        # _visible makes would only repeat it. Every refusal and error goes through that
-        # check first, so a caller who may not see a gate learns no more than 404.
-        decision_in = GateDecision(
-            decision=decision,  # type: ignore[arg-type]
-            actor=caller.actor,
-            comment=body.comment,
-            request_id=request_id_for(caller, idempotency_key),
-        )
-        try:
-            state = await gates.decide(client, gate_id, decision_in)
-        except Exception as err:
-            desc = await _visible(client, gate_id, caller)
-            if desc.status != WorkflowExecutionStatus.RUNNING:
-                raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed") from None
-            if isinstance(err, GateRefusal):
-                raise refusal_error(err) from None
-            raise
-        return 200, state.model_dump(mode="json")
+def _decision_route(decision: Literal["approve", "reject"]) -> Callable[..., Awaitable[Any]]:
+    """The route that decides ``decision`` (approve and reject differ in nothing else)."""
 
-    return await idempotent(
-        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
-        path=request.url.path, body=body, run=run,
-    )  # fmt: skip
+    async def route(
+        request: Request,
+        gate_id: str,
+        body: DecisionBody,
+        client: ClientDep,
+        sessions: SessionsDep,
+        caller: ApproverDep,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Any:
+        async def run() -> tuple[int, Any]:
+            # One RPC on the way that succeeds: the Update itself. The gate accepts a
+            # decision only from a caller who may see it (a named approver, any approver
+            # when it names none, or admin; ApproverDep let no one else through), so the
+            # read check that _visible makes would only repeat it. Every refusal and error
+            # goes through that check first, so a caller who may not see a gate learns no
+            # more than 404.
+            decision_in = GateDecision(
+                decision=decision,
+                actor=caller.actor,
+                comment=body.comment,
+                request_id=request_id_for(caller, idempotency_key),
+            )
+            try:
+                state = await gates.decide(client, gate_id, decision_in)
+            except Exception as err:
+                desc = await _visible(client, gate_id, caller)
+                if desc.status != WorkflowExecutionStatus.RUNNING:
+                    raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed") from None
+                if isinstance(err, GateRefusal):
+                    raise refusal_error(err) from None
+                raise
+            return 200, state.model_dump(mode="json")
 
+        return await answer_once(request, sessions, caller, idempotency_key, body, run)
 
-@router.post("/{gate_id:path}/approve", response_model=GateState)
-async def approve_gate(
-    request: Request,
-    gate_id: str,
-    body: DecisionBody,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: ApproverDep,
-    idempotency_key: IdempotencyKey = None,
-) -> Any:
-    """Approve as the calling approver. 403 for the requester or a non-approver, 409 if closed."""
-    return await _decide(
-        request, gate_id, "approve", body, client, sessions, caller, idempotency_key
+    # The name and docstring FastAPI makes the operation's id and description of.
+    route.__name__ = route.__qualname__ = f"{decision}_gate"
+    route.__doc__ = (
+        f"{decision.capitalize()} as the calling approver. "
+        "403 for the requester or a non-approver, 409 if closed."
     )
+    return route
 
 
-@router.post("/{gate_id:path}/reject", response_model=GateState)
-async def reject_gate(
-    request: Request,
-    gate_id: str,
-    body: DecisionBody,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: ApproverDep,
-    idempotency_key: IdempotencyKey = None,
-) -> Any:
-    """Reject as the calling approver. 403 for the requester or a non-approver, 409 if closed."""
-    return await _decide(
-        request, gate_id, "reject", body, client, sessions, caller, idempotency_key
-    )
+approve_gate = router.post("/{gate_id:path}/approve", response_model=GateState)(
+    _decision_route("approve")
+)
+reject_gate = router.post("/{gate_id:path}/reject", response_model=GateState)(
+    _decision_route("reject")
+)
 
 
 @router.post("/{gate_id:path}/comments", response_model=GateState)
@@ -265,7 +244,4 @@ async def comment_gate(
             raise refusal_error(err) from None
         return 200, state.model_dump(mode="json")
 
-    return await idempotent(
-        sessions=sessions, key=idempotency_key, caller=caller, method="POST",
-        path=request.url.path, body=body, run=run,
-    )  # fmt: skip
+    return await answer_once(request, sessions, caller, idempotency_key, body, run)
