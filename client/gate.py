@@ -11,6 +11,7 @@ the API maps codes to HTTP statuses, the CLIs to exit codes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -219,13 +220,17 @@ async def access_memo_of(wf: Any) -> RunAccess | None:
     return access
 
 
-async def summary_of(client: Client, wf: Any) -> GateSummaryMemo | None:
+async def summary_of(
+    client: Client, wf: Any, reads: asyncio.Semaphore | None = None
+) -> GateSummaryMemo | None:
     """Gate ``wf``'s summary: its memo, else (a gate without one) read from its request
-    in its start event; None when neither is readable."""
+    in its start event, holding ``reads`` (when given) while it reads; None when neither
+    is readable."""
     memo = await summary_memo_of(wf)
     if memo is not None:
         return memo
-    req = await request_of(client, wf)
+    async with reads or contextlib.nullcontext():
+        req = await request_of(client, wf)
     return None if req is None else summary_memo(req)
 
 
@@ -237,7 +242,11 @@ async def access_of(client: Client, wf: Any) -> RunAccess | None:
     access = await access_memo_of(wf)
     if access is not None:
         return access
-    summary = await summary_of(client, wf)
+    return _summary_access(await summary_of(client, wf))
+
+
+def _summary_access(summary: GateSummaryMemo | None) -> RunAccess | None:
+    """Who may see a gate by its summary (its requester and approvers), None without one."""
     return None if summary is None else access_for(summary.requester, [summary.approvers])
 
 
@@ -276,44 +285,36 @@ async def list_gates(
     if clause:
         query += f" AND {clause}"
     rows, next_token = await list_page(client, query, page_size=limit, page_token=page_token)
-    limiter = asyncio.Semaphore(REQUEST_READS)
-
-    async def read(wf: Any) -> GateSummaryMemo | None:
-        memo = await summary_memo_of(wf)
-        if memo is not None:
-            return memo
-        async with limiter:
-            req = await request_of(client, wf)
-        return None if req is None else summary_memo(req)
-
-    summaries = await asyncio.gather(*(read(wf) for wf in rows))
+    reads = asyncio.Semaphore(REQUEST_READS)
+    summaries = await asyncio.gather(*(summary_of(client, wf, reads) for wf in rows))
     gates: list[GateSummary] = []
     for wf, summary in zip(rows, summaries, strict=True):
         if visible is not None:
             access = await access_memo_of(wf)
-            if access is None and summary is not None:
-                access = access_for(summary.requester, [summary.approvers])
-            if not visible(access):
+            if not visible(access if access is not None else _summary_access(summary)):
                 continue
-        parent, _, name = wf.id.rpartition(GATE_ID_SEPARATOR)
-        gates.append(
-            GateSummary(
-                gate_id=wf.id,
-                name=name,
-                status=status.value,
-                started_at=wf.start_time,
-                parent_id=parent or None,
-                requester=summary.requester if summary else None,
-                subject=summary.subject if summary else None,
-                approvers=summary.approvers if summary else None,
-                expires_at=(
-                    wf.start_time + timedelta(seconds=summary.expires_in_s)
-                    if summary and wf.start_time
-                    else None
-                ),
-            )
-        )
+        gates.append(_gate_row(wf, status, summary))
     return GatePage(gates=gates, next_page_token=next_token)
+
+
+def _gate_row(wf: Any, status: GateStatus, summary: GateSummaryMemo | None) -> GateSummary:
+    """One row of a gate list: visibility row ``wf`` and its summary (None: unreadable)."""
+    parent, _, name = wf.id.rpartition(GATE_ID_SEPARATOR)
+    return GateSummary(
+        gate_id=wf.id,
+        name=name,
+        status=status.value,
+        started_at=wf.start_time,
+        parent_id=parent or None,
+        requester=summary.requester if summary else None,
+        subject=summary.subject if summary else None,
+        approvers=summary.approvers if summary else None,
+        expires_at=(
+            wf.start_time + timedelta(seconds=summary.expires_in_s)
+            if summary and wf.start_time
+            else None
+        ),
+    )
 
 
 async def state(
