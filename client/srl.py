@@ -9,6 +9,7 @@ rows in SQL (``store/srl_steps.py``).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -16,7 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowHandle
 
 from client.temporal import RunStatus, describe_or_none, start_by_type, status_name
-from keel.srl.expert import Expert, expert_steps
+from keel.digest import canonical_json
+from keel.srl.expert import Expert, ExpertStep, expert_steps
 from keel.srl.steps import (
     COLLECTION_TYPE,
     CollectionInput,
@@ -49,10 +51,30 @@ def upload_tasks(
     Raises ``keel.srl.steps.TasksInvalid`` naming the first bad line, or the tasks a gold
     replay cannot replay.
     """
+    count = _checked_count(data, source)
+    return artifacts.put_bytes(data), count
+
+
+def stored_task_count(artifacts: ArtifactStore, digest: str, source: str | None = None) -> int:
+    """Validate the task file already stored under ``digest`` as :func:`upload_tasks` does a
+    new one: its number of tasks.
+
+    Raises ``store.artifacts.ArtifactNotFound`` when no file has that digest, and
+    ``keel.srl.steps.TasksInvalid`` as :func:`upload_tasks` does.
+    """
+    return _checked_count(artifacts.get_bytes(digest), source)
+
+
+def _checked_count(data: bytes, source: str | None) -> int:
     tasks = parse_tasks(data)
     if source is not None:
         check_source(tasks, source)
-    return artifacts.put_bytes(data), len(tasks)
+    return len(tasks)
+
+
+def tasks_jsonl(tasks: Sequence[SrlTask]) -> bytes:
+    """``tasks`` as a JSONL task file (canonical JSON, one task a line)."""
+    return b"".join(canonical_json(t) + b"\n" for t in tasks)
 
 
 class CollectionMismatch(ValueError):
@@ -192,28 +214,15 @@ def expert_task_file(
             f"collection {collection!r}: its task file {identity.tasks_digest} is not in the "
             "artifact store"
         ) from None
-    episodes: dict[tuple[str, int], list[StepRecord]] = {}
-    for row in list_steps(sessions, collection):
-        episodes.setdefault((row.task_id, row.sample), []).append(
-            StepRecord.model_validate_json(row.record_json)
-        )
+    episodes = _episodes(sessions, collection)
     lines: list[str] = []
     without: list[str] = []
     total_steps = 0
     for task in tasks:
-        candidates = []
-        for (task_id, sample), records in sorted(episodes.items()):
-            if task_id != task.task_id:
-                continue
-            digests = {r.text_digest for r in records if r.text_digest is not None}
-            texts = {d: artifacts.get_bytes(d).decode("utf-8") for d in digests}
-            steps = expert_steps(records, texts)
-            if steps is not None and steps[-1].text_after == task.post:
-                candidates.append((len(steps), sample, steps))
-        if not candidates:
+        steps = _expert_of(task, episodes, artifacts)
+        if steps is None:
             without.append(task.task_id)
             continue
-        _, _, steps = min(candidates, key=lambda c: (c[0], c[1]))
         total_steps += len(steps)
         expert = Expert(
             steps=steps, collection=collection, source=identity.source, model=identity.model
@@ -235,3 +244,36 @@ def expert_task_file(
         expert_steps=total_steps,
         without=without,
     )
+
+
+def _episodes(
+    sessions: sessionmaker[Session], collection: str
+) -> dict[tuple[str, int], list[StepRecord]]:
+    """The collection's recorded steps by episode, ``(task_id, sample)``."""
+    episodes: dict[tuple[str, int], list[StepRecord]] = {}
+    for row in list_steps(sessions, collection):
+        episodes.setdefault((row.task_id, row.sample), []).append(
+            StepRecord.model_validate_json(row.record_json)
+        )
+    return episodes
+
+
+def _expert_of(
+    task: SrlTask,
+    episodes: dict[tuple[str, int], list[StepRecord]],
+    artifacts: ArtifactStore,
+) -> list[ExpertStep] | None:
+    """``task``'s expert steps: of its episodes that end verified at ``task.post``, the one
+    with the fewest steps (the lowest sample on a tie); None when none does."""
+    candidates = []
+    for (task_id, sample), records in sorted(episodes.items()):
+        if task_id != task.task_id:
+            continue
+        digests = {r.text_digest for r in records if r.text_digest is not None}
+        texts = {d: artifacts.get_bytes(d).decode("utf-8") for d in digests}
+        steps = expert_steps(records, texts)
+        if steps is not None and steps[-1].text_after == task.post:
+            candidates.append((len(steps), sample, steps))
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: (c[0], c[1]))[2]

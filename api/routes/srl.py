@@ -36,17 +36,17 @@ from client.srl import (
     collection_view,
     collection_workflow_id,
     start_collection,
+    stored_task_count,
+    tasks_jsonl,
+    upload_tasks,
 )
 from keel.access import ACCESS_MEMO, access_for
-from keel.digest import canonical_json
 from keel.ids import ID_PATTERN
 from keel.srl.steps import (
     CollectionInput,
     CollectionOptions,
     SrlTask,
     TasksInvalid,
-    check_source,
-    parse_tasks,
 )
 from store.artifacts import ArtifactNotFound, ArtifactStore
 
@@ -80,25 +80,15 @@ class StartedCollection(BaseModel):
 
 def _stored_tasks(store: ArtifactStore, body: StartCollectionBody) -> tuple[str, int]:
     """The task file's digest and task count; 404/422 when it is missing or invalid."""
-    if body.tasks is not None:
-        data = b"".join(canonical_json(t) + b"\n" for t in body.tasks)
-        try:
-            tasks = parse_tasks(data)
-            check_source(tasks, body.source)
-        except TasksInvalid as e:
-            raise ApiError(422, "validation_failed", str(e)) from None
-        return store.put_bytes(data), len(tasks)
-    assert body.tasks_digest is not None
     try:
-        data = store.get_bytes(body.tasks_digest)
+        if body.tasks is not None:
+            return upload_tasks(store, tasks_jsonl(body.tasks), body.source)
+        assert body.tasks_digest is not None
+        return body.tasks_digest, stored_task_count(store, body.tasks_digest, body.source)
     except ArtifactNotFound:
         raise ApiError(404, "not_found", f"no task file {body.tasks_digest}") from None
-    try:
-        tasks = parse_tasks(data)
-        check_source(tasks, body.source)
     except TasksInvalid as e:
         raise ApiError(422, "validation_failed", str(e)) from None
-    return body.tasks_digest, len(tasks)
 
 
 @router.post("/collections", status_code=202, response_model=StartedCollection)
