@@ -81,8 +81,13 @@ with workflow.unsafe.imports_passed_through():
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out")
 
-# Windows in flight at once; each runs max_workers // in_flight shards at a time.
+# Windows in flight at once; each runs max_workers // in_flight shards at a time. Runs
+# before patch mrp-windows-per-cpu: at most this many; after it, at least this many, and
+# as many more as the backend's CPUs can keep busy (see windows_in_flight).
 MAX_WINDOWS_IN_FLIGHT = 4
+# Runs whose compile reported the backend's CPUs keep windows_in_flight(...) windows in
+# flight (asked only where that differs from the old count, so older histories replay).
+PATCH_WINDOWS_PER_CPU = "mrp-windows-per-cpu"
 # Runs started before this patch keep one window in flight where a window has more shards
 # than max_workers; newer runs overlap two (when max_workers is even).
 PATCH_OVERLAP_WINDOWS = "mrp-overlap-windows"
@@ -96,6 +101,15 @@ MAX_NAMED_SHARDS = 20
 def windows_of(shard_count: int, size: int) -> list[tuple[int, int]]:
     """``[(start, end), ...]`` covering ``0..shard_count`` in windows of ``size``."""
     return [(s, min(s + size, shard_count)) for s in range(0, shard_count, size)]
+
+
+def windows_in_flight(max_workers: int, size: int, windows: int, cpus: int) -> int:
+    """Windows to keep in flight: enough that their shards use ``max_workers`` workers,
+    at most one window per ``size`` of the backend's ``cpus`` plus one (the next window
+    starts while the last shards of the others run), never fewer than the old
+    :data:`MAX_WINDOWS_IN_FLIGHT` cap, and never more than there are windows."""
+    cap = max(MAX_WINDOWS_IN_FLIGHT, -(-cpus // size) + 1)
+    return max(1, min(cap, -(-max_workers // size), windows))
 
 
 def window_timeout(size: int, parallelism: int, timeout_s: float, retries: int) -> timedelta:
@@ -381,6 +395,11 @@ class MRPJob:
         limits = self._compiled.limits
         max_workers = limits.max_workers
         in_flight = max(1, min(MAX_WINDOWS_IN_FLIGHT, -(-max_workers // size), len(windows)))
+        cpus = self._compiled.backend_cpus
+        if cpus is not None:
+            scaled = windows_in_flight(max_workers, size, len(windows), cpus)
+            if scaled != in_flight and workflow.patched(PATCH_WINDOWS_PER_CPU):
+                in_flight = scaled
         # The patch is asked only where it can change something, as it always was: asking
         # it elsewhere would add a marker that older histories lack.
         if (

@@ -38,7 +38,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway, sql_recorder
-from activities.mrp.backends import file_reader, store_for
+from activities.mrp.backends import backend_cpus, file_reader, store_for
 from activities.mrp.compiling import (
     check_job_sink,
     compile_error,
@@ -305,6 +305,7 @@ class MrpActivities:
             map_operator=ir.operators["map"].ref,
             skipped_records=skipped.count,
             skipped_records_digest=skipped.digest,
+            backend_cpus=backend_cpus(inp.backend, self.config().caps.max_workers),
         )
 
     def _start_run(

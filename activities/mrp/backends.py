@@ -612,6 +612,26 @@ class RaySession:
         self.wake.set()
 
 
+def backend_cpus(name: BackendName, max_workers: int) -> int:
+    """The CPUs that shards of backend ``name`` run on: a joined Ray cluster's
+    (``KEEL_RAY_ADDRESS``: its ``CPU`` resources, joining it if this process has not yet;
+    ``max_workers`` when it cannot be asked), else this machine's (the local Ray cluster
+    and the threads backend run here)."""
+    if name == "ray" and fanout.configured_address():
+        try:
+            import ray
+
+            fanout.ray_init(max_workers)
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+        except Exception:
+            cpus = 0
+        return cpus if cpus > 0 else max(1, max_workers)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 _backends: dict[str, Backend] = {}
 
 
@@ -637,6 +657,7 @@ __all__ = [
     "ShardNotStarted",
     "ShardTask",
     "ThreadsBackend",
+    "backend_cpus",
     "execute_item",
     "execute_shard",
     "get_backend",

@@ -61,6 +61,10 @@ class CompiledJob(_Model):
     # store), for the run manifest.
     skipped_records: int = 0
     skipped_records_digest: str | None = None
+    # CPUs the run's backend has where compile ran (a joined Ray cluster's CPU resources,
+    # else the worker machine's): how many map windows the workflow keeps in flight
+    # (patch mrp-windows-per-cpu). None in histories recorded before it.
+    backend_cpus: int | None = Field(default=None, ge=1)
 
 
 class MapWindowInput(_Model):
