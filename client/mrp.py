@@ -47,7 +47,7 @@ from keel.mrp.run import (
 )
 from keel.search_attributes import RUN_ID_ATTRIBUTE
 from store.artifacts import ArtifactStore
-from store.mrp_runs import get_run, list_shards, shard_counts
+from store.mrp_runs import RunRecord, get_run, list_shards, shard_counts
 
 ViewStatus = Literal[
     "running",
@@ -174,61 +174,76 @@ async def job_view(
         if client is not None and workflow_id
         else None
     )
-    if record is None and desc is None:
-        return None
-    job_id = workflow_id.split("/")[1] if workflow_id and workflow_id.count("/") >= 2 else ""
-    view = MrpJobView(run_id=run_id, workflow_id=workflow_id or "", job_id=job_id, status="running")
     if record is not None:
+        view = await _record_view(sessions, record, store)
+    elif desc is None:
+        return None
+    else:
+        job_id = workflow_id.split("/")[1] if workflow_id and workflow_id.count("/") >= 2 else ""
         view = MrpJobView(
-            run_id=record.run_id,
-            workflow_id=record.workflow_id,
-            job_id=record.job_id,
-            status=record.status,
-            backend=record.backend,
-            shards_total=record.shard_count,
-            counters=record.counters,
-            cost=record.cost,
-            manifest_digest=record.manifest_digest,
-            run_manifest_digest=record.run_manifest_digest,
-            ir_digest=record.ir_digest,
-            reduce_digest=record.reduce_digest,
-            phase_timings=record.phase_timings,
-            replay_of=record.replay_of,
-            error=record.error,
-            created_at=record.created_at,
-            updated_at=record.updated_at,
+            run_id=run_id, workflow_id=workflow_id or "", job_id=job_id, status="running"
         )
-        if record.status == "running":
-            counts = await asyncio.to_thread(shard_counts, sessions, record.run_id)
-            view.shards_done = sum(counts.values())
-        else:
-            view.shards_done = record.shard_count
-            if store is not None and record.run_manifest_digest is not None:
-                data = await asyncio.to_thread(store.get_bytes, record.run_manifest_digest)
-                view.output_digests = run_manifest_from_json(data).output_digests()
-    if desc is not None and desc.status is not None:
-        status = status_name(desc)
-        if status == "completed":
-            handle = client.get_workflow_handle(  # type: ignore[union-attr]
-                view.workflow_id, result_type=MRPJobResult
-            )
-            result: MRPJobResult = await handle.result()
-            view.status = result.status
-            view.output_digests = dict(result.output_digests)
-            view.run_manifest_digest = result.run_manifest_digest or view.run_manifest_digest
-            view.manifest_digest = result.manifest_digest or view.manifest_digest
-            view.counters = result.counters
-            view.cost = result.cost
-            view.phase_timings = dict(result.phase_timings) or view.phase_timings
-            view.shards_total = result.counters.total or view.shards_total
-        elif status in ENDED_WITHOUT_RESULT:
-            view.status = status  # type: ignore[assignment]
-            if status == "failed":
-                try:
-                    await client.get_workflow_handle(view.workflow_id).result()  # type: ignore[union-attr]
-                except WorkflowFailureError as err:
-                    view.error_type, view.error = failure_of(err)
+    if client is not None and desc is not None and desc.status is not None:
+        await _with_outcome(client, view, status_name(desc))
     return view
+
+
+async def _record_view(
+    sessions: sessionmaker[Session], record: RunRecord, store: ArtifactStore | None
+) -> MrpJobView:
+    """The view of a run from its SQL record: shards done from the shard rows while it
+    runs, output digests from its stored run manifest (when ``store`` is given) after."""
+    view = MrpJobView(
+        run_id=record.run_id,
+        workflow_id=record.workflow_id,
+        job_id=record.job_id,
+        status=record.status,
+        backend=record.backend,
+        shards_total=record.shard_count,
+        counters=record.counters,
+        cost=record.cost,
+        manifest_digest=record.manifest_digest,
+        run_manifest_digest=record.run_manifest_digest,
+        ir_digest=record.ir_digest,
+        reduce_digest=record.reduce_digest,
+        phase_timings=record.phase_timings,
+        replay_of=record.replay_of,
+        error=record.error,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+    if record.status == "running":
+        counts = await asyncio.to_thread(shard_counts, sessions, record.run_id)
+        view.shards_done = sum(counts.values())
+    else:
+        view.shards_done = record.shard_count
+        if store is not None and record.run_manifest_digest is not None:
+            data = await asyncio.to_thread(store.get_bytes, record.run_manifest_digest)
+            view.output_digests = run_manifest_from_json(data).output_digests()
+    return view
+
+
+async def _with_outcome(client: Client, view: MrpJobView, status: str) -> None:
+    """``view`` updated with what Temporal says of a run that ended with ``status``: the
+    result of a completed run, the failure of a failed one (nothing while it runs)."""
+    if status == "completed":
+        handle = client.get_workflow_handle(view.workflow_id, result_type=MRPJobResult)
+        result: MRPJobResult = await handle.result()
+        view.status = result.status
+        view.output_digests = dict(result.output_digests)
+        view.run_manifest_digest = result.run_manifest_digest or view.run_manifest_digest
+        view.manifest_digest = result.manifest_digest or view.manifest_digest
+        view.counters = result.counters
+        view.cost = result.cost
+        view.phase_timings = dict(result.phase_timings) or view.phase_timings
+        view.shards_total = result.counters.total or view.shards_total
+    elif status in ENDED_WITHOUT_RESULT:
+        view.status = status  # type: ignore[assignment]
+        if status == "failed":
+            try:
+                await client.get_workflow_handle(view.workflow_id).result()
+            except WorkflowFailureError as err:
+                view.error_type, view.error = failure_of(err)
 
 
 def running_cost(sessions: sessionmaker[Session], run_id: str, cost: RunCost) -> RunCost:
