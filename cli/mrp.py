@@ -18,25 +18,23 @@ JSON mode also the CLI toolkit's envelope ``{"error": {"family", "type", "code",
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from cli import toolkit
+from cli import mrp_text, toolkit
+from cli.mrp_local import compile_job, start_and_wait
 from cli.mrp_operators import app as operators_app
-from cli.mrp_text import _inspect_text, _progress_line, _result_doc, _result_text, _short
-from cli.toolkit import CliFailure, note, output
+from cli.mrp_text import _inspect_text, _result_doc, _result_text
+from cli.toolkit import CliFailure, output
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
-    from temporalio.client import Client
 
     from cli.envelope import CliError
-    from keel.mrp.run import MRPJobInput, MRPJobResult, RunManifest, RunRecord
+    from keel.mrp.run import RunManifest, RunRecord
     from keel.settings import Settings
     from store.artifacts import ArtifactStore
 
@@ -74,6 +72,35 @@ BackendOpt = Annotated[
 ]
 StayOpt = Annotated[
     bool, typer.Option("--stay", help="Keep a Keel (or worker) this command started running")
+]
+OutDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Where to write IR.json, manifest.json, policy_report.json "
+        "(default: <data dir>/mrp/compiled/<job id>)",
+        file_okay=False,
+    ),
+]
+WaitOpt = Annotated[
+    bool, typer.Option("--wait/--no-wait", help="Wait for the result (progress on stderr)")
+]
+WindowOpt = Annotated[
+    int | None, typer.Option("--window-size", min=1, help="Shards per map window")
+]
+NewRunIdOpt = Annotated[str | None, typer.Option("--run-id", help="Run id (default: generated)")]
+AllOpt = Annotated[
+    bool, typer.Option("--all", help="List every digest, not only the differing ones")
+]
+DownloadOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--download", "-d", help="Copy the outputs and manifests into this folder", file_okay=False
+    ),
+]
+ShardsOpt = Annotated[
+    int, typer.Option("--shards", min=0, help="Shards to list (text output; JSON lists all)")
 ]
 
 
@@ -138,6 +165,13 @@ def _stored_run(
     return settings, sessions, store, record
 
 
+def _start_mode(json_out: bool | None, backend: str | None) -> None:
+    """The output mode, then ``--backend`` checked (before anything starts)."""
+    MRP.mode(json_out)
+    if backend not in (None, "ray", "threads"):
+        MRP.fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
+
+
 def _read_job(job: Path) -> str:
     try:
         return job.read_text(encoding="utf-8")
@@ -148,56 +182,19 @@ def _read_job(job: Path) -> str:
 # -- compile -------------------------------------------------------------------------------
 
 
-def _compile(settings: Settings, job: Path, text: str) -> Any:
-    """Compile ``job`` against the configured registry and caps (files resolved beside it)."""
-    from activities.mrp.operators import load_mrp_config
-    from keel.mrp.dsl import parse_job
+def _refuse(e: Any, job: Path, out_dir: Path) -> NoReturn:
+    """A policy refusal: its report written to ``out_dir``, each violation one line."""
+    from keel.digest import canonical_json
 
-    source = str(job)
-    parsed = parse_job(text, source)
-    config = load_mrp_config(settings)
-    files = None
-    slices = None
-    if parsed.spec.inputs.files is not None:
-        from activities.mrp.inputs import resolve_inputs
-        from keel.mrp.errors import InputsRefused
-        from keel.mrp.policy import input_source_findings
-        from keel.problems import at_path
-
-        refused = input_source_findings(parsed.spec.inputs, config.caps)
-        if refused:
-            path, message = refused[0]
-            line = parsed.line(path)
-            where = at_path(path, line)
-            raise InputsRefused(f"MRP-P015 input source not allowed{where}: {message}")
-        # As the compile activity does, files beside the job file; nothing is stored.
-        inputs = resolve_inputs(
-            parsed.spec.inputs,
-            base_dir=str(job.resolve().parent),
-            settings=settings,
-            caps=config.caps,
-            store=_HashOnlyStore(),  # type: ignore[arg-type]
-            base_path=job.resolve().parent,
-        )
-        files, slices = inputs.files, inputs.slices
-    return config.compile_job(text, resolved_files=files, record_slices=slices, source=source)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "policy_report.json").write_bytes(canonical_json(e.report))
+    lines = _violation_lines(e, str(job))
+    lines.append(f"policy report written to {out_dir / 'policy_report.json'}")
+    MRP.fail("refused", lines, EXIT_REFUSED, [v.model_dump() for v in e.report.violations])
 
 
 @app.command("compile")
-def compile_cmd(
-    job: JobArg,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Where to write IR.json, manifest.json, policy_report.json "
-            "(default: <data dir>/mrp/compiled/<job id>)",
-            file_okay=False,
-        ),
-    ] = None,
-    json_out: JsonOpt = None,
-) -> None:
+def compile_cmd(job: JobArg, out: OutDirOpt = None, json_out: JsonOpt = None) -> None:
     """Check a job and write its IR, manifest and policy report; refusals name rule and line."""
     from keel.mrp.dsl import parse_job
     from keel.mrp.policy import PolicyViolation
@@ -209,15 +206,9 @@ def compile_cmd(
         job_id = parse_job(text, str(job)).spec.job_id
         out_dir = out or settings.data_dir / "mrp" / "compiled" / job_id
         try:
-            result = _compile(settings, job, text)
+            result = compile_job(settings, job, text)
         except PolicyViolation as e:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            from keel.digest import canonical_json
-
-            (out_dir / "policy_report.json").write_bytes(canonical_json(e.report))
-            lines = _violation_lines(e, str(job))
-            lines.append(f"policy report written to {out_dir / 'policy_report.json'}")
-            MRP.fail("refused", lines, EXIT_REFUSED, [v.model_dump() for v in e.report.violations])
+            _refuse(e, job, out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         files = {
             "IR.json": result.ir_json(),
@@ -226,85 +217,15 @@ def compile_cmd(
         }
         for name, data in files.items():
             (out_dir / name).write_bytes(data)
-        ir = result.ir
-        est = ir.budget.estimate
-        doc = {
-            "job_id": ir.job_id,
-            "out_dir": str(out_dir),
-            "files": sorted(files),
-            "shards": len(ir.map_tasks),
-            "operators": {role: b.ref for role, b in sorted(ir.operators.items())},
-            "estimate": {"units": str(est.units), "usd": str(est.usd)},
-            "ir_digest": ir.digest(),
-            "manifest_digest": result.manifest.digest(),
-            "policy_report_digest": result.policy_report.digest(),
-            "rules": {
-                "passed": sum(r.status == "passed" for r in result.policy_report.rules_evaluated),
-                "skipped": sum(r.status == "skipped" for r in result.policy_report.rules_evaluated),
-            },
-        }
-        ops = ", ".join(f"{role} {ref}" for role, ref in doc["operators"].items())
-        text_out = "\n".join(
-            [
-                f"{ir.job_id}: compiled, {len(ir.map_tasks)} shards; admitted "
-                f"({doc['rules']['passed']} rules passed, {doc['rules']['skipped']} skipped)",
-                f"  operators  {ops}",
-                f"  estimate   {est.units} units, ${est.usd}",
-                f"  IR         {doc['ir_digest']}",
-                f"  manifest   {doc['manifest_digest']}",
-                f"  written    {out_dir}/{{IR.json, manifest.json, policy_report.json}}",
-            ]
-        )
-        MRP.emit(doc, text_out)
+        doc = mrp_text.compile_doc(result, out_dir, list(files))
+        MRP.emit(doc, mrp_text.compile_text(doc))
 
 
 # -- run -----------------------------------------------------------------------------------
 
 
-class _HashOnlyStore:
-    """Stand-in artifact store for ``mrp compile``: digests file bytes, keeps nothing."""
-
-    def put_bytes(self, data: bytes) -> str:
-        from keel.digest import digest_bytes
-
-        return digest_bytes(data)
-
-
-async def _watch(
-    client: Client,
-    sessions: sessionmaker[Session],
-    run_id: str,
-    workflow_id: str,
-    services: Any,
-    show: bool,
-) -> None:
-    """Beside the result wait: progress on stderr (terminal only), from the workflow's
-    ``progress`` query and the run records; fails when a service this command started
-    dies."""
-    from client.mrp import job_view, running_cost
-
-    handle = client.get_workflow_handle(workflow_id)
-    last = ""
-
-    async def progress_line() -> None:
-        nonlocal last
-        progress: dict[str, Any] | None = None
-        with contextlib.suppress(Exception):
-            progress = await handle.query("progress", result_type=dict)
-        view = await job_view(None, sessions, run_id)
-        if view is not None and view.status == "running":
-            view.cost = await asyncio.to_thread(running_cost, sessions, run_id, view.cost)
-        line = _progress_line(view, progress)
-        if line != last:
-            sys.stderr.write("\r\033[K" + line)
-            sys.stderr.flush()
-            last = line
-
-    await toolkit.watch_services(
-        services,
-        on_dead=lambda why: MRP.failure("unavailable", why, EXIT_ERROR),
-        tick=progress_line if show else None,
-    )
+def _services_died(why: str) -> CliFailure:
+    return MRP.failure("unavailable", why, EXIT_ERROR)
 
 
 def _run_failure(err: BaseException, workflow_id: str) -> CliFailure:
@@ -330,75 +251,24 @@ def _run_failure(err: BaseException, workflow_id: str) -> CliFailure:
     )
 
 
-async def _start_and_wait(
-    settings: Settings,
-    inp: MRPJobInput,
-    job_id: str,
-    *,
-    wait: bool,
-    stay: bool,
-) -> tuple[str, MRPJobResult | None, BaseException | None]:
-    """Start ``MRPJob`` (services on demand) and, with ``wait``, its result or failure."""
-    from temporalio.client import WorkflowFailureError
-
-    from client.mrp import start_job
-    from keel.mrp.run import workflow_id_for
-    from services.local import LocalServices
-
-    services = LocalServices(settings, note)
-    keep = stay or not wait
-    try:
-        client = await services.connect()
-        wid = workflow_id_for(job_id, inp.run_id)
-        handle = await start_job(client, inp, workflow_id=wid, task_queue=settings.task_queue)
-        if not output.json:
-            note(f"Started {wid} (run id {inp.run_id}) on task queue {settings.task_queue!r}")
-        await services.ensure_worker(wid, "mrp-worker.log")
-        if not wait:
-            return wid, None, None
-        sessions = toolkit.sessions(settings)
-        show = sys.stderr.isatty()
-        try:
-            result = await toolkit.wait_watching(
-                handle.result(), _watch(client, sessions, inp.run_id, wid, services, show)
-            )
-        except WorkflowFailureError as err:
-            return wid, None, err
-        finally:
-            if show:
-                sys.stderr.write("\r\033[K")
-                sys.stderr.flush()
-        return wid, result, None
-    finally:
-        await asyncio.to_thread(services.stop, keep)
-
-
 @app.command()
 def run(
     job: JobArg,
     backend: BackendOpt = None,
-    wait: Annotated[
-        bool, typer.Option("--wait/--no-wait", help="Wait for the result (progress on stderr)")
-    ] = True,
-    window_size: Annotated[
-        int | None, typer.Option("--window-size", min=1, help="Shards per map window")
-    ] = None,
-    run_id: Annotated[
-        str | None, typer.Option("--run-id", help="Run id (default: generated)")
-    ] = None,
+    wait: WaitOpt = True,
+    window_size: WindowOpt = None,
+    run_id: NewRunIdOpt = None,
     stay: StayOpt = False,
     json_out: JsonOpt = None,
 ) -> None:
     """Run a job as an MRPJob workflow; checks it locally first (as 'mrp compile')."""
     from keel.mrp.run import MRPJobInput
 
-    MRP.mode(json_out)
-    if backend not in (None, "ray", "threads"):
-        MRP.fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
+    _start_mode(json_out, backend)
     with MRP.reported():
         settings = toolkit.load_settings()
         text = _read_job(job)
-        compiled = _compile(settings, job, text)  # fail fast, before any server starts
+        compiled = compile_job(settings, job, text)  # fail fast, before any server starts
         job_id = compiled.ir.job_id
         inp = MRPJobInput(
             job_yaml=text,
@@ -409,7 +279,9 @@ def run(
             window_size=window_size,
             requester=_requester(),
         )
-        wid, result, err = asyncio.run(_start_and_wait(settings, inp, job_id, wait=wait, stay=stay))
+        wid, result, err = asyncio.run(
+            start_and_wait(settings, inp, job_id, wait=wait, stay=stay, on_dead=_services_died)
+        )
         if err is not None:
             raise _run_failure(err, wid)
         if result is None:
@@ -437,27 +309,30 @@ def _requester() -> str:
 # -- replay --------------------------------------------------------------------------------
 
 
-def _comparison(original: RunManifest, replayed: RunManifest | None) -> list[dict[str, Any]]:
-    """One row per digest replay compares, in canonical order (shards, reduce, files)."""
-    a = original.comparable_digests()
-    b = replayed.comparable_digests() if replayed is not None else {}
-    order = [s.shard_id for s in sorted(original.shards, key=lambda s: s.shard_index)]
-    keys = [k for k in order if k in a or k in b]
-    keys += ["reduce"] if "reduce" in a or "reduce" in b else []
-    keys += sorted(k for k in set(a) | set(b) if k.startswith("produced:"))
-    return [
-        {"what": k, "original": a.get(k), "replay": b.get(k), "same": a.get(k) == b.get(k)}
-        for k in keys
-    ]
+def _replay_verdict(doc: dict[str, Any], err: BaseException | None, wid: str) -> None:
+    """Fails replay_mismatch at the first digest that differs, or as the run failed (the
+    comparison is the error's details in JSON mode)."""
+    differing = [r for r in doc["digests"] if not r["same"]]
+    if differing:
+        first = differing[0]
+        MRP.fail(
+            "replay_mismatch",
+            f"replay of {doc['run_id']} differs first at {first['what']}: original "
+            f"{first['original']}, replay {first['replay']}",
+            EXIT_REPLAY_MISMATCH,
+            doc,
+        )
+    if err is not None:
+        failure = _run_failure(err, wid)
+        failure.details = doc
+        raise failure
 
 
 @app.command()
 def replay(
     run_id: RunIdOpt,
     backend: BackendOpt = None,
-    all_rows: Annotated[
-        bool, typer.Option("--all", help="List every digest, not only the differing ones")
-    ] = False,
+    all_rows: AllOpt = False,
     stay: StayOpt = False,
     json_out: JsonOpt = None,
 ) -> None:
@@ -469,18 +344,12 @@ def replay(
     from keel.mrp.run import MRPJobInput
     from store.mrp_runs import get_manifest
 
-    MRP.mode(json_out)
-    if backend not in (None, "ray", "threads"):
-        MRP.fail_now("usage", f"--backend must be ray or threads, not {backend!r}", EXIT_USAGE)
+    _start_mode(json_out, backend)
     with MRP.reported():
         settings, sessions, store, record = _stored_run(run_id)
         original = get_manifest(sessions, store, run_id)
         if original is None:
-            MRP.fail(
-                "not_found",
-                f"run {run_id} has not finished (status {record.status})",
-                EXIT_NOT_FOUND,
-            )
+            _not_finished(run_id, record)
         new_id = f"{run_id[:40]}-replay-{uuid.uuid4().hex[:8]}"
         inp = MRPJobInput(
             run_id=new_id,
@@ -490,48 +359,15 @@ def replay(
             requester=_requester(),
         )
         wid, result, err = asyncio.run(
-            _start_and_wait(settings, inp, record.job_id, wait=True, stay=stay)
+            start_and_wait(
+                settings, inp, record.job_id, wait=True, stay=stay, on_dead=_services_died
+            )
         )
-        replayed = get_manifest(sessions, store, new_id)
-        rows = _comparison(original, replayed)
-        differing = [r for r in rows if not r["same"]]
-        doc: dict[str, Any] = {
-            "run_id": run_id,
-            "replay_run_id": new_id,
-            "workflow_id": wid,
-            "compared": len(rows),
-            "matched": len(rows) - len(differing),
-            "first_difference": differing[0]["what"] if differing else None,
-            "digests": rows,
-        }
-        lines = [
-            f"replay of {run_id} as {new_id}: {len(rows) - len(differing)}/{len(rows)} digests equal"
-        ]
-        for r in rows if all_rows else differing:
-            mark = "same" if r["same"] else "DIFFERENT"
-            lines.append(
-                f"  {r['what']:<40} {mark:<9} original {_short(r['original'])}  "
-                f"replay {_short(r['replay'])}"
-            )
-        if not all_rows and not differing:
-            for r in rows:
-                if r["what"] == "reduce" or r["what"].startswith("produced:"):
-                    lines.append(f"  {r['what']:<40} same      {r['original']}")
+        rows = mrp_text.comparison(original, get_manifest(sessions, store, new_id))
+        doc = mrp_text.replay_doc(run_id, new_id, wid, rows)
         if not output.json:
-            typer.echo("\n".join(lines))
-        if differing:
-            first = differing[0]
-            MRP.fail(
-                "replay_mismatch",
-                f"replay of {run_id} differs first at {first['what']}: original "
-                f"{first['original']}, replay {first['replay']}",
-                EXIT_REPLAY_MISMATCH,
-                doc,  # in JSON mode the whole comparison is the error's details
-            )
-        if err is not None:
-            failure = _run_failure(err, wid)
-            failure.details = doc
-            raise failure
+            typer.echo(mrp_text.replay_text(doc, all_rows))
+        _replay_verdict(doc, err, wid)
         if output.json:
             MRP.emit(doc, "")
         if result is not None and result.status != "succeeded":
@@ -573,21 +409,15 @@ def _download(manifest: RunManifest, store: ArtifactStore, dest: Path) -> list[d
     return got
 
 
+def _not_finished(run_id: str, record: RunRecord) -> NoReturn:
+    MRP.fail("not_found", f"run {run_id} has not finished (status {record.status})", EXIT_NOT_FOUND)
+
+
 @app.command()
 def inspect(
     run_id: RunIdOpt,
-    download: Annotated[
-        Path | None,
-        typer.Option(
-            "--download",
-            "-d",
-            help="Copy the outputs and manifests into this folder",
-            file_okay=False,
-        ),
-    ] = None,
-    shards: Annotated[
-        int, typer.Option("--shards", min=0, help="Shards to list (text output; JSON lists all)")
-    ] = 20,
+    download: DownloadOpt = None,
+    shards: ShardsOpt = 20,
     json_out: JsonOpt = None,
 ) -> None:
     """Show a run: manifest, phase timings, per-shard status, cost; download its outputs."""
@@ -604,37 +434,22 @@ def inspect(
             else None
         )
         rows = list_shards(sessions, run_id)
-        by_state: dict[str, int] = {}
-        for r in rows:
-            key = r.state if r.source != "checkpoint" else "skipped"
-            by_state[key] = by_state.get(key, 0) + 1
         downloaded = None
         if download is not None:
             if run_manifest is None:
-                MRP.fail(
-                    "not_found",
-                    f"run {run_id} has not finished (status {record.status})",
-                    EXIT_NOT_FOUND,
-                )
+                _not_finished(run_id, record)
             downloaded = _download(run_manifest, store, download)
-        doc: dict[str, Any] = {
-            "run": record.model_dump(mode="json"),
-            "manifest": compile_manifest.model_dump(mode="json") if compile_manifest else None,
-            "run_manifest": run_manifest.model_dump(mode="json") if run_manifest else None,
-            "shards": [r.model_dump(mode="json") for r in rows],
-            "shard_states": by_state,
-            "failed_shards": [
-                {"shard_id": r.shard_id, "attempts": r.attempts, "error": r.error}
-                for r in rows
-                if r.state == "failed"
-            ],
-        }
-        if downloaded is not None:
-            doc["downloaded"] = downloaded
+        doc = mrp_text.inspect_doc(record, compile_manifest, run_manifest, rows, downloaded)
         MRP.emit(
             doc,
             _inspect_text(
-                record, compile_manifest, run_manifest, rows, by_state, shards, downloaded
+                record,
+                compile_manifest,
+                run_manifest,
+                rows,
+                doc["shard_states"],
+                shards,
+                downloaded,
             ),
         )
 

@@ -1,7 +1,7 @@
 """What every Keel CLI (``keel``, ``mrp``, ``runllm``, and the families to come) shares.
 
-- :data:`output`: the output mode (JSON on stdout, or text for people) and :func:`note`
-  (progress on stderr, never mixed into the JSON);
+- :data:`output`: the output mode (JSON on stdout, or text for people), :func:`note`
+  (progress on stderr, never mixed into the JSON) and :class:`StatusLine` (a live one);
 - :class:`cli.envelope.CliError`, the one error model: the family, its error type, the
   message, the exit code and the family's own payload in ``details``; :func:`report`
   writes it in the family's documented shape (:data:`ERROR_STYLES`), :class:`CliFailure`
@@ -142,6 +142,25 @@ def note(text: str) -> None:
     """Progress for people, on stderr (never mixed into the JSON on stdout)."""
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
+
+
+class StatusLine:
+    """A progress line on stderr (for a terminal), rewritten in place: :meth:`show` writes
+    a line only when it differs from the last one, :meth:`clear` erases it."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def show(self, line: str) -> None:
+        if line != self.last:
+            sys.stderr.write("\r\033[K" + line)
+            sys.stderr.flush()
+            self.last = line
+
+    @staticmethod
+    def clear() -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
 
 
 # -- errors --------------------------------------------------------------------------------
