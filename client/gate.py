@@ -28,6 +28,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from client.memos import access_memo_of, memo_of
 from client.temporal import (
     describe_or_none,
     list_page,
@@ -202,22 +203,7 @@ async def summary_memo_of(wf: Any) -> GateSummaryMemo | None:
     """Gate ``wf``'s summary memo (a description or a list row: no RPC), None when it has
     none (a gate started before the memo, or one whose first task has not run yet) or it
     is unreadable."""
-    try:
-        memo: GateSummaryMemo | None = await wf.memo_value(
-            GATE_SUMMARY_MEMO, None, type_hint=GateSummaryMemo
-        )
-    except (ValueError, TypeError):
-        return None
-    return memo
-
-
-async def access_memo_of(wf: Any) -> RunAccess | None:
-    """Gate ``wf``'s access memo (no RPC), None when it has none or it is unreadable."""
-    try:
-        access: RunAccess | None = await wf.memo_value(ACCESS_MEMO, None, type_hint=RunAccess)
-    except (ValueError, TypeError):
-        return None
-    return access
+    return await memo_of(wf, GATE_SUMMARY_MEMO, GateSummaryMemo)
 
 
 async def summary_of(

@@ -28,6 +28,7 @@ from temporalio.client import WorkflowExecution
 
 from api.deps import CallerDep, ClientDep
 from api.errors import ERROR_RESPONSES, ApiError
+from client.memos import access_memo_of, memo_of
 from client.temporal import (
     BadPageToken,
     RunStatus,
@@ -37,7 +38,7 @@ from client.temporal import (
     readers_clause,
     status_name,
 )
-from keel.access import ACCESS_MEMO, RunAccess, may_read, reader_terms
+from keel.access import may_read, reader_terms
 from keel.families import FamilySpec, family_of_type, run_families
 from keel.progress import PROGRESS_MEMO, RunProgress
 from services.up import ui_link
@@ -81,19 +82,8 @@ async def progress_of(wf: WorkflowExecution, family: FamilySpec) -> str | None:
     """A running run's progress line from its visibility row's memo (no query)."""
     if family.progress != "memo":
         return None
-    try:
-        progress = await wf.memo_value(PROGRESS_MEMO, None, type_hint=RunProgress)
-    except (ValueError, TypeError):  # a memo of another shape: show none
-        return None
-    return progress.line() if isinstance(progress, RunProgress) else None
-
-
-async def _readable(wf: WorkflowExecution, actor: str, roles: frozenset[str]) -> bool:
-    try:
-        access = await wf.memo_value(ACCESS_MEMO, None, type_hint=RunAccess)
-    except (ValueError, TypeError):
-        access = None
-    return may_read(access, actor, roles)
+    progress = await memo_of(wf, PROGRESS_MEMO, RunProgress)  # another shape: None
+    return progress.line() if progress is not None else None
 
 
 @router.get("", response_model=RunList)
@@ -132,7 +122,7 @@ async def list_runs(
     runs: list[RunSummary] = []
     for wf in rows:
         # A defence: the memo is the record of who may read a run (the attribute its index).
-        if not await _readable(wf, caller.actor, caller.roles):
+        if not may_read(await access_memo_of(wf), caller.actor, caller.roles):
             continue
         spec = family_of_type(wf.workflow_type)
         if spec is None:  # a family unregistered since the query: not a run here
