@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,93 +29,176 @@ def _delta(usd: Any, pct: Any) -> str:
     return f" ({text} against the previous set)"
 
 
+def _coverage(p: dict[str, Any], project: str, ds: str) -> str:
+    return f"coverage {p.get('score', 0):.2f}, " + (
+        "covered"
+        if p.get("covered")
+        else f"not covered (missing {', '.join(p['missing'])})"
+        if p.get("missing")
+        else "not covered"
+    )
+
+
+def _plan(p: dict[str, Any], project: str, ds: str) -> str:
+    choices = ", ".join(f"{k}={v}" for k, v in p.get("choices", {}).items())
+    gaps = f"; gaps: {', '.join(p['gaps'])}" if p.get("gaps") else ""
+    text = f"plan round {p.get('round')}: {choices}{gaps}"
+    if p.get("revision"):
+        text += " (sent back by the critics: " + "; ".join(p["revision"]["reasons"]) + ")"
+    refused = (p.get("agent") or {}).get("refused") or []
+    if refused:
+        text += f"; refused model proposals: {', '.join(r['proposal'] for r in refused)}"
+    return text
+
+
+def _reason_card(p: dict[str, Any], project: str, ds: str) -> str:
+    choice = (p.get("choice") or {}).get("id")
+    text = f"reason card ({p.get('agent')}): {choice or 'no choice'}, "
+    return text + f"confidence {p.get('confidence', 0):.2f}"
+
+
+def _cost(p: dict[str, Any], project: str, ds: str) -> str:
+    unpriced = len(p.get("unpriced") or [])
+    text = f"cost {_usd(p.get('monthly_usd'))}/month"
+    text += _delta(p.get("delta_vs_prev_usd"), p.get("delta_vs_prev_pct"))
+    return text + (f", {unpriced} unpriced" if unpriced else "")
+
+
+def _policy(p: dict[str, Any], project: str, ds: str) -> str:
+    flagged = [f"{r['id']} {r['status']}" for r in p.get("rules", []) if r["status"] != "pass"]
+    text = f"policy {p.get('overall')}" + (f" ({', '.join(flagged)})" if flagged else "")
+    return text + (", gate required" if p.get("gate_required") else "")
+
+
+def _gate_waiting(p: dict[str, Any], project: str, ds: str) -> str:
+    return (
+        f"gate {p.get('gate')} waiting for approval: "
+        f"{_cmd('design', 'approve', project, ds)} "
+        f"(or --reject --comment '...' to plan again)"
+    )
+
+
+def _validation(p: dict[str, Any], project: str, ds: str) -> str:
+    summary = p.get("summary", {})
+    text = "validators: " + ", ".join(f"{k} {v}" for k, v in summary.items())
+    failed = [k for k, v in summary.items() if v == "failed"]
+    return text + (f"; FAILED: {', '.join(failed)}" if failed else "")
+
+
+def _repair(p: dict[str, Any], project: str, ds: str) -> str:
+    from client.design_view import repair_round
+
+    return _repair_text(repair_round(p))
+
+
+def _diff_update(p: dict[str, Any], project: str, ds: str) -> str:
+    return (
+        f"diff against {p.get('previous')}: {p.get('files_added')} files added, "
+        f"{p.get('files_removed')} removed, {p.get('files_modified')} modified; "
+        f"{len(p.get('state_keys_changed', []))} state keys changed"
+    )
+
+
+def _run_complete(p: dict[str, Any], project: str, ds: str) -> str:
+    text = f"run complete: {p.get('status')}, version {p.get('version')}"
+    if p.get("archive_digest"):
+        failing = " (failing validation)" if p.get("status") == "validation_failed" else ""
+        text += f"; download{failing} with {_cmd('design', 'download', project, ds)}"
+    return text
+
+
+#: ``event type -> its line's text of (payload, project, decision set)``.
+_EVENT_TEXT: dict[str, Callable[[dict[str, Any], str, str], str]] = {
+    "coverage-update": _coverage,
+    "questions": lambda p, *_: (
+        f"questions (round {p.get('round')}): {', '.join(p.get('fields', []))}"
+    ),
+    "answers": lambda p, *_: f"answers from {p.get('by') or '?'}: {', '.join(p.get('fields', []))}",
+    "plan-ready": _plan,
+    "reason-card": _reason_card,
+    "cost-update": _cost,
+    "policy-update": _policy,
+    "gate-waiting": _gate_waiting,
+    "approval": lambda p, *_: f"gate {p.get('gate')} {p.get('status')} by {p.get('by') or '?'}",
+    "artifacts": lambda p, *_: f"codegen: {p.get('files')} files",
+    "validation": _validation,
+    "repair": _repair,
+    "diff-update": _diff_update,
+    "run-complete": _run_complete,
+    "run-error": lambda p, *_: f"run error ({p.get('status')}): {p.get('message')}",
+}
+
+
 def event_line(e: DesignEvent, project: str, ds: str) -> str:
     """One line for one pipeline event, as ``design run`` prints it."""
     p = e.payload
     node = p.get("node_name") or "-"
-    t = e.type
-    if t == "coverage-update":
-        text = f"coverage {p.get('score', 0):.2f}, " + (
-            "covered"
-            if p.get("covered")
-            else f"not covered (missing {', '.join(p['missing'])})"
-            if p.get("missing")
-            else "not covered"
-        )
-    elif t == "questions":
-        text = f"questions (round {p.get('round')}): {', '.join(p.get('fields', []))}"
-    elif t == "answers":
-        text = f"answers from {p.get('by') or '?'}: {', '.join(p.get('fields', []))}"
-    elif t == "plan-ready":
-        choices = ", ".join(f"{k}={v}" for k, v in p.get("choices", {}).items())
-        gaps = f"; gaps: {', '.join(p['gaps'])}" if p.get("gaps") else ""
-        text = f"plan round {p.get('round')}: {choices}{gaps}"
-        if p.get("revision"):
-            text += " (sent back by the critics: " + "; ".join(p["revision"]["reasons"]) + ")"
-        refused = (p.get("agent") or {}).get("refused") or []
-        if refused:
-            text += f"; refused model proposals: {', '.join(r['proposal'] for r in refused)}"
-    elif t == "reason-card":
-        choice = (p.get("choice") or {}).get("id")
-        text = f"reason card ({p.get('agent')}): {choice or 'no choice'}, "
-        text += f"confidence {p.get('confidence', 0):.2f}"
-    elif t == "cost-update":
-        unpriced = len(p.get("unpriced") or [])
-        text = f"cost {_usd(p.get('monthly_usd'))}/month"
-        text += _delta(p.get("delta_vs_prev_usd"), p.get("delta_vs_prev_pct"))
-        text += f", {unpriced} unpriced" if unpriced else ""
-    elif t == "policy-update":
-        flagged = [f"{r['id']} {r['status']}" for r in p.get("rules", []) if r["status"] != "pass"]
-        text = f"policy {p.get('overall')}" + (f" ({', '.join(flagged)})" if flagged else "")
-        text += ", gate required" if p.get("gate_required") else ""
-    elif t == "gate-waiting":
-        text = (
-            f"gate {p.get('gate')} waiting for approval: "
-            f"{_cmd('design', 'approve', project, ds)} "
-            f"(or --reject --comment '...' to plan again)"
-        )
-    elif t == "approval":
-        text = f"gate {p.get('gate')} {p.get('status')} by {p.get('by') or '?'}"
-    elif t == "artifacts":
-        text = f"codegen: {p.get('files')} files"
-    elif t == "validation":
-        summary = p.get("summary", {})
-        text = "validators: " + ", ".join(f"{k} {v}" for k, v in summary.items())
-        failed = [k for k, v in summary.items() if v == "failed"]
-        if failed:
-            text += f"; FAILED: {', '.join(failed)}"
-    elif t == "diff-update":
-        text = (
-            f"diff against {p.get('previous')}: {p.get('files_added')} files added, "
-            f"{p.get('files_removed')} removed, {p.get('files_modified')} modified; "
-            f"{len(p.get('state_keys_changed', []))} state keys changed"
-        )
-    elif t == "run-complete":
-        text = f"run complete: {p.get('status')}, version {p.get('version')}"
-        if p.get("archive_digest"):
-            failing = " (failing validation)" if p.get("status") == "validation_failed" else ""
-            text += f"; download{failing} with {_cmd('design', 'download', project, ds)}"
-    elif t == "run-error":
-        text = f"run error ({p.get('status')}): {p.get('message')}"
-    else:
-        text = json.dumps(p, default=str)[:200]
+    text_of = _EVENT_TEXT.get(e.type)
+    text = text_of(p, project, ds) if text_of else json.dumps(p, default=str)[:200]
     return f"[{node}] {text}"
 
 
-def _view_text(v: dict[str, Any]) -> str:
-    lines = [f"{v['project']}/{v['decision_set']}: {v['status']}, version {v['version']}"]
-    if v.get("live"):
-        live = v["live"]
-        lines.append(f"  running: phase {live['phase']}, node {live.get('node') or '-'}")
-    if v["previous"]:
-        lines.append(f"  previous: {v['previous']}")
+def run_end(project: str, ds: str, last: DesignEvent | None) -> tuple[dict[str, Any], str]:
+    """``design run``'s document and text of how the run ended: ``last`` its last event
+    (None: started detached, still running); the document's ``status`` the outcome."""
+    if last is None:
+        return (
+            {"project": project, "decision_set": ds, "status": "running"},
+            f"{project}/{ds}: started; follow it with `design show {project} {ds}`",
+        )
+    p = last.payload
+    if last.type == "run-error":
+        return (
+            {"project": project, "decision_set": ds, "status": "failed", "error": p},
+            f"{project}/{ds}: failed: {p.get('message')}",
+        )
+    status = p.get("status", "completed")
+    doc = {
+        "project": project,
+        "decision_set": ds,
+        "status": status,
+        "version": p.get("version"),
+        "archive_digest": p.get("archive_digest"),
+    }
+    text = f"{project}/{ds}: {status}, version {p.get('version')}"
+    if p.get("archive_digest"):
+        failing = " (archive fails validation)" if status == "validation_failed" else ""
+        text += f"; {_cmd('design', 'download', project, ds)}{failing}"
+    return doc, text
+
+
+def _repair_text(r: dict[str, Any]) -> str:
+    """One repair round (``client.design_view.repair_rounds``) in a line."""
+    files = r["files_changed"]
+    after = r["validation"]
+    failing = [k for k, v in after.items() if v == "failed"]
+    text = (
+        f"repair round {r['round']}: {r['findings']} findings "
+        f"({', '.join(r['failed'])} failed), {r['fixed']} fixed; "
+        f"{len(files)} files changed" + (f" ({', '.join(files)})" if files else "")
+    )
+    if after:
+        text += "; then " + (f"FAILED: {', '.join(failing)}" if failing else "all passed")
+    return text
+
+
+def _node_text(n: dict[str, Any]) -> str:
+    """Which provider and model answered one node (``client.design_view.node_models``)."""
+    answers = []
+    for a in n["answered_by"]:
+        who = "rules" if a["answered_by"] == "rules" else f"{a['model']} ({a['provider']})"
+        answers.append(who + (f" x{a['runs']}" if a["runs"] > 1 else ""))
+    return f"    {n['node']}: {', '.join(answers)}"
+
+
+def _plan_lines(v: dict[str, Any]) -> list[str]:
+    lines = []
     if v["plan"]:
         round_ = f" (round {v['plan_round']})" if v.get("plan_round") else ""
         lines.append(f"  plan{round_}: " + ", ".join(f"{k}={p}" for k, p in v["plan"].items()))
     if v.get("revised_for"):
         lines.append("  revised by the critics for: " + "; ".join(v["revised_for"]))
-    for refused in v.get("refused_proposals") or []:
-        lines.append(f"  refused model proposal: {refused}")
+    lines += [f"  refused model proposal: {r}" for r in v.get("refused_proposals") or []]
     if v["cost"]:
         c = v["cost"]
         unpriced = f", {len(c['unpriced'])} unpriced" if c.get("unpriced") else ""
@@ -126,8 +210,21 @@ def _view_text(v: dict[str, Any]) -> str:
         p = v["policy"]
         flagged = [f"{r['id']} {r['status']}" for r in p["rules"] if r["status"] != "pass"]
         lines.append(f"  policy: {p['overall']}" + (f" ({', '.join(flagged)})" if flagged else ""))
+    return lines
+
+
+def _view_text(v: dict[str, Any]) -> str:
+    """``design show <project> <ds>``'s text (``client.design_view.decision_set_view``)."""
+    lines = [f"{v['project']}/{v['decision_set']}: {v['status']}, version {v['version']}"]
+    if v.get("live"):
+        live = v["live"]
+        lines.append(f"  running: phase {live['phase']}, node {live.get('node') or '-'}")
+    if v["previous"]:
+        lines.append(f"  previous: {v['previous']}")
+    lines += _plan_lines(v)
     if v["validation"]:
         lines.append("  validation: " + ", ".join(f"{k} {s}" for k, s in v["validation"].items()))
+    lines += [f"  {_repair_text(r)}" for r in v.get("repairs") or []]
     if v.get("failed_validators"):
         lines.append("  VALIDATION FAILED: " + ", ".join(v["failed_validators"]))
     if v["archive_digest"]:
@@ -135,6 +232,9 @@ def _view_text(v: dict[str, Any]) -> str:
         lines.append(
             f"  archive{failing}: {_cmd('design', 'download', v['project'], v['decision_set'])}"
         )
+    if v.get("nodes"):
+        lines.append("  nodes (who answered):")
+        lines += [_node_text(n) for n in v["nodes"]]
     return "\n".join(lines)
 
 
@@ -183,3 +283,74 @@ def _diff_text(d: Any) -> str:
     delta = _delta(d.cost_delta_usd, d.cost_delta_pct)
     lines.append(f"  cost: {_usd(d.monthly_usd)}/month{delta}")
     return "\n".join(lines)
+
+
+def refusal(r: Exception, what: str = "") -> tuple[str, str, str | None]:
+    """A use case's refusal (``client.design_refusals``) in the CLI's words: its error
+    code, message and hint; ``what`` the command wanted of a run that is not running."""
+    from client import design_refusals as why
+
+    hint = None
+    match r:
+        case why.ProjectNotFound():
+            code, message = "not_found", f"no project {r.project!r}"
+            hint = f"create it with `design new {r.project}`"
+        case why.NotProjectOwner():
+            code, message = "conflict", f"project {r.project!r} belongs to {r.owner}, not {r.actor}"
+        case why.InvalidProjectId():
+            code = "usage"
+            message = f"a project id is letters, digits, '.', '_' and '-', not {r.project!r}"
+        case why.PreviousNotStored():
+            code, message = "not_found", f"project {r.project!r} has no decision set {r.previous!r}"
+        case why.NoRun():
+            code, message = "not_found", f"no decision set {r.project}/{r.decision_set} has run"
+        case why.NotRunning():
+            code = "not_found"
+            message = f"{r.project}/{r.decision_set} has {what}: the run is {r.status}"
+        case why.NoOpenGate():
+            code = "not_found"
+            message = f"{r.project}/{r.decision_set} has no open gate (phase {r.status.phase})"
+        case why.GateNotOpenYet():
+            code, message = "not_found", f"gate {r.gate_id} is not open yet: try again shortly"
+        case why.NoWorker():
+            code = "error"
+            message = f"no worker answered for {r.project}/{r.decision_set}: {r.error}"
+        case why.InvalidAnswer() | why.NoOpenQuestions():
+            code, message = "refused", r.message
+        case why.NoArchive():
+            code = "not_found"
+            message = (
+                f"{r.project}/{r.decision_set} has no repository (not finished, or run with "
+                "--no-generate)"
+            )
+        case _:
+            code, message = _repository_refusal(r)
+    return code, message, hint
+
+
+def _repository_refusal(r: Exception) -> tuple[str, str]:
+    """The refusals of the use cases on a set's repository and codegen, the API's so far."""
+    from client import design_refusals as why
+
+    match r:
+        case why.NoSuchArchive():
+            return "not_found", f"no archive {r.digest}"
+        case why.NoRepository():
+            return "not_found", f"{r.decision_set} has no repository"
+        case why.NoSuchFile():
+            where = " or its previous set" if r.or_before else ""
+            return "not_found", f"no file {r.path!r} in {r.decision_set}{where}"
+        case why.FileTooLarge():
+            return "invalid_input", f"{r.path!r} is {r.size} bytes; download the archive"
+        case why.NotText():
+            return "invalid_input", f"{r.path!r} is not UTF-8 text"
+        case why.NotCompleted():
+            return "conflict", f"{r.decision_set} is {r.status}, not completed"
+        case why.HasRepository():
+            return "conflict", f"{r.decision_set} has its repository already"
+        case why.WebhookNotAllowed():
+            return "invalid_input", (
+                f"webhook URL {r.url!r} is not KEEL_WEBHOOK_URL nor under "
+                "KEEL_WEBHOOK_ALLOWED_PREFIXES"
+            )
+    return "error", str(r) or type(r).__name__

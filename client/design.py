@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,26 +18,17 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError
 
 from client import gate as gates
+
+# The stored reads (``design show``, ``design diff``), named here as before.
+from client.design_view import DecisionSetNotFound as DecisionSetNotFound
+from client.design_view import decision_set_view as decision_set_view
+from client.design_view import load_diff as load_diff
 from client.temporal import RunStatus, cause_chain, describe_or_none, start_by_type, status_name
-from keel.design.steps import (
-    EVENT_RUN_ERROR,
-    WORKFLOW_TYPE,
-    DesignAnswers,
-    DesignEvent,
-    DesignInput,
-    DesignResult,
-    DesignStatus,
-    EventsSince,
-    event_key,
-    workflow_id,
-)
+from keel.design import steps
+from keel.design.steps import DesignEvent, event_key, workflow_id
 from keel.gates import GateDecision, GateState, gate_workflow_id
 from store.design import SUBMITTED, list_events, note_run_ended
 from store.design import decision_set as decision_set_row
-
-if TYPE_CHECKING:
-    from keel.design.diff import DecisionSetDiff
-    from store.artifacts import ArtifactStore
 
 
 def gate_name(plan_round: int) -> str:
@@ -48,41 +38,45 @@ def gate_name(plan_round: int) -> str:
 
 async def start_design(
     client: Client,
-    inp: DesignInput,
+    inp: steps.DesignInput,
     *,
     task_queue: str,
     memo: dict[str, Any] | None = None,
-) -> WorkflowHandle[Any, DesignResult]:
+) -> WorkflowHandle[Any, steps.DesignResult]:
     """Start the decision set's pipeline; a decision set that ran before is refused
     (``WorkflowAlreadyStartedError``): a new iteration is a new decision set. The API
     passes the access ``memo`` (``keel.access``) so its read checks know the owner."""
     return await start_by_type(
         client,
-        WORKFLOW_TYPE,
+        steps.WORKFLOW_TYPE,
         inp,
         workflow_id=workflow_id(inp.project, inp.decision_set),
         task_queue=task_queue,
-        result_type=DesignResult,
+        result_type=steps.DesignResult,
         reject_duplicate=True,
         memo=memo,
     )
 
 
-def handle_of(client: Client, project: str, decision_set: str) -> WorkflowHandle[Any, DesignResult]:
-    return client.get_workflow_handle(workflow_id(project, decision_set), result_type=DesignResult)
+def handle_of(
+    client: Client, project: str, decision_set: str
+) -> WorkflowHandle[Any, steps.DesignResult]:
+    return client.get_workflow_handle(
+        workflow_id(project, decision_set), result_type=steps.DesignResult
+    )
 
 
-async def status(client: Client, project: str, decision_set: str) -> DesignStatus | None:
+async def status(client: Client, project: str, decision_set: str) -> steps.DesignStatus | None:
     """The ``status`` query of a running or finished pipeline; None when there is none.
 
     Raises:
         RPCError: no worker answered within ``QUERY_TIMEOUT`` (none running, or all busy).
     """
     wid = workflow_id(project, decision_set)
-    if await describe_or_none(client, wid, WORKFLOW_TYPE) is None:
+    if await describe_or_none(client, wid, steps.WORKFLOW_TYPE) is None:
         return None
     return await handle_of(client, project, decision_set).query(
-        "status", result_type=DesignStatus, rpc_timeout=QUERY_TIMEOUT
+        "status", result_type=steps.DesignStatus, rpc_timeout=QUERY_TIMEOUT
     )
 
 
@@ -103,7 +97,9 @@ async def true_statuses(
         if row["status"] != SUBMITTED:
             return row
         try:
-            desc = await describe_or_none(client, workflow_id(project, row["id"]), WORKFLOW_TYPE)
+            desc = await describe_or_none(
+                client, workflow_id(project, row["id"]), steps.WORKFLOW_TYPE
+            )
         except RPCError:
             return row
         if desc is None:
@@ -122,12 +118,12 @@ async def true_statuses(
 
 
 async def answer(
-    client: Client, project: str, decision_set: str, answers: DesignAnswers
-) -> DesignStatus:
+    client: Client, project: str, decision_set: str, answers: steps.DesignAnswers
+) -> steps.DesignStatus:
     """Update ``answers``; a refused answer raises ``WorkflowUpdateFailedError`` whose
     cause names the field."""
     return await handle_of(client, project, decision_set).execute_update(
-        "answers", answers, result_type=DesignStatus
+        "answers", answers, result_type=steps.DesignStatus
     )
 
 
@@ -180,7 +176,7 @@ async def events_since(
     ``run-error`` event made here: the workflow could not write it.
     """
     wid = workflow_id(project, decision_set)
-    desc = await describe_or_none(client, wid, WORKFLOW_TYPE)
+    desc = await describe_or_none(client, wid, steps.WORKFLOW_TYPE)
     if desc is None or status_name(desc) == "completed":
         rows = await asyncio.to_thread(list_events, sessions, project, decision_set)
         stored = [DesignEvent(key=r["key"], type=r["type"], payload=r["payload"]) for r in rows]
@@ -196,7 +192,7 @@ async def events_since(
     try:
         events = await handle.query(
             "events",
-            EventsSince(after=after),
+            steps.EventsSince(after=after),
             result_type=list[DesignEvent],
             rpc_timeout=QUERY_TIMEOUT,
         )
@@ -246,8 +242,8 @@ async def _run_error(
     desc = await handle.describe()
     ts = desc.close_time.isoformat() if desc.close_time else ""
     return DesignEvent(
-        key=event_key(seq, EVENT_RUN_ERROR),
-        type=EVENT_RUN_ERROR,
+        key=event_key(seq, steps.EVENT_RUN_ERROR),
+        type=steps.EVENT_RUN_ERROR,
         payload={
             "project_id": project,
             "decision_set_id": decision_set,
@@ -256,111 +252,4 @@ async def _run_error(
             "status": status,
             "ts": ts,
         },
-    )
-
-
-class DecisionSetNotFound(LookupError):
-    """No such decision set, or not the part of it asked for (no previous set, not finished)."""
-
-
-def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any]:
-    """What ``design show <project> <ds>`` shows of a stored decision set (from the read
-    model, ``store.design.stored_view``).
-
-    Raises:
-        DecisionSetNotFound: the project has no decision set ``ds``.
-    """
-    from store.design import count_rows, stored_view
-
-    stored = stored_view(sm, project, ds)
-    row = stored.row
-    if row is None:
-        raise DecisionSetNotFound(f"project {project!r} has no decision set {ds!r}")
-    ev = stored.last
-    cost, policy = stored.cost, ev.get("policy-update")
-    failed = stored.failed_validators or []
-    archive = stored.archive
-    plan = ev.get("plan-ready", {})
-    return {
-        "project": project,
-        "decision_set": ds,
-        "previous": row["parent_id"],
-        "version": row["version"],
-        "status": row["status"],
-        "plan": plan.get("choices"),
-        "plan_round": plan.get("round"),
-        # The critics' auto-revision (its own planner round) and the planner agent's
-        # proposals the rules refused, of the last round.
-        "revised_for": (plan.get("revision") or {}).get("reasons"),
-        "refused_proposals": [
-            r["proposal"] + ": " + r["reason"] for r in (plan.get("agent") or {}).get("refused", [])
-        ],
-        "cost": None
-        if cost is None
-        else {
-            k: cost.get(k)
-            for k in ("monthly_usd", "delta_vs_prev_usd", "delta_vs_prev_pct", "unpriced")
-        },
-        "policy": None
-        if policy is None
-        else {"overall": policy.get("overall"), "rules": policy.get("rules", [])},
-        "validation": stored.validation,
-        "failed_validators": failed,
-        "archive_digest": archive["digest"] if archive else None,
-        "archive_validation": None if archive is None else "failed" if failed else "passed",
-        "rows": count_rows(sm, project, ds),
-        "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None,
-    }
-
-
-def load_diff(
-    sm: sessionmaker[Session],
-    artifacts: ArtifactStore,
-    repos_dir: Path,
-    project: str,
-    ds: str,
-    against: str | None,
-) -> DecisionSetDiff:
-    """What ``design diff`` shows: ``ds`` against ``against`` (default: its previous set),
-    read from the store and the project's repository (``repos_dir``, its trees in
-    ``artifacts``), compared by :func:`keel.design.diff.decision_set_diff`.
-
-    Raises:
-        DecisionSetNotFound: a set is missing, ``ds`` has no previous set, or its run has
-            not finished (no Change Summary stored).
-    """
-    from keel.design.diff import decision_set_diff, diffable
-    from store.design import load_previous, repository_diff, stored_view
-
-    row = decision_set_row(sm, project, ds)
-    if row is None:
-        raise DecisionSetNotFound(f"project {project!r} has no decision set {ds!r}")
-    parent = against if against is not None else row["parent_id"]
-    if parent is None:
-        raise DecisionSetNotFound(f"{project}/{ds} has no previous decision set")
-    old_row = decision_set_row(sm, project, parent)
-    if old_row is None:
-        raise DecisionSetNotFound(f"project {project!r} has no decision set {parent!r}")
-    # Against its own parent, the Diff Summary the run stored (none: not finished).
-    summary = stored_view(sm, project, ds).last.get("diff-update") if against is None else {}
-    new, old = load_previous(sm, project, ds), load_previous(sm, project, parent)
-    if summary is None or new is None or old is None:
-        raise DecisionSetNotFound(f"{project}/{ds} has no Change Summary (not finished)")
-    # The files from the project's git history: this set's commit against the other's.
-    repo = repository_diff(sm, artifacts, repos_dir, project, ds, against=parent)
-    old_tf = new_tf = None
-    if repo is not None and repo.old is not None:
-        old_tf, new_tf = repo.old.texts(".tf"), repo.new.texts(".tf")
-    return decision_set_diff(
-        project=project,
-        decision_set=ds,
-        previous=parent,
-        old_state=diffable(old_row.get("constraints_json"), old_row.get("plan_json")),
-        new_state=diffable(row.get("constraints_json"), row.get("plan_json")),
-        files=repo.changes() if repo is not None else {},
-        old_tf=old_tf,
-        new_tf=new_tf,
-        old_cost=old.cost.model_dump(mode="json") if old.cost else None,
-        new_cost=new.cost.model_dump(mode="json") if new.cost else None,
-        recorded=summary,
     )

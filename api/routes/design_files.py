@@ -1,36 +1,47 @@
 """What the console reads of a design project besides ``api.routes.design``: a project's
-decision sets, the generated repository's files, one file's text, and a file's unified
-diff against the previous decision set.
+decision sets, the generated repository's files, one file's text, a file's unified diff
+against the previous decision set, and the repository archive (a signed link, and the
+download it names).
 
 Access is that of the design routes: a project's decision sets are read by its owner and
 ``admin``; to anyone else the project or decision set is a 404, as if absent. The files
 come from the project's git history (``store.design.repository_view``: the decision set's
 commit, without the ``plan.md`` the commit adds), which holds exactly what the download
 holds (the generated files, the validators' output and ``reports/``); the diffs are git's
-between two decision sets' trees (``store.design.repository_diff``).
+between two decision sets' trees (``store.design.repository_diff``). What each route does
+is a use case of ``client/design_files.py``, the one ``design download`` calls too.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 from anyio import to_thread
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.deps import ArtifactsDep, CallerDep, ClientDep, SessionsDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.routes.design import owns_project, project_of
+from api.routes.design import SeenDep, owns_project
+from api.routes.design_errors import refusals
+from api.routes.design_models import DownloadLink
 from client import design as design_client
+from client import design_cases as cases
+from client import design_files as files
+from keel import signed_urls
+from keel.settings import Settings
 from store import design as design_store
 from store.artifacts import ArtifactStore
 
 router = APIRouter(prefix="/design", tags=["design"], responses=ERROR_RESPONSES)
 
-#: Larger files are listed but their text is not served (the console is no editor).
-MAX_TEXT_BYTES = 512 * 1024
+#: How long a download link stays valid.
+DOWNLOAD_TTL_S = 15 * 60
 
 
 class DecisionSetSummary(BaseModel):
@@ -92,118 +103,78 @@ async def list_decision_sets(
     ``submitted`` (``client.design.true_statuses``)."""
     if not await to_thread.run_sync(owns_project, sessions, caller, project):
         raise ApiError(404, "not_found", f"no project {project!r}")
-    rows = await to_thread.run_sync(design_store.decision_sets_of, sessions, project)
+    rows = await to_thread.run_sync(cases.decision_sets, sessions, project)
     rows = await design_client.true_statuses(client, sessions, project, rows)
     return DecisionSetList(
         project_id=project, decision_sets=[DecisionSetSummary.model_validate(r) for r in rows]
     )
 
 
-async def _repository(
-    request: Request, client: Any, sessions: Any, artifacts: ArtifactStore, caller: Any, ds: str
-) -> tuple[str, design_store.RepositoryView]:
-    project = await project_of(client, sessions, caller, ds)
+@dataclass(frozen=True)
+class Repo:
+    """The path's decision set (one the caller may read) and where its repository is."""
+
+    project: str
+    ds: str
+    sessions: sessionmaker[Session]
+    artifacts: ArtifactStore
+    repos: Path
+
+
+async def repo(request: Request, it: SeenDep, artifacts: ArtifactsDep) -> Repo:
     repos: Path = request.app.state.settings.design_repos_dir
-    view = await to_thread.run_sync(
-        design_store.repository_view, sessions, artifacts, repos, project, ds
-    )
-    if view is None:
-        raise ApiError(404, "not_found", f"decision set {ds!r} has no repository")
-    return project, view
+    return Repo(it.project, it.ds, it.sessions, artifacts, repos)
 
 
-def _parent(sessions: Any, project: str, ds: str) -> str | None:
-    row = design_store.decision_set(sessions, project, ds)
-    return row["parent_id"] if row is not None else None
+RepoDep = Annotated[Repo, Depends(repo)]
 
 
-def _checked_size(path: str, size: int | None) -> None:
-    if size is not None and size > MAX_TEXT_BYTES:
-        raise ApiError(413, "too_large", f"{path!r} is {size} bytes; download the archive")
+async def _view(r: Repo) -> design_store.RepositoryView:
+    with refusals(r.project, r.ds):
+        return await to_thread.run_sync(
+            files.repository, r.sessions, r.artifacts, r.repos, r.project, r.ds
+        )
 
 
-def _text(path: str, data: bytes) -> str:
-    _checked_size(path, len(data))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ApiError(415, "not_text", f"{path!r} is not UTF-8 text") from None
+async def _diff(r: Repo) -> design_store.RepositoryDiff:
+    with refusals(r.project, r.ds):
+        return await to_thread.run_sync(
+            files.repository_diff, r.sessions, r.artifacts, r.repos, r.project, r.ds
+        )
 
 
 @router.get("/decision-sets/{decision_set_id}/files", response_model=FileList)
-async def list_files(
-    decision_set_id: str,
-    request: Request,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: CallerDep,
-    artifacts: ArtifactsDep,
-) -> FileList:
+async def list_files(decision_set_id: str, r: RepoDep) -> FileList:
     """The generated repository's files (as the archive holds them), by path; 404 when
     the decision set has no repository."""
-    project, view = await _repository(request, client, sessions, artifacts, caller, decision_set_id)
-    files = await to_thread.run_sync(view.files)
-    parent = await to_thread.run_sync(_parent, sessions, project, decision_set_id)
+    view = await _view(r)
+    listed = await to_thread.run_sync(view.files)
+    parent = await to_thread.run_sync(files.parent_of, r.sessions, r.project, r.ds)
     return FileList(
-        decision_set_id=decision_set_id,
+        decision_set_id=r.ds,
         previous_decision_set=parent,
-        files=[FileEntry(path=p, size_bytes=n) for p, n in files.items()],
+        files=[FileEntry(path=p, size_bytes=n) for p, n in listed.items()],
     )
 
 
 @router.get("/decision-sets/{decision_set_id}/files/{path:path}", response_model=FileText)
-async def read_file(
-    decision_set_id: str,
-    path: str,
-    request: Request,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: CallerDep,
-    artifacts: ArtifactsDep,
-) -> FileText:
+async def read_file(decision_set_id: str, path: str, r: RepoDep) -> FileText:
     """One file's text; 404 for a path the repository does not hold."""
-    _, view = await _repository(request, client, sessions, artifacts, caller, decision_set_id)
-    size = (await to_thread.run_sync(view.files)).get(path)
-    if size is None:
-        raise ApiError(404, "not_found", f"no file {path!r} in {decision_set_id!r}")
-    _checked_size(path, size)
-    data = await to_thread.run_sync(view.read, path)
-    if data is None:
-        raise ApiError(404, "not_found", f"no file {path!r} in {decision_set_id!r}")
-    return FileText(path=path, size_bytes=len(data), text=_text(path, data))
-
-
-async def _diff(
-    request: Request, client: Any, sessions: Any, artifacts: ArtifactStore, caller: Any, ds: str
-) -> design_store.RepositoryDiff:
-    """The decision set's repository against its previous one's (the same project, which
-    the caller may read); 404 without a repository."""
-    project = await project_of(client, sessions, caller, ds)
-    repos: Path = request.app.state.settings.design_repos_dir
-    found = await to_thread.run_sync(
-        lambda: design_store.repository_diff(sessions, artifacts, repos, project, ds)
-    )
-    if found is None:
-        raise ApiError(404, "not_found", f"decision set {ds!r} has no repository")
-    return found
+    view = await _view(r)
+    with refusals(r.project, r.ds):
+        size, text = await to_thread.run_sync(files.file_text, view, path)
+    return FileText(path=path, size_bytes=size, text=text)
 
 
 @router.get("/decision-sets/{decision_set_id}/diff", response_model=DiffList)
-async def list_changes(
-    decision_set_id: str,
-    request: Request,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: CallerDep,
-    artifacts: ArtifactsDep,
-) -> DiffList:
+async def list_changes(decision_set_id: str, r: RepoDep) -> DiffList:
     """The files added, removed or modified against the previous decision set's
     repository (every file is added when the previous one was planned only), from the
     project's git history."""
-    diff = await _diff(request, client, sessions, artifacts, caller, decision_set_id)
+    diff = await _diff(r)
     changes = await to_thread.run_sync(diff.changes)
     return DiffList(
-        decision_set_id=decision_set_id,
+        decision_set_id=r.ds,
         previous_decision_set=diff.previous,
         previous_has_files=diff.previous_has_files,
         changes=[FileChange(path=p, status=s) for p, s in changes.items()],
@@ -211,24 +182,78 @@ async def list_changes(
 
 
 @router.get("/decision-sets/{decision_set_id}/diff/{path:path}", response_model=FileDiff)
-async def file_diff(
-    decision_set_id: str,
-    path: str,
-    request: Request,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: CallerDep,
-    artifacts: ArtifactsDep,
-) -> FileDiff:
+async def file_diff(decision_set_id: str, path: str, r: RepoDep) -> FileDiff:
     """One file's unified diff against the previous decision set's repository."""
-    diff = await _diff(request, client, sessions, artifacts, caller, decision_set_id)
-    before, now = await to_thread.run_sync(diff.sizes, path)
-    if before is None and now is None:
-        raise ApiError(404, "not_found", f"no file {path!r} in {decision_set_id!r} or before")
-    _checked_size(path, before)
-    _checked_size(path, now)
-    found = await to_thread.run_sync(diff.file_diff, path)
-    if found is None:
-        raise ApiError(404, "not_found", f"no file {path!r} in {decision_set_id!r} or before")
-    status, text = found
+    diff = await _diff(r)
+    with refusals(r.project, r.ds):
+        status, text = await to_thread.run_sync(files.file_diff, diff, r.ds, path)
     return FileDiff(path=path, previous_decision_set=diff.previous, status=status, diff=text)
+
+
+# --- the archive -------------------------------------------------------------------------
+
+
+def _download_key(settings: Settings) -> bytes:
+    # The webhook secret is the API's one configured secret (check_secrets refuses its
+    # default outside dev); a purpose label keeps link signatures apart from webhook ones.
+    return signed_urls.derive_key(settings.webhook_secret.get_secret_value())
+
+
+def _artifact_path(digest: str) -> str:
+    return f"/design/artifacts/{digest}"
+
+
+@router.get("/decision-sets/{decision_set_id}/download", response_model=DownloadLink)
+async def download_link(decision_set_id: str, request: Request, it: SeenDep) -> DownloadLink:
+    """A signed URL of the repository archive, valid ``DOWNLOAD_TTL_S`` seconds; 404 when
+    the decision set has no archive (planned with ``generate=false``)."""
+    with refusals(it.project, it.ds):
+        archive = await to_thread.run_sync(files.archive_of, it.sessions, it.project, it.ds)
+    expires = int(time.time()) + DOWNLOAD_TTL_S
+    path = signed_urls.signed_path(
+        _download_key(request.app.state.settings), _artifact_path(archive.digest), expires
+    )
+    return DownloadLink(
+        url=str(request.base_url).rstrip("/") + path,
+        expires_at=datetime.fromtimestamp(expires, UTC),
+        digest=archive.digest,
+        size_bytes=archive.size_bytes,
+        validation=archive.validation,
+        failed_validators=archive.failed_validators,
+    )
+
+
+@router.get(
+    "/artifacts/{digest}",
+    response_class=Response,
+    responses={200: {"content": {"application/zip": {}}, "description": "the archive"}},
+)
+async def signed_download(
+    digest: str,
+    request: Request,
+    sessions: SessionsDep,
+    artifacts: ArtifactsDep,
+    expires: int | None = None,
+    sig: str | None = None,
+) -> Response:
+    """The archive a signed URL names; no bearer token. A missing, expired or tampered
+    signature is 403."""
+    key = _download_key(request.app.state.settings)
+    if (
+        expires is None
+        or sig is None
+        or not signed_urls.verify(key, _artifact_path(digest), expires, sig, now=time.time())
+    ):
+        raise ApiError(403, "forbidden", "the download link is invalid or expired")
+    with refusals():
+        data, archive = await to_thread.run_sync(files.archive_bytes, sessions, artifacts, digest)
+    failing = archive.validation == "failed"
+    name = digest.split(":", 1)[-1][:12] + ("-validation-failed" if failing else "")
+    headers = {
+        "Content-Disposition": f'attachment; filename="design-{name}.zip"',
+        # The archive stays downloadable when its tree failed a validator, marked so.
+        "X-Keel-Validation": archive.validation,
+    }
+    if failing:
+        headers["X-Keel-Failed-Validators"] = ",".join(archive.failed_validators)
+    return Response(data, media_type="application/zip", headers=headers)
