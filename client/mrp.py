@@ -38,6 +38,7 @@ from client.temporal import (
 from keel.mrp.run import (
     ERROR_TYPES,
     WORKFLOW_TYPE,
+    Backend,
     MRPJobInput,
     MRPJobResult,
     RunCost,
@@ -114,6 +115,46 @@ async def start_job(
         reject_duplicate=reject_duplicate,
         memo=memo,
     )
+
+
+class FilesNeedBaseDir(ValueError):
+    """A job whose ``inputs.files`` names files on the worker, started without a base_dir."""
+
+
+def job_input(
+    text: str,
+    source: str,
+    base_dir: str,
+    *,
+    run_id: str = "",
+    backend: Backend | None = None,
+    window_size: int | None = None,
+) -> tuple[MRPJobInput, str, list[str] | None]:
+    """The ``MRPJob`` input of job ``text`` (``source``: its file name), its job id, and
+    its approval gate's approvers (None: it has no gate). Parsed only: policy and operator
+    checks happen in the run's compile step.
+
+    Raises:
+        keel.mrp.errors.DslError: ``text`` is not a valid job.
+        FilesNeedBaseDir: its ``inputs.files`` names files on the worker and there is no
+            ``base_dir``: the worker would resolve them in its own working directory
+            (``s3://`` inputs need none: ``caps.allowed_input_prefixes`` decides those).
+    """
+    from keel.mrp.dsl import parse_job  # the DSL's models: not on every CLI call's path
+
+    spec = parse_job(text, source).spec
+    if not base_dir and any("://" not in p for p in spec.inputs.files or []):
+        raise FilesNeedBaseDir(f"{source}: inputs.files names files on the worker")
+    inp = MRPJobInput(
+        job_yaml=text,
+        source=source,
+        base_dir=base_dir,
+        run_id=run_id,
+        backend=backend,
+        window_size=window_size,
+    )
+    approvers = list(spec.approval.approvers) if spec.approval is not None else None
+    return inp, spec.job_id, approvers
 
 
 def failure_of(err: BaseException) -> tuple[str, str]:

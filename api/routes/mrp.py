@@ -35,10 +35,9 @@ from api.deps import (
 from api.errors import ERROR_RESPONSES, ApiError
 from api.idempotency import IdempotencyKey
 from api.routes.shared import answer_once, key_digest
-from client.mrp import MrpJobView, job_view, start_job
+from client.mrp import FilesNeedBaseDir, MrpJobView, job_input, job_view, start_job
 from keel.access import ACCESS_MEMO, RunAccess, access_for
 from keel.ids import ID_PATTERN
-from keel.mrp.dsl import parse_job
 from keel.mrp.errors import DslError
 from keel.mrp.run import MAX_WINDOW_SIZE, Backend, MRPJobInput, workflow_id_for
 
@@ -138,7 +137,10 @@ def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str,
         source = "job.yaml"
         base_dir = str(_inside_roots(request, body.base_dir, "base_dir")) if body.base_dir else ""
     try:
-        spec = parse_job(text, source).spec
+        return job_input(
+            text, source, base_dir,
+            run_id=body.run_id or "", backend=body.backend, window_size=body.window_size,
+        )  # fmt: skip
     except DslError as e:
         raise ApiError(
             422,
@@ -146,30 +148,13 @@ def _job_input(request: Request, body: SubmitJobBody) -> tuple[MRPJobInput, str,
             f"not a valid MRP job: {e.issues[0].render(source)}",
             [issue.model_dump() for issue in e.issues],
         ) from None
-    local_files = [p for p in spec.inputs.files or [] if "://" not in p]
-    if local_files and not base_dir:
-        # Without a root the worker would resolve these in its own working directory
-        # (s3:// inputs need none: caps.allowed_input_prefixes decides those).
+    except FilesNeedBaseDir:
         raise ApiError(
             403,
             "path_not_allowed",
             "inputs.files names files on the worker: give base_dir inside "
             "KEEL_MRP_JOB_ROOTS, or name a job file by path",
-        )
-    job_id = spec.job_id
-    approvers = list(spec.approval.approvers) if spec.approval is not None else None
-    return (
-        MRPJobInput(
-            job_yaml=text,
-            source=source,
-            base_dir=base_dir,
-            run_id=body.run_id or "",
-            backend=body.backend,
-            window_size=body.window_size,
-        ),
-        job_id,
-        approvers,
-    )
+        ) from None
 
 
 def _access(actor: str, approvers: list[str] | None) -> RunAccess:
