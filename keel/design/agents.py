@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from keel.design.constraints import BUDGET_BAND_CEILING_USD, FIELD_NAMES, Constraints, is_stated
 from keel.design.critics import CostEstimate, Risk, TechReview
-from keel.design.patterns import MANDATORY_CAPABILITIES, PatternCatalog
+from keel.design.patterns import MANDATORY_CAPABILITIES, Pattern, PatternCatalog
 from keel.design.planner import Choice, Gap, Plan, Revision
 from keel.design.policy import PolicySettings, structural_failures
 from keel.problems import where
@@ -123,6 +123,20 @@ def agent_recovery_prompt(agent: str, problems: list[str]) -> str:
     )
 
 
+RefusalRule = Literal[
+    "not_in_catalogue",
+    "wrong_capability",
+    "excluded",
+    "policy",
+    "requires",
+    "missing_capability",
+    "not_in_plan",
+    "duplicate",
+    "unusable_reply",
+    "unreachable",
+]
+
+
 class Refusal(BaseModel):
     """A model proposal the rules refused, and why (in the node's output and its card)."""
 
@@ -130,18 +144,7 @@ class Refusal(BaseModel):
 
     agent: str
     proposal: str
-    rule: Literal[
-        "not_in_catalogue",
-        "wrong_capability",
-        "excluded",
-        "policy",
-        "requires",
-        "missing_capability",
-        "not_in_plan",
-        "duplicate",
-        "unusable_reply",
-        "unreachable",
-    ]
+    rule: RefusalRule
     reason: str
 
     def line(self) -> str:
@@ -278,6 +281,112 @@ def _unmet_requires(plan: Plan, catalog: PatternCatalog) -> set[str]:
     }
 
 
+def _refused(what: str, rule: RefusalRule, reason: str) -> Refusal:
+    """A refusal of one planner proposal."""
+    return Refusal(agent="planner", proposal=what, rule=rule, reason=reason)
+
+
+def _proposals(
+    parsed: PlannerReply,
+    rules_by_cap: dict[str, Choice],
+    gap_caps: dict[str, Gap],
+    out: list[Refusal],
+) -> dict[str, AgentChoice]:
+    """The reply's choice per capability of the plan; a second choice for a capability
+    and a capability the plan does not have are refused (into ``out``)."""
+    proposals: dict[str, AgentChoice] = {}
+    for ch in parsed.choices:
+        what = f"{ch.capability} -> {ch.pattern_id}"
+        if ch.capability in proposals:
+            out.append(_refused(what, "duplicate", "a second choice for the same capability"))
+            continue
+        if ch.capability not in rules_by_cap and ch.capability not in gap_caps:
+            out.append(
+                _refused(
+                    what,
+                    "wrong_capability",
+                    f"{ch.capability!r} is not a capability of the plan",
+                )
+            )
+            continue
+        proposals[ch.capability] = ch
+    return proposals
+
+
+def _candidate_refusal(
+    cap: str,
+    ch: AgentChoice,
+    item: Choice | Gap,
+    by_id: dict[str, Pattern],
+    catalog: PatternCatalog,
+    cloud: str,
+) -> Refusal | None:
+    """Why the proposed pattern cannot stand for ``cap`` at all (not in the catalogue,
+    another capability's, not a candidate, excluded by a hard rule), or ``None``."""
+    what = f"{cap} -> {ch.pattern_id}"
+    pattern = by_id.get(ch.pattern_id)
+    if pattern is None:
+        return _refused(
+            what,
+            "not_in_catalogue",
+            f"{ch.pattern_id!r} is not in catalogue {catalog.version}",
+        )
+    if pattern.capability.value != cap:
+        return _refused(
+            what,
+            "wrong_capability",
+            f"{ch.pattern_id} is a {pattern.capability.value} pattern",
+        )
+    cand = next((c for c in item.candidates if c.id == ch.pattern_id), None)
+    if cand is None:
+        return _refused(
+            what,
+            "excluded",
+            f"{ch.pattern_id} is not a {cloud} candidate for this plan",
+        )
+    if cand.excluded:
+        return _refused(what, "excluded", cand.excluded)
+    return None
+
+
+def _trial_refusal(
+    constraints: Constraints,
+    plan_now: Plan,
+    trial: Plan,
+    catalog: PatternCatalog,
+    settings: PolicySettings | None,
+    what: str,
+) -> Refusal | None:
+    """Why ``trial`` (``plan_now`` with the proposal) is refused: a policy rule it newly
+    fails, or a ``requires`` it newly leaves unmet; ``None`` when it passes."""
+    before = structural_failures(constraints, plan_now, catalog, settings)
+    after = structural_failures(constraints, trial, catalog, settings)
+    new_fail = {k: v for k, v in after.items() if k not in before}
+    if new_fail:
+        rule_id, detail = sorted(new_fail.items())[0]
+        return _refused(what, "policy", f"policy {rule_id} would fail: {detail}")
+    broken = _unmet_requires(trial, catalog) - _unmet_requires(plan_now, catalog)
+    if broken:
+        return _refused(
+            what,
+            "requires",
+            "leaves the requirement of " + ", ".join(sorted(broken)) + " unmet",
+        )
+    return None
+
+
+def _agent_choice(current: Choice, ch: AgentChoice, pattern: Pattern) -> Choice:
+    """The rules' choice for a capability replaced by the agent's pattern."""
+    return Choice(
+        capability=current.capability,
+        pattern_id=ch.pattern_id,
+        justification=f"{ch.pattern_id}: {pattern.summary}; chosen by the planner agent"
+        + (f" ({ch.why})" if ch.why else "")
+        + f"; the rules' choice was {current.pattern_id}",
+        candidates=current.candidates,
+    )
+
+
 def guard_plan(
     constraints: Constraints,
     catalog: PatternCatalog,
@@ -296,131 +405,59 @@ def guard_plan(
     by_id = catalog.by_id()
     rules_by_cap = {c.capability.value: c for c in rules_plan.choices}
     gap_caps = {g.capability.value: g for g in rules_plan.gaps}
-    proposals: dict[str, AgentChoice] = {}
-    for proposed in parsed.choices:
-        what = f"{proposed.capability} -> {proposed.pattern_id}"
-        ch = proposed
-        if ch.capability in proposals:
-            out.append(
-                Refusal(
-                    agent="planner",
-                    proposal=what,
-                    rule="duplicate",
-                    reason="a second choice for the same capability",
-                )
-            )
-            continue
-        if ch.capability not in rules_by_cap and ch.capability not in gap_caps:
-            out.append(
-                Refusal(
-                    agent="planner",
-                    proposal=what,
-                    rule="wrong_capability",
-                    reason=f"{ch.capability!r} is not a capability of the plan",
-                )
-            )
-            continue
-        proposals[ch.capability] = ch
+    proposals = _proposals(parsed, rules_by_cap, gap_caps, out)
     plan_now = rules_plan
     accepted: dict[str, str] = {}
     for cap in [c.capability.value for c in rules_plan.choices] + list(gap_caps):
-        maybe = proposals.get(cap)
-        if maybe is None:
+        ch = proposals.get(cap)
+        if ch is None:
             if cap in rules_by_cap:
                 out.append(
-                    Refusal(
-                        agent="planner",
-                        proposal=f"{cap} -> (nothing)",
-                        rule="missing_capability",
-                        reason=f"the reply chose nothing for {cap}; the rules' "
+                    _refused(
+                        f"{cap} -> (nothing)",
+                        "missing_capability",
+                        f"the reply chose nothing for {cap}; the rules' "
                         f"{rules_by_cap[cap].pattern_id} stands",
                     )
                 )
             continue
-        ch = maybe
-        what = f"{cap} -> {ch.pattern_id}"
-        pattern = by_id.get(ch.pattern_id)
-        if pattern is None:
-            out.append(
-                Refusal(
-                    agent="planner",
-                    proposal=what,
-                    rule="not_in_catalogue",
-                    reason=f"{ch.pattern_id!r} is not in catalogue {catalog.version}",
-                )
-            )
-            continue
-        if pattern.capability.value != cap:
-            out.append(
-                Refusal(
-                    agent="planner",
-                    proposal=what,
-                    rule="wrong_capability",
-                    reason=f"{ch.pattern_id} is a {pattern.capability.value} pattern",
-                )
-            )
-            continue
         item = rules_by_cap.get(cap) or gap_caps[cap]
-        cand = next((c for c in item.candidates if c.id == ch.pattern_id), None)
-        if cand is None:
-            out.append(
-                Refusal(
-                    agent="planner",
-                    proposal=what,
-                    rule="excluded",
-                    reason=f"{ch.pattern_id} is not a {rules_plan.cloud.value} "
-                    "candidate for this plan",
-                )
-            )
-            continue
-        if cand.excluded:
-            out.append(
-                Refusal(agent="planner", proposal=what, rule="excluded", reason=cand.excluded)
-            )
+        refusal = _candidate_refusal(cap, ch, item, by_id, catalog, rules_plan.cloud.value)
+        if refusal is not None:
+            out.append(refusal)
             continue
         current = rules_by_cap.get(cap)
-        if current is not None and current.pattern_id == ch.pattern_id:
-            accepted[cap] = ch.pattern_id  # the model agrees with the rules
-            continue
         if current is None:
             continue  # a gap's candidates are all excluded: handled above
-        choice = Choice(
-            capability=current.capability,
-            pattern_id=ch.pattern_id,
-            justification=f"{ch.pattern_id}: {pattern.summary}; chosen by the planner agent"
-            + (f" ({ch.why})" if ch.why else "")
-            + f"; the rules' choice was {current.pattern_id}",
-            candidates=current.candidates,
-        )
-        trial = _with_choice(plan_now, choice)
-        before = structural_failures(constraints, plan_now, catalog, settings)
-        after = structural_failures(constraints, trial, catalog, settings)
-        new_fail = {k: v for k, v in after.items() if k not in before}
-        if new_fail:
-            rule_id, detail = sorted(new_fail.items())[0]
-            out.append(
-                Refusal(
-                    agent="planner",
-                    proposal=what,
-                    rule="policy",
-                    reason=f"policy {rule_id} would fail: {detail}",
-                )
-            )
+        if current.pattern_id == ch.pattern_id:
+            accepted[cap] = ch.pattern_id  # the model agrees with the rules
             continue
-        broken = _unmet_requires(trial, catalog) - _unmet_requires(plan_now, catalog)
-        if broken:
-            out.append(
-                Refusal(
-                    agent="planner",
-                    proposal=what,
-                    rule="requires",
-                    reason="leaves the requirement of " + ", ".join(sorted(broken)) + " unmet",
-                )
-            )
+        trial = _with_choice(plan_now, _agent_choice(current, ch, by_id[ch.pattern_id]))
+        what = f"{cap} -> {ch.pattern_id}"
+        refusal = _trial_refusal(constraints, plan_now, trial, catalog, settings, what)
+        if refusal is not None:
+            out.append(refusal)
             continue
         plan_now = trial
         accepted[cap] = ch.pattern_id
     return AgentPlan(plan=plan_now, accepted=accepted, refusals=out, notes=parsed.notes)
+
+
+def _finding_refusal(
+    agent: str, f: AgentFinding, by_id: dict[str, Pattern], in_plan: set[str]
+) -> Refusal | None:
+    """Why a critic's finding is refused (it names patterns not in the catalogue, or
+    not in the plan), or ``None``."""
+    what = f"[{f.severity}] {f.detail[:80]}"
+    unknown = [p for p in f.patterns if p not in by_id]
+    if unknown:
+        reason = "names patterns not in the catalogue: " + ", ".join(unknown)
+        return Refusal(agent=agent, proposal=what, rule="not_in_catalogue", reason=reason)
+    outside = [p for p in f.patterns if p not in in_plan]
+    if outside:
+        reason = "names patterns the plan does not use: " + ", ".join(outside)
+        return Refusal(agent=agent, proposal=what, rule="not_in_plan", reason=reason)
+    return None
 
 
 def guard_findings(
@@ -441,28 +478,9 @@ def guard_findings(
     refusals: list[Refusal] = []
     revise = False
     for n, f in enumerate(parsed.findings, 1):
-        what = f"[{f.severity}] {f.detail[:80]}"
-        unknown = [p for p in f.patterns if p not in by_id]
-        if unknown:
-            refusals.append(
-                Refusal(
-                    agent=agent,
-                    proposal=what,
-                    rule="not_in_catalogue",
-                    reason="names patterns not in the catalogue: " + ", ".join(unknown),
-                )
-            )
-            continue
-        outside = [p for p in f.patterns if p not in in_plan]
-        if outside:
-            refusals.append(
-                Refusal(
-                    agent=agent,
-                    proposal=what,
-                    rule="not_in_plan",
-                    reason="names patterns the plan does not use: " + ", ".join(outside),
-                )
-            )
+        refusal = _finding_refusal(agent, f, by_id, in_plan)
+        if refusal is not None:
+            refusals.append(refusal)
             continue
         risks.append(
             Risk(
