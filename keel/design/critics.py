@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from keel.design.constraints import Constraints, WorkloadType
 from keel.design.diff import cost_delta
 from keel.design.errors import PriceTableError, issues_from_validation
-from keel.design.patterns import BomItem, Capability, PatternCatalog
+from keel.design.patterns import BomItem, Capability, Pattern, PatternCatalog
 from keel.design.planner import Plan
 from keel.design.workload import (
     Workload,
@@ -70,14 +70,12 @@ class TechReview(BaseModel):
         return None
 
 
-def review_plan(constraints: Constraints, plan: Plan, catalog: PatternCatalog) -> TechReview:
-    """List the plan's risks, in a fixed order (feasibility, coupling, bottleneck,
-    failure domain; within each, capability order)."""
+def _feasibility_risks(plan: Plan, catalog: PatternCatalog) -> list[Risk]:
+    """Gaps, patterns not in the catalogue and unmet ``requires`` (all high)."""
     by_id = catalog.by_id()
     chosen = [by_id[pid] for pid in plan.pattern_ids() if pid in by_id]
     chosen_ids = {p.id for p in chosen}
     risks: list[Risk] = []
-
     for gap in plan.gaps:
         risks.append(
             Risk(
@@ -109,7 +107,13 @@ def review_plan(constraints: Constraints, plan: Plan, catalog: PatternCatalog) -
                     patterns=[p.id],
                 )
             )
+    return risks
 
+
+def _coupling_risks(chosen: list[Pattern]) -> list[Risk]:
+    """A chosen pattern tightly coupled to other chosen ones (medium)."""
+    chosen_ids = {p.id for p in chosen}
+    risks: list[Risk] = []
     for p in chosen:
         bound = sorted(set(p.couples_to) & chosen_ids)
         if bound:
@@ -123,8 +127,13 @@ def review_plan(constraints: Constraints, plan: Plan, catalog: PatternCatalog) -
                     patterns=[p.id, *bound],
                 )
             )
+    return risks
 
+
+def _bottleneck_risks(constraints: Constraints, chosen: list[Pattern]) -> list[Risk]:
+    """Rated patterns asked for more than their headroom allows, or not sized at all."""
     tp = constraints.throughput
+    risks: list[Risk] = []
     for p in chosen:
         if p.max_rps is None:
             continue
@@ -153,7 +162,14 @@ def review_plan(constraints: Constraints, plan: Plan, catalog: PatternCatalog) -
                     patterns=[p.id],
                 )
             )
+    return risks
 
+
+def _failure_domain_risks(
+    constraints: Constraints, plan: Plan, chosen: list[Pattern]
+) -> list[Risk]:
+    """Single-instance patterns, and one region under a multi-region availability."""
+    risks: list[Risk] = []
     single = [p.id for p in chosen if p.failure_domain == "instance"]
     if single:
         risks.append(
@@ -180,7 +196,22 @@ def review_plan(constraints: Constraints, plan: Plan, catalog: PatternCatalog) -
                 detail=f"{target}% availability from one region: a regional outage is an outage",
             )
         )
-    return TechReview(risks=risks)
+    return risks
+
+
+def review_plan(constraints: Constraints, plan: Plan, catalog: PatternCatalog) -> TechReview:
+    """List the plan's risks, in a fixed order (feasibility, coupling, bottleneck,
+    failure domain; within each, capability order)."""
+    by_id = catalog.by_id()
+    chosen = [by_id[pid] for pid in plan.pattern_ids() if pid in by_id]
+    return TechReview(
+        risks=[
+            *_feasibility_risks(plan, catalog),
+            *_coupling_risks(chosen),
+            *_bottleneck_risks(constraints, chosen),
+            *_failure_domain_risks(constraints, plan, chosen),
+        ]
+    )
 
 
 class Price(BaseModel):
@@ -406,6 +437,54 @@ def _qty(line: BomLine) -> str:
     return f"{line.quantity:g} {line.unit}"
 
 
+def _unpriced_reason(line: BomLine, price: Price | None) -> str | None:
+    """Why ``line`` cannot be priced by ``price``, or ``None`` when it can."""
+    if price is None:
+        return "no price in the table"
+    if price.unit != line.unit:
+        return f"priced per {price.unit}, asked in {line.unit}"
+    if not math.isfinite(line.quantity) or line.quantity < 0:
+        return f"quantity {line.quantity} is not a finite non-negative number"
+    return None
+
+
+def _cost_line(line: BomLine, price: Price, prices: PriceTable) -> tuple[CostLine, Decimal]:
+    """``line`` priced (quantity times unit price times region factor, to the cent), and
+    its amount as a Decimal."""
+    factor = prices.region_factor.get(line.region or "", Decimal(1))
+    usd = (Decimal(str(line.quantity)) * price.usd * factor).quantize(
+        CENT, rounding=ROUND_HALF_EVEN
+    )
+    cost = CostLine(
+        service=line.resource,
+        qty=_qty(line),
+        usd=float(usd),
+        pattern_id=line.pattern_id,
+        region=line.region,
+        capability=line.pattern_id.split(":", 1)[0],
+        quantity=line.quantity,
+        unit=line.unit,
+        formula=line.shown or _qty(line),
+        inputs=line.inputs,
+        depends_on=line.depends_on,
+        unit_usd=str(price.usd),
+        region_factor=str(factor),
+        price_source=price.source,
+        price_as_of=str(price.as_of or prices.as_of or ""),
+    )
+    return cost, usd
+
+
+def _table_names(prices: PriceTable) -> dict[str, str]:
+    """What names the price table in an estimate (method, version, as of, provenance)."""
+    table = {"method": prices.method, "version": prices.version}
+    if prices.as_of is not None:
+        table["as_of"] = prices.as_of.isoformat()
+    if prices.provenance:
+        table["provenance"] = prices.provenance
+    return table
+
+
 def estimate_cost(
     bom: list[BomLine],
     prices: PriceTable,
@@ -424,13 +503,7 @@ def estimate_cost(
     by_capability: dict[str, Decimal] = {}
     for line in bom:
         price = prices.prices.get(line.resource)
-        reason = None
-        if price is None:
-            reason = "no price in the table"
-        elif price.unit != line.unit:
-            reason = f"priced per {price.unit}, asked in {line.unit}"
-        elif not math.isfinite(line.quantity) or line.quantity < 0:
-            reason = f"quantity {line.quantity} is not a finite non-negative number"
+        reason = _unpriced_reason(line, price)
         if price is None or reason is not None:
             unpriced.append(
                 UnpricedLine(
@@ -441,38 +514,11 @@ def estimate_cost(
                 )
             )
             continue
-        factor = prices.region_factor.get(line.region or "", Decimal(1))
-        usd = (Decimal(str(line.quantity)) * price.usd * factor).quantize(
-            CENT, rounding=ROUND_HALF_EVEN
-        )
+        cost, usd = _cost_line(line, price, prices)
         total += usd
-        capability = line.pattern_id.split(":", 1)[0]
-        by_capability[capability] = by_capability.get(capability, Decimal(0)) + usd
-        breakdown.append(
-            CostLine(
-                service=line.resource,
-                qty=_qty(line),
-                usd=float(usd),
-                pattern_id=line.pattern_id,
-                region=line.region,
-                capability=capability,
-                quantity=line.quantity,
-                unit=line.unit,
-                formula=line.shown or _qty(line),
-                inputs=line.inputs,
-                depends_on=line.depends_on,
-                unit_usd=str(price.usd),
-                region_factor=str(factor),
-                price_source=price.source,
-                price_as_of=str(price.as_of or prices.as_of or ""),
-            )
-        )
+        by_capability[cost.capability] = by_capability.get(cost.capability, Decimal(0)) + usd
+        breakdown.append(cost)
     delta_usd, delta_pct = cost_delta(previous.monthly_usd if previous else None, total)
-    table = {"method": prices.method, "version": prices.version}
-    if prices.as_of is not None:
-        table["as_of"] = prices.as_of.isoformat()
-    if prices.provenance:
-        table["provenance"] = prices.provenance
     return CostEstimate(
         monthly_usd=float(total),
         breakdown=breakdown,
@@ -482,7 +528,7 @@ def estimate_cost(
         delta_vs_prev_pct=delta_pct,
         by_capability={k: float(v) for k, v in sorted(by_capability.items())},
         workload=list(workload.values) if workload else [],
-        prices=table,
+        prices=_table_names(prices),
         previous_method=previous.method if previous is not None else None,
     )
 
