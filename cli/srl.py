@@ -6,9 +6,9 @@
 ``srl collect TASKS.jsonl`` runs an ``SRLCollection`` on the configured Temporal server
 (or the embedded one, started on demand, with a worker) and shows a live progress line;
 ``srl show``, ``srl report`` (teacher precision, Markdown), ``srl export`` (JSONL and
-Parquet) and ``srl state dump`` read the step rows in SQL. Output, errors and exit codes
-follow the CLI toolkit (``cli/toolkit.py``): text on a terminal, one JSON document
-otherwise, ``{"error": {...}}`` on failure.
+Parquet, ``cli/srl_export.py``) and ``srl state dump`` read the step rows in SQL. Output,
+errors and exit codes follow the CLI toolkit (``cli/toolkit.py``): text on a terminal, one
+JSON document otherwise, ``{"error": {...}}`` on failure.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli import toolkit
+from cli import srl_text, toolkit
 from cli.srl_data import data_app, synth
 from cli.srl_data import tasks as tasks_command
 from cli.srl_data import translate as data_translate
+from cli.srl_export import write_export
 from cli.toolkit import note, output
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from cli.envelope import CliError
     from keel.settings import Settings
-    from keel.srl.steps import CollectionInput, CollectionResult, SrlTask
+    from keel.srl.steps import CollectionInput, CollectionResult
     from keel.srl.trajectory import StepRow
 
 app = typer.Typer(
@@ -80,32 +80,16 @@ SRL = toolkit.Family("srl", _translate, bad_settings="error")
 # -- collect -------------------------------------------------------------------------------
 
 
-def _progress_line(p: Any, started: float) -> str:
-    t = p.totals
-    minutes = max(time.monotonic() - started, 1e-6) / 60
-    precision = f"{t.verified_steps / t.steps:.1%}" if t.steps else "-"
-    episodes = p.task_count * p.samples if p.task_count is not None else None
-    return (
-        f"episodes {p.done}/{episodes} ({p.in_flight} running), steps {t.steps}, "
-        f"verified {t.verified_steps}, precision {precision}, {t.steps / minutes:.1f} steps/min"
-    )
-
-
 async def _watch(client: Client, workflow_id: str, services: Any, show: bool) -> None:
     from keel.srl.steps import CollectionProgress
 
     handle = client.get_workflow_handle(workflow_id)
     started = time.monotonic()
-    last = ""
+    status = toolkit.StatusLine()
 
     async def tick() -> None:
-        nonlocal last
         p = await handle.query("progress", result_type=CollectionProgress)
-        line = _progress_line(p, started)
-        if line != last:
-            sys.stderr.write("\r\033[K" + line)
-            sys.stderr.flush()
-            last = line
+        status.show(srl_text.progress_line(p, started))
 
     await toolkit.watch_services(
         services,
@@ -146,10 +130,80 @@ async def _collect(
             SRL.fail("run_failed", f"collection {inp.collection} failed: {err.cause or err}")
         finally:
             if show:
-                sys.stderr.write("\r\033[K")
-                sys.stderr.flush()
+                toolkit.StatusLine.clear()
     finally:
         await asyncio.to_thread(services.stop, stay or not wait)
+
+
+SourceOpt = Annotated[
+    str, typer.Option(help="gold_replay (the expert), teacher (a model) or actor (the pool)")
+]
+TeacherOpt = Annotated[str, typer.Option(help="Teacher model (configs/models.yaml)")]
+MaxStepsOpt = Annotated[int, typer.Option(min=1, max=20, help="Step cap per episode")]
+WindowOpt = Annotated[int, typer.Option(min=1, max=200, help="Episodes in flight")]
+PerRunOpt = Annotated[
+    int, typer.Option(min=1, max=1000, help="Episodes per run before continue-as-new")
+]
+LimitOpt = Annotated[int | None, typer.Option(min=1, help="Only the first N tasks")]
+TemperatureOpt = Annotated[float, typer.Option(min=0.0, max=2.0)]
+MaxTokensOpt = Annotated[int, typer.Option(min=16, max=8192)]
+TopPOpt = Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling")]
+SamplesOpt = Annotated[
+    int, typer.Option(min=1, max=64, help="Rollouts per task, each with its own seed")
+]
+SeedOpt = Annotated[int, typer.Option(min=0, max=2**31 - 1, help="Base of every sample's seed")]
+StepModeOpt = Annotated[
+    str,
+    typer.Option(
+        help="expert_prefix (the paper's, default): step n starts from the file after the "
+        "expert's steps 1..n-1; free_running: from the episode's own last file"
+    ),
+]
+ExpertFeedbackOpt = Annotated[
+    bool,
+    typer.Option(
+        "--expert-feedback/--no-expert-feedback",
+        help="Let feedback derived from the expert's file ('matches the goal', 'removed "
+        "code the goal keeps') into the next prompt (off by default)",
+    ),
+]
+WaitOpt = Annotated[bool, typer.Option("--wait/--no-wait", help="Wait, with progress")]
+StayOpt = Annotated[bool, typer.Option("--stay", help="Keep services this started")]
+
+
+def _check_choices(source: str, step_mode: str) -> None:
+    if source not in ("gold_replay", "teacher", "actor"):
+        SRL.fail_now("usage", f"--source must be gold_replay, teacher or actor, not {source!r}")
+    if step_mode not in ("expert_prefix", "free_running"):
+        SRL.fail_now(
+            "usage", f"--step-mode must be expert_prefix or free_running, not {step_mode!r}"
+        )
+
+
+def _upload(settings: Settings, tasks: Path, limit: int | None, source: str) -> tuple[str, int]:
+    """The task file (its first ``limit`` lines) stored: its digest and task count."""
+    from client.srl import upload_tasks
+    from store.artifacts import artifact_store_from_settings
+
+    try:
+        data = tasks.read_bytes()
+    except OSError as e:
+        SRL.fail("invalid_input", f"cannot read {tasks}: {e.strerror or e}")
+    if limit is not None:
+        data = b"".join(data.splitlines(keepends=True)[:limit])
+    return upload_tasks(artifact_store_from_settings(settings), data, source)
+
+
+def _collection_input(**fields: Any) -> CollectionInput:
+    """The collection's input; a value the model refuses is a usage error."""
+    from pydantic import ValidationError
+
+    from keel.srl.steps import CollectionInput
+
+    try:
+        return CollectionInput(**fields)
+    except ValidationError as e:
+        SRL.fail("usage", [err["msg"] for err in e.errors()])
 
 
 @app.command()
@@ -158,90 +212,51 @@ def collect(
         Path, typer.Argument(help="Task file (JSONL of SrlTask; 'srl synth' writes one)")
     ],
     collection: CollectionOpt,
-    source: Annotated[
-        str, typer.Option(help="gold_replay (the expert), teacher (a model) or actor (the pool)")
-    ] = "gold_replay",
-    model: Annotated[str, typer.Option(help="Teacher model (configs/models.yaml)")] = "",
-    max_steps: Annotated[int, typer.Option(min=1, max=20, help="Step cap per episode")] = 3,
-    window: Annotated[int, typer.Option(min=1, max=200, help="Episodes in flight")] = 8,
-    per_run: Annotated[
-        int, typer.Option(min=1, max=1000, help="Episodes per run before continue-as-new")
-    ] = 200,
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N tasks")] = None,
-    temperature: Annotated[float, typer.Option(min=0.0, max=2.0)] = 0.0,
-    max_tokens: Annotated[int, typer.Option(min=16, max=8192)] = 512,
-    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling")] = 1.0,
-    samples: Annotated[
-        int, typer.Option(min=1, max=64, help="Rollouts per task, each with its own seed")
-    ] = 1,
-    seed: Annotated[
-        int, typer.Option(min=0, max=2**31 - 1, help="Base of every sample's seed")
-    ] = 0,
-    step_mode: Annotated[
-        str,
-        typer.Option(
-            help="expert_prefix (the paper's, default): step n starts from the file after the "
-            "expert's steps 1..n-1; free_running: from the episode's own last file"
-        ),
-    ] = "expert_prefix",
-    expert_feedback: Annotated[
-        bool,
-        typer.Option(
-            "--expert-feedback/--no-expert-feedback",
-            help="Let feedback derived from the expert's file ('matches the goal', 'removed "
-            "code the goal keeps') into the next prompt (off by default)",
-        ),
-    ] = False,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait, with progress")] = True,
-    stay: Annotated[bool, typer.Option("--stay", help="Keep services this started")] = False,
+    source: SourceOpt = "gold_replay",
+    model: TeacherOpt = "",
+    max_steps: MaxStepsOpt = 3,
+    window: WindowOpt = 8,
+    per_run: PerRunOpt = 200,
+    limit: LimitOpt = None,
+    temperature: TemperatureOpt = 0.0,
+    max_tokens: MaxTokensOpt = 512,
+    top_p: TopPOpt = 1.0,
+    samples: SamplesOpt = 1,
+    seed: SeedOpt = 0,
+    step_mode: StepModeOpt = "expert_prefix",
+    expert_feedback: ExpertFeedbackOpt = False,
+    wait: WaitOpt = True,
+    stay: StayOpt = False,
     json_out: JsonOpt = None,
 ) -> None:
     """Run an SRLCollection over a task file: every step recorded once, in SQL.
 
     Run again under the same id, it reuses every step recorded (no model call) and
     collects what is missing; another source, model or sampling is refused."""
-    from pydantic import ValidationError
-
-    from client.srl import collection_workflow_id, upload_tasks
-    from keel.srl.steps import CollectionInput
-    from store.artifacts import artifact_store_from_settings
+    from client.srl import collection_workflow_id
 
     SRL.mode(json_out)
-    if source not in ("gold_replay", "teacher", "actor"):
-        SRL.fail_now("usage", f"--source must be gold_replay, teacher or actor, not {source!r}")
-    if step_mode not in ("expert_prefix", "free_running"):
-        SRL.fail_now(
-            "usage", f"--step-mode must be expert_prefix or free_running, not {step_mode!r}"
-        )
+    _check_choices(source, step_mode)
     with SRL.reported():
         settings = toolkit.load_settings()
-        try:
-            data = tasks.read_bytes()
-        except OSError as e:
-            SRL.fail("invalid_input", f"cannot read {tasks}: {e.strerror or e}")
-        if limit is not None:
-            data = b"".join(data.splitlines(keepends=True)[:limit])
-        digest, count = upload_tasks(artifact_store_from_settings(settings), data, source)
-        try:
-            inp = CollectionInput(
-                collection=collection,
-                tasks_digest=digest,
-                task_count=count,
-                source=source,  # type: ignore[arg-type]
-                model=model,
-                max_steps=max_steps,
-                window=window,
-                per_run=per_run,
-                temperature=temperature,
-                max_tokens=max_tokens,
-                top_p=top_p,
-                samples=samples,
-                seed=seed,
-                step_mode=step_mode,  # type: ignore[arg-type]
-                expert_feedback=expert_feedback,
-            )
-        except ValidationError as e:
-            SRL.fail("usage", [err["msg"] for err in e.errors()])
+        digest, count = _upload(settings, tasks, limit, source)
+        inp = _collection_input(
+            collection=collection,
+            tasks_digest=digest,
+            task_count=count,
+            source=source,
+            model=model,
+            max_steps=max_steps,
+            window=window,
+            per_run=per_run,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            top_p=top_p,
+            samples=samples,
+            seed=seed,
+            step_mode=step_mode,
+            expert_feedback=expert_feedback,
+        )
         done = asyncio.run(_collect(settings, inp, wait=wait, stay=stay))
         if done is None:
             wid = collection_workflow_id(collection)
@@ -251,17 +266,8 @@ def collect(
             )
             return
         result, elapsed = done
-        t = result.totals
         doc = {**result.model_dump(mode="json"), "elapsed_s": round(elapsed, 3)}
-        rate = t.steps / (elapsed / 60) if elapsed > 0 else 0.0
-        SRL.emit(
-            doc,
-            f"{collection}: {t.episodes} episodes ({t.verified_episodes} verified, "
-            f"{t.failed_episodes} failed), {t.steps} steps, {t.verified_steps} verified, "
-            f"{t.format_errors} malformed, {t.sandbox_failures} sandbox failures, "
-            f"{t.reused_steps} reused; "
-            f"{elapsed:.1f}s ({rate:.1f} steps/min)",
-        )
+        SRL.emit(doc, srl_text.collect_text(collection, result.totals, elapsed))
 
 
 # -- show, report, export, state -----------------------------------------------------------
@@ -387,125 +393,6 @@ def expert(
             f"{done.source} {done.model or ''}".rstrip()
             + f") -> {out}{missing}",
         )
-
-
-def _record_columns(record_json: str) -> dict[str, Any]:
-    """The record's parts a trainer reads, as flat values (JSON text for the open ones).
-    The chat, the completion and the think text are :func:`keel.srl.export.trainer_columns`'."""
-    import json
-
-    record = json.loads(record_json)
-    out = record.get("model_output") or {}
-    sampling = record.get("sampling") or {}
-    reward = record.get("reward") or {}
-
-    def text(value: Any) -> str | None:
-        return None if value is None else json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-    return {
-        "action": text(out.get("action")),
-        "state_update": text(out.get("state_update")),
-        "raw": out.get("raw", ""),
-        "format_error": out.get("format_error"),
-        "state_before": text(record.get("state_before")),
-        "state_after": text(record.get("state_after")),
-        "temperature": sampling.get("temperature"),
-        "top_p": sampling.get("top_p"),
-        "max_tokens": sampling.get("max_tokens"),
-        "prompt_tokens": out.get("prompt_tokens"),
-        "completion_tokens": out.get("completion_tokens"),
-        "finish_reason": out.get("finish_reason"),
-        "latency_s": out.get("latency_s"),
-        "cost_usd": out.get("cost_usd"),
-        "endpoint": out.get("endpoint"),
-        # Both rewards, and what they are computed from (docs/srl.md, "Rewards"): Keel's
-        # is reward_total (and `reward`) and step_similarity among the row's columns.
-        "paper_reward": reward.get("paper_reward"),
-        "reward_version": reward.get("reward_version"),
-        "effect": reward.get("effect"),
-        "expert_action": text(record.get("expert_action")),
-        "expert_text_after": record.get("expert_text_after"),
-        "text_before": record.get("text_before"),
-        "text_after": record.get("text_after"),
-    }
-
-
-def export_schema() -> Any:
-    """The Parquet schema of ``steps.parquet``: every column typed (a column of nulls
-    keeps its type; TRL's chat columns are lists of ``{role, content}``)."""
-    import pyarrow as pa
-
-    chat = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-    s, i, f, b = pa.string(), pa.int64(), pa.float64(), pa.bool_()
-    return pa.schema(
-        [
-            # the row's columns (keel.srl.trajectory.StepRow)
-            ("step_key", s), ("schema_version", i), ("collection", s), ("task_id", s),
-            ("step", i), ("source", s), ("model", s), ("language", s), ("template", s),
-            ("format_ok", b), ("verified", b), ("tests_passed", b), ("diff_lines", i),
-            ("step_similarity", f), ("reward_total", f), ("record_json", s),
-            ("record_digest", s), ("sample", i), ("seed", i),
-            # the record's parts
-            ("action", s), ("state_update", s), ("raw", s), ("format_error", s),
-            ("state_before", s), ("state_after", s), ("temperature", f), ("top_p", f),
-            ("max_tokens", i), ("prompt_tokens", i), ("completion_tokens", i),
-            ("finish_reason", s), ("latency_s", f), ("cost_usd", f), ("endpoint", s),
-            ("paper_reward", f), ("reward_version", s), ("effect", s), ("expert_action", s),
-            ("expert_text_after", s), ("text_before", s), ("text_after", s),
-            # TRL's conversational columns and the rewards (keel.srl.export)
-            ("messages", chat), ("prompt", chat), ("completion", chat), ("prompt_json", s),
-            ("think", s), ("think_source", s), ("reward", f), ("tests_passed_fraction", f),
-            ("text_similarity", f), ("logprobs", pa.list_(f)), ("token_ids", pa.list_(i)),
-        ]
-    )  # fmt: skip
-
-
-def write_export(
-    rows: list[StepRow], out: Path, tasks: Mapping[str, SrlTask] | None = None
-) -> dict[str, Path]:
-    """``steps.jsonl`` (one §7 record a line) and ``steps.parquet``: the row's columns
-    (rewards flat, sample and seed, the record as JSON text), the record's parts as
-    columns of their own (action, state update, sampling, tokens, finish_reason, latency,
-    cost, both rewards and what they are computed from), and TRL's conversational
-    columns: ``messages`` (the chat sent, then the answer), ``prompt`` and ``completion``
-    (docs/srl-export.md). ``tasks`` (by id; the collection's task file) give a gold
-    replay's completion its expert's reasoning (:func:`keel.srl.export.gold_think`)."""
-    import json
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from keel.srl.export import trainer_columns
-    from keel.srl.trajectory import StepRow
-
-    schema = export_schema()
-    out.mkdir(parents=True, exist_ok=True)
-    jsonl = out / "steps.jsonl"
-    with jsonl.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(row.record_json + "\n")
-    columns: dict[str, list[Any]] = {c: [getattr(r, c) for r in rows] for c in StepRow.model_fields}
-    extra = []
-    for r in rows:
-        task = (tasks or {}).get(r.task_id)
-        record = json.loads(r.record_json)
-        extra.append(
-            _record_columns(r.record_json) | trainer_columns(record, source=r.source, task=task)
-        )
-    for name in schema.names:
-        if name not in columns:
-            columns[name] = [e[name] for e in extra]
-    # tests_passed: a nullable bool (null where the task has no tests); the fraction of
-    # tests passed is tests_passed_fraction.
-    columns["tests_passed"] = [e["tests_passed"] for e in extra]
-    for name in columns:  # a row column this schema does not name yet: inferred
-        if name not in schema.names:
-            kind = pa.array(columns[name]).type
-            schema = schema.append(pa.field(name, pa.string() if kind == pa.null() else kind))
-    table = pa.table({n: columns[n] for n in schema.names}, schema=schema)
-    parquet = out / "steps.parquet"
-    pq.write_table(table, parquet)
-    return {"jsonl": jsonl, "parquet": parquet}
 
 
 @state_app.command("dump")
