@@ -288,6 +288,113 @@ def _score(
     return round(score, 4), reasons
 
 
+def _stated_or_assumed(
+    constraints: Constraints,
+) -> tuple[Cloud, set[WorkloadType], list[str]]:
+    """The cloud and workloads to plan for, and the assumptions made where the
+    constraints leave them (or the regions) unstated."""
+    assumptions: list[str] = []
+    cloud = constraints.cloud
+    if cloud is None:
+        cloud = DEFAULT_CLOUD
+        assumptions.append(f"cloud not stated: assumed {cloud.value}")
+    workload_list = list(constraints.workload_types)
+    if not workload_list:
+        workload_list = list(DEFAULT_WORKLOADS)
+        assumptions.append("workloads not stated: assumed batch")
+    if not constraints.regions:
+        assumptions.append("regions not stated: the plan is region-agnostic until answered")
+    return cloud, set(workload_list), assumptions
+
+
+def _feedback(
+    catalog: PatternCatalog, rejection_comment: str | None, revision: Revision | None
+) -> RejectionFeedback | None:
+    """The reviewer's comment as feedback, asking for cheaper patterns too when the
+    critics' ``revision`` does."""
+    feedback = interpret_comment(rejection_comment, catalog) if rejection_comment else None
+    if revision is not None and revision.prefer_cheaper:
+        base = feedback or RejectionFeedback(comment="")
+        feedback = base.model_copy(
+            update={
+                "prefer_cheaper": True,
+                "understood": [*base.understood, "critics: prefer cheaper patterns"],
+            }
+        )
+    return feedback
+
+
+_Ranked = tuple[float, int, int, Pattern]
+
+
+def _candidates(
+    patterns: list[Pattern],
+    constraints: Constraints,
+    workloads: set[WorkloadType],
+    chosen: set[str],
+    feedback: RejectionFeedback | None,
+) -> tuple[list[Candidate], list[_Ranked]]:
+    """Every pattern of a capability as a candidate (excluded with why, or scored), and
+    the eligible ones as (score, cost tier, catalogue index, pattern)."""
+    candidates: list[Candidate] = []
+    ranked: list[_Ranked] = []
+    for index, p in enumerate(patterns):
+        tradeoffs = [*(f"+ {x}" for x in p.pros), *(f"- {x}" for x in p.cons)]
+        why_not = _exclusion(p, constraints, workloads, chosen, feedback)
+        if why_not is not None:
+            candidates.append(
+                Candidate(id=p.id, summary=p.summary, excluded=why_not, tradeoffs=tradeoffs)
+            )
+            continue
+        score, reasons = _score(p, constraints, workloads, feedback)
+        candidates.append(
+            Candidate(id=p.id, summary=p.summary, score=score, reasons=reasons, tradeoffs=tradeoffs)
+        )
+        ranked.append((score, p.cost_tier, index, p))
+    return candidates, ranked
+
+
+def _without_replaced(
+    candidates: list[Candidate], ranked: list[_Ranked], replace: set[str]
+) -> tuple[list[Candidate], list[_Ranked]]:
+    """The critics asked to replace the patterns in ``replace``: where an eligible
+    alternative exists, they are excluded (and unranked); else all stay."""
+    kept = [t for t in ranked if t[3].id not in replace]
+    if not (kept and len(kept) < len(ranked)):
+        return candidates, ranked
+    gone = {t[3].id for t in ranked} - {t[3].id for t in kept}
+    candidates = [
+        c.model_copy(update={"excluded": "a critic asked to replace it", "score": None})
+        if c.id in gone
+        else c
+        for c in candidates
+    ]
+    return candidates, kept
+
+
+def _best_choice(
+    capability: Capability, candidates: list[Candidate], ranked: list[_Ranked]
+) -> Choice:
+    """The best ranked pattern (highest score, then cheapest, then catalogue order) as
+    the capability's choice, with its justification."""
+    ranked.sort(key=lambda t: (-t[0], t[1], t[2]))
+    best_score, _, _, best = ranked[0]
+    best_reasons = next(c.reasons for c in candidates if c.id == best.id)
+    others = len(ranked) - 1
+    justification = (
+        f"{best.id}: {best.summary}; score {best_score:g} "
+        f"({'; '.join(best_reasons) or 'no preference applied'})"
+        f", best of {others + 1} eligible"
+        + (f", {len(candidates) - len(ranked)} excluded" if len(candidates) > len(ranked) else "")
+    )
+    return Choice(
+        capability=capability,
+        pattern_id=best.id,
+        justification=justification,
+        candidates=candidates,
+    )
+
+
 def plan(
     constraints: Constraints,
     catalog: PatternCatalog,
@@ -301,50 +408,16 @@ def plan(
     critics' findings) prefers cheaper patterns if it says so and replaces the patterns
     it names where another eligible one exists.
     """
-    assumptions: list[str] = []
-    cloud = constraints.cloud
-    if cloud is None:
-        cloud = DEFAULT_CLOUD
-        assumptions.append(f"cloud not stated: assumed {cloud.value}")
-    workload_list = list(constraints.workload_types)
-    if not workload_list:
-        workload_list = list(DEFAULT_WORKLOADS)
-        assumptions.append("workloads not stated: assumed batch")
-    if not constraints.regions:
-        assumptions.append("regions not stated: the plan is region-agnostic until answered")
-    workloads = set(workload_list)
-    feedback = interpret_comment(rejection_comment, catalog) if rejection_comment else None
-    if revision is not None and revision.prefer_cheaper:
-        base = feedback or RejectionFeedback(comment="")
-        feedback = base.model_copy(
-            update={
-                "prefer_cheaper": True,
-                "understood": [*base.understood, "critics: prefer cheaper patterns"],
-            }
-        )
+    cloud, workloads, assumptions = _stated_or_assumed(constraints)
+    feedback = _feedback(catalog, rejection_comment, revision)
     replace = set(revision.avoid) if revision is not None else set()
-
     choices: list[Choice] = []
     gaps: list[Gap] = []
     chosen: set[str] = set()
     for capability in MANDATORY_CAPABILITIES:
-        candidates: list[Candidate] = []
-        ranked: list[tuple[float, int, int, Pattern]] = []
-        for index, p in enumerate(catalog.for_capability(capability, cloud)):
-            tradeoffs = [*(f"+ {x}" for x in p.pros), *(f"- {x}" for x in p.cons)]
-            why_not = _exclusion(p, constraints, workloads, chosen, feedback)
-            if why_not is not None:
-                candidates.append(
-                    Candidate(id=p.id, summary=p.summary, excluded=why_not, tradeoffs=tradeoffs)
-                )
-                continue
-            score, reasons = _score(p, constraints, workloads, feedback)
-            candidates.append(
-                Candidate(
-                    id=p.id, summary=p.summary, score=score, reasons=reasons, tradeoffs=tradeoffs
-                )
-            )
-            ranked.append((score, p.cost_tier, index, p))
+        candidates, ranked = _candidates(
+            catalog.for_capability(capability, cloud), constraints, workloads, chosen, feedback
+        )
         if not ranked:
             detail = (
                 f"no {cloud.value} pattern for {capability.value} fits the constraints"
@@ -353,40 +426,10 @@ def plan(
             )
             gaps.append(Gap(capability=capability, detail=detail, candidates=candidates))
             continue
-        kept = [t for t in ranked if t[3].id not in replace]
-        if kept and len(kept) < len(ranked):
-            # The critics asked to replace these and an eligible alternative exists.
-            gone = {t[3].id for t in ranked} - {t[3].id for t in kept}
-            candidates = [
-                c.model_copy(update={"excluded": "a critic asked to replace it", "score": None})
-                if c.id in gone
-                else c
-                for c in candidates
-            ]
-            ranked = kept
-        ranked.sort(key=lambda t: (-t[0], t[1], t[2]))
-        best_score, _, _, best = ranked[0]
-        chosen.add(best.id)
-        best_reasons = next(c.reasons for c in candidates if c.id == best.id)
-        others = len(ranked) - 1
-        justification = (
-            f"{best.id}: {best.summary}; score {best_score:g} "
-            f"({'; '.join(best_reasons) or 'no preference applied'})"
-            f", best of {others + 1} eligible"
-            + (
-                f", {len(candidates) - len(ranked)} excluded"
-                if len(candidates) > len(ranked)
-                else ""
-            )
-        )
-        choices.append(
-            Choice(
-                capability=capability,
-                pattern_id=best.id,
-                justification=justification,
-                candidates=candidates,
-            )
-        )
+        candidates, ranked = _without_replaced(candidates, ranked, replace)
+        choice = _best_choice(capability, candidates, ranked)
+        chosen.add(choice.pattern_id)
+        choices.append(choice)
     return Plan(
         cloud=cloud,
         regions=list(constraints.regions),
