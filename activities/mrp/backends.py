@@ -67,6 +67,8 @@ class ShardTask(BaseModel):
     llm_replay_only: bool = False
     llm_model: str = ""
     attempt: int = 1
+    # policy.shard_memory_mb: what the operator's host may allocate for the shard.
+    memory_mb: int | None = None
 
 
 class ShardContext(BaseModel):
@@ -80,6 +82,8 @@ class ShardContext(BaseModel):
     params: dict[str, JsonValue] = Field(default_factory=dict)
     llm_replay_only: bool = False
     llm_model: str = ""
+    # policy.shard_memory_mb: what the operator's host may allocate for one shard.
+    memory_mb: int | None = None
 
 
 class ShardItem(NamedTuple):
@@ -171,6 +175,7 @@ def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
         params=task.params,
         llm_replay_only=task.llm_replay_only,
         llm_model=task.llm_model,
+        memory_mb=task.memory_mb,
     )
     item = ShardItem(task.shard_index, task.shard_id, task.input_digest, task.seed, task.attempt)
     return execute_item(context, item, settings)
@@ -235,7 +240,9 @@ def _execute_item(context: ShardContext, task: ShardItem, settings: Settings) ->
             items = [f.model_dump(mode="json") for f in shard_input.files or []]
         # In an operator host: a process with only the operator's declared environment
         # (activities/mrp/host.py), which imports the code and checks it against its pin.
-        output = run_in_host(OperatorKind.MAP, context.operator, items, ctx)
+        output = run_in_host(
+            OperatorKind.MAP, context.operator, items, ctx, memory_mb=context.memory_mb
+        )
         digest = store.put_json(output)
         stats = call_stats(llm)
         return ShardAttempt(

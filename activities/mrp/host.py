@@ -23,6 +23,14 @@ in-process scrubbing can hide a key; a process started with a clean environment 
   A host whose call failed in the protocol (the process died, wrote garbage) is killed;
   a host ends on EOF of its pipe, and within a second of its parent's end.
 
+Memory: a call with ``memory_mb`` (map shards: ``policy.shard_memory_mb``) runs under a
+soft ``RLIMIT_DATA`` of the host's data size before the call plus ``memory_mb``, so what
+the call allocates past that fails in the host (``MemoryError``), never in the worker or
+in a neighbouring shard's host. Such a call fails as not retryable (the same input needs
+the same memory), naming the limit, and its host is stopped rather than pooled again.
+The limit is the host's own soft limit: operator code can raise it again (it is a guard
+against runaway shards, not against hostile code; ``sandbox/`` is for that).
+
 Not covered: operator code of the same Unix user can still read another process's
 ``/proc/<pid>/environ`` (the worker's is ``/proc/<parent pid>/environ``); run workers and
 operators as different users, or operators under nsjail (``sandbox/``), where that matters.
@@ -244,11 +252,13 @@ def run_in_host(
     *,
     sink: SinkSpec | None = None,
     out_dir: Path | None = None,
+    memory_mb: int | None = None,
 ) -> Any:
     """Run one operator call in a host whose environment is the operator's declared
     ``env``; the result as the matching ``invoke_*`` returns it. ``ctx`` is the parent's
     context: its LLM client and file reader answer the host, and it receives the
-    charged units and log lines."""
+    charged units and log lines. With ``memory_mb`` the call may allocate at most that
+    much in the host (see the module docstring)."""
     spec = handle.spec
     env = declared_env(list(spec.env))
     request = {
@@ -261,6 +271,7 @@ def run_in_host(
         "failed_shards": ctx.failed_shards,
         "sink": sink.model_dump(mode="json") if sink is not None else None,
         "out_dir": str(out_dir) if out_dir is not None else None,
+        "memory_mb": memory_mb,
     }
     with _host(env) as host:
         reply = host.call(
@@ -269,6 +280,8 @@ def run_in_host(
             lambda ref: ctx.read_file(FileRef.model_validate(ref)),
             spec.ref,
         )
+        if reply.get("discard"):
+            host.kill()  # it ran out of memory: not pooled for another call
     for line in reply.get("logs") or []:
         ctx.log(str(line))
     charged = Decimal(str(reply.get("charged_units", "0")))
@@ -347,20 +360,57 @@ def _file_reader(channel: _Channel, operator: str) -> Callable[[Any], bytes]:
     return read_file
 
 
+def _data_bytes() -> int:
+    """This process's data segment (``VmData``: heap and private writable mappings, what
+    ``RLIMIT_DATA`` counts), in bytes."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmData in /proc/self/status")  # pragma: no cover - Linux has it
+
+
+@contextlib.contextmanager
+def memory_limit(memory_mb: int | None) -> Iterator[None]:
+    """While inside, this process may allocate at most ``memory_mb`` MiB more (soft
+    ``RLIMIT_DATA`` over what it holds now); the old limit is put back after."""
+    if not memory_mb:
+        yield
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    limit = _data_bytes() + memory_mb * 1024 * 1024
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` is, or was raised from, a ``MemoryError``."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, MemoryError):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def _serve(channel: _Channel) -> None:
-    from activities.mrp.operators import (
-        OperatorHandle,
-        invoke_evaluate,
-        invoke_map,
-        invoke_produce,
-        invoke_reduce,
-    )
+    from activities.mrp.operators import OperatorHandle
 
     while True:
         request = channel.receive()
         if request is None:
             return
         ctx: OperatorContext | None = None
+        memory_mb = request.get("memory_mb")
         try:
             handle = OperatorHandle.model_validate(request["handle"])
             spec = handle.spec
@@ -378,28 +428,59 @@ def _serve(channel: _Channel) -> None:
             instance = handle.load()
             kind = OperatorKind(request["kind"])
             value: Any = request.get("value")
-            result: JsonValue
-            if kind is OperatorKind.MAP:
-                result = invoke_map(spec, instance, value, ctx)
-            elif kind is OperatorKind.REDUCE:
-                result = invoke_reduce(spec, instance, value, ctx)
-            elif kind is OperatorKind.EVALUATE:
-                result = invoke_evaluate(spec, instance, value, ctx).model_dump(mode="json")
-            else:
-                sink = SinkSpec.model_validate(request["sink"])
-                produced = invoke_produce(
-                    spec, instance, value, sink, Path(request["out_dir"]), ctx
-                )
-                result = produced.model_dump(mode="json")
+            with memory_limit(memory_mb):
+                result = _invoke(kind, handle, instance, value, ctx, request)
             reply: dict[str, Any] = {"ok": True, "result": result}
-        except OperatorError as e:
-            reply = {"ok": False, "error": str(e), "retryable": e.retryable}
-        except Exception as e:  # loading the operator, a bad request: worth a retry
-            reply = {"ok": False, "error": f"{type(e).__name__}: {e}", "retryable": True}
+        except Exception as e:
+            reply = _failure(e, memory_mb)
         if ctx is not None:
             reply["charged_units"] = str(ctx.charged_units)
             reply["logs"] = list(ctx.logs)
         channel.send(reply)
+
+
+def _failure(e: Exception, memory_mb: int | None) -> dict[str, Any]:
+    """The reply for a call that raised ``e``."""
+    if memory_mb and _out_of_memory(e):
+        # The same input would need the same memory: not retryable; and the host, which
+        # failed to allocate, is not trusted with another call.
+        return {
+            "ok": False,
+            "error": f"went over its memory limit of {memory_mb} MB (policy.shard_memory_mb): {e}",
+            "retryable": False,
+            "discard": True,
+        }
+    if isinstance(e, OperatorError):
+        return {"ok": False, "error": str(e), "retryable": e.retryable}
+    # Loading the operator, a bad request: worth a retry.
+    return {"ok": False, "error": f"{type(e).__name__}: {e}", "retryable": True}
+
+
+def _invoke(
+    kind: OperatorKind,
+    handle: Any,
+    instance: Any,
+    value: Any,
+    ctx: OperatorContext,
+    request: dict[str, Any],
+) -> JsonValue:
+    from activities.mrp.operators import (
+        invoke_evaluate,
+        invoke_map,
+        invoke_produce,
+        invoke_reduce,
+    )
+
+    spec = handle.spec
+    if kind is OperatorKind.MAP:
+        return invoke_map(spec, instance, value, ctx)
+    if kind is OperatorKind.REDUCE:
+        return invoke_reduce(spec, instance, value, ctx)
+    if kind is OperatorKind.EVALUATE:
+        return invoke_evaluate(spec, instance, value, ctx).model_dump(mode="json")
+    sink = SinkSpec.model_validate(request["sink"])
+    produced = invoke_produce(spec, instance, value, sink, Path(request["out_dir"]), ctx)
+    return produced.model_dump(mode="json")  # type: ignore[no-any-return]
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -263,6 +263,7 @@ class MapWindow:
                 params=dict(binding.params),
                 llm_replay_only=inp.llm_replay_only,
                 llm_model=self.acts.llm_model,
+                memory_mb=ir.limits.shard_memory_mb,
             )
             self.session = backend.session(context, self.settings, ir.limits.shard_timeout_s, lanes)
             parallelism = lanes * MAX_BATCH * PIPELINE_DEPTH
@@ -374,6 +375,7 @@ class MapWindow:
                             llm_replay_only=inp.llm_replay_only,
                             llm_model=self.acts.llm_model,
                             attempt=attempt_no,
+                            memory_mb=limits.shard_memory_mb,
                         )
                         result = await backend.run(task, self.settings, limits.shard_timeout_s)
                 except AttemptTimeout as e:

@@ -411,6 +411,8 @@ class PolicySpec(_Spec):
 
     max_workers: int = Field(default=4, ge=1, le=1_000_000, strict=True)
     shard_timeout_s: float = Field(default=300, gt=0, le=7 * 24 * 3600)
+    # What one shard's operator may allocate in its host process (a soft RLIMIT_DATA over
+    # the host's size before the call: activities/mrp/host.py); past it the shard fails.
     shard_memory_mb: int = Field(default=1024, ge=16, le=16 * 1024 * 1024, strict=True)
     max_shard_retries: int = Field(default=3, ge=0, le=1000, strict=True)
     budget_usd: Decimal | None = Field(default=None, ge=0)
