@@ -205,6 +205,42 @@ class RllmApp:
 
     # -- the run --------------------------------------------------------------------
     async def _execute(self, inp: RllmRunInput, started: datetime) -> RllmRunResult:
+        loaded = await self._load(inp)
+        program = loaded.resolved.root
+        inputs = self._inputs(program, inp)
+
+        pre_outputs: dict[str, Any] = {}
+        for block in program.pre_blocks:
+            produced = await self._block(program, block, {**inputs, **pre_outputs})
+            pre_outputs = apply_block_outputs(block, pre_outputs, produced)
+
+        child_outputs = await self._children(inp, loaded, program, inputs, pre_outputs)
+        variables = template_variables(
+            program, inputs, pre_outputs=pre_outputs, child_outputs=child_outputs
+        )
+
+        llm_output: dict[str, Any] | None = None
+        if program.needs_llm:
+            llm_output = await self._generate(inp, loaded, program, variables)
+
+        output = await self._output(program, llm_output, child_outputs, {**inputs, **pre_outputs})
+        state = self._run
+        finished = workflow.now()
+        return RllmRunResult(
+            app=program.name,
+            version=program.version,
+            model=loaded.model,
+            output=output,
+            attempts=list(state.attempts),
+            retries=max(0, len(state.attempts) - 1),
+            children=dict(state.children),
+            usage=state.usage,
+            llm_latency_ms=state.llm_ms,
+            total_latency_ms=_ms(started, finished),
+        )
+
+    async def _load(self, inp: RllmRunInput) -> LoadedApp:
+        """``rllm.load``, then ``rllm.ollama_ensure`` where the app's model needs it."""
         state = self._run
         self._step = "load"
         # A step that only reads files or writes one row runs as a local activity when
@@ -234,59 +270,44 @@ class RllmApp:
                 ),
                 summary=f"ollama models of {program.name}",
             )
+        return loaded
 
+    def _inputs(self, program: RllmProgram, inp: RllmRunInput) -> dict[str, Any]:
+        """The run's input, decoded and checked against ``input_schema``."""
         self._step = "input"
         try:
             inputs = validate_input(program, decode_input(program, inp.input))
         except InputSchemaError:
-            state.input_valid = False
+            self._run.input_valid = False
             raise
-        state.input_valid = True
+        self._run.input_valid = True
+        return inputs
 
-        pre_outputs: dict[str, Any] = {}
-        for block in program.pre_blocks:
-            produced = await self._block(program, block, {**inputs, **pre_outputs})
-            pre_outputs = apply_block_outputs(block, pre_outputs, produced)
-
-        child_outputs = await self._children(inp, loaded, program, inputs, pre_outputs)
-        variables = template_variables(
-            program, inputs, pre_outputs=pre_outputs, child_outputs=child_outputs
-        )
-
-        llm_output: dict[str, Any] | None = None
-        if program.needs_llm:
-            llm_output = await self._generate(inp, loaded, program, variables)
-
+    async def _output(
+        self,
+        program: RllmProgram,
+        llm_output: dict[str, Any] | None,
+        child_outputs: dict[str, dict[str, Any]],
+        scope: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The output: the model's and the children's merged, the ``post`` blocks run on
+        it (``scope``: the inputs and ``pre`` outputs beside it), checked at the end."""
         self._step = "output"
         try:
             output = merge_output(program, llm_output, child_outputs)
         except OutputSchemaError:
-            state.output_valid = False
+            self._run.output_valid = False
             raise
         for block in program.post_blocks:
-            scope = {**inputs, **pre_outputs, **output}
-            produced = await self._block(program, block, scope)
+            produced = await self._block(program, block, {**scope, **output})
             output = apply_block_outputs(block, output, produced)
         try:
             output = validate_output(output, program.output_schema)
         except OutputSchemaError:
-            state.output_valid = False
+            self._run.output_valid = False
             raise
-        state.output_valid = True
-
-        finished = workflow.now()
-        return RllmRunResult(
-            app=program.name,
-            version=program.version,
-            model=loaded.model,
-            output=output,
-            attempts=list(state.attempts),
-            retries=max(0, len(state.attempts) - 1),
-            children=dict(state.children),
-            usage=state.usage,
-            llm_latency_ms=state.llm_ms,
-            total_latency_ms=_ms(started, finished),
-        )
+        self._run.output_valid = True
+        return output
 
     async def _block(
         self, program: RllmProgram, block: PythonBlock, scope: dict[str, Any]
