@@ -17,9 +17,9 @@ with workflow.unsafe.imports_passed_through():
         planner_message,
         reply_schema,
     )
-    from keel.design.constraints import FIELD_NAMES, is_stated
+    from keel.design.constraints import FIELD_NAMES, Constraints, is_stated
     from keel.design.patterns import PatternCatalog
-    from keel.design.planner import Plan, interpret_comment
+    from keel.design.planner import Plan, Revision, interpret_comment
     from keel.design.planner import plan as make_plan
     from keel.design.policy import structural_results
     from keel.design.reasons import Trigger, planner_cards
@@ -106,6 +106,66 @@ def _impacts(plan: Plan, catalog: PatternCatalog) -> dict[str, dict[str, float |
     return out
 
 
+def _trigger(comment: str | None, revision: Revision | None) -> Trigger:
+    """Why the planner ran: a rejection's comment, a revision, or new constraints."""
+    if comment and revision is None:
+        return "user_reject"
+    return "regen" if revision is not None else "constraints_updated"
+
+
+async def _agent_plan(
+    ctx: DesignContext,
+    key: str,
+    constraints: Constraints,
+    chosen: Plan,
+    comment: str | None,
+    revision: Revision | None,
+) -> tuple[Plan, AgentOutput | None, list[Refusal], dict[str, str]]:
+    """The planner agent's choice, checked by the rules: the plan, the agent's reply,
+    what the rules refused and what they accepted."""
+    catalog = ctx.data.catalog
+    message = planner_message(
+        constraints, chosen, catalog, rejection_comment=comment, revision=revision
+    )
+    agent_out, refusals = await ask_agent(
+        ctx, "planner", key, message, reply_schema("planner", catalog)
+    )
+    guarded = guard_plan(
+        constraints,
+        catalog,
+        chosen,
+        agent_out.reply if agent_out else None,
+        ctx.policy,
+        refusals=refusals,
+    )
+    return guarded.plan, agent_out, guarded.refusals, guarded.accepted
+
+
+def _planner_output(
+    n: int,
+    chosen: Plan,
+    catalog: PatternCatalog,
+    comment: str | None,
+    revision: Revision | None,
+    agent: tuple[AgentOutput | None, list[Refusal], dict[str, str]],
+) -> dict[str, Any]:
+    """The round's record: its plan's choices and gaps, the comment read, the revision,
+    and the agent's accepted and refused proposals."""
+    agent_out, refusals, accepted = agent
+    output: dict[str, Any] = {
+        "round": n,
+        "choices": {c.capability.value: c.pattern_id for c in chosen.choices},
+        "gaps": [g.capability.value for g in chosen.gaps],
+    }
+    if comment:
+        output["feedback"] = interpret_comment(comment, catalog).model_dump(mode="json")
+    if revision is not None:
+        output["revision"] = revision.model_dump(mode="json")
+    if agent_out is not None or refusals:
+        output["agent"] = {"accepted": accepted, "refused": [r.model_dump() for r in refusals]}
+    return output
+
+
 async def planner_node(state: GraphState) -> GraphState:
     """The rules' plan; with a capable model, the planner agent's choice among the
     catalogue's patterns, checked by the rules (``keel.design.agents.guard_plan``)."""
@@ -124,50 +184,22 @@ async def planner_node(state: GraphState) -> GraphState:
     refusals: list[Refusal] = []
     accepted: dict[str, str] = {}
     if agents_on(ctx):
-        message = planner_message(
-            constraints, chosen, catalog, rejection_comment=comment, revision=revision
+        chosen, agent_out, refusals, accepted = await _agent_plan(
+            ctx, key, constraints, chosen, comment, revision
         )
-        agent_out, refusals = await ask_agent(
-            ctx, "planner", key, message, reply_schema("planner", catalog)
-        )
-        guarded = guard_plan(
-            constraints,
-            catalog,
-            chosen,
-            agent_out.reply if agent_out else None,
-            ctx.policy,
-            refusals=refusals,
-        )
-        chosen, refusals, accepted = guarded.plan, guarded.refusals, guarded.accepted
-    trigger: Trigger = (
-        "user_reject"
-        if comment and revision is None
-        else ("regen" if revision is not None else "constraints_updated")
-    )
-    refused = [r.line() for r in refusals]
     cards = planner_cards(
         chosen,
         idempotency_key=key,
         constraints_keys=[f for f in FIELD_NAMES if is_stated(constraints, f)],
-        trigger=trigger,
+        trigger=_trigger(comment, revision),
         ts=now_iso(),
         prompt_pack=ctx.data.prompt_pack,
         policy_results=structural_results(constraints, chosen, catalog, ctx.policy),
         impacts=_impacts(chosen, catalog),
-        refusals=refused,
+        refusals=[r.line() for r in refusals],
         model=agent_out.model if agent_out else "",
     )
-    output: dict[str, Any] = {
-        "round": n,
-        "choices": {c.capability.value: c.pattern_id for c in chosen.choices},
-        "gaps": [g.capability.value for g in chosen.gaps],
-    }
-    if comment:
-        output["feedback"] = interpret_comment(comment, catalog).model_dump(mode="json")
-    if revision is not None:
-        output["revision"] = revision.model_dump(mode="json")
-    if agent_out is not None or refusals:
-        output["agent"] = {"accepted": accepted, "refused": [r.model_dump() for r in refusals]}
+    output = _planner_output(n, chosen, catalog, comment, revision, (agent_out, refusals, accepted))
     effects: list[Effect] = [
         SetStatus({"plan_round": n}),
         agent_run("planner", node_input, output, key, agent_out),
