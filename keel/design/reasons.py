@@ -17,7 +17,7 @@ import blake3
 from pydantic import BaseModel, ConfigDict, Field
 
 from keel.design.critics import CostEstimate, TechReview
-from keel.design.planner import Plan
+from keel.design.planner import Choice, Gap, Plan
 from keel.design.policy import PolicyReport, Status
 from keel.design.workload import fmt_number
 from keel.digest import canonical_json, digest_bytes, digest_json
@@ -102,6 +102,56 @@ class ReasonCard(BaseModel):
     prompt_pack_hash: str | None = None
 
 
+def _choice_card(
+    choice: Choice,
+    decision: str,
+    keys: list[str],
+    penalty: float,
+    impacts: dict[str, float | None],
+    risks: list[str],
+    shared: dict[str, Any],
+) -> ReasonCard:
+    """The planner card of a capability's choice, with every candidate (an excluded one
+    says why); ``shared`` holds the fields every planner card of the node has."""
+    excluded = sum(1 for c in choice.candidates if c.excluded)
+    share = excluded / len(choice.candidates) if choice.candidates else 0.0
+    return ReasonCard(
+        decision_id=decision,
+        inputs=CardInputs(constraints_keys=keys, artifacts=[f"capability:{choice.pattern_id}"]),
+        candidates=[
+            CardCandidate(
+                id=c.id,
+                summary=c.summary + (f" (excluded: {c.excluded})" if c.excluded else ""),
+                tradeoffs=c.tradeoffs,
+            )
+            for c in choice.candidates
+        ],
+        choice=CardChoice(id=choice.pattern_id, justification=choice.justification),
+        impacts=impacts,
+        confidence=max(0.05, round(0.9 - 0.3 * share - penalty, 2)),
+        risks=risks,
+        **shared,
+    )
+
+
+def _gap_card(
+    gap: Gap, decision: str, keys: list[str], risks: list[str], shared: dict[str, Any]
+) -> ReasonCard:
+    """The planner card of a capability no pattern fits (every candidate excluded)."""
+    return ReasonCard(
+        decision_id=decision,
+        inputs=CardInputs(constraints_keys=keys),
+        candidates=[
+            CardCandidate(id=c.id, summary=f"{c.summary} (excluded: {c.excluded})")
+            for c in gap.candidates
+        ],
+        choice=None,
+        confidence=0.05,
+        risks=risks,
+        **shared,
+    )
+
+
 def planner_cards(
     plan: Plan,
     *,
@@ -125,67 +175,37 @@ def planner_cards(
     proposals the rules refused, by capability prefix ``<capability> -> ...``) go to the
     risks of the capability's card; ``model`` names the planner agent's model.
     """
-    cards: list[ReasonCard] = []
     penalty = 0.1 * len(plan.assumptions)
     keys = sorted(constraints_keys)
-    results = dict(policy.summary() if policy else (policy_results or {}))
-    links = {"model": model} if model else {}
+    shared: dict[str, Any] = {
+        "agent": "planner",
+        "node_name": "planner",
+        "trigger": trigger,
+        "policy_results": dict(policy.summary() if policy else (policy_results or {})),
+        "links": {"model": model} if model else {},
+        "ts": ts,
+        "prompt_pack_hash": prompt_pack,
+    }
 
     def refused(cap: str) -> list[str]:
         return [r for r in refusals or [] if f" {cap} -> " in r]
 
-    for choice in plan.choices:
-        excluded = sum(1 for c in choice.candidates if c.excluded)
-        share = excluded / len(choice.candidates) if choice.candidates else 0.0
-        confidence = max(0.05, round(0.9 - 0.3 * share - penalty, 2))
-        cards.append(
-            ReasonCard(
-                decision_id=decision_id(idempotency_key, choice.capability.value),
-                agent="planner",
-                node_name="planner",
-                trigger=trigger,
-                inputs=CardInputs(
-                    constraints_keys=keys, artifacts=[f"capability:{choice.pattern_id}"]
-                ),
-                candidates=[
-                    CardCandidate(
-                        id=c.id,
-                        summary=c.summary + (f" (excluded: {c.excluded})" if c.excluded else ""),
-                        tradeoffs=c.tradeoffs,
-                    )
-                    for c in choice.candidates
-                ],
-                choice=CardChoice(id=choice.pattern_id, justification=choice.justification),
-                policy_results=results,
-                impacts=dict((impacts or {}).get(choice.pattern_id, {})),
-                confidence=confidence,
-                risks=[*plan.assumptions, *refused(choice.capability.value)],
-                links=links,
-                ts=ts,
-                prompt_pack_hash=prompt_pack,
-            )
+    cards = [
+        _choice_card(
+            choice,
+            decision_id(idempotency_key, choice.capability.value),
+            keys,
+            penalty,
+            dict((impacts or {}).get(choice.pattern_id, {})),
+            [*plan.assumptions, *refused(choice.capability.value)],
+            shared,
         )
+        for choice in plan.choices
+    ]
     for gap in plan.gaps:
-        cards.append(
-            ReasonCard(
-                decision_id=decision_id(idempotency_key, gap.capability.value),
-                agent="planner",
-                node_name="planner",
-                trigger=trigger,
-                inputs=CardInputs(constraints_keys=keys),
-                candidates=[
-                    CardCandidate(id=c.id, summary=f"{c.summary} (excluded: {c.excluded})")
-                    for c in gap.candidates
-                ],
-                choice=None,
-                policy_results=results,
-                confidence=0.05,
-                risks=[gap.detail, *plan.assumptions, *refused(gap.capability.value)],
-                links=links,
-                ts=ts,
-                prompt_pack_hash=prompt_pack,
-            )
-        )
+        risks = [gap.detail, *plan.assumptions, *refused(gap.capability.value)]
+        decision = decision_id(idempotency_key, gap.capability.value)
+        cards.append(_gap_card(gap, decision, keys, risks, shared))
     return cards
 
 
