@@ -175,7 +175,8 @@ def _repair_text(r: dict[str, Any]) -> str:
     text = (
         f"repair round {r['round']}: {r['findings']} findings "
         f"({', '.join(r['failed'])} failed), {r['fixed']} fixed; "
-        f"{len(files)} files changed" + (f" ({', '.join(files)})" if files else "")
+        f"{len(files)} file{'' if len(files) == 1 else 's'} changed"
+        + (f" ({', '.join(files)})" if files else "")
     )
     if after:
         text += "; then " + (f"FAILED: {', '.join(failing)}" if failing else "all passed")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from keel.design.steps import EVENT_REPAIR
+from keel.design.steps import EVENT_REPAIR, NODES
 from store.design import count_rows, list_events, stored_view
 from store.design import decision_set as decision_set_row
 from store.models import AgentRunRow
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 #: The ``agent_runs`` providers of a node that no model answered: the workflow's rules
 #: (and the codegen templates).
 RULES_PROVIDERS = frozenset({"workflow", "template"})
+#: The pipeline's nodes in their order (plan §21.1), the repair rounds after the validators.
+NODE_ORDER = {n: float(i) for i, n in enumerate(NODES)} | {
+    "repair": NODES.index("validators") + 0.5
+}
 
 
 class DecisionSetNotFound(LookupError):
@@ -57,10 +61,11 @@ def repair_rounds(sm: sessionmaker[Session], project: str, ds: str) -> list[dict
 
 def node_models(sm: sessionmaker[Session], project: str, ds: str) -> list[dict[str, Any]]:
     """Which provider and model answered each node of the run, from its ``agent_runs``
-    rows: one entry per node (in the order the nodes first ran), each with the distinct
-    ``(provider, model)`` that answered it and how many runs each. ``answered_by`` is the
-    model's name, or ``rules`` when no model answered (the workflow's rules, the
-    templates, or a model call that fell back to the rules)."""
+    rows: one entry per node, each with the distinct ``(provider, model)`` that answered
+    it and how many runs each. ``answered_by`` is the model's name, or ``rules`` when no
+    model answered (the workflow's rules, the templates, or a model call that fell back
+    to the rules). The nodes come in the pipeline's order (:data:`NODE_ORDER`: the rows
+    are written together at the end of the run, in no order of their own)."""
     with sm() as s:
         rows = s.execute(
             select(AgentRunRow.agent, AgentRunRow.provider, AgentRunRow.model)
@@ -71,6 +76,7 @@ def node_models(sm: sessionmaker[Session], project: str, ds: str) -> list[dict[s
     for agent, provider, model in rows:
         answers = nodes.setdefault(agent, {})
         answers[(provider, model)] = answers.get((provider, model), 0) + 1
+    order = sorted(nodes, key=lambda n: NODE_ORDER.get(n, len(NODE_ORDER)))
     return [
         {
             "node": node,
@@ -81,10 +87,10 @@ def node_models(sm: sessionmaker[Session], project: str, ds: str) -> list[dict[s
                     "answered_by": model if model and provider not in RULES_PROVIDERS else "rules",
                     "runs": runs,
                 }
-                for (provider, model), runs in answers.items()
+                for (provider, model), runs in nodes[node].items()
             ],
         }
-        for node, answers in nodes.items()
+        for node in order
     ]
 
 
