@@ -35,6 +35,7 @@ from client.temporal import (
     start_by_type,
     status_name,
 )
+from keel.mrp.dsl import parse_job
 from keel.mrp.run import (
     ERROR_TYPES,
     WORKFLOW_TYPE,
@@ -140,8 +141,6 @@ def job_input(
             ``base_dir``: the worker would resolve them in its own working directory
             (``s3://`` inputs need none: ``caps.allowed_input_prefixes`` decides those).
     """
-    from keel.mrp.dsl import parse_job  # the DSL's models: not on every CLI call's path
-
     spec = parse_job(text, source).spec
     if not base_dir and any("://" not in p for p in spec.inputs.files or []):
         raise FilesNeedBaseDir(f"{source}: inputs.files names files on the worker")

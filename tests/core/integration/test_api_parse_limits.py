@@ -14,8 +14,8 @@ import pytest
 from pydantic import SecretStr
 
 from api.app import create_app
-from api.routes import mrp as mrp_routes
 from api.routes import rllm as rllm_routes
+from client import mrp as mrp_client
 from keel.mrp.dsl import parse_job
 from keel.rllm.errors import ParseError
 from keel.settings import ApiToken, Settings
@@ -178,7 +178,7 @@ async def test_parsing_does_not_run_on_the_event_loop(
         monkeypatch.setattr(rllm_routes, "parse_text", blocking_rllm)
         request = http.post("/rllm/runs", json=rllm_body("---\n---\n"), headers=AUTH)
     else:
-        monkeypatch.setattr(mrp_routes, "parse_job", blocking_mrp)
+        monkeypatch.setattr(mrp_client, "parse_job", blocking_mrp)
         request = http.post("/mrp/jobs", json={"job_yaml": "- 1\n"}, headers=AUTH)
     task = asyncio.ensure_future(request)
     try:
