@@ -10,14 +10,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 
-from api.deps import ApproverDep, Caller, CallerDep, ClientDep, RequesterDep, SessionsDep
+from api.deps import Caller, CallerDep, ClientDep
 from api.errors import ERROR_RESPONSES, ApiError, refusal_error
-from api.idempotency import IdempotencyKey, request_id_for
-from api.routes.shared import answer_once, key_digest
+from api.idempotency import request_id_for
+from api.routes.shared import ApproverPost, CallerPost, RequesterPost
 from client import gate as gates
 from client.gate import GateNotFound, GateNotRunning, GateSummary
 from client.temporal import BadPageToken, decode_page_token, encode_page_token
@@ -129,31 +129,23 @@ async def list_gates(
 
 
 @router.post("", status_code=201, response_model=GateState)
-async def open_gate(
-    request: Request,
-    body: OpenGateBody,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: RequesterDep,
-    idempotency_key: IdempotencyKey = None,
-) -> Any:
+async def open_gate(body: OpenGateBody, client: ClientDep, post: RequesterPost) -> Any:
     """Open a standalone gate; its id is ``<parent_id>/gate/<name>``."""
+    actor = post.caller.actor
 
     async def run() -> tuple[int, Any]:
-        unique = key_digest(caller, idempotency_key, width=16) or uuid.uuid4()
-        parent = body.parent_id or f"api/{unique}"
-        gate_id = gate_workflow_id(parent, body.name)
-        req = GateRequest(requester=caller.actor, **body.model_dump(exclude={"parent_id"}))
+        parent = body.parent_id or f"api/{post.key_digest(width=16) or uuid.uuid4()}"
+        req = GateRequest(requester=actor, **body.model_dump(exclude={"parent_id"}))
         try:
             state = await gates.open_gate(
-                client, req, gate_id=gate_id, task_queue=request.app.state.settings.task_queue,
-                access=access_for(caller.actor, [req.approvers]),
+                client, req, gate_id=gate_workflow_id(parent, body.name),
+                task_queue=post.settings.task_queue, access=access_for(actor, [req.approvers]),
             )  # fmt: skip
         except FileExistsError as err:
             raise ApiError(409, "conflict", str(err)) from None
         return 201, state.model_dump(mode="json")
 
-    return await answer_once(request, sessions, caller, idempotency_key, body, run)
+    return await post.answer_once(body, run)
 
 
 @router.get("/{gate_id:path}", response_model=GateState)
@@ -162,22 +154,23 @@ async def get_gate(gate_id: str, client: ClientDep, caller: CallerDep) -> GateSt
     return await _read_state(client, gate_id, caller)
 
 
+async def _pending(client: Client, gate_id: str, caller: Caller) -> None:
+    """404 unless the caller may see the gate (:func:`_visible`), 409 unless it is pending."""
+    desc = await _visible(client, gate_id, caller)
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
+
+
 def _decision_route(decision: Literal["approve", "reject"]) -> Callable[..., Awaitable[Any]]:
     """The route that decides ``decision`` (approve and reject differ in nothing else)."""
 
-    async def route(
-        request: Request,
-        gate_id: str,
-        body: DecisionBody,
-        client: ClientDep,
-        sessions: SessionsDep,
-        caller: ApproverDep,
-        idempotency_key: IdempotencyKey = None,
-    ) -> Any:
+    async def route(gate_id: str, body: DecisionBody, client: ClientDep, post: ApproverPost) -> Any:
+        caller = post.caller
+
         async def run() -> tuple[int, Any]:
             # One RPC on the way that succeeds: the Update itself. The gate accepts a
             # decision only from a caller who may see it (a named approver, any approver
-            # when it names none, or admin; ApproverDep let no one else through), so the
+            # when it names none, or admin; ApproverPost let no one else through), so the
             # read check that _visible makes would only repeat it. Every refusal and error
             # goes through that check first, so a caller who may not see a gate learns no
             # more than 404.
@@ -185,20 +178,18 @@ def _decision_route(decision: Literal["approve", "reject"]) -> Callable[..., Awa
                 decision=decision,
                 actor=caller.actor,
                 comment=body.comment,
-                request_id=request_id_for(caller, idempotency_key),
+                request_id=request_id_for(caller, post.key),
             )
             try:
                 state = await gates.decide(client, gate_id, decision_in)
             except Exception as err:
-                desc = await _visible(client, gate_id, caller)
-                if desc.status != WorkflowExecutionStatus.RUNNING:
-                    raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed") from None
+                await _pending(client, gate_id, caller)
                 if isinstance(err, GateRefusal):
                     raise refusal_error(err) from None
                 raise
             return 200, state.model_dump(mode="json")
 
-        return await answer_once(request, sessions, caller, idempotency_key, body, run)
+        return await post.answer_once(body, run)
 
     # The name and docstring FastAPI makes the operation's id and description of.
     route.__name__ = route.__qualname__ = f"{decision}_gate"
@@ -218,25 +209,14 @@ reject_gate = router.post("/{gate_id:path}/reject", response_model=GateState)(
 
 
 @router.post("/{gate_id:path}/comments", response_model=GateState)
-async def comment_gate(
-    request: Request,
-    gate_id: str,
-    body: CommentBody,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: CallerDep,
-    idempotency_key: IdempotencyKey = None,
-) -> Any:
+async def comment_gate(gate_id: str, body: CommentBody, client: ClientDep, post: CallerPost) -> Any:
     """Comment on a pending gate as the caller."""
+    caller = post.caller
 
     async def run() -> tuple[int, Any]:
-        desc = await _visible(client, gate_id, caller)
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            raise ApiError(409, "gate_closed", f"gate {gate_id!r} is closed")
+        await _pending(client, gate_id, caller)
         entry = GateComment(
-            actor=caller.actor,
-            comment=body.comment,
-            request_id=request_id_for(caller, idempotency_key),
+            actor=caller.actor, comment=body.comment, request_id=request_id_for(caller, post.key)
         )
         try:
             state = await gates.comment(client, gate_id, entry)
@@ -244,4 +224,4 @@ async def comment_gate(
             raise refusal_error(err) from None
         return 200, state.model_dump(mode="json")
 
-    return await answer_once(request, sessions, caller, idempotency_key, body, run)
+    return await post.answer_once(body, run)

@@ -28,13 +28,11 @@ from api.deps import (
     ArtifactsDep,
     CallerDep,
     ClientDep,
-    RequesterDep,
     SessionsDep,
     may_read_run,
 )
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey
-from api.routes.shared import answer_once, key_digest
+from api.routes.shared import RequesterPost
 from client.mrp import FilesNeedBaseDir, MrpJobView, job_input, job_view, start_job
 from keel.access import ACCESS_MEMO, RunAccess, access_for
 from keel.ids import ID_PATTERN
@@ -162,42 +160,32 @@ def _access(actor: str, approvers: list[str] | None) -> RunAccess:
 
 
 @router.post("/jobs", status_code=202, response_model=SubmittedJob)
-async def submit_job(
-    request: Request,
-    body: SubmitJobBody,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: RequesterDep,
-    idempotency_key: IdempotencyKey = None,
-) -> Any:
+async def submit_job(body: SubmitJobBody, client: ClientDep, post: RequesterPost) -> Any:
     """Start a job; 202 with the run id and workflow id to follow it by."""
+    actor = post.caller.actor
 
     async def run() -> tuple[int, Any]:
         # Reading and parsing the job is file I/O and CPU work: off the event loop.
-        inp, job_id, approvers = await to_thread.run_sync(_job_input, request, body)
-        run_id = (
-            body.run_id
-            or key_digest(caller, idempotency_key, "mrp", width=24)
-            or uuid.uuid4().hex[:24]
-        )
-        inp = inp.model_copy(update={"run_id": run_id, "requester": caller.actor})
+        inp, job_id, approvers = await to_thread.run_sync(_job_input, post.request, body)
+        run_id = body.run_id or post.key_digest("mrp", width=24) or uuid.uuid4().hex[:24]
+        inp = inp.model_copy(update={"run_id": run_id, "requester": actor})
         wid = workflow_id_for(job_id, run_id)
         try:
             await start_job(
                 client,
                 inp,
                 workflow_id=wid,
-                task_queue=request.app.state.settings.task_queue,
+                task_queue=post.settings.task_queue,
                 reject_duplicate=True,
-                memo={ACCESS_MEMO: _access(caller.actor, approvers)},
+                memo={ACCESS_MEMO: _access(actor, approvers)},
             )
         except WorkflowAlreadyStartedError:
-            if idempotency_key is None:
+            if post.key is None:
                 raise ApiError(409, "conflict", f"run {run_id!r} of {job_id} exists") from None
             # The same key after an answer that was not stored (a 5xx): the same run.
         return 202, SubmittedJob(run_id=run_id, workflow_id=wid, job_id=job_id).model_dump()
 
-    return await answer_once(request, sessions, caller, idempotency_key, body, run)
+    return await post.answer_once(body, run)
 
 
 @router.get("/jobs/{run_id:path}", response_model=MrpJobView)

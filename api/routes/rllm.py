@@ -25,15 +25,14 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from anyio import to_thread
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from api.deps import CallerDep, ClientDep, RequesterDep, SessionsDep
+from api.deps import CallerDep, ClientDep
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey
-from api.routes.shared import answer_once, key_digest, readable_or_404
+from api.routes.shared import RequesterPost, readable_or_404
 from client.rllm import (
     RllmRunView,
     failure_payload,
@@ -155,14 +154,7 @@ def _app_name(body: RllmRunBody) -> str:
     response_model=RllmRunView,
     responses={200: {"model": RllmRunView, "description": "wait=true: the run completed"}},
 )
-async def start_rllm_run(
-    request: Request,
-    body: RllmRunBody,
-    client: ClientDep,
-    sessions: SessionsDep,
-    caller: RequesterDep,
-    idempotency_key: IdempotencyKey = None,
-) -> Any:
+async def start_rllm_run(body: RllmRunBody, client: ClientDep, post: RequesterPost) -> Any:
     """Start an app run; with ``wait`` answer its result (200) or its error payload."""
 
     async def run() -> tuple[int, Any]:
@@ -171,16 +163,15 @@ async def start_rllm_run(
             name = await to_thread.run_sync(_app_name, body)
         except RllmError as e:
             return app_error_response(e.to_payload())
-        unique = key_digest(caller, idempotency_key, "rllm", width=32) or str(uuid.uuid4())
-        wid = workflow_id_for(name, unique)
+        wid = workflow_id_for(name, post.key_digest("rllm", width=32) or str(uuid.uuid4()))
         try:
             handle = await start_run(
                 client,
                 body.run_input(),
                 workflow_id=wid,
-                task_queue=request.app.state.settings.task_queue,
-                reject_duplicate=idempotency_key is not None,
-                memo={ACCESS_MEMO: access_for(caller.actor)},
+                task_queue=post.settings.task_queue,
+                reject_duplicate=post.key is not None,
+                memo={ACCESS_MEMO: access_for(post.caller.actor)},
             )
             run_id = handle.first_execution_run_id
         except WorkflowAlreadyStartedError:
@@ -206,7 +197,7 @@ async def start_rllm_run(
         )
         return 200, view.model_dump(mode="json")
 
-    return await answer_once(request, sessions, caller, idempotency_key, body, run)
+    return await post.answer_once(body, run)
 
 
 @router.get("/runs/{workflow_id:path}", response_model=RllmRunView)

@@ -1,51 +1,83 @@
-"""What the family routes share, so each rule is written once: a mutating route answers
-once per ``Idempotency-Key`` (:func:`answer_once`), a run it starts under a key is named
-by that key (:func:`key_digest`), and a run another caller started reads as missing
+"""What the family routes share, so each rule is written once: a mutating route takes
+its caller and ``Idempotency-Key`` as one :class:`Post` (``RequesterPost``, ...), answers
+once per key (:meth:`Post.answer_once`) and names a run it starts by that key
+(:meth:`Post.key_digest`); a run another caller started reads as missing
 (:func:`readable_or_404`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
-from api.deps import Caller, may_read_run
+from api.deps import Caller, SessionsDep, get_caller, may_read_run, require_role
 from api.errors import ApiError
-from api.idempotency import idempotent
+from api.idempotency import IdempotencyKey, idempotent
 from keel.digest import digest_json
+from keel.settings import Settings
 
 V = TypeVar("V")
 
 
-async def answer_once(
-    request: Request,
-    sessions: sessionmaker[Session],
-    caller: Caller,
-    key: str | None,
-    body: BaseModel | None,
-    run: Callable[[], Awaitable[tuple[int, Any]]],
-) -> JSONResponse:
-    """``run``'s (status, body) as the answer to ``request``, run once per (caller, key):
-    the same key again answers the stored answer (:func:`api.idempotency.idempotent`)."""
-    return await idempotent(
-        sessions=sessions, key=key, caller=caller, method=request.method,
-        path=request.url.path, body=body, run=run,
-    )  # fmt: skip
+@dataclass(frozen=True)
+class Post:
+    """A mutating request as its route needs it: the caller, the ``Idempotency-Key`` it is
+    answered once by, and the app (its settings, its SQL store of answers)."""
+
+    request: Request
+    sessions: sessionmaker[Session]
+    caller: Caller
+    key: str | None
+
+    @property
+    def settings(self) -> Settings:
+        settings: Settings = self.request.app.state.settings
+        return settings
+
+    async def answer_once(
+        self, body: BaseModel | None, run: Callable[[], Awaitable[tuple[int, Any]]]
+    ) -> JSONResponse:
+        """``run``'s (status, body) as the answer, run once per (caller, key): the same key
+        again answers the stored answer (:func:`api.idempotency.idempotent`)."""
+        return await idempotent(
+            sessions=self.sessions, key=self.key, caller=self.caller,
+            method=self.request.method, path=self.request.url.path, body=body, run=run,
+        )  # fmt: skip
+
+    def key_digest(self, *scope: str, width: int) -> str | None:
+        """The name of what this request starts: its key scoped to the caller (and
+        ``scope``), as ``width`` hex digits, so a retry after an answer that was not stored
+        (a 5xx) names the same run; None without a key (the route makes a fresh id)."""
+        if not self.key:
+            return None
+        return digest_json([*scope, self.caller.actor, self.key])[7 : 7 + width]
 
 
-def key_digest(caller: Caller, key: str | None, *scope: str, width: int) -> str | None:
-    """The name of what a request under ``key`` starts: the key scoped to the caller (and
-    ``scope``), as ``width`` hex digits, so a retry after an answer that was not stored
-    (a 5xx) names the same run; None without a key (the route then makes a fresh id)."""
-    if not key:
-        return None
-    return digest_json([*scope, caller.actor, key])[7 : 7 + width]
+def _post_as(who: Callable[..., Awaitable[Caller]]) -> Callable[..., Awaitable[Post]]:
+    """The dependency of a :class:`Post` whose caller ``who`` lets through."""
+
+    async def post(
+        request: Request,
+        sessions: SessionsDep,
+        caller: Caller = Depends(who),
+        idempotency_key: IdempotencyKey = None,
+    ) -> Post:
+        return Post(request, sessions, caller, idempotency_key)
+
+    return post
+
+
+#: A POST by a caller with the ``requester`` role / the ``approver`` role / any caller.
+RequesterPost = Annotated[Post, Depends(_post_as(require_role("requester")))]
+ApproverPost = Annotated[Post, Depends(_post_as(require_role("approver")))]
+CallerPost = Annotated[Post, Depends(_post_as(get_caller))]
 
 
 async def readable_or_404(

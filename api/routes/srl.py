@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from anyio import to_thread
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, Field, model_validator
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -23,12 +23,10 @@ from api.deps import (
     ArtifactsDep,
     CallerDep,
     ClientDep,
-    RequesterDep,
     SessionsDep,
 )
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey
-from api.routes.shared import answer_once, readable_or_404
+from api.routes.shared import RequesterPost, readable_or_404
 from client.srl import (
     CollectionMismatch,
     CollectionView,
@@ -93,13 +91,7 @@ def _stored_tasks(store: ArtifactStore, body: StartCollectionBody) -> tuple[str,
 
 @router.post("/collections", status_code=202, response_model=StartedCollection)
 async def start(
-    request: Request,
-    body: StartCollectionBody,
-    client: ClientDep,
-    sessions: SessionsDep,
-    artifacts: ArtifactsDep,
-    caller: RequesterDep,
-    idempotency_key: IdempotencyKey = None,
+    body: StartCollectionBody, client: ClientDep, artifacts: ArtifactsDep, post: RequesterPost
 ) -> Any:
     """Start an SRLCollection; 202 with the workflow id to follow it by."""
 
@@ -112,15 +104,15 @@ async def start(
             **body.model_dump(include=set(CollectionOptions.model_fields)),
         )
         try:
-            await to_thread.run_sync(check_identity, sessions, inp)
+            await to_thread.run_sync(check_identity, post.sessions, inp)
         except CollectionMismatch as e:
             raise ApiError(409, "conflict", str(e)) from None
         try:
             await start_collection(
                 client,
                 inp,
-                task_queue=request.app.state.settings.task_queue,
-                memo={ACCESS_MEMO: access_for(caller.actor)},
+                task_queue=post.settings.task_queue,
+                memo={ACCESS_MEMO: access_for(post.caller.actor)},
             )
         except WorkflowAlreadyStartedError:
             raise ApiError(409, "conflict", f"collection {body.collection!r} is running") from None
@@ -129,7 +121,7 @@ async def start(
             collection=body.collection, workflow_id=wid, task_count=count
         ).model_dump()
 
-    return await answer_once(request, sessions, caller, idempotency_key, body, run)
+    return await post.answer_once(body, run)
 
 
 @router.get("/collections/{collection}", response_model=CollectionView)
