@@ -109,75 +109,80 @@ def required_fields(constraints: Constraints) -> list[str]:
     return [f for f in REQUIRED_WEIGHTS if f != "sla_latency_ms" or wants_slo]
 
 
+def _hipaa_public(c: Constraints) -> Conflict | None:
+    if Compliance.HIPAA in c.compliance and c.data_classification == DataClassification.PUBLIC:
+        return Conflict(
+            id="hipaa_public_data",
+            fields=["compliance", "data_classification"],
+            detail="HIPAA applies to health data, which cannot be classified public",
+        )
+    return None
+
+
+def _slo_without_online(c: Constraints) -> Conflict | None:
+    if (
+        c.sla_latency_ms is not None
+        and c.workload_types
+        and WorkloadType.ONLINE not in c.workload_types
+    ):
+        return Conflict(
+            id="slo_without_online",
+            fields=["sla_latency_ms", "workload_types"],
+            detail="a request latency SLO is given but no online workload is stated",
+        )
+    return None
+
+
+def _low_budget_high_availability(c: Constraints) -> Conflict | None:
+    if (
+        c.budget_band == BudgetBand.LOW
+        and c.availability_target is not None
+        and c.availability_target >= 99.99
+    ):
+        return Conflict(
+            id="budget_vs_availability",
+            fields=["budget_band", "availability_target"],
+            detail="99.99% availability needs multi-region redundancy a low budget "
+            "band does not pay for",
+        )
+    return None
+
+
+def _serverless_tight_slo(c: Constraints) -> Conflict | None:
+    if (
+        c.deployment_pref == DeploymentPref.SERVERLESS
+        and c.sla_latency_ms is not None
+        and c.sla_latency_ms < 50
+    ):
+        return Conflict(
+            id="serverless_tight_slo",
+            fields=["deployment_pref", "sla_latency_ms"],
+            detail="serverless cold starts exceed a p95 SLO under 50 ms",
+        )
+    return None
+
+
+def _gdpr_outside_eu(c: Constraints) -> Conflict | None:
+    if (
+        Compliance.GDPR in c.compliance
+        and c.regions
+        and not any(r.startswith("eu-") for r in c.regions)
+    ):
+        return Conflict(
+            id="gdpr_no_eu_region",
+            fields=["compliance", "regions"],
+            detail="GDPR data residency is asked for but no EU region is named",
+        )
+    return None
+
+
 def _conflict_rules() -> list[Callable[[Constraints], Conflict | None]]:
-    def hipaa_public(c: Constraints) -> Conflict | None:
-        if Compliance.HIPAA in c.compliance and c.data_classification == DataClassification.PUBLIC:
-            return Conflict(
-                id="hipaa_public_data",
-                fields=["compliance", "data_classification"],
-                detail="HIPAA applies to health data, which cannot be classified public",
-            )
-        return None
-
-    def slo_without_online(c: Constraints) -> Conflict | None:
-        if (
-            c.sla_latency_ms is not None
-            and c.workload_types
-            and WorkloadType.ONLINE not in c.workload_types
-        ):
-            return Conflict(
-                id="slo_without_online",
-                fields=["sla_latency_ms", "workload_types"],
-                detail="a request latency SLO is given but no online workload is stated",
-            )
-        return None
-
-    def low_budget_high_availability(c: Constraints) -> Conflict | None:
-        if (
-            c.budget_band == BudgetBand.LOW
-            and c.availability_target is not None
-            and c.availability_target >= 99.99
-        ):
-            return Conflict(
-                id="budget_vs_availability",
-                fields=["budget_band", "availability_target"],
-                detail="99.99% availability needs multi-region redundancy a low budget "
-                "band does not pay for",
-            )
-        return None
-
-    def serverless_tight_slo(c: Constraints) -> Conflict | None:
-        if (
-            c.deployment_pref == DeploymentPref.SERVERLESS
-            and c.sla_latency_ms is not None
-            and c.sla_latency_ms < 50
-        ):
-            return Conflict(
-                id="serverless_tight_slo",
-                fields=["deployment_pref", "sla_latency_ms"],
-                detail="serverless cold starts exceed a p95 SLO under 50 ms",
-            )
-        return None
-
-    def gdpr_outside_eu(c: Constraints) -> Conflict | None:
-        if (
-            Compliance.GDPR in c.compliance
-            and c.regions
-            and not any(r.startswith("eu-") for r in c.regions)
-        ):
-            return Conflict(
-                id="gdpr_no_eu_region",
-                fields=["compliance", "regions"],
-                detail="GDPR data residency is asked for but no EU region is named",
-            )
-        return None
-
     return [
-        hipaa_public,
-        slo_without_online,
-        low_budget_high_availability,
-        serverless_tight_slo,
-        gdpr_outside_eu,
+        _hipaa_public,
+        _slo_without_online,
+        _low_budget_high_availability,
+        _serverless_tight_slo,
+        _gdpr_outside_eu,
     ]
 
 
