@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
         CodegenOutput,
         Finding,
         RepairInput,
+        RepairOutput,
         RepairRound,
         ValidateInput,
         ValidateOutput,
@@ -69,50 +70,15 @@ async def repair_rounds(
         if not validation.failed:
             break
         failed = validation.failed
-        key = ctx.key(
-            "repair",
-            {"files": codegen.files_digest, "report": validation.report_digest, "round": n},
-        )
-        rep = await call(
-            steps.REPAIR,
-            _repair_input(ctx, key, codegen, validation, round=n, model=model, use_model=use_model),
-            summary=f"repair round {n}: {', '.join(failed)}"
-            + (" (rules and the model)" if use_model else " (rules)"),
-        )
-        effects: list[Effect] = [
-            Run(
-                "repair",
-                {"files": codegen.files_digest, "report": validation.report_digest},
-                {"round": n, "changed": rep.files_changed, "digest": rep.files_digest},
-                key=key,
-                provider="litellm" if use_model else "workflow",
-                model=rep.model,
-                tokens=rep.tokens_total,
-            )
-        ]
+        rep, effects = await _repair(ctx, n, codegen, validation, use_model, model)
         if rep.files_changed:
             codegen = CodegenOutput(
                 files_digest=rep.files_digest,
                 file_count=rep.file_count,
                 file_digests=rep.file_digests,
             )
-            extra = extra_of(codegen)
-            vkey = ctx.key("validators", {"files": codegen.files_digest})
-            validation = await call(
-                steps.VALIDATE,
-                ValidateInput(
-                    key=vkey, files_digest=codegen.files_digest, extra_files=extra, ship=True
-                ),
-                summary=f"validators after repair round {n} on {codegen.file_count} files",
-            )
-            effects.append(
-                Run(
-                    "validators",
-                    {"files": codegen.files_digest},
-                    dict(validation.summary),
-                    key=vkey,
-                )
-            )
+            validation, run = await _revalidate(ctx, n, codegen, extra_of)
+            effects.append(run)
         done = RepairRound(
             round=n,
             failed=failed,
@@ -130,6 +96,55 @@ async def repair_rounds(
         if not rep.files_changed:
             break
     return codegen, validation, rounds
+
+
+async def _repair(
+    ctx: DesignContext,
+    n: int,
+    codegen: CodegenOutput,
+    validation: ValidateOutput,
+    use_model: bool,
+    model: str,
+) -> tuple[RepairOutput, list[Effect]]:
+    """Round ``n``'s ``design.repair`` and the record of its run."""
+    key = ctx.key(
+        "repair",
+        {"files": codegen.files_digest, "report": validation.report_digest, "round": n},
+    )
+    rep = await call(
+        steps.REPAIR,
+        _repair_input(ctx, key, codegen, validation, round=n, model=model, use_model=use_model),
+        summary=f"repair round {n}: {', '.join(validation.failed)}"
+        + (" (rules and the model)" if use_model else " (rules)"),
+    )
+    run = Run(
+        "repair",
+        {"files": codegen.files_digest, "report": validation.report_digest},
+        {"round": n, "changed": rep.files_changed, "digest": rep.files_digest},
+        key=key,
+        provider="litellm" if use_model else "workflow",
+        model=rep.model,
+        tokens=rep.tokens_total,
+    )
+    return rep, [run]
+
+
+async def _revalidate(
+    ctx: DesignContext,
+    n: int,
+    codegen: CodegenOutput,
+    extra_of: Callable[[CodegenOutput], dict[str, str]],
+) -> tuple[ValidateOutput, Run]:
+    """The validators on round ``n``'s repaired files, and the record of their run."""
+    extra = extra_of(codegen)
+    vkey = ctx.key("validators", {"files": codegen.files_digest})
+    validation = await call(
+        steps.VALIDATE,
+        ValidateInput(key=vkey, files_digest=codegen.files_digest, extra_files=extra, ship=True),
+        summary=f"validators after repair round {n} on {codegen.file_count} files",
+    )
+    run = Run("validators", {"files": codegen.files_digest}, dict(validation.summary), key=vkey)
+    return validation, run
 
 
 def _repair_input(
