@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -31,28 +32,21 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+@dataclass(eq=False)
 class ApiError(Exception):
-    """An error the API answers with ``status`` and a stable ``code``."""
+    """An error the API answers with ``status`` and a stable ``code`` (its body:
+    :func:`error_response`)."""
 
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        details: Any = None,
-        headers: dict[str, str] | None = None,
-        *,
-        run_id: str | None = None,
-        node_name: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
-        self.headers = headers
-        self.run_id = run_id
-        self.node_name = node_name
+    status: int
+    code: str
+    message: str
+    details: Any = None
+    headers: dict[str, str] | None = None
+    run_id: str | None = field(default=None, kw_only=True)
+    node_name: str | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
 
 
 #: A gate's refusal codes (keel.gates.check_decision) as HTTP statuses.
