@@ -197,72 +197,91 @@ class RulesReading(BaseModel):
     excluded_workloads: list[WorkloadType] = Field(default_factory=list)
 
 
-def read_rules(text: str) -> RulesReading:
-    """Every field rules can read from ``text``; fields they cannot read stay unstated."""
-    t = _words_to_numbers(text.lower().replace("\u2011", "-").replace("\u2013", "-"))
-    found: dict[str, Any] = {}
-    evidence: dict[str, str] = {}
+#: One field read from the text: its name, its value, the words that said it.
+_Reading = tuple[str, Any, str]
 
-    def put(field: str, value: Any, words: str) -> None:
-        found[field] = value
-        evidence[field] = words.strip()
 
+def _place_readings(t: str) -> list[_Reading]:
+    """The regions named, and the cloud when the regions and cloud names imply one."""
+    readings: list[_Reading] = []
     regions, clouds, region_words = _regions(t)
     if regions:
-        put("regions", regions, ", ".join(region_words))
+        readings.append(("regions", regions, ", ".join(region_words)))
     named = {cloud for pattern, cloud in _CLOUD_NAMES if pattern.search(t)}
     implied = clouds | named
     if len(implied) == 1:
         (cloud,) = implied
-        put("cloud", cloud.value, ", ".join(region_words) or cloud.value)
+        readings.append(("cloud", cloud.value, ", ".join(region_words) or cloud.value))
+    return readings
 
+
+def _throughput_readings(t: str) -> list[_Reading]:
+    """The data volume per day, events per second and requests per second stated."""
     throughput: dict[str, float] = {}
-    throughput_words: list[str] = []
+    words: list[str] = []
     if m := _first(_VOLUME, t):
         gb = _number(m.group(1), m.group(2)) * _gb(m.group(3))
         per_s = _period_s(m.group(4) or m.group(5))
         throughput["data_gb_per_day"] = round(gb * 86400.0 / per_s, 6)
-        throughput_words.append(m.group(0))
+        words.append(m.group(0))
     if m := _first(_EVENTS, t):
         throughput["events_per_s"] = round(
             _number(m.group(1), m.group(2)) / _period_s(m.group(3)), 6
         )
-        throughput_words.append(m.group(0))
+        words.append(m.group(0))
     if m := _first(_REQUESTS, t):
         n = _number(m.group(1), m.group(2))
         per_s = 1.0 if m.group(4) else _period_s(m.group(3))
         throughput["requests_per_s"] = round(n / per_s, 6)
-        throughput_words.append(m.group(0))
-    if throughput:
-        put("throughput", throughput, "; ".join(throughput_words))
+        words.append(m.group(0))
+    return [("throughput", throughput, "; ".join(words))] if throughput else []
 
+
+def _quantity_readings(t: str) -> list[_Reading]:
+    """Latency SLO, budget band, availability, retention and training cadence."""
+    readings: list[_Reading] = []
     if latency := _latency(t):
-        put("sla_latency_ms", latency[0], latency[1])
+        readings.append(("sla_latency_ms", latency[0], latency[1]))
     if budget := _budget(t):
-        put("budget_band", budget[0].value, budget[1])
+        readings.append(("budget_band", budget[0].value, budget[1]))
     if avail := _availability(t):
-        put("availability_target", avail[0], avail[1])
+        readings.append(("availability_target", avail[0], avail[1]))
     if retention := _retention(t):
-        put("retention_days", retention[0], retention[1])
+        readings.append(("retention_days", retention[0], retention[1]))
     if cadence := _cadence(t):
-        put("training_runs_per_month", cadence[0], cadence[1])
+        readings.append(("training_runs_per_month", cadence[0], cadence[1]))
+    return readings
 
+
+def _kind_readings(t: str) -> tuple[list[_Reading], set[WorkloadType]]:
+    """Compliance regimes, workload kinds, data classification and deployment named
+    (not negated), and the workload kinds the text rules out."""
+    readings: list[_Reading] = []
     compliance = [(c, m.group(0)) for p, c in _COMPLIANCE for m in _unnegated(p, t)[:1]]
     if compliance:
-        put("compliance", [c.value for c, _ in compliance], ", ".join(w for _, w in compliance))
+        regimes = [c.value for c, _ in compliance]
+        readings.append(("compliance", regimes, ", ".join(w for _, w in compliance)))
     workloads, excluded = _workloads(t)
     if workloads:
-        put("workload_types", [w.value for w, _ in workloads], ", ".join(w for _, w in workloads))
+        kinds = [w.value for w, _ in workloads]
+        readings.append(("workload_types", kinds, ", ".join(w for _, w in workloads)))
     if cls := _classification(t):
-        put("data_classification", cls[0].value, cls[1])
+        readings.append(("data_classification", cls[0].value, cls[1]))
     prefs = {d: m.group(0) for p, d in _DEPLOYMENT for m in _unnegated(p, t)[:1]}
     if len(prefs) == 1:
         ((pref, words),) = prefs.items()
-        put("deployment_pref", pref.value, words)
+        readings.append(("deployment_pref", pref.value, words))
+    return readings, excluded
 
+
+def read_rules(text: str) -> RulesReading:
+    """Every field rules can read from ``text``; fields they cannot read stay unstated."""
+    t = _words_to_numbers(text.lower().replace("\u2011", "-").replace("\u2013", "-"))
+    kinds, excluded = _kind_readings(t)
+    readings = [*_place_readings(t), *_throughput_readings(t), *_quantity_readings(t), *kinds]
     return RulesReading(
-        constraints=Constraints.model_validate(found),
-        evidence=evidence,
+        constraints=Constraints.model_validate({f: value for f, value, _ in readings}),
+        evidence={f: words.strip() for f, _, words in readings},
         excluded_workloads=sorted(excluded),
     )
 
