@@ -52,9 +52,11 @@ with workflow.unsafe.imports_passed_through():
         EpisodeInput,
         EpisodeResult,
         GenerateInput,
+        Generation,
+        StepOutcome,
         WindowInput,
     )
-    from keel.srl.trajectory import episode_id, sample_seed
+    from keel.srl.trajectory import StepMode, episode_id, sample_seed
     from workflows.common import call
     from workflows.readers import ProgressMemo, upsert_readers
 
@@ -90,46 +92,13 @@ class SRLEpisode:
         verified = False
         for step in range(1, inp.max_steps + 1):
             self._step = step
-            generation = await call(
-                GENERATE,
-                GenerateInput(
-                    collection=inp.collection,
-                    tasks_digest=inp.tasks_digest,
-                    task_index=inp.task_index,
-                    step=step,
-                    source=inp.source,
-                    model=inp.model,
-                    state=state,
-                    text_digest=text_digest,
-                    temperature=inp.temperature,
-                    max_tokens=inp.max_tokens,
-                    seed=inp.seed + step,
-                    top_p=inp.top_p,
-                    sample=inp.sample,
-                    step_mode=step_mode,
-                ),
-                summary=f"step {step}: {inp.source} proposes an action",
-            )
+            generation = await _generate(inp, step, state, text_digest, step_mode)
             reused = generation.recorded is not None and workflow.patched(RESUME_PATCH)
             if reused and generation.recorded is not None:
                 outcome = generation.recorded
             else:
-                outcome = await call(
-                    APPLY,
-                    ApplyInput(
-                        collection=inp.collection,
-                        tasks_digest=inp.tasks_digest,
-                        task_index=inp.task_index,
-                        step=step,
-                        source=inp.source,
-                        state=generation.state_before,
-                        text_digest=text_digest,
-                        generation=generation,
-                        sample=inp.sample,
-                        step_mode=step_mode,
-                        expert_feedback=expert_feedback,
-                    ),
-                    summary=f"step {step}: sandbox, reward, record",
+                outcome = await _apply(
+                    inp, step, generation, text_digest, step_mode, expert_feedback
                 )
             self._totals = self._totals.plus(
                 CollectionTotals(
@@ -149,6 +118,60 @@ class SRLEpisode:
         return EpisodeResult(
             task_id=inp.task_id, steps=self._step, verified=verified, totals=self._totals
         )
+
+
+async def _generate(
+    inp: EpisodeInput, step: int, state: State, text_digest: str | None, step_mode: StepMode
+) -> Generation:
+    """``srl.generate``: the step's answer from the episode's source."""
+    return await call(
+        GENERATE,
+        GenerateInput(
+            collection=inp.collection,
+            tasks_digest=inp.tasks_digest,
+            task_index=inp.task_index,
+            step=step,
+            source=inp.source,
+            model=inp.model,
+            state=state,
+            text_digest=text_digest,
+            temperature=inp.temperature,
+            max_tokens=inp.max_tokens,
+            seed=inp.seed + step,
+            top_p=inp.top_p,
+            sample=inp.sample,
+            step_mode=step_mode,
+        ),
+        summary=f"step {step}: {inp.source} proposes an action",
+    )
+
+
+async def _apply(
+    inp: EpisodeInput,
+    step: int,
+    generation: Generation,
+    text_digest: str | None,
+    step_mode: StepMode,
+    expert_feedback: bool,
+) -> StepOutcome:
+    """``srl.apply``: the answer applied in the sandbox, rewarded and recorded."""
+    return await call(
+        APPLY,
+        ApplyInput(
+            collection=inp.collection,
+            tasks_digest=inp.tasks_digest,
+            task_index=inp.task_index,
+            step=step,
+            source=inp.source,
+            state=generation.state_before,
+            text_digest=text_digest,
+            generation=generation,
+            sample=inp.sample,
+            step_mode=step_mode,
+            expert_feedback=expert_feedback,
+        ),
+        summary=f"step {step}: sandbox, reward, record",
+    )
 
 
 @workflow.defn(name=COLLECTION_TYPE)
