@@ -20,10 +20,8 @@ import gc
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -32,7 +30,8 @@ from cli import toolkit
 from cli.actors import actors_app
 from cli.demo import _run_demo
 from cli.gate import app as gates_app
-from cli.keel_family import KEEL, _say_err, _setup_logging, log
+from cli.keel_family import KEEL, _setup_logging, log
+from cli.keel_up import run_up
 from cli.toolkit import JsonOpt, load_settings
 from keel.settings import Settings
 
@@ -57,157 +56,7 @@ def up(
     Stays up until Ctrl-C or 'keel down'; everything binds to 127.0.0.1.
     """
     KEEL.mode(json_out)
-    from services.model_server import LocalModelServer, unavailable_reason
-    from services.processes import (
-        Interrupted,
-        ManagedProcess,
-        ServiceError,
-        StopSignals,
-        TemporalDevServer,
-        pid_alive,
-        port_open,
-    )
-    from services.supervise import supervise
-    from services.up import (
-        console_link,
-        forget_state,
-        keel_process,
-        read_recorded,
-        starting_file,
-        state_file,
-        write_state,
-    )
-
-    # From the first line on, SIGINT, SIGTERM and SIGHUP become ``Interrupted`` (held
-    # while a child is spawned and its PID recorded), and every exit below runs the
-    # ``finally`` that stops what was started: a start cut short leaves nothing behind.
-    guard = StopSignals().install()
-    try:
-        _setup_logging()
-        settings = load_settings()
-        settings.check_secrets()
-        recorded = read_recorded(settings)
-    except Interrupted as sig:
-        guard.uninstall()
-        raise typer.Exit(128 + sig.signum) from None
-    except BaseException:
-        guard.uninstall()  # bad settings: reported by the caller, nothing was started
-        raise
-    if recorded is not None:
-        if pid_alive(int(recorded.get("supervisor", 0)) or -1):
-            guard.uninstall()
-            KEEL.fail_now(
-                "error",
-                f"Keel is already running (keel up pid {recorded['supervisor']}); "
-                "see `keel status`, or stop it with `keel down`.",
-            )
-        left = [
-            f"{name} pid {svc['pid']}"
-            for name, svc in recorded.get("services", {}).items()
-            if pid_alive(int(svc["pid"]))
-        ]
-        if left:
-            guard.uninstall()
-            KEEL.fail_now(
-                "error",
-                f"a keel up that was killed left services running ({', '.join(left)}); "
-                "stop them with `keel down`.",
-            )
-        forget_state(settings)
-    logs = settings.data_dir / "logs"
-    started: list[Any] = []
-    services: dict[str, dict[str, Any]] = {}
-    record_to = [starting_file(settings)]
-
-    def record(name: str, **info: Any) -> None:
-        services[name] = info
-        write_state(record_to[0], services)
-
-    def recorder(name: str, **info: Any) -> Any:
-        return lambda pid: record(name, pid=pid, **info)
-
-    state_path = state_file(settings)
-    code = 0
-    try:
-        try:
-            if not settings.temporal_address:
-                temporal = TemporalDevServer(
-                    db_file=settings.data_dir / "temporal.db",
-                    log_path=logs / "temporal.log",
-                    port=settings.dev_server_port,
-                    ui_port=settings.dev_server_ui_port,
-                    namespace=settings.temporal_namespace,
-                )
-                temporal.on_spawn = recorder(
-                    "temporal", address=temporal.address, ui=temporal.ui_url
-                )
-                started.append(temporal)
-                temporal.start()
-            if model:
-                reason = unavailable_reason()
-                if reason:
-                    typer.echo(f"local model server not started: {reason}", err=True)
-                else:
-                    server = LocalModelServer(
-                        port=settings.model_server_port, log_path=logs / "model-server.log"
-                    )
-                    server.on_spawn = recorder("model", address=server.base_url)
-                    started.append(server)
-                    server.start()
-            worker = keel_process("worker", logs / "worker.log")
-            worker.on_spawn = recorder("worker", task_queue=settings.task_queue)
-            started.append(worker)
-            worker.start()
-            if port_open(settings.api_port):
-                raise ServiceError(f"API port {settings.api_port} is already in use")
-            api = keel_process("api", logs / "api.log")
-            api.on_spawn = recorder("api", address=f"http://127.0.0.1:{settings.api_port}")
-            started.append(api)
-            api.start()
-            api.wait_port(settings.api_port, 60)
-        except Exception as err:
-            code = toolkit.report(KEEL.failure("error", f"keel up failed: {err}").error)
-            return
-        with guard.deferred():  # up: the record moves to up.json in one step
-            record_to[0] = state_path
-            write_state(state_path, services)
-            starting_file(settings).unlink(missing_ok=True)
-        _say_up(settings, services, logs, console_link(settings))
-        # A dead worker is what durable execution is for: its workflows wait in Temporal
-        # for the next one. Without the API there is nothing to serve. (The dev server and
-        # the model server are not ManagedProcess children: they are not watched here.)
-        children = {s.name: s for s in started if isinstance(s, ManagedProcess)}
-        why = supervise(children, _say_err, restart=[worker.name])
-        typer.echo(f"{why}; stopping (logs in {logs})", err=True)
-    except Interrupted as sig:
-        if state_path.exists():
-            typer.echo(f"{sig}: stopping", err=True)
-        else:
-            typer.echo(f"{sig} during start-up: stopping what was started", err=True)
-            code = 128 + sig.signum
-    finally:
-        with guard.shutting_down():
-            for svc in reversed(started):
-                svc.stop()
-            forget_state(settings)
-            guard.uninstall()
-        typer.echo("Keel is down." if code == 0 else "Keel is not up.", err=code != 0)
-        if code:
-            raise typer.Exit(code)
-
-
-def _say_up(settings: Settings, services: dict[str, Any], logs: Path, console: str) -> None:
-    typer.echo("Keel is up:")
-    typer.echo(f"  Temporal   {settings.resolved_temporal_address}")
-    if "temporal" in services:
-        typer.echo(f"  Web UI     {services['temporal']['ui']}")
-    if "model" in services:
-        typer.echo(f"  Model      {services['model']['address']} (SmolLM2-135M, llama.cpp)")
-    typer.echo(f"  Worker     task queue {settings.task_queue!r} (log {logs / 'worker.log'})")
-    typer.echo(f"  API        {services['api']['address']}  (docs: /docs)")
-    typer.echo(f"  Console    {console}  (design sessions, approval inbox, runs; an API token)")
-    typer.echo("Stop with Ctrl-C or `keel down`.")
-    sys.stdout.flush()
+    run_up(model)
 
 
 @app.command()
