@@ -16,8 +16,9 @@ with workflow.unsafe.imports_passed_through():
         reply_schema,
         revision_for,
     )
-    from keel.design.constraints import BUDGET_BAND_CEILING_USD
+    from keel.design.constraints import BUDGET_BAND_CEILING_USD, BudgetBand
     from keel.design.critics import (
+        CostEstimate,
         Risk,
         TechReview,
         bill_of_materials,
@@ -124,7 +125,9 @@ async def critic_tech_node(state: GraphState) -> GraphState:
     }
 
 
-async def critic_cost_node(state: GraphState) -> GraphState:
+def _estimate(state: GraphState) -> tuple[str, CostEstimate]:
+    """The plan's idempotency key and cost: from the stated workload since the patch,
+    from the bill of materials before it."""
     ctx = state["ctx"]
     data = ctx.data
     chosen = state["plan"]
@@ -134,27 +137,32 @@ async def critic_cost_node(state: GraphState) -> GraphState:
         key = ctx.key(
             "critic_cost", {"plan": chosen, "previous": previous, "workload": constraints}
         )
-        cost = estimate_plan_cost(chosen, data.catalog, constraints, data.prices, previous)
-    else:
-        key = ctx.key("critic_cost", {"plan": chosen, "previous": previous})
-        cost = estimate_cost(bill_of_materials(chosen, data.catalog), data.prices, previous)
-    band = state["snapshot"].constraints.budget_band
-    budget: PolicyStatus = "warn"
-    if band is not None:
-        budget = "fail" if cost.monthly_usd > BUDGET_BAND_CEILING_USD[band] else "pass"
-    rules = TechReview(risks=[])
-    if band is not None and budget == "fail":
-        rules = TechReview(
-            risks=[
-                Risk(
-                    id="cost:over_band",
-                    kind="cost",
-                    severity="high",
-                    detail=f"${cost.monthly_usd:,.2f}/month is over the {band.value} band's "
-                    f"${BUDGET_BAND_CEILING_USD[band]:,.0f}",
-                )
-            ]
-        )
+        return key, estimate_plan_cost(chosen, data.catalog, constraints, data.prices, previous)
+    key = ctx.key("critic_cost", {"plan": chosen, "previous": previous})
+    return key, estimate_cost(bill_of_materials(chosen, data.catalog), data.prices, previous)
+
+
+def _budget(band: BudgetBand | None, cost: CostEstimate) -> tuple[PolicyStatus, TechReview]:
+    """The cost against the budget band (``warn`` with none stated), and the rules' risk
+    of a cost over it."""
+    if band is None:
+        return "warn", TechReview(risks=[])
+    ceiling = BUDGET_BAND_CEILING_USD[band]
+    if cost.monthly_usd <= ceiling:
+        return "pass", TechReview(risks=[])
+    risk = Risk(
+        id="cost:over_band",
+        kind="cost",
+        severity="high",
+        detail=f"${cost.monthly_usd:,.2f}/month is over the {band.value} band's ${ceiling:,.0f}",
+    )
+    return "fail", TechReview(risks=[risk])
+
+
+async def critic_cost_node(state: GraphState) -> GraphState:
+    data = state["ctx"].data
+    key, cost = _estimate(state)
+    budget, rules = _budget(state["snapshot"].constraints.budget_band, cost)
     state_for_agent: GraphState = {**state, "cost": cost}
     added, refusals, revise, out = await _critic_agent(
         state_for_agent, "critic_cost", key, rules, "cost"
