@@ -62,7 +62,12 @@ def _sections(body: list[str], first_line: int, f: _File) -> list[_Section]:
     return out
 
 
-def _python_block(sec: _Section, f: _File) -> PythonBlock:
+_BLOCK_HINT = "Write '=== python name=clean stage=pre inputs=text outputs=text ==='."
+
+
+def _block_fields(sec: _Section, f: _File) -> dict[str, str]:
+    """The ``key=value`` fields of a python section's header, each known key once and
+    ``name``, ``stage`` and ``outputs`` present."""
     fields: dict[str, str] = {}
     for token in sec.header.split()[1:]:
         key, eq, value = token.partition("=")
@@ -71,7 +76,7 @@ def _python_block(sec: _Section, f: _File) -> PythonBlock:
                 f"python section: {token!r} is not one of "
                 + ", ".join(f"{k}=..." for k in _BLOCK_KEYS),
                 sec.line,
-                hint="Write '=== python name=clean stage=pre inputs=text outputs=text ==='.",
+                hint=_BLOCK_HINT,
             )
         if key in fields:
             raise f.parse_error(f"python section: {key} is given twice", sec.line)
@@ -79,18 +84,15 @@ def _python_block(sec: _Section, f: _File) -> PythonBlock:
     for key in ("name", "stage", "outputs"):
         if not fields.get(key):
             raise f.parse_error(
-                f"python section: {key}=... is required",
-                sec.line,
-                hint="Write '=== python name=clean stage=pre inputs=text outputs=text ==='.",
+                f"python section: {key}=... is required", sec.line, hint=_BLOCK_HINT
             )
-    name = fields["name"]
-    if not _IDENT.match(name):
-        raise f.parse_error(f"python block name {name!r} is not an identifier", sec.line)
-    if fields["stage"] not in ("pre", "post"):
-        raise f.parse_error(
-            f"python block {name!r}: stage must be 'pre' or 'post', not {fields['stage']!r}",
-            sec.line,
-        )
+    return fields
+
+
+def _block_names(
+    name: str, fields: dict[str, str], sec: _Section, f: _File
+) -> dict[str, list[str]]:
+    """The block's ``inputs`` and ``outputs`` lists, each a usable name, none repeated."""
     names: dict[str, list[str]] = {}
     for key in ("inputs", "outputs"):
         names[key] = [n for n in fields.get(key, "").split(",") if n]
@@ -102,11 +104,13 @@ def _python_block(sec: _Section, f: _File) -> PythonBlock:
                 )
         if len(set(names[key])) != len(names[key]):
             raise f.parse_error(f"python block {name!r}: a name is repeated in {key}", sec.line)
-    code, first = sec.text()
-    if not code.strip():
-        raise f.parse_error(f"python block {name!r} has no code", sec.line)
+    return names
+
+
+def _compile_block(code: str, first: int, name: str, f: _File) -> None:
+    """Refuse a block whose code does not compile (syntax only: nothing runs here; blocks
+    run in the sandbox)."""
     try:
-        # Compiling only checks syntax; nothing runs here (blocks run in the sandbox).
         compile(code, f"{f.name}:{name}", "exec", dont_inherit=True)
     except SyntaxError as e:
         line = first + (e.lineno or 1) - 1
@@ -126,6 +130,23 @@ def _python_block(sec: _Section, f: _File) -> PythonBlock:
             hint="Simplify the code: split long expressions and remove null bytes.",
             block=name,
         ) from None
+
+
+def _python_block(sec: _Section, f: _File) -> PythonBlock:
+    fields = _block_fields(sec, f)
+    name = fields["name"]
+    if not _IDENT.match(name):
+        raise f.parse_error(f"python block name {name!r} is not an identifier", sec.line)
+    if fields["stage"] not in ("pre", "post"):
+        raise f.parse_error(
+            f"python block {name!r}: stage must be 'pre' or 'post', not {fields['stage']!r}",
+            sec.line,
+        )
+    names = _block_names(name, fields, sec, f)
+    code, first = sec.text()
+    if not code.strip():
+        raise f.parse_error(f"python block {name!r} has no code", sec.line)
+    _compile_block(code, first, name, f)
     return PythonBlock(
         name=name,
         stage=fields["stage"],  # type: ignore[arg-type]
@@ -213,13 +234,24 @@ def _check_refs(
         )
 
 
-def _check_scopes(
-    data: dict[str, Any],
-    blocks: list[PythonBlock],
-    f: _File,
-) -> _Scope:
-    scope = _Scope(data["input_schema"])
-    out_props = set(data["output_schema"].get("properties", {}))
+def _check_reads(b: PythonBlock, readable: set[str], what: str, f: _File) -> None:
+    """Refuse a block input not in ``readable`` (``what`` says what it should be)."""
+    for n in b.inputs:
+        if n not in readable:
+            raise f.parse_error(
+                f"{b.stage} block {b.name!r} reads {n!r}, {what}",
+                b.line,
+                block=b.name,
+                variable=n,
+            )
+
+
+def _check_blocks(
+    scope: _Scope, blocks: list[PythonBlock], data: dict[str, Any], out_props: set[str], f: _File
+) -> None:
+    """Block names are unique; pre blocks read inputs and earlier pre outputs (which then
+    join ``scope``); post blocks read those or output properties and write output
+    properties."""
     names: set[str] = set()
     for b in blocks:
         if b.name in names:
@@ -229,15 +261,8 @@ def _check_scopes(
     for b in blocks:
         if b.stage == "pre":
             readable = set(scope.inputs) | scope.pre_outputs
-            for n in b.inputs:
-                if n not in readable:
-                    raise f.parse_error(
-                        f"pre block {b.name!r} reads {n!r}, which is neither an input "
-                        "property nor an output of an earlier pre block",
-                        b.line,
-                        block=b.name,
-                        variable=n,
-                    )
+            what = "which is neither an input property nor an output of an earlier pre block"
+            _check_reads(b, readable, what, f)
             for n in b.outputs:
                 if n in aliases or n == RESERVED_ROOT:
                     raise f.parse_error(
@@ -250,15 +275,8 @@ def _check_scopes(
     for b in blocks:
         if b.stage == "post":
             readable = out_props | set(scope.inputs) | scope.pre_outputs
-            for n in b.inputs:
-                if n not in readable:
-                    raise f.parse_error(
-                        f"post block {b.name!r} reads {n!r}, which is not an output "
-                        "property, an input property or a pre-block output",
-                        b.line,
-                        block=b.name,
-                        variable=n,
-                    )
+            what = "which is not an output property, an input property or a pre-block output"
+            _check_reads(b, readable, what, f)
             for n in b.outputs:
                 if n not in out_props:
                     raise f.parse_error(
@@ -268,6 +286,11 @@ def _check_scopes(
                         block=b.name,
                         variable=n,
                     )
+
+
+def _add_uses(scope: _Scope, data: dict[str, Any], f: _File) -> None:
+    """Each ``uses`` entry's alias joins ``scope`` once its ``input_map`` reads only what
+    is in scope before it."""
     for i, use in enumerate(data.get("uses", [])):
         alias = use["alias"]
         if alias in scope.aliases or alias in scope.inputs or alias in scope.pre_outputs:
@@ -290,6 +313,11 @@ def _check_scopes(
                 )
         # Added after its own input_map is checked: an entry may only read earlier entries.
         scope.aliases[alias] = list(use["exposes"])
+
+
+def _check_output_map(scope: _Scope, data: dict[str, Any], out_props: set[str], f: _File) -> None:
+    """Each ``output_map`` entry fills an output property from a field a uses alias
+    exposes."""
     for out_name, ref in sorted(data.get("output_map", {}).items()):
         if out_name not in out_props:
             raise f.meta_error(
@@ -310,4 +338,16 @@ def _check_scopes(
                 f"{ref!r}: {alias!r} exposes only {', '.join(scope.aliases[alias])}",
                 data=data,
             )
+
+
+def _check_scopes(
+    data: dict[str, Any],
+    blocks: list[PythonBlock],
+    f: _File,
+) -> _Scope:
+    scope = _Scope(data["input_schema"])
+    out_props = set(data["output_schema"].get("properties", {}))
+    _check_blocks(scope, blocks, data, out_props, f)
+    _add_uses(scope, data, f)
+    _check_output_map(scope, data, out_props, f)
     return scope
