@@ -26,6 +26,7 @@ variables each template and block may use).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from keel.digest import digest_bytes
 from keel.problems import located
@@ -42,7 +43,14 @@ from keel.rllm.model import (
     UseSpec,
 )
 from keel.rllm.params import answer_tokens, validate_llm_params
-from keel.rllm.parse_body import _check_refs, _check_scopes, _python_block, _sections
+from keel.rllm.parse_body import (
+    _check_refs,
+    _check_scopes,
+    _python_block,
+    _Scope,
+    _Section,
+    _sections,
+)
 from keel.rllm.parse_file import (
     MAX_FRONTMATTER_BYTES,
     MAX_FRONTMATTER_DEPTH,
@@ -89,13 +97,9 @@ def parse_bytes(raw: bytes, path: str | os.PathLike[str]) -> RllmProgram:
     return _parse(text, str(path), digest_bytes(raw))
 
 
-def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
-    f = _File(path)
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
-    fm, body, body_line = _split(text, f)
-    f.root, data = _compose(fm, f)
-    data = _check_frontmatter(data, f)
-    _check_io_schemas(data, f)
+def _checked_params(data: dict[str, Any], f: _File) -> tuple[dict[str, Any], int]:
+    """``llm_params`` checked against the allowlist, and the answer's token budget, which
+    must leave room for a prompt in ``max_context_window``."""
     params = validate_llm_params(
         data["llm_params"],
         file=f.path or f.name,
@@ -118,9 +122,14 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
             received_payload=redact_secrets(params),
             recovery_hint=f"Lower {pname} well below max_context_window.",
         )
+    return params, max_tokens
 
+
+def _body_parts(
+    body: list[str], body_line: int, f: _File
+) -> tuple[_Section, tuple[str, int] | None, list[PythonBlock]]:
+    """The body's prompt section, its recovery text (at most one) and its Python blocks."""
     sections = _sections(body, body_line, f)
-    prompt_sec = sections[0]
     recovery: tuple[str, int] | None = None
     blocks: list[PythonBlock] = []
     for sec in sections[1:]:
@@ -130,10 +139,19 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
             recovery = sec.text()
         else:
             blocks.append(_python_block(sec, f))
-    scope = _check_scopes(data, blocks, f)
+    return sections[0], recovery, blocks
 
-    prompt, prompt_line = prompt_sec.text()
-    program_uses = [UseSpec.model_validate(u) for u in data.get("uses", [])]
+
+def _needs_llm(
+    data: dict[str, Any],
+    prompt: str,
+    prompt_line: int,
+    recovery: tuple[str, int] | None,
+    body_line: int,
+    f: _File,
+) -> bool:
+    """Whether the app asks the model (``output_map`` leaves an output property to it): then
+    the prompt must not be empty, else there must be no prompt and no recovery."""
     out_props = list(data["output_schema"]["properties"])
     needs_llm = any(p not in data.get("output_map", {}) for p in out_props)
     if not needs_llm:
@@ -150,7 +168,14 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
             body_line,
             hint="Write the prompt after the closing '---' of the frontmatter.",
         )
+    return needs_llm
 
+
+def _check_templates(
+    prompt: str, prompt_line: int, recovery: tuple[str, int] | None, scope: _Scope, f: _File
+) -> None:
+    """The prompt and recovery templates: not too many references, valid syntax, and
+    every variable in ``scope`` (``__rllm.*`` only in the recovery)."""
     templates = [("prompt", prompt, prompt_line)]
     if recovery is not None:
         templates.append(("recovery", *recovery))
@@ -162,21 +187,11 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
                 hint="Pass long or repeated text in as one input variable.",
             )
     try:
-        _check_refs(
-            template_refs(prompt, first_line=prompt_line),
-            scope,
-            f,
-            where="prompt",
-            recovery=False,
-        )
+        refs = template_refs(prompt, first_line=prompt_line)
+        _check_refs(refs, scope, f, where="prompt", recovery=False)
         if recovery is not None:
-            _check_refs(
-                template_refs(recovery[0], first_line=recovery[1]),
-                scope,
-                f,
-                where="recovery",
-                recovery=True,
-            )
+            refs = template_refs(recovery[0], first_line=recovery[1])
+            _check_refs(refs, scope, f, where="recovery", recovery=True)
     except TemplateSyntaxError as e:
         raise f.parse_error(
             e.message,
@@ -185,6 +200,22 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
             hint="Templates only know {{ name }} and {{ name.field }}; write \\{{ for '{{'.",
         ) from None
 
+
+def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
+    f = _File(path)
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    fm, body, body_line = _split(text, f)
+    f.root, data = _compose(fm, f)
+    data = _check_frontmatter(data, f)
+    _check_io_schemas(data, f)
+    params, max_tokens = _checked_params(data, f)
+    window = data["max_context_window"]
+    prompt_sec, recovery, blocks = _body_parts(body, body_line, f)
+    scope = _check_scopes(data, blocks, f)
+    prompt, prompt_line = prompt_sec.text()
+    program_uses = [UseSpec.model_validate(u) for u in data.get("uses", [])]
+    needs_llm = _needs_llm(data, prompt, prompt_line, recovery, body_line, f)
+    _check_templates(prompt, prompt_line, recovery, scope, f)
     if needs_llm:
         try:
             check_context_window(static_text(prompt), window, max_tokens)
@@ -192,12 +223,10 @@ def _parse(text: str, path: str | None, digest: str) -> RllmProgram:
             e.message = f"{f.name}: the prompt template alone is too long: {e.message}"
             e.details["file"] = f.path
             raise
-
     try:
         recommended = [LLMSpec.from_string(m) for m in data.get("recommended_models", [])]
     except ValueError as e:  # the frontmatter schema's pattern makes this unreachable
         raise f.meta_error(["recommended_models"], str(e), data=data) from None
-
     return RllmProgram(
         format_version=data.get("format_version", "0.1"),
         name=data["name"],
