@@ -206,6 +206,17 @@ def _collection_input(**fields: Any) -> CollectionInput:
         SRL.fail("usage", [err["msg"] for err in e.errors()])
 
 
+def _started(collection: str) -> None:
+    """``--no-wait``: the collection's workflow id, and how to follow it."""
+    from client.srl import collection_workflow_id
+
+    wid = collection_workflow_id(collection)
+    SRL.emit(
+        {"collection": collection, "workflow_id": wid, "status": "running"},
+        f"{collection}: started ({wid}); follow it with `srl show {collection}`",
+    )
+
+
 @app.command()
 def collect(
     tasks: Annotated[
@@ -233,8 +244,6 @@ def collect(
 
     Run again under the same id, it reuses every step recorded (no model call) and
     collects what is missing; another source, model or sampling is refused."""
-    from client.srl import collection_workflow_id
-
     SRL.mode(json_out)
     _check_choices(source, step_mode)
     with SRL.reported():
@@ -259,12 +268,7 @@ def collect(
         )
         done = asyncio.run(_collect(settings, inp, wait=wait, stay=stay))
         if done is None:
-            wid = collection_workflow_id(collection)
-            SRL.emit(
-                {"collection": collection, "workflow_id": wid, "status": "running"},
-                f"{collection}: started ({wid}); follow it with `srl show {collection}`",
-            )
-            return
+            return _started(collection)
         result, elapsed = done
         doc = {**result.model_dump(mode="json"), "elapsed_s": round(elapsed, 3)}
         SRL.emit(doc, srl_text.collect_text(collection, result.totals, elapsed))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli import toolkit
+from cli import srl_data_text, toolkit
 from cli.toolkit import note
 
 if TYPE_CHECKING:
@@ -49,6 +49,59 @@ OutOpt = Annotated[
         file_okay=False,
         show_default=False,
     ),
+]
+
+
+DatasetsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--dataset", "-d", help="Only these datasets (repeat; default: all ingested)"),
+]
+TokenModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Count tokens with this configured model's tokenizer (default: the "
+        "models config's default model)",
+    ),
+]
+TasksOutOpt = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        "-o",
+        help="The task file: JSONL of SrlTask lines (a .summary.json beside it)",
+        dir_okay=False,
+    ),
+]
+DataRootOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data",
+        help="Data root holding processed/ (default: <data dir>/srl)",
+        file_okay=False,
+        show_default=False,
+    ),
+]
+TaskLanguagesOpt = Annotated[
+    list[str] | None,
+    typer.Option("--language", "-l", help="python, javascript (with TypeScript), java (repeat)"),
+]
+SplitsOpt = Annotated[
+    list[str] | None, typer.Option("--split", "-s", help="train, dev, test (repeat)")
+]
+KeepParseFailedOpt = Annotated[
+    bool,
+    typer.Option("--keep-parse-failed", help="Keep records 'srl data process' tagged parse-failed"),
+]
+SynthOutOpt = Annotated[
+    Path,
+    typer.Option(
+        "--out", "-o", help="JSONL of verified tasks (a .summary.json beside it)", dir_okay=False
+    ),
+]
+SynthLanguagesOpt = Annotated[
+    list[str] | None,
+    typer.Option("--language", "-l", help="python, javascript, typescript, java (repeat)"),
 ]
 
 
@@ -125,54 +178,41 @@ def ingest(
     with SRL_DATA.reported():
         root = _out(out)
         result = ingest_dataset(dataset, from_, root, manifest_path=manifest)
-        lines = [
-            f"{dataset}: {result.num_records} records -> {result.normalized}",
-            f"  manifest: {result.manifest_source}; files: "
-            + ", ".join(f"{f.name} ({f.size} bytes)" for f in result.files),
-            f"  licence {result.meta.license}, version {result.meta.version}, "
-            f"sha256 {result.meta.sha256}",
-        ]
-        lines.extend(f"  warning: {w}" for w in result.warnings)
-        lines.append(f"  malformed records: {len(result.malformed)}")
-        lines.extend(f"    {e.render()}" for e in result.malformed[:50])
-        SRL_DATA.emit(result.model_dump(mode="json"), "\n".join(lines))
+        SRL_DATA.emit(result.model_dump(mode="json"), srl_data_text.ingest_text(dataset, result))
 
 
-@data_app.command("process")
-def process(
-    out: OutOpt = None,
-    datasets: Annotated[
-        list[str] | None,
-        typer.Option("--dataset", "-d", help="Only these datasets (repeat; default: all ingested)"),
-    ] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 2048,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            help="Count tokens with this configured model's tokenizer (default: the "
-            "models config's default model)",
-        ),
-    ] = None,
-    json_out: JsonOpt = None,
-) -> None:
-    """Parse-check (ast-grep in the jail), dedupe, filter by tokens, split, report."""
-    from activities.srl.data import HEURISTIC_COUNTER, process_datasets
+def _tokenizer(model: str | None) -> Any:
+    """The tokenizer of ``model`` (default: the models config's default model; the
+    heuristic when none is configured); an unknown ``model`` is a usage error."""
     from activities.srl.tokens import tokenizer_for
     from keel.llm import ModelsConfigError, UnknownModelError
     from keel.settings import get_settings
     from store.files import load_models_config
 
+    try:
+        _, spec = load_models_config(get_settings().models_config).resolve(model or "")
+    except (ModelsConfigError, UnknownModelError) as e:
+        if model:
+            raise SRL_DATA.failure("usage", str(e)) from None
+        spec = None
+    return tokenizer_for(spec)
+
+
+@data_app.command("process")
+def process(
+    out: OutOpt = None,
+    datasets: DatasetsOpt = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 2048,
+    model: TokenModelOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Parse-check (ast-grep in the jail), dedupe, filter by tokens, split, report."""
+    from activities.srl.data import HEURISTIC_COUNTER, process_datasets
+
     SRL_DATA.mode(json_out)
     with SRL_DATA.reported():
         root = _out(out)
-        try:
-            _, spec = load_models_config(get_settings().models_config).resolve(model or "")
-        except (ModelsConfigError, UnknownModelError) as e:
-            if model:
-                raise SRL_DATA.failure("usage", str(e)) from None
-            spec = None
-        tokenizer = tokenizer_for(spec)
+        tokenizer = _tokenizer(model)
         counter = tokenizer.name if tokenizer.exact else HEURISTIC_COUNTER
         note(f"processing {root / 'raw'} (parse check in the jail; tokens: {counter})")
         result = asyncio.run(
@@ -184,24 +224,8 @@ def process(
                 token_counter=counter,
             )
         )
-        lines = [
-            f"records {result.total}, parse-failed {result.parse_failed}, duplicates "
-            f"dropped {result.duplicates_dropped}, over {max_tokens} tokens dropped "
-            f"{result.too_long_dropped}, other languages {result.other_language}",
-            f"  tokens counted by {counter}",
-        ]
-        for group, counts in result.splits.items():
-            lines.append(
-                f"  {group:<10} train {counts['train']:>6}  dev {counts['dev']:>5}  "
-                f"test {counts['test']:>5}"
-            )
-        if result.unconfirmed:
-            lines.append(
-                "warning: published layout NOT confirmed for "
-                f"{', '.join(result.unconfirmed)} (docs/srl-data.md)"
-            )
-        lines.append(f"report: {result.report}")
-        SRL_DATA.emit(result.model_dump(mode="json"), "\n".join(lines))
+        text = srl_data_text.process_text(result, max_tokens, counter)
+        SRL_DATA.emit(result.model_dump(mode="json"), text)
 
 
 @data_app.command("stats")
@@ -222,42 +246,14 @@ def stats(
 
 
 def tasks(
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            "-o",
-            help="The task file: JSONL of SrlTask lines (a .summary.json beside it)",
-            dir_okay=False,
-        ),
-    ] = Path("srl-tasks.jsonl"),
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            "--data",
-            help="Data root holding processed/ (default: <data dir>/srl)",
-            file_okay=False,
-            show_default=False,
-        ),
-    ] = None,
-    groups: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--language", "-l", help="python, javascript (with TypeScript), java (repeat)"
-        ),
-    ] = None,
-    splits: Annotated[
-        list[str] | None, typer.Option("--split", "-s", help="train, dev, test (repeat)")
-    ] = None,
+    out: TasksOutOpt = Path("srl-tasks.jsonl"),
+    data: DataRootOpt = None,
+    groups: TaskLanguagesOpt = None,
+    splits: SplitsOpt = None,
     limit: Annotated[
         int | None, typer.Option("--limit", "-n", min=1, help="At most N tasks")
     ] = None,
-    keep_parse_failed: Annotated[
-        bool,
-        typer.Option(
-            "--keep-parse-failed", help="Keep records 'srl data process' tagged parse-failed"
-        ),
-    ] = False,
+    keep_parse_failed: KeepParseFailedOpt = False,
     minimum: Annotated[
         int | None, typer.Option("--min", help="Fail (exit 7) below this many tasks")
     ] = None,
@@ -280,32 +276,15 @@ def tasks(
             keep_parse_failed=keep_parse_failed,
         )
         summary = result.model_dump(mode="json")
-        summary_path = out.with_name(out.name + ".summary.json")
-        _write_summary(summary_path, summary)
-        lines = [
-            f"{result.tasks} tasks (of {result.read} records read) -> {out}",
-            "  by language: "
-            + (", ".join(f"{k} {v}" for k, v in result.by_language.items()) or "none"),
-            "  by dataset: "
-            + (", ".join(f"{k} {v}" for k, v in result.by_dataset.items()) or "none"),
-            "  refused: " + ", ".join(f"{k} {v}" for k, v in result.refused.items()),
-            "  no gold actions: collect with --source teacher or actor, not gold_replay",
-        ]
-        if result.unconfirmed:
-            lines.append(
-                "  warning: published layout NOT confirmed for "
-                f"{', '.join(result.unconfirmed)} (docs/srl-data.md)"
-            )
+        summary_path = _write_summary(out, summary)
         fits = _fits(parse_tasks(out.read_bytes()))
-        summary["fits"] = [f.model_dump(mode="json") for f in fits]
-        _write_summary(summary_path, summary)
-        lines.extend(f"  {f.line()}" for f in fits)
-        lines.append(f"summary: {summary_path}")
+        _write_summary(out, summary, fits)
+        text = srl_data_text.tasks_text(result, out, fits, summary_path)
         if minimum is not None and result.tasks < minimum:  # one document: the error
             raise SRL_DATA.failure(
                 "too_few_tasks", f"only {result.tasks} tasks, --min {minimum}", details=summary
             )
-        SRL_DATA.emit(summary, "\n".join(lines))
+        SRL_DATA.emit(summary, text)
 
 
 def _fits(tasks: Sequence[TaskLike]) -> list[ModelFit]:
@@ -316,25 +295,20 @@ def _fits(tasks: Sequence[TaskLike]) -> list[ModelFit]:
     return configured_fits(tasks)
 
 
-def _write_summary(path: Path, doc: Any) -> None:
+def _write_summary(out: Path, doc: dict[str, Any], fits: list[ModelFit] | None = None) -> Path:
+    """``doc`` (with ``fits``, when given, as its ``fits``) as the task file's summary,
+    ``<out>.summary.json``; returns that path."""
+    if fits is not None:
+        doc["fits"] = [f.model_dump(mode="json") for f in fits]
+    path = out.with_name(out.name + ".summary.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
 
 
 def synth(
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            "-o",
-            help="JSONL of verified tasks (a .summary.json beside it)",
-            dir_okay=False,
-        ),
-    ] = Path("srl-synth.jsonl"),
-    languages: Annotated[
-        list[str] | None,
-        typer.Option("--language", "-l", help="python, javascript, typescript, java (repeat)"),
-    ] = None,
+    out: SynthOutOpt = Path("srl-synth.jsonl"),
+    languages: SynthLanguagesOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Verified tasks wanted")] = 300,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds 0..N-1 per template")] = 2,
     minimum: Annotated[
@@ -361,26 +335,8 @@ def synth(
         summary = outcome.model_dump(mode="json", exclude={"tasks"})
         summary["out"] = str(out)
         fits = _fits(outcome.tasks)
-        summary["fits"] = [f.model_dump(mode="json") for f in fits]
-        summary_path = out.with_name(out.name + ".summary.json")
-        _write_summary(summary_path, summary)
-        lines = [
-            f"{len(outcome.tasks)} verified tasks -> {out}",
-            "  by language: "
-            + ", ".join(f"{k} {v}" for k, v in outcome.verified_by_language.items()),
-            f"  candidates checked {outcome.candidates}, sources {outcome.sources}, "
-            f"jail runs {outcome.jail_runs}, {outcome.seconds:.1f} s "
-            f"({outcome.seconds_per_jail_run * 1000:.0f} ms per jail run)",
-        ]
-        for template, reasons in sorted(outcome.refused.items()):
-            lines.append(
-                f"  refused {template}: "
-                + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
-            )
-        lines.extend(f"  {f.line()}" for f in fits)
-        lines.extend(f"  note: {n}" for n in outcome.notes)
-        lines.append(f"summary: {summary_path}")
-        SRL_DATA.emit(summary, "\n".join(lines))
+        summary_path = _write_summary(out, summary, fits)
+        SRL_DATA.emit(summary, srl_data_text.synth_text(outcome, out, fits, summary_path))
         if minimum is not None and len(outcome.tasks) < minimum:
             raise SRL_DATA.failure(
                 "too_few_tasks", f"only {len(outcome.tasks)} verified tasks, --min {minimum}"
