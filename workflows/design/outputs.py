@@ -242,16 +242,7 @@ async def diff_and_persist_node(state: GraphState, runtime: Runtime[DesignPorts]
     outcome = _outcome(state)
     new_state = _state_of(state)
     files = state["codegen"].file_digests if "codegen" in state else {}
-    cost = state.get("cost")
     report_files, diff, summary_md = _shipped_reports(state)
-    validation = state.get("validation")
-    shipped = validation.tree_files_digest if validation is not None else None
-    if validation is not None and shipped is not None:
-        summary_md = (
-            _validation_md(validation, state.get("repairs", []), state.get("findings", []))
-            + "\n\n"
-            + summary_md
-        )
     key = ctx.key("diff_and_persist", {"state": new_state, "files": files, "outcome": outcome})
     before: list[Effect] = []
     if diff is not None and previous is not None:
@@ -273,15 +264,15 @@ async def diff_and_persist_node(state: GraphState, runtime: Runtime[DesignPorts]
             status=outcome,
             constraints=state["snapshot"].constraints,
             plan=new_state.get("plan"),
-            summary_md=summary_md,
-            cost=cost,
+            summary_md=_with_validation_md(state, summary_md),
+            cost=state.get("cost"),
             files_digest=state["codegen"].files_digest if "codegen" in state else None,
             file_digests=files,
             report_files=report_files,
             validation_digest=(
                 state["validation"].report_digest if "validation" in state else None
             ),
-            tree_files_digest=shipped,
+            tree_files_digest=_shipped_digest(state),
             agent_runs=agent_runs,
             approvals=approvals,
             events=events,
@@ -303,6 +294,24 @@ async def diff_and_persist_node(state: GraphState, runtime: Runtime[DesignPorts]
         "diff": diff,
         "effects": effects,
     }
+
+
+def _shipped_digest(state: GraphState) -> str | None:
+    """The digest of the tree the validators shipped, None where none was validated."""
+    validation = state.get("validation")
+    return validation.tree_files_digest if validation is not None else None
+
+
+def _with_validation_md(state: GraphState, summary_md: str) -> str:
+    """The summary, after the validation's section where the shipped tree was validated."""
+    validation = state.get("validation")
+    if validation is None or validation.tree_files_digest is None:
+        return summary_md
+    return (
+        _validation_md(validation, state.get("repairs", []), state.get("findings", []))
+        + "\n\n"
+        + summary_md
+    )
 
 
 def _state_of(state: GraphState) -> dict[str, Any]:
