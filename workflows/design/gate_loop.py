@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.design.policy import evaluate_policy, gate_required
     from keel.design.reasons import policy_card
     from keel.design.steps import ApprovalRecord
-    from keel.gates import GateRequest, GateStatus, gate_workflow_id
+    from keel.gates import GateRequest, GateState, GateStatus, gate_workflow_id
     from workflows.gate import open_gate
 
 from workflows.design.state import (
@@ -66,24 +66,17 @@ async def policy_eval_node(state: GraphState) -> GraphState:
     }
 
 
-async def gate_hitl_node(state: GraphState, runtime: Runtime[DesignPorts]) -> GraphState:
-    """An ``ApprovalGate`` child per planner round, unless neither the input nor §23.5
-    asks for one."""
-    ctx = state["ctx"]
-    inp, cost, report = ctx.inp, state["cost"], state["policy"]
-    n = state["plan_round"]
-    if not (inp.require_approval or state["gate_required"]):
-        run = Run("gate_hitl", {"round": n}, {"status": "not_required"})
-        return {"gate_status": "not_required", "rejection_comment": None, "effects": [run]}
-    name = f"plan-r{n}"
-    gate_id = gate_workflow_id(ctx.thread_id, name)
+def _gate_details(state: GraphState, n: int) -> dict[str, Any]:
+    """What the gate shows its approvers: the round's plan, cost and policy, and what the
+    round was planned again or revised for."""
+    inp, cost = state["ctx"].inp, state["cost"]
     details: dict[str, Any] = {
         "decision_set": inp.decision_set,
         "round": n,
         "plan": {c.capability.value: c.pattern_id for c in state["plan"].choices},
         "monthly_usd": cost.monthly_usd,
         "delta_vs_prev_usd": cost.delta_vs_prev_usd,
-        "policy": report.overall,
+        "policy": state["policy"].overall,
         "gate_reasons": state["gate_reasons"],
     }
     if state.get("rejection_comment"):
@@ -91,25 +84,12 @@ async def gate_hitl_node(state: GraphState, runtime: Runtime[DesignPorts]) -> Gr
     revision = state.get("revision")
     if revision is not None:
         details["revised_for"] = revision.reasons
-    # Before the wait: the stream and the status query show the open gate at once.
-    runtime.context.emit(
-        [
-            SetStatus({"gate_id": gate_id, "phase": "waiting_for_approval"}),
-            Event(steps.EVENT_GATE_WAITING, {"gate": name, "gate_id": gate_id, "round": n}),
-            Notify("gate.waiting", {"gate_id": gate_id, "plan_round": n}),
-        ]
-    )
-    gate = await open_gate(
-        GateRequest(
-            name=name,
-            requester=inp.requester,
-            approvers=inp.approvers,
-            subject=f"Design {inp.project}/{inp.decision_set}, planner round {n}: "
-            f"${cost.monthly_usd:,.2f}/month, policy {report.overall}",
-            details=details,
-            expires_in_s=inp.gate_expires_in_s,
-        )
-    )
+    return details
+
+
+def _decided(name: str, n: int, gate: GateState) -> GraphState:
+    """The graph's update for the gate's decision: its record, and a rejection's comment
+    for the planner."""
     actor = gate.decided_by or ""
     rejected = gate.status == GateStatus.REJECTED
     effects: list[Effect] = [
@@ -130,6 +110,40 @@ async def gate_hitl_node(state: GraphState, runtime: Runtime[DesignPorts]) -> Gr
             "effects": effects,
         }
     return {"gate_status": gate.status.value, "rejection_comment": None, "effects": effects}
+
+
+async def gate_hitl_node(state: GraphState, runtime: Runtime[DesignPorts]) -> GraphState:
+    """An ``ApprovalGate`` child per planner round, unless neither the input nor §23.5
+    asks for one."""
+    ctx = state["ctx"]
+    inp, cost, report = ctx.inp, state["cost"], state["policy"]
+    n = state["plan_round"]
+    if not (inp.require_approval or state["gate_required"]):
+        run = Run("gate_hitl", {"round": n}, {"status": "not_required"})
+        return {"gate_status": "not_required", "rejection_comment": None, "effects": [run]}
+    name = f"plan-r{n}"
+    gate_id = gate_workflow_id(ctx.thread_id, name)
+    details = _gate_details(state, n)
+    # Before the wait: the stream and the status query show the open gate at once.
+    runtime.context.emit(
+        [
+            SetStatus({"gate_id": gate_id, "phase": "waiting_for_approval"}),
+            Event(steps.EVENT_GATE_WAITING, {"gate": name, "gate_id": gate_id, "round": n}),
+            Notify("gate.waiting", {"gate_id": gate_id, "plan_round": n}),
+        ]
+    )
+    gate = await open_gate(
+        GateRequest(
+            name=name,
+            requester=inp.requester,
+            approvers=inp.approvers,
+            subject=f"Design {inp.project}/{inp.decision_set}, planner round {n}: "
+            f"${cost.monthly_usd:,.2f}/month, policy {report.overall}",
+            details=details,
+            expires_in_s=inp.gate_expires_in_s,
+        )
+    )
+    return _decided(name, n, gate)
 
 
 async def after_gate(state: GraphState) -> str:
