@@ -22,7 +22,7 @@ import copy
 import difflib
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeGuard
 
 import jsonschema
@@ -361,20 +361,17 @@ def _check_refs(schema: Any, where: str, issues: set[tuple[str, str]]) -> None:
                     issues.add((at, f"{ref!r} points to nothing in this schema"))
 
 
-def _check_one(
-    root: jsonschema.protocols.Validator, schema: Any, where: str, issues: set[tuple[str, str]]
-) -> None:
-    def bad(key: str | None, message: str) -> None:
-        issues.add((where if key is None else f"{where}.{key}", message))
+#: Records one problem of a schema: the keyword (``None``: the schema itself), the message.
+_Bad = Callable[[str | None, str], None]
 
-    if not isinstance(schema, dict):
-        return
+
+def _check_keywords(schema: dict[str, Any], bad: _Bad) -> None:
+    """Misspelt keywords, and keywords that have no effect on the declared type."""
     for key in sorted(set(schema) - KNOWN_KEYWORDS):
         close = difflib.get_close_matches(key, sorted(KNOWN_KEYWORDS), n=1, cutoff=0.75)
         lower = [k for k in KNOWN_KEYWORDS if k.lower() == key.lower()]
         if lower or close:
             bad(key, f"unknown keyword {key!r} (did you mean {(lower or close)[0]!r}?)")
-
     t = schema.get("type")
     if t is not None:
         declared = frozenset([t] if isinstance(t, str) else t)
@@ -385,6 +382,9 @@ def _check_one(
         if isinstance(t, list) and len(set(t)) != len(t):
             bad("type", "types are listed twice")
 
+
+def _check_values(schema: dict[str, Any], bad: _Bad) -> None:
+    """Bounds that leave nothing between them, and an empty or repeating ``enum``."""
     for lo, hi in _BOUNDS:
         a, b = schema.get(lo), schema.get(hi)
         if _is_number(a) and _is_number(b) and a > b:
@@ -395,7 +395,6 @@ def _check_one(
             "exclusiveMinimum",
             f"exclusiveMinimum ({_num(a)}) leaves nothing below exclusiveMaximum ({_num(b)})",
         )
-
     enum = schema.get("enum")
     if isinstance(enum, list):
         if not enum:
@@ -405,25 +404,41 @@ def _check_one(
             if len(set(seen)) != len(seen):
                 bad("enum", "values are listed twice")
 
+
+def _check_required(schema: dict[str, Any], bad: _Bad) -> None:
+    """A required name missing from ``properties`` (a typo, or none allowed at all)."""
     props = schema.get("properties")
     req = schema.get("required")
-    if isinstance(props, dict) and isinstance(req, list):
-        for name in req:
-            if not isinstance(name, str) or name in props or "patternProperties" in schema:
-                continue
-            close = difflib.get_close_matches(name, sorted(props), n=1)
-            if schema.get("additionalProperties") is False:
-                bad(
-                    "required",
-                    f"{name!r} is required but not in properties, and no other "
-                    "property is allowed" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                )
-            elif close:
-                bad(
-                    "required",
-                    f"{name!r} is required but not in properties (did you mean {close[0]!r}?)",
-                )
+    if not (isinstance(props, dict) and isinstance(req, list)):
+        return
+    for name in req:
+        if not isinstance(name, str) or name in props or "patternProperties" in schema:
+            continue
+        close = difflib.get_close_matches(name, sorted(props), n=1)
+        if schema.get("additionalProperties") is False:
+            bad(
+                "required",
+                f"{name!r} is required but not in properties, and no other "
+                "property is allowed" + (f" (did you mean {close[0]!r}?)" if close else ""),
+            )
+        elif close:
+            bad(
+                "required",
+                f"{name!r} is required but not in properties (did you mean {close[0]!r}?)",
+            )
 
+
+def _check_one(
+    root: jsonschema.protocols.Validator, schema: Any, where: str, issues: set[tuple[str, str]]
+) -> None:
+    def bad(key: str | None, message: str) -> None:
+        issues.add((where if key is None else f"{where}.{key}", message))
+
+    if not isinstance(schema, dict):
+        return
+    _check_keywords(schema, bad)
+    _check_values(schema, bad)
+    _check_required(schema, bad)
     if "default" in schema:
         sub = root.evolve(schema=schema)
         problems = _issues(sub.iter_errors(schema["default"]))
@@ -457,13 +472,79 @@ def _is_false_branch(err: jsonschema.ValidationError) -> bool:
     return err.schema is False
 
 
+def _expected(names: list[Any], got: Any) -> str:
+    return f"expected {' or '.join(names)}, got {json_type_of(got)} {preview(got)}"
+
+
+#: The message of a keyword whose error needs only its value (``want``) and the instance.
+_KEYWORD_MESSAGES: dict[str, Callable[[Any, Any], str]] = {
+    "enum": lambda want, got: f"must be one of {preview(want, 200)}, got {preview(got)}",
+    "const": lambda want, got: f"must be {preview(want)}, got {preview(got)}",
+    "minimum": lambda want, got: f"must be >= {want}, got {preview(got)}",
+    "maximum": lambda want, got: f"must be <= {want}, got {preview(got)}",
+    "exclusiveMinimum": lambda want, got: f"must be > {want}, got {preview(got)}",
+    "exclusiveMaximum": lambda want, got: f"must be < {want}, got {preview(got)}",
+    "multipleOf": lambda want, got: f"must be a multiple of {want}, got {preview(got)}",
+    "minLength": lambda want, got: (
+        f"must have at least {_plural(want, 'character')}, got {len(got)}"
+    ),
+    "maxLength": lambda want, got: (
+        f"must have at most {_plural(want, 'character')}, got {len(got)}"
+    ),
+    "minItems": lambda want, got: f"must have at least {_plural(want, 'item')}, got {len(got)}",
+    "maxItems": lambda want, got: f"must have at most {_plural(want, 'item')}, got {len(got)}",
+    "minProperties": lambda want, got: (
+        f"must have at least {_plural(want, 'property')}, got {len(got)}"
+    ),
+    "maxProperties": lambda want, got: (
+        f"must have at most {_plural(want, 'property')}, got {len(got)}"
+    ),
+    "uniqueItems": lambda want, got: "items must be unique",
+    "pattern": lambda want, got: f"must match the pattern {want!r}, got {preview(got)}",
+    "format": lambda want, got: f"must be a valid {want}, got {preview(got)}",
+    "not": lambda want, got: f"must not match {preview(want)}, got {preview(got)}",
+}
+
+
+def _composition_message(
+    err: jsonschema.ValidationError, path: list[str | int]
+) -> list[tuple[list[str | int], str]]:
+    """An ``anyOf``/``oneOf`` miss: the errors of the one branch the value meant, else the
+    types that fit (every branch is of another type), else that no form matches."""
+    kw, want, got = err.validator, err.validator_value, err.instance
+    branches: dict[Any, list[jsonschema.ValidationError]] = {}
+    for n, e in enumerate(err.context or []):
+        # A ``false`` branch's error carries no schema path (jsonschema yields it
+        # before the path is set): it is a branch of its own, one error long.
+        key = e.relative_schema_path[0] if e.relative_schema_path else ("false", n)
+        branches.setdefault(key, []).append(e)
+    # A ``false`` branch admits nothing, so it is never the form the value meant.
+    meant = [
+        es
+        for es in branches.values()
+        if not any(_branch_misses(e, path) or _is_false_branch(e) for e in es)
+    ]
+    if len(meant) == 1:
+        return [m for e in meant[0] for m in _message(e)]
+    types: list[str] = []
+    for es in branches.values():
+        for e in es:
+            if e.validator == "type" and list(e.absolute_path) == path:
+                want_t = e.validator_value
+                types += want_t if isinstance(want_t, list) else [want_t]
+    real = [es for es in branches.values() if not any(_is_false_branch(e) for e in es)]
+    if not meant and real and len(types) >= len(real):
+        # Every form is of another type (an optional field): say which types fit.
+        return [(path, _expected(list(dict.fromkeys(types)), got))]
+    return [(path, f"matches none of the {len(want)} allowed forms ({kw}), got {preview(got)}")]
+
+
 def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str]]:
     """Turn one jsonschema error into (path, message) pairs in our wording."""
     path: list[str | int] = list(err.absolute_path)
     kw, want, got = err.validator, err.validator_value, err.instance
     if kw == "type":
-        names = want if isinstance(want, list) else [want]
-        return [(path, f"expected {' or '.join(names)}, got {json_type_of(got)} {preview(got)}")]
+        return [(path, _expected(want if isinstance(want, list) else [want], got))]
     if kw == "required":
         missing = [n for n in want if isinstance(got, dict) and n not in got]
         return [([*path, n], "required property is missing") for n in missing]
@@ -481,70 +562,11 @@ def _message(err: jsonschema.ValidationError) -> list[tuple[list[str | int], str
         known = f"; allowed: {', '.join(allowed)}" if allowed else ""
         return [([*path, k], f"{NOT_ALLOWED}{known}") for k in extra]
     if kw in ("anyOf", "oneOf") and err.context:
-        branches: dict[Any, list[jsonschema.ValidationError]] = {}
-        for n, e in enumerate(err.context):
-            # A ``false`` branch's error carries no schema path (jsonschema yields it
-            # before the path is set): it is a branch of its own, one error long.
-            key = e.relative_schema_path[0] if e.relative_schema_path else ("false", n)
-            branches.setdefault(key, []).append(e)
-        # A ``false`` branch admits nothing, so it is never the form the value meant.
-        meant = [
-            es
-            for es in branches.values()
-            if not any(_branch_misses(e, path) or _is_false_branch(e) for e in es)
-        ]
-        if len(meant) == 1:
-            return [m for e in meant[0] for m in _message(e)]
-        types: list[str] = []
-        for es in branches.values():
-            for e in es:
-                if e.validator == "type" and list(e.absolute_path) == path:
-                    want_t = e.validator_value
-                    types += want_t if isinstance(want_t, list) else [want_t]
-        real = [es for es in branches.values() if not any(_is_false_branch(e) for e in es)]
-        if not meant and real and len(types) >= len(real):
-            # Every form is of another type (an optional field): say which types fit.
-            names = list(dict.fromkeys(types))
-            return [
-                (path, f"expected {' or '.join(names)}, got {json_type_of(got)} {preview(got)}")
-            ]
-        return [(path, f"matches none of the {len(want)} allowed forms ({kw}), got {preview(got)}")]
+        return _composition_message(err, path)
     if kw == "oneOf":
         return [(path, f"matches more than one of the allowed forms (oneOf), got {preview(got)}")]
-    if kw == "enum":
-        return [(path, f"must be one of {preview(want, 200)}, got {preview(got)}")]
-    if kw == "const":
-        return [(path, f"must be {preview(want)}, got {preview(got)}")]
-    if kw == "minimum":
-        return [(path, f"must be >= {want}, got {preview(got)}")]
-    if kw == "maximum":
-        return [(path, f"must be <= {want}, got {preview(got)}")]
-    if kw == "exclusiveMinimum":
-        return [(path, f"must be > {want}, got {preview(got)}")]
-    if kw == "exclusiveMaximum":
-        return [(path, f"must be < {want}, got {preview(got)}")]
-    if kw == "multipleOf":
-        return [(path, f"must be a multiple of {want}, got {preview(got)}")]
-    if kw == "minLength":
-        return [(path, f"must have at least {_plural(want, 'character')}, got {len(got)}")]
-    if kw == "maxLength":
-        return [(path, f"must have at most {_plural(want, 'character')}, got {len(got)}")]
-    if kw == "minItems":
-        return [(path, f"must have at least {_plural(want, 'item')}, got {len(got)}")]
-    if kw == "maxItems":
-        return [(path, f"must have at most {_plural(want, 'item')}, got {len(got)}")]
-    if kw == "minProperties":
-        return [(path, f"must have at least {_plural(want, 'property')}, got {len(got)}")]
-    if kw == "maxProperties":
-        return [(path, f"must have at most {_plural(want, 'property')}, got {len(got)}")]
-    if kw == "uniqueItems":
-        return [(path, "items must be unique")]
-    if kw == "pattern":
-        return [(path, f"must match the pattern {want!r}, got {preview(got)}")]
-    if kw == "format":
-        return [(path, f"must be a valid {want}, got {preview(got)}")]
-    if kw == "not":
-        return [(path, f"must not match {preview(want)}, got {preview(got)}")]
+    if kw in _KEYWORD_MESSAGES:
+        return [(path, _KEYWORD_MESSAGES[kw](want, got))]
     if kw == "items" and want is False:  # no items beyond prefixItems
         n = len((err.schema or {}).get("prefixItems", []))
         return [(path, f"must have at most {_plural(n, 'item')}, got {len(got)}")]
