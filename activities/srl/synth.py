@@ -288,6 +288,81 @@ def _quotas(languages: Sequence[str], limit: int) -> dict[str, int]:
     return {lang: base + (1 if i < extra else 0) for i, lang in enumerate(languages)}
 
 
+class _Synthesis:
+    """The run's state: the candidates each language has waiting, the tasks verified,
+    what was refused and how much it cost (sources read, candidates, jail runs)."""
+
+    def __init__(
+        self, langs: Sequence[str], streams: dict[str, Iterator[SourceFile]], seeds: Sequence[int]
+    ) -> None:
+        self.streams = streams
+        self.seeds = seeds
+        self.kept: dict[str, list[SynthTask]] = {lang: [] for lang in langs}
+        self.pending: dict[str, list[SynthTask]] = {lang: [] for lang in langs}
+        self.refused: dict[str, dict[str, int]] = {}
+        self.seen: set[str] = set()
+        self.used: list[SourceFile] = []
+        self.candidates = 0
+        self.runs = 0
+        self.exhausted: set[str] = set()
+
+    def _synthesise_more(self, language: str) -> bool:
+        """The next chunk of ``language``'s sources made into candidates; False when its
+        sources have run out."""
+        chunk = [s for _, s in zip(range(SOURCE_CHUNK), self.streams[language], strict=False)]
+        if not chunk:
+            self.exhausted.add(language)
+            return False
+        self.used.extend(chunk)
+        report = synthesise(chunk, self.seeds)
+        for template, n in report.refused.items():
+            _merge(self.refused, {template: {"not_applicable": n}})
+        fresh = [t for t in report.tasks if t.task_id not in self.seen]
+        self.seen.update(t.task_id for t in fresh)
+        self.pending[language].extend(fresh)
+        return True
+
+    async def fill(self, language: str, want: int) -> None:
+        """Verify only as many candidates as are still missing, in source order."""
+        kept, pending = self.kept[language], self.pending
+        while len(kept) < want:
+            if not pending[language]:
+                if not self._synthesise_more(language):
+                    return
+                continue
+            need = want - len(kept)
+            batch, pending[language] = pending[language][:need], pending[language][need:]
+            self.candidates += len(batch)
+            ok, more_refused, more_runs = await verify_tasks(batch)
+            self.runs += more_runs
+            _merge(self.refused, more_refused)
+            kept.extend(ok)
+
+    def outcome(self, langs: Sequence[str], quotas: dict[str, int], seconds: float) -> SynthOutcome:
+        kept = self.kept
+        notes = [
+            f"{language}: only {len(kept[language])} verified tasks; no more licensed sources found"
+            for language in langs
+            if language in self.exhausted and len(kept[language]) < quotas[language]
+        ]
+        by_package: dict[str, int] = {}
+        for s in self.used:
+            by_package[s.package] = by_package.get(s.package, 0) + 1
+        runs = self.runs
+        return SynthOutcome(
+            tasks=[t for lang in langs for t in kept[lang]],
+            verified_by_language={lang: len(kept[lang]) for lang in langs},
+            candidates=self.candidates,
+            refused=self.refused,
+            sources=len(self.used),
+            sources_by_package=by_package,
+            jail_runs=runs,
+            seconds=round(seconds, 3),
+            seconds_per_jail_run=round(seconds / runs, 4) if runs else 0.0,
+            notes=notes,
+        )
+
+
 async def verified_synth_tasks(
     *,
     languages: Sequence[str],
@@ -315,71 +390,14 @@ async def verified_synth_tasks(
     else:
         streams = collect_sources(langs)
     quotas = _quotas(langs, limit)
-    kept: dict[str, list[SynthTask]] = {lang: [] for lang in langs}
-    refused: dict[str, dict[str, int]] = {}
-    seen: set[str] = set()
-    used: list[SourceFile] = []
-    candidates = 0
-    runs = 0
-    notes: list[str] = []
-    exhausted: set[str] = set()
-
-    pending: dict[str, list[SynthTask]] = {lang: [] for lang in langs}
-
-    async def fill(language: str, want: int) -> None:
-        """Verify only as many candidates as are still missing, in source order."""
-        nonlocal candidates, runs
-        while len(kept[language]) < want:
-            if not pending[language]:
-                chunk = [s for _, s in zip(range(SOURCE_CHUNK), streams[language], strict=False)]
-                if not chunk:
-                    exhausted.add(language)
-                    return
-                used.extend(chunk)
-                report = synthesise(chunk, seeds)
-                for template, n in report.refused.items():
-                    _merge(refused, {template: {"not_applicable": n}})
-                fresh = [t for t in report.tasks if t.task_id not in seen]
-                seen.update(t.task_id for t in fresh)
-                pending[language].extend(fresh)
-                continue
-            need = want - len(kept[language])
-            batch, pending[language] = pending[language][:need], pending[language][need:]
-            candidates += len(batch)
-            ok, more_refused, more_runs = await verify_tasks(batch)
-            runs += more_runs
-            _merge(refused, more_refused)
-            kept[language].extend(ok)
-
+    run = _Synthesis(langs, streams, seeds)
     for language in langs:
-        await fill(language, quotas[language])
-    short = limit - sum(len(v) for v in kept.values())
+        await run.fill(language, quotas[language])
+    short = limit - sum(len(v) for v in run.kept.values())
     for language in langs:
         if short <= 0:
             break
-        before = len(kept[language])
-        await fill(language, before + short)
-        short -= len(kept[language]) - before
-    for language in langs:
-        if language in exhausted and len(kept[language]) < quotas[language]:
-            notes.append(
-                f"{language}: only {len(kept[language])} verified tasks; no more licensed "
-                "sources found"
-            )
-    tasks = [t for lang in langs for t in kept[lang]]
-    seconds = time.monotonic() - started
-    by_package: dict[str, int] = {}
-    for s in used:
-        by_package[s.package] = by_package.get(s.package, 0) + 1
-    return SynthOutcome(
-        tasks=tasks,
-        verified_by_language={lang: len(kept[lang]) for lang in langs},
-        candidates=candidates,
-        refused=refused,
-        sources=len(used),
-        sources_by_package=by_package,
-        jail_runs=runs,
-        seconds=round(seconds, 3),
-        seconds_per_jail_run=round(seconds / runs, 4) if runs else 0.0,
-        notes=notes,
-    )
+        before = len(run.kept[language])
+        await run.fill(language, before + short)
+        short -= len(run.kept[language]) - before
+    return run.outcome(langs, quotas, time.monotonic() - started)
