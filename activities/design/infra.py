@@ -278,6 +278,7 @@ def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str
             out["transform"]["source_stream_arn"] = f"module.ingest_{r}.stream_arn"
         elif ingest == "ingest:msk-kafka":
             out["transform"]["source_cluster_arn"] = f"module.ingest_{r}.cluster_arn"
+            out["transform"]["source_bootstrap_brokers"] = f"module.ingest_{r}.bootstrap_brokers"
     if "feature" in out:
         out["feature"]["source_bucket_arns"] = buckets("store", "ingest")
     for cap in ("train", "serve"):
@@ -348,6 +349,9 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
         "modules": modules,
         "images": any(m["image_tag"] for m in modules),
         "monthly_usd": req.cost.monthly_usd,
+        # Issue 38 §3: the account's one-per-region settings (Lake Formation admins, AWS
+        # Config's recorder, Macie, the Glue catalog's encryption) only when asked for.
+        "baseline": bool(req.constraints.account_baseline),
     }
     files: dict[str, str] = {}
     for name in ("main", "providers", "backend", "variables", "outputs"):

@@ -125,6 +125,17 @@ class Constraints(BaseModel):
     training_runs_per_month: float | None = Field(
         default=None, ge=0, le=10_000, description="Training cadence: runs per month."
     )
+    # Issue 38 §3: whether the generated repository sets up the account's baseline (its
+    # one-per-account, per-region settings: Lake Formation admins, the AWS Config recorder
+    # and delivery channel, Macie, the Glue Data Catalog's encryption). Off (None or
+    # False): the repository creates none of them, so two designs deploy side by side in
+    # one account; the organisation's policy (``account_baseline`` in policy.yaml) can turn
+    # it on for every design. Not a coverage field.
+    account_baseline: bool | None = Field(
+        default=None,
+        description="Set up the account-wide baseline (Lake Formation admins, AWS Config "
+        "recorder, Macie, Glue catalog encryption); only one deployment per account may.",
+    )
 
     @field_validator("regions")
     @classmethod

@@ -47,6 +47,13 @@ class PolicySettings(BaseModel):
         description="regimes every service of every plan must be eligible for, whatever "
         "the request states (e.g. soc2 for a SOC 2 organisation)",
     )
+    account_baseline: bool = Field(
+        default=False,
+        description="every generated repository sets up the account's baseline (Lake "
+        "Formation admins, AWS Config recorder, Macie, Glue catalog encryption): for an "
+        "organisation that gives each design an account of its own. Off: only a request "
+        "whose constraints ask for it gets it",
+    )
     budget_warn_ratio: float = Field(default=0.8, gt=0, le=1)
     gate_delta_usd: float = Field(default=500.0, ge=0)
     gate_delta_pct: float = Field(default=20.0, ge=0)
@@ -306,6 +313,20 @@ def structural_results(
         constraints, plan, catalog, empty_cost, TechReview(risks=[]), settings or PolicySettings()
     )
     return {r.id: r.status for r in (rule(i) for rule in STRUCTURAL_RULES)}
+
+
+def wants_account_baseline(constraints: Constraints, settings: PolicySettings | None) -> bool:
+    """Whether the generated repository sets up the account's baseline (issue 38 §3): the
+    constraints ask for it, or the organisation's policy does for every design."""
+    return bool(constraints.account_baseline) or bool(settings and settings.account_baseline)
+
+
+def with_account_baseline(constraints: Constraints, settings: PolicySettings | None) -> Constraints:
+    """``constraints`` with ``account_baseline`` on when :func:`wants_account_baseline`
+    says so (the codegen request carries the constraints, not the policy settings)."""
+    if wants_account_baseline(constraints, settings) and not constraints.account_baseline:
+        return constraints.model_copy(update={"account_baseline": True})
+    return constraints
 
 
 def policy_from_yaml(data: object) -> PolicySettings:

@@ -43,6 +43,15 @@ The rules (:data:`RULES`):
 ``jobs``
     every Glue job script (and ``--extra-py-files``) and EMR entry point is an object the
     Terraform uploads from a file of the repository.
+``account``
+    no account-wide singleton (Lake Formation settings, AWS Config's recorder and delivery
+    channel, Macie, the Glue catalog's encryption, GuardDuty, ...) unless the root module
+    owns the account's baseline (``locals { account_baseline = true }``, issue 38 §3).
+``kafka``
+    every client of an MSK cluster (Python Kafka settings, the bootstrap broker list the
+    Terraform hands out, a Lambda event source mapping) authenticates in a mode the
+    cluster admits, and every topic a mapping reads is created (a ``kafka_topic`` or a
+    bootstrap ``aws_lambda_invocation`` the mapping waits for).
 
 The package: the parsers (:mod:`.model` for the shapes, :mod:`.terraform`,
 :mod:`.commands` for shell and README blocks, :mod:`.ci`, :mod:`.code` for Python and
@@ -53,11 +62,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from keel.design.wiring.account import ACCOUNT_SINGLETONS, check_account
 from keel.design.wiring.alarms import check_alarms
 from keel.design.wiring.code import code_metrics, default_works_deployed, env_reads, import_closure
 from keel.design.wiring.environment import check_environment
 from keel.design.wiring.images import check_images
 from keel.design.wiring.jobs import check_jobs
+from keel.design.wiring.kafka import check_kafka
 from keel.design.wiring.lambdas import check_lambdas
 from keel.design.wiring.model import AWS_NAMESPACES, RULES, RUNTIME_PROVIDED, Finding
 from keel.design.wiring.repo import Repo
@@ -74,11 +85,14 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
         *check_environment(repo),
         *check_alarms(repo),
         *check_jobs(repo),
+        *check_account(repo),
+        *check_kafka(repo),
     ]
     return sorted(set(found), key=lambda f: (RULES.index(f.rule), f.file, f.message))
 
 
 __all__ = [
+    "ACCOUNT_SINGLETONS",
     "AWS_NAMESPACES",
     "RULES",
     "RUNTIME_PROVIDED",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from keel.design.wiring.code import entry_modules, parse_dockerfile
 from keel.design.wiring.model import (
@@ -66,6 +67,16 @@ def _json_keys(obj: str) -> set[str]:
     return keys
 
 
+def image_command(body: dict[str, Any]) -> tuple[str, ...] | None:
+    """An image function's ``image_config { command = [...] }`` (it replaces the image's
+    CMD: for a Lambda base image, the handler), or None."""
+    config = _unwrap(body.get("image_config"))
+    command = config.get("command") if isinstance(config, dict) else None
+    if isinstance(command, list) and all(isinstance(c, str) for c in command):
+        return tuple(command)
+    return None
+
+
 def runtimes(repo: Repo) -> list[Runtime]:
     out: list[Runtime] = []
     for mod in repo.modules.values():
@@ -93,6 +104,7 @@ def runtimes(repo: Repo) -> list[Runtime]:
                         "lambda",
                         (str(image),) if image else (),
                         names,
+                        command=image_command(body),
                         handler=None if image else str(body.get("handler", "")),
                     )
                 )

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from keel.design.wiring.code import defines, module_file
+from keel.design.wiring.images import image_command
 from keel.design.wiring.model import _REF, Block, Finding, Instance, TfModule
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.terraform import _all_text, _dirname, _join, _resolve
+
+#: A Lambda handler as a base image's CMD names it: ``pkg.module.function``.
+_HANDLER = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
 def _refs(text: str) -> set[tuple[bool, str, str]]:
@@ -92,13 +97,45 @@ def _defaults(mod: TfModule, repo: Repo, value: Any) -> list[str]:
     return sorted(set(out))
 
 
+def _image_handler(repo: Repo, fn: Block, where: str) -> list[Finding]:
+    """A Lambda base image's handler set by ``image_config { command = ["pkg.mod.func"] }``:
+    the module is a file of the repository and defines the function."""
+    command = image_command(fn.body)
+    if command is None or len(command) != 1 or not _HANDLER.fullmatch(command[0]):
+        return []
+    module, func = command[0].rsplit(".", 1)
+    path = module_file(repo.files, module)
+    if path is None:
+        rel = module.replace(".", "/")
+        return [
+            Finding(
+                "lambda",
+                fn.file,
+                f"{where}: image_config command {command[0]} names module {module}, but "
+                f"{rel}.py is not in the repository",
+            )
+        ]
+    if not defines(repo.files[path], func):
+        return [
+            Finding(
+                "lambda",
+                fn.file,
+                f"{where}: image_config command {command[0]}: {path} defines no {func}",
+            )
+        ]
+    return []
+
+
 def check_lambdas(repo: Repo) -> list[Finding]:
     out: list[Finding] = []
     for mod in repo.modules.values():
         for fn in mod.of_kind("aws_lambda_function"):
             where = f"aws_lambda_function.{fn.name}"
             if str(fn.body.get("package_type", "Zip")) == "Image":
-                continue  # the images rule checks its image
+                # The images rule checks its image; a handler named in image_config must
+                # exist in the code the image copies (the repository's packages).
+                out += _image_handler(repo, fn, where)
+                continue
             handler = str(fn.body.get("handler", ""))
             source = {k: fn.body.get(k) for k in ("filename", "s3_key", "s3_bucket")}
             packages = _archives(repo, mod, source)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-RULES = ("variables", "lambda", "images", "environment", "alarms", "jobs")
+RULES = ("variables", "lambda", "images", "environment", "alarms", "jobs", "account", "kafka")
 
 #: Set by the runtime itself, so code may read them without anything in the Terraform
 #: setting them: Lambda and ECS on Fargate put the region in both names. SageMaker jobs
@@ -118,6 +118,7 @@ class TfModule:
     modules: list[Block] = field(default_factory=list)
     resources: list[Block] = field(default_factory=list)
     data: list[Block] = field(default_factory=list)
+    locals: dict[str, Any] = field(default_factory=dict)
 
     def resource(self, kind: str, name: str) -> Block | None:
         return next((r for r in self.resources if r.kind == kind and r.name == name), None)

@@ -58,6 +58,9 @@ def parse_terraform(files: Mapping[str, str]) -> dict[str, TfModule]:
             for kind, named in block.items():
                 for name, body in named.items():
                     mod.resources.append(Block(kind, name, _unwrap(body) or {}, path))
+        for block in doc.get("locals", []):
+            if isinstance(block, dict):
+                mod.locals.update(block)
         for block in doc.get("data", []):
             for kind, named in block.items():
                 for name, body in named.items():

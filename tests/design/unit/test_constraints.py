@@ -34,10 +34,12 @@ PLAN_FIELDS = [
 ]
 # Added by issue 24 §2 (cost from the workload): optional, outside the coverage score.
 COST_FIELDS = ["retention_days", "training_runs_per_month"]
+# Added by issue 38 §3 (deployable into a real account): optional, outside the score.
+DEPLOY_FIELDS = ["account_baseline"]
 
 
 def test_schema_has_exactly_the_plan_fields() -> None:
-    assert sorted(FIELD_NAMES) == sorted(PLAN_FIELDS + COST_FIELDS)
+    assert sorted(FIELD_NAMES) == sorted(PLAN_FIELDS + COST_FIELDS + DEPLOY_FIELDS)
 
 
 def test_enums_follow_the_plan() -> None:

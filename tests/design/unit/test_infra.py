@@ -69,17 +69,21 @@ SERVICES: dict[str, set[str]] = {
         "aws_sagemaker_data_quality_job_definition",
         "aws_sagemaker_monitoring_schedule",
     },
-    "govern:lake-formation-cloudtrail": {
-        "aws_cloudtrail",
-        "aws_lakeformation_resource",
-        "aws_lakeformation_data_lake_settings",
-    },
+    "govern:lake-formation-cloudtrail": {"aws_cloudtrail", "aws_lakeformation_resource"},
+    "govern:model-registry-config": {"aws_sagemaker_model_package_group", "aws_cloudtrail"},
+    "govern:mlflow-registry": {"aws_ecs_service", "aws_efs_file_system", "aws_s3_bucket"},
+}
+#: What a pattern adds when the design owns the account's baseline (issue 38 §3): the
+#: account's one-per-region settings and what needs them.
+BASELINE_SERVICES: dict[str, set[str]] = {
+    "govern:lake-formation-cloudtrail": {"aws_lakeformation_data_lake_settings"},
     "govern:model-registry-config": {
-        "aws_sagemaker_model_package_group",
         "aws_config_configuration_recorder",
+        "aws_config_delivery_channel",
+        "aws_config_config_rule",
+        "aws_macie2_account",
         "aws_macie2_classification_job",
     },
-    "govern:mlflow-registry": {"aws_ecs_service", "aws_efs_file_system", "aws_s3_bucket"},
 }
 ALL_PATTERNS = sorted(catalog().by_id())
 THREE = ["us-east-1", "eu-west-1", "ap-northeast-1"]
@@ -287,13 +291,19 @@ def test_covering_plans_cover_the_catalogue() -> None:
     shutil.which("terraform") is None or not PLUGIN_DIR.is_dir(),
     reason="terraform or its offline provider plugins (KEEL_TF_PLUGIN_DIR) are not installed",
 )
+@pytest.mark.parametrize("baseline", [False, True], ids=["no-baseline", "baseline"])
 @pytest.mark.parametrize("plan", sorted(COVERING_PLANS))
-def test_terraform_validate_accepts_every_pattern(plan: str, tmp_path: Path) -> None:
+def test_terraform_validate_accepts_every_pattern(
+    plan: str, baseline: bool, tmp_path: Path
+) -> None:
     """A developer check where terraform and the aws provider are installed offline: the
-    provider's schema accepts every resource and argument (two regions)."""
+    provider's schema accepts every resource and argument (two regions), with and without
+    the account's baseline."""
     req = request_for("streaming_features")
     for pid in COVERING_PLANS[plan].split():
         req = _with(req, pid, ["us-east-1", "eu-west-1"])
+    constraints = req.constraints.model_copy(update={"account_baseline": baseline})
+    req = req.model_copy(update={"constraints": constraints})
     for path, text in render_infra(req).items():
         target = tmp_path / path
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -490,3 +490,148 @@ def test_name_prefixes_are_unique_per_project_and_fit() -> None:
     )
     main = tree(BATCH)["infra/main.tf"]
     assert f'name_prefix        = "{name_prefix("batch-training", "eu-west-1")}"' in main
+
+
+# ------------------------------------------------------------------- account singletons
+
+
+@functools.cache
+def _baseline_tree(name: str) -> tuple[tuple[str, str], ...]:
+    req = request_for(name) if name in CASES else request_for_form(name)
+    constraints = req.constraints.model_copy(update={"account_baseline": True})
+    return tuple(render_request(req.model_copy(update={"constraints": constraints})).items())
+
+
+@pytest.mark.parametrize("name", [BATCH, "streaming_features"])
+def test_a_tree_that_owns_the_baseline_is_wired(name: str) -> None:
+    files = dict(_baseline_tree(name))
+    assert (
+        "aws_lakeformation_data_lake_settings" in files["infra/modules/govern/main.tf"]
+        or "aws_config_configuration_recorder" in files["infra/modules/govern/main.tf"]
+    )
+    assert findings_of(files) == []
+
+
+def test_an_account_singleton_without_the_baseline_fails() -> None:
+    """A baseline tree whose root no longer owns the baseline, and a plain tree that
+    enables GuardDuty: each singleton is named."""
+    files = mutate(
+        dict(_baseline_tree(BATCH)),
+        "infra/main.tf",
+        "account_baseline = true",
+        "account_baseline = false",
+    )
+    found = only(findings_of(files), "account")
+    kinds = sorted(f.message.split(" ", 1)[0] for f in found)
+    # One per region instance's module file: the foundation's catalog encryption and
+    # Lake Formation's settings.
+    assert kinds == [
+        "aws_glue_data_catalog_encryption_settings.this",
+        "aws_lakeformation_data_lake_settings.this",
+    ]
+    assert all("does not own the account's baseline" in f.message for f in found)
+    plain = mutate(
+        tree(STREAM),
+        "infra/modules/ingest/main.tf",
+        'resource "aws_kinesis_stream"',
+        'resource "aws_guardduty_detector" "this" {\n  enable = true\n}\n\n'
+        'resource "aws_kinesis_stream"',
+    )
+    (finding,) = only(findings_of(plain), "account")
+    assert finding.file == "infra/modules/ingest/main.tf"
+    assert "aws_guardduty_detector.this is GuardDuty's detector" in finding.message
+
+
+# ------------------------------------------------------------------------------- kafka
+
+KAFKA = "streaming_features"
+
+
+def test_the_msk_tree_creates_its_topic_and_connects_with_iam() -> None:
+    files = tree(KAFKA)
+    transform = files["infra/modules/transform/main.tf"]
+    assert 'resource "aws_lambda_invocation" "topics"' in transform
+    assert "depends_on        = [aws_lambda_invocation.topics]" in transform
+    assert 'command = ["services.ingest.stream.create_topics"]' in transform
+    assert "iam = true" in files["infra/modules/ingest/main.tf"]
+    stream = files["services/ingest/stream.py"]
+    assert '"security.protocol": "SASL_SSL"' in stream and '"OAUTHBEARER"' in stream
+    assert '"SSL"' not in stream
+
+
+def test_a_client_that_connects_another_way_than_the_cluster_admits_fails() -> None:
+    """The reviewer's finding: the consumer used SSL while the cluster asked for IAM."""
+    files = mutate(
+        tree(KAFKA),
+        "services/ingest/stream.py",
+        '"security.protocol": "SASL_SSL"',
+        '"security.protocol": "SSL"',
+    )
+    (finding,) = only(findings_of(files), "kafka")
+    assert finding.file == "services/ingest/stream.py"
+    assert "security.protocol SSL" in finding.message and "(tls)" in finding.message
+    assert "aws_msk_cluster.this (infra/modules/ingest/) admits iam" in finding.message
+
+
+def test_a_cluster_that_admits_only_scram_fails_every_iam_client() -> None:
+    files = mutate(tree(KAFKA), "infra/modules/ingest/main.tf", "iam = true", "scram = true")
+    found = only(findings_of(files), "kafka")
+    assert sorted(f.file for f in found) == [
+        "infra/modules/ingest/outputs.tf",  # bootstrap_brokers_sasl_iam handed out
+        "infra/modules/transform/main.tf",  # the event source mapping reads with IAM
+        "services/ingest/stream.py",  # the client's OAUTHBEARER
+    ]
+    assert any("reads with iam or none auth" in f.message for f in found)
+
+
+def test_a_topic_nothing_creates_or_not_waited_for_fails() -> None:
+    renamed = mutate(
+        tree(KAFKA),
+        "infra/modules/transform/main.tf",
+        'topics            = ["events"]',
+        'topics            = ["orders"]',
+    )
+    (finding,) = only(findings_of(renamed), "kafka")
+    assert "reads topic orders, which nothing creates" in finding.message
+    racing = mutate(
+        tree(KAFKA),
+        "infra/modules/transform/main.tf",
+        "  depends_on        = [aws_lambda_invocation.topics]\n",
+        "",
+    )
+    (finding,) = only(findings_of(racing), "kafka")
+    assert "does not wait for aws_lambda_invocation.topics" in finding.message
+    # The bootstrap gone altogether: the mapping's topic and the cluster have none.
+    transform = tree(KAFKA)["infra/modules/transform/main.tf"]
+    start = transform.index('resource "aws_lambda_invocation" "topics"')
+    end = transform.index("}\n}\n", start) + 4
+    gone = {
+        **tree(KAFKA),
+        "infra/modules/transform/main.tf": transform[:start]
+        + transform[end:].replace("  depends_on        = [aws_lambda_invocation.topics]\n", ""),
+    }
+    found = messages(only(findings_of(gone), "kafka"))
+    assert "reads topic events, which nothing creates" in found
+    assert "aws_msk_cluster.this (infra/modules/ingest/): no topic is created on it" in found
+    # A cluster that creates topics on first use needs no bootstrap.
+    auto = mutate(
+        gone,
+        "infra/modules/ingest/main.tf",
+        "auto.create.topics.enable=false",
+        "auto.create.topics.enable=true",
+    )
+    assert findings_of(auto) == []
+
+
+def test_an_image_handler_that_is_not_there_fails() -> None:
+    files = mutate(
+        tree(KAFKA),
+        "infra/modules/transform/main.tf",
+        "services.ingest.stream.create_topics",
+        "services.ingest.stream.make_topics",
+    )
+    (finding,) = only(findings_of(files), "lambda")
+    assert finding.message == (
+        "aws_lambda_function.topics: image_config command services.ingest.stream.make_topics: "
+        "services/ingest/stream.py defines no make_topics"
+    )
