@@ -21,7 +21,7 @@ from api.routes.shared import ApproverPost, CallerPost, RequesterPost
 from client import gate as gates
 from client.gate import GateNotFound, GateNotRunning, GateSummary
 from client.temporal import BadPageToken, decode_page_token, encode_page_token
-from keel.access import access_for, may_read, reader_terms
+from keel.access import may_read, reader_terms
 from keel.gates import (
     MAX_WAIT_S,
     GateComment,
@@ -131,16 +131,18 @@ async def list_gates(
 @router.post("", status_code=201, response_model=GateState)
 async def open_gate(body: OpenGateBody, client: ClientDep, post: RequesterPost) -> Any:
     """Open a standalone gate; its id is ``<parent_id>/gate/<name>``."""
-    actor = post.caller.actor
 
     async def run() -> tuple[int, Any]:
         parent = body.parent_id or f"api/{post.key_digest(width=16) or uuid.uuid4()}"
-        req = GateRequest(requester=actor, **body.model_dump(exclude={"parent_id"}))
+        req = GateRequest(requester=post.caller.actor, **body.model_dump(exclude={"parent_id"}))
         try:
+            # Its access record: its requester and approvers (client.gate.start_gate).
             state = await gates.open_gate(
-                client, req, gate_id=gate_workflow_id(parent, body.name),
-                task_queue=post.settings.task_queue, access=access_for(actor, [req.approvers]),
-            )  # fmt: skip
+                client,
+                req,
+                gate_id=gate_workflow_id(parent, body.name),
+                task_queue=post.settings.task_queue,
+            )
         except FileExistsError as err:
             raise ApiError(409, "conflict", str(err)) from None
         return 201, state.model_dump(mode="json")
