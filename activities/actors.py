@@ -154,6 +154,65 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= ERROR_EXCERPT else text[: ERROR_EXCERPT - 1] + "…"
 
 
+def _chat_body(
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    temperature: float,
+    *,
+    seed: int | None,
+    stop: list[str] | None,
+    top_p: float | None,
+) -> dict[str, Any]:
+    """A ``/v1/chat/completions`` request asking for the chosen tokens' logprobs and ids
+    (the endpoint's model is added per attempt)."""
+    body: dict[str, Any] = {
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "logprobs": True,
+        # The chosen token's logprob only; llama-cpp-python computes none without it.
+        "top_logprobs": 1,
+        # vLLM: completion token ids on the choice, and ids in the logprobs tokens.
+        # Servers that do not know these fields ignore them.
+        "return_token_ids": True,
+        "return_tokens_as_token_ids": True,
+        "stream": False,
+    }
+    if seed is not None:
+        body["seed"] = seed
+    if top_p is not None:
+        body["top_p"] = top_p
+    if stop:
+        body["stop"] = stop
+    return body
+
+
+def _token_data(choice: dict[str, Any]) -> tuple[list[float] | None, list[int] | None]:
+    """A choice's logprobs and token ids: vLLM's ``choices[0].token_ids``
+    (``return_token_ids``) or ``token_id:<id>`` logprobs tokens
+    (``return_tokens_as_token_ids``); None where the server gave none."""
+    logprobs: list[float] | None = None
+    ids_from_tokens: list[int] | None = None
+    lp = choice.get("logprobs")
+    content = lp.get("content") if isinstance(lp, dict) else None
+    if isinstance(content, list) and content:
+        values = [c.get("logprob") if isinstance(c, dict) else None for c in content]
+        if all(isinstance(v, int | float) for v in values):
+            logprobs = [float(v) for v in values]  # type: ignore[arg-type]
+        matches = [
+            _TOKEN_ID.match(c["token"])
+            if isinstance(c, dict) and isinstance(c.get("token"), str)
+            else None
+            for c in content
+        ]
+        if all(m is not None for m in matches):
+            ids_from_tokens = [int(m.group(1)) for m in matches if m is not None]
+    raw_ids = choice.get("token_ids")
+    if isinstance(raw_ids, list) and all(isinstance(t, int) for t in raw_ids):
+        return logprobs, list(raw_ids)
+    return logprobs, ids_from_tokens
+
+
 def parse_chat_response(body: Any) -> tuple[str, dict[str, Any]]:
     """The text and the per-token data of a ``/v1/chat/completions`` answer.
 
@@ -178,31 +237,7 @@ def parse_chat_response(body: Any) -> tuple[str, dict[str, Any]]:
         text = ""  # a model that only called tools or only reasoned
     if not isinstance(text, str):
         raise ValueError("choices[0].message.content is not text")
-
-    logprobs: list[float] | None = None
-    ids_from_tokens: list[int] | None = None
-    lp = choice.get("logprobs")
-    content = lp.get("content") if isinstance(lp, dict) else None
-    if isinstance(content, list) and content:
-        values = [c.get("logprob") if isinstance(c, dict) else None for c in content]
-        if all(isinstance(v, int | float) for v in values):
-            logprobs = [float(v) for v in values]  # type: ignore[arg-type]
-        matches = [
-            _TOKEN_ID.match(c["token"])
-            if isinstance(c, dict) and isinstance(c.get("token"), str)
-            else None
-            for c in content
-        ]
-        if all(m is not None for m in matches):
-            ids_from_tokens = [int(m.group(1)) for m in matches if m is not None]
-
-    token_ids: list[int] | None = None
-    raw_ids = choice.get("token_ids")
-    if isinstance(raw_ids, list) and all(isinstance(t, int) for t in raw_ids):
-        token_ids = list(raw_ids)
-    elif ids_from_tokens is not None:
-        token_ids = ids_from_tokens
-
+    logprobs, token_ids = _token_data(choice)
     raw_usage = body.get("usage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     prompt_tokens = usage.get("prompt_tokens")
@@ -392,25 +427,7 @@ class ActorPool:
         """
         if not self._started:
             await self.start()
-        body: dict[str, Any] = {
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "logprobs": True,
-            # The chosen token's logprob only; llama-cpp-python computes none without it.
-            "top_logprobs": 1,
-            # vLLM: completion token ids on the choice, and ids in the logprobs tokens.
-            # Servers that do not know these fields ignore them.
-            "return_token_ids": True,
-            "return_tokens_as_token_ids": True,
-            "stream": False,
-        }
-        if seed is not None:
-            body["seed"] = seed
-        if top_p is not None:
-            body["top_p"] = top_p
-        if stop:
-            body["stop"] = stop
+        body = _chat_body(messages, max_tokens, temperature, seed=seed, stop=stop, top_p=top_p)
         attempts: list[str] = []
         errors: list[str] = []
         while True:
@@ -427,18 +444,7 @@ class ActorPool:
                 text, extras, latency = await self._attempt(slot, body)
             except _EndpointFailed as err:
                 errors.append(f"{name}: {err.reason}")
-                if err.drain:
-                    self._mark_dead(slot, err.reason, err.kind)
-                else:
-                    slot.failures += 1
-                    slot.last_error = err.reason
-                    meter_add(
-                        "keel_srl_actor_failures",
-                        "SRL actor endpoint failures by kind",
-                        1,
-                        {"endpoint": name, "kind": err.kind},
-                    )
-                log.warning("actor %s failed a request, re-routing: %s", name, err.reason)
+                self._failed(slot, err)
                 continue
             slot.served += 1
             meter_hist(
@@ -456,6 +462,23 @@ class ActorPool:
                 attempts=attempts,
                 **extras,
             )
+
+    def _failed(self, slot: _Slot, err: _EndpointFailed) -> None:
+        """An endpoint failed a request: drained (marked dead), or only counted where the
+        failure does not say the endpoint is gone."""
+        name = slot.endpoint.name
+        if err.drain:
+            self._mark_dead(slot, err.reason, err.kind)
+        else:
+            slot.failures += 1
+            slot.last_error = err.reason
+            meter_add(
+                "keel_srl_actor_failures",
+                "SRL actor endpoint failures by kind",
+                1,
+                {"endpoint": name, "kind": err.kind},
+            )
+        log.warning("actor %s failed a request, re-routing: %s", name, err.reason)
 
     async def _attempt(
         self, slot: _Slot, body: dict[str, Any]
