@@ -56,6 +56,7 @@ from activities.mrp.operators import (
     phase_handle,
 )
 from activities.mrp.records import ScanProgress
+from activities.mrp.reducing import OutputStream
 from activities.mrp.sinks import SinkWriteError, upload_to_s3
 from activities.mrp.telemetry import operator_errors, span
 from activities.mrp.window import MapWindow, load_ir
@@ -480,7 +481,8 @@ class MrpActivities:
 
     @activity.defn(name=steps.REDUCE.name)
     async def reduce(self, inp: PhaseInput) -> ReduceResult:
-        """Reduce every shard output of this run, in shard order."""
+        """Reduce every shard output of this run, in shard order, streamed from the store
+        to the reducer's host (``activities/mrp/reducing.py``)."""
         return await self._in_thread_recording_calls(self._reduce, inp)
 
     def _reduce(self, inp: PhaseInput, call_logs: list[LLMCallLog]) -> ReduceResult:
@@ -509,11 +511,10 @@ class MrpActivities:
                 raise ApplicationError(
                     f"cannot reduce run {inp.run_id}: {e}", type=ERROR_PHASE, non_retryable=True
                 ) from None
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                outputs: list[JsonValue] = list(pool.map(store.get_json, digests))
             ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle, call_logs)
-            with operator_errors():
-                reduced = run_in_host(OperatorKind.REDUCE, handle, outputs, ctx)
+            # The outputs stream to the host as the reducer reads them (reducing.py).
+            with operator_errors(), OutputStream(store, digests) as outputs:
+                reduced = run_in_host(OperatorKind.REDUCE, handle, None, ctx, outputs=outputs)
             return ReduceResult(
                 reduce_digest=store.put_json(reduced),
                 cost_units=handle.spec.cost_weight + ctx.charged_units,

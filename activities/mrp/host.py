@@ -23,6 +23,11 @@ in-process scrubbing can hide a key; a process started with a clean environment 
   A host whose call failed in the protocol (the process died, wrote garbage) is killed;
   a host ends on EOF of its pipe, and within a second of its parent's end.
 
+Reduce: the shard outputs are not sent with the call; the host asks the parent for them in
+batches as the reducer reads (``{"rpc": "outputs", "start": i}``, answered by
+``activities.mrp.reducing.OutputStream`` from the artifact store), so neither process
+holds them all unless the reducer does (see :class:`~keel.mrp.sdk.StreamingReducerBase`).
+
 Memory: a call with ``memory_mb`` (map shards: ``policy.shard_memory_mb``) runs under a
 soft ``RLIMIT_DATA`` of the host's data size before the call plus ``memory_mb``, so what
 the call allocates past that fails in the host (``MemoryError``), never in the worker or
@@ -46,10 +51,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, overload
 
 from pydantic import JsonValue
 
@@ -81,6 +86,16 @@ class HostError(OperatorError):
 
     def __init__(self, operator: str, message: str) -> None:
         super().__init__(operator, message, retryable=True)
+
+
+class OutputSource(Protocol):
+    """Where a reduce's shard outputs come from (``activities.mrp.reducing.OutputStream``)."""
+
+    def __len__(self) -> int: ...
+
+    def answer(self, msg: dict[str, Any]) -> bytes:
+        """One protocol line answering an ``outputs`` ask."""
+        ...
 
 
 def declared_env(names: list[str], source: dict[str, str] | None = None) -> dict[str, str]:
@@ -135,8 +150,10 @@ class OperatorHost:
         llm: Callable[[dict[str, Any]], dict[str, Any]],
         read_file: Callable[[dict[str, Any]], bytes],
         operator: str,
+        outputs: OutputSource | None = None,
     ) -> dict[str, Any]:
-        """Send one call; serve its ``llm`` and ``read_file`` requests; return its reply."""
+        """Send one call; serve its ``llm``, ``read_file`` and ``outputs`` requests; return
+        its reply."""
         try:
             self._send(request)
             while True:
@@ -146,6 +163,9 @@ class OperatorHost:
                     return msg
                 if rpc == "llm":
                     self._send(llm(msg))
+                elif rpc == "outputs" and outputs is not None:
+                    self._out.write(outputs.answer(msg))
+                    self._out.flush()
                 elif rpc == "read_file":
                     try:
                         data = read_file(msg["ref"])
@@ -253,12 +273,14 @@ def run_in_host(
     sink: SinkSpec | None = None,
     out_dir: Path | None = None,
     memory_mb: int | None = None,
+    outputs: OutputSource | None = None,
 ) -> Any:
     """Run one operator call in a host whose environment is the operator's declared
     ``env``; the result as the matching ``invoke_*`` returns it. ``ctx`` is the parent's
     context: its LLM client and file reader answer the host, and it receives the
     charged units and log lines. With ``memory_mb`` the call may allocate at most that
-    much in the host (see the module docstring)."""
+    much in the host (see the module docstring). A reduce gets its shard outputs from
+    ``outputs`` as the host asks for them (``value`` is then not sent)."""
     spec = handle.spec
     env = declared_env(list(spec.env))
     request = {
@@ -272,13 +294,17 @@ def run_in_host(
         "sink": sink.model_dump(mode="json") if sink is not None else None,
         "out_dir": str(out_dir) if out_dir is not None else None,
         "memory_mb": memory_mb,
+        "stream": len(outputs) if outputs is not None else None,
     }
+    if outputs is not None:
+        request["value"] = None
     with _host(env) as host:
         reply = host.call(
             request,
             _llm_handler(ctx),
             lambda ref: ctx.read_file(FileRef.model_validate(ref)),
             spec.ref,
+            outputs,
         )
         if reply.get("discard"):
             host.kill()  # it ran out of memory: not pooled for another call
@@ -402,6 +428,56 @@ def _out_of_memory(e: BaseException) -> bool:
     return False
 
 
+class _RemoteOutputs(Sequence[JsonValue]):
+    """A reduce's shard outputs in the host: read from the parent a batch at a time."""
+
+    def __init__(self, channel: _Channel, count: int, operator: str) -> None:
+        self.channel = channel
+        self.total = count
+        self.operator = operator
+
+    def __len__(self) -> int:
+        return self.total
+
+    def _batch(self, start: int, count: int | None = None) -> list[JsonValue]:
+        ask: dict[str, Any] = {"rpc": "outputs", "start": start}
+        if count is not None:
+            ask["count"] = count
+        reply = self.channel.ask(ask)
+        if not reply.get("ok"):
+            raise RemoteOperatorError(
+                self.operator, str(reply.get("error")), retryable=bool(reply.get("retryable"))
+            )
+        items = reply.get("items")
+        if not isinstance(items, list) or not items:
+            raise RemoteOperatorError(
+                self.operator, f"no shard output {start} of {self.total}", retryable=True
+            )
+        return items
+
+    def __iter__(self) -> Iterator[JsonValue]:
+        i = 0
+        while i < self.total:
+            batch = self._batch(i)
+            i += len(batch)
+            yield from batch
+            del batch
+
+    @overload
+    def __getitem__(self, index: int) -> JsonValue: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[JsonValue]: ...
+
+    def __getitem__(self, index: int | slice) -> JsonValue | Sequence[JsonValue]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.total))]
+        i = index + self.total if index < 0 else index
+        if not 0 <= i < self.total:
+            raise IndexError(f"shard output {index} of {self.total}")
+        return self._batch(i, 1)[0]
+
+
 def _serve(channel: _Channel) -> None:
     from activities.mrp.operators import OperatorHandle
 
@@ -428,6 +504,8 @@ def _serve(channel: _Channel) -> None:
             instance = handle.load()
             kind = OperatorKind(request["kind"])
             value: Any = request.get("value")
+            if request.get("stream") is not None:
+                value = _RemoteOutputs(channel, int(request["stream"]), spec.ref)
             with memory_limit(memory_mb):
                 result = _invoke(kind, handle, instance, value, ctx, request)
             reply: dict[str, Any] = {"ok": True, "result": result}

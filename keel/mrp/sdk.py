@@ -34,7 +34,7 @@ import contextvars
 import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -64,6 +64,7 @@ __all__ = [
     "ProducerBase",
     "ReducerBase",
     "SchemaViolation",
+    "StreamingReducerBase",
     "audit_log_bytes",
     "file_writer",
     "sink_file_name",
@@ -320,7 +321,27 @@ class ReducerBase(OperatorBase):
     @abstractmethod
     def reduce(self, outputs: list[JsonValue], ctx: OperatorContext) -> JsonValue:
         """The reduced value. Use Decimal or ``math.fsum`` (keel.mrp.normalize), never an
-        unordered float sum."""
+        unordered float sum. ``outputs`` holds every shard output at once; a reducer that
+        can fold them one at a time should be a :class:`StreamingReducerBase`."""
+
+
+class StreamingReducerBase(ReducerBase):
+    """A reduce operator that reads the shard outputs as a stream, so the reduce runs in
+    bounded memory whatever the shard count.
+
+    ``outputs`` of :meth:`reduce_stream` is a read-only sequence: ``len(outputs)`` is the
+    number of outputs, iterating it reads them from the artifact store in shard order, a
+    batch (a few MB) at a time, each checked against ``input_schema`` as it is read;
+    ``outputs[i]`` reads one. Fold them in one pass (or a few): ``list(outputs)`` would
+    hold them all again.
+    """
+
+    @abstractmethod
+    def reduce_stream(self, outputs: Sequence[JsonValue], ctx: OperatorContext) -> JsonValue:
+        """The reduced value, from the outputs as they are read."""
+
+    def reduce(self, outputs: list[JsonValue], ctx: OperatorContext) -> JsonValue:
+        return self.reduce_stream(outputs, ctx)
 
 
 class EvaluatorBase(OperatorBase):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import JsonValue
 from temporalio.exceptions import ApplicationError
@@ -31,6 +31,7 @@ from keel.mrp.sdk import (
     ProduceResult,
     ReducerBase,
     SchemaViolation,
+    StreamingReducerBase,
     file_writer,
 )
 
@@ -123,15 +124,54 @@ def invoke_map(
     return _checked(spec, ctx, items, "item", lambda: instance.map(items, ctx), "map output")
 
 
+class _CheckedOutputs(Sequence[JsonValue]):
+    """Shard outputs read lazily, each checked against ``input_schema`` when read."""
+
+    def __init__(self, spec: OperatorSpec, outputs: Sequence[JsonValue]) -> None:
+        self.spec = spec
+        self.outputs = outputs
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def _checked(self, i: int, value: JsonValue) -> JsonValue:
+        _check(self.spec, "input", value, f"shard output {i}:")
+        return value
+
+    def __iter__(self) -> Iterator[JsonValue]:
+        for i, value in enumerate(self.outputs):
+            yield self._checked(i, value)
+
+    @overload
+    def __getitem__(self, index: int) -> JsonValue: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[JsonValue]: ...
+
+    def __getitem__(self, index: int | slice) -> JsonValue | Sequence[JsonValue]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = index + len(self) if index < 0 else index
+        return self._checked(i, self.outputs[index])
+
+
 def invoke_reduce(
-    spec: OperatorSpec, instance: OperatorBase, outputs: list[JsonValue], ctx: OperatorContext
+    spec: OperatorSpec, instance: OperatorBase, outputs: Sequence[JsonValue], ctx: OperatorContext
 ) -> JsonValue:
     """Run a reducer: each shard output checked against ``input_schema``, result against
-    ``output_schema``."""
+    ``output_schema``. A :class:`StreamingReducerBase` gets ``outputs`` as they are (a
+    lazy sequence streams), each checked as it is read; any other reducer gets them all
+    in a list, checked first."""
     _expect(spec, instance, OperatorKind.REDUCE)
     assert isinstance(instance, ReducerBase)
+    if isinstance(instance, StreamingReducerBase):
+        lazy = _CheckedOutputs(spec, outputs)
+        return _checked(
+            spec, ctx, [], "", lambda: instance.reduce_stream(lazy, ctx), "reduce output"
+        )
+    listed = outputs if isinstance(outputs, list) else list(outputs)
     return _checked(
-        spec, ctx, outputs, "shard output", lambda: instance.reduce(outputs, ctx), "reduce output"
+        spec, ctx, listed, "shard output", lambda: instance.reduce(listed, ctx), "reduce output"
     )
 
 
