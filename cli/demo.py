@@ -20,15 +20,13 @@ from keel.settings import Settings
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from keel.demo_checks import ValueCheck
+
 
 async def _run_demo(settings: Settings) -> None:
-    import httpx
-    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
-
-    from client.temporal import cause_chain, connect
+    from client.temporal import connect
     from keel.demo import DEMO_WORKFLOW_TYPE, DemoInput, DemoResult
     from keel.gates import gate_workflow_id
-    from services.up import console_link, ui_link
 
     client = await connect(settings)
     approver = next(t for t in settings.api_tokens if "approver" in t.roles)
@@ -43,27 +41,28 @@ async def _run_demo(settings: Settings) -> None:
     typer.echo(f"1. Started workflow {wid} (KeelDemo)")
     typer.echo("2. Asking the local model for a draft (llm.complete activity) ...")
     gate_id = gate_workflow_id(wid, "publish")
+    await _approve_through_api(settings, approver, handle, wid, gate_id)
+    result = await handle.result()
+    _say_demo_result(settings, result, wid, gate_id)
+    failed = await _run_rllm_examples(client, settings)
+    failed += await _run_mrp_examples(client, settings)
+    failed += await _run_srl_example(client, settings)
+    failed += await _run_design_example(client, settings)
+    if failed:
+        raise RuntimeError("the demo's checks failed:\n  " + "\n  ".join(failed))
+    typer.echo("All checks passed.")
+
+
+async def _approve_through_api(
+    settings: Settings, approver: Any, handle: Any, wid: str, gate_id: str
+) -> None:
+    """Wait for the demo's gate to open; approve it through the HTTP API as ``approver``."""
+    import httpx
+
     base = f"http://127.0.0.1:{settings.api_port}"
     headers = {"Authorization": f"Bearer {approver.token.get_secret_value()}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
-        deadline = time.monotonic() + 600
-        while True:
-            resp = await http.get(f"/gates/{gate_id}")
-            if resp.status_code == 200:
-                break
-            desc = await handle.describe()
-            if desc.status != WorkflowExecutionStatus.RUNNING:
-                # The LLM step failed for good (e.g. no model server): say why, don't wait.
-                try:
-                    await handle.result()
-                except WorkflowFailureError as err:
-                    # The innermost cause (the activity's own error) says what broke.
-                    cause = cause_chain(err)[-1]
-                    raise RuntimeError(f"the demo workflow {wid} failed: {cause}") from None
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gate {gate_id} did not open in 10 minutes: {resp.text}")
-            await asyncio.sleep(0.25)
-        gate = resp.json()
+        gate = await _wait_for_gate(http, handle, wid, gate_id)
         typer.echo(f"3. Gate opened: {gate_id}\n   {gate['subject']}")
         resp = await http.post(
             f"/gates/{gate_id}/approve",
@@ -72,7 +71,37 @@ async def _run_demo(settings: Settings) -> None:
         )
         resp.raise_for_status()
         typer.echo(f"4. Approved through the API as {approver.actor} (POST /gates/.../approve)")
-    result = await handle.result()
+
+
+async def _wait_for_gate(http: Any, handle: Any, wid: str, gate_id: str) -> Any:
+    """The gate as GET /gates/{id} answers once it is open (at most 10 minutes); fails
+    with the workflow's own error when the LLM step failed for good."""
+    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+    from client.temporal import cause_chain
+
+    deadline = time.monotonic() + 600
+    while True:
+        resp = await http.get(f"/gates/{gate_id}")
+        if resp.status_code == 200:
+            return resp.json()
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            # The LLM step failed for good (e.g. no model server): say why, don't wait.
+            try:
+                await handle.result()
+            except WorkflowFailureError as err:
+                # The innermost cause (the activity's own error) says what broke.
+                cause = cause_chain(err)[-1]
+                raise RuntimeError(f"the demo workflow {wid} failed: {cause}") from None
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gate {gate_id} did not open in 10 minutes: {resp.text}")
+        await asyncio.sleep(0.25)
+
+
+def _say_demo_result(settings: Settings, result: Any, wid: str, gate_id: str) -> None:
+    from services.up import console_link, ui_link
+
     typer.echo(f"5. Workflow completed: published={result.published}")
     typer.echo(f"   draft: {result.draft!r}")
     typer.echo(
@@ -85,13 +114,6 @@ async def _run_demo(settings: Settings) -> None:
     typer.echo(
         f"The Keel console (design sessions, approval inbox, runs): {console_link(settings)}"
     )
-    failed = await _run_rllm_examples(client, settings)
-    failed += await _run_mrp_examples(client, settings)
-    failed += await _run_srl_example(client, settings)
-    failed += await _run_design_example(client, settings)
-    if failed:
-        raise RuntimeError("the demo's checks failed:\n  " + "\n  ".join(failed))
-    typer.echo("All checks passed.")
 
 
 RLLM_DEMO_TEXT = (
@@ -169,64 +191,84 @@ SRL_DEMO_MIN_WELL_FORMED = 0.9
 async def _run_srl_example(client: Any, settings: Settings) -> list[str]:
     """A small SRL collection: the local model as the teacher on six refactoring tasks,
     then the gold actions replayed as the expert source; both precisions, honestly."""
-    from client.srl import start_collection, upload_tasks
-    from keel.srl.steps import CollectionInput
-    from keel.srl.trajectory import precision_lines
-    from services.up import ui_link
+    from client.srl import upload_tasks
     from store.artifacts import artifact_store_from_settings
-    from store.srl_steps import list_steps
 
     typer.echo("8. SRL collection on examples/srl/tasks.jsonl (SRLCollection, as `srl collect`)")
     digest, count = upload_tasks(artifact_store_from_settings(settings), SRL_EXAMPLE.read_bytes())
-    sm = sessions(settings)
     failed: list[str] = []
     run = uuid.uuid4().hex[:8]
     for source, model in (("teacher", "local"), ("gold_replay", "")):
         collection = f"demo-{source.replace('_', '-')}-{run}"
-        inp = CollectionInput(
-            collection=collection,
-            tasks_digest=digest,
-            task_count=count,
-            source=source,  # type: ignore[arg-type]
-            model=model,
-            # One step a task: each example task is solved by one action (the gold replay
-            # verifies every one in one), and a second try on the small model doubled
-            # the demo's longest step (49 s of its 121 s, measured).
-            max_steps=1,
-            window=3,
-            # Room for a whole JSON-form answer (the step schema's bounds): a cut one
-            # is recorded as truncated.
-            max_tokens=512,
-        )
-        handle = await start_collection(client, inp, task_queue=settings.task_queue)
-        result = await handle.result()
-        t = result.totals
-        rows = await asyncio.to_thread(list_steps, sm, collection)
-        for line in precision_lines(rows):
-            typer.echo(
-                f"   {line.source} {line.model} {line.language}: "
-                f"{line.verified}/{line.total} verified"
-            )
-        well_formed = (t.steps - t.format_errors) / t.steps if t.steps else 0.0
-        verified = t.verified_steps / t.steps if t.steps else 0.0
+        failed += await _srl_collection(client, settings, collection, source, model, digest, count)
+    return failed
+
+
+async def _srl_collection(
+    client: Any,
+    settings: Settings,
+    collection: str,
+    source: str,
+    model: str,
+    digest: str,
+    count: int,
+) -> list[str]:
+    """One demo collection of ``source``: its precision lines and totals printed; returns
+    the checks that failed."""
+    from client.srl import start_collection
+    from keel.srl.steps import CollectionInput
+    from keel.srl.trajectory import precision_lines
+    from services.up import ui_link
+    from store.srl_steps import list_steps
+
+    inp = CollectionInput(
+        collection=collection,
+        tasks_digest=digest,
+        task_count=count,
+        source=source,  # type: ignore[arg-type]
+        model=model,
+        # One step a task: each example task is solved by one action (the gold replay
+        # verifies every one in one), and a second try on the small model doubled
+        # the demo's longest step (49 s of its 121 s, measured).
+        max_steps=1,
+        window=3,
+        # Room for a whole JSON-form answer (the step schema's bounds): a cut one
+        # is recorded as truncated.
+        max_tokens=512,
+    )
+    handle = await start_collection(client, inp, task_queue=settings.task_queue)
+    t = (await handle.result()).totals
+    rows = await asyncio.to_thread(list_steps, sessions(settings), collection)
+    for line in precision_lines(rows):
         typer.echo(
-            f"   {collection}: {t.steps} steps, {well_formed:.0%} well-formed "
-            f"({t.format_errors} malformed), {verified:.0%} verified "
-            f"({t.verified_steps}; {t.sandbox_failures} sandbox failures); "
-            f"{ui_link(settings, handle.id)}"
+            f"   {line.source} {line.model} {line.language}: {line.verified}/{line.total} verified"
         )
-        if len(rows) != t.steps or t.failed_episodes:
-            failed.append(f"SRL {source}: {len(rows)} rows for {t.steps} steps, {t}")
-        # The embedded model answers in the step's JSON form by construction (structured
-        # output): fewer well-formed answers is a regression. Its verified share is the
-        # small model's skill, printed, never a failure.
-        if source == "teacher" and well_formed < SRL_DEMO_MIN_WELL_FORMED:
-            failed.append(
-                f"SRL teacher: {well_formed:.0%} of answers well-formed, "
-                f"below {SRL_DEMO_MIN_WELL_FORMED:.0%}"
-            )
-        if source == "gold_replay" and t.verified_episodes != count:
-            failed.append(f"SRL gold replay verified {t.verified_episodes} of {count} tasks")
+    well_formed = (t.steps - t.format_errors) / t.steps if t.steps else 0.0
+    verified = t.verified_steps / t.steps if t.steps else 0.0
+    typer.echo(
+        f"   {collection}: {t.steps} steps, {well_formed:.0%} well-formed "
+        f"({t.format_errors} malformed), {verified:.0%} verified "
+        f"({t.verified_steps}; {t.sandbox_failures} sandbox failures); "
+        f"{ui_link(settings, handle.id)}"
+    )
+    return _srl_checks(source, t, len(rows), well_formed, count)
+
+
+def _srl_checks(source: str, t: Any, rows: int, well_formed: float, count: int) -> list[str]:
+    """A demo collection's checks that failed: a row per step, no failed episode, ..."""
+    failed: list[str] = []
+    if rows != t.steps or t.failed_episodes:
+        failed.append(f"SRL {source}: {rows} rows for {t.steps} steps, {t}")
+    # The embedded model answers in the step's JSON form by construction (structured
+    # output): fewer well-formed answers is a regression. Its verified share is the
+    # small model's skill, printed, never a failure.
+    if source == "teacher" and well_formed < SRL_DEMO_MIN_WELL_FORMED:
+        failed.append(
+            f"SRL teacher: {well_formed:.0%} of answers well-formed, "
+            f"below {SRL_DEMO_MIN_WELL_FORMED:.0%}"
+        )
+    if source == "gold_replay" and t.verified_episodes != count:
+        failed.append(f"SRL gold replay verified {t.verified_episodes} of {count} tasks")
     return failed
 
 
@@ -325,83 +367,109 @@ async def _run_mrp_examples(
     a replay of the run, answering from the run's own LLM cache, must reproduce every
     digest. Returns the checks that failed.
     """
-    from temporalio.client import WorkflowFailureError
-
-    from client.mrp import failure_of, start_job
-    from keel.demo_checks import ValueCheck, compare_invoices, compare_wordcount, sentiment_tally
     from keel.mrp.dsl import parse_job
-    from keel.mrp.run import MRPJobInput, workflow_id_for
-    from services.up import ui_link
+    from keel.mrp.run import MRPJobInput
 
     golden = json.loads((examples / "golden.json").read_text())
     failed: list[str] = []
-    compare: dict[str, Callable[[Any, Any], ValueCheck]] = {
-        "wordcount": lambda out, want: compare_wordcount(out["data"], want),
-        "invoices": compare_invoices,
-    }
-
-    async def run(job_id: str, inp: MRPJobInput) -> Any:
-        run_id = uuid.uuid4().hex[:16]
-        wid = workflow_id_for(job_id, run_id)
-        handle = await start_job(
-            client,
-            inp.model_copy(update={"run_id": run_id}),
-            workflow_id=wid,
-            task_queue=settings.task_queue,
-        )
-        try:
-            return await handle.result()
-        except WorkflowFailureError as err:
-            kind, message = failure_of(err)
-            raise RuntimeError(f"the MRP job {wid} failed: {kind}: {message}") from None
-
     typer.echo("7. MRP jobs (MRPJob workflows on Ray, as `mrp run` runs them)")
     for name in names:
         job = examples / f"{name}.yaml"
         text = job.read_text()
-        job_id = parse_job(text, job.name).spec.job_id
+        spec = parse_job(text, job.name).spec
         inp = MRPJobInput(job_yaml=text, source=job.name, base_dir=str(examples))
-        r = await run(job_id, inp)
-        if name in golden:
-            ok = r.output_digests == golden[name]
-            check = "matches golden.json" if ok else "DIFFERS from golden.json"
-        else:
-            replay = await run(job_id, MRPJobInput(replay_of=r.run_id, llm_replay_only=True))
-            ok = replay.replay_matched is True and replay.output_digests == r.output_digests
-            check = (
-                f"replay {replay.run_id} matched every digest"
-                if ok
-                else f"replay {replay.run_id} DIFFERS from the run"
-            )
+        r = await _mrp_run(client, settings, spec.job_id, inp)
+        ok, check = await _mrp_digest_check(client, settings, spec.job_id, r, golden.get(name))
         if not ok:
             failed.append(f"examples/mrp/{job.name}: {check}")
-        values: ValueCheck | None = None
-        if r.status == "succeeded" and name in compare:
-            want = json.loads((examples / "expected" / f"{name}.json").read_text())
-            values = compare[name](_produced_value(r), want)
-            values.line += f" (examples/mrp/expected/{name}.json)"
-        elif r.status == "succeeded" and name == "sentiment":
-            spec = parse_job(text, job.name).spec
-            values = sentiment_tally(_produced_value(r)["data"], len(spec.inputs.items or []))
+        values = _mrp_values(examples, name, spec, r)
         if values is not None:
             failed += [f"examples/mrp/{job.name}: {d}" for d in _first(values.differences)]
-        c = r.counters
-        typer.echo(
-            f"   examples/mrp/{job.name}: {r.status}, {c.total} shards ({c.run} run, "
-            f"{c.skipped} from checkpoints), {r.cost.units} units, "
-            f"{r.cost.llm_calls} LLM calls ({r.cost.llm_cached} cached); {check}"
-        )
-        if values is not None:
-            typer.echo(f"      {values.line}")
-        typer.echo(f"      reduce {r.reduce_digest}")
-        for key, digest in r.output_digests.items():
-            if key.startswith("produced:") and not key.endswith(".audit.jsonl"):
-                typer.echo(f"      {key.removeprefix('produced:')} {digest}")
-        wid = workflow_id_for(job_id, r.run_id)
-        typer.echo(
-            f"      run {r.run_id}: `mrp inspect --run-id {r.run_id}`; {ui_link(settings, wid)}"
-        )
+        _say_mrp_example(settings, job.name, spec.job_id, r, check, values)
     return failed
+
+
+async def _mrp_run(client: Any, settings: Settings, job_id: str, inp: Any) -> Any:
+    """``inp`` as an ``MRPJob`` under a new run id, and its result."""
+    from temporalio.client import WorkflowFailureError
+
+    from client.mrp import failure_of, start_job
+    from keel.mrp.run import workflow_id_for
+
+    run_id = uuid.uuid4().hex[:16]
+    wid = workflow_id_for(job_id, run_id)
+    handle = await start_job(
+        client,
+        inp.model_copy(update={"run_id": run_id}),
+        workflow_id=wid,
+        task_queue=settings.task_queue,
+    )
+    try:
+        return await handle.result()
+    except WorkflowFailureError as err:
+        kind, message = failure_of(err)
+        raise RuntimeError(f"the MRP job {wid} failed: {kind}: {message}") from None
+
+
+async def _mrp_digest_check(
+    client: Any, settings: Settings, job_id: str, r: Any, golden: dict[str, str] | None
+) -> tuple[bool, str]:
+    """Golden digests (a pure example) or a replay's (the LLM example): ok, and the line."""
+    from keel.mrp.run import MRPJobInput
+
+    if golden is not None:
+        ok = r.output_digests == golden
+        return ok, "matches golden.json" if ok else "DIFFERS from golden.json"
+    replay = await _mrp_run(
+        client, settings, job_id, MRPJobInput(replay_of=r.run_id, llm_replay_only=True)
+    )
+    ok = replay.replay_matched is True and replay.output_digests == r.output_digests
+    return ok, (
+        f"replay {replay.run_id} matched every digest"
+        if ok
+        else f"replay {replay.run_id} DIFFERS from the run"
+    )
+
+
+def _mrp_values(examples: Path, name: str, spec: Any, r: Any) -> ValueCheck | None:
+    """A succeeded run's produced values checked: against examples/mrp/expected (the
+    pure examples), or a row and a label tally per review (sentiment)."""
+    from keel.demo_checks import compare_invoices, compare_wordcount, sentiment_tally
+
+    compare: dict[str, Callable[[Any, Any], ValueCheck]] = {
+        "wordcount": lambda out, want: compare_wordcount(out["data"], want),
+        "invoices": compare_invoices,
+    }
+    if r.status == "succeeded" and name in compare:
+        want = json.loads((examples / "expected" / f"{name}.json").read_text())
+        values = compare[name](_produced_value(r), want)
+        values.line += f" (examples/mrp/expected/{name}.json)"
+        return values
+    if r.status == "succeeded" and name == "sentiment":
+        return sentiment_tally(_produced_value(r)["data"], len(spec.inputs.items or []))
+    return None
+
+
+def _say_mrp_example(
+    settings: Settings, job: str, job_id: str, r: Any, check: str, values: ValueCheck | None
+) -> None:
+    from keel.mrp.run import workflow_id_for
+    from services.up import ui_link
+
+    c = r.counters
+    typer.echo(
+        f"   examples/mrp/{job}: {r.status}, {c.total} shards ({c.run} run, "
+        f"{c.skipped} from checkpoints), {r.cost.units} units, "
+        f"{r.cost.llm_calls} LLM calls ({r.cost.llm_cached} cached); {check}"
+    )
+    if values is not None:
+        typer.echo(f"      {values.line}")
+    typer.echo(f"      reduce {r.reduce_digest}")
+    for key, digest in r.output_digests.items():
+        if key.startswith("produced:") and not key.endswith(".audit.jsonl"):
+            typer.echo(f"      {key.removeprefix('produced:')} {digest}")
+    wid = workflow_id_for(job_id, r.run_id)
+    typer.echo(f"      run {r.run_id}: `mrp inspect --run-id {r.run_id}`; {ui_link(settings, wid)}")
 
 
 def _first(lines: list[str], most: int = 10) -> list[str]:
