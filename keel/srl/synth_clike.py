@@ -28,6 +28,76 @@ def c_like_identifiers(text: str, language: Language) -> list[tuple[int, str]]:
     return out
 
 
+def _after_comment(text: str, i: int) -> int:
+    """Past the ``//`` or ``/*`` comment at ``i``."""
+    if text.startswith("//", i):
+        end = text.find("\n", i)
+        return len(text) if end < 0 else end
+    end = text.find("*/", i + 2)
+    if end < 0:
+        raise TemplateNotApplicable("unterminated comment")
+    return end + 2
+
+
+def _after_template(text: str, i: int, language: Language, out: list[tuple[int, str]]) -> int:
+    """Past the template literal at ``i``, lexing the code of each ``${…}`` into ``out``."""
+    n = len(text)
+    j = i + 1
+    while j < n and text[j] != "`":
+        if text[j] == "\\":
+            j += 2
+        elif text.startswith("${", j):
+            j = _lex(text, j + 2, language, out, in_substitution=True)
+        else:
+            j += 1
+    if j >= n:
+        raise TemplateNotApplicable("unterminated template literal")
+    return j + 1
+
+
+def _after_string(text: str, i: int) -> int:
+    """Past the one-line string quoted by ``text[i]``."""
+    n, quote = len(text), text[i]
+    j = i + 1
+    while j < n and text[j] != quote:
+        if text[j] == "\\":
+            j += 1
+        elif text[j] == "\n":
+            raise TemplateNotApplicable("unterminated string")
+        j += 1
+    if j >= n:
+        raise TemplateNotApplicable("unterminated string")
+    return j + 1
+
+
+def _after_regex(text: str, i: int) -> int:
+    """Past the regex literal at ``i`` and its flags."""
+    n = len(text)
+    j, in_class = i + 1, False
+    while j < n and (in_class or text[j] != "/"):
+        if text[j] == "\\":
+            j += 1
+        elif text[j] == "[":
+            in_class = True
+        elif text[j] == "]":
+            in_class = False
+        elif text[j] == "\n":
+            raise TemplateNotApplicable("unterminated regex literal")
+        j += 1
+    i = j + 1
+    while i < n and text[i].isalpha():
+        i += 1
+    return i
+
+
+def _after_text_block(text: str, i: int) -> int:
+    """Past the Java text block at ``i``."""
+    end = text.find('"""', i + 3)
+    if end < 0:
+        raise TemplateNotApplicable("unterminated text block")
+    return end + 3
+
+
 def _lex(
     text: str, i: int, language: Language, out: list[tuple[int, str]], in_substitution: bool
 ) -> int:
@@ -40,65 +110,20 @@ def _lex(
         ch = text[i]
         if ch in " \t\r\n":
             i += 1
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            if end < 0:
-                raise TemplateNotApplicable("unterminated comment")
-            i = end + 2
+        elif text.startswith("//", i) or text.startswith("/*", i):
+            i = _after_comment(text, i)
         elif language == "java" and text.startswith('"""', i):
-            end = text.find('"""', i + 3)
-            if end < 0:
-                raise TemplateNotApplicable("unterminated text block")
-            i = end + 3
-            last_sig = "str"
+            i, last_sig = _after_text_block(text, i), "str"
         elif js and ch == "`":
-            j = i + 1
-            while j < n and text[j] != "`":
-                if text[j] == "\\":
-                    j += 2
-                elif text.startswith("${", j):
-                    j = _lex(text, j + 2, language, out, in_substitution=True)
-                else:
-                    j += 1
-            if j >= n:
-                raise TemplateNotApplicable("unterminated template literal")
-            i = j + 1
-            last_sig = "str"
+            i, last_sig = _after_template(text, i, language, out), "str"
         elif ch in "\"'":
-            j = i + 1
-            while j < n and text[j] != ch:
-                if text[j] == "\\":
-                    j += 1
-                elif text[j] == "\n":
-                    raise TemplateNotApplicable("unterminated string")
-                j += 1
-            if j >= n:
-                raise TemplateNotApplicable("unterminated string")
-            i = j + 1
-            last_sig = "str"
+            i, last_sig = _after_string(text, i), "str"
         elif (
             js
             and ch == "/"
             and (not last_sig or last_sig in _REGEX_BEFORE or last_sig in _REGEX_KEYWORDS)
         ):
-            j, in_class = i + 1, False
-            while j < n and (in_class or text[j] != "/"):
-                if text[j] == "\\":
-                    j += 1
-                elif text[j] == "[":
-                    in_class = True
-                elif text[j] == "]":
-                    in_class = False
-                elif text[j] == "\n":
-                    raise TemplateNotApplicable("unterminated regex literal")
-                j += 1
-            i = j + 1
-            while i < n and text[i].isalpha():
-                i += 1
-            last_sig = "regex"
+            i, last_sig = _after_regex(text, i), "regex"
         elif ch == "{":
             depth += 1
             last_sig = ch
@@ -111,21 +136,17 @@ def _lex(
             depth -= 1
             last_sig = ch
             i += 1
-        else:
-            match = _IDENT.match(text, i)
-            if match:
-                out.append((i, match.group()))
-                last_sig = match.group()
-                i = match.end()
-            elif ch.isdigit():
-                j = i
-                while j < n and (text[j].isalnum() or text[j] in "._"):
-                    j += 1
-                i = j
-                last_sig = "num"
-            else:
-                last_sig = ch
+        elif match := _IDENT.match(text, i):
+            out.append((i, match.group()))
+            last_sig = match.group()
+            i = match.end()
+        elif ch.isdigit():
+            while i < n and (text[i].isalnum() or text[i] in "._"):
                 i += 1
+            last_sig = "num"
+        else:
+            last_sig = ch
+            i += 1
     if in_substitution:
         raise TemplateNotApplicable("unterminated template substitution")
     return i
