@@ -387,6 +387,35 @@ def format_error_reward() -> Reward:
     )
 
 
+def _effect_verified(
+    action: PatternAction | RuleAction | CanonicalAction,
+    pre: str,
+    result_text: str | None,
+    gold_post: str,
+    reparses: bool,
+    language_ok: bool,
+    final_post: str | None,
+    replaced: Sequence[tuple[int, int]] | None,
+) -> tuple[Effect, bool]:
+    """The step's effect and whether it is verified: equivalent to ``gold_post``, or (a
+    step of a longer trajectory) reaching ``final_post`` at once, which makes it
+    equivalent too; an overwrite never is."""
+    what = effect(
+        pre=pre,
+        result_text=result_text,
+        gold_post=gold_post,
+        reparses=reparses,
+        applied_language_ok=language_ok,
+        overwrite=is_overwrite(action, pre, replaced),
+    )
+    is_verified = what == "equivalent"
+    if final_post is not None and final_post != gold_post and what != "overwrite":
+        is_verified = language_ok and verified(result_text, final_post, reparses)
+        if is_verified:
+            what = "equivalent"
+    return what, is_verified
+
+
 def combine(
     *,
     action: PatternAction | RuleAction | CanonicalAction | None,
@@ -420,20 +449,9 @@ def combine(
         return format_error_reward()
     w = weights or RewardWeights()
     language_ok = language is None or action.language == language
-    overwrite = is_overwrite(action, pre, replaced)
-    what = effect(
-        pre=pre,
-        result_text=result_text,
-        gold_post=gold_post,
-        reparses=reparses,
-        applied_language_ok=language_ok,
-        overwrite=overwrite,
+    what, is_verified = _effect_verified(
+        action, pre, result_text, gold_post, reparses, language_ok, final_post, replaced
     )
-    is_verified = what == "equivalent"
-    if final_post is not None and final_post != gold_post and what != "overwrite":
-        is_verified = language_ok and verified(result_text, final_post, reparses)
-        if is_verified:
-            what = "equivalent"
     applied = result_text if result_text is not None and language_ok else pre
     diff = diff_size(pre, applied)
     gold_lines = diff_size(pre, gold_post).total
