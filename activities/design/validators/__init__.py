@@ -76,6 +76,73 @@ VALIDATOR_ORDER = (
 )
 
 
+class _Lanes:
+    """The validators' three lanes over one tree, and what they found and took."""
+
+    def __init__(self, files: dict[str, str], config: SandboxConfig) -> None:
+        self.files = files
+        self.config = config
+        self.done: dict[str, ValidatorResult] = {}
+        self.timings: dict[str, float] = {}
+        self.running: list[str] = []
+        self.last = "start"  # the last beat, repeated while no validator runs (between two)
+
+    def beat(self) -> str:
+        """The heartbeat's details: the validators running now, else the last ones."""
+        return ", ".join(self.running) or self.last
+
+    async def timed(self, name: str, step: Callable[[], Awaitable[ValidatorResult]]) -> None:
+        self.running.append(name)
+        self.last = ", ".join(self.running)
+        _heartbeat(self.last)
+        started = time.monotonic()
+        try:
+            self.done[name] = await step()
+        finally:
+            self.running.remove(name)
+        self.timings[name] = round(time.monotonic() - started, 3)
+
+    async def jailed(self) -> None:
+        files, config = self.files, self.config
+        await self.timed("ruff", lambda: run_ruff(files, config))
+        await self.timed("mypy", lambda: run_mypy(files, config))
+        await self.timed("pytest", lambda: run_pytest(files, config))
+
+    async def host_tools(self, root: Path) -> None:
+        files = self.files
+        await self.timed("checkov", lambda: run_checkov(files, root))
+        await self.timed("actionlint", lambda: run_actionlint(files, root))
+        await self.timed("hadolint", lambda: run_hadolint(files, root))
+
+    async def host_checks(self) -> None:
+        # In threads: the secret scan, the HCL parse and the SBOM's schema check are pure
+        # Python and take seconds on a large tree; on the event loop they would stall the
+        # worker's heartbeats. They run while the host tools' processes do: one after the
+        # other they made the host lane the longest (batch_training: secrets 2.9 s, hcl
+        # 0.7 s, checkov 6.5 s, sbom 2.4 s; 12.6 s for the whole report, the jailed lane
+        # 7.9 s).
+        files = self.files
+        await self.timed("secrets", lambda: asyncio.to_thread(scan_secrets, files))
+        await self.timed("hcl", lambda: asyncio.to_thread(run_hcl, files))
+        await self.timed("sbom", lambda: asyncio.to_thread(check_sbom, files))
+        await self.timed("wiring", lambda: asyncio.to_thread(check_wiring, files))
+
+    async def run_all(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="keel-validate-") as tmp:
+            root = Path(tmp)
+            _write_tree(self.files, root)
+            await asyncio.gather(self.jailed(), self.host_tools(root), self.host_checks())
+
+    def results(self) -> list[ValidatorResult]:
+        """Every validator's result in :data:`VALIDATOR_ORDER`, with the seconds it took."""
+        return [
+            self.done[name].model_copy(
+                update={"details": {**self.done[name].details, "seconds": self.timings.get(name)}}
+            )
+            for name in VALIDATOR_ORDER
+        ]
+
+
 async def validate_repo(
     files: dict[str, str], *, sandbox_config: SandboxConfig | None = None
 ) -> ValidationReport:
@@ -90,60 +157,9 @@ async def validate_repo(
     validators' names at each step and every :data:`HEARTBEAT_EVERY_S` seconds.
     """
     files = check_paths(files)
-    config = sandbox_config or default_config()
-    done: dict[str, ValidatorResult] = {}
-    timings: dict[str, float] = {}
-    running: list[str] = []
-    last = ["start"]  # the last beat, repeated while no validator runs (between two)
-
-    async def timed(name: str, step: Callable[[], Awaitable[ValidatorResult]]) -> None:
-        running.append(name)
-        last[0] = ", ".join(running)
-        _heartbeat(last[0])
-        started = time.monotonic()
-        try:
-            done[name] = await step()
-        finally:
-            running.remove(name)
-        timings[name] = round(time.monotonic() - started, 3)
-
-    async def jailed_lane() -> None:
-        await timed("ruff", lambda: run_ruff(files, config))
-        await timed("mypy", lambda: run_mypy(files, config))
-        await timed("pytest", lambda: run_pytest(files, config))
-
-    async def host_tools(root: Path) -> None:
-        await timed("checkov", lambda: run_checkov(files, root))
-        await timed("actionlint", lambda: run_actionlint(files, root))
-        await timed("hadolint", lambda: run_hadolint(files, root))
-
-    async def host_checks() -> None:
-        # In threads: the secret scan, the HCL parse and the SBOM's schema check are pure
-        # Python and take seconds on a large tree; on the event loop they would stall the
-        # worker's heartbeats. They run while the host tools' processes do: one after the
-        # other they made the host lane the longest (batch_training: secrets 2.9 s, hcl
-        # 0.7 s, checkov 6.5 s, sbom 2.4 s; 12.6 s for the whole report, the jailed lane
-        # 7.9 s).
-        await timed("secrets", lambda: asyncio.to_thread(scan_secrets, files))
-        await timed("hcl", lambda: asyncio.to_thread(run_hcl, files))
-        await timed("sbom", lambda: asyncio.to_thread(check_sbom, files))
-        await timed("wiring", lambda: asyncio.to_thread(check_wiring, files))
-
-    async def run_all() -> None:
-        with tempfile.TemporaryDirectory(prefix="keel-validate-") as tmp:
-            root = Path(tmp)
-            _write_tree(files, root)
-            await asyncio.gather(jailed_lane(), host_tools(root), host_checks())
-
-    await heartbeating(
-        run_all(), every_s=HEARTBEAT_EVERY_S, details=lambda: ", ".join(running) or last[0]
-    )
-    results = [
-        done[name].model_copy(
-            update={"details": {**done[name].details, "seconds": timings.get(name)}}
-        )
-        for name in VALIDATOR_ORDER
-    ]
+    lanes = _Lanes(files, sandbox_config or default_config())
+    await heartbeating(lanes.run_all(), every_s=HEARTBEAT_EVERY_S, details=lanes.beat)
+    results = lanes.results()
     report = ValidationReport(results=results)
     log.info(
         "validated %d files: %s", len(files), ", ".join(f"{r.name}={r.status}" for r in results)
