@@ -109,44 +109,29 @@ def _unreadable(name: str, code: int, err: str) -> ValidatorResult:
     )
 
 
-async def run_checkov(files: Mapping[str, str], root: Path) -> ValidatorResult:
-    if not any(p.endswith(".tf") for p in files):
-        return ValidatorResult(name="checkov", status="not_run", summary="no Terraform files")
-    binary = _checkov_binary()
-    if binary is None:
-        return ValidatorResult(
-            name="checkov",
-            status="not_run",
-            summary="checkov is not installed (scripts/bootstrap.sh puts it in .tools/checkov)",
-        )
+def _checkov_argv(binary: str, files: Mapping[str, str]) -> list[str]:
+    """checkov over the tree: Terraform, the workflows and, where there are any, the
+    Dockerfiles; JSON on stdout, never failing the process on a finding."""
     dockerfiles = any(p.rsplit("/", 1)[-1] == "Dockerfile" for p in files)
     frameworks = ["terraform", "github_actions"] + (["dockerfile"] if dockerfiles else [])
-    code, out, err = await _host(
-        [
-            binary,
-            "-d",
-            ".",
-            "--framework",
-            *frameworks,
-            "-o",
-            "json",
-            "--quiet",
-            "--compact",
-            "--skip-download",
-            "--soft-fail",
-        ],
-        root,
-        # One process: on the 2-core machine checkov's forked runners saved no wall time
-        # and cost about 0.9 s more of CPU a run (rag tree, two runs each way: 6.7-7.3 s
-        # of CPU forked, 5.9-6.9 s not; wall 5.8-7.1 s either way).
-        env={"CHECKOV_PARALLELIZATION_TYPE": "none"},
-    )
-    if code is None:
-        return ValidatorResult(name="checkov", status="not_run", summary=f"checkov {err}")
-    try:
-        data = json.loads(out)
-    except json.JSONDecodeError:
-        return _unreadable("checkov", code, err)
+    return [
+        binary,
+        "-d",
+        ".",
+        "--framework",
+        *frameworks,
+        "-o",
+        "json",
+        "--quiet",
+        "--compact",
+        "--skip-download",
+        "--soft-fail",
+    ]
+
+
+def _checkov_verdict(data: Any) -> ValidatorResult:
+    """checkov's JSON report (one framework's, or a list of them) as a result: failed
+    on any failed check or parse error."""
     reports = data if isinstance(data, list) else [data]
     summary: dict[str, Any] = {}
     failed: list[dict[str, Any]] = []
@@ -177,6 +162,33 @@ async def run_checkov(files: Mapping[str, str], root: Path) -> ValidatorResult:
     return ValidatorResult(
         name="checkov", status="passed", summary=f"{passed} checks passed", details=details
     )
+
+
+async def run_checkov(files: Mapping[str, str], root: Path) -> ValidatorResult:
+    if not any(p.endswith(".tf") for p in files):
+        return ValidatorResult(name="checkov", status="not_run", summary="no Terraform files")
+    binary = _checkov_binary()
+    if binary is None:
+        return ValidatorResult(
+            name="checkov",
+            status="not_run",
+            summary="checkov is not installed (scripts/bootstrap.sh puts it in .tools/checkov)",
+        )
+    code, out, err = await _host(
+        _checkov_argv(binary, files),
+        root,
+        # One process: on the 2-core machine checkov's forked runners saved no wall time
+        # and cost about 0.9 s more of CPU a run (rag tree, two runs each way: 6.7-7.3 s
+        # of CPU forked, 5.9-6.9 s not; wall 5.8-7.1 s either way).
+        env={"CHECKOV_PARALLELIZATION_TYPE": "none"},
+    )
+    if code is None:
+        return ValidatorResult(name="checkov", status="not_run", summary=f"checkov {err}")
+    try:
+        data = json.loads(out)
+    except json.JSONDecodeError:
+        return _unreadable("checkov", code, err)
+    return _checkov_verdict(data)
 
 
 async def run_actionlint(files: Mapping[str, str], root: Path) -> ValidatorResult:
