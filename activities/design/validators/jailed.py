@@ -75,6 +75,18 @@ def _import_paths() -> dict[str, str]:
     }
 
 
+def _with_site_packages(binds: list[Bind]) -> list[Bind]:
+    """``binds`` and, read-only, each of this venv's site-packages the jail does not see
+    through them yet."""
+    visible = {b.src for b in binds}
+    out = list(binds)
+    for path in _site_packages():
+        real = os.path.realpath(path)
+        if not any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
+            out.append(Bind(real, real))
+    return out
+
+
 async def _jailed(
     name: str,
     argv_tail: Sequence[str],
@@ -104,13 +116,7 @@ async def _jailed(
             summary=f"the jail's interpreter {runtime.executable} is not Python {here}; "
             "set python.interpreter in configs/sandbox.yaml",
         )
-    binds = [*runtime.binds, *extra_binds]
-    visible = {b.src for b in binds}
-    site = _site_packages()
-    for path in site:
-        real = os.path.realpath(path)
-        if not any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
-            binds.append(Bind(real, real))
+    binds = _with_site_packages([*runtime.binds, *extra_binds])
     env = {
         **_import_paths(),
         "PYTHONDONTWRITEBYTECODE": "1",
