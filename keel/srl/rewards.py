@@ -416,6 +416,22 @@ def _effect_verified(
     return what, is_verified
 
 
+def _weighted_total(
+    w: RewardWeights,
+    similarity: float | None,
+    is_verified: bool,
+    tests_passed: float | None,
+    excess: int,
+) -> float:
+    """The reward's total before rounding: the weighted parts less the excess diff."""
+    return (
+        (similarity or 0.0) * w.similarity
+        + (w.verified if is_verified else 0.0)
+        + (tests_passed or 0.0) * w.tests
+        - excess * w.diff_line
+    )
+
+
 def combine(
     *,
     action: PatternAction | RuleAction | CanonicalAction | None,
@@ -458,12 +474,7 @@ def combine(
     excess = min(max(0, diff.total - gold_lines), w.diff_cap)
     text = None if expert is None else text_similarity(action, expert)
     similarity = step_similarity(action, expert, what)
-    total = (
-        (similarity or 0.0) * w.similarity
-        + (w.verified if is_verified else 0.0)
-        + (tests_passed or 0.0) * w.tests
-        - excess * w.diff_line
-    )
+    total = _weighted_total(w, similarity, is_verified, tests_passed, excess)
     return Reward(
         format_ok=True,
         verified=is_verified,
