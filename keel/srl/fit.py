@@ -201,6 +201,19 @@ def _shorter(text: str, chars: int) -> str:
     return cut.rstrip() + "…"
 
 
+def _most_chars(length: int, fits: Callable[[int], bool]) -> int:
+    """The most characters (up to ``length``) for which ``fits`` holds, by bisection
+    (``fits`` falls as characters grow); -1 when not even 0 fits."""
+    lo, hi = -1, length
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def fit_prompt(
     render: Renderer,
     *,
@@ -252,13 +265,7 @@ def fit_prompt(
         text = _shorter(instruction, chars) if chars < len(instruction) else instruction
         return count(render(_window(lines, *empty, language), text)) <= budget
 
-    lo, hi = -1, len(instruction)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits_instruction(mid):
-            lo = mid
-        else:
-            hi = mid - 1
+    lo = _most_chars(len(instruction), fits_instruction)
     if lo < 0:
         return result(*empty, _shorter(instruction, 0), fits=False)
     return result(*empty, _shorter(instruction, lo) if lo < len(instruction) else instruction)
