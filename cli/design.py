@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -184,14 +184,15 @@ def approve(
 ) -> None:
     """Decide the open gate of a decision set (approve, or --reject with a comment)."""
     from client import design_cases as cases
+    from keel.gates import GateDecision
 
     with command(json_out, as_user, what="no open gate") as c:
-        decision: Literal["approve", "reject"] = "reject" if reject else "approve"
+        decision = GateDecision(
+            decision="reject" if reject else "approve", actor=c.actor, comment=comment
+        )
 
         async def work(client: Client) -> Any:
-            return await cases.decide(
-                client, project, decision_set, decision, actor=c.actor, comment=comment
-            )
+            return await cases.decide(client, project, decision_set, decision)
 
         st, gate = asyncio.run(with_client(c.settings, work))
         DESIGN.emit(

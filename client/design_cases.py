@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
@@ -47,7 +47,7 @@ from keel.design.steps import (
     DesignStatus,
     workflow_id,
 )
-from keel.gates import GateState, gate_workflow_id
+from keel.gates import GateDecision, GateState, gate_workflow_id
 from keel.ids import SHORT_ID_RE
 from keel.webhooks import webhook_url_allowed
 from store import design as design_store
@@ -144,9 +144,10 @@ def new_decision_set(
         url == settings.webhook_url or webhook_url_allowed(url, settings.webhook_allowed_prefixes)
     ):
         raise WebhookNotAllowed(url)
-    if decision_set is None:
-        count = len(design_store.decision_sets_of(sm, project))
-        decision_set = f"ds{count + 1}" if numbered else f"ds-{uuid.uuid4().hex[:12]}"
+    if decision_set is None and numbered:
+        decision_set = f"ds{len(design_store.decision_sets_of(sm, project)) + 1}"
+    elif decision_set is None:
+        decision_set = f"ds-{uuid.uuid4().hex[:12]}"
     inp = DesignInput(
         project=project, decision_set=decision_set, requester=requester, **dict(options)
     )
@@ -277,17 +278,11 @@ async def answer(
 
 
 async def decide(
-    client: Client,
-    project: str,
-    ds: str,
-    decision: Literal["approve", "reject"],
-    *,
-    actor: str,
-    comment: str = "",
-    request_id: str = "",
+    client: Client, project: str, ds: str, decision: GateDecision
 ) -> tuple[DesignStatus, GateState]:
-    """Decide the gate of the running decision set's current planner round: its status
-    and the gate's state.
+    """Decide the gate of the running decision set's current planner round (a
+    rejection's comment is the next round's planner input): its status and the gate's
+    state.
 
     Raises:
         NoRun, NotRunning, NoWorker: as :func:`running_status`.
@@ -301,8 +296,4 @@ async def decide(
     gate_id = gate_workflow_id(workflow_id(project, ds), design_client.gate_name(st.plan_round))
     if not await gates.when_open(client, gate_id, GATE_START_WAIT_S):
         raise GateNotOpenYet(gate_id)
-    state = await design_client.decide(
-        client, project, ds, st.plan_round, decision,
-        actor=actor, comment=comment, request_id=request_id,
-    )  # fmt: skip
-    return st, state
+    return st, await gates.decide(client, gate_id, decision)

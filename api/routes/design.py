@@ -65,6 +65,7 @@ from client import design_cases as cases
 from client.design_view import node_models, repair_rounds
 from keel.access import ADMIN_ROLE
 from keel.design.steps import DesignAnswers, DesignOptions, DesignStatus, workflow_id
+from keel.gates import GateDecision
 from keel.settings import Settings
 from store import design as design_store
 from store.design_policy import PolicyFileError, read_policy
@@ -401,13 +402,14 @@ async def approve(
     gate: 409; the caller is not an approver of it (or requested it): 403."""
     ds = decision_set_id
     project = await project_of(at.client, at.sessions, caller, ds, approvers_too=True)
+    decision = GateDecision(
+        decision=body.status, actor=caller.actor, comment=body.comment,
+        request_id=request_id_for(caller, idempotency_key),
+    )  # fmt: skip
 
     async def run() -> tuple[int, Any]:
         with refusals(project, ds):
-            _, state = await cases.decide(
-                at.client, project, ds, body.status, actor=caller.actor, comment=body.comment,
-                request_id=request_id_for(caller, idempotency_key),
-            )  # fmt: skip
+            _, state = await cases.decide(at.client, project, ds, decision)
         return 200, state.model_dump(mode="json")
 
     return await _once(at, caller, idempotency_key, body, run)
