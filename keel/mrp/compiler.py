@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from keel.digest import canonical_json
-from keel.mrp.budget import kill_limits
+from keel.mrp.budget import CostEstimate, kill_limits
 from keel.mrp.dsl import JobSpec, ParsedJob, parse_job, path_of
 from keel.mrp.errors import DslError, DslIssue
 from keel.mrp.ir import (
@@ -123,17 +123,9 @@ def check_schemas(parsed: ParsedJob, specs: dict[str, OperatorSpec]) -> None:
         raise DslError(issues, parsed.source)
 
 
-def build_ir(
-    job: NormalizedJob, specs: dict[str, OperatorSpec], caps: Caps, report: PolicyReport
-) -> JobIR:
-    """Build the IR of an admitted job."""
-    if report.estimate is None or not report.admitted:
-        raise ValueError("build_ir needs an admitted job with an estimate")
-    spec = job.spec
-    job_seed = derive_job_seed(
-        spec.dsl_version, spec.job_id, job.inputs_digest, spec.operator_refs()
-    )
-    bindings = {
+def _bindings(spec: JobSpec, specs: dict[str, OperatorSpec]) -> dict[str, OperatorBinding]:
+    """Each role's operator bound to its params, with the operator digest they give."""
+    return {
         role: OperatorBinding(
             role=role,  # type: ignore[arg-type]
             ref=op.ref,
@@ -146,7 +138,10 @@ def build_ir(
         )
         for role, op in specs.items()
     }
-    mapper = bindings["map"]
+
+
+def _map_tasks(job: NormalizedJob, job_seed: int, mapper: OperatorBinding) -> list[MapTask]:
+    """One map task per shard, seeded from the job seed and the shard's input digest."""
     map_tasks = []
     for shard in job.shards:
         seed = shard_seed(job_seed, shard.input_digest)
@@ -162,34 +157,72 @@ def build_ir(
                 checkpoint_key=checkpoint_key(mapper.operator_digest, shard.input_digest, seed),
             )
         )
-    reduce = ReduceTask(
-        operator_ref=bindings["reduce"].ref,
-        operator_digest=bindings["reduce"].operator_digest,
-        seed=derive_seed(job_seed, "reduce"),
-        shard_count=len(map_tasks),
+    return map_tasks
+
+
+def _evaluate_task(
+    spec: JobSpec, job_seed: int, bindings: dict[str, OperatorBinding]
+) -> EvaluateTask | None:
+    if spec.evaluator is None:
+        return None
+    return EvaluateTask(
+        operator_ref=bindings["evaluate"].ref,
+        operator_digest=bindings["evaluate"].operator_digest,
+        seed=derive_seed(job_seed, "evaluate"),
+        min_score=spec.evaluator.min_score,
     )
-    evaluate = None
-    if spec.evaluator is not None:
-        evaluate = EvaluateTask(
-            operator_ref=bindings["evaluate"].ref,
-            operator_digest=bindings["evaluate"].operator_digest,
-            seed=derive_seed(job_seed, "evaluate"),
-            min_score=spec.evaluator.min_score,
-        )
-    approval = None
-    if spec.approval is not None:
-        approval = ApprovalTask(
-            gate=spec.approval.gate,
-            approvers=list(spec.approval.approvers),
-            expires_in_s=spec.approval.expires_in_s,
-        )
-    produce = ProduceTask(
-        operator_ref=bindings["produce"].ref,
-        operator_digest=bindings["produce"].operator_digest,
-        seed=derive_seed(job_seed, "produce"),
-        sink=spec.produce.sink,
+
+
+def _approval_task(spec: JobSpec) -> ApprovalTask | None:
+    if spec.approval is None:
+        return None
+    return ApprovalTask(
+        gate=spec.approval.gate,
+        approvers=list(spec.approval.approvers),
+        expires_in_s=spec.approval.expires_in_s,
     )
+
+
+def _limits(spec: JobSpec) -> RuntimeLimits:
     policy = spec.policy
+    return RuntimeLimits(
+        max_workers=policy.max_workers,
+        shard_timeout_s=policy.shard_timeout_s,
+        shard_memory_mb=policy.shard_memory_mb,
+        max_shard_retries=policy.max_shard_retries,
+        egress=list(policy.egress),
+        min_success_ratio=spec.map.success_ratio,
+    )
+
+
+def _budget(spec: JobSpec, estimate: CostEstimate, caps: Caps) -> BudgetPlan:
+    """The admitted estimate with the kill limits the policy's budgets set."""
+    policy = spec.policy
+    return BudgetPlan(
+        estimate=estimate,
+        limits=kill_limits(
+            estimate,
+            budget_units=policy.budget_units,
+            budget_usd=policy.budget_usd,
+            kill_ratio=caps.kill_ratio,
+        ),
+        budget_units=policy.budget_units,
+        budget_usd=policy.budget_usd,
+    )
+
+
+def build_ir(
+    job: NormalizedJob, specs: dict[str, OperatorSpec], caps: Caps, report: PolicyReport
+) -> JobIR:
+    """Build the IR of an admitted job."""
+    if report.estimate is None or not report.admitted:
+        raise ValueError("build_ir needs an admitted job with an estimate")
+    spec = job.spec
+    job_seed = derive_job_seed(
+        spec.dsl_version, spec.job_id, job.inputs_digest, spec.operator_refs()
+    )
+    bindings = _bindings(spec, specs)
+    map_tasks = _map_tasks(job, job_seed, bindings["map"])
     return JobIR(
         dsl_version=spec.dsl_version,
         job_id=spec.job_id,
@@ -198,29 +231,22 @@ def build_ir(
         job_seed=job_seed,
         operators=bindings,
         map_tasks=map_tasks,
-        reduce=reduce,
-        evaluate=evaluate,
-        approval=approval,
-        produce=produce,
-        limits=RuntimeLimits(
-            max_workers=policy.max_workers,
-            shard_timeout_s=policy.shard_timeout_s,
-            shard_memory_mb=policy.shard_memory_mb,
-            max_shard_retries=policy.max_shard_retries,
-            egress=list(policy.egress),
-            min_success_ratio=spec.map.success_ratio,
+        reduce=ReduceTask(
+            operator_ref=bindings["reduce"].ref,
+            operator_digest=bindings["reduce"].operator_digest,
+            seed=derive_seed(job_seed, "reduce"),
+            shard_count=len(map_tasks),
         ),
-        budget=BudgetPlan(
-            estimate=report.estimate,
-            limits=kill_limits(
-                report.estimate,
-                budget_units=policy.budget_units,
-                budget_usd=policy.budget_usd,
-                kill_ratio=caps.kill_ratio,
-            ),
-            budget_units=policy.budget_units,
-            budget_usd=policy.budget_usd,
+        evaluate=_evaluate_task(spec, job_seed, bindings),
+        approval=_approval_task(spec),
+        produce=ProduceTask(
+            operator_ref=bindings["produce"].ref,
+            operator_digest=bindings["produce"].operator_digest,
+            seed=derive_seed(job_seed, "produce"),
+            sink=spec.produce.sink,
         ),
+        limits=_limits(spec),
+        budget=_budget(spec, report.estimate, caps),
     )
 
 
