@@ -30,6 +30,7 @@ from keel.design.coverage import IntakeSnapshot
 from keel.design.critics import load_prices
 from keel.design.errors import DesignError
 from keel.design.intake import (
+    ReplyReading,
     intake_schema,
     merge_readings,
     quoted_reply,
@@ -252,14 +253,8 @@ class DesignActivities:
         ]
         first = await self._intake_call(inp, messages, f"{inp.key}/{info.attempt}")
         reading = read_reply(first.content)
-        tokens, latency = first.usage.total_tokens, first.latency_ms
         if reading.fits:
-            return IntakeOutput(
-                snapshot=_checked_by_rules(reading.snapshot, inp.text),
-                model=first.model_name,
-                tokens_total=tokens,
-                latency_ms=int(latency),
-            )
+            return _first_reading(inp.text, reading, first)
         again = [
             *messages,
             LLMMessage(role="assistant", content=quoted_reply(first.content)),
@@ -270,34 +265,8 @@ class DesignActivities:
         except ApplicationError as err:
             # The model answered once: what fits of that answer beats failing the session.
             activity.logger.warning("intake re-ask failed, keeping the first reply: %s", err)
-            return IntakeOutput(
-                snapshot=_checked_by_rules(reading.snapshot, inp.text),
-                model=first.model_name,
-                tokens_total=tokens,
-                latency_ms=int(latency),
-                reasked=True,
-                problems=reading.problems,
-            )
-        second_reading = read_reply(second.content)
-        snapshot = (
-            second_reading.snapshot
-            if second_reading.fits
-            else merge_readings(reading, second_reading)
-        )
-        snapshot = _checked_by_rules(snapshot, inp.text)
-        if snapshot.unfit:
-            activity.logger.warning(
-                "intake reply did not fit after a re-ask; asking about %s",
-                ", ".join(sorted(snapshot.unfit)),
-            )
-        return IntakeOutput(
-            snapshot=snapshot,
-            model=second.model_name,
-            tokens_total=tokens + second.usage.total_tokens,
-            latency_ms=int(latency + second.latency_ms),
-            reasked=True,
-            problems=second_reading.problems or reading.problems,
-        )
+            return _first_reading(inp.text, reading, first, reasked=True)
+        return _reasked_reading(inp.text, reading, first, second)
 
     async def _intake_call(
         self, inp: IntakeInput, messages: list[LLMMessage], call_key: str
@@ -583,6 +552,46 @@ def _validator_summary(report: dict[str, Any]) -> dict[str, str]:
                 if isinstance(item, dict) and "name" in item and "status" in item:
                     out[str(item["name"])] = str(item["status"])
     return out
+
+
+def _first_reading(
+    text: str, reading: ReplyReading, first: LLMResponse, *, reasked: bool = False
+) -> IntakeOutput:
+    """The intake from the first reply alone: it fits, or the re-ask failed (``reasked``:
+    its problems are kept)."""
+    return IntakeOutput(
+        snapshot=_checked_by_rules(reading.snapshot, text),
+        model=first.model_name,
+        tokens_total=first.usage.total_tokens,
+        latency_ms=int(first.latency_ms),
+        reasked=reasked,
+        problems=reading.problems if reasked else [],
+    )
+
+
+def _reasked_reading(
+    text: str, reading: ReplyReading, first: LLMResponse, second: LLMResponse
+) -> IntakeOutput:
+    """The intake after a re-ask: the second reply where it fits, else what fits of the
+    two, field by field."""
+    second_reading = read_reply(second.content)
+    snapshot = (
+        second_reading.snapshot if second_reading.fits else merge_readings(reading, second_reading)
+    )
+    snapshot = _checked_by_rules(snapshot, text)
+    if snapshot.unfit:
+        activity.logger.warning(
+            "intake reply did not fit after a re-ask; asking about %s",
+            ", ".join(sorted(snapshot.unfit)),
+        )
+    return IntakeOutput(
+        snapshot=snapshot,
+        model=second.model_name,
+        tokens_total=first.usage.total_tokens + second.usage.total_tokens,
+        latency_ms=int(first.latency_ms + second.latency_ms),
+        reasked=True,
+        problems=second_reading.problems or reading.problems,
+    )
 
 
 def _checked_by_rules(snapshot: IntakeSnapshot, text: str) -> IntakeSnapshot:
