@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from api.errors import ApiError
+from client.memos import access_memo_of
 from client.temporal import describe_or_none
-from keel.access import ACCESS_MEMO, RunAccess, may_read
+from keel.access import may_read
 from keel.settings import Settings
 from store.artifacts import ArtifactStore, artifact_store_from_settings
 
@@ -91,11 +92,7 @@ async def may_read_run(client: Client, workflow_id: str, caller: Caller) -> bool
     desc = await describe_or_none(client, workflow_id)
     if desc is None:
         return False
-    try:
-        access = await desc.memo_value(ACCESS_MEMO, None, type_hint=RunAccess)
-    except (ValueError, TypeError):
-        access = None
-    return may_read(access, caller.actor, caller.roles)
+    return may_read(await access_memo_of(desc), caller.actor, caller.roles)
 
 
 ClientDep = Annotated[Client, Depends(get_client)]

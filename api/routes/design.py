@@ -21,19 +21,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from api.deps import (
-    ApproverDep,
     Caller,
     CallerDep,
     ClientDep,
@@ -42,7 +40,7 @@ from api.deps import (
     may_read_run,
 )
 from api.errors import ERROR_RESPONSES, ApiError
-from api.idempotency import IdempotencyKey, idempotent, request_id_for
+from api.idempotency import request_id_for
 from api.routes.design_errors import refusals
 from api.routes.design_models import (
     AnswersBody,
@@ -60,6 +58,7 @@ from api.routes.design_models import (
     ProjectList,
     ProjectView,
 )
+from api.routes.shared import ApproverPost, RequesterPost
 from client import design as design_client
 from client import design_cases as cases
 from client.design_view import node_models, repair_rounds
@@ -95,20 +94,6 @@ async def at(request: Request, client: ClientDep, sessions: SessionsDep) -> At:
 
 
 AtDep = Annotated[At, Depends(at)]
-
-
-async def _once(
-    at: At,
-    caller: Caller,
-    key: str | None,
-    body: BaseModel | None,
-    run: Callable[[], Awaitable[tuple[int, Any]]],
-) -> Any:
-    """A POST's answer, once per ``Idempotency-Key`` (``api.idempotency``)."""
-    return await idempotent(
-        sessions=at.sessions, key=key, caller=caller, method="POST",
-        path=at.request.url.path, body=body, run=run,
-    )  # fmt: skip
 
 
 # --- who may see what --------------------------------------------------------------------
@@ -226,18 +211,17 @@ async def submit_constraints(
     project: str,
     body: ConstraintsBody,
     at: AtDep,
-    caller: RequesterDep,
-    idempotency_key: IdempotencyKey = None,
+    post: RequesterPost,
 ) -> Any:
     """Start a decision set of the caller's project: 202 with its id and stream URL."""
 
     async def run() -> tuple[int, Any]:
-        if not await to_thread.run_sync(owns_project, at.sessions, caller, project):
+        if not await to_thread.run_sync(owns_project, at.sessions, post.caller, project):
             raise ApiError(404, "not_found", f"no project {project!r}")
-        started = await _start(at, caller, project, body)
+        started = await _start(at, post.caller, project, body)
         return 202, started.model_dump(mode="json")
 
-    return await _once(at, caller, idempotency_key, body, run)
+    return await post.answer_once(body, run)
 
 
 # --- the stream --------------------------------------------------------------------------
@@ -371,15 +355,16 @@ async def answer(
     decision_set_id: str,
     body: AnswersBody,
     at: AtDep,
-    caller: RequesterDep,
-    idempotency_key: IdempotencyKey = None,
+    post: RequesterPost,
 ) -> Any:
     """Answer the open questions (Update ``answers``): 200 with the new status; a refused
     value is 422 naming the field; no open questions: 409."""
     ds = decision_set_id
-    project = await project_of(at.client, at.sessions, caller, ds)
+    project = await project_of(at.client, at.sessions, post.caller, ds)
     answers = DesignAnswers(
-        answers=body.answers, actor=caller.actor, request_id=request_id_for(caller, idempotency_key)
+        answers=body.answers,
+        actor=post.caller.actor,
+        request_id=request_id_for(post.caller, post.key),
     )
 
     async def run() -> tuple[int, Any]:
@@ -387,7 +372,7 @@ async def answer(
             _, new = await cases.answer(at.client, project, ds, answers)
         return 200, new.model_dump(mode="json")
 
-    return await _once(at, caller, idempotency_key, body, run)
+    return await post.answer_once(body, run)
 
 
 @router.post("/decision-sets/{decision_set_id}/approve")
@@ -395,16 +380,15 @@ async def approve(
     decision_set_id: str,
     body: ApproveBody,
     at: AtDep,
-    caller: ApproverDep,
-    idempotency_key: IdempotencyKey = None,
+    post: ApproverPost,
 ) -> Any:
     """Decide the gate of the current planner round: 200 with the gate's state; no open
     gate: 409; the caller is not an approver of it (or requested it): 403."""
     ds = decision_set_id
-    project = await project_of(at.client, at.sessions, caller, ds, approvers_too=True)
+    project = await project_of(at.client, at.sessions, post.caller, ds, approvers_too=True)
     decision = GateDecision(
-        decision=body.status, actor=caller.actor, comment=body.comment,
-        request_id=request_id_for(caller, idempotency_key),
+        decision=body.status, actor=post.caller.actor, comment=body.comment,
+        request_id=request_id_for(post.caller, post.key),
     )  # fmt: skip
 
     async def run() -> tuple[int, Any]:
@@ -412,7 +396,7 @@ async def approve(
             _, state = await cases.decide(at.client, project, ds, decision)
         return 200, state.model_dump(mode="json")
 
-    return await _once(at, caller, idempotency_key, body, run)
+    return await post.answer_once(body, run)
 
 
 @router.post(
@@ -423,15 +407,14 @@ async def approve(
 async def generate(
     decision_set_id: str,
     at: AtDep,
-    caller: RequesterDep,
+    post: RequesterPost,
     body: GenerateBody | None = None,
-    idempotency_key: IdempotencyKey = None,
 ) -> Any:
     """Codegen for a decision set planned with ``generate=false``: a new decision set
     whose previous is this one, run with ``generate=true``. 409 unless this one completed
     without a repository."""
     ds = decision_set_id
-    project = await project_of(at.client, at.sessions, caller, ds)
+    project = await project_of(at.client, at.sessions, post.caller, ds)
     o = body or GenerateBody()
 
     def options() -> DesignOptions:
@@ -443,7 +426,7 @@ async def generate(
     async def run() -> tuple[int, Any]:
         with refusals(project, ds):
             planned = await to_thread.run_sync(options)
-        started = await _start(at, caller, project, planned)
+        started = await _start(at, post.caller, project, planned)
         return 202, started.model_dump(mode="json")
 
-    return await _once(at, caller, idempotency_key, o, run)
+    return await post.answer_once(o, run)
