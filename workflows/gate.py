@@ -138,7 +138,10 @@ ONE_MARKER_PATCH = "gate-one-marker"
 # reader of a gate's state (``client.gate.state``: the API's and the CLI's show) waits for
 # the run's result, which comes with the row; visibility lists the gate ``pending`` until
 # then (the status is set with the row). So no reader sees the decision without its row,
-# and the decider's next read shows it (it waits a task, not a timer). Implies ``gate-one-marker`` (and every
+# and the decider's next read shows it. The cost: the dev server fires the 1 ms timer about
+# a second later (its timer queue), so the run, and a read in that window, end about a
+# second after the answer; a child gate, whose parent waits for that result, keeps the
+# row in the answering task. Implies ``gate-one-marker`` (and every
 # patch it implies): new runs record this marker alone. A decision by Signal, a comment
 # and a refusal still write their row in the task that handles them.
 ROW_AFTER_ANSWER_PATCH = "gate-row-after-answer"
@@ -176,8 +179,12 @@ class ApprovalGate:
         # dedup key → the state that request produced, so a retried decision applies once.
         self._applied: dict[str, GateState] = {}
         # Decided once here: validators are read-only and cannot consult the patch.
-        self._row_after_answer = workflow.patched(ROW_AFTER_ANSWER_PATCH)
-        self._one_marker = self._row_after_answer or workflow.patched(ONE_MARKER_PATCH)
+        row_after_answer = workflow.patched(ROW_AFTER_ANSWER_PATCH)
+        self._one_marker = row_after_answer or workflow.patched(ONE_MARKER_PATCH)
+        # A child gate's parent waits for the run's result, which the timer would put off
+        # (the dev server fires a 1 ms timer about a second later): it keeps the row in
+        # the answering task. A standalone gate's decision is the Update's answer.
+        self._row_after_answer = row_after_answer and workflow.info().parent is None
         if self._one_marker:
             self._scoped_dedup = self._local_handler_audit = self._audit_after_answer = True
             self._audit_at_once = self._open_local = self._handler_rows_local = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import time
@@ -10,6 +11,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -18,7 +20,14 @@ from temporalio.service import RPCError
 from client.gate import ROW_PENDING_QUERY, decide
 from client.gate import start_gate as start_gate_with_client
 from client.gate import state as gate_state
-from keel.gates import GateComment, GateDecision, GateRequest, GateState, GateStatus
+from keel.gates import (
+    GateComment,
+    GateDecision,
+    GateRequest,
+    GateState,
+    GateStatus,
+    gate_workflow_id,
+)
 from keel.settings import Settings
 from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from services.processes import find_binary
@@ -28,6 +37,7 @@ from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
 from workflows import gate as gate_workflow
 from workflows.gate import ApprovalGate
+from workflows.gate import open_gate as open_child_gate
 
 
 def audit_events(settings: Settings, gate_id: str) -> list[str]:
@@ -286,3 +296,41 @@ async def test_no_reader_sees_a_decision_before_its_row(client, settings, monkey
         await asyncio.sleep(0.1)
     assert [wf.id async for wf in client.list_workflows(approved)] == [handle.id]
 
+
+@workflow.defn(name="TestGateParent", sandboxed=False)
+class GateParent:
+    @workflow.run
+    async def run(self) -> GateState:
+        return await open_child_gate(
+            GateRequest(name="deploy", requester="alice", approvers=["bob"])
+        )
+
+
+async def test_a_child_gate_writes_the_row_before_its_answer(client, settings):
+    """A child gate's parent waits for its result, which a timer would put off (about a
+    second on the dev server): a child keeps the row in the task that answers the
+    decision, and that task ends the run."""
+    parent_id = f"test/{uuid.uuid4()}"
+    async with build_worker(client, settings, extra_workflows=[GateParent]):
+        parent = await client.start_workflow(
+            GateParent.run, id=parent_id, task_queue=settings.task_queue
+        )
+        child = client.get_workflow_handle(gate_workflow_id(parent_id, "deploy"))
+        for _ in range(300):
+            with contextlib.suppress(RPCError):
+                await child.describe()
+                break
+            await asyncio.sleep(0.1)
+        await decide_after_first_task(child, GateDecision(decision="approve", actor="bob"))
+        assert (await parent.result()).status == GateStatus.APPROVED
+    types = [e.event_type for e in (await child.fetch_history()).events]
+    last = max(i for i, t in enumerate(types) if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    assert EventType.EVENT_TYPE_TIMER_FIRED not in types
+    assert types[last + 1 :] == [
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+        EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+        EventType.EVENT_TYPE_MARKER_RECORDED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    ]
+    assert audit_events(settings, child.id) == ["opened", "approved"]
