@@ -56,7 +56,7 @@ from keel.rllm.run import (
 )
 from keel.rllm.stats import RllmRunRecord
 from sandbox import SandboxConfig, SandboxError, SandboxLimits, default_config
-from sandbox.python_block import run_python_block_async
+from sandbox.python_block import PythonBlockResult, run_python_block_async
 from store.files import load_rllm_app
 from store.rllm_stats import record_run
 
@@ -319,48 +319,38 @@ class RllmActivities:
                 config=self.sandbox_config(),
             )
         except SandboxError as e:
-            err = PythonBlockExecutionError(
-                f"python block {block.name!r} ({block.stage}) was not run: the sandbox "
-                f"cannot start: {e}",
-                details={
-                    "block": block.name,
-                    "stage": block.stage,
-                    "line": block.line,
-                    "type": "SandboxUnavailable",
-                    "message": str(e),
-                },
-                received_payload=dict(req.inputs),
-                recovery_hint="Make nsjail work on the worker (docs/sandbox.md: "
-                "python -m sandbox checks it); blocks never run outside the sandbox.",
-            )
-            raise rllm_failure(err) from None
+            raise rllm_failure(_sandbox_unavailable(req, e)) from None
         except (TypeError, ValueError) as e:
             raise rllm_failure(
                 block_failed(block, type(e).__name__, str(e), inputs=req.inputs)
             ) from None
         if not result.ok or result.error is not None:
-            error = result.error
-            kind = error.type if error else "Failed"
-            message = error.message if error else "the block failed"
-            if kind == "Timeout":
-                message += f" (limits: {self.block_limits().wall_time_s} s wall, "
-                message += f"{self.block_limits().cpu_time_s} s CPU)"
-            elif kind == "MemoryLimitExceeded":
-                message += f" (limit: {self.block_limits().memory_mb} MiB for the whole block)"
-            raise rllm_failure(
-                block_failed(
-                    block,
-                    kind,
-                    message,
-                    traceback=(error.traceback if error else "") or result.stderr,
-                    inputs=req.inputs,
-                )
-            )
+            raise rllm_failure(self._block_failure(req, result))
         return BlockResult(
             outputs=result.outputs,
             stdout=result.stdout[-4000:],
             stderr=result.stderr[-4000:],
             duration_ms=result.run.duration_ms,
+        )
+
+    def _block_failure(
+        self, req: BlockRequest, result: PythonBlockResult
+    ) -> PythonBlockExecutionError:
+        """What a block that failed in the jail did wrong, with the limit it ran into."""
+        error = result.error
+        kind = error.type if error else "Failed"
+        message = error.message if error else "the block failed"
+        if kind == "Timeout":
+            message += f" (limits: {self.block_limits().wall_time_s} s wall, "
+            message += f"{self.block_limits().cpu_time_s} s CPU)"
+        elif kind == "MemoryLimitExceeded":
+            message += f" (limit: {self.block_limits().memory_mb} MiB for the whole block)"
+        return block_failed(
+            req.block,
+            kind,
+            message,
+            traceback=(error.traceback if error else "") or result.stderr,
+            inputs=req.inputs,
         )
 
     # -- rllm.record_stats ----------------------------------------------------------
@@ -372,6 +362,24 @@ class RllmActivities:
     def all(self) -> list[Callable[..., Any]]:
         """The activity callables, for ``Worker(activities=...)``."""
         return [self.load, self.generate, self.block, self.record_stats]
+
+
+def _sandbox_unavailable(req: BlockRequest, e: SandboxError) -> PythonBlockExecutionError:
+    """A block not run because the sandbox cannot start (fail closed)."""
+    block = req.block
+    return PythonBlockExecutionError(
+        f"python block {block.name!r} ({block.stage}) was not run: the sandbox cannot start: {e}",
+        details={
+            "block": block.name,
+            "stage": block.stage,
+            "line": block.line,
+            "type": "SandboxUnavailable",
+            "message": str(e),
+        },
+        received_payload=dict(req.inputs),
+        recovery_hint="Make nsjail work on the worker (docs/sandbox.md: "
+        "python -m sandbox checks it); blocks never run outside the sandbox.",
+    )
 
 
 def _schema_name(app: str) -> str:
