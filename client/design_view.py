@@ -8,13 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from keel.design.steps import EVENT_REPAIR, NODES
-from store.design import count_rows, list_events, stored_view
+from store.design import agent_runs_of, count_rows, list_events, stored_view
 from store.design import decision_set as decision_set_row
-from store.models import AgentRunRow
 
 if TYPE_CHECKING:
     from keel.design.diff import DecisionSetDiff
@@ -66,14 +64,8 @@ def node_models(sm: sessionmaker[Session], project: str, ds: str) -> list[dict[s
     model answered (the workflow's rules, the templates, or a model call that fell back
     to the rules). The nodes come in the pipeline's order (:data:`NODE_ORDER`: the rows
     are written together at the end of the run, in no order of their own)."""
-    with sm() as s:
-        rows = s.execute(
-            select(AgentRunRow.agent, AgentRunRow.provider, AgentRunRow.model)
-            .where(AgentRunRow.project_id == project, AgentRunRow.decision_set_id == ds)
-            .order_by(AgentRunRow.created_at, AgentRunRow.idem_key)
-        ).all()
     nodes: dict[str, dict[tuple[str, str], int]] = {}
-    for agent, provider, model in rows:
+    for agent, provider, model in agent_runs_of(sm, project, ds):
         answers = nodes.setdefault(agent, {})
         answers[(provider, model)] = answers.get((provider, model), 0) + 1
     order = sorted(nodes, key=lambda n: NODE_ORDER.get(n, len(NODE_ORDER)))

@@ -463,6 +463,18 @@ def list_events(sm: sessionmaker[Session], project: str, ds: str) -> Sequence[di
         ]
 
 
+def agent_runs_of(sm: sessionmaker[Session], project: str, ds: str) -> list[tuple[str, str, str]]:
+    """``(agent, provider, model)`` of every ``agent_runs`` row of one decision set, in the
+    order they were written."""
+    with sm() as s:
+        rows = s.execute(
+            select(AgentRunRow.agent, AgentRunRow.provider, AgentRunRow.model)
+            .where(AgentRunRow.project_id == project, AgentRunRow.decision_set_id == ds)
+            .order_by(AgentRunRow.created_at, AgentRunRow.idem_key)
+        ).all()
+    return [(agent, provider, model) for agent, provider, model in rows]
+
+
 def count_rows(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, int]:
     """Rows per design table for one decision set (tests, the CLI's show)."""
     out: dict[str, int] = {}
