@@ -22,7 +22,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict, Unpack
 
 import blake3
 
@@ -344,42 +344,47 @@ def _error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
-def make_s3_client(
-    *,
-    endpoint_url: str | None = None,
-    region: str | None = None,
-    access_key_id: str | None = None,
-    secret_access_key: str | None = None,
-    max_attempts: int = 3,
-    connect_timeout_s: float = 5.0,
-    read_timeout_s: float = 60.0,
-) -> Any:
+class S3Options(TypedDict, total=False):
+    """How an S3 client connects: endpoint, region and credentials (None: boto3's usual
+    chain), SDK retries (default 3) and timeouts (connect 5 s, read 60 s)."""
+
+    endpoint_url: str | None
+    region: str | None
+    access_key_id: str | None
+    secret_access_key: str | None
+    max_attempts: int
+    connect_timeout_s: float
+    read_timeout_s: float
+
+
+def make_s3_client(**options: Unpack[S3Options]) -> Any:
     """A boto3 S3 client as the S3 store uses it (credentials left as None come from
     boto3's usual chain)."""
     # boto3 takes ~0.5 s to import; only S3 users pay for it.
     import boto3
     from botocore.config import Config
 
+    endpoint_url = options.get("endpoint_url")
     config = Config(
         # A few quick SDK retries absorb connection blips; anything longer is the
         # calling activity's retry policy's business (Temporal owns retries).
-        retries={"max_attempts": max_attempts, "mode": "standard"},
-        connect_timeout=connect_timeout_s,
-        read_timeout=read_timeout_s,
+        retries={"max_attempts": options.get("max_attempts", 3), "mode": "standard"},
+        connect_timeout=options.get("connect_timeout_s", 5.0),
+        read_timeout=options.get("read_timeout_s", 60.0),
         # S3-compatible servers on a plain host:port cannot do virtual-host buckets.
         s3={"addressing_style": "path" if endpoint_url else "auto"},
     )
     return boto3.client(
         "s3",
         endpoint_url=endpoint_url or None,
-        region_name=region or None,
-        aws_access_key_id=access_key_id or None,
-        aws_secret_access_key=secret_access_key or None,
+        region_name=options.get("region") or None,
+        aws_access_key_id=options.get("access_key_id") or None,
+        aws_secret_access_key=options.get("secret_access_key") or None,
         config=config,
     )
 
 
-def _s3_connection(settings: Settings) -> dict[str, Any]:
+def _s3_connection(settings: Settings) -> S3Options:
     """The artifact store's S3 endpoint, region and credentials (``KEEL_S3_*``; empty
     credentials use boto3's usual chain): every S3 client Keel makes takes these."""
     return {
@@ -405,30 +410,11 @@ class S3ArtifactStore(ArtifactStore):
 
     KEY_PREFIX = "blake3/"
 
-    def __init__(
-        self,
-        bucket: str,
-        *,
-        endpoint_url: str | None = None,
-        region: str | None = None,
-        access_key_id: str | None = None,
-        secret_access_key: str | None = None,
-        max_attempts: int = 3,
-        connect_timeout_s: float = 5.0,
-        read_timeout_s: float = 60.0,
-    ) -> None:
+    def __init__(self, bucket: str, **options: Unpack[S3Options]) -> None:
         self.bucket = bucket
-        self.region = region
-        self.endpoint_url = endpoint_url or None
-        self._client: Any = make_s3_client(
-            endpoint_url=self.endpoint_url,
-            region=region,
-            access_key_id=access_key_id,
-            secret_access_key=secret_access_key,
-            max_attempts=max_attempts,
-            connect_timeout_s=connect_timeout_s,
-            read_timeout_s=read_timeout_s,
-        )
+        self.region = options.get("region")
+        self.endpoint_url = options.get("endpoint_url") or None
+        self._client: Any = make_s3_client(**options)
         self._bucket_ready = False
         self._bucket_lock = threading.Lock()
 
