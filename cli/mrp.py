@@ -363,7 +363,7 @@ def replay(
                 settings, inp, record.job_id, wait=True, stay=stay, on_dead=_services_died
             )
         )
-        rows = mrp_text.comparison(original, get_manifest(sessions, store, new_id))
+        rows = original.replay_comparison(get_manifest(sessions, store, new_id))
         doc = mrp_text.replay_doc(run_id, new_id, wid, rows)
         if not output.json:
             typer.echo(mrp_text.replay_text(doc, all_rows))
@@ -378,35 +378,15 @@ def replay(
 
 
 def _download(manifest: RunManifest, store: ArtifactStore, dest: Path) -> list[dict[str, Any]]:
-    """Copy the run's produced files (verified by digest) and its manifests into ``dest``."""
-    from keel.digest import digest_bytes
+    """:func:`client.mrp.download_outputs`, its refusals as this CLI reports them."""
+    from client.mrp import OutputCorrupted, OutputMissing, download_outputs
 
-    dest.mkdir(parents=True, exist_ok=True)
-    got: list[dict[str, Any]] = []
-    if manifest.produced and manifest.output_root is None:
-        MRP.fail("not_found", "the run manifest has no output root", EXIT_NOT_FOUND)
-    for f in manifest.produced:
-        src = Path(manifest.output_root or "") / f.path
-        try:
-            data = src.read_bytes()
-        except OSError as e:
-            MRP.fail("not_found", f"cannot read output {src}: {e.strerror or e}", EXIT_NOT_FOUND)
-        if digest_bytes(data) != f.digest:
-            MRP.fail("corrupted", f"output {src} no longer has digest {f.digest}", EXIT_ERROR)
-        target = dest / f.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        got.append({"path": str(target), "digest": f.digest, "size": f.size})
-    for name, digest in (
-        ("IR.json", manifest.ir_digest),
-        ("manifest.json", manifest.manifest_digest),
-        ("policy_report.json", manifest.policy_report_digest),
-    ):
-        (dest / name).write_bytes(store.get_bytes(digest))
-        got.append({"path": str(dest / name), "digest": digest})
-    (dest / "run-manifest.json").write_bytes(manifest.to_json())
-    got.append({"path": str(dest / "run-manifest.json"), "digest": manifest.digest()})
-    return got
+    try:
+        return download_outputs(manifest, store, dest)
+    except OutputMissing as e:
+        MRP.fail("not_found", str(e), EXIT_NOT_FOUND)
+    except OutputCorrupted as e:
+        MRP.fail("corrupted", str(e), EXIT_ERROR)
 
 
 def _not_finished(run_id: str, record: RunRecord) -> NoReturn:

@@ -1,15 +1,16 @@
-"""What ``mrp`` does on this machine before and around an ``MRPJob`` workflow:
-compiling a job as the compile activity would (its files resolved beside the job file,
-nothing stored), and starting the workflow with services on demand (``keel up``, a
-worker) and watching it with a progress line on stderr.
+"""What ``mrp`` wires on this machine around an ``MRPJob`` workflow: compiling a job as
+the compile activity would (its files resolved beside the job file, nothing stored;
+the MRP-P015 refusal is ``client.mrp.refuse_input_sources``), and
+``client.mrp.start_and_wait`` with services on demand (``keel up``, a worker) and a
+progress line on stderr.
 
-These are use cases rather than translation; they wait here for ``client/mrp.py``.
+The compile stays here rather than in ``client/mrp.py``: it reads the operator registry
+and resolves inputs with ``activities.mrp``, which ``client`` may not import (the layers
+of docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,6 @@ from cli.mrp_text import _progress_line as progress_line_text
 from cli.toolkit import note, output
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
     from temporalio.client import Client
 
     from keel.mrp.run import MRPJobInput, MRPJobResult
@@ -39,16 +39,9 @@ def compile_job(settings: Settings, job: Path, text: str) -> Any:
     slices = None
     if parsed.spec.inputs.files is not None:
         from activities.mrp.inputs import resolve_inputs
-        from keel.mrp.errors import InputsRefused
-        from keel.mrp.policy import input_source_findings
-        from keel.problems import at_path
+        from client.mrp import HashOnlyStore, refuse_input_sources
 
-        refused = input_source_findings(parsed.spec.inputs, config.caps)
-        if refused:
-            path, message = refused[0]
-            line = parsed.line(path)
-            where = at_path(path, line)
-            raise InputsRefused(f"MRP-P015 input source not allowed{where}: {message}")
+        refuse_input_sources(parsed, config.caps)
         # As the compile activity does, files beside the job file; nothing is stored.
         inputs = resolve_inputs(
             parsed.spec.inputs,
@@ -62,46 +55,24 @@ def compile_job(settings: Settings, job: Path, text: str) -> Any:
     return config.compile_job(text, resolved_files=files, record_slices=slices, source=source)
 
 
-class HashOnlyStore:
-    """Stand-in artifact store for ``mrp compile``: digests file bytes, keeps nothing."""
+def _progress(settings: Settings, run_id: str) -> Any:
+    """``mrp run``'s progress line on stderr (a terminal only), from the workflow's
+    ``progress`` query and the run records."""
+    from client.mrp import progress_of
 
-    def put_bytes(self, data: bytes) -> str:
-        from keel.digest import digest_bytes
+    def shown(client: Client, workflow_id: str) -> tuple[Any, Any] | None:
+        sessions = toolkit.sessions(settings)
+        if not sys.stderr.isatty():
+            return None
+        status = toolkit.StatusLine()
 
-        return digest_bytes(data)
+        async def tick() -> None:
+            view, progress = await progress_of(client, sessions, run_id, workflow_id)
+            status.show(progress_line_text(view, progress))
 
+        return tick, toolkit.StatusLine.clear
 
-async def _watch(
-    client: Client,
-    sessions: sessionmaker[Session],
-    run_id: str,
-    workflow_id: str,
-    services: Any,
-    show: bool,
-    on_dead: Callable[[str], BaseException],
-) -> None:
-    """Beside the result wait: progress on stderr (terminal only), from the workflow's
-    ``progress`` query and the run records; fails when a service this command started
-    dies."""
-    from client.mrp import job_view, running_cost
-
-    handle = client.get_workflow_handle(workflow_id)
-    status = toolkit.StatusLine()
-
-    async def progress_line() -> None:
-        progress: dict[str, Any] | None = None
-        with contextlib.suppress(Exception):
-            progress = await handle.query("progress", result_type=dict)
-        view = await job_view(None, sessions, run_id)
-        if view is not None and view.status == "running":
-            view.cost = await asyncio.to_thread(running_cost, sessions, run_id, view.cost)
-        status.show(progress_line_text(view, progress))
-
-    await toolkit.watch_services(
-        services,
-        on_dead=on_dead,
-        tick=progress_line if show else None,
-    )
+    return shown
 
 
 async def start_and_wait(
@@ -113,36 +84,23 @@ async def start_and_wait(
     stay: bool,
     on_dead: Callable[[str], BaseException],
 ) -> tuple[str, MRPJobResult | None, BaseException | None]:
-    """Start ``MRPJob`` (services on demand) and, with ``wait``, its result or failure;
-    ``on_dead(why)`` is raised when a service this command started dies."""
-    from temporalio.client import WorkflowFailureError
-
-    from client.mrp import start_job
-    from keel.mrp.run import workflow_id_for
+    """:func:`client.mrp.start_and_wait` with services on demand, saying where it started
+    and, on a terminal, showing progress."""
+    from client import mrp
     from services.local import LocalServices
 
-    services = LocalServices(settings, note)
-    keep = stay or not wait
-    try:
-        client = await services.connect()
-        wid = workflow_id_for(job_id, inp.run_id)
-        handle = await start_job(client, inp, workflow_id=wid, task_queue=settings.task_queue)
+    def started(wid: str) -> None:
         if not output.json:
             note(f"Started {wid} (run id {inp.run_id}) on task queue {settings.task_queue!r}")
-        await services.ensure_worker(wid, "mrp-worker.log")
-        if not wait:
-            return wid, None, None
-        sessions = toolkit.sessions(settings)
-        show = sys.stderr.isatty()
-        try:
-            result = await toolkit.wait_watching(
-                handle.result(), _watch(client, sessions, inp.run_id, wid, services, show, on_dead)
-            )
-        except WorkflowFailureError as err:
-            return wid, None, err
-        finally:
-            if show:
-                toolkit.StatusLine.clear()
-        return wid, result, None
-    finally:
-        await asyncio.to_thread(services.stop, keep)
+
+    return await mrp.start_and_wait(
+        LocalServices(settings, note),
+        inp,
+        job_id,
+        task_queue=settings.task_queue,
+        wait=wait,
+        keep=stay or not wait,
+        on_started=started,
+        on_dead=on_dead,
+        progress=_progress(settings, inp.run_id),
+    )

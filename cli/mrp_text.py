@@ -268,20 +268,6 @@ def compile_text(doc: dict[str, Any]) -> str:
     )
 
 
-def comparison(original: RunManifest, replayed: RunManifest | None) -> list[dict[str, Any]]:
-    """One row per digest replay compares, in canonical order (shards, reduce, files)."""
-    a = original.comparable_digests()
-    b = replayed.comparable_digests() if replayed is not None else {}
-    order = [s.shard_id for s in sorted(original.shards, key=lambda s: s.shard_index)]
-    keys = [k for k in order if k in a or k in b]
-    keys += ["reduce"] if "reduce" in a or "reduce" in b else []
-    keys += sorted(k for k in set(a) | set(b) if k.startswith("produced:"))
-    return [
-        {"what": k, "original": a.get(k), "replay": b.get(k), "same": a.get(k) == b.get(k)}
-        for k in keys
-    ]
-
-
 def replay_doc(run_id: str, new_id: str, wid: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """``mrp replay``'s document: the comparison and its first difference."""
     differing = [r for r in rows if not r["same"]]

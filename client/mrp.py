@@ -9,9 +9,12 @@ run records (``store/mrp_runs.py``) and, for what they do not hold yet, from Tem
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -35,7 +38,11 @@ from client.temporal import (
     start_by_type,
     status_name,
 )
-from keel.mrp.dsl import parse_job
+from client.waiting import LocalServicesLike, wait_watching, watch_services
+from keel.digest import digest_bytes
+from keel.mrp.dsl import ParsedJob, parse_job
+from keel.mrp.errors import InputsRefused
+from keel.mrp.policy import Caps, input_source_findings
 from keel.mrp.run import (
     ERROR_TYPES,
     WORKFLOW_TYPE,
@@ -43,10 +50,13 @@ from keel.mrp.run import (
     MRPJobInput,
     MRPJobResult,
     RunCost,
+    RunManifest,
     ShardCounters,
     run_id_from_workflow_id,
     run_manifest_from_json,
+    workflow_id_for,
 )
+from keel.problems import at_path
 from keel.search_attributes import RUN_ID_ATTRIBUTE
 from store.artifacts import ArtifactStore
 from store.mrp_runs import RunRecord, get_run, list_shards, shard_counts
@@ -296,3 +306,138 @@ def running_cost(sessions: sessionmaker[Session], run_id: str, cost: RunCost) ->
             "usd": sum((r.cost_usd for r in rows), Decimal(0)),
         }
     )
+
+
+# -- on this machine: what ``mrp compile`` and ``mrp inspect --download`` decide ----------
+
+
+def refuse_input_sources(parsed: ParsedJob, caps: Caps) -> None:
+    """MRP-P015: refuse a job whose ``inputs.files`` name a source ``caps`` do not allow,
+    at the first such path (with its line in the job file), before anything is read.
+
+    Raises:
+        keel.mrp.errors.InputsRefused: ``MRP-P015 input source not allowed at <path>
+            (line N): <why>``.
+    """
+    refused = input_source_findings(parsed.spec.inputs, caps)
+    if refused:
+        path, message = refused[0]
+        where = at_path(path, parsed.line(path))
+        raise InputsRefused(f"MRP-P015 input source not allowed{where}: {message}")
+
+
+class HashOnlyStore:
+    """Stand-in artifact store for a compile on this machine: digests file bytes, keeps
+    nothing (``mrp compile`` resolves the input files as the compile activity does)."""
+
+    def put_bytes(self, data: bytes) -> str:
+        return digest_bytes(data)
+
+
+class OutputMissing(LookupError):
+    """A run's output cannot be read (its manifest has no output root, or a file is gone)."""
+
+
+class OutputCorrupted(ValueError):
+    """A run's output file no longer has the digest its run manifest records."""
+
+
+def download_outputs(
+    manifest: RunManifest, store: ArtifactStore, dest: Path
+) -> list[dict[str, Any]]:
+    """Copy a finished run's produced files, each verified against its recorded digest,
+    and its manifests (IR, compile manifest, policy report, run manifest) into ``dest``;
+    one ``{"path", "digest"[, "size"]}`` per file written, in that order.
+
+    Raises:
+        OutputMissing: no output root, or a produced file cannot be read.
+        OutputCorrupted: a produced file's bytes no longer have its digest.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    got: list[dict[str, Any]] = []
+    if manifest.produced and manifest.output_root is None:
+        raise OutputMissing("the run manifest has no output root")
+    for f in manifest.produced:
+        src = Path(manifest.output_root or "") / f.path
+        try:
+            data = src.read_bytes()
+        except OSError as e:
+            raise OutputMissing(f"cannot read output {src}: {e.strerror or e}") from None
+        if digest_bytes(data) != f.digest:
+            raise OutputCorrupted(f"output {src} no longer has digest {f.digest}")
+        target = dest / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        got.append({"path": str(target), "digest": f.digest, "size": f.size})
+    for name, digest in (
+        ("IR.json", manifest.ir_digest),
+        ("manifest.json", manifest.manifest_digest),
+        ("policy_report.json", manifest.policy_report_digest),
+    ):
+        (dest / name).write_bytes(store.get_bytes(digest))
+        got.append({"path": str(dest / name), "digest": digest})
+    (dest / "run-manifest.json").write_bytes(manifest.to_json())
+    got.append({"path": str(dest / "run-manifest.json"), "digest": manifest.digest()})
+    return got
+
+
+# -- a run started from this machine (``mrp run``, ``mrp replay``) --------------------------
+
+
+async def progress_of(
+    client: Client, sessions: sessionmaker[Session], run_id: str, workflow_id: str
+) -> tuple[MrpJobView | None, dict[str, Any] | None]:
+    """A running run's view (its cost so far added up from the shard rows) and the
+    workflow's ``progress`` query (None when it does not answer)."""
+    progress: dict[str, Any] | None = None
+    with contextlib.suppress(Exception):
+        progress = await client.get_workflow_handle(workflow_id).query("progress", result_type=dict)
+    view = await job_view(None, sessions, run_id)
+    if view is not None and view.status == "running":
+        view.cost = await asyncio.to_thread(running_cost, sessions, run_id, view.cost)
+    return view, progress
+
+
+Tick = Callable[[], Awaitable[None]]
+
+
+async def start_and_wait(
+    services: LocalServicesLike,
+    inp: MRPJobInput,
+    job_id: str,
+    *,
+    task_queue: str,
+    wait: bool,
+    keep: bool,
+    on_started: Callable[[str], None],
+    on_dead: Callable[[str], BaseException],
+    progress: Callable[[Client, str], tuple[Tick, Callable[[], None]] | None] | None = None,
+) -> tuple[str, MRPJobResult | None, BaseException | None]:
+    """Start ``MRPJob`` (``services``: the server and a worker on demand) and, with
+    ``wait``, its result or its failure (a ``WorkflowFailureError``): ``(workflow id,
+    result, failure)``. ``on_started(workflow_id)`` once it is started; ``on_dead(why)``
+    is raised when a service ``services`` started dies; ``progress(client, workflow_id)``
+    (called once the wait begins) gives a tick run beside the wait and what to call when
+    the wait ends. ``services`` are stopped at the end, left running with ``keep``."""
+    try:
+        client = await services.connect()
+        wid = workflow_id_for(job_id, inp.run_id)
+        handle = await start_job(client, inp, workflow_id=wid, task_queue=task_queue)
+        on_started(wid)
+        await services.ensure_worker(wid, "mrp-worker.log")
+        if not wait:
+            return wid, None, None
+        shown = progress(client, wid) if progress is not None else None
+        tick, done = shown if shown is not None else (None, None)
+        try:
+            result = await wait_watching(
+                handle.result(), watch_services(services, on_dead=on_dead, tick=tick)
+            )
+        except WorkflowFailureError as err:
+            return wid, None, err
+        finally:
+            if done is not None:
+                done()
+        return wid, result, None
+    finally:
+        await asyncio.to_thread(services.stop, keep)

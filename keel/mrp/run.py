@@ -231,6 +231,21 @@ class RunManifest(_RunModel):
             out[f"produced:{f.path}"] = f.digest
         return out
 
+    def replay_comparison(self, replayed: RunManifest | None) -> list[dict[str, str | bool | None]]:
+        """One row per digest a replay of this run compares, in canonical order (shards by
+        index, ``reduce``, produced files by path): ``{"what", "original", "replay",
+        "same"}``; without a ``replayed`` manifest every replay digest is None."""
+        a = self.comparable_digests()
+        b = replayed.comparable_digests() if replayed is not None else {}
+        order = [s.shard_id for s in sorted(self.shards, key=_index)]
+        keys = [k for k in order if k in a or k in b]
+        keys += ["reduce"] if "reduce" in a or "reduce" in b else []
+        keys += sorted(k for k in set(a) | set(b) if k.startswith("produced:"))
+        return [
+            {"what": k, "original": a.get(k), "replay": b.get(k), "same": a.get(k) == b.get(k)}
+            for k in keys
+        ]
+
 
 def _index(s: ShardOutputRecord) -> int:
     return s.shard_index
