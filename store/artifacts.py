@@ -443,6 +443,10 @@ class S3ArtifactStore(ArtifactStore):
 
     def get_named(self, key: str) -> bytes | None:
         """A small named object (a reference, not an artifact) at ``key``, or None."""
+        return self._get_object(key)
+
+    def _get_object(self, key: str) -> bytes | None:
+        """The object at ``key`` read whole, or None where there is none."""
         try:
             response = self._client.get_object(Bucket=self.bucket, Key=key)
         except _client_error() as e:
@@ -558,17 +562,9 @@ class S3ArtifactStore(ArtifactStore):
         )
 
     def _read(self, hexdigest: str, digest: str) -> bytes:
-        try:
-            response = self._client.get_object(Bucket=self.bucket, Key=self.KEY_PREFIX + hexdigest)
-        except _client_error() as e:
-            if _error_code(e) in _NOT_FOUND_CODES:
-                raise ArtifactNotFound(digest, self.describe()) from None
-            raise
-        body = response["Body"]
-        try:
-            data: bytes = body.read()
-        finally:
-            body.close()
+        data = self._get_object(self.KEY_PREFIX + hexdigest)
+        if data is None:
+            raise ArtifactNotFound(digest, self.describe())
         return data
 
     def _exists(self, hexdigest: str) -> bool:
