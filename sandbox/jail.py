@@ -31,10 +31,10 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sandbox.cgroups import RunCgroup, cgroup_setup
 from sandbox.errors import SandboxError, SandboxUnavailable
@@ -47,6 +47,9 @@ from sandbox.models import (
 )
 from sandbox.tether import NSJAIL_DEATH_SIGNAL, tethered
 from sandbox.workspace import Workspace, tmpfs_inodes, unreachable_reason, validate_relpath
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 NSJAIL_ENV = "KEEL_NSJAIL_PATH"
 #: Inside the jail.
@@ -620,33 +623,21 @@ async def run_async(
     )
 
 
-def run(
-    argv: Sequence[str],
-    *,
-    limits: SandboxLimits | None = None,
-    workspace_files: Mapping[str, bytes | str] | None = None,
-    readonly_files: Mapping[str, bytes | str] | None = None,
-    env: Mapping[str, str] | None = None,
-    stdin: bytes | None = None,
-    output_files: Sequence[str] = (),
-    binds: Sequence[Bind] = (),
-    config: SandboxConfig | None = None,
-) -> SandboxResult:
-    """Blocking form of ``run_async`` for threads without an event loop (sync activities)."""
-    _no_running_loop("run")
-    return asyncio.run(
-        run_async(
-            argv,
-            limits=limits,
-            workspace_files=workspace_files,
-            readonly_files=readonly_files,
-            env=env,
-            stdin=stdin,
-            output_files=output_files,
-            binds=binds,
-            config=config,
-        )
-    )
+def blocking(name: str, fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """The blocking form ``name`` of the coroutine function ``fn``, for threads without
+    an event loop (sync activities); called inside a running loop it raises."""
+
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        _no_running_loop(name)
+        return asyncio.run(fn(*args, **kwargs))
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"Blocking form of ``{fn.__name__}`` for threads without an event loop."
+    return call
+
+
+#: Blocking form of :func:`run_async` for threads without an event loop (sync activities).
+run = blocking("run", run_async)
 
 
 def _no_running_loop(name: str) -> None:
