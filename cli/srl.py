@@ -6,7 +6,7 @@
 ``srl collect TASKS.jsonl`` runs an ``SRLCollection`` on the configured Temporal server
 (or the embedded one, started on demand, with a worker) and shows a live progress line;
 ``srl show``, ``srl report`` (teacher precision, Markdown), ``srl export`` (JSONL and
-Parquet, ``cli/srl_export.py``) and ``srl state dump`` read the step rows in SQL. Output,
+Parquet, ``client/srl_export.py``) and ``srl state dump`` read the step rows in SQL. Output,
 errors and exit codes follow the CLI toolkit (``cli/toolkit.py``): text on a terminal, one
 JSON document otherwise, ``{"error": {...}}`` on failure.
 """
@@ -25,8 +25,8 @@ from cli import srl_text, toolkit
 from cli.srl_data import data_app, synth
 from cli.srl_data import tasks as tasks_command
 from cli.srl_data import translate as data_translate
-from cli.srl_export import write_export
 from cli.toolkit import note, output
+from client.srl_export import write_export
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -80,59 +80,48 @@ SRL = toolkit.Family("srl", _translate, bad_settings="error")
 # -- collect -------------------------------------------------------------------------------
 
 
-async def _watch(client: Client, workflow_id: str, services: Any, show: bool) -> None:
-    from keel.srl.steps import CollectionProgress
+def _progress(client: Client, workflow_id: str) -> tuple[Any, Any] | None:
+    """``srl collect``'s progress line on stderr (a terminal only)."""
+    from client.srl import collection_progress
 
-    handle = client.get_workflow_handle(workflow_id)
+    if not sys.stderr.isatty():
+        return None
     started = time.monotonic()
     status = toolkit.StatusLine()
 
     async def tick() -> None:
-        p = await handle.query("progress", result_type=CollectionProgress)
+        p = await collection_progress(client, workflow_id)
         status.show(srl_text.progress_line(p, started))
 
-    await toolkit.watch_services(
-        services,
-        on_dead=lambda why: SRL.failure("error", why),
-        tick=tick if show else None,
-        interval_s=1.0,
-    )
+    return tick, toolkit.StatusLine.clear
 
 
 async def _collect(
     settings: Settings, inp: CollectionInput, *, wait: bool, stay: bool
 ) -> tuple[CollectionResult, float] | None:
-    """Start the collection (services on demand) and, with ``wait``, its result and the
-    seconds from its start to its result."""
-    from temporalio.client import WorkflowFailureError
-
-    from client.srl import check_identity, start_collection
+    """:func:`client.srl.collect_and_wait` with services on demand, saying where it
+    started and, on a terminal, showing progress."""
+    from client.srl import CollectionFailed, collect_and_wait
     from services.local import LocalServices
 
-    check_identity(toolkit.sessions(settings), inp)
-    services = LocalServices(settings, note)
-    try:
-        client = await services.connect()
-        handle = await start_collection(client, inp, task_queue=settings.task_queue)
-        started = time.monotonic()
+    def started(workflow_id: str) -> None:
         if output.human:
-            note(f"Started {handle.id}: {inp.task_count} tasks, source {inp.source}")
-        await services.ensure_worker(handle.id, "srl-worker.log")
-        if not wait:
-            return None
-        show = sys.stderr.isatty()
-        try:
-            result = await toolkit.wait_watching(
-                handle.result(), _watch(client, handle.id, services, show)
-            )
-            return result, time.monotonic() - started
-        except WorkflowFailureError as err:
-            SRL.fail("run_failed", f"collection {inp.collection} failed: {err.cause or err}")
-        finally:
-            if show:
-                toolkit.StatusLine.clear()
-    finally:
-        await asyncio.to_thread(services.stop, stay or not wait)
+            note(f"Started {workflow_id}: {inp.task_count} tasks, source {inp.source}")
+
+    try:
+        return await collect_and_wait(
+            LocalServices(settings, note),
+            toolkit.sessions(settings),
+            inp,
+            task_queue=settings.task_queue,
+            wait=wait,
+            keep=stay or not wait,
+            on_started=started,
+            on_dead=lambda why: SRL.failure("error", why),
+            progress=_progress,
+        )
+    except CollectionFailed as e:
+        SRL.fail("run_failed", str(e))
 
 
 SourceOpt = Annotated[
@@ -181,7 +170,8 @@ def _check_choices(source: str, step_mode: str) -> None:
 
 
 def _upload(settings: Settings, tasks: Path, limit: int | None, source: str) -> tuple[str, int]:
-    """The task file (its first ``limit`` lines) stored: its digest and task count."""
+    """The task file read, then stored by :func:`client.srl.upload_tasks` (its first
+    ``limit`` lines): its digest and task count."""
     from client.srl import upload_tasks
     from store.artifacts import artifact_store_from_settings
 
@@ -189,9 +179,7 @@ def _upload(settings: Settings, tasks: Path, limit: int | None, source: str) -> 
         data = tasks.read_bytes()
     except OSError as e:
         SRL.fail("invalid_input", f"cannot read {tasks}: {e.strerror or e}")
-    if limit is not None:
-        data = b"".join(data.splitlines(keepends=True)[:limit])
-    return upload_tasks(artifact_store_from_settings(settings), data, source)
+    return upload_tasks(artifact_store_from_settings(settings), data, source, limit)
 
 
 def _collection_input(**fields: Any) -> CollectionInput:
@@ -293,23 +281,17 @@ def show(
     json_out: JsonOpt = None,
 ) -> None:
     """A collection's status, progress or result, and its recorded steps."""
-    from client.srl import collection_view
+    from client.srl import collection_view_here
     from services.local import LocalServices
 
     SRL.mode(json_out)
     with SRL.reported():
         settings = toolkit.load_settings()
-
-        async def view() -> Any:
-            services = LocalServices(settings, note)
-            try:
-                # A read: it never starts Keel (it used to, and left it running).
-                client = await services.connect(start=False)
-                return await collection_view(client, toolkit.sessions(settings), collection)
-            finally:
-                await asyncio.to_thread(services.stop, True)
-
-        v = asyncio.run(view())
+        v = asyncio.run(
+            collection_view_here(
+                LocalServices(settings, note), lambda: toolkit.sessions(settings), collection
+            )
+        )
         if v is None:
             SRL.fail("not_found", f"no collection {collection!r}")
         r = v.recorded

@@ -185,16 +185,14 @@ def _tokenizer(model: str | None) -> Any:
     """The tokenizer of ``model`` (default: the models config's default model; the
     heuristic when none is configured); an unknown ``model`` is a usage error."""
     from activities.srl.tokens import tokenizer_for
+    from client.srl import token_model_spec
     from keel.llm import ModelsConfigError, UnknownModelError
     from keel.settings import get_settings
-    from store.files import load_models_config
 
     try:
-        _, spec = load_models_config(get_settings().models_config).resolve(model or "")
+        spec = token_model_spec(get_settings().models_config, model)
     except (ModelsConfigError, UnknownModelError) as e:
-        if model:
-            raise SRL_DATA.failure("usage", str(e)) from None
-        spec = None
+        raise SRL_DATA.failure("usage", str(e)) from None
     return tokenizer_for(spec)
 
 

@@ -8,16 +8,21 @@ rows in SQL (``store/srl_steps.py``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from client.temporal import RunStatus, describe_or_none, start_by_type, status_name
+from client.waiting import LocalServicesLike, wait_watching, watch_services
 from keel.digest import canonical_json
+from keel.llm import ModelsConfigError, ModelSpec, UnknownModelError
 from keel.srl.expert import Expert, ExpertStep, expert_steps
 from keel.srl.steps import (
     COLLECTION_TYPE,
@@ -32,6 +37,7 @@ from keel.srl.steps import (
 )
 from keel.srl.trajectory import StepRecord
 from store.artifacts import ArtifactNotFound, ArtifactStore
+from store.files import load_models_config
 from store.srl_steps import count_steps, get_identity, list_steps
 
 COLLECTION_PREFIX = "srl/"
@@ -43,14 +49,17 @@ def collection_workflow_id(collection: str) -> str:
 
 
 def upload_tasks(
-    artifacts: ArtifactStore, data: bytes, source: str | None = None
+    artifacts: ArtifactStore, data: bytes, source: str | None = None, limit: int | None = None
 ) -> tuple[str, int]:
     """Validate a JSONL task file (for ``source``, when given: a gold replay needs expert
-    actions) and store it: ``(digest, number of tasks)``.
+    actions) and store it: ``(digest, number of tasks)``; with ``limit``, only its first
+    ``limit`` lines are validated and stored.
 
     Raises ``keel.srl.steps.TasksInvalid`` naming the first bad line, or the tasks a gold
     replay cannot replay.
     """
+    if limit is not None:
+        data = b"".join(data.splitlines(keepends=True)[:limit])
     count = _checked_count(data, source)
     return artifacts.put_bytes(data), count
 
@@ -277,3 +286,104 @@ def _expert_of(
     if not candidates:
         return None
     return min(candidates, key=lambda c: (c[0], c[1]))[2]
+
+
+def token_model_spec(models_config: str | Path, model: str | None) -> ModelSpec | None:
+    """Whose tokenizer counts tokens (``srl data process --model``): ``model``'s spec, or
+    the models config's default model's; None (the heuristic) when no model is named and
+    the config has no usable default.
+
+    Raises:
+        keel.llm.ModelsConfigError, keel.llm.UnknownModelError: the config or the named
+            ``model`` cannot be resolved (only when ``model`` is given).
+    """
+    try:
+        _, spec = load_models_config(models_config).resolve(model or "")
+    except (ModelsConfigError, UnknownModelError):
+        if model:
+            raise
+        return None
+    return spec
+
+
+# -- a collection started from this machine (``srl collect``) ---------------------------
+
+Tick = Callable[[], Awaitable[None]]
+
+
+class CollectionFailed(RuntimeError):
+    """The collection's workflow failed: ``collection <id> failed: <cause>``."""
+
+
+async def collection_progress(client: Client, workflow_id: str) -> CollectionProgress:
+    """A running collection's ``progress`` query."""
+    handle = client.get_workflow_handle(workflow_id)
+    return await handle.query("progress", result_type=CollectionProgress)
+
+
+async def collect_and_wait(
+    services: LocalServicesLike,
+    sessions: sessionmaker[Session],
+    inp: CollectionInput,
+    *,
+    task_queue: str,
+    wait: bool,
+    keep: bool,
+    on_started: Callable[[str], None],
+    on_dead: Callable[[str], BaseException],
+    progress: Callable[[Client, str], tuple[Tick, Callable[[], None]] | None] | None = None,
+) -> tuple[CollectionResult, float] | None:
+    """Start the collection (after :func:`check_identity`; ``services``: the server and a
+    worker on demand) and, with ``wait``, its result and the seconds from its start to
+    its result (None without ``wait``). ``on_started(workflow_id)`` once started;
+    ``on_dead(why)`` is raised when a service ``services`` started dies;
+    ``progress(client, workflow_id)`` (called once the wait begins) gives a tick run
+    beside the wait and what to call when the wait ends. ``services`` are stopped at the
+    end, left running with ``keep``.
+
+    Raises:
+        CollectionMismatch: the collection id was recorded with another source, model or
+            sampling.
+        CollectionFailed: its workflow failed.
+    """
+    check_identity(sessions, inp)
+    try:
+        client = await services.connect()
+        handle = await start_collection(client, inp, task_queue=task_queue)
+        started = time.monotonic()
+        on_started(handle.id)
+        await services.ensure_worker(handle.id, "srl-worker.log")
+        if not wait:
+            return None
+        shown = progress(client, handle.id) if progress is not None else None
+        tick, done = shown if shown is not None else (None, None)
+        try:
+            result = await wait_watching(
+                handle.result(),
+                watch_services(services, on_dead=on_dead, tick=tick, interval_s=1.0),
+            )
+            return result, time.monotonic() - started
+        except WorkflowFailureError as err:
+            raise CollectionFailed(
+                f"collection {inp.collection} failed: {err.cause or err}"
+            ) from None
+        finally:
+            if done is not None:
+                done()
+    finally:
+        await asyncio.to_thread(services.stop, keep)
+
+
+async def collection_view_here(
+    services: LocalServicesLike,
+    sessions: Callable[[], sessionmaker[Session]],
+    collection: str,
+) -> CollectionView | None:
+    """:func:`collection_view` through the server ``services`` finds running (the
+    database opened by ``sessions()`` once connected): a read never starts Keel (it used
+    to, and left it running); None for an unknown collection."""
+    try:
+        client = await services.connect(start=False)
+        return await collection_view(client, sessions(), collection)
+    finally:
+        await asyncio.to_thread(services.stop, True)
