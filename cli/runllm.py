@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -28,7 +26,7 @@ import typer
 
 from cli import runllm_text, toolkit
 from cli.envelope import CliError
-from cli.runllm_input import checked_input, prompt_tokens_for, read_input
+from cli.runllm_input import checked_input, read_input
 from cli.toolkit import note, output
 from keel.rllm.errors import RllmError, RllmErrorPayload
 from keel.rllm.failures import USAGE_EXIT_CODE, RunnerFailure, internal_failure, usage_failure
@@ -38,7 +36,6 @@ if TYPE_CHECKING:
 
     from keel.rllm.deps import ResolvedApp
     from keel.settings import Settings
-    from services.local import LocalServices
 
 app = typer.Typer(
     help="Run .rllm apps (typed single-shot LLM programs) as durable Temporal workflows.",
@@ -164,31 +161,18 @@ def _load(path: Path) -> ResolvedApp:
 
 
 def _models(settings: Settings) -> Any:
-    from keel.llm import ModelsConfigError
-    from store.files import load_models_config
+    from client.rllm import models_config
 
-    try:
-        return load_models_config(settings.models_config)
-    except ModelsConfigError as e:
-        raise internal_failure(
-            str(e),
-            error_type="ModelsConfigError",
-            hint="Fix the models config (KEEL_MODELS_CONFIG, default configs/models.yaml).",
-        ) from None
+    return models_config(settings)
 
 
 # -- validate / inspect ----------------------------------------------------------------
 
 
 def _model_names(resolved: ResolvedApp, settings: Settings, override: str | None) -> dict[str, str]:
-    from keel.rllm.run import resolve_model_name
+    from client.rllm import model_names
 
-    models = _models(settings)
-    return {
-        key: resolve_model_name(p.llm, override, models)
-        for key, p in resolved.programs.items()
-        if p.needs_llm
-    }
+    return model_names(resolved, _models(settings), override)
 
 
 @app.command()
@@ -239,25 +223,13 @@ def stats(
     json_out: JsonOpt = None,
 ) -> None:
     """Recorded run statistics of an app and the apps it uses (per version and model)."""
-    from store.rllm_stats import get_stats
+    from client.rllm import app_stats
 
     human = not RLLM.mode(json_out, verbose=verbose)
     with RLLM.reported():
         resolved = _load(file)
         settings = toolkit.load_settings()
-        sessions = toolkit.sessions(settings)
-        apps: list[dict[str, Any]] = []
-        for key in reversed(resolved.graph.order()):  # root first
-            p = resolved.programs[key]
-            rows = get_stats(sessions, p.name, model)
-            apps.append(
-                {
-                    "key": key,
-                    "app": p.name,
-                    "version": p.version,
-                    "stats": [s.model_dump(mode="json") for s in rows],
-                }
-            )
+        apps = app_stats(toolkit.sessions(settings), resolved, model)
         out = {"app": resolved.root.name, "model": model, "apps": apps}
         _answer(out, human, lambda: runllm_text.stats_text(apps, model))
 
@@ -272,65 +244,22 @@ def exectime(
     json_out: JsonOpt = None,
 ) -> None:
     """Predict a run's wall time from recorded stats, summed over the apps it uses."""
-    from store.rllm_stats import predict_exectime
+    from client.rllm import predicted_exectime
 
     human = not RLLM.mode(json_out, verbose=verbose)
     with RLLM.reported():
         resolved = _load(file)
         settings = toolkit.load_settings()
-        tokens = None
+        value = None
         if input_text is not None or input_file is not None:
             value = checked_input(resolved.root, read_input(resolved.root, input_text, input_file))
-            tokens = prompt_tokens_for(resolved.root, value)
-        pred = predict_exectime(
-            toolkit.sessions(settings),
-            resolved,
-            _models(settings),
-            model=model,
-            prompt_tokens=tokens,
+        out = predicted_exectime(
+            toolkit.sessions(settings), resolved, _models(settings), model=model, value=value
         )
-        out = {**pred.model_dump(mode="json"), "prompt_tokens": tokens}
         _answer(out, human, lambda: runllm_text.exectime_text(out))
 
 
 # -- run -------------------------------------------------------------------------------
-
-
-async def _watch(
-    client: Client, workflow_id: str, services: LocalServices, show_pulls: bool
-) -> None:
-    """Runs beside the result wait: starts a worker when none picks the run up, fails when
-    a service we started dies, prints pulls.
-
-    The worker check runs here rather than before the wait: with a worker up, the result
-    usually arrives before the check's first describe would have, so a run pays nothing
-    for it (bench/cli_latency.py).
-    """
-    from keel.rllm.ollama import OLLAMA_ENSURE, OllamaProgress
-
-    await services.ensure_worker(workflow_id, "runllm-worker.log")
-    handle = client.get_workflow_handle(workflow_id)
-    last = ""
-
-    async def pull_progress() -> None:
-        nonlocal last
-        desc = await handle.describe()
-        for pa in desc.raw_description.pending_activities:
-            if pa.activity_type.name != OLLAMA_ENSURE.name:
-                continue
-            if not pa.heartbeat_details.payloads:
-                continue
-            [raw] = await client.data_converter.decode(pa.heartbeat_details.payloads, [dict])
-            line = OllamaProgress.model_validate(raw).line()
-            if line != last:
-                note(f"ollama: {line}")
-                last = line
-
-    await toolkit.watch_services(
-        services,
-        on_dead=lambda why: internal_failure(why, error_type="WorkerExited"),
-        tick=pull_progress if show_pulls else None,
-    )
 
 
 async def _run_workflow(
@@ -345,10 +274,11 @@ async def _run_workflow(
     timeout_s: float | None,
     stay: bool,
 ) -> tuple[str, Any]:
-    from temporalio.client import WorkflowFailureError
-
-    from client.rllm import failure_payload, start_run
-    from keel.rllm.run import RllmRunInput, workflow_id_for
+    """:func:`client.rllm.run_and_wait` with services on demand; says where it started
+    and each line of a model pull on stderr."""
+    from client.rllm import run_and_wait
+    from keel.rllm.run import RllmRunInput
+    from services.local import LocalServices, ServiceUnavailable
     from store.files import bundle_files
 
     inp = RllmRunInput(
@@ -359,12 +289,11 @@ async def _run_workflow(
         max_retries=max_retries,
         ollama_auto_pull=auto_pull,
     )
-    from services.local import LocalServices, ServiceUnavailable
-
     services = LocalServices(settings, note=note)
-    try:
+
+    async def connect() -> Client:
         try:
-            client = await services.connect()
+            return await services.connect()
         except ServiceUnavailable as e:
             raise internal_failure(
                 str(e),
@@ -373,25 +302,22 @@ async def _run_workflow(
                 hint="Start the server named in the message, or unset KEEL_TEMPORAL_ADDRESS "
                 "to use the embedded one (keel up).",
             ) from None
-        wid = workflow_id_for(resolved.root.name, str(uuid.uuid4()))
-        handle = await start_run(
-            client,
-            inp,
-            workflow_id=wid,
-            task_queue=settings.task_queue,
-            timeout=timedelta(seconds=timeout_s) if timeout_s else None,
-        )
+
+    def started(wid: str) -> None:
         if output.human:
             note(f"Started {wid} on task queue {settings.task_queue!r}")
-        try:
-            return wid, await toolkit.wait_watching(
-                handle.result(), _watch(client, wid, services, auto_pull)
-            )
-        except WorkflowFailureError as err:
-            payload, code = failure_payload(err, workflow_id=wid)
-            raise RunnerFailure(payload, code) from None
-    finally:
-        await asyncio.to_thread(services.stop, stay)
+
+    return await run_and_wait(
+        services,
+        connect,
+        inp,
+        app_name=resolved.root.name,
+        task_queue=settings.task_queue,
+        timeout_s=timeout_s,
+        keep=stay,
+        on_started=started,
+        on_pull=(lambda line: note(f"ollama: {line}")) if auto_pull else None,
+    )
 
 
 @app.command()

@@ -1,6 +1,6 @@
 """How ``runllm`` reads an app's input from the command line (``--input``,
-``--input-file``), checks it against the app's ``input_schema``, and estimates the prompt
-it makes (for ``exectime``). Neither Temporal nor LiteLLM is imported."""
+``--input-file``) and checks it against the app's ``input_schema``. Neither Temporal nor
+LiteLLM is imported."""
 
 from __future__ import annotations
 
@@ -77,31 +77,3 @@ def checked_input(program: RllmProgram, value: Any) -> dict[str, Any]:
     from keel.rllm.contracts import coerce_input, validate_input
 
     return validate_input(program, coerce_input(program, value))
-
-
-def prompt_tokens_for(program: RllmProgram, value: dict[str, Any]) -> int | None:
-    """Estimated prompt tokens of the root app for an input (None without a model call).
-
-    Pre-block outputs are not known before the run: each is taken to be as long as the
-    block's inputs together (a cleaning block keeps the text's size). Child outputs read
-    by the template are left out.
-    """
-    from keel.rllm.contracts import render_prompt, template_variables
-    from keel.rllm.estimate import estimate_prompt_tokens
-
-    if not program.needs_llm:
-        return None
-    pre: dict[str, Any] = {}
-    scope = dict(value)
-    for block in program.pre_blocks:
-        guess = " ".join(
-            v if isinstance(v, str) else json.dumps(v)
-            for n in block.inputs
-            if (v := scope.get(n)) is not None
-        )
-        for out in block.outputs:
-            pre[out] = guess
-        scope.update(pre)
-    return estimate_prompt_tokens(
-        render_prompt(program, template_variables(program, value, pre_outputs=pre))
-    )

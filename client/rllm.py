@@ -7,10 +7,14 @@ and the run's status as one :class:`RllmRunView`.
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import (
     ApplicationError,
@@ -20,9 +24,23 @@ from temporalio.exceptions import (
 )
 
 from client.temporal import RunStatus, cause_chain, describe_or_none, start_by_type, status_name
+from client.waiting import LocalServicesLike, wait_watching, watch_services
+from keel.llm import ModelsConfig, ModelsConfigError
+from keel.rllm.deps import ResolvedApp
 from keel.rllm.errors import EXIT_CODES, RllmErrorPayload, error_from_payload
-from keel.rllm.failures import internal_failure
-from keel.rllm.run import WORKFLOW_TYPE, RllmRunInput, RllmRunResult
+from keel.rllm.estimate import prompt_tokens_for
+from keel.rllm.failures import RunnerFailure, internal_failure
+from keel.rllm.ollama import OLLAMA_ENSURE, OllamaProgress
+from keel.rllm.run import (
+    WORKFLOW_TYPE,
+    RllmRunInput,
+    RllmRunResult,
+    resolve_model_name,
+    workflow_id_for,
+)
+from keel.settings import Settings
+from store.files import load_models_config
+from store.rllm_stats import get_stats, predict_exectime
 
 
 class RllmRunView(BaseModel):
@@ -157,3 +175,157 @@ async def run_view(client: Client, workflow_id: str) -> RllmRunView | None:
     except WorkflowFailureError as err:
         view.error, view.exit_code = failure_payload(err, workflow_id=workflow_id)
     return view
+
+
+# -- what ``runllm validate``, ``stats`` and ``exectime`` compute -----------------------
+
+
+def models_config(settings: Settings) -> ModelsConfig:
+    """The models config (``KEEL_MODELS_CONFIG``); a broken one is an internal failure
+    naming the file to fix."""
+    try:
+        return load_models_config(settings.models_config)
+    except ModelsConfigError as e:
+        raise internal_failure(
+            str(e),
+            error_type="ModelsConfigError",
+            hint="Fix the models config (KEEL_MODELS_CONFIG, default configs/models.yaml).",
+        ) from None
+
+
+def model_names(
+    resolved: ResolvedApp, models: ModelsConfig, override: str | None
+) -> dict[str, str]:
+    """The model each app that calls one would use (``override``: ``--model``), by key."""
+    return {
+        key: resolve_model_name(p.llm, override, models)
+        for key, p in resolved.programs.items()
+        if p.needs_llm
+    }
+
+
+def app_stats(
+    sessions: sessionmaker[Session], resolved: ResolvedApp, model: str | None
+) -> list[dict[str, Any]]:
+    """The recorded statistics of an app and every app it uses, root first: one
+    ``{"key", "app", "version", "stats"}`` each (``model``: only that model's rows)."""
+    apps: list[dict[str, Any]] = []
+    for key in reversed(resolved.graph.order()):  # root first
+        p = resolved.programs[key]
+        rows = get_stats(sessions, p.name, model)
+        apps.append(
+            {
+                "key": key,
+                "app": p.name,
+                "version": p.version,
+                "stats": [s.model_dump(mode="json") for s in rows],
+            }
+        )
+    return apps
+
+
+def predicted_exectime(
+    sessions: sessionmaker[Session],
+    resolved: ResolvedApp,
+    models: ModelsConfig,
+    *,
+    model: str | None,
+    value: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A run's predicted wall time from recorded stats, summed over the apps it uses, and
+    the prompt tokens estimated for the checked input ``value`` (None without one)."""
+    tokens = prompt_tokens_for(resolved.root, value) if value is not None else None
+    pred = predict_exectime(sessions, resolved, models, model=model, prompt_tokens=tokens)
+    return {**pred.model_dump(mode="json"), "prompt_tokens": tokens}
+
+
+# -- a run started from this machine (``runllm run``) -----------------------------------
+
+Tick = Callable[[], Awaitable[None]]
+
+
+def _pull_lines(client: Client, workflow_id: str, say: Callable[[str], None]) -> Tick:
+    """A tick that says each new line of the run's model pull (the Ollama ensure
+    activity's heartbeat), once."""
+    handle = client.get_workflow_handle(workflow_id)
+    last = ""
+
+    async def pull_progress() -> None:
+        nonlocal last
+        desc = await handle.describe()
+        for pa in desc.raw_description.pending_activities:
+            if pa.activity_type.name != OLLAMA_ENSURE.name:
+                continue
+            if not pa.heartbeat_details.payloads:
+                continue
+            [raw] = await client.data_converter.decode(pa.heartbeat_details.payloads, [dict])
+            line = OllamaProgress.model_validate(raw).line()
+            if line != last:
+                say(line)
+                last = line
+
+    return pull_progress
+
+
+async def _watch(
+    client: Client,
+    workflow_id: str,
+    services: LocalServicesLike,
+    on_pull: Callable[[str], None] | None,
+) -> None:
+    """Runs beside the result wait: starts a worker when none picks the run up, fails when
+    a service we started dies, says pulls.
+
+    The worker check runs here rather than before the wait: with a worker up, the result
+    usually arrives before the check's first describe would have, so a run pays nothing
+    for it (bench/cli_latency.py).
+    """
+    await services.ensure_worker(workflow_id, "runllm-worker.log")
+    tick = _pull_lines(client, workflow_id, on_pull) if on_pull is not None else None
+    await watch_services(
+        services,
+        on_dead=lambda why: internal_failure(why, error_type="WorkerExited"),
+        tick=tick,
+    )
+
+
+async def run_and_wait(
+    services: LocalServicesLike,
+    connect: Callable[[], Awaitable[Client]],
+    inp: RllmRunInput,
+    *,
+    app_name: str,
+    task_queue: str,
+    timeout_s: float | None,
+    keep: bool,
+    on_started: Callable[[str], None],
+    on_pull: Callable[[str], None] | None,
+) -> tuple[str, RllmRunResult]:
+    """Start ``RllmApp`` for app ``app_name`` (``connect``: to the server ``services``
+    runs or starts; a worker on demand) and wait for its result: ``(workflow id,
+    result)``. ``on_started(workflow_id)`` once it is started; ``on_pull(line)`` for each
+    new line of a model pull (None: not watched). ``services`` are stopped at the end,
+    left running with ``keep``.
+
+    Raises:
+        keel.rllm.failures.RunnerFailure: the run failed (its payload and exit code), or a
+            service ``services`` started died (``WorkerExited``).
+    """
+    try:
+        client = await connect()
+        wid = workflow_id_for(app_name, str(uuid.uuid4()))
+        handle = await start_run(
+            client,
+            inp,
+            workflow_id=wid,
+            task_queue=task_queue,
+            timeout=timedelta(seconds=timeout_s) if timeout_s else None,
+        )
+        on_started(wid)
+        try:
+            return wid, await wait_watching(handle.result(), _watch(client, wid, services, on_pull))
+        except WorkflowFailureError as err:
+            payload, code = failure_payload(err, workflow_id=wid)
+            raise RunnerFailure(payload, code) from None
+    finally:
+        await asyncio.to_thread(services.stop, keep)

@@ -16,9 +16,14 @@ limit, and why the real usage reported by the provider is recorded after each ca
 
 from __future__ import annotations
 
+import json
 import math
+from typing import TYPE_CHECKING, Any
 
 from keel.rllm.errors import ContextWindowExceededError
+
+if TYPE_CHECKING:
+    from keel.rllm.model import RllmProgram
 
 BYTES_PER_TOKEN = 4
 #: Role markers and special tokens a chat template adds around one message (generous for
@@ -70,4 +75,31 @@ def check_context_window(prompt: str, max_context_window: int, max_tokens: int) 
             "llm_params.max_tokens, or raise max_context_window if the model's window is "
             "really larger."
         ),
+    )
+
+
+def prompt_tokens_for(program: RllmProgram, value: dict[str, Any]) -> int | None:
+    """Estimated prompt tokens of the root app for an input (None without a model call).
+
+    Pre-block outputs are not known before the run: each is taken to be as long as the
+    block's inputs together (a cleaning block keeps the text's size). Child outputs read
+    by the template are left out.
+    """
+    from keel.rllm.contracts import render_prompt, template_variables
+
+    if not program.needs_llm:
+        return None
+    pre: dict[str, Any] = {}
+    scope = dict(value)
+    for block in program.pre_blocks:
+        guess = " ".join(
+            v if isinstance(v, str) else json.dumps(v)
+            for n in block.inputs
+            if (v := scope.get(n)) is not None
+        )
+        for out in block.outputs:
+            pre[out] = guess
+        scope.update(pre)
+    return estimate_prompt_tokens(
+        render_prompt(program, template_variables(program, value, pre_outputs=pre))
     )
