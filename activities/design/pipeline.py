@@ -215,15 +215,20 @@ class DesignActivities:
     async def _agent_call(
         self, inp: AgentInput, messages: list[LLMMessage], call_key: str
     ) -> LLMResponse:
-        req = LLMRequest(
-            model=inp.model,
-            messages=messages,
-            params={"temperature": 0, "max_tokens": AGENT_MAX_TOKENS},
-            json_mode=True,
-            json_schema=inp.json_schema,
-            schema_name=f"design_{inp.agent}",
-            timeout_s=AGENT_CALL_TIMEOUT_S,
+        return await self._json_call(
+            _json_request(
+                inp.model,
+                messages,
+                inp.json_schema,
+                f"design_{inp.agent}",
+                max_tokens=AGENT_MAX_TOKENS,
+                timeout_s=AGENT_CALL_TIMEOUT_S,
+            ),
+            call_key,
         )
+
+    async def _json_call(self, req: LLMRequest, call_key: str) -> LLMResponse:
+        """``req`` through the gateway, as this activity's call (its workflow, its meter)."""
         return await self.llm.call(
             req,
             call_key=call_key,
@@ -271,22 +276,16 @@ class DesignActivities:
     async def _intake_call(
         self, inp: IntakeInput, messages: list[LLMMessage], call_key: str
     ) -> LLMResponse:
-        req = LLMRequest(
-            model=inp.model,
-            messages=messages,
-            params={"temperature": 0, "max_tokens": INTAKE_MAX_TOKENS},
-            json_mode=True,
-            json_schema=intake_schema(),
-            schema_name="constraint_schema",
+        req = _json_request(
+            inp.model,
+            messages,
+            intake_schema(),
+            "constraint_schema",
+            max_tokens=INTAKE_MAX_TOKENS,
             timeout_s=INTAKE_CALL_TIMEOUT_S,
         )
         try:
-            return await self.llm.call(
-                req,
-                call_key=call_key,
-                workflow_id=activity.info().workflow_id,
-                meter=activity.metric_meter(),
-            )
+            return await self._json_call(req, call_key)
         except ApplicationError as err:
             raise self._model_failure(inp.model, err) from None
 
@@ -552,6 +551,27 @@ def _validator_summary(report: dict[str, Any]) -> dict[str, str]:
                 if isinstance(item, dict) and "name" in item and "status" in item:
                     out[str(item["name"])] = str(item["status"])
     return out
+
+
+def _json_request(
+    model: str,
+    messages: list[LLMMessage],
+    schema: dict[str, Any],
+    schema_name: str,
+    *,
+    max_tokens: int,
+    timeout_s: float,
+) -> LLMRequest:
+    """A deterministic (temperature 0) call answered as JSON of ``schema``."""
+    return LLMRequest(
+        model=model,
+        messages=messages,
+        params={"temperature": 0, "max_tokens": max_tokens},
+        json_mode=True,
+        json_schema=schema,
+        schema_name=schema_name,
+        timeout_s=timeout_s,
+    )
 
 
 def _first_reading(
