@@ -219,13 +219,11 @@ class RllmApp:
             program, inputs, pre_outputs=pre_outputs, child_outputs=child_outputs
         )
 
-        llm_output: dict[str, Any] | None = None
-        if program.needs_llm:
-            llm_output = await self._generate(inp, loaded, program, variables)
-
+        llm_output = (
+            await self._generate(inp, loaded, program, variables) if program.needs_llm else None
+        )
         output = await self._output(program, llm_output, child_outputs, {**inputs, **pre_outputs})
         state = self._run
-        finished = workflow.now()
         return RllmRunResult(
             app=program.name,
             version=program.version,
@@ -236,7 +234,7 @@ class RllmApp:
             children=dict(state.children),
             usage=state.usage,
             llm_latency_ms=state.llm_ms,
-            total_latency_ms=_ms(started, finished),
+            total_latency_ms=_ms(started, workflow.now()),
         )
 
     async def _load(self, inp: RllmRunInput) -> LoadedApp:
