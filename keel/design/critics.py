@@ -392,7 +392,8 @@ def bill_of_materials(
     pattern's BOM (with the ``every_module`` lines) once per region (one
     region-agnostic copy when no region is stated), each quantity its formula's value
     for the workload of ``constraints`` (``None``: every workload input at its default).
-    A BOM item without a formula (catalogues before formulas) keeps its fixed quantity.
+    A line whose formula uses a switch that is off (see :mod:`keel.design.workload`) is
+    left out: the templates do not create it. A BOM item without a formula (catalogues before formulas) keeps its fixed quantity.
     """
     by_id = catalog.by_id()
     workload = workload_of(catalog, constraints)
@@ -402,6 +403,10 @@ def bill_of_materials(
 
     def add(pid: str, item: BomItem, region: str | None) -> None:
         expr = item.expression()
+        if workload.switched_off(expr):
+            # A resource the templates render only with a switch on (the account
+            # baseline's AWS Config and Macie): not created, so not billed.
+            return
         quantity = evaluate(expr, env)
         lines.append(
             BomLine(

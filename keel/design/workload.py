@@ -6,6 +6,10 @@ shown, with its numbers filled in, in ``reports/cost.json``. The names are:
 
 * **inputs**, read from the Constraint Schema (a dotted field path) or, when the form
   does not state them, a default that the estimate marks as assumed;
+* **switches**, inputs read from a yes/no field of the Constraint Schema (1 when it is
+  true, 0 when it is false or unset): a BOM line whose formula uses a switch that is
+  off is left out of the bill (``account_baseline``: the account-wide AWS Config and
+  Macie lines only for a deployment that owns the account's baseline, issue 38 §3);
 * **parameters**, fixed positive assumptions (a shard's capacity, hours in a month);
 * **derived** values, expressions over the names defined before them.
 
@@ -246,7 +250,8 @@ class WorkloadSpec(BaseModel):
 
 
 def _check_path(path: str) -> None:
-    """Refuse ``path`` unless it names a number or a list field of the Constraint Schema."""
+    """Refuse ``path`` unless it names a number, a yes/no or a list field of the
+    Constraint Schema."""
     model: type[BaseModel] = Constraints
     parts = path.split(".")
     for i, part in enumerate(parts):
@@ -262,8 +267,19 @@ def _check_path(path: str) -> None:
             if not (isinstance(target, type) and issubclass(target, BaseModel)):
                 raise FormulaError(f"{where} has no fields")
             model = target
-        elif not (get_origin(target) is list or target in (int, float)):
+        elif not (get_origin(target) is list or target in (int, float, bool)):
             raise FormulaError(f"{path} is not a number")
+
+
+def _is_switch(path: str) -> bool:
+    """Whether ``path`` (already checked) names a yes/no field of the Constraint Schema."""
+    model: Any = Constraints
+    annotation: Any = None
+    for part in path.split("."):
+        annotation = model.model_fields[part].annotation
+        kinds = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+        model = kinds[0]
+    return model is bool
 
 
 def _resolve(constraints: Constraints, path: str) -> float | None:
@@ -282,7 +298,9 @@ def _resolve(constraints: Constraints, path: str) -> float | None:
         return float(len(value)) or None
     if isinstance(value, BaseModel):
         raise FormulaError(f"{path} is not a number")
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if not isinstance(value, int | float):
         raise FormulaError(f"{path} is not a number")
     return float(value)
 
@@ -295,7 +313,7 @@ class WorkloadValue(BaseModel):
     name: str
     value: float
     unit: str = ""
-    source: str = Field(description="stated | default | parameter | derived")
+    source: str = Field(description="stated | default | switch | parameter | derived")
     detail: str = ""
     # A derived value's formula as written and the inputs it follows from (transitively).
     formula: str = ""
@@ -321,7 +339,7 @@ class Workload(BaseModel):
             v = by_name.get(name)
             if v is None:
                 continue
-            if v.source in ("stated", "default"):
+            if v.source in ("stated", "default", "switch"):
                 found.add(name)
             found.update(v.depends_on)
         return [v.name for v in self.values if v.name in found]
@@ -346,6 +364,15 @@ class Workload(BaseModel):
             shown += " (fixed: no workload input)"
         return shown
 
+    def switched_off(self, formula: str) -> list[str]:
+        """The switches ``formula`` uses that are off (a line with one is not billed)."""
+        by_name = {v.name: v for v in self.values}
+        return [
+            n
+            for n in formula_names(formula)
+            if n in by_name and by_name[n].source == "switch" and by_name[n].value == 0
+        ]
+
     @property
     def assumed(self) -> list[WorkloadValue]:
         """The inputs the form did not state, priced at their default."""
@@ -360,6 +387,20 @@ def compute_workload(spec: WorkloadSpec, constraints: Constraints) -> Workload:
     for name, inp in spec.inputs.items():
         stated = _resolve(constraints, inp.field)
         value = inp.default if stated is None else stated
+        if _is_switch(inp.field):
+            # Unset is the field's own "no" (the default), not an assumption to flag.
+            values.append(
+                WorkloadValue(
+                    name=name,
+                    value=value,
+                    source="switch",
+                    detail=f"{inp.field} {'on' if value else 'off'}"
+                    + (" (unset)" if stated is None else "")
+                    + (f" ({inp.note})" if inp.note else ""),
+                )
+            )
+            env[name] = value
+            continue
         values.append(
             WorkloadValue(
                 name=name,

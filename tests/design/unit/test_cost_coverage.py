@@ -240,3 +240,60 @@ def test_ten_times_the_data_costs_more_line_by_line(form: str) -> None:
             ("ingest:kinesis-streams", "firehose_ingest"),
             ("ingest:kinesis-streams", "kinesis_put_units"),
         } <= volume
+
+
+BASELINE_PRICES = {"config_items", "config_rule_evaluations", "macie_buckets", "macie_scanned"}
+
+
+def _with_baseline(req: CodeGenRequest, on: bool | None) -> CodeGenRequest:
+    constraints = req.constraints.model_copy(update={"account_baseline": on})
+    cost = estimate_plan_cost(req.plan, catalog(), constraints, prices())
+    return req.model_copy(update={"constraints": constraints, "cost": cost})
+
+
+@pytest.mark.parametrize("on", [None, False, True])
+def test_the_account_baseline_switches_the_config_and_macie_lines(on: bool | None) -> None:
+    """Issue 38 §3: AWS Config and Macie are rendered only with the account baseline, so
+    only then billed; with it on, the lines are back and every created type is priced."""
+    req = _with_baseline(designs()["case:streaming_features"], on)
+    assert "govern:model-registry-config" in req.plan.pattern_ids()
+    govern = [c for c in req.cost.breakdown if c.pattern_id == "govern:model-registry-config"]
+    billed = {c.service for c in govern}
+    buckets = [c for c in govern if c.service == "s3_storage"]
+    switch = next(v for v in req.cost.workload if v.name == "account_baseline")
+    assert switch.source == "switch" and switch.value == (1 if on else 0)
+    assert "account_baseline" not in {v.name for v in req.cost.assumed}
+    if on:
+        assert billed >= BASELINE_PRICES
+        assert len(buckets) == 2  # the audit bucket and the AWS Config bucket
+        config = next(c for c in govern if c.service == "config_items")
+        assert "account_baseline" in config.depends_on and config.usd > 0
+    else:
+        assert not BASELINE_PRICES & billed
+        assert [b.formula.split(" = ")[0] for b in buckets] == ["audit_gb_kept"]
+        assert "cloudtrail_events" in billed
+    files = render_request(req)
+    by_cap = {c.capability.value: c.pattern_id for c in req.plan.choices}
+    created = [
+        r
+        for path, text in sorted(files.items())
+        if (owner := module_owner(path, by_cap)) is not None
+        for r in resources_in(hcl2.loads(text), owner)
+    ]
+    types = {r.type for r in created}
+    assert ("aws_config_configuration_recorder" in types) is bool(on)
+    assert ("aws_macie2_account" in types) is bool(on)
+    cost = CostEstimate.model_validate(json.loads(files["reports/cost.json"]))
+    assert cost.monthly_usd == req.cost.monthly_usd
+    assert [g.line() for g in coverage_gaps(created, cost, prices(), _regions(req))] == []
+
+
+def test_the_baseline_adds_exactly_its_lines_to_the_total() -> None:
+    base = designs()["case:streaming_features"]
+    off = _with_baseline(base, False).cost
+    on = _with_baseline(base, True).cost
+    extra = [c for c in on.breakdown if c not in off.breakdown]
+    assert {c.service for c in extra} == BASELINE_PRICES | {"s3_storage"}
+    assert Decimal(str(on.monthly_usd)) - Decimal(str(off.monthly_usd)) == sum(
+        (Decimal(str(c.usd)) for c in extra), Decimal(0)
+    )

@@ -170,3 +170,37 @@ def test_any_formula_is_non_negative_and_never_falls_as_an_input_grows(
     high = evaluate(text, {"a": a * k, "b": b, "c": c})
     assert low >= 0 and math.isfinite(low)
     assert high >= low
+
+
+SWITCHED = WorkloadSpec.model_validate(
+    {
+        "inputs": {
+            "baseline": {"field": "account_baseline", "default": 0, "note": "a switch"},
+            "gb": {"field": "throughput.data_gb_per_day", "default": 10},
+        },
+        "parameters": {"items": {"value": 1000}},
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("form", "value", "detail"),
+    [
+        ({}, 0, "account_baseline off (unset) (a switch)"),
+        ({"account_baseline": False}, 0, "account_baseline off (a switch)"),
+        ({"account_baseline": True}, 1, "account_baseline on (a switch)"),
+    ],
+)
+def test_a_yes_no_field_is_a_switch_never_an_assumption(
+    form: dict[str, bool], value: int, detail: str
+) -> None:
+    assert SWITCHED.problems() == []
+    w = compute_workload(SWITCHED, parse_constraints(form))
+    by = {v.name: v for v in w.values}
+    assert (by["baseline"].value, by["baseline"].source) == (value, "switch")
+    assert by["baseline"].detail == detail
+    assert [v.name for v in w.assumed] == ["gb"]
+    assert w.depends_on("items * baseline") == ["baseline"]
+    assert w.switched_off("items * baseline") == ([] if value else ["baseline"])
+    assert w.switched_off("items * gb") == []
+    assert evaluate("items * baseline", w.env()) == 1000 * value
