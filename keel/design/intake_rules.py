@@ -4,7 +4,7 @@ A paragraph that says ``eu-west-1`` states the cloud (AWS) and the region; one t
 ``200 GB/day``, ``under 100 ms`` or ``under $2k/month`` states a volume, an SLO and a
 budget. :func:`read_rules` reads those forms (region codes, volumes, event and request
 rates, latency, budgets, training cadence, compliance names, availability, retention,
-workload words) into the Constraint Schema, and :func:`merge_with_rules` lays that reading
+workload words, an explicit request for the account baseline) into the Constraint Schema, and :func:`merge_with_rules` lays that reading
 over the model's: a field the model left empty, or gave a value the text contradicts,
 takes the rules' value, so the coverage check asks only about what the text does not say.
 
@@ -157,6 +157,42 @@ _DEPLOYMENT: list[tuple[re.Pattern[str], DeploymentPref]] = [
         DeploymentPref.CONTAINERS,
     ),
 ]
+#: Issue 38 §3: an explicit request for the account's baseline (its one-per-region AWS
+#: Config, Macie, Lake Formation admins and Glue catalog encryption). Only a phrase that
+#: says this deployment sets it up or owns the account: a paragraph naming GDPR, Macie
+#: or AWS Config alone, or an account baseline someone else provides, leaves it off.
+_ACCOUNT = r"(?:aws\s+)?account"
+_ENABLE = r"\b(?:enable|turn\s+on|set\s+up|switch\s+on|activate)"
+_SINGLETON = r"(?:config|macie|lake\s+formation(?:\s+admin\w*)?)"
+_BASELINE: list[re.Pattern[str]] = [
+    # "set up the account baseline", "we own the account-wide baseline".
+    re.compile(
+        r"\b(?:set(?:s|ting)?[\s-]*up|own|owns|provision\w*|create|creates|deploy|deploys|"
+        r"enable|enables|include|includes|manage|manages|bootstrap\w*)\s+"
+        rf"(?:the\s+|our\s+|its\s+|an?\s+)?(?:{_ACCOUNT}(?:[- ]wide|['\u2019]s)?|account_)\s*baseline\b"
+    ),
+    # "this account is dedicated to the project", "a dedicated AWS account".
+    re.compile(rf"\b(?:the|this|our)\s+{_ACCOUNT}\s+is\s+dedicated\s+to\b"),
+    re.compile(
+        rf"\b(?:its|our|their|a|an|the)\s+(?:own\s+)?dedicated\s+{_ACCOUNT}\b"
+        r"(?!\s*(?:manager|team|rep\w*|executive|owner|id|number))"
+    ),
+    # "we own the account".
+    re.compile(
+        rf"\bwe\s+own\s+(?:the|this)\s+(?:(?:whole|entire)\s+)?{_ACCOUNT}\b(?!\s*(?:id|number))"
+    ),
+    # "enable AWS Config and Macie for the account", "set up account-wide Macie".
+    re.compile(
+        rf"{_ENABLE}\s+(?:aws\s+|amazon\s+)?{_SINGLETON}\b[^.;]{{0,60}}?"
+        rf"\b(?:for|in|across|on)\s+(?:the|this|our)\s+(?:(?:whole|entire)\s+)?{_ACCOUNT}\b"
+        r"(?!\s*(?:manager|team|id|number))"
+    ),
+    re.compile(
+        rf"{_ENABLE}\s+(?:an?\s+|the\s+)?account[- ]wide\s+(?:aws\s+|amazon\s+)?{_SINGLETON}\b"
+    ),
+]
+#: Said before a baseline phrase, it is no request ("we won't set up the account baseline").
+_BASELINE_NEGATED = re.compile(r"(?:n['\u2019]t|\bcannot|\bnot)\b[\w\s-]{0,20}$")
 _NEGATORS = re.compile(r"\b(?:no|not|without|never|nor|avoid|excluding)\b[\w\s/-]{0,20}$")
 #: An upper bound is no negation: "no more than $2k a month", "not to exceed 2 TB per day".
 _BOUNDS = re.compile(
@@ -254,8 +290,9 @@ def _quantity_readings(t: str) -> list[_Reading]:
 
 
 def _kind_readings(t: str) -> tuple[list[_Reading], set[WorkloadType]]:
-    """Compliance regimes, workload kinds, data classification and deployment named
-    (not negated), and the workload kinds the text rules out."""
+    """Compliance regimes, workload kinds, data classification, deployment and an
+    account-baseline request named (not negated), and the workload kinds the text rules
+    out."""
     readings: list[_Reading] = []
     compliance = [(c, m.group(0)) for p, c in _COMPLIANCE for m in _unnegated(p, t)[:1]]
     if compliance:
@@ -271,6 +308,8 @@ def _kind_readings(t: str) -> tuple[list[_Reading], set[WorkloadType]]:
     if len(prefs) == 1:
         ((pref, words),) = prefs.items()
         readings.append(("deployment_pref", pref.value, words))
+    if baseline := _baseline(t):
+        readings.append(("account_baseline", True, baseline))
     return readings, excluded
 
 
@@ -491,6 +530,16 @@ def _workloads(t: str) -> tuple[list[tuple[WorkloadType, str]], set[WorkloadType
         elif any(True for _ in pattern.finditer(t)):
             excluded.add(kind)
     return found, excluded
+
+
+def _baseline(t: str) -> str | None:
+    """The words of an explicit account-baseline request, or ``None``."""
+    for pattern in _BASELINE:
+        for m in _unnegated(pattern, t):
+            before = re.split(r"[.;,:()]", t[max(0, m.start() - 30) : m.start()])[-1]
+            if not _BASELINE_NEGATED.search(before):
+                return m.group(0)
+    return None
 
 
 def _classification(t: str) -> tuple[DataClassification, str] | None:

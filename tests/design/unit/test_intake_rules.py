@@ -213,3 +213,67 @@ def test_nothing_read_leaves_the_model_alone() -> None:
 )
 def test_one_phrase(text: str, expected: dict[str, Any]) -> None:
     assert stated(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Please set up the account baseline.", "set up the account baseline"),
+        ("This AWS account is dedicated to the project.", "this aws account is dedicated to"),
+        ("We own the account, so go ahead.", "we own the account"),
+        ("We deploy to a dedicated AWS account.", "a dedicated aws account"),
+        (
+            "Enable AWS Config and Macie for the account",
+            "enable aws config and macie for the account",
+        ),
+        (
+            "Turn on Lake Formation admins for this account",
+            "turn on lake formation admins for this account",
+        ),
+        ("set up account-wide Config", "set up account-wide config"),
+    ],
+)
+def test_an_explicit_account_baseline_request_turns_it_on(text: str, words: str) -> None:
+    reading = read_rules(text)
+    assert reading.constraints.account_baseline is True
+    assert reading.evidence["account_baseline"] == words
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A regime or a service named alone is no request: the account may be shared.
+        PARAGRAPH,
+        "GDPR and HIPAA apply; Macie must scan the lake for PII.",
+        "AWS Config rules are required for SOC 2.",
+        "enable Macie",
+        "Lake Formation permissions on the lake",
+        # Someone else's baseline, a shared account, a refusal.
+        "The platform team provides the account baseline.",
+        "the account baseline is owned by security",
+        "account-wide Macie is run by security",
+        "We share the account with two other teams; AWS Config is already on.",
+        "Do not set up the account baseline.",
+        "We won't set up the account baseline.",
+        "we don't own the account",
+        "we do not own the account",
+        "We don't have a dedicated account.",
+        "our dedicated account manager approved the budget",
+        "Deploy into our own AWS account",
+    ],
+)
+def test_no_account_baseline_without_an_explicit_request(text: str) -> None:
+    reading = read_rules(text)
+    assert reading.constraints.account_baseline is None
+    assert "account_baseline" not in reading.evidence
+
+
+def test_the_rules_baseline_reaches_the_merged_snapshot() -> None:
+    text = PARAGRAPH + ". This account is dedicated to the project."
+    model = IntakeSnapshot(constraints=Constraints.model_validate({"cloud": "aws"}))
+    merged, source = merge_with_rules(model, read_rules(text))
+    assert merged.constraints.account_baseline is True
+    assert source["account_baseline"] == "rules"
+    # A paragraph without the request leaves the model's reading (here: none) alone.
+    merged, source = merge_with_rules(model, read_rules(PARAGRAPH))
+    assert merged.constraints.account_baseline is None and "account_baseline" not in source
