@@ -1,37 +1,36 @@
 """MRP at volume: a pure job of many shards on Ray, through a real ``keel worker``, against
-the same map on raw Ray tasks in the same run; history sizes; a ``kill -9`` mid-map.
+a batched raw Ray pipeline doing the same work in the same run; history sizes; peak RSS;
+store objects and rows per shard; a ``kill -9`` mid-map.
 
     uv run python bench/mrp_scale.py [--shards N] [--window 1000] [--workers 2]
                                      [--kill-shards 2000] [--kill-window 100]
 
-Issue 26 §2 asks for 100,000 shards. On the 2-core machine that size does not fit the
-10-minute bound of one run (raw Ray, a cold and a warm Keel job, the kill job), so the
-default is scaled down to ``--shards 10000``. Timed small sizes (2 cores shared with a
-test-suite run, ``nice -n 19``): 1,000 shards 2.9-4.7 min in all, 5,000 shards 4.1 min,
-of which ~2-2.5 min do not depend on the size (dev server and Ray starts, the worker's
-start, the kill job); the warm Keel jobs took 8-14 ms a shard there (a few ms on an idle
-machine), so 10,000 shards take ~5-8 min loaded and 100,000 would take ~30-50 min.
-(Those warm times were before the operator hosts stopped re-checking each shard's
-operator schemas: 2,000 warm shards now take 1.2-1.5 ms a shard loaded, docs/mrp-runtime.md.)
-Every Keel and raw Ray time grows linearly with the shard count (compile stores one
-payload per shard, each window records its shards' rows, raw Ray runs one task per
-shard): the 100,000-shard times are about 10x the printed ones and the ratios stay; run
-``--shards 100000`` where the time is there to measure it directly. The history size does
-not grow with shards but with windows: ~6 events per map window, ``shards / window``
-windows (10 at the default size, 100 at 100,000 shards with the default window 1,000).
-
 One run of this script, everything on loopback, in a temp dir, stopped by PID at the end:
 
-1. **Floor (raw Ray)**: the job's map (``word-count`` on one one-word item per shard,
-   the operator loaded and invoked through the same SDK call, ``invoke_map``, as
-   ``bench/mrp_fanout.py`` does) as one Ray task per shard on a local Ray cluster of
-   ``--workers`` CPUs in this process; a small warm-up first. Ray is then shut down.
+1. **Floor (raw Ray, batched)**: what a competent raw Ray user writes for this job, on a
+   local Ray cluster of ``--workers`` CPUs in this process: parse the job's YAML (the same
+   text Keel's job is given; its items are inline), map the items in Ray tasks of
+   ``batch`` items each (every item is its own shard through the same SDK call as Keel's
+   hosts, ``invoke_map`` with its schema checks), each task writes its outputs as one
+   JSON object to a local artifact store (the store kind Keel's run uses, its own
+   folder), then read them back, reduce them with ``numeric-sum`` and produce the sink
+   file with ``json-writer`` (``invoke_reduce``/``invoke_produce``). The batch size is
+   picked first by a sweep (``SWEEP``: 100, 1,000, 5,000 items per task, end to end on a
+   sample of ``min(shards, 10,000)`` items, after a 200-item warm-up): each time is
+   printed and the fastest is used. Ray is then restarted: **floor cold** is the Ray start
+   plus the first full run (Ray's workers start, operators import), **floor warm** the
+   second. Ray is shut down before Keel starts.
 2. **Keel**: a ``keel worker`` subprocess (backend ``ray``, the same CPU count, a bench
    MRP config whose shard cap admits the size) runs the ``MRPJob`` of the same shards
    twice, new job ids so nothing comes from a checkpoint: the first job after the worker
    started (**cold**: it starts the worker's Ray cluster and actors) and the next one
-   (**warm**), each timed from start to result. Every history (each run and child)
-   is counted with ``fetch_history_events``.
+   (**warm**), each timed from start to result (compile, map, reduce, produce,
+   finalise). Every history (each run and child) is counted with
+   ``fetch_history_events`` against 10,000 events. After both: the peak RSS (``VmHWM``)
+   of the worker process and of its live descendants (Ray's processes, operator hosts),
+   and after each job the objects (files) in the artifact store and the run's rows in
+   ``mrp_shards`` and ``mrp_checkpoints``, counted as ``bench/mrp_footprint.py`` counts
+   them, in all and per shard.
 3. **kill -9 mid-map**: a job of ``--kill-shards`` shards of the test operator ``slow``
    (``tests/support/mrp_operators``: it counts each shard's starts and finishes in a
    state dir); once a fifth of them finished, the job is held mid-map, the worker's
@@ -39,7 +38,23 @@ One run of this script, everything on loopback, in a temp dir, stopped by PID at
    finishes the job. Prints the shards recorded before the kill and how many of them
    the operator ran again (the goal: 0), and the in-flight shards run twice.
 
-The last line: ``floor <raw Ray s> s  keel <warm Keel s> s  ratio <Keel/raw>`` (goal <= 1.5).
+Ratios are Keel over the floor of the same kind (cold over cold, warm over warm), printed
+unrounded to three decimals; the goal (warm <= 1.5) is checked on the unrounded ratio and
+the last line says ``met`` or ``MISSED``:
+``floor <s> s  keel <s> s  ratio <x> (warm; goal <= 1.5: met|MISSED)``.
+
+Size. Issue 40 §1 asks for 100,000 shards by default within 10 minutes on the 2-core
+machine. Measured (2026-12-06, the 2-core machine shared with other sessions' tests,
+load average 6-8, ``nice -n 19``), ``--shards 5000``: whole run 207.5 s; sweep on 5,000
+items 100: 1.863 s, 1,000: 1.743 s, 5,000: 1.591 s (picked 5,000); floor cold 24.924 s
+(Ray start 15.350 s), warm 2.221 s (map 1.683 s, 2,970 shards/s); Keel cold 44.786 s
+(ratio 1.797), warm 16.508 s (ratio 7.434, MISSED; map 12.482 s, compile 2.222 s);
+largest history 173 events; worker peak RSS 451.4 MiB (13 processes, sum 1,464.5 MiB);
+1.002 objects and 2.000 rows per shard; kill -9: 0 of 397 recorded shards recomputed.
+The default stays ``--shards 10000``: the Keel jobs grow linearly with shards (warm ~3.3
+ms a shard here, cold ~9 ms), so 100,000 shards would take ~5.5 min warm and ~15 min cold
+at this load, past the 10-minute bound; ``--shards 100000`` measures it where the time is
+there. The history grows with windows, not shards (~6 events per map window).
 """
 
 from __future__ import annotations
@@ -318,7 +333,9 @@ async def main(shards: int, window: int, workers: int, kill_shards: int, kill_wi
             for kind, (job_id, text) in texts.items():
                 elapsed, result, handle = await run_keel(client, settings, text, job_id, window)
                 assert result.status == "succeeded", result
-                assert result.counters.run == shards, result.counters
+                # A window retried after its attempt timed out skips the shards its first
+                # attempt recorded: counted, printed, not hidden.
+                assert result.counters.run + result.counters.skipped == shards, result.counters
                 timed[kind] = (elapsed, result)
                 counts[kind] = footprint(settings, result.run_id)
                 sizes |= await history_sizes(client, handle.id, handle.first_execution_run_id)
@@ -359,7 +376,7 @@ async def main(shards: int, window: int, workers: int, kill_shards: int, kill_wi
                       f"{shards / m:>10.1f}{m / fm:>8.3f}")  # fmt: skip
                 phases = ", ".join(f"{k} {v:.3f}" for k, v in result.phase_timings.items())
                 fp = ", ".join(f"{k} {v:.3f}" for k, v in f_phases.items())
-                print(f"  Keel {kind} phases (s): {phases}")
+                print(f"  Keel {kind} phases (s): {phases}; counters {result.counters}")
                 print(f"  floor {kind} phases (s): {fp}"
                       + (f" (+ Ray start {ray_start:.3f})" if kind == "cold" else ""))  # fmt: skip
             print(history_line(sizes))
