@@ -17,10 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import signal
 import subprocess
-import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -69,32 +67,12 @@ def down(timeout: float = 30.0, json_out: JsonOpt = None) -> None:
 
 
 def _down(timeout: float) -> None:
-    from services.processes import pid_alive, stop_pid
-    from services.up import forget_state, read_recorded
+    from services.up import stop_recorded
 
-    settings = load_settings()
-    state = read_recorded(settings)
-    if state is None:
+    stopped = stop_recorded(load_settings(), timeout)
+    if stopped is None:
         KEEL.emit({"was_running": False, "stopped": []}, "Keel is not running.")
         return
-    supervisor = int(state.get("supervisor", 0)) or -1
-    if pid_alive(supervisor):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(supervisor, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(supervisor) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    # What a supervisor that hung, or was killed, left behind. Read again: a start cut
-    # short may have recorded one more service since.
-    state = read_recorded(settings) or state
-    stopped = []
-    for name, svc in state.get("services", {}).items():
-        if pid_alive(int(svc["pid"])):
-            stop_pid(int(svc["pid"]))
-            stopped.append(name)
-    if pid_alive(supervisor):
-        stop_pid(supervisor)
-    forget_state(settings)
     KEEL.emit({"was_running": True, "stopped": stopped}, "Keel is down.")
 
 
@@ -107,34 +85,22 @@ def status(json_out: JsonOpt = None) -> None:
 
 
 def _status() -> None:
-    from services.processes import pid_alive
-    from services.up import read_recorded, read_state
+    from services.up import up_status
 
-    settings = load_settings()
-    state = read_state(settings)
-    lines = []
-    phase = "up"
-    if state is None:
-        recorded = read_recorded(settings)
-        if recorded is None:
-            KEEL.fail("not_running", "Keel is not running (start it with `keel up`).")
-        state = recorded
-        if pid_alive(int(recorded.get("supervisor", 0)) or -1):
-            phase = "starting"
-            lines.append("Keel is starting:")
-        else:
-            phase = "killed"
-            lines.append("A keel up was killed and left these (stop them with `keel down`):")
-    lines.append(f"keel up pid {state['supervisor']}")
-    services = {}
-    for name, svc in state["services"].items():
-        alive = pid_alive(int(svc["pid"]))
-        services[name] = {**svc, "running": alive}
+    doc = up_status(load_settings())
+    if doc is None:
+        KEEL.fail("not_running", "Keel is not running (start it with `keel up`).")
+    lines = {
+        "up": [],
+        "starting": ["Keel is starting:"],
+        "killed": ["A keel up was killed and left these (stop them with `keel down`):"],
+    }[doc["state"]]
+    lines.append(f"keel up pid {doc['supervisor']}")
+    for name, svc in doc["services"].items():
         where = svc.get("address") or svc.get("task_queue", "")
-        lines.append(f"  {name:<9} pid {svc['pid']:<8} {'running' if alive else 'DEAD':<8} {where}")
-    KEEL.emit(
-        {"state": phase, "supervisor": state["supervisor"], "services": services}, "\n".join(lines)
-    )
+        state = "running" if svc["running"] else "DEAD"
+        lines.append(f"  {name:<9} pid {svc['pid']:<8} {state:<8} {where}")
+    KEEL.emit(doc, "\n".join(lines))
 
 
 @app.command()

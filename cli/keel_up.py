@@ -1,5 +1,6 @@
 """``keel up``'s body: the checks before a start, the services it starts in order (each
-recorded before the next starts), the supervision, and the stop of what it started.
+recorded before the next starts: ``services.up.UpStarts``), the supervision, and the stop
+of what it started.
 
 From the first line on, SIGINT, SIGTERM and SIGHUP become ``Interrupted`` (held while a
 child is spawned and its PID recorded), and every exit runs the ``finally`` that stops
@@ -19,23 +20,23 @@ from cli.keel_family import KEEL, _say_err, _setup_logging
 
 if TYPE_CHECKING:
     from keel.settings import Settings
-    from services.processes import ManagedProcess, StopSignals
+    from services.processes import StopSignals
 
 
 def run_up(model: bool) -> None:
     """Start everything, say where it is, supervise it until a stop; then stop it all."""
     from services.processes import Interrupted, ManagedProcess, StopSignals
     from services.supervise import supervise
-    from services.up import console_link, forget_state, state_file
+    from services.up import UpStarts, console_link, forget_state, state_file
 
     guard = StopSignals().install()
     settings = _settings(guard)
-    up = _Started(settings)
+    up = UpStarts(settings)
     state_path = state_file(settings)
     code = 0
     try:
         try:
-            worker = up.start_all(model)
+            worker = up.start_all(model, lambda line: typer.echo(line, err=True))
         except Exception as err:
             code = toolkit.report(KEEL.failure("error", f"keel up failed: {err}").error)
             return
@@ -89,97 +90,12 @@ def _settings(guard: StopSignals) -> Settings:
 
 
 def _refuse_if_running(guard: StopSignals, recorded: dict[str, Any]) -> None:
-    from services.processes import pid_alive
+    from services.up import start_refused
 
-    if pid_alive(int(recorded.get("supervisor", 0)) or -1):
+    why = start_refused(recorded)
+    if why is not None:
         guard.uninstall()
-        KEEL.fail_now(
-            "error",
-            f"Keel is already running (keel up pid {recorded['supervisor']}); "
-            "see `keel status`, or stop it with `keel down`.",
-        )
-    left = [
-        f"{name} pid {svc['pid']}"
-        for name, svc in recorded.get("services", {}).items()
-        if pid_alive(int(svc["pid"]))
-    ]
-    if left:
-        guard.uninstall()
-        KEEL.fail_now(
-            "error",
-            f"a keel up that was killed left services running ({', '.join(left)}); "
-            "stop them with `keel down`.",
-        )
-
-
-class _Started:
-    """What this ``keel up`` started, in order, and its record: ``starting.json`` while
-    it starts (each service written before the next starts), ``up.json`` once up."""
-
-    def __init__(self, settings: Settings) -> None:
-        from services.up import starting_file
-
-        self.settings = settings
-        self.logs = settings.data_dir / "logs"
-        self.started: list[Any] = []
-        self.services: dict[str, dict[str, Any]] = {}
-        self.record_to = starting_file(settings)
-
-    def start(self, svc: Any, name: str, **info: Any) -> None:
-        """Start ``svc``; its PID is recorded under ``name`` as it is spawned."""
-        from services.up import write_state
-
-        def record(pid: int) -> None:
-            self.services[name] = {"pid": pid, **info}
-            write_state(self.record_to, self.services)
-
-        svc.on_spawn = record
-        self.started.append(svc)
-        svc.start()
-
-    def start_all(self, model: bool) -> ManagedProcess:
-        """The dev server (unless a Temporal address is set), the model server (when
-        ``model`` and it can run), a worker and the API; returns the worker."""
-        from services.model_server import LocalModelServer, unavailable_reason
-        from services.processes import ServiceError, TemporalDevServer, port_open
-        from services.up import keel_process
-
-        settings, logs = self.settings, self.logs
-        if not settings.temporal_address:
-            temporal = TemporalDevServer(
-                db_file=settings.data_dir / "temporal.db",
-                log_path=logs / "temporal.log",
-                port=settings.dev_server_port,
-                ui_port=settings.dev_server_ui_port,
-                namespace=settings.temporal_namespace,
-            )
-            self.start(temporal, "temporal", address=temporal.address, ui=temporal.ui_url)
-        if model:
-            reason = unavailable_reason()
-            if reason:
-                typer.echo(f"local model server not started: {reason}", err=True)
-            else:
-                server = LocalModelServer(
-                    port=settings.model_server_port, log_path=logs / "model-server.log"
-                )
-                self.start(server, "model", address=server.base_url)
-        worker = keel_process("worker", logs / "worker.log")
-        self.start(worker, "worker", task_queue=settings.task_queue)
-        if port_open(settings.api_port):
-            raise ServiceError(f"API port {settings.api_port} is already in use")
-        api = keel_process("api", logs / "api.log")
-        self.start(api, "api", address=f"http://127.0.0.1:{settings.api_port}")
-        api.wait_port(settings.api_port, 60)
-        return worker
-
-    def mark_up(self, guard: StopSignals, state_path: Path) -> None:
-        """Up: the record moves to ``up.json`` in one step (signals held meanwhile)."""
-        from services.up import starting_file, write_state
-
-        with guard.deferred():
-            self.record_to = state_path
-            write_state(state_path, self.services)
-            starting_file(self.settings).unlink(missing_ok=True)
+        KEEL.fail_now("error", why)
 
 
 def _say_up(settings: Settings, services: dict[str, Any], logs: Path, console: str) -> None:

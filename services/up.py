@@ -4,8 +4,10 @@ background for commands that need Keel and find none (``keel demo``, ``mrp run``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +27,7 @@ from services.processes import (
 
 if TYPE_CHECKING:
     from keel.settings import Settings
+    from services.processes import StopSignals
 
 
 def state_file(settings: Settings) -> Path:
@@ -127,3 +130,139 @@ def start_up_in_background(
             raise ServiceError(f"keel up did not start; see {log_path}:\n{tail(log_path, 40)}")
         time.sleep(0.2)
     return proc
+
+
+class UpStarts:
+    """What one ``keel up`` started, in order, and its record: ``starting.json`` while
+    it starts (each service written before the next starts), ``up.json`` once up."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.logs = settings.data_dir / "logs"
+        self.started: list[Any] = []
+        self.services: dict[str, dict[str, Any]] = {}
+        self.record_to = starting_file(settings)
+
+    def start(self, svc: Any, name: str, **info: Any) -> None:
+        """Start ``svc``; its PID is recorded under ``name`` as it is spawned."""
+
+        def record(pid: int) -> None:
+            self.services[name] = {"pid": pid, **info}
+            write_state(self.record_to, self.services)
+
+        svc.on_spawn = record
+        self.started.append(svc)
+        svc.start()
+
+    def start_all(self, model: bool, say: Callable[[str], None]) -> ManagedProcess:
+        """The dev server (unless a Temporal address is set), the model server (when
+        ``model`` and it can run; ``say`` tells why not), a worker and the API; returns
+        the worker."""
+        from services.model_server import LocalModelServer, unavailable_reason
+        from services.processes import TemporalDevServer, port_open
+
+        settings, logs = self.settings, self.logs
+        if not settings.temporal_address:
+            temporal = TemporalDevServer(
+                db_file=settings.data_dir / "temporal.db",
+                log_path=logs / "temporal.log",
+                port=settings.dev_server_port,
+                ui_port=settings.dev_server_ui_port,
+                namespace=settings.temporal_namespace,
+            )
+            self.start(temporal, "temporal", address=temporal.address, ui=temporal.ui_url)
+        if model:
+            reason = unavailable_reason()
+            if reason:
+                say(f"local model server not started: {reason}")
+            else:
+                server = LocalModelServer(
+                    port=settings.model_server_port, log_path=logs / "model-server.log"
+                )
+                self.start(server, "model", address=server.base_url)
+        worker = keel_process("worker", logs / "worker.log")
+        self.start(worker, "worker", task_queue=settings.task_queue)
+        if port_open(settings.api_port):
+            raise ServiceError(f"API port {settings.api_port} is already in use")
+        api = keel_process("api", logs / "api.log")
+        self.start(api, "api", address=f"http://127.0.0.1:{settings.api_port}")
+        api.wait_port(settings.api_port, 60)
+        return worker
+
+    def mark_up(self, guard: StopSignals, state_path: Path) -> None:
+        """Up: the record moves to ``up.json`` in one step (signals held meanwhile)."""
+        with guard.deferred():
+            self.record_to = state_path
+            write_state(state_path, self.services)
+            starting_file(self.settings).unlink(missing_ok=True)
+
+
+def stop_recorded(settings: Settings, timeout: float) -> list[str] | None:
+    """``keel down``: SIGTERM to the running ``keel up`` (waiting up to ``timeout``
+    seconds for it to stop what it started), then stop what its record still names
+    alive (a ``keel up`` that hung or was killed, or a start cut short), and forget the
+    record. The names of the services stopped here; None when nothing was recorded."""
+    state = read_recorded(settings)
+    if state is None:
+        return None
+    supervisor = int(state.get("supervisor", 0)) or -1
+    if pid_alive(supervisor):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    # What a supervisor that hung, or was killed, left behind. Read again: a start cut
+    # short may have recorded one more service since.
+    state = read_recorded(settings) or state
+    stopped = []
+    for name, svc in state.get("services", {}).items():
+        if pid_alive(int(svc["pid"])):
+            stop_pid(int(svc["pid"]))
+            stopped.append(name)
+    if pid_alive(supervisor):
+        stop_pid(supervisor)
+    forget_state(settings)
+    return stopped
+
+
+def start_refused(recorded: dict[str, Any]) -> str | None:
+    """Why a new ``keel up`` may not start beside the one ``recorded`` (its supervisor
+    still runs, or it was killed and left services running); None: it may (the record is
+    stale)."""
+    if pid_alive(int(recorded.get("supervisor", 0)) or -1):
+        return (
+            f"Keel is already running (keel up pid {recorded['supervisor']}); "
+            "see `keel status`, or stop it with `keel down`."
+        )
+    left = [
+        f"{name} pid {svc['pid']}"
+        for name, svc in recorded.get("services", {}).items()
+        if pid_alive(int(svc["pid"]))
+    ]
+    if left:
+        return (
+            f"a keel up that was killed left services running ({', '.join(left)}); "
+            "stop them with `keel down`."
+        )
+    return None
+
+
+def up_status(settings: Settings) -> dict[str, Any] | None:
+    """``keel status``: ``{"state", "supervisor", "services"}`` of the recorded ``keel up``
+    (``state``: ``up``, ``starting`` while its supervisor still starts services, or
+    ``killed`` when it died before it was up; each service with ``running``: whether its
+    PID is alive); None when nothing is recorded."""
+    state = read_state(settings)
+    phase = "up"
+    if state is None:
+        recorded = read_recorded(settings)
+        if recorded is None:
+            return None
+        state = recorded
+        phase = "starting" if pid_alive(int(recorded.get("supervisor", 0)) or -1) else "killed"
+    services = {
+        name: {**svc, "running": pid_alive(int(svc["pid"]))}
+        for name, svc in state["services"].items()
+    }
+    return {"state": phase, "supervisor": state["supervisor"], "services": services}
