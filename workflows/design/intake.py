@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         coverage_check,
     )
     from keel.design.errors import ConstraintError
+    from keel.design.policy import with_account_baseline
     from keel.design.steps import IntakeInput
     from keel.digest import digest_json
     from workflows.common import call
@@ -29,11 +30,25 @@ from workflows.design.state import DesignPorts, Effect, Event, GraphState, Run, 
 INTAKE_PROMPT = "intake_extract"
 #: Patch: an intake reply that does not fit goes to questions (``IntakeSnapshot.unfit``).
 PATCH_INTAKE_UNFIT = "design-intake-unfit"
+#: Patch: the organisation's ``policy.yaml`` ``account_baseline: true`` turns the flag on in
+#: the constraints, so the cost, the policy check and codegen all see the same baseline.
+#: Asked only when it changes something (no recorded run had the setting).
+PATCH_ACCOUNT_BASELINE = "design-account-baseline-policy"
 
 
 async def intake_extract(state: GraphState) -> GraphState:
     """Free text to the Constraint Schema (an activity), or the guided form as given;
-    on an iteration both are merged over the previous decision set's constraints."""
+    on an iteration both are merged over the previous decision set's constraints; the
+    organisation's account-baseline setting over both."""
+    update = await _intake(state)
+    snapshot = update["snapshot"]
+    constraints = with_account_baseline(snapshot.constraints, state["ctx"].policy)
+    if constraints is not snapshot.constraints and workflow.patched(PATCH_ACCOUNT_BASELINE):
+        update["snapshot"] = snapshot.model_copy(update={"constraints": constraints})
+    return update
+
+
+async def _intake(state: GraphState) -> GraphState:
     ctx = state["ctx"]
     inp, data = ctx.inp, ctx.data
     base = (

@@ -1,0 +1,64 @@
+"""The organisation's ``account_baseline`` (policy.yaml, issue 38 §3) reaches the run's
+constraints, so the cost, the policy check and codegen see one setting: a run whose
+policy asks for the baseline renders the account-wide resources, and the constraints it
+reports say so; the same form under the default policy renders none."""
+
+from __future__ import annotations
+
+import uuid
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from client.design import start_design
+from keel.design.policy import PolicySettings
+from keel.design.steps import DesignInput, DesignResult
+from keel.settings import Settings
+from store.artifacts import artifact_store_from_settings
+from tests.design.unit.design_data import golden_cases
+
+#: Account-wide resources (one per account and region): only with the baseline.
+SINGLETONS = (
+    "aws_lakeformation_data_lake_settings",
+    "aws_config_configuration_recorder",
+    "aws_macie2_account",
+)
+FORM = golden_cases()["batch_training"]["constraints"]
+
+
+async def _run(client: Client, settings: Settings, policy: PolicySettings) -> DesignResult:
+    inp = DesignInput(
+        project=f"p-{uuid.uuid4().hex[:8]}",
+        decision_set="ds1",
+        requester="alice",
+        intake=FORM,
+        require_approval=False,
+        policy=policy,
+    )
+    handle = await start_design(client, inp, task_queue=settings.task_queue)
+    result: DesignResult = await handle.result()
+    assert result.status == "completed", result.validation
+    return result
+
+
+def _terraform(settings: Settings, result: DesignResult) -> str:
+    assert result.files_digest
+    files = artifact_store_from_settings(settings).get_json(result.files_digest)
+    return "\n".join(text for path, text in sorted(files.items()) if path.endswith(".tf"))
+
+
+async def test_policy_baseline_reaches_constraints_and_terraform(
+    client: Client, settings: Settings, worker: Worker
+) -> None:
+    assert not FORM.get("account_baseline")
+    on = await _run(client, settings, PolicySettings(account_baseline=True))
+    assert on.constraints.account_baseline is True
+    tf = _terraform(settings, on)
+    rendered = [r for r in SINGLETONS if f'resource "{r}"' in tf]
+    assert rendered, "the baseline was asked for and nothing account-wide was rendered"
+    assert set(on.validation.values()) == {"passed"}, on.validation
+
+    off = await _run(client, settings, PolicySettings())
+    assert not off.constraints.account_baseline
+    tf = _terraform(settings, off)
+    assert not any(f'resource "{r}"' in tf for r in SINGLETONS)
