@@ -341,7 +341,7 @@ def replay(
     LLM answers come from the request-digest cache (no model call). Exits 6 naming the
     first digest that differs.
     """
-    from keel.mrp.run import MRPJobInput
+    from client.mrp import replay_input
     from store.mrp_runs import get_manifest
 
     _start_mode(json_out, backend)
@@ -350,14 +350,8 @@ def replay(
         original = get_manifest(sessions, store, run_id)
         if original is None:
             _not_finished(run_id, record)
-        new_id = f"{run_id[:40]}-replay-{uuid.uuid4().hex[:8]}"
-        inp = MRPJobInput(
-            run_id=new_id,
-            backend=backend or record.backend,  # type: ignore[arg-type]
-            replay_of=run_id,
-            llm_replay_only=True,
-            requester=_requester(),
-        )
+        inp = replay_input(record, backend, _requester())  # type: ignore[arg-type]
+        new_id = inp.run_id
         wid, result, err = asyncio.run(
             start_and_wait(
                 settings, inp, record.job_id, wait=True, stay=stay, on_dead=_services_died

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from decimal import Decimal
@@ -441,3 +442,16 @@ async def start_and_wait(
         return wid, result, None
     finally:
         await asyncio.to_thread(services.stop, keep)
+
+
+def replay_input(record: RunRecord, backend: Backend | None, requester: str) -> MRPJobInput:
+    """The input of a replay of the finished run ``record``: a new run id
+    (``<run id, 40 chars at most>-replay-<8 hex>``), the run's backend unless ``backend``
+    names one, and model answers from the request-digest cache only."""
+    return MRPJobInput(
+        run_id=f"{record.run_id[:40]}-replay-{uuid.uuid4().hex[:8]}",
+        backend=backend or record.backend,
+        replay_of=record.run_id,
+        llm_replay_only=True,
+        requester=requester,
+    )
