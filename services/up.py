@@ -1,5 +1,10 @@
 """The state of a running ``keel up`` (``<data_dir>/run/up.json``), and starting one in the
 background for commands that need Keel and find none (``keel demo``, ``mrp run``, ``runllm run``).
+
+What ``keel up``, ``keel down`` and ``keel status`` decide is here too (``cli/keel_up.py``
+and ``cli/keel.py`` print): the start order and its record (:class:`UpStarts`), when a new
+``keel up`` is refused (:func:`start_refused`), the stop of what one recorded
+(:func:`stop_recorded`) and the status document (:func:`up_status`).
 """
 
 from __future__ import annotations
