@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.srl.episode import _feedback
+from activities.srl.scoring import _feedback
 from keel.srl.expert import Expert, ExpertStep
 from keel.srl.rewards import combine
 from keel.srl.step import PatternAction, parse_rule_action
