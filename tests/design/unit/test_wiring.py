@@ -635,3 +635,38 @@ def test_an_image_handler_that_is_not_there_fails() -> None:
         "aws_lambda_function.topics: image_config command services.ingest.stream.make_topics: "
         "services/ingest/stream.py defines no make_topics"
     )
+
+
+def test_msk_with_the_spark_transform_creates_topics_on_first_use() -> None:
+    """Issue 38 §3: with EMR Serverless Spark no module runs a topic bootstrap (CI pushes
+    no image it could run), so the cluster creates topics on first use and producers may
+    create them; with the setting off the check finds the cluster without a topic."""
+    req = request_for(KAFKA)
+    cap = "transform"
+    choices = [
+        c.model_copy(update={"pattern_id": "transform:emr-serverless-spark"})
+        if c.capability.value == cap
+        else c
+        for c in req.plan.choices
+    ]
+    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
+    assert {"ingest:msk-kafka", "transform:emr-serverless-spark"} <= set(req.plan.pattern_ids())
+    files = render_request(req)
+    ingest = files["infra/modules/ingest/main.tf"]
+    assert "auto.create.topics.enable=true" in ingest
+    assert '"kafka-cluster:CreateTopic"' in ingest
+    assert "aws_lambda_invocation" not in files["infra/modules/transform/main.tf"]
+    assert findings_of(files) == []
+    off = mutate(
+        files,
+        "infra/modules/ingest/main.tf",
+        "auto.create.topics.enable=true",
+        "auto.create.topics.enable=false",
+    )
+    (finding,) = only(findings_of(off), "kafka")
+    assert "aws_msk_cluster.this (infra/modules/ingest/): no topic is created on it" in (
+        finding.message
+    )
+    # The kinesis-lambda consumer keeps its bootstrap, and the cluster creates nothing.
+    assert "auto.create.topics.enable=false" in tree(KAFKA)["infra/modules/ingest/main.tf"]
+    assert '"kafka-cluster:CreateTopic"' not in tree(KAFKA)["infra/modules/ingest/main.tf"]
