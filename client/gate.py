@@ -42,6 +42,7 @@ from keel.gates import (
     GATE_COMMENT_UPDATE,
     GATE_DECIDE_UPDATE,
     GATE_ID_SEPARATOR,
+    GATE_ROW_PENDING_QUERY,
     GATE_STATE_QUERY,
     GATE_SUMMARY_MEMO,
     GATE_WORKFLOW_TYPE,
@@ -66,10 +67,6 @@ GATE_RPC_TIMEOUT = timedelta(seconds=10)
 #: reads, 94 ms one after another, 78 ms 16 at once.
 REQUEST_READS = 16
 
-#: True while a decided gate's audit row is still to be written (workflows/gate.py
-#: ROW_PENDING_QUERY, patch gate-row-after-answer: a decision is answered a task before its
-#: row); gates started before that patch do not answer it.
-ROW_PENDING_QUERY = "row_pending"
 
 #: The gate refusals' codes (keel.gates.check_decision).
 REFUSALS = ("gate_closed", "self_approval", "not_an_approver")
@@ -341,7 +338,7 @@ async def _row_pending(handle: WorkflowHandle[Any, GateState]) -> bool:
     for a gate started before it could (it has no such query)."""
     try:
         pending: bool = await handle.query(
-            ROW_PENDING_QUERY, result_type=bool, rpc_timeout=GATE_RPC_TIMEOUT
+            GATE_ROW_PENDING_QUERY, result_type=bool, rpc_timeout=GATE_RPC_TIMEOUT
         )
     except WorkflowQueryFailedError:
         return False

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         GATE_COMMENT_UPDATE,
         GATE_DECIDE_SIGNAL,
         GATE_DECIDE_UPDATE,
+        GATE_ROW_PENDING_QUERY,
         GATE_STATE_QUERY,
         GATE_SUMMARY_MEMO,
         GATE_WORKFLOW_TYPE,
@@ -147,9 +148,6 @@ ONE_MARKER_PATCH = "gate-one-marker"
 ROW_AFTER_ANSWER_PATCH = "gate-row-after-answer"
 # One millisecond: the least timer; it only has to end the answering task.
 ROW_AFTER_ANSWER_DELAY = timedelta(milliseconds=1)
-# Whether a decision is answered and its row not yet written (client.gate.ROW_PENDING_QUERY
-# names it too: the client imports nothing of workflows/).
-ROW_PENDING_QUERY = "row_pending"
 
 
 # Outside the SDK's sandbox. Gates are the family a team holds by the thousand, and the
@@ -455,7 +453,7 @@ class ApprovalGate:
     def state(self) -> GateState:
         return self._state
 
-    @workflow.query(name=ROW_PENDING_QUERY)
+    @workflow.query(name=GATE_ROW_PENDING_QUERY)
     def row_pending(self) -> bool:
         """Whether a decision is answered and its audit row not written yet (the run ends
         with the row): a reader that shows the decision waits for the result then."""

@@ -17,10 +17,11 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from client.gate import ROW_PENDING_QUERY, decide
+from client.gate import decide
 from client.gate import start_gate as start_gate_with_client
 from client.gate import state as gate_state
 from keel.gates import (
+    GATE_ROW_PENDING_QUERY,
     GateComment,
     GateDecision,
     GateRequest,
@@ -275,7 +276,7 @@ async def test_no_reader_sees_a_decision_before_its_row(client, settings, monkey
         )
         assert (answer.status, answer.decided_by) == (GateStatus.APPROVED, "bob")
         assert audit_events(settings, handle.id) == ["opened"]  # the row is not written yet
-        assert await handle.query(ROW_PENDING_QUERY, result_type=bool) is True
+        assert await handle.query(GATE_ROW_PENDING_QUERY, result_type=bool) is True
         pending = f'KeelGateStatus = "pending" AND WorkflowId = "{handle.id}"'
         assert [wf.id async for wf in client.list_workflows(pending)] == [handle.id]
         # Another decision is refused: the gate is closed to decisions.
