@@ -276,19 +276,10 @@ async def _run_workflow(
 ) -> tuple[str, Any]:
     """:func:`client.rllm.run_and_wait` with services on demand; says where it started
     and each line of a model pull on stderr."""
-    from client.rllm import run_and_wait
-    from keel.rllm.run import RllmRunInput
+    from client.rllm import run_and_wait, run_input
     from services.local import LocalServices, ServiceUnavailable
-    from store.files import bundle_files
 
-    inp = RllmRunInput(
-        path=file.name,
-        files=bundle_files(file),
-        input=value,
-        model=model,
-        max_retries=max_retries,
-        ollama_auto_pull=auto_pull,
-    )
+    inp = run_input(file, value, model=model, max_retries=max_retries, auto_pull=auto_pull)
     services = LocalServices(settings, note=note)
 
     async def connect() -> Client:

@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -39,7 +40,7 @@ from keel.rllm.run import (
     workflow_id_for,
 )
 from keel.settings import Settings
-from store.files import load_models_config
+from store.files import bundle_files, load_models_config
 from store.rllm_stats import get_stats, predict_exectime
 
 
@@ -286,6 +287,26 @@ async def _watch(
         services,
         on_dead=lambda why: internal_failure(why, error_type="WorkerExited"),
         tick=tick,
+    )
+
+
+def run_input(
+    file: Path,
+    value: Any,
+    *,
+    model: str | None,
+    max_retries: int | None,
+    auto_pull: bool,
+) -> RllmRunInput:
+    """The ``RllmApp`` input of the app file ``file`` and everything it uses (read from
+    disk and bundled) on input ``value``."""
+    return RllmRunInput(
+        path=file.name,
+        files=bundle_files(file),
+        input=value,
+        model=model,
+        max_retries=max_retries,
+        ollama_auto_pull=auto_pull,
     )
 
 
