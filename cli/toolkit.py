@@ -10,8 +10,6 @@
   (``keel/families.py``) and nowhere else;
 - :func:`load_settings` and :func:`sessions`: one way to get ``Settings`` and a session
   factory (``store.db.get_sessionmaker``);
-- :func:`wait_watching`: the start-and-watch loop (the result, raced against a watcher
-  that fails when a service the command started died);
 - :func:`run`: a CLI run (:func:`cli._exit.run_app` with the family's error handler);
 - :class:`Family`: all of the above for one family, the one wrapper every CLI uses
   (``FAMILY = Family("mrp", translate=...)``; ``FAMILY.fail(...)``, ``FAMILY.emit(...)``,
@@ -25,12 +23,11 @@ a quarter of a second).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 import click
@@ -435,47 +432,3 @@ def sessions(settings: Settings) -> sessionmaker[Session]:
     from store.db import get_sessionmaker
 
     return get_sessionmaker(settings.resolved_database_url)
-
-
-# -- start and watch -----------------------------------------------------------------------
-
-
-async def watch_services(
-    services: Any,
-    on_dead: Callable[[str], BaseException],
-    tick: Callable[[], Awaitable[None]] | None = None,
-    interval_s: float = 0.5,
-) -> None:
-    """Every ``interval_s``: raise ``on_dead(why)`` when a service this command started
-    (``services.local.LocalServices``) died, else run ``tick`` (progress), whose own
-    errors never end the watch."""
-    while True:
-        await asyncio.sleep(interval_s)
-        dead = services.dead()
-        if dead:
-            raise on_dead(dead)
-        if tick is not None:
-            with contextlib.suppress(Exception):
-                await tick()
-
-
-async def wait_watching(result: Awaitable[T], watch: Awaitable[None]) -> T:
-    """``result`` (a run's ``handle.result()``), with ``watch`` running beside it.
-
-    The watcher's failure wins when it ends first (a worker this command started died);
-    otherwise the result is returned, or its error (``WorkflowFailureError``) raised.
-    """
-    result_task = asyncio.ensure_future(result)
-    watch_task = asyncio.ensure_future(watch)
-    try:
-        await asyncio.wait({result_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await watch_task
-    if not result_task.done():
-        result_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await result_task
-        watch_task.result()  # raises the watcher's failure
-    return result_task.result()

@@ -18,20 +18,24 @@ from temporalio.client import Client
 T = TypeVar("T")
 
 
-class LocalServicesLike(Protocol):
+class Watched(Protocol):
+    """What :func:`watch_services` reads: which service this command started died."""
+
+    def dead(self) -> str | None: ...
+
+
+class LocalServicesLike(Watched, Protocol):
     """What a use case needs of ``services.local.LocalServices``."""
 
     async def connect(self, *, start: bool = True) -> Client: ...
 
     async def ensure_worker(self, workflow_id: str, log_name: str) -> None: ...
 
-    def dead(self) -> str | None: ...
-
     def stop(self, stay: bool = False) -> None: ...
 
 
 async def watch_services(
-    services: LocalServicesLike,
+    services: Watched,
     on_dead: Callable[[str], BaseException],
     tick: Callable[[], Awaitable[None]] | None = None,
     interval_s: float = 0.5,

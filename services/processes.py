@@ -211,6 +211,11 @@ def find_binary(name: str) -> str:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie child of ours is reaped and is not). A pid of
+    0 or below is never a process: ``kill(0)`` and ``kill(-1)`` would test a group or
+    every process the user may signal."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -11,6 +11,7 @@ import pytest
 from cli import toolkit
 from cli.envelope import CliError
 from cli.toolkit import CliFailure
+from client import waiting
 from keel.rllm.errors import ERROR_CLASSES
 from keel.rllm.failures import (
     INTERNAL_ERROR_CODE,
@@ -97,7 +98,7 @@ async def test_wait_watching_returns_the_result_and_stops_the_watcher() -> None:
         await asyncio.sleep(0.01)
         return "done"
 
-    assert await toolkit.wait_watching(result(), watch()) == "done"
+    assert await waiting.wait_watching(result(), watch()) == "done"
     assert stopped.is_set()
 
 
@@ -107,9 +108,9 @@ async def test_a_dead_service_ends_the_wait_with_the_family_failure() -> None:
             return "the worker this command started exited"
 
     never = asyncio.get_running_loop().create_future()
-    watch = toolkit.watch_services(
+    watch = waiting.watch_services(
         Services(), on_dead=lambda why: CliFailure("mrp", "error", why), interval_s=0.01
     )
     with pytest.raises(CliFailure, match="the worker this command started exited"):
-        await toolkit.wait_watching(never, watch)
+        await waiting.wait_watching(never, watch)
     assert never.cancelled()
