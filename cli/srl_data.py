@@ -205,7 +205,7 @@ def process(
     json_out: JsonOpt = None,
 ) -> None:
     """Parse-check (ast-grep in the jail), dedupe, filter by tokens, split, report."""
-    from activities.srl.data import HEURISTIC_COUNTER, process_datasets
+    from activities.srl.splits import HEURISTIC_COUNTER, process_datasets
 
     SRL_DATA.mode(json_out)
     with SRL_DATA.reported():
@@ -235,7 +235,7 @@ def stats(
     json_out: JsonOpt = None,
 ) -> None:
     """Print the Markdown stats reports written by 'srl data process'."""
-    from activities.srl.data import stats_for
+    from activities.srl.splits import stats_for
 
     SRL_DATA.mode(json_out)
     with SRL_DATA.reported():
@@ -259,7 +259,7 @@ def tasks(
 ) -> None:
     """Turn processed records into a task file for 'srl collect': one SrlTask a record,
     with no gold action (collect with a teacher or actors, not gold_replay)."""
-    from activities.srl.data import write_tasks
+    from activities.srl.splits import write_tasks
     from keel.srl.steps import parse_tasks
 
     SRL_DATA.mode(json_out)

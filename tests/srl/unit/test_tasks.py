@@ -1,5 +1,5 @@
 """``srl tasks``: processed records as collection tasks without a gold action
-(keel.srl.tasks, activities.srl.data)."""
+(keel.srl.tasks, activities.srl.splits)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from activities.srl.data import DataError, write_tasks
+from activities.srl.data import DataError
+from activities.srl.splits import write_tasks
 from keel.srl.datasets import PARSE_FAILED_TAG, NormalizedRecord
 from keel.srl.steps import MAX_FILE_CHARS, SrlTask, TasksInvalid, parse_tasks
 from keel.srl.tasks import (
