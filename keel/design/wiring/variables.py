@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from keel.design.wiring.commands import TfCommand, readme_blocks, shell_commands, terraform_command
-from keel.design.wiring.model import _META_ARGS, Finding
+from keel.design.wiring.model import _META_ARGS, Block, Finding, TfModule
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.terraform import _callee, _dirname, _join
 
@@ -33,80 +33,102 @@ def _tfvars_keys(text: str) -> list[str] | None:
         return None
 
 
-def check_variables(repo: Repo) -> list[Finding]:
+_VAR_SUBCOMMANDS = ("plan", "apply", "destroy", "import", "refresh", "console")
+
+
+def _check_module_call(mods: Mapping[str, TfModule], mod: TfModule, block: Block) -> list[Finding]:
+    """Findings for one ``module`` block: its source exists, it passes only declared variables, it passes every required one."""
+    callee_dir = _callee(mod, block)
+    if callee_dir is None:
+        return []
+    callee = mods.get(callee_dir)
+    if callee is None:
+        return [
+            Finding(
+                "variables",
+                block.file,
+                f'module "{block.name}": its source {block.body.get("source")} '
+                f"({callee_dir}/) holds no Terraform",
+            )
+        ]
     out: list[Finding] = []
-    mods = repo.modules
-    for mod in mods.values():
-        for block in mod.modules:
-            callee_dir = _callee(mod, block)
-            if callee_dir is None:
-                continue
-            callee = mods.get(callee_dir)
-            if callee is None:
-                out.append(
-                    Finding(
-                        "variables",
-                        block.file,
-                        f'module "{block.name}": its source {block.body.get("source")} '
-                        f"({callee_dir}/) holds no Terraform",
-                    )
+    passed = {k for k in block.body if k not in _META_ARGS}
+    for key in sorted(passed - set(callee.variables)):
+        out.append(
+            Finding(
+                "variables",
+                block.file,
+                f'module "{block.name}" passes {key}, which {callee_dir}/ does not declare',
+            )
+        )
+    for var in sorted(callee.variables.values(), key=lambda v: v.name):
+        if not var.has_default and var.name not in passed:
+            out.append(
+                Finding(
+                    "variables",
+                    block.file,
+                    f'module "{block.name}" does not pass {var.name}, which '
+                    f"{var.file} declares without a default",
                 )
-                continue
-            passed = {k for k in block.body if k not in _META_ARGS}
-            for key in sorted(passed - set(callee.variables)):
-                out.append(
-                    Finding(
-                        "variables",
-                        block.file,
-                        f'module "{block.name}" passes {key}, which {callee_dir}/ does not declare',
-                    )
-                )
-            for var in sorted(callee.variables.values(), key=lambda v: v.name):
-                if not var.has_default and var.name not in passed:
-                    out.append(
-                        Finding(
-                            "variables",
-                            block.file,
-                            f'module "{block.name}" does not pass {var.name}, which '
-                            f"{var.file} declares without a default",
-                        )
-                    )
-    for cmd in [*_readme_commands(repo.files), *repo.ci_terraform]:
-        if cmd.subcommand not in ("plan", "apply", "destroy", "import", "refresh", "console"):
-            continue
-        root = mods.get(cmd.cwd)
-        if root is None:
+            )
+    return out
+
+
+def _given_variables(repo: Repo, cmd: TfCommand, out: list[Finding]) -> list[tuple[str, str]]:
+    """The variables ``cmd`` passes, each with how it passes it; appends a finding per missing ``-var-file``."""
+    given = [(v, "-var") for v in cmd.variables] + [(v, "TF_VAR_") for v in cmd.env_vars]
+    for var_file in cmd.var_files:
+        path = _join(cmd.cwd, var_file)
+        if path not in repo.files:
             out.append(
                 Finding(
                     "variables",
                     cmd.file,
-                    f"terraform {cmd.subcommand} runs in {cmd.cwd}/, which holds no Terraform",
+                    f"terraform {cmd.subcommand} in {cmd.cwd}/ reads -var-file {var_file}, "
+                    "which is not in the repository",
                 )
             )
             continue
-        given = [(v, "-var") for v in cmd.variables] + [(v, "TF_VAR_") for v in cmd.env_vars]
-        for var_file in cmd.var_files:
-            path = _join(cmd.cwd, var_file)
-            if path not in repo.files:
-                out.append(
-                    Finding(
-                        "variables",
-                        cmd.file,
-                        f"terraform {cmd.subcommand} in {cmd.cwd}/ reads -var-file {var_file}, "
-                        "which is not in the repository",
-                    )
+        keys = _tfvars_keys(repo.files[path])
+        given += [(k, f"-var-file {var_file}") for k in keys or ()]
+    return given
+
+
+def _check_command(repo: Repo, cmd: TfCommand) -> list[Finding]:
+    """Findings for one terraform command: it runs in a root module and passes only variables that root declares."""
+    if cmd.subcommand not in _VAR_SUBCOMMANDS:
+        return []
+    root = repo.modules.get(cmd.cwd)
+    if root is None:
+        return [
+            Finding(
+                "variables",
+                cmd.file,
+                f"terraform {cmd.subcommand} runs in {cmd.cwd}/, which holds no Terraform",
+            )
+        ]
+    out: list[Finding] = []
+    given = _given_variables(repo, cmd, out)
+    for name, how in given:
+        if name not in root.variables:
+            out.append(
+                Finding(
+                    "variables",
+                    cmd.file,
+                    f"terraform {cmd.subcommand} in {cmd.cwd}/ passes {name} ({how}), "
+                    f"which the root module {cmd.cwd}/ does not declare",
                 )
-                continue
-            keys = _tfvars_keys(repo.files[path])
-            given += [(k, f"-var-file {var_file}") for k in keys or ()]
-        for name, how in given:
-            if name not in root.variables:
-                out.append(
-                    Finding(
-                        "variables",
-                        cmd.file,
-                        f"terraform {cmd.subcommand} in {cmd.cwd}/ passes {name} ({how}), "
-                        f"which the root module {cmd.cwd}/ does not declare",
-                    )
-                )
+            )
+    return out
+
+
+def check_variables(repo: Repo) -> list[Finding]:
+    """Rule ``variables``: check every module call, then every terraform command in READMEs and CI."""
+    out: list[Finding] = []
+    mods = repo.modules
+    for mod in mods.values():
+        for block in mod.modules:
+            out += _check_module_call(mods, mod, block)
+    for cmd in [*_readme_commands(repo.files), *repo.ci_terraform]:
+        out += _check_command(repo, cmd)
     return out
