@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from keel.design.wiring.code import code_metrics
-from keel.design.wiring.model import _LOG_WRITERS, AWS_NAMESPACES, Finding, TfModule
+from keel.design.wiring.code import Metric, code_metrics
+from keel.design.wiring.model import _LOG_WRITERS, AWS_NAMESPACES, Block, Finding, TfModule
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.terraform import _all_text, _unwrap
 
@@ -21,7 +22,80 @@ def _could_be(pattern: str, value: str) -> bool:
     return bool(re.fullmatch(loose, pattern.replace("\\", "")))
 
 
+_Watched = tuple[str, str, frozenset[str]]
+
+
+def _watched_metric(spec: dict[str, Any]) -> _Watched:
+    """The (namespace, metric name, dimension names) that one metric spec with a ``metric_name`` names."""
+    dims = spec.get("dimensions")
+    return (
+        str(spec.get("namespace", "")),
+        str(spec["metric_name"]),
+        frozenset(dims) if isinstance(dims, dict) else frozenset(),
+    )
+
+
+def _watched(body: dict[str, Any]) -> list[_Watched]:
+    """Every metric an alarm body watches: its own ``metric_name``, then each ``metric_query`` metric."""
+    watched: list[_Watched] = []
+    if body.get("metric_name"):
+        watched.append(_watched_metric(body))
+    queries = body.get("metric_query") or []
+    for query in queries if isinstance(queries, list) else [queries]:
+        for metric in (query.get("metric") or []) if isinstance(query, dict) else []:
+            metric = _unwrap(metric)
+            if isinstance(metric, dict) and metric.get("metric_name"):
+                watched.append(_watched_metric(metric))
+    return watched
+
+
+def _check_watched(
+    mod: TfModule,
+    writers: str,
+    metrics: list[Metric],
+    types: set[str],
+    alarm: Block,
+    watched: _Watched,
+) -> Finding | None:
+    """The finding, if any, for one metric an alarm watches: an AWS namespace needs a resource that
+    emits there; a custom one needs a log metric filter or code that puts it with those dimensions.
+
+    ``writers`` is the text of the module's log writers; ``types`` every resource type the Terraform creates."""
+    namespace, name, dims = watched
+    where = f"aws_cloudwatch_metric_alarm.{alarm.name}"
+    if namespace in AWS_NAMESPACES or namespace.startswith("AWS/"):
+        kinds = AWS_NAMESPACES.get(namespace, ())
+        if types & set(kinds):
+            return None
+        return Finding(
+            "alarms",
+            alarm.file,
+            f"{where} watches {namespace} {name}, but the Terraform creates "
+            f"no {' or '.join(kinds) or 'resource that emits in ' + namespace}",
+        )
+    if _from_log_filter(mod, namespace, name, writers):
+        return None
+    coded = [m for m in metrics if m.name == name and _could_be(m.namespace, namespace)]
+    if any(m.dimensions == dims for m in coded):
+        return None
+    if coded:
+        return Finding(
+            "alarms",
+            alarm.file,
+            f"{where} watches {namespace} {name} with dimensions "
+            f"{sorted(dims) or 'none'}, but {coded[0].file} puts it with "
+            f"{sorted(coded[0].dimensions) or 'none'}: no such metric exists",
+        )
+    return Finding(
+        "alarms",
+        alarm.file,
+        f"{where} watches {namespace} {name}, which nothing emits: no log "
+        "metric filter on a log group a runtime writes to, and no code puts it",
+    )
+
+
 def check_alarms(repo: Repo) -> list[Finding]:
+    """Rule ``alarms``: every metric each CloudWatch alarm watches is emitted by something."""
     out: list[Finding] = []
     types = repo.resource_types()
     metrics = [
@@ -33,68 +107,10 @@ def check_alarms(repo: Repo) -> list[Finding]:
     for mod in repo.modules.values():
         writers = " ".join(_all_text(r.body) for r in mod.of_kind(*_LOG_WRITERS))
         for alarm in mod.of_kind("aws_cloudwatch_metric_alarm"):
-            where = f"aws_cloudwatch_metric_alarm.{alarm.name}"
-            watched: list[tuple[str, str, frozenset[str]]] = []
-            body = alarm.body
-            if body.get("metric_name"):
-                dims = body.get("dimensions")
-                watched.append(
-                    (
-                        str(body.get("namespace", "")),
-                        str(body["metric_name"]),
-                        frozenset(dims) if isinstance(dims, dict) else frozenset(),
-                    )
-                )
-            queries = body.get("metric_query") or []
-            for query in queries if isinstance(queries, list) else [queries]:
-                for metric in (query.get("metric") or []) if isinstance(query, dict) else []:
-                    metric = _unwrap(metric)
-                    if isinstance(metric, dict) and metric.get("metric_name"):
-                        dims = metric.get("dimensions")
-                        watched.append(
-                            (
-                                str(metric.get("namespace", "")),
-                                str(metric["metric_name"]),
-                                frozenset(dims) if isinstance(dims, dict) else frozenset(),
-                            )
-                        )
-            for namespace, name, dims in watched:
-                if namespace in AWS_NAMESPACES or namespace.startswith("AWS/"):
-                    kinds = AWS_NAMESPACES.get(namespace, ())
-                    if not types & set(kinds):
-                        out.append(
-                            Finding(
-                                "alarms",
-                                alarm.file,
-                                f"{where} watches {namespace} {name}, but the Terraform creates "
-                                f"no {' or '.join(kinds) or 'resource that emits in ' + namespace}",
-                            )
-                        )
-                    continue
-                if _from_log_filter(mod, namespace, name, writers):
-                    continue
-                coded = [m for m in metrics if m.name == name and _could_be(m.namespace, namespace)]
-                if any(m.dimensions == dims for m in coded):
-                    continue
-                if coded:
-                    out.append(
-                        Finding(
-                            "alarms",
-                            alarm.file,
-                            f"{where} watches {namespace} {name} with dimensions "
-                            f"{sorted(dims) or 'none'}, but {coded[0].file} puts it with "
-                            f"{sorted(coded[0].dimensions) or 'none'}: no such metric exists",
-                        )
-                    )
-                    continue
-                out.append(
-                    Finding(
-                        "alarms",
-                        alarm.file,
-                        f"{where} watches {namespace} {name}, which nothing emits: no log "
-                        "metric filter on a log group a runtime writes to, and no code puts it",
-                    )
-                )
+            for watched in _watched(alarm.body):
+                finding = _check_watched(mod, writers, metrics, types, alarm, watched)
+                if finding is not None:
+                    out.append(finding)
     return out
 
 
