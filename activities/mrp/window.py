@@ -192,20 +192,44 @@ class MapWindow:
     async def run(self) -> MapWindowResult:
         t0 = time.monotonic()
         inp = self.inp
-        store = self.acts.store
-        ir = await asyncio.to_thread(load_ir, store, inp.ir_digest)
+        ir = await asyncio.to_thread(load_ir, self.acts.store, inp.ir_digest)
         tasks = ir.map_tasks[inp.start : inp.end]
         self.total = len(tasks)
         config = await asyncio.to_thread(self.acts.config)
         handle = phase_handle(config, ir, "map")
         binding = ir.operators["map"]
-        sessions = self.acts.sessions
         self.operator_digest = binding.operator_digest
         self._instruments()
 
-        # Shards this run already finished (an earlier attempt of this window) are done.
+        to_run = await self._unfinished(tasks)
+        if inp.use_checkpoints and to_run:
+            to_run = await self._from_checkpoints(to_run)
+        await self._flush()
+
+        backend, parallelism = self._backend(config, ir, handle)
+        await self._run_shards(to_run, handle, ir, backend, parallelism)
+        if self.failure is not None:
+            raise self.failure
+        self.counters.total = self.total
+        return MapWindowResult(
+            start=inp.start,
+            end=inp.end,
+            counters=self.counters,
+            cost_units=self.units,
+            cost_usd=self.usd,
+            llm_calls=self.llm_calls,
+            llm_cached=self.llm_cached,
+            stopped_by_budget=self.stopped_by_budget,
+            elapsed_s=time.monotonic() - t0,
+            failed_shards=[shard for _, shard in sorted(self.failed_shards)],
+        )
+
+    async def _unfinished(self, tasks: list[MapTask]) -> list[MapTask]:
+        """The window's tasks less the shards this run already finished (an earlier attempt
+        of this window), which count as done; a task whose checkpoint key does not match
+        its operator, input and seed fails the window."""
         own = await asyncio.to_thread(
-            shards_with_output, sessions, inp.run_id, [t.shard_index for t in tasks]
+            shards_with_output, self.acts.sessions, self.inp.run_id, [t.shard_index for t in tasks]
         )
         to_run: list[MapTask] = []
         for t in tasks:
@@ -221,30 +245,36 @@ class MapWindow:
                 self.done += 1
             else:
                 to_run.append(t)
-        if inp.use_checkpoints and to_run:
-            index = await asyncio.to_thread(
-                lookup_checkpoints, sessions, [t.checkpoint_key for t in to_run]
-            )
-            found = [index[t.checkpoint_key] for t in to_run if t.checkpoint_key in index]
-            present = set(
-                await asyncio.to_thread(lambda: [d for d in set(found) if store.exists(d)])
-            )
-            rest = []
-            for t in to_run:
-                digest = index.get(t.checkpoint_key)
-                if digest is not None and digest in present:
-                    self._note(
-                        self._record(t, "succeeded", "checkpoint", digest, 0, 0, None, None),
-                        False,
-                    )
-                    self.counters.skipped += 1
-                    self.done += 1
-                    self._metric("shards", 1, {"outcome": "skipped"})
-                else:
-                    rest.append(t)
-            to_run = rest
-        await self._flush()
+        return to_run
 
+    async def _from_checkpoints(self, to_run: list[MapTask]) -> list[MapTask]:
+        """Record as succeeded (from a checkpoint) the tasks whose checkpoint key has a
+        stored output; the others are returned, still to run."""
+        store = self.acts.store
+        index = await asyncio.to_thread(
+            lookup_checkpoints, self.acts.sessions, [t.checkpoint_key for t in to_run]
+        )
+        found = [index[t.checkpoint_key] for t in to_run if t.checkpoint_key in index]
+        present = set(await asyncio.to_thread(lambda: [d for d in set(found) if store.exists(d)]))
+        rest = []
+        for t in to_run:
+            digest = index.get(t.checkpoint_key)
+            if digest is not None and digest in present:
+                self._note(
+                    self._record(t, "succeeded", "checkpoint", digest, 0, 0, None, None),
+                    False,
+                )
+                self.counters.skipped += 1
+                self.done += 1
+                self._metric("shards", 1, {"outcome": "skipped"})
+            else:
+                rest.append(t)
+        return rest
+
+    def _backend(self, config: MrpConfig, ir: JobIR, handle: OperatorHandle) -> tuple[Any, int]:
+        """The window's backend and how many shards may run (or be queued) at once; on Ray
+        this also opens the window's session (``self.session``)."""
+        inp = self.inp
         # On a joined Ray cluster (KEEL_RAY_ADDRESS) the cluster's CPUs bound the actors,
         # not this machine's: the pool may hold up to max_workers of them.
         cpus = config.caps.max_workers
@@ -260,7 +290,7 @@ class MapWindow:
                 run_id=inp.run_id,
                 workflow_id=inp.workflow_id,
                 operator=handle,
-                params=dict(binding.params),
+                params=dict(ir.operators["map"].params),
                 llm_replay_only=inp.llm_replay_only,
                 llm_model=self.acts.llm_model,
                 memory_mb=ir.limits.shard_memory_mb,
@@ -271,6 +301,18 @@ class MapWindow:
             if inp.remaining_units is not None and weight > 0:
                 # Queued shards are committed spend: keep them within the remaining budget.
                 parallelism = max(lanes, min(parallelism, int(inp.remaining_units / weight)))
+        return backend, parallelism
+
+    async def _run_shards(
+        self,
+        to_run: list[MapTask],
+        handle: OperatorHandle,
+        ir: JobIR,
+        backend: Any,
+        parallelism: int,
+    ) -> None:
+        """Run the shards, at most ``parallelism`` at once, until done or stopped; then
+        close the session and write what finished, even when the window fails."""
         sem = asyncio.Semaphore(parallelism)
         flusher = asyncio.create_task(self._flusher())
         running: list[asyncio.Task[None]] = []
@@ -296,21 +338,6 @@ class MapWindow:
                 await self.session.close()
             # Whatever finished is recorded, even when the window fails or is cancelled.
             await asyncio.shield(self._flush())
-        if self.failure is not None:
-            raise self.failure
-        self.counters.total = self.total
-        return MapWindowResult(
-            start=inp.start,
-            end=inp.end,
-            counters=self.counters,
-            cost_units=self.units,
-            cost_usd=self.usd,
-            llm_calls=self.llm_calls,
-            llm_cached=self.llm_cached,
-            stopped_by_budget=self.stopped_by_budget,
-            elapsed_s=time.monotonic() - t0,
-            failed_shards=[shard for _, shard in sorted(self.failed_shards)],
-        )
 
     def _record(
         self,
@@ -348,8 +375,7 @@ class MapWindow:
         self, t: MapTask, handle: OperatorHandle, ir: JobIR, backend: Any, sem: asyncio.Semaphore
     ) -> None:
         inp = self.inp
-        limits = ir.limits
-        max_attempts = 1 + limits.max_shard_retries
+        max_attempts = 1 + ir.limits.max_shard_retries
         units = Decimal(0)
         usd = Decimal(0)
         last_error = ""
@@ -357,72 +383,14 @@ class MapWindow:
         try:
             for attempt_no in range(1, max_attempts + 1):
                 try:
-                    if self.session is not None:
-                        item = ShardItem(
-                            t.shard_index, t.shard_id, t.input_digest, t.seed, attempt_no
-                        )
-                        result = await self.session.run(item)
-                    else:
-                        task = ShardTask(
-                            run_id=inp.run_id,
-                            workflow_id=inp.workflow_id,
-                            shard_index=t.shard_index,
-                            shard_id=t.shard_id,
-                            input_digest=t.input_digest,
-                            seed=t.seed,
-                            operator=handle,
-                            params=dict(ir.operators["map"].params),
-                            llm_replay_only=inp.llm_replay_only,
-                            llm_model=self.acts.llm_model,
-                            attempt=attempt_no,
-                            memory_mb=limits.shard_memory_mb,
-                        )
-                        result = await backend.run(task, self.settings, limits.shard_timeout_s)
-                except AttemptTimeout as e:
-                    result = ShardAttempt(
-                        ok=False,
-                        error=str(e),
-                        retryable=True,
-                        latency_ms=limits.shard_timeout_s * 1000,
-                        units=handle.spec.cost_weight,
-                    )
+                    result = await self._attempt(t, handle, ir, backend, attempt_no)
                 except ShardNotStarted:
                     return  # the window stopped before this attempt ran: left "cancelled"
                 units += result.units
                 usd += result.llm_usd
-                self.units += result.units
-                self.usd += result.llm_usd
-                self.llm_calls += result.llm_calls
-                self.llm_cached += result.llm_cached
-                await self.acts.record_llm_calls(result.llm_call_logs)
-                self._metric(
-                    "latency",
-                    result.latency_ms,
-                    {**attrs, "outcome": "ok" if result.ok else "error"},
-                )
+                await self._account(result, attrs)
                 if result.ok:
-                    assert result.output_digest is not None
-                    self._note(
-                        self._record(
-                            t,
-                            "succeeded",
-                            "computed",
-                            result.output_digest,
-                            attempt_no,
-                            1,
-                            result,
-                            None,
-                            units,
-                            usd,
-                        ),
-                        inp.use_checkpoints,
-                    )
-                    self.counters.run += 1
-                    self.done += 1
-                    self._metric("shards", 1, {"outcome": "run"})
-                    if self._over_budget() and not self.stop:
-                        self._stop()
-                        self.stopped_by_budget = True
+                    self._succeeded(t, attempt_no, result, units, usd)
                     return
                 last_error = result.error or "unknown error"
                 if not result.retryable or attempt_no == max_attempts:
@@ -432,35 +400,124 @@ class MapWindow:
                 await asyncio.sleep(
                     min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (attempt_no - 1))
                 )
-            # Failed for good: record it, stop the window, fail it naming the shard.
-            self.counters.failed += 1
-            self._metric("failures", 1, attrs)
-            self._note(
-                self._record(
-                    t, "failed", "none", None, attempt_no, 0, None, last_error, units, usd
-                ),
-                False,
-            )
-            if inp.tolerate_failures:
-                # map.min_success_ratio < 1: the workflow weighs the failures after the map.
-                self.failed_shards.append((t.shard_index, t.shard_id))
-                self.done += 1
-                return
-            if self.failure is None:
-                what = (
-                    f"after {attempt_no} attempts (retry cap {limits.max_shard_retries})"
-                    if attempt_no == max_attempts
-                    else f"on attempt {attempt_no} (not retryable)"
-                )
-                self.failure = ApplicationError(
-                    f"shard {t.shard_id} failed {what}: {last_error}",
-                    {"shard_id": t.shard_id, "shard_index": t.shard_index, "attempts": attempt_no},
-                    type=ERROR_SHARD,
-                    non_retryable=True,
-                )
-            self._stop()
+            self._failed(t, ir, attempt_no, last_error, units, usd, attrs)
         finally:
             sem.release()
+
+    async def _attempt(
+        self, t: MapTask, handle: OperatorHandle, ir: JobIR, backend: Any, attempt_no: int
+    ) -> ShardAttempt:
+        """Run one attempt of a shard (in the Ray session, or as a task on the backend); a
+        timeout is a retryable failed attempt that costs the operator's weight."""
+        inp = self.inp
+        limits = ir.limits
+        try:
+            if self.session is not None:
+                item = ShardItem(t.shard_index, t.shard_id, t.input_digest, t.seed, attempt_no)
+                return await self.session.run(item)
+            task = ShardTask(
+                run_id=inp.run_id,
+                workflow_id=inp.workflow_id,
+                shard_index=t.shard_index,
+                shard_id=t.shard_id,
+                input_digest=t.input_digest,
+                seed=t.seed,
+                operator=handle,
+                params=dict(ir.operators["map"].params),
+                llm_replay_only=inp.llm_replay_only,
+                llm_model=self.acts.llm_model,
+                attempt=attempt_no,
+                memory_mb=limits.shard_memory_mb,
+            )
+            return await backend.run(task, self.settings, limits.shard_timeout_s)
+        except AttemptTimeout as e:
+            return ShardAttempt(
+                ok=False,
+                error=str(e),
+                retryable=True,
+                latency_ms=limits.shard_timeout_s * 1000,
+                units=handle.spec.cost_weight,
+            )
+
+    async def _account(self, result: ShardAttempt, attrs: dict[str, str]) -> None:
+        """Add an attempt's cost and LLM calls to the window's, record its LLM calls and
+        its latency."""
+        self.units += result.units
+        self.usd += result.llm_usd
+        self.llm_calls += result.llm_calls
+        self.llm_cached += result.llm_cached
+        await self.acts.record_llm_calls(result.llm_call_logs)
+        self._metric(
+            "latency",
+            result.latency_ms,
+            {**attrs, "outcome": "ok" if result.ok else "error"},
+        )
+
+    def _succeeded(
+        self, t: MapTask, attempt_no: int, result: ShardAttempt, units: Decimal, usd: Decimal
+    ) -> None:
+        """Record a computed shard; stop the window when that spent its budget."""
+        assert result.output_digest is not None
+        self._note(
+            self._record(
+                t,
+                "succeeded",
+                "computed",
+                result.output_digest,
+                attempt_no,
+                1,
+                result,
+                None,
+                units,
+                usd,
+            ),
+            self.inp.use_checkpoints,
+        )
+        self.counters.run += 1
+        self.done += 1
+        self._metric("shards", 1, {"outcome": "run"})
+        if self._over_budget() and not self.stop:
+            self._stop()
+            self.stopped_by_budget = True
+
+    def _failed(
+        self,
+        t: MapTask,
+        ir: JobIR,
+        attempt_no: int,
+        last_error: str,
+        units: Decimal,
+        usd: Decimal,
+        attrs: dict[str, str],
+    ) -> None:
+        """A shard failed for good: record it, then (unless failures are tolerated) stop
+        the window and fail it naming the shard."""
+        limits = ir.limits
+        max_attempts = 1 + limits.max_shard_retries
+        self.counters.failed += 1
+        self._metric("failures", 1, attrs)
+        self._note(
+            self._record(t, "failed", "none", None, attempt_no, 0, None, last_error, units, usd),
+            False,
+        )
+        if self.inp.tolerate_failures:
+            # map.min_success_ratio < 1: the workflow weighs the failures after the map.
+            self.failed_shards.append((t.shard_index, t.shard_id))
+            self.done += 1
+            return
+        if self.failure is None:
+            what = (
+                f"after {attempt_no} attempts (retry cap {limits.max_shard_retries})"
+                if attempt_no == max_attempts
+                else f"on attempt {attempt_no} (not retryable)"
+            )
+            self.failure = ApplicationError(
+                f"shard {t.shard_id} failed {what}: {last_error}",
+                {"shard_id": t.shard_id, "shard_index": t.shard_index, "attempts": attempt_no},
+                type=ERROR_SHARD,
+                non_retryable=True,
+            )
+        self._stop()
 
     def _stop(self) -> None:
         """Start no more shards (queued Ray attempts are dropped, not run)."""
