@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from keel.design.wiring.commands import TfCommand, shell_commands, terraform_command
@@ -121,72 +121,102 @@ def _split_ref(ref: str) -> tuple[str, str, str]:
     return registry, repository, tag
 
 
+def _job_dir(job: Mapping[str, Any]) -> str:
+    """The job's ``defaults.run.working-directory``, or ``.``."""
+    defaults = job.get("defaults")
+    run_defaults = defaults.get("run") if isinstance(defaults, dict) else None
+    return run_defaults.get("working-directory", ".") if isinstance(run_defaults, dict) else "."
+
+
+def _is_docker_build(argv: list[str]) -> bool:
+    """Whether ``argv`` is ``docker build`` or ``docker buildx build``."""
+    return argv[:2] == ["docker", "build"] or argv[:3] == ["docker", "buildx", "build"]
+
+
+@dataclass
+class _CiScan:
+    """What ``ci_images`` collects while it walks the workflows."""
+
+    pushed: list[CiImage] = field(default_factory=list)
+    commands: list[TfCommand] = field(default_factory=list)
+    runs: set[str] = field(default_factory=set)
+
+    def build_push_action(
+        self, path: str, step: Mapping[str, Any], row: Mapping[str, str], ecr_steps: set[str]
+    ) -> None:
+        """Record the images a ``docker/build-push-action`` step pushes."""
+        with_ = step.get("with")
+        if not isinstance(with_, dict):
+            with_ = {}
+        tags = _substitute(str(with_.get("tags", "")), row, ecr_steps)
+        dockerfile = _join(".", str(with_.get("file", "Dockerfile")))
+        for tag in re.split(r"[,\s]+", tags):
+            if tag and str(with_.get("push", "")).lower() == "true":
+                reg, repo, t = _split_ref(tag)
+                self.pushed.append(CiImage(path, reg, repo, t, dockerfile))
+
+    def shell_command(
+        self,
+        path: str,
+        cdir: str,
+        argv: list[str],
+        tf_env: tuple[str, ...],
+        built: dict[str, str | None],
+    ) -> None:
+        """Record one shell command of a ``run`` step: a terraform command, or a docker
+        build/tag/push (``built`` maps each tag built so far in this job row to its Dockerfile)."""
+        cmd = terraform_command(path, cdir, argv, tf_env)
+        if cmd is not None:
+            self.commands.append(cmd)
+        elif _is_docker_build(argv):
+            built_tags, built_file = _docker_builds(argv, cdir)
+            for tag in built_tags:
+                built[tag] = built_file
+            if "--push" in argv:
+                for tag in built_tags:
+                    self.pushed.append(CiImage(path, *_split_ref(tag), built_file))
+        elif argv[:2] == ["docker", "tag"] and len(argv) >= 4:
+            built[argv[3]] = built.get(argv[2])
+        elif argv[:2] == ["docker", "push"] and len(argv) >= 3:
+            ref = argv[-1]
+            self.pushed.append(CiImage(path, *_split_ref(ref), built.get(ref)))
+
+    def job(self, path: str, doc: Mapping[str, Any], job: Mapping[str, Any]) -> None:
+        """Walk every step of one job, once per row of its matrix."""
+        steps = [s for s in job.get("steps") or [] if isinstance(s, dict)]
+        ecr_steps = {
+            str(s.get("id"))
+            for s in steps
+            if str(s.get("uses", "")).startswith("aws-actions/amazon-ecr-login")
+        }
+        job_dir = _job_dir(job)
+        for row in _matrix_rows(job):
+            built: dict[str, str | None] = {}
+            for step in steps:
+                env = _env_names(doc.get("env"), job.get("env"), step.get("env"))
+                uses = str(step.get("uses", ""))
+                if uses.startswith("docker/build-push-action"):
+                    self.build_push_action(path, step, row, ecr_steps)
+                    continue
+                run = step.get("run")
+                if not isinstance(run, str):
+                    continue
+                text = _substitute(run, row, ecr_steps)
+                self.runs.add(text)
+                cwd = _join(".", str(step.get("working-directory", job_dir)))
+                for cdir, argv, tf_env in shell_commands(text, cwd, env)[0]:
+                    self.shell_command(path, cdir, argv, tf_env, built)
+
+
 def ci_images(files: Mapping[str, str]) -> tuple[list[CiImage], list[TfCommand], set[str]]:
     """Images the CI workflows push, the terraform commands they run, and every text
     their ``run`` steps hold (for uploads)."""
-    pushed: list[CiImage] = []
-    commands: list[TfCommand] = []
-    runs: set[str] = set()
+    scan = _CiScan()
     for path, doc in _workflows(files).items():
         jobs = doc.get("jobs")
         if not isinstance(jobs, dict):
             continue
         for job in jobs.values():
-            if not isinstance(job, dict):
-                continue
-            steps = [s for s in job.get("steps") or [] if isinstance(s, dict)]
-            ecr_steps = {
-                str(s.get("id"))
-                for s in steps
-                if str(s.get("uses", "")).startswith("aws-actions/amazon-ecr-login")
-            }
-            defaults = job.get("defaults")
-            run_defaults = defaults.get("run") if isinstance(defaults, dict) else None
-            job_dir = (
-                run_defaults.get("working-directory", ".")
-                if isinstance(run_defaults, dict)
-                else "."
-            )
-            for row in _matrix_rows(job):
-                built: dict[str, str | None] = {}
-                for step in steps:
-                    env = _env_names(doc.get("env"), job.get("env"), step.get("env"))
-                    uses = str(step.get("uses", ""))
-                    if uses.startswith("docker/build-push-action"):
-                        with_ = step.get("with")
-                        if not isinstance(with_, dict):
-                            with_ = {}
-                        tags = _substitute(str(with_.get("tags", "")), row, ecr_steps)
-                        dockerfile = _join(".", str(with_.get("file", "Dockerfile")))
-                        for tag in re.split(r"[,\s]+", tags):
-                            if tag and str(with_.get("push", "")).lower() == "true":
-                                reg, repo, t = _split_ref(tag)
-                                pushed.append(CiImage(path, reg, repo, t, dockerfile))
-                        continue
-                    run = step.get("run")
-                    if not isinstance(run, str):
-                        continue
-                    text = _substitute(run, row, ecr_steps)
-                    runs.add(text)
-                    cwd = _join(".", str(step.get("working-directory", job_dir)))
-                    for cdir, argv, tf_env in shell_commands(text, cwd, env)[0]:
-                        cmd = terraform_command(path, cdir, argv, tf_env)
-                        if cmd is not None:
-                            commands.append(cmd)
-                        elif argv[:2] == ["docker", "build"] or argv[:3] == [
-                            "docker",
-                            "buildx",
-                            "build",
-                        ]:
-                            built_tags, built_file = _docker_builds(argv, cdir)
-                            for tag in built_tags:
-                                built[tag] = built_file
-                            if "--push" in argv:
-                                for tag in built_tags:
-                                    pushed.append(CiImage(path, *_split_ref(tag), built_file))
-                        elif argv[:2] == ["docker", "tag"] and len(argv) >= 4:
-                            built[argv[3]] = built.get(argv[2])
-                        elif argv[:2] == ["docker", "push"] and len(argv) >= 3:
-                            ref = argv[-1]
-                            pushed.append(CiImage(path, *_split_ref(ref), built.get(ref)))
-    return pushed, commands, runs
+            if isinstance(job, dict):
+                scan.job(path, doc, job)
+    return scan.pushed, scan.commands, scan.runs
