@@ -126,7 +126,64 @@ def _image_handler(repo: Repo, fn: Block, where: str) -> list[Finding]:
     return []
 
 
+def _zip_packages(
+    repo: Repo, mod: TfModule, fn: Block, where: str
+) -> tuple[list[Package], list[Finding]]:
+    """The packages a Zip Lambda runs: its archive_file sources, else a CI step uploading its
+    key; with neither, a finding and the repository's root (the handler is still checked)."""
+    source = {k: fn.body.get(k) for k in ("filename", "s3_key", "s3_bucket")}
+    packages = _archives(repo, mod, source)
+    if packages:
+        return packages, []
+    keys = _defaults(mod, repo, fn.body.get("s3_key") or fn.body.get("filename"))
+    uploaded = [k for k in keys if "${" not in k and any(k in r for r in repo.ci_runs)]
+    if uploaded:
+        return [Package(".", (), f"a CI step uploading {uploaded[0]}")], []
+    finding = Finding(
+        "lambda",
+        fn.file,
+        f"{where} runs the package "
+        f"{fn.body.get('s3_key') or fn.body.get('filename')} "
+        f"({', '.join(keys)}), which nothing builds: no archive_file data "
+        "source and no CI step makes or uploads it",
+    )
+    # The handler is still checked, against the repository's root.
+    return [Package(".", (), "the repository's root")], [finding]
+
+
+def _check_package(repo: Repo, fn: Block, where: str, handler: str, pkg: Package) -> Finding | None:
+    """The finding, if any, for one package of a Zip Lambda: it holds files of the repository,
+    and the handler's module is in it and defines the handler's function."""
+    if not pkg.root or not any(pkg.holds(p) for p in repo.files):
+        return Finding(
+            "lambda",
+            fn.file,
+            f"{where}: {pkg.source} packages {pkg.root or 'nothing'}, which "
+            "holds no file of the repository",
+        )
+    if "." not in handler:
+        return Finding("lambda", fn.file, f"{where}: no handler")
+    module, func = handler.rsplit(".", 1)
+    path = module_file(repo.files, module, pkg.root)
+    if path is None or not pkg.holds(path):
+        rel = module.replace(".", "/")
+        return Finding(
+            "lambda",
+            fn.file,
+            f"{where}: handler {handler} names module {module}, but "
+            f"{_join(pkg.root, rel)}.py is not in its package ({pkg.source})",
+        )
+    if not defines(repo.files[path], func):
+        return Finding(
+            "lambda",
+            fn.file,
+            f"{where}: handler {handler}: {path} defines no {func}",
+        )
+    return None
+
+
 def check_lambdas(repo: Repo) -> list[Finding]:
+    """Rule ``lambda``: every Lambda function's handler exists in a package the repository builds."""
     out: list[Finding] = []
     for mod in repo.modules.values():
         for fn in mod.of_kind("aws_lambda_function"):
@@ -137,58 +194,10 @@ def check_lambdas(repo: Repo) -> list[Finding]:
                 out += _image_handler(repo, fn, where)
                 continue
             handler = str(fn.body.get("handler", ""))
-            source = {k: fn.body.get(k) for k in ("filename", "s3_key", "s3_bucket")}
-            packages = _archives(repo, mod, source)
-            if not packages:
-                keys = _defaults(mod, repo, fn.body.get("s3_key") or fn.body.get("filename"))
-                uploaded = [k for k in keys if "${" not in k and any(k in r for r in repo.ci_runs)]
-                if uploaded:
-                    packages = [Package(".", (), f"a CI step uploading {uploaded[0]}")]
-                else:
-                    out.append(
-                        Finding(
-                            "lambda",
-                            fn.file,
-                            f"{where} runs the package "
-                            f"{fn.body.get('s3_key') or fn.body.get('filename')} "
-                            f"({', '.join(keys)}), which nothing builds: no archive_file data "
-                            "source and no CI step makes or uploads it",
-                        )
-                    )
-                    # The handler is still checked, against the repository's root.
-                    packages = [Package(".", (), "the repository's root")]
+            packages, findings = _zip_packages(repo, mod, fn, where)
+            out += findings
             for pkg in packages:
-                if not pkg.root or not any(pkg.holds(p) for p in repo.files):
-                    out.append(
-                        Finding(
-                            "lambda",
-                            fn.file,
-                            f"{where}: {pkg.source} packages {pkg.root or 'nothing'}, which "
-                            "holds no file of the repository",
-                        )
-                    )
-                    continue
-                if "." not in handler:
-                    out.append(Finding("lambda", fn.file, f"{where}: no handler"))
-                    continue
-                module, func = handler.rsplit(".", 1)
-                path = module_file(repo.files, module, pkg.root)
-                if path is None or not pkg.holds(path):
-                    rel = module.replace(".", "/")
-                    out.append(
-                        Finding(
-                            "lambda",
-                            fn.file,
-                            f"{where}: handler {handler} names module {module}, but "
-                            f"{_join(pkg.root, rel)}.py is not in its package ({pkg.source})",
-                        )
-                    )
-                elif not defines(repo.files[path], func):
-                    out.append(
-                        Finding(
-                            "lambda",
-                            fn.file,
-                            f"{where}: handler {handler}: {path} defines no {func}",
-                        )
-                    )
+                finding = _check_package(repo, fn, where, handler, pkg)
+                if finding is not None:
+                    out.append(finding)
     return out
