@@ -176,27 +176,7 @@ class ApprovalGate:
         )
         # dedup key → the state that request produced, so a retried decision applies once.
         self._applied: dict[str, GateState] = {}
-        # Decided once here: validators are read-only and cannot consult the patch.
-        row_after_answer = workflow.patched(ROW_AFTER_ANSWER_PATCH)
-        self._one_marker = row_after_answer or workflow.patched(ONE_MARKER_PATCH)
-        # A child gate's parent waits for the run's result, which the timer would put off
-        # (the dev server fires a 1 ms timer about a second later): it keeps the row in
-        # the answering task. A standalone gate's decision is the Update's answer.
-        self._row_after_answer = row_after_answer and workflow.info().parent is None
-        if self._one_marker:
-            self._scoped_dedup = self._local_handler_audit = self._audit_after_answer = True
-            self._audit_at_once = self._open_local = self._handler_rows_local = True
-        else:
-            self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
-            self._local_handler_audit = workflow.patched(LOCAL_HANDLER_AUDIT_PATCH)
-            self._audit_after_answer = workflow.patched(AUDIT_AFTER_ANSWER_PATCH)
-            self._audit_at_once = self._audit_after_answer and workflow.patched(
-                AUDIT_ROWS_AT_ONCE_PATCH
-            )
-            self._open_local = self._audit_at_once and workflow.patched(OPEN_LOCAL_PATCH)
-            self._handler_rows_local = self._open_local and workflow.patched(
-                HANDLER_ROWS_LOCAL_PATCH
-            )
+        self._decide_patches()
         # Whether notices go anywhere: known from the start in older runs (always sent),
         # after the first task's local answer in open-local runs.
         self._notices_on: bool | None = None if self._open_local else True
@@ -225,6 +205,31 @@ class ApprovalGate:
         self._lock = asyncio.Lock()
         # Notices run beside the gate: a slow or failing webhook never delays a decision.
         self._notices: list[asyncio.Task[None]] = []
+
+    def _decide_patches(self) -> None:
+        """Which of the gate's patches this run has, decided once when it starts (in this
+        order: each ``workflow.patched`` call is part of the history)."""
+        # Decided once here: validators are read-only and cannot consult the patch.
+        row_after_answer = workflow.patched(ROW_AFTER_ANSWER_PATCH)
+        self._one_marker = row_after_answer or workflow.patched(ONE_MARKER_PATCH)
+        # A child gate's parent waits for the run's result, which the timer would put off
+        # (the dev server fires a 1 ms timer about a second later): it keeps the row in
+        # the answering task. A standalone gate's decision is the Update's answer.
+        self._row_after_answer = row_after_answer and workflow.info().parent is None
+        if self._one_marker:
+            self._scoped_dedup = self._local_handler_audit = self._audit_after_answer = True
+            self._audit_at_once = self._open_local = self._handler_rows_local = True
+        else:
+            self._scoped_dedup = workflow.patched(SCOPED_DEDUP_PATCH)
+            self._local_handler_audit = workflow.patched(LOCAL_HANDLER_AUDIT_PATCH)
+            self._audit_after_answer = workflow.patched(AUDIT_AFTER_ANSWER_PATCH)
+            self._audit_at_once = self._audit_after_answer and workflow.patched(
+                AUDIT_ROWS_AT_ONCE_PATCH
+            )
+            self._open_local = self._audit_at_once and workflow.patched(OPEN_LOCAL_PATCH)
+            self._handler_rows_local = self._open_local and workflow.patched(
+                HANDLER_ROWS_LOCAL_PATCH
+            )
 
     @workflow.run
     async def run(self, request: GateRequest) -> GateState:
