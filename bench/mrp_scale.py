@@ -66,6 +66,11 @@ Keel and floor phase grows linearly with shards (Keel warm 2.3 ms and cold 5.0 m
 at 20,000), so at this load a 100,000-shard run extrapolates to ~16 min (Keel cold ~500
 s, warm ~235 s, floor ~2 min, ~2 min that do not depend on the size), past the 10-minute
 bound. The history grows with windows, not shards (``shards / window`` map windows).
+One ``--shards 100000`` attempt (same load) recorded all 100,000 cold shards in the map
+(19:07:26-19:09:35 UTC, the floor done by 19:05:38), then the last map window sat at
+``done 1000/1000`` heartbeating with no CPU for over five minutes (a Keel hang, seen once
+at 5,000 too, where the window's retry then skipped its 1,000 checkpointed shards) and
+was stopped: 100,000 has no measured ratio yet.
 """
 
 from __future__ import annotations
