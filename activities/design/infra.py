@@ -306,27 +306,7 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
     env = _env()
     w = _sizing(req)
     plan_by_cap = {c.capability.value: c.pattern_id for c in plan.choices}
-    by_id = req.catalog.by_id() if req.catalog is not None else {}
-    modules: list[dict[str, Any]] = []
-    for choice in plan.choices:
-        cap, pid = choice.capability.value, choice.pattern_id
-        template = pattern_template(pid)
-        known = (TEMPLATES / template).is_file()
-        pattern = by_id.get(pid)
-        modules.append(
-            {
-                "cap": cap,
-                "pattern_id": pid,
-                "template": template if known else "patterns/_unknown.tf.j2",
-                "summary": pattern.summary if pattern is not None else pid,
-                # Modules that run an image of their ECR repository take its tag from the
-                # root's image_tag (the tag CI pushes).
-                "image_tag": known and 'variable "image_tag"' in _template_text(template),
-                "bom": _bom_comment(req, pid, regions),
-                # Sizes per region (the BOM's quantities may differ by region).
-                "sizes": {r: _module_sizes(req, pid, r, w) for r in regions},
-            }
-        )
+    modules = _modules(req, regions, w)
     region_ctx: list[dict[str, Any]] = [
         {
             "name": r,
@@ -353,6 +333,44 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
         # Config's recorder, Macie, the Glue catalog's encryption) only when asked for.
         "baseline": bool(req.constraints.account_baseline),
     }
+    return _render_files(env, common, modules, regions[0], region_ctx[0])
+
+
+def _modules(req: CodeGenRequest, regions: list[str], w: dict[str, float]) -> list[dict[str, Any]]:
+    """The template context of each capability's module, in the plan's order."""
+    by_id = req.catalog.by_id() if req.catalog is not None else {}
+    modules: list[dict[str, Any]] = []
+    for choice in req.plan.choices:
+        cap, pid = choice.capability.value, choice.pattern_id
+        template = pattern_template(pid)
+        known = (TEMPLATES / template).is_file()
+        pattern = by_id.get(pid)
+        modules.append(
+            {
+                "cap": cap,
+                "pattern_id": pid,
+                "template": template if known else "patterns/_unknown.tf.j2",
+                "summary": pattern.summary if pattern is not None else pid,
+                # Modules that run an image of their ECR repository take its tag from the
+                # root's image_tag (the tag CI pushes).
+                "image_tag": known and 'variable "image_tag"' in _template_text(template),
+                "bom": _bom_comment(req, pid, regions),
+                # Sizes per region (the BOM's quantities may differ by region).
+                "sizes": {r: _module_sizes(req, pid, r, w) for r in regions},
+            }
+        )
+    return modules
+
+
+def _render_files(
+    env: jinja2.Environment,
+    common: dict[str, Any],
+    modules: list[dict[str, Any]],
+    primary: str,
+    primary_ctx: dict[str, Any],
+) -> dict[str, str]:
+    """Render the root, the foundation and each module (sized and wired for the primary
+    region) as ``{path: tidied text}``."""
     files: dict[str, str] = {}
     for name in ("main", "providers", "backend", "variables", "outputs"):
         files[f"infra/{name}.tf"] = env.get_template(f"root/{name}.tf.j2").render(common)
@@ -367,8 +385,8 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
         ctx = {
             **common,
             "m": module,
-            "sizes": module["sizes"][regions[0]],
-            "wiring": region_ctx[0]["wiring"][module["cap"]],
+            "sizes": module["sizes"][primary],
+            "wiring": primary_ctx["wiring"][module["cap"]],
         }
         for name in ("main", "variables", "outputs"):
             files[f"infra/modules/{module['cap']}/{name}.tf"] = env.get_template(
