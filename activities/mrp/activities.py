@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import JsonValue
 from sqlalchemy.orm import Session, sessionmaker
@@ -109,6 +109,10 @@ from store.mrp_runs import (
     shards_with_output,
     start_run,
 )
+
+if TYPE_CHECKING:
+    from keel.mrp.compiler import CompileResult
+    from keel.mrp.dsl import ParsedJob
 
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
@@ -214,33 +218,7 @@ class MrpActivities:
             store = self.store
             config = self.config()
             job_yaml_digest = store.put_bytes(inp.job_yaml.encode("utf-8"))
-            with compile_errors():
-                from keel.mrp.compiler import compile_parsed
-                from keel.mrp.dsl import parse_job
-
-                parsed = parse_job(inp.job_yaml, inp.source)
-                config.check_refs(parsed.spec.operator_refs().values())
-                check_job_sink(self._settings, parsed, config.caps, inp.run_id)
-                resolved: list[FileRef] | None = None
-                slices: list[RecordSlice] | None = None
-                file_digests: dict[str, str] = {}
-                malformed: list[MalformedRecord] = []
-                if parsed.spec.inputs.files is not None:
-                    refuse_input_sources(parsed, config.caps)
-                    inputs = resolve_job_inputs(
-                        parsed, inp.base_dir, self._settings, config, store, progress
-                    )
-                    resolved, file_digests = inputs.files, inputs.file_digests
-                    slices, malformed = inputs.slices, inputs.malformed
-                # What config.compile_job does, without parsing the job file a second time
-                # (refs were checked above).
-                result = compile_parsed(
-                    parsed,
-                    config.registry,
-                    config.caps,
-                    resolved_files=resolved,
-                    record_slices=slices,
-                )
+            parsed, result, file_digests, malformed = self._compile_job(inp, config, progress)
             ir = result.ir
             # Shard payloads go to the store under their digests (the IR names them).
             payloads = list(result.shard_inputs.items())
@@ -268,6 +246,41 @@ class MrpActivities:
                 file_digests,
                 skipped,
             )
+
+    def _compile_job(
+        self, inp: CompileInput, config: MrpConfig, progress: ScanProgress | None
+    ) -> tuple[ParsedJob, CompileResult, dict[str, str], list[MalformedRecord]]:
+        """Parse the job, check its refs and sink, resolve its input files and compile it:
+        the parsed job, the compile result, the input files' digests and the malformed
+        records found (errors become compile errors)."""
+        with compile_errors():
+            from keel.mrp.compiler import compile_parsed
+            from keel.mrp.dsl import parse_job
+
+            parsed = parse_job(inp.job_yaml, inp.source)
+            config.check_refs(parsed.spec.operator_refs().values())
+            check_job_sink(self._settings, parsed, config.caps, inp.run_id)
+            resolved: list[FileRef] | None = None
+            slices: list[RecordSlice] | None = None
+            file_digests: dict[str, str] = {}
+            malformed: list[MalformedRecord] = []
+            if parsed.spec.inputs.files is not None:
+                refuse_input_sources(parsed, config.caps)
+                inputs = resolve_job_inputs(
+                    parsed, inp.base_dir, self._settings, config, self.store, progress
+                )
+                resolved, file_digests = inputs.files, inputs.file_digests
+                slices, malformed = inputs.slices, inputs.malformed
+            # What config.compile_job does, without parsing the job file a second time
+            # (refs were checked above).
+            result = compile_parsed(
+                parsed,
+                config.registry,
+                config.caps,
+                resolved_files=resolved,
+                record_slices=slices,
+            )
+        return parsed, result, file_digests, malformed
 
     def _compiled(
         self,
@@ -606,30 +619,8 @@ class MrpActivities:
             store = self.store
             c = inp.compiled
             ir = load_ir(store, c.ir_digest)
-            rows = {r.shard_index: r for r in list_shards(self.sessions, c.run_id)}
-            shards: list[ShardOutputRecord] = []
+            shards = self._shard_outputs(ir, c.run_id)
             counters = inp.counters.model_copy()
-            for t in ir.map_tasks:
-                row = rows.get(t.shard_index)
-                state: Any = "cancelled"
-                if row is not None:
-                    state = (
-                        "failed"
-                        if row.state == "failed"
-                        else ("skipped" if row.source == "checkpoint" else "succeeded")
-                    )
-                shards.append(
-                    ShardOutputRecord(
-                        shard_index=t.shard_index,
-                        shard_id=t.shard_id,
-                        input_digest=t.input_digest,
-                        checkpoint_key=t.checkpoint_key,
-                        output_digest=row.output_digest if row is not None else None,
-                        state=state,
-                        attempts=row.attempts if row is not None else 0,
-                        error=row.error if row is not None and state == "failed" else None,
-                    )
-                )
             counters.total = len(ir.map_tasks)
             counters.cancelled = sum(1 for s in shards if s.state == "cancelled")
             skipped: list[MalformedRecord] = []
@@ -670,28 +661,41 @@ class MrpActivities:
             mismatch = None
             if c.replay_of:
                 mismatch = self._compare(c.replay_of, manifest, ir)
-            attrs = {"job_id": c.job_id, "status": inp.status}
-            meter_add("keel_mrp_jobs", "MRP runs by status", 1, attrs)
-            meter_hist(
-                "keel_mrp_job_cost_units", "MRP run cost", "units", float(inp.cost.units), attrs
-            )
-            meter_hist(
-                "keel_mrp_job_cost_usd", "MRP run LLM cost", "usd", float(inp.cost.usd), attrs
-            )
-            if inp.cost.limit_units > 0:
-                meter_hist(
-                    "keel_mrp_budget_used_ratio",
-                    "MRP run spend / kill limit (units)",
-                    "1",
-                    float(inp.cost.units / inp.cost.limit_units),
-                    attrs,
-                )
+            _meter_run(inp)
             return FinaliseResult(
                 run_manifest_digest=digest,
                 output_digests=manifest.output_digests(),
                 counters=counters,
                 mismatch=mismatch,
             )
+
+    def _shard_outputs(self, ir: JobIR, run_id: str) -> list[ShardOutputRecord]:
+        """Every map task's outcome as recorded for the run (``cancelled`` when it has no
+        record)."""
+        rows = {r.shard_index: r for r in list_shards(self.sessions, run_id)}
+        shards: list[ShardOutputRecord] = []
+        for t in ir.map_tasks:
+            row = rows.get(t.shard_index)
+            state: Any = "cancelled"
+            if row is not None:
+                state = (
+                    "failed"
+                    if row.state == "failed"
+                    else ("skipped" if row.source == "checkpoint" else "succeeded")
+                )
+            shards.append(
+                ShardOutputRecord(
+                    shard_index=t.shard_index,
+                    shard_id=t.shard_id,
+                    input_digest=t.input_digest,
+                    checkpoint_key=t.checkpoint_key,
+                    output_digest=row.output_digest if row is not None else None,
+                    state=state,
+                    attempts=row.attempts if row is not None else 0,
+                    error=row.error if row is not None and state == "failed" else None,
+                )
+            )
+        return shards
 
     def _compare(
         self, original_run: str, replayed: RunManifest, ir: JobIR
@@ -702,6 +706,22 @@ class MrpActivities:
         original = run_manifest_from_json(self.store.get_bytes(run.run_manifest_digest))
         order = [t.shard_id for t in ir.map_tasks]
         return first_mismatch(original.comparable_digests(), replayed.comparable_digests(), order)
+
+
+def _meter_run(inp: FinaliseInput) -> None:
+    """Count the finished run by status and record its cost (and budget use) metrics."""
+    attrs = {"job_id": inp.compiled.job_id, "status": inp.status}
+    meter_add("keel_mrp_jobs", "MRP runs by status", 1, attrs)
+    meter_hist("keel_mrp_job_cost_units", "MRP run cost", "units", float(inp.cost.units), attrs)
+    meter_hist("keel_mrp_job_cost_usd", "MRP run LLM cost", "usd", float(inp.cost.usd), attrs)
+    if inp.cost.limit_units > 0:
+        meter_hist(
+            "keel_mrp_budget_used_ratio",
+            "MRP run spend / kill limit (units)",
+            "1",
+            float(inp.cost.units / inp.cost.limit_units),
+            attrs,
+        )
 
 
 __all__ = [
