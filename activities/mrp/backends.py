@@ -202,14 +202,32 @@ def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> 
     return attempt
 
 
-def _execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
-    t0 = time.perf_counter()
-    # On a joined Ray cluster the operator folder is read from the shipped code.
+def _localised(context: ShardContext) -> ShardContext:
+    """The context with its operator folder as found here: on a joined Ray cluster the
+    operator folder is read from the shipped code."""
     folder = fanout.local_path(context.operator.folder)
     if folder != context.operator.folder:
         context = context.model_copy(
             update={"operator": context.operator.model_copy(update={"folder": folder})}
         )
+    return context
+
+
+def _shard_items(shard_input: ShardInput, store: ArtifactStore, ref: str) -> list[JsonValue]:
+    """What the operator is given for a shard: its items, its records, or its files."""
+    items: list[JsonValue]
+    if shard_input.items is not None:
+        items = list(shard_input.items)
+    elif shard_input.records is not None:
+        items = list(_slice_records(shard_input.records, store, ref))
+    else:
+        items = [f.model_dump(mode="json") for f in shard_input.files or []]
+    return items
+
+
+def _execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
+    t0 = time.perf_counter()
+    context = _localised(context)
     llm: LLMClient | None = None
     ctx: OperatorContext | None = None
     try:
@@ -231,13 +249,7 @@ def _execute_item(context: ShardContext, task: ShardItem, settings: Settings) ->
             file_reader=file_reader(store),
             operator=spec.ref,
         )
-        items: list[JsonValue]
-        if shard_input.items is not None:
-            items = list(shard_input.items)
-        elif shard_input.records is not None:
-            items = list(_slice_records(shard_input.records, store, spec.ref))
-        else:
-            items = [f.model_dump(mode="json") for f in shard_input.files or []]
+        items = _shard_items(shard_input, store, spec.ref)
         # In an operator host: a process with only the operator's declared environment
         # (activities/mrp/host.py), which imports the code and checks it against its pin.
         output = run_in_host(
@@ -260,6 +272,18 @@ def _execute_item(context: ShardContext, task: ShardItem, settings: Settings) ->
         error, retryable = str(e), e.retryable
     except Exception as e:  # the runtime's own failure (store, import): worth a retry
         error, retryable = f"{type(e).__name__}: {e}", True
+    return _failed_attempt(context, error, retryable, t0, llm, ctx)
+
+
+def _failed_attempt(
+    context: ShardContext,
+    error: str,
+    retryable: bool,
+    t0: float,
+    llm: LLMClient | None,
+    ctx: OperatorContext | None,
+) -> ShardAttempt:
+    """A failed attempt, started at ``t0``, with what it spent."""
     stats = call_stats(llm) if llm is not None else LLMCallStats()
     return ShardAttempt(
         ok=False,
@@ -528,6 +552,8 @@ class RaySession:
         self.batch_size = max(1, min(MAX_BATCH, int(budget_ms / max(self.slowest_ms, 0.5))))
 
     async def _lane(self) -> None:
+        """One lane: send batches off the queue to its actor (at most PIPELINE_DEPTH calls
+        in flight) and settle each shard's future with its result, or with the failure."""
         pool = self.backend.pool
         actor: fanout.PooledActor | None = None
         calls: collections.deque[_Call] = collections.deque()
@@ -539,13 +565,7 @@ class RaySession:
                     batch = self._take()
                     if not batch:
                         break
-                    call = _Call(batch)
-                    send = None if self.key in actor.contexts else self.context
-                    actor.contexts.add(self.key)
-                    ref = actor.handle.run_batch.remote(self.key, send, [b[0] for b in batch])
-                    call.fut = fanout.as_future(ref)
-                    call.started = time.monotonic()
-                    calls.append(call)
+                    calls.append(self._call(actor, batch))
                 if not calls:
                     if actor is not None:
                         pool.release(actor)
@@ -562,34 +582,16 @@ class RaySession:
                     results = await asyncio.wait_for(asyncio.shield(head.fut), max(0.0, left))
                 except TimeoutError:
                     assert actor is not None
-                    pool.discard(actor, [c.fut for c in calls if c.fut is not None])
+                    self._drop(actor, calls)
                     actor = None
-                    calls.popleft()
-                    self._requeue(calls)
-                    calls.clear()
-                    if len(head.batch) == 1:
-                        _set_exception(
-                            head.batch[0][1],
-                            AttemptTimeout(
-                                f"attempt ran past the shard timeout of {self.timeout_s:g}s"
-                            ),
-                        )
-                    else:
-                        # Batches stop for this operator: a shard can take that long.
-                        self.slowest_ms = max(self.slowest_ms, self.timeout_s * 1000)
-                        self.backend.slowest_ms[self.code_digest] = self.slowest_ms
-                        self.batch_size = 1
-                        self.queue.extendleft((i, f, True) for i, f, _ in reversed(head.batch))
+                    self._timed_out(head)
                     continue
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # the actor died (or Ray failed the call)
                     assert actor is not None
-                    pool.discard(actor, [c.fut for c in calls if c.fut is not None])
+                    self._drop(actor, calls)
                     actor = None
-                    calls.popleft()
-                    self._requeue(calls)
-                    calls.clear()
                     for _, fut, _ in head.batch:
                         _set_exception(fut, e)
                     continue
@@ -601,16 +603,59 @@ class RaySession:
                     self.backend.shard_nodes[item.shard_id] = result.node_id
                     _set_result(fut, result)
         except BaseException:
-            if actor is not None:
-                if calls:
-                    pool.discard(actor, [c.fut for c in calls if c.fut is not None])
-                else:
-                    pool.release(actor)
-            for call in calls:
-                for _, fut, _ in call.batch:
-                    if not fut.done():
-                        fut.cancel()
+            self._abandon(actor, calls)
             raise
+
+    def _call(
+        self,
+        actor: fanout.PooledActor,
+        batch: list[tuple[ShardItem, asyncio.Future[ShardAttempt], bool]],
+    ) -> _Call:
+        """Send a batch to the actor (with the window's context, the first time)."""
+        call = _Call(batch)
+        send = None if self.key in actor.contexts else self.context
+        actor.contexts.add(self.key)
+        ref = actor.handle.run_batch.remote(self.key, send, [b[0] for b in batch])
+        call.fut = fanout.as_future(ref)
+        call.started = time.monotonic()
+        return call
+
+    def _drop(self, actor: fanout.PooledActor, calls: collections.deque[_Call]) -> None:
+        """Kill the actor (its calls in flight with it); the calls behind the head one are
+        queued again and the lane's calls cleared."""
+        self.backend.pool.discard(actor, [c.fut for c in calls if c.fut is not None])
+        calls.popleft()
+        self._requeue(calls)
+        calls.clear()
+
+    def _timed_out(self, head: _Call) -> None:
+        """A call ran past the shard timeout: a lone shard's attempt times out; a batch's
+        shards are queued again, each to run alone (batches stop for this operator)."""
+        if len(head.batch) == 1:
+            _set_exception(
+                head.batch[0][1],
+                AttemptTimeout(f"attempt ran past the shard timeout of {self.timeout_s:g}s"),
+            )
+        else:
+            # Batches stop for this operator: a shard can take that long.
+            self.slowest_ms = max(self.slowest_ms, self.timeout_s * 1000)
+            self.backend.slowest_ms[self.code_digest] = self.slowest_ms
+            self.batch_size = 1
+            self.queue.extendleft((i, f, True) for i, f, _ in reversed(head.batch))
+
+    def _abandon(self, actor: fanout.PooledActor | None, calls: collections.deque[_Call]) -> None:
+        """The lane ends abnormally: give back (or kill, with calls in flight) its actor and
+        cancel the shards of its calls."""
+        pool = self.backend.pool
+        if actor is not None:
+            if calls:
+                pool.discard(actor, [c.fut for c in calls if c.fut is not None])
+            else:
+                pool.release(actor)
+        for call in calls:
+            for _, fut, _ in call.batch:
+                if not fut.done():
+                    fut.cancel()
 
     def _requeue(self, calls: collections.deque[_Call]) -> None:
         """Calls queued behind a killed actor's call never ran: queue their shards again."""
