@@ -131,6 +131,55 @@ class ScanProgress:
         }
 
 
+def _records_of(
+    path: str, fmt: str, lines: _HashingLines
+) -> tuple[list[str] | None, Iterable[Record]]:
+    """A text file's columns (a CSV's header; ``None`` for JSONL) and its records;
+    ``InputsRefused`` for a CSV header that cannot name columns."""
+    columns: list[str] | None = None
+    records: Iterable[Record]
+    if fmt == "csv":
+        try:
+            rows = CsvRows(lines)
+        except CsvHeaderError as e:
+            raise InputsRefused(f"{path}: {e}") from None
+        columns = rows.columns
+        records = rows
+    else:
+        records = iter_jsonl(lines)
+    return columns, records
+
+
+def _record_slice(
+    chunk_reader: BinaryIO,
+    first: Record,
+    last: Record,
+    count: int,
+    file: FileRef,
+    inputs: InputsSpec,
+    columns: list[str] | None,
+    store: ArtifactStore,
+) -> RecordSlice:
+    """The slice of records ``first`` to ``last`` (``count`` of them), its bytes stored."""
+    fmt = inputs.format
+    assert fmt is not None
+    chunk_reader.seek(first.start)
+    chunk = chunk_reader.read(last.end - first.start)
+    return RecordSlice(
+        format=fmt,
+        file=file,
+        first_record=first.index,
+        record_count=count,
+        on_malformed=inputs.malformed_policy,
+        start_line=first.line,
+        end_line=_end_line(last, chunk[last.start - first.start :]),
+        byte_start=first.start,
+        byte_end=last.end,
+        chunk_digest=store.put_bytes(chunk),
+        columns=columns,
+    )
+
+
 def scan_record_file(
     path: str,
     local: Path,
@@ -155,39 +204,15 @@ def scan_record_file(
     unhashed = _unhashed(path, local)
     with local.open("rb") as f, local.open("rb") as chunk_reader:
         lines = _HashingLines(f, progress)
-        columns: list[str] | None = None
-        records: Iterable[Record]
-        if fmt == "csv":
-            try:
-                rows = CsvRows(lines)
-            except CsvHeaderError as e:
-                raise InputsRefused(f"{path}: {e}") from None
-            columns = rows.columns
-            records = rows
-        else:
-            records = iter_jsonl(lines)
+        columns, records = _records_of(path, fmt, lines)
         first: Record | None = None
         last: Record | None = None
         count = 0
 
         def flush() -> None:
             assert first is not None and last is not None
-            chunk_reader.seek(first.start)
-            chunk = chunk_reader.read(last.end - first.start)
             slices.append(
-                RecordSlice(
-                    format=fmt,
-                    file=unhashed,
-                    first_record=first.index,
-                    record_count=count,
-                    on_malformed=inputs.malformed_policy,
-                    start_line=first.line,
-                    end_line=_end_line(last, chunk[last.start - first.start :]),
-                    byte_start=first.start,
-                    byte_end=last.end,
-                    chunk_digest=store.put_bytes(chunk),
-                    columns=columns,
-                )
+                _record_slice(chunk_reader, first, last, count, unhashed, inputs, columns, store)
             )
 
         for rec in records:
