@@ -264,6 +264,36 @@ def _llm_handler(ctx: OperatorContext) -> Callable[[dict[str, Any]], dict[str, A
     return handle
 
 
+def _host_request(
+    kind: OperatorKind,
+    handle: Any,
+    value: Any,
+    ctx: OperatorContext,
+    sink: SinkSpec | None,
+    out_dir: Path | None,
+    memory_mb: int | None,
+    outputs: OutputSource | None,
+) -> dict[str, Any]:
+    """What :func:`run_in_host` sends the host for one call (a streamed reduce's
+    ``value`` is not sent)."""
+    request = {
+        "kind": kind.value,
+        "handle": handle.model_dump(mode="json"),
+        "value": value,
+        "params": ctx.params,
+        "seed": ctx.seed,
+        "shard_id": ctx.shard_id,
+        "failed_shards": ctx.failed_shards,
+        "sink": sink.model_dump(mode="json") if sink is not None else None,
+        "out_dir": str(out_dir) if out_dir is not None else None,
+        "memory_mb": memory_mb,
+        "stream": len(outputs) if outputs is not None else None,
+    }
+    if outputs is not None:
+        request["value"] = None
+    return request
+
+
 def run_in_host(
     kind: OperatorKind,
     handle: Any,
@@ -283,21 +313,7 @@ def run_in_host(
     ``outputs`` as the host asks for them (``value`` is then not sent)."""
     spec = handle.spec
     env = declared_env(list(spec.env))
-    request = {
-        "kind": kind.value,
-        "handle": handle.model_dump(mode="json"),
-        "value": value,
-        "params": ctx.params,
-        "seed": ctx.seed,
-        "shard_id": ctx.shard_id,
-        "failed_shards": ctx.failed_shards,
-        "sink": sink.model_dump(mode="json") if sink is not None else None,
-        "out_dir": str(out_dir) if out_dir is not None else None,
-        "memory_mb": memory_mb,
-        "stream": len(outputs) if outputs is not None else None,
-    }
-    if outputs is not None:
-        request["value"] = None
+    request = _host_request(kind, handle, value, ctx, sink, out_dir, memory_mb, outputs)
     with _host(env) as host:
         reply = host.call(
             request,
