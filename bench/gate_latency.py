@@ -8,9 +8,7 @@ process. For each round, interleaved:
 * floor: ``FloorGate`` (bench/floor.py) started, then one ``decide`` Update that records
   the decision and returns the state: the least an Update round trip costs here;
 * client: an ``ApprovalGate`` started, then its ``decide`` Update (validator, handler,
-  answer), timed from send to answer; the audit row's local activity follows in the next
-  workflow task (patch ``gate-row-after-answer``), which ends the run: timed too, from
-  send to the run's result, beside the floor's send to result (references);
+  the audit row's local activity, answer), timed from send to answer;
 * client, settled: the same on a gate opened ``--settle`` seconds before (default 0.3),
   as a person's click comes, against a floor settled as long: after a pause the round
   trip itself is slower here (the floor too), so each is compared with its own floor;
@@ -70,8 +68,6 @@ async def main(n: int, settle_s: float) -> None:
         api = contextlib.AsyncExitStack()
         base = await api.enter_async_context(serve_api(settings, client))
         floor_ms: list[float] = []
-        floor_result_ms: list[float] = []
-        client_result_ms: list[float] = []
         floor_settled_ms: list[float] = []
         client_ms: list[float] = []
         settled_ms: list[float] = []
@@ -106,7 +102,6 @@ async def main(n: int, settle_s: float) -> None:
                 )
                 t1 = time.perf_counter()
                 await floor.result()
-                t1r = time.perf_counter()
 
                 floor = await client.start_workflow(
                     FloorGate.run, id=f"floor/{uuid.uuid4()}", task_queue=settings.task_queue
@@ -129,7 +124,6 @@ async def main(n: int, settle_s: float) -> None:
                 )
                 t4 = time.perf_counter()
                 await handle.result()
-                t4r = time.perf_counter()
 
                 handle = await open_gate()
                 await asyncio.sleep(settle_s)
@@ -176,8 +170,6 @@ async def main(n: int, settle_s: float) -> None:
                     floor_settled_ms.append((t1s - t1s0) * 1000)
                     query_ms.append((t3 - t2) * 1000)
                     client_ms.append((t4 - t3) * 1000)
-                    floor_result_ms.append((t1r - t0) * 1000)
-                    client_result_ms.append((t4r - t3) * 1000)
                     settled_ms.append((t4s - t3s) * 1000)
                     api_ms.append((t6 - t5) * 1000)
                     signal_ms.append((t8 - t7) * 1000)
@@ -195,8 +187,6 @@ async def main(n: int, settle_s: float) -> None:
         ("POST /gates/{id}/approve, HTTP", api_ms, base_ms),
         (f"floor, settled {settle_s:g} s", floor_settled_ms, settled_base_ms),
         (f"decide Update, client, settled {settle_s:g} s", settled_ms, settled_base_ms),
-        ("floor: Update -> result (reference)", floor_result_ms, base_ms),
-        ("decide -> result, row written (ref.)", client_result_ms, base_ms),
         ("query state (reference)", query_ms, base_ms),
         ("signal decide -> result (reference)", signal_ms, base_ms),
         ("GET /health, HTTP + 1 RPC (reference)", health_ms, base_ms),

@@ -22,7 +22,6 @@ from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
-    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
@@ -42,7 +41,6 @@ from keel.gates import (
     GATE_COMMENT_UPDATE,
     GATE_DECIDE_UPDATE,
     GATE_ID_SEPARATOR,
-    GATE_ROW_PENDING_QUERY,
     GATE_STATE_QUERY,
     GATE_SUMMARY_MEMO,
     GATE_WORKFLOW_TYPE,
@@ -66,7 +64,6 @@ GATE_RPC_TIMEOUT = timedelta(seconds=10)
 #: (gates started before it). Measured on the dev server, 30 gates: 22 ms without these
 #: reads, 94 ms one after another, 78 ms 16 at once.
 REQUEST_READS = 16
-
 
 #: The gate refusals' codes (keel.gates.check_decision).
 REFUSALS = ("gate_closed", "self_approval", "not_an_approver")
@@ -311,10 +308,6 @@ async def state(
 ) -> GateState:
     """A gate's state: its query while it waits, its result once decided or expired.
 
-    A decision is answered a task before its audit row is written (the run ends with the
-    row): one read in between waits for the result, so no reader sees a decision without
-    its row, and the decider's next read still shows the decision.
-
     Raises:
         GateNotFound: no gate has that id.
         GateNotRunning: it ended without a state (terminated, failed, timed out).
@@ -325,24 +318,10 @@ async def state(
         running: GateState = await handle.query(
             GATE_STATE_QUERY, result_type=GateState, rpc_timeout=GATE_RPC_TIMEOUT
         )
-        if running.closed and await _row_pending(handle):
-            return await handle.result(rpc_timeout=GATE_RPC_TIMEOUT)
         return running
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
     raise GateNotRunning(gate_id, status_name(desc))
-
-
-async def _row_pending(handle: WorkflowHandle[Any, GateState]) -> bool:
-    """Whether the gate has answered a decision whose audit row is not written yet; False
-    for a gate started before it could (it has no such query)."""
-    try:
-        pending: bool = await handle.query(
-            GATE_ROW_PENDING_QUERY, result_type=bool, rpc_timeout=GATE_RPC_TIMEOUT
-        )
-    except WorkflowQueryFailedError:
-        return False
-    return pending
 
 
 async def _update(

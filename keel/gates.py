@@ -23,10 +23,6 @@ GATE_ID_SEPARATOR = "/gate/"
 GATE_DECIDE_UPDATE = "decide"
 GATE_COMMENT_UPDATE = "comment"
 GATE_STATE_QUERY = "state"
-#: True while a decided gate's audit row is still to be written (patch
-#: ``gate-row-after-answer``: a decision is answered a task before its row); gates started
-#: before that patch do not answer it.
-GATE_ROW_PENDING_QUERY = "row_pending"
 GATE_DECIDE_SIGNAL = "decide_signal"
 
 

@@ -28,7 +28,6 @@ with workflow.unsafe.imports_passed_through():
         GATE_COMMENT_UPDATE,
         GATE_DECIDE_SIGNAL,
         GATE_DECIDE_UPDATE,
-        GATE_ROW_PENDING_QUERY,
         GATE_STATE_QUERY,
         GATE_SUMMARY_MEMO,
         GATE_WORKFLOW_TYPE,
@@ -126,28 +125,6 @@ HANDLER_ROWS_LOCAL_PATCH = "gate-handler-rows-local"
 # decision (one command less in the task that answers it). Older runs ask each patch, as
 # they were recorded.
 ONE_MARKER_PATCH = "gate-one-marker"
-# Runs started before this patch answered a decision only once its row was written: the
-# row is a local activity of the answering task, and the SDK's core holds a task (and the
-# Update's answer in it) until every local activity of it has ended, so the row, a second
-# activation and the run's completion were all on the caller's path (a decide 1.45-1.65
-# times a bare Update's round trip, bench/gate_latency.py). Newer runs answer a decide
-# Update in a task that holds only the answer and a timer of ``ROW_AFTER_ANSWER_DELAY``;
-# the task the timer wakes writes the row (the same local activity), sets the status
-# search attribute and completes the run. The decision is durable when it is answered
-# (the Update's completion is in history), so a worker lost in between writes the row on
-# replay. Until the row is written, the ``row_pending`` Query answers True and Keel's
-# reader of a gate's state (``client.gate.state``: the API's and the CLI's show) waits for
-# the run's result, which comes with the row; visibility lists the gate ``pending`` until
-# then (the status is set with the row). So no reader sees the decision without its row,
-# and the decider's next read shows it. The cost: the dev server fires the 1 ms timer about
-# a second later (its timer queue), so the run, and a read in that window, end about a
-# second after the answer; a child gate, whose parent waits for that result, keeps the
-# row in the answering task. Implies ``gate-one-marker`` (and every
-# patch it implies): new runs record this marker alone. A decision by Signal, a comment
-# and a refusal still write their row in the task that handles them.
-ROW_AFTER_ANSWER_PATCH = "gate-row-after-answer"
-# One millisecond: the least timer; it only has to end the answering task.
-ROW_AFTER_ANSWER_DELAY = timedelta(milliseconds=1)
 
 
 # Outside the SDK's sandbox. Gates are the family a team holds by the thousand, and the
@@ -198,10 +175,6 @@ class ApprovalGate:
             else:
                 self._pending_audit.append(row)
             self._opened = True
-        # Row-after-answer runs: a decide Update's row, written in the task after its
-        # answer, and whether it is still to be written (the ``row_pending`` Query).
-        self._answered_rows: list[GateAuditEvent] = []
-        self._row_pending = False
         self._lock = asyncio.Lock()
         # Notices run beside the gate: a slow or failing webhook never delays a decision.
         self._notices: list[asyncio.Task[None]] = []
@@ -210,12 +183,7 @@ class ApprovalGate:
         """Which of the gate's patches this run has, decided once when it starts (in this
         order: each ``workflow.patched`` call is part of the history)."""
         # Decided once here: validators are read-only and cannot consult the patch.
-        row_after_answer = workflow.patched(ROW_AFTER_ANSWER_PATCH)
-        self._one_marker = row_after_answer or workflow.patched(ONE_MARKER_PATCH)
-        # A child gate's parent waits for the run's result, which the timer would put off
-        # (the dev server fires a 1 ms timer about a second later): it keeps the row in
-        # the answering task. A standalone gate's decision is the Update's answer.
-        self._row_after_answer = row_after_answer and workflow.info().parent is None
+        self._one_marker = workflow.patched(ONE_MARKER_PATCH)
         if self._one_marker:
             self._scoped_dedup = self._local_handler_audit = self._audit_after_answer = True
             self._audit_at_once = self._open_local = self._handler_rows_local = True
@@ -269,8 +237,6 @@ class ApprovalGate:
         else:
             with contextlib.suppress(TimeoutError):  # expiry is an outcome, not an error
                 await workflow.wait_condition(lambda: self._state.closed, timeout=remaining)
-        if self._answered_rows:
-            await self._write_answered_rows()
         if not self._state.closed:
             async with self._lock:
                 if not self._state.closed:
@@ -290,17 +256,6 @@ class ApprovalGate:
         await asyncio.gather(*self._audit_writes)
         await asyncio.gather(*self._notices)
         return self._state
-
-    async def _write_answered_rows(self) -> None:
-        """The decision's row, after its answer: the timer ends the answering task, the
-        row is a local activity of the next, which also sets the status and ends the run."""
-        await workflow.sleep(ROW_AFTER_ANSWER_DELAY)
-        rows, self._answered_rows = self._answered_rows, []
-        await asyncio.gather(
-            *(call(RECORD_GATE_EVENT, r, summary=f"audit {r.event}", local=True) for r in rows)
-        )
-        self._row_pending = False
-        self._notify("gate.decided")  # a webhook hears of it with its row, not before
 
     async def _open_locally(self, request: GateRequest, row: GateAuditEvent) -> None:
         """The "opened" row and whether notices go anywhere, as local activities in the
@@ -334,7 +289,7 @@ class ApprovalGate:
                 raise ApplicationError(
                     refusal.message, type=refusal.code, non_retryable=True
                 ) from None
-            await self._apply(decision, answered=True)
+            await self._apply(decision)
             return self._state
 
     @decide.validator
@@ -376,10 +331,7 @@ class ApprovalGate:
                 return
             await self._apply(decision)
 
-    async def _apply(self, decision: GateDecision, *, answered: bool = False) -> None:
-        """Decide the gate and write the decision's row: after the answer for a decide
-        Update (``answered``) in row-after-answer runs, else before going on."""
-        after_answer = answered and self._row_after_answer
+    async def _apply(self, decision: GateDecision) -> None:
         # State changes before the await so the run loop sees the gate closed at once.
         self._state.status = (
             GateStatus.APPROVED if decision.decision == "approve" else GateStatus.REJECTED
@@ -390,18 +342,14 @@ class ApprovalGate:
         key = self._dedup_key("decide", decision.actor, decision.request_id)
         if key:
             self._applied[key] = self._state.model_copy(deep=True)
-        event = "approved" if decision.decision == "approve" else "rejected"
-        actor, comment, request_id = decision.actor, decision.comment, decision.request_id
-        if after_answer:  # the row and the notice come in the run's next task
-            self._row_pending = True
-            self._answered_rows.append(
-                self._record(event, actor=actor, comment=comment, request_id=request_id or None)
-            )
-        else:
-            await self._audit(
-                event, in_handler=True, actor=actor, comment=comment, request_id=request_id or None
-            )
-            self._notify("gate.decided")
+        await self._audit(
+            "approved" if decision.decision == "approve" else "rejected",
+            in_handler=True,
+            actor=decision.actor,
+            comment=decision.comment,
+            request_id=decision.request_id or None,
+        )
+        self._notify("gate.decided")
 
     def _dedup_key(self, action: str, actor: str, request_id: str) -> str:
         """Where a request's outcome is kept; empty (never stored) without a request id.
@@ -457,12 +405,6 @@ class ApprovalGate:
     @workflow.query(name=GATE_STATE_QUERY)
     def state(self) -> GateState:
         return self._state
-
-    @workflow.query(name=GATE_ROW_PENDING_QUERY)
-    def row_pending(self) -> bool:
-        """Whether a decision is answered and its audit row not written yet (the run ends
-        with the row): a reader that shows the decision waits for the result then."""
-        return self._row_pending
 
     # -- side effects --------------------------------------------------------------------
 

@@ -364,25 +364,6 @@ async def gate_one_marker_expired(ctx: Ctx) -> Histories:
     return await gate_expired_with_reminders(ctx, "gate_one_marker_expired")
 
 
-async def gate_row_after_answer(ctx: Ctx) -> Histories:
-    """gate_approved_update after patch ``gate-row-after-answer``: the decision's task holds
-    its answer and a 1 ms timer; the timer's task writes its row, sets the status and
-    completes the run. The comment's and the refused signal's rows stay in their tasks."""
-    return await gate_approved_update(ctx, "gate_row_after_answer")
-
-
-async def gate_row_after_answer_early(ctx: Ctx) -> Histories:
-    """gate_duplicate_request after patch ``gate-row-after-answer``: the two identical
-    decisions may reach the run with its first task; one row, after the answer."""
-    return await gate_duplicate_request(ctx, "gate_row_after_answer_early")
-
-
-async def gate_row_after_answer_expired(ctx: Ctx) -> Histories:
-    """gate_expired_with_reminders after patch ``gate-row-after-answer``: no decision, so
-    no row after an answer; it still expires after two reminders."""
-    return await gate_expired_with_reminders(ctx, "gate_row_after_answer_expired")
-
-
 async def gate_shared_key(ctx: Ctx) -> Histories:
     """One request id used by a comment and then by another actor's approval (patch
     ``gate-dedup-by-actor-action``): both apply."""
@@ -1205,9 +1186,6 @@ SCENARIOS: dict[str, Scenario] = {
     "gate_one_marker": gate_one_marker,
     "gate_one_marker_early": gate_one_marker_early,
     "gate_one_marker_expired": gate_one_marker_expired,
-    "gate_row_after_answer": gate_row_after_answer,
-    "gate_row_after_answer_early": gate_row_after_answer_early,
-    "gate_row_after_answer_expired": gate_row_after_answer_expired,
     "gate_rejected_signal": gate_rejected_signal,
     "gate_readers_signal": gate_readers_signal,
     "gate_self_readers": gate_self_readers,

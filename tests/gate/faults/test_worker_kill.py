@@ -22,8 +22,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType, PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowHandle
 
-from client.gate import decide
-from keel.gates import GateDecision, GateRequest, GateStatus
+from keel.gates import GateDecision, GateRequest, GateState, GateStatus
 from keel.refs import NOTIFY_HAS_TARGET
 from keel.settings import Settings
 from services.processes import LOOPBACK
@@ -211,17 +210,16 @@ async def test_worker_sigkill_after_side_effect_before_completion(
     ]
 
 
-async def test_worker_sigkill_between_the_answer_and_the_row(
+async def test_worker_sigkill_while_the_decision_row_waits(
     client: Client, settings: Settings, tmp_path: Path, spawned
 ) -> None:
-    """A decision is answered before its audit row is written (``gate-row-after-answer``):
-    the answering task holds the Update and a timer, the next task the row.
+    """A decision is answered once its audit row is written, in the same workflow task
+    (``gate-handler-rows-local``).
 
-    The test holds the SQLite write lock: the caller still gets its answer (nothing in the
-    answering task writes SQL), and the row's insert, in the next task, waits on the lock.
-    The worker is killed there: the decision is answered and in history, its row is not in
-    SQL. A new worker must write the row once and end the gate approved; a retry of the
-    same request gets the same answer and decides nothing twice.
+    The worker is killed while that row waits (its insert waits on the SQLite write lock
+    the test holds): the caller has no answer yet and the row is not in SQL. A new worker
+    must answer the same Update, write the row once, and end the gate approved with
+    nothing decided twice.
     """
     worker = await spawn_ready_worker(settings, tmp_path / "worker.log", spawned)
     handle = await start_gate(client, settings)
@@ -230,42 +228,42 @@ async def test_worker_sigkill_between_the_answer_and_the_row(
         timeout_s=60,
         what="the 'opened' row",
     )
-    decision = GateDecision(decision="approve", actor="bob", comment="ship", request_id="r1")
 
     db_file = settings.resolved_database_url.removeprefix("sqlite:///")
     lock = sqlite3.connect(db_file, isolation_level=None, timeout=10)
+    answer: asyncio.Task[object] | None = None
     try:
         lock.execute("BEGIN IMMEDIATE")  # the audit insert now waits
-        state = await asyncio.wait_for(decide(client, handle.id, decision), timeout=60)
-        assert state.status == GateStatus.APPROVED
-        assert audit_events_on(lock, handle.id) == ["opened"]
+        answer = asyncio.create_task(
+            handle.execute_update(
+                ApprovalGate.decide,
+                GateDecision(decision="approve", actor="bob", comment="ship", request_id="r1"),
+            )
+        )
 
-        async def row_task_started() -> bool:
+        async def decision_task_started() -> bool:
             task = (await handle.describe()).raw_description.pending_workflow_task
             return task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
 
-        await wait_until(row_task_started, timeout_s=60, what="the row's task")
+        await wait_until(decision_task_started, timeout_s=60, what="the decision's task")
         await asyncio.sleep(TASK_IN_TRANSIT_S)  # for the task to reach the blocked insert
+        assert not answer.done(), "the decision was answered before its row was written"
         assert audit_events_on(lock, handle.id) == ["opened"]
         await sigkill(worker)
     finally:
         lock.execute("ROLLBACK")
         lock.close()
 
+    assert answer is not None
     async with build_worker(client, settings, max_cached_workflows=0):
+        state = await asyncio.wait_for(answer, timeout=120)
         result = await handle.result()
-        again = await decide(client, handle.id, decision)  # its Update id: answered again
+    assert isinstance(state, GateState) and state.status == GateStatus.APPROVED
     assert (result.status, result.decided_by) == (GateStatus.APPROVED, "bob")
-    assert again == state
     run_id = (await handle.describe()).run_id
     assert [(r.event, r.event_key) for r in audit_rows(settings, handle.id)] == [
         ("opened", f"{run_id}:1"),
         ("approved", f"{run_id}:2"),
-    ]
-    results = await local_activity_results(handle)
-    assert [r for r in results if r[0] == GATE_EVENT_ACTIVITY] == [
-        (GATE_EVENT_ACTIVITY, True),
-        (GATE_EVENT_ACTIVITY, True),
     ]
 
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import subprocess
 import time
 import uuid
-from datetime import timedelta
 
 import pytest
-from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -19,16 +16,7 @@ from temporalio.service import RPCError
 
 from client.gate import decide
 from client.gate import start_gate as start_gate_with_client
-from client.gate import state as gate_state
-from keel.gates import (
-    GATE_ROW_PENDING_QUERY,
-    GateComment,
-    GateDecision,
-    GateRequest,
-    GateState,
-    GateStatus,
-    gate_workflow_id,
-)
+from keel.gates import GateComment, GateDecision, GateRequest, GateState, GateStatus
 from keel.settings import Settings
 from keel.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from services.processes import find_binary
@@ -36,9 +24,7 @@ from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
 from tests.support.webhook_receiver import WebhookReceiver
 from workers.main import build_worker
-from workflows import gate as gate_workflow
 from workflows.gate import ApprovalGate
-from workflows.gate import open_gate as open_child_gate
 
 
 def audit_events(settings: Settings, gate_id: str) -> list[str]:
@@ -197,35 +183,30 @@ async def test_temporal_cli_start_and_signal_with_plain_json(client, settings, w
     assert result.status == GateStatus.APPROVED and result.decision_comment == "from the CLI"
 
 
-async def decide_after_first_task(handle, decision: GateDecision) -> GateState:
-    """Decide after the gate's first task, as a person would: under load an Update sent at
-    once can reach the worker with the start, and both are answered in one task."""
-
-    async def first_task_done() -> bool:
-        history = (await handle.fetch_history()).events
-        return any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history)
-
-    deadline = asyncio.get_running_loop().time() + 30
-    while not await first_task_done():
-        assert asyncio.get_running_loop().time() < deadline, "the gate's first task"
-        await asyncio.sleep(0.05)
-    state: GateState = await handle.execute_update(ApprovalGate.decide, decision)
-    return state
-
-
-async def test_a_new_gate_asks_one_patch_and_answers_before_the_row(client, settings, worker):
-    """Patch ``gate-row-after-answer`` (which implies ``gate-one-marker``): a gate started
-    through ``client.gate.start_gate`` records one patch marker, sets no search attribute
-    it was started with, and its decision does not cancel the expiry timer. The task that
-    answers the decision holds the Update and a timer only; the next task writes the row
-    (its marker), sets the status and completes the run."""
+async def test_a_new_gate_asks_one_patch_and_leaves_its_expiry_timer(client, settings, worker):
+    """Patch ``gate-one-marker``: a gate started through ``client.gate.start_gate`` records
+    one patch marker (not one per earlier gate patch, each with its own upsert), sets no
+    search attribute it was started with, and its decision does not cancel the expiry
+    timer: the task that answers it holds the Update, the row's marker, the status and the
+    run's completion only."""
     handle = await start_gate_with_client(
         client,
         GateRequest(name="deploy", requester="alice", approvers=["bob"]),
         gate_id=f"test/{uuid.uuid4()}/gate/deploy",
         task_queue=settings.task_queue,
     )
-    await decide_after_first_task(handle, GateDecision(decision="approve", actor="bob"))
+
+    async def first_task_done() -> bool:
+        history = (await handle.fetch_history()).events
+        return any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history)
+
+    # Decide after the gate's first task, as a person would: under load an Update sent at
+    # once can reach the worker with the start, and both are answered in one task.
+    deadline = asyncio.get_running_loop().time() + 30
+    while not await first_task_done():
+        assert asyncio.get_running_loop().time() < deadline, "the gate's first task"
+        await asyncio.sleep(0.05)
+    await handle.execute_update(ApprovalGate.decide, GateDecision(decision="approve", actor="bob"))
     assert (await handle.result()).status == GateStatus.APPROVED
     events = (await handle.fetch_history()).events
     patches = [
@@ -234,104 +215,19 @@ async def test_a_new_gate_asks_one_patch_and_answers_before_the_row(client, sett
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
-    assert len(patches) == 1 and b"gate-row-after-answer" in patches[0]
+    assert len(patches) == 1 and b"gate-one-marker" in patches[0]
     types = [e.event_type for e in events]
     # The patch's own TemporalChangeVersion upsert, and the status at the close.
     assert types.count(EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES) == 2
     assert EventType.EVENT_TYPE_TIMER_CANCELED not in types
-    completed = [
+    last_task = max(
         i for i, t in enumerate(types) if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-    ]
-    answering, last = completed[-2], completed[-1]
-    assert types[answering + 1 : answering + 4] == [
+    )
+    assert types[last_task + 1 :] == [
         EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
-        EventType.EVENT_TYPE_TIMER_STARTED,
-    ]
-    assert types[last + 1 :] == [
-        EventType.EVENT_TYPE_MARKER_RECORDED,
         EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+        EventType.EVENT_TYPE_MARKER_RECORDED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
         EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
     ]
     assert audit_events(settings, handle.id) == ["opened", "approved"]
-
-
-async def test_no_reader_sees_a_decision_before_its_row(client, settings, monkeypatch):
-    """Between a decision's answer and its row (patch ``gate-row-after-answer``) the gate
-    answers ``row_pending`` and visibility lists it pending; ``client.gate.state`` (the
-    API's and the CLI's show) waits for the run, which ends with the row, and then shows
-    the decision. The gap is widened from 1 ms to seconds (the workflow reads
-    ``ROW_AFTER_ANSWER_DELAY`` when it starts the timer; this worker runs in this process)
-    so that the test can look inside it."""
-    monkeypatch.setattr(gate_workflow, "ROW_AFTER_ANSWER_DELAY", timedelta(seconds=3))
-    async with build_worker(client, settings):
-        handle = await start_gate_with_client(
-            client,
-            GateRequest(name="deploy", requester="alice", approvers=["bob"]),
-            gate_id=f"test/{uuid.uuid4()}/gate/deploy",
-            task_queue=settings.task_queue,
-        )
-        answer = await decide_after_first_task(
-            handle, GateDecision(decision="approve", actor="bob", comment="ship")
-        )
-        assert (answer.status, answer.decided_by) == (GateStatus.APPROVED, "bob")
-        assert audit_events(settings, handle.id) == ["opened"]  # the row is not written yet
-        assert await handle.query(GATE_ROW_PENDING_QUERY, result_type=bool) is True
-        pending = f'KeelGateStatus = "pending" AND WorkflowId = "{handle.id}"'
-        assert [wf.id async for wf in client.list_workflows(pending)] == [handle.id]
-        # Another decision is refused: the gate is closed to decisions.
-        assert await refusal(handle, GateDecision(decision="reject", actor="bob")) == (
-            "gate_closed"
-        )
-        shown = await gate_state(client, handle.id)
-        assert audit_events(settings, handle.id) == ["opened", "approved"]
-        assert (shown.status, shown.decided_by, shown.decision_comment) == (
-            GateStatus.APPROVED,
-            "bob",
-            "ship",
-        )
-    approved = f'KeelGateStatus = "approved" AND WorkflowId = "{handle.id}"'
-    for _ in range(100):  # visibility is written after the run's completion
-        if [wf.id async for wf in client.list_workflows(approved)]:
-            break
-        await asyncio.sleep(0.1)
-    assert [wf.id async for wf in client.list_workflows(approved)] == [handle.id]
-
-
-@workflow.defn(name="TestGateParent", sandboxed=False)
-class GateParent:
-    @workflow.run
-    async def run(self) -> GateState:
-        return await open_child_gate(
-            GateRequest(name="deploy", requester="alice", approvers=["bob"])
-        )
-
-
-async def test_a_child_gate_writes_the_row_before_its_answer(client, settings):
-    """A child gate's parent waits for its result, which a timer would put off (about a
-    second on the dev server): a child keeps the row in the task that answers the
-    decision, and that task ends the run."""
-    parent_id = f"test/{uuid.uuid4()}"
-    async with build_worker(client, settings, extra_workflows=[GateParent]):
-        parent = await client.start_workflow(
-            GateParent.run, id=parent_id, task_queue=settings.task_queue
-        )
-        child = client.get_workflow_handle(gate_workflow_id(parent_id, "deploy"))
-        for _ in range(300):
-            with contextlib.suppress(RPCError):
-                await child.describe()
-                break
-            await asyncio.sleep(0.1)
-        await decide_after_first_task(child, GateDecision(decision="approve", actor="bob"))
-        assert (await parent.result()).status == GateStatus.APPROVED
-    types = [e.event_type for e in (await child.fetch_history()).events]
-    last = max(i for i, t in enumerate(types) if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
-    assert EventType.EVENT_TYPE_TIMER_FIRED not in types
-    assert types[last + 1 :] == [
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
-        EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
-        EventType.EVENT_TYPE_MARKER_RECORDED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-    ]
-    assert audit_events(settings, child.id) == ["opened", "approved"]
