@@ -30,16 +30,27 @@ DEFAULT_COMPLETION_TOKENS = 512
 
 
 class TaskLike(Protocol):
+    """What fitting reads of a task (``keel.srl.tasks.SrlTask`` and the synthetic ones)."""
+
     @property
-    def instruction(self) -> str: ...
+    def instruction(self) -> str:
+        """The task's instruction, as the prompt states it."""
+
     @property
-    def language(self) -> str: ...
+    def language(self) -> str:
+        """The code's language (ast-grep's name for it)."""
+
     @property
-    def file(self) -> str: ...
+    def file(self) -> str:
+        """The path of the file the task edits."""
+
     @property
-    def pre(self) -> str: ...
+    def pre(self) -> str:
+        """The file before the refactoring."""
+
     @property
-    def post(self) -> str: ...
+    def post(self) -> str:
+        """The file after it."""
 
 
 class ModelFit(BaseModel):
@@ -99,7 +110,7 @@ def model_fits(
 ) -> list[ModelFit]:
     """The counts for every configured model with a ``context_length``."""
     pack = parse_prompt_pack(prompts_path.read_text(encoding="utf-8"))
-    todo = list(tasks)
+    all_tasks = list(tasks)
     out: list[ModelFit] = []
     for name, spec in sorted(models.models.items()):
         if spec.context_length is None:
@@ -107,7 +118,7 @@ def model_fits(
         tokenizer = tokenizer_for(spec)
         budget = spec.context_length - max_tokens
         whole = cut = unfit = 0
-        for task in todo:
+        for task in all_tasks:
             fit = fit_task(
                 task,
                 pack,
@@ -128,7 +139,7 @@ def model_fits(
                 max_tokens=max_tokens,
                 tokenizer=tokenizer.name,
                 exact=tokenizer.exact,
-                tasks=len(todo),
+                tasks=len(all_tasks),
                 whole=whole,
                 cut=cut,
                 unfit=unfit,

@@ -112,9 +112,9 @@ def import_closure(files: Mapping[str, str], start: Iterable[str]) -> list[str]:
     """The repository's Python files ``start`` (files) imports, transitively, with the
     packages' ``__init__`` files (an import string such as ``"pkg.app:app"`` counts)."""
     seen: set[str] = set()
-    todo = list(start)
-    while todo:
-        path = todo.pop()
+    pending = list(start)
+    while pending:
+        path = pending.pop()
         if path in seen or path not in files:
             continue
         seen.add(path)
@@ -122,7 +122,7 @@ def import_closure(files: Mapping[str, str], start: Iterable[str]) -> list[str]:
         for i in range(1, len(parts)):
             init = "/".join(parts[:i]) + "/__init__.py"
             if init in files:
-                todo.append(init)
+                pending.append(init)
         try:
             tree = ast.parse(files[path])
         except SyntaxError:
@@ -148,7 +148,7 @@ def import_closure(files: Mapping[str, str], start: Iterable[str]) -> list[str]:
             for name in names:
                 found = module_file(files, name)
                 if found is not None:
-                    todo.append(found)
+                    pending.append(found)
     return sorted(seen)
 
 

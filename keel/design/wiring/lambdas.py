@@ -25,9 +25,9 @@ def _traces_to(mod: TfModule, start: Any, want: str, depth: int = 5) -> list[Blo
     """The ``data.<want>`` blocks ``start``'s references reach within ``mod``."""
     found: list[Block] = []
     seen: set[tuple[bool, str, str]] = set()
-    todo = [(r, depth) for r in _refs(_all_text(start))]
-    while todo:
-        ref, left = todo.pop()
+    pending = [(r, depth) for r in _refs(_all_text(start))]
+    while pending:
+        ref, left = pending.pop()
         if ref in seen:
             continue
         seen.add(ref)
@@ -39,7 +39,7 @@ def _traces_to(mod: TfModule, start: Any, want: str, depth: int = 5) -> list[Blo
             found.append(block)
             continue
         if left > 0:
-            todo += [(r, left - 1) for r in _refs(_all_text(block.body))]
+            pending += [(r, left - 1) for r in _refs(_all_text(block.body))]
     return found
 
 
