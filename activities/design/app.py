@@ -104,6 +104,8 @@ _FILES: dict[str, _File] = {
     ".github/workflows/ci.yml": _File(".github/workflows/ci.yml.j2"),
     "services/__init__.py": _File("services/__init__.py.j2"),
     "services/pipeline.py": _File("services/pipeline.py.j2"),
+    "services/smoke.py": _File("services/smoke.py.j2"),
+    "Makefile": _File("Makefile.j2"),
     "services/common/__init__.py": _File("services/common/__init__.py.j2"),
     "services/common/settings.py": _File("services/common/settings.py.j2"),
     "services/common/storage.py": _File("services/common/storage.py.j2"),
