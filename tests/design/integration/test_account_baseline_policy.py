@@ -1,7 +1,13 @@
 """The organisation's ``account_baseline`` (policy.yaml, issue 38 §3) reaches the run's
 constraints, so the cost, the policy check and codegen see one setting: a run whose
 policy asks for the baseline renders the account-wide resources, and the constraints it
-reports say so; the same form under the default policy renders none."""
+reports say so; the same form under the default policy leaves it off.
+
+The default policy's half runs without codegen: what a tree without the baseline renders
+(no account-wide resource anywhere) is tests/design/unit/test_account.py's
+``test_no_account_singleton_without_the_baseline``, and that the default policy leaves the
+constraints alone is its ``test_the_flag_is_a_constraint_and_a_policy_setting_off_by_default``;
+here the run shows the workflow reports the constraints it was given."""
 
 from __future__ import annotations
 
@@ -26,13 +32,16 @@ SINGLETONS = (
 FORM = golden_cases()["batch_training"]["constraints"]
 
 
-async def _run(client: Client, settings: Settings, policy: PolicySettings) -> DesignResult:
+async def _run(
+    client: Client, settings: Settings, policy: PolicySettings, *, generate: bool = True
+) -> DesignResult:
     inp = DesignInput(
         project=f"p-{uuid.uuid4().hex[:8]}",
         decision_set="ds1",
         requester="alice",
         intake=FORM,
         require_approval=False,
+        generate=generate,
         policy=policy,
     )
     handle = await start_design(client, inp, task_queue=settings.task_queue)
@@ -58,7 +67,5 @@ async def test_policy_baseline_reaches_constraints_and_terraform(
     assert rendered, "the baseline was asked for and nothing account-wide was rendered"
     assert set(on.validation.values()) == {"passed"}, on.validation
 
-    off = await _run(client, settings, PolicySettings())
+    off = await _run(client, settings, PolicySettings(), generate=False)
     assert not off.constraints.account_baseline
-    tf = _terraform(settings, off)
-    assert not any(f'resource "{r}"' in tf for r in SINGLETONS)
