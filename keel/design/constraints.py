@@ -8,12 +8,13 @@ the plan's schema and this JSON schema agree.
 
 from __future__ import annotations
 
+import csv
 import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from keel.design.errors import ConstraintError, DesignIssue, issues_from_validation
 
@@ -97,6 +98,153 @@ class TeamConstraints(BaseModel):
     skills: list[str] = Field(default_factory=list)
 
 
+class Task(StrEnum):
+    """What the generated pipeline learns from the data (issue 38 §2)."""
+
+    CLASSIFICATION = "classification"
+    REGRESSION = "regression"
+    FORECASTING = "forecasting"
+    RETRIEVAL = "retrieval"
+
+
+class ColumnType(StrEnum):
+    """A column's type: numbers and integers are scaled, categories and booleans one-hot
+    encoded, text is what retrieval indexes."""
+
+    NUMBER = "number"
+    INTEGER = "integer"
+    BOOLEAN = "boolean"
+    CATEGORY = "category"
+    TEXT = "text"
+
+
+#: Column names the generated records carry themselves (each record's id and time).
+RESERVED_COLUMNS: frozenset[str] = frozenset({"record_id", "ts"})
+IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: The most columns, categories and sample bytes a data spec may hold.
+MAX_COLUMNS = 200
+MAX_CATEGORIES = 50
+MAX_SAMPLE_CSV_CHARS = 200_000
+# The target type each task can learn.
+_TARGET_TYPES: dict[Task, frozenset[ColumnType]] = {
+    Task.CLASSIFICATION: frozenset({ColumnType.BOOLEAN, ColumnType.CATEGORY, ColumnType.INTEGER}),
+    Task.REGRESSION: frozenset({ColumnType.NUMBER, ColumnType.INTEGER}),
+    Task.FORECASTING: frozenset({ColumnType.NUMBER, ColumnType.INTEGER}),
+    Task.RETRIEVAL: frozenset({ColumnType.TEXT}),
+}
+
+
+class Column(BaseModel):
+    """One column of the user's data: a snake_case name, a type and, for a category,
+    the values it takes (optional: the generated sample then uses ``a``, ``b``, ``c``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="snake_case identifier, e.g. monthly_spend")
+    type: ColumnType
+    categories: list[str] = Field(
+        default_factory=list, max_length=MAX_CATEGORIES, description="a category's values"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not IDENTIFIER_RE.match(value):
+            raise ValueError(
+                f"column name {value!r} is not a snake_case identifier "
+                "(lower-case letters, digits and _, not starting with a digit)"
+            )
+        if value in RESERVED_COLUMNS:
+            raise ValueError(f"column name {value!r} is reserved (every record has it)")
+        return value
+
+    @field_validator("categories")
+    @classmethod
+    def _categories(cls, value: list[str]) -> list[str]:
+        cleaned = [v.strip() for v in value]
+        if any(not v or len(v) > 64 for v in cleaned):
+            raise ValueError("a category value must be 1 to 64 characters")
+        if len(set(cleaned)) != len(cleaned):
+            raise ValueError("category values repeat")
+        return cleaned
+
+    @model_validator(mode="after")
+    def _categories_only_for_categories(self) -> Column:
+        if self.categories and self.type != ColumnType.CATEGORY:
+            raise ValueError(f"column {self.name!r}: only a category column lists categories")
+        if self.type == ColumnType.CATEGORY and len(self.categories) == 1:
+            raise ValueError(f"column {self.name!r}: a category needs at least two values")
+        return self
+
+
+class DataSpec(BaseModel):
+    """The user's data (issue 38 §2): its columns, the target column and the task. The
+    generated repository's features, training, evaluation and serving follow it, and its
+    synthetic sample is made from it. ``sample_csv``, when given, is a small sample of
+    the real data (CSV text with a header row naming the columns); the repository ships
+    it and lands it instead of the synthetic sample."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: Task
+    columns: list[Column] = Field(min_length=1, max_length=MAX_COLUMNS)
+    target: str | None = Field(
+        default=None, description="the column to predict (retrieval: the text to index)"
+    )
+    sample_csv: str | None = Field(default=None, max_length=MAX_SAMPLE_CSV_CHARS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DataSpec:
+        names = [c.name for c in self.columns]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"column names repeat: {', '.join(repeated)}")
+        by_name = {c.name: c for c in self.columns}
+        if self.target is None:
+            if self.task != Task.RETRIEVAL:
+                raise ValueError(f"a {self.task.value} task needs a target column")
+        elif self.target not in by_name:
+            raise ValueError(
+                f"target {self.target!r} is not a column (columns: {', '.join(names)})"
+            )
+        else:
+            kind = by_name[self.target].type
+            if kind not in _TARGET_TYPES[self.task]:
+                allowed = ", ".join(sorted(t.value for t in _TARGET_TYPES[self.task]))
+                raise ValueError(
+                    f"target {self.target!r} is {kind.value}; a {self.task.value} target "
+                    f"must be {allowed}"
+                )
+        if self.task == Task.RETRIEVAL:
+            if not any(c.type == ColumnType.TEXT for c in self.columns):
+                raise ValueError("a retrieval task needs a text column to index")
+        elif self.task != Task.FORECASTING and not self.feature_columns():
+            raise ValueError(f"a {self.task.value} task needs a column besides the target")
+        if self.sample_csv is not None:
+            _check_sample_header(self.sample_csv, names)
+        return self
+
+    def feature_columns(self) -> list[Column]:
+        """The columns a model reads: all but the target and free text."""
+        return [c for c in self.columns if c.name != self.target and c.type != ColumnType.TEXT]
+
+
+def _check_sample_header(text: str, names: list[str]) -> None:
+    """The sample's header must name exactly the spec's columns (in any order)."""
+    first = next((line for line in text.splitlines() if line.strip()), None)
+    if first is None:
+        raise ValueError("sample_csv is empty")
+    header = next(csv.reader([first]))
+    got = [h.strip() for h in header]
+    missing = sorted(set(names) - set(got))
+    extra = sorted(set(got) - set(names))
+    if missing or extra:
+        parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+            [f"not in the columns: {', '.join(extra)}"] if extra else []
+        )
+        raise ValueError(f"sample_csv header does not match the columns: {'; '.join(parts)}")
+
+
 class Constraints(BaseModel):
     """The plan's §20 Constraint Schema, field for field."""
 
@@ -136,6 +284,14 @@ class Constraints(BaseModel):
         description="Set up the account-wide baseline (Lake Formation admins, AWS Config "
         "recorder, Macie, Glue catalog encryption); only one deployment per account may.",
     )
+    # Issue 38 §2: the user's data shape (columns, target, task, optionally a small CSV
+    # sample). Unstated: the generated repository trains on a synthetic sample of its
+    # stated default schema and says so. Not a coverage field.
+    data: DataSpec | None = Field(
+        default=None,
+        description="The data: columns (name, type), the target column and the task "
+        "(classification, regression, forecasting, retrieval).",
+    )
 
     @field_validator("regions")
     @classmethod
@@ -158,6 +314,29 @@ class Constraints(BaseModel):
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(Constraints.model_fields)
+
+#: The schema a design without a data spec is generated for, stated in its README (a
+#: customer table with a churn label): the repository's synthetic sample is made from it.
+DEFAULT_DATA_SPEC = DataSpec(
+    task=Task.CLASSIFICATION,
+    target="churned",
+    columns=[
+        Column(name="tenure_months", type=ColumnType.INTEGER),
+        Column(name="monthly_spend", type=ColumnType.NUMBER),
+        Column(name="support_tickets", type=ColumnType.INTEGER),
+        Column(name="plan", type=ColumnType.CATEGORY, categories=["basic", "standard", "premium"]),
+        Column(name="auto_renew", type=ColumnType.BOOLEAN),
+        Column(name="churned", type=ColumnType.BOOLEAN),
+    ],
+)
+
+
+def data_spec(constraints: Constraints) -> tuple[DataSpec, bool]:
+    """The data spec a design is generated for, and whether the constraints stated it
+    (False: :data:`DEFAULT_DATA_SPEC`)."""
+    if constraints.data is not None:
+        return constraints.data, True
+    return DEFAULT_DATA_SPEC, False
 
 
 def parse_constraints(data: Mapping[str, Any]) -> Constraints:
