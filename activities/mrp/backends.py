@@ -498,6 +498,9 @@ class RaySession:
     async def run(self, item: ShardItem) -> ShardAttempt:
         """One attempt of one shard (raises :class:`AttemptTimeout`,
         :class:`ShardNotStarted`, or the actor's failure)."""
+        if self.stopped:
+            # A retry after the stop (its backoff ran past it): no lane would take it.
+            raise ShardNotStarted()
         fut: asyncio.Future[ShardAttempt] = asyncio.get_running_loop().create_future()
         self.queue.append((item, fut, False))
         if len(self.lanes) < self.lanes_max:
@@ -508,11 +511,14 @@ class RaySession:
     def stop(self) -> None:
         """Start nothing more: queued attempts fail with :class:`ShardNotStarted`."""
         self.stopped = True
+        self._not_started()
+        self.wake.set()
+
+    def _not_started(self) -> None:
+        """Fail the queued attempts with :class:`ShardNotStarted`."""
         while self.queue:
             _, fut, _ = self.queue.popleft()
-            if not fut.done():
-                fut.set_exception(ShardNotStarted())
-        self.wake.set()
+            _set_exception(fut, ShardNotStarted())
 
     async def close(self) -> None:
         """End the lanes (their calls in flight are cancelled: actors killed)."""
@@ -570,16 +576,24 @@ class RaySession:
                     if actor is not None:
                         pool.release(actor)
                         actor = None
-                    self.wake.clear()
-                    if self.stopped and not self.queue:
+                    if self.stopped:
+                        # What this lane queued again after the stop (the calls behind a
+                        # killed actor's, a timed-out batch's shards) will not run either:
+                        # left waiting, their shard coroutines kept the window open.
+                        self._not_started()
                         return
+                    self.wake.clear()
                     await self.wake.wait()
                     continue
                 head = calls[0]
                 assert head.fut is not None
                 left = head.started + self.timeout_s - time.monotonic()
                 try:
-                    results = await asyncio.wait_for(asyncio.shield(head.fut), max(0.0, left))
+                    # Not asyncio.wait_for: on Python 3.11 it swallows a cancel (close())
+                    # that comes after the call returned, and the lane went on waiting for
+                    # its next call in flight, up to a shard timeout.
+                    async with asyncio.timeout(max(0.0, left)):
+                        results = await asyncio.shield(head.fut)
                 except TimeoutError:
                     assert actor is not None
                     self._drop(actor, calls)
