@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,11 +25,20 @@ from keel.design.wiring import (
 )
 from keel.design.wiring import check_wiring as findings_of
 from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form
+from tests.support.hcl import parse_once
 
 #: A tree with ECS tasks, a Lambda function (image) and a stream; one with Glue jobs, a
 #: SageMaker batch transform and the drift alarm.
 STREAM = "kinesis_online_one_region"
 BATCH = "batch_training"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hcl_parsed_once() -> Iterator[None]:
+    """Every check re-reads the tree's Terraform, and the mutated copies share all but
+    one file with the tree they came from: each distinct text is parsed once."""
+    with parse_once():
+        yield
 
 
 @functools.cache
