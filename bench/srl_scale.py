@@ -44,14 +44,15 @@ import uuid
 
 from bench.floor import FloorCall, floor_complete
 from bench.harness import bench_settings, dev_server
+from bench.model_server import model_server
 from bench.volume import history_line, history_sizes
 from client.srl import start_collection, upload_tasks
 from client.temporal import connect
-from keel.srl.steps import CollectionInput
+from keel.srl.batch import BatchedCollectionInput
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.srl_steps import list_steps
-from tests.support.scripted_openai import ScriptedOpenAIServer, ScriptedReply, write_models_config
+from tests.support.scripted_openai import write_models_config
 from tests.support.srl import SWAP_ANSWER, divide_tasks, tasks_jsonl
 from workers.main import build_worker
 
@@ -70,12 +71,14 @@ async def floor_part(base_url: str, n: int, window: int) -> float:
     return time.perf_counter() - started
 
 
-async def main(n: int, window: int, delay: float, per_run: int) -> None:
+async def main(n: int, window: int, delay: float, per_run: int, batch: int) -> None:
     with dev_server("keel-bench-srl-scale-") as (server, tmp):
-        with ScriptedOpenAIServer(default=ScriptedReply(content=SWAP_ANSWER, delay_s=delay)) as srv:
+        with model_server(SWAP_ANSWER, delay) as srv:
             await floor_part(srv.base_url, min(n, 2 * window), window)  # warm-up (LiteLLM import)
+            cpu = time.process_time()
             floor_s = await floor_part(srv.base_url, n, window)
-            floor_requests = len(srv.requests)
+            floor_cpu = time.process_time() - cpu
+            floor_requests = srv.requests()
 
             settings = bench_settings(
                 server, tmp, metrics_port=0,
@@ -87,16 +90,18 @@ async def main(n: int, window: int, delay: float, per_run: int) -> None:
             assert count == n
             client = await connect(settings)
             collection = f"scale-{uuid.uuid4().hex[:8]}"
-            inp = CollectionInput(
+            inp = BatchedCollectionInput(
                 collection=collection, tasks_digest=digest, task_count=count,
                 source="teacher", model="local", window=window, max_steps=1, per_run=per_run,
+                batch=batch,
             )  # fmt: skip
             async with build_worker(client, settings):
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 handle = await start_collection(client, inp, task_queue=settings.task_queue)
                 result = await handle.result()
                 keel_s = time.perf_counter() - started
-            keel_requests = len(srv.requests) - floor_requests
+                keel_cpu = time.process_time() - cpu
+            keel_requests = srv.requests() - floor_requests
         first_run = handle.first_execution_run_id or handle.result_run_id
         assert first_run is not None
         sizes = await history_sizes(client, handle.id, first_run)
@@ -108,9 +113,15 @@ async def main(n: int, window: int, delay: float, per_run: int) -> None:
             f"tasks: {n}, window {window}, answer delay {delay:.2f} s, {per_run} tasks a run; "
             f"dev server (SQLite), in-process worker, {os.cpu_count()} cores"
         )
-        print(f"{'':<44}{'seconds':>9}{'steps/min':>11}")
-        print(f"{'direct calls to the server (floor)':<44}{floor_s:>9.1f}{floor_rate:>11.1f}")
-        print(f"{'Keel SRLCollection, start to result':<44}{keel_s:>9.1f}{keel_rate:>11.1f}")
+        print(f"{'':<44}{'seconds':>9}{'steps/min':>11}{'CPU ms/step':>13}")
+        print(
+            f"{'direct calls to the server (floor)':<44}{floor_s:>9.1f}{floor_rate:>11.1f}"
+            f"{1000 * floor_cpu / n:>13.1f}"
+        )
+        print(
+            f"{'Keel SRLCollection, start to result':<44}{keel_s:>9.1f}{keel_rate:>11.1f}"
+            f"{1000 * keel_cpu / max(t.steps, 1):>13.1f}"
+        )
         print(
             f"steps {t.steps} ({t.verified_steps} verified, {t.format_errors} malformed, "
             f"{t.sandbox_failures} sandbox failures, {t.failed_episodes} failed episodes); "
@@ -133,5 +144,6 @@ if __name__ == "__main__":
     parser.add_argument("--window", type=int, default=8, help="episodes (and calls) in flight")
     parser.add_argument("--delay", type=float, default=1.0, help="the server's answer delay, s")
     parser.add_argument("--per-run", type=int, default=200, help="tasks per collection run")
+    parser.add_argument("--batch", type=int, default=16, help="episodes per srl.episodes")
     a = parser.parse_args()
-    asyncio.run(main(a.tasks, a.window, a.delay, a.per_run))
+    asyncio.run(main(a.tasks, a.window, a.delay, a.per_run, a.batch))

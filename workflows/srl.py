@@ -29,19 +29,23 @@ own last file until verified. The activities read the mode; the episode passes i
 from __future__ import annotations
 
 import asyncio
+import math
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from keel.access import READERS_SIGNAL
     from keel.progress import RunProgress
+    from keel.srl.batch import EPISODES, BatchedCollectionInput, EpisodesInput
     from keel.srl.state import State
     from keel.srl.steps import (
         APPLY,
         COLLECTION_TYPE,
         EPISODE_TYPE,
+        ERROR_SRL_TASKS,
         GENERATE,
         WINDOW,
         ApplyInput,
@@ -57,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         WindowInput,
     )
     from keel.srl.trajectory import StepMode, episode_id, sample_seed
-    from workflows.common import call
+    from workflows.common import LLM_TIMEOUT, SRL_APPLY_TIMEOUT, SRL_HEARTBEAT, call
     from workflows.readers import ProgressMemo, upsert_readers
 
 #: A step ``srl.generate`` found recorded is taken as it is, without ``srl.apply``.
@@ -66,6 +70,21 @@ RESUME_PATCH = "srl-resume-recorded"
 #: ``expert_prefix``) and ``expert_feedback``; a run from before (no marker) runs free, with
 #: the expert-derived feedback, as it did.
 STEP_MODE_PATCH = "srl-step-mode"
+#: A collection with ``batch`` > 0 runs its episodes ``batch`` at a time in ``srl.episodes``
+#: activities (keel/srl/batch.py) instead of a child workflow each.
+BATCH_PATCH = "srl-batched-episodes"
+#: ``srl.episodes``: a step's answer and scoring, at most twice (the batch's calls wait for
+#: the worker's call gate), for each of ``max_steps``; a lost worker is found by its
+#: heartbeat. A model down for long fails the batch after its attempts: its episodes
+#: count as failed, as their children would (their recorded steps stay for a run again).
+SRL_EPISODES_STEP_TIMEOUT = 2 * (LLM_TIMEOUT + SRL_APPLY_TIMEOUT)
+SRL_EPISODES_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=5,
+    non_retryable_error_types=[ERROR_SRL_TASKS],
+)
 
 
 @workflow.defn(name=EPISODE_TYPE)
@@ -179,7 +198,7 @@ class SRLCollection:
     """Tasks ``offset..offset+per_run`` of a task file as episodes, then continue as new."""
 
     @workflow.init
-    def __init__(self, inp: CollectionInput) -> None:
+    def __init__(self, inp: BatchedCollectionInput) -> None:
         self._inp = inp
         self._task_count = inp.task_count
         self._totals = inp.totals
@@ -207,7 +226,7 @@ class SRLCollection:
         )
 
     @workflow.run
-    async def run(self, inp: CollectionInput) -> CollectionResult:
+    async def run(self, inp: BatchedCollectionInput) -> CollectionResult:
         # A run from before step modes starts its episodes without one (free running).
         self._modes = workflow.patched(STEP_MODE_PATCH)
         self._memo.start()
@@ -225,7 +244,10 @@ class SRLCollection:
         )
         self._task_count = window.task_count
         self._show()
-        await self._episodes(inp, window.tasks_digest, window.task_ids)
+        if inp.batch and workflow.patched(BATCH_PATCH):
+            await self._batches(inp, window.tasks_digest, window.task_ids)
+        else:
+            await self._episodes(inp, window.tasks_digest, window.task_ids)
         end = inp.offset + len(window.task_ids)
         if end < window.task_count:
             workflow.continue_as_new(
@@ -250,10 +272,21 @@ class SRLCollection:
         """Run the episodes (``samples`` a task) with at most ``window`` in flight, in task
         and sample order."""
         pending: set[asyncio.Task[EpisodeResult | None]] = set()
+        for child in self._children(inp, digest, task_ids):
+            if len(pending) >= inp.window:
+                pending = await self._settle(pending)
+            pending.add(asyncio.create_task(self._episode(child)))
+            self._in_flight = len(pending)
+        while pending:
+            pending = await self._settle(pending)
+
+    def _children(
+        self, inp: CollectionInput, digest: str, task_ids: list[str]
+    ) -> list[EpisodeInput]:
+        """The run's episodes (``samples`` a task), in task and sample order."""
+        children = []
         for i, task_id in enumerate(task_ids):
             for sample in range(inp.samples):
-                if len(pending) >= inp.window:
-                    pending = await self._settle(pending)
                 child = EpisodeInput(
                     collection=inp.collection,
                     tasks_digest=digest,
@@ -272,10 +305,60 @@ class SRLCollection:
                     child = child.model_copy(
                         update={"step_mode": inp.step_mode, "expert_feedback": inp.expert_feedback}
                     )
-                pending.add(asyncio.create_task(self._episode(child)))
-                self._in_flight = len(pending)
+                children.append(child)
+        return children
+
+    async def _batches(self, inp: BatchedCollectionInput, digest: str, task_ids: list[str]) -> None:
+        """Run the episodes ``batch`` at a time in ``srl.episodes``, twice ``window``
+        episodes in flight (rounded up to whole batches): ``window`` model calls go on
+        (each worker's call gate) while other batches' answers are applied."""
+        children = self._children(inp, digest, task_ids)
+        most = 2 * math.ceil(inp.window / inp.batch)
+        pending: set[asyncio.Task[list[EpisodeResult | None]]] = set()
+        for start in range(0, len(children), inp.batch):
+            if len(pending) >= most:
+                pending = await self._settle_batches(pending)
+            batch = children[start : start + inp.batch]
+            pending.add(asyncio.create_task(self._batch(batch, inp.window)))
+            self._in_flight += len(batch)
         while pending:
-            pending = await self._settle(pending)
+            pending = await self._settle_batches(pending)
+
+    async def _settle_batches(
+        self, pending: set[asyncio.Task[list[EpisodeResult | None]]]
+    ) -> set[asyncio.Task[list[EpisodeResult | None]]]:
+        done, rest = await workflow.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            for result in task.result():
+                self._done += 1
+                self._in_flight -= 1
+                self._totals = self._totals.plus(
+                    result.totals
+                    if result is not None
+                    else CollectionTotals(episodes=1, failed_episodes=1)
+                )
+        self._show()
+        return set(rest)
+
+    async def _batch(self, batch: list[EpisodeInput], calls: int) -> list[EpisodeResult | None]:
+        """A batch's results; all ``None`` (failed) when ``srl.episodes`` gave up."""
+        first, last = batch[0], batch[-1]
+        try:
+            result = await workflow.execute_activity(
+                EPISODES.name,
+                EpisodesInput(episodes=batch, calls=calls),
+                result_type=EPISODES.output,
+                start_to_close_timeout=SRL_EPISODES_STEP_TIMEOUT * first.max_steps,
+                heartbeat_timeout=SRL_HEARTBEAT,
+                retry_policy=SRL_EPISODES_RETRY,
+                summary=f"{len(batch)} episodes: tasks {first.task_id}..{last.task_id}",
+            )
+        except ActivityError as err:
+            workflow.logger.warning(
+                "episodes %s..%s failed: %s", first.task_id, last.task_id, err.cause or err
+            )
+            return [None] * len(batch)
+        return list(result.results)
 
     async def _settle(
         self, pending: set[asyncio.Task[EpisodeResult | None]]

@@ -31,9 +31,11 @@ from temporalio.exceptions import ApplicationError
 from activities.actors import ActorPool, ActorRequestError
 from activities.heartbeat import heartbeating
 from activities.llm import LLMGateway
+from activities.srl.jail import GroupedRuns, JailRuns
 from activities.srl.scoring import StepScoring, _outcome_of
 from activities.srl.tokens import HEURISTIC, PromptTokenizer, tokenizer_for
 from keel.llm import LLMMessage, LLMRequest, ModelNotAllowedError, UnknownModelError
+from keel.srl.batch import EPISODES, EpisodesInput, EpisodesResult
 from keel.srl.fit import PromptFit, fit_prompt, focus_line
 from keel.srl.prompts import PromptPack, gold_answer, parse_prompt_pack, step_messages
 from keel.srl.state import (
@@ -114,9 +116,20 @@ class SrlActivities(StepScoring):
         self._actors_lock = asyncio.Lock()
         self._pack: PromptPack | None = None
         self._task_files: OrderedDict[str, list[SrlTask]] = OrderedDict()
+        self._call_gates: dict[str, tuple[int, asyncio.Semaphore]] = {}
+        #: The jail runs of every batch on this worker, grouped across batches.
+        self.grouped_runs = GroupedRuns(sandbox_limits, sandbox_config)
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.window, self.generate, self.apply]
+        return [self.window, self.generate, self.apply, self.episodes]
+
+    def call_gate(self, collection: str, calls: int) -> asyncio.Semaphore:
+        """The model calls a collection's batches may have in flight on this worker."""
+        held = self._call_gates.get(collection)
+        if held is None or held[0] != calls:
+            held = (calls, asyncio.Semaphore(calls))
+            self._call_gates[collection] = held
+        return held[1]
 
     # -- inputs ----------------------------------------------------------------------
     def tasks(self, digest: str) -> list[SrlTask]:
@@ -194,6 +207,22 @@ class SrlActivities(StepScoring):
         gen = await heartbeating(self._generate(inp), every_s=HEARTBEAT_EVERY_S)
         return gen.model_copy(update={"sampling": _sampling(inp)})
 
+    @activity.defn(name=EPISODES.name)
+    async def episodes(self, inp: EpisodesInput) -> EpisodesResult:
+        from activities.srl.batch import run_episodes
+
+        return await heartbeating(run_episodes(self, inp), every_s=HEARTBEAT_EVERY_S)
+
+    async def answer(self, inp: GenerateInput, gate: asyncio.Semaphore) -> Generation:
+        """``srl.generate``'s answer inside a batch: the recorded step, or the source's
+        answer with at most ``gate``'s calls in flight."""
+        recorded = await asyncio.to_thread(self._recorded, inp)
+        if recorded is not None:
+            return recorded
+        async with gate:
+            gen = await self._generate(inp, in_batch=True)
+        return gen.model_copy(update={"sampling": _sampling(inp)})
+
     def _recorded(self, inp: GenerateInput) -> Generation | None:
         """The step as an earlier run recorded it (a collection run again), or None."""
         task = self.task(inp.tasks_digest, inp.task_index)
@@ -229,13 +258,15 @@ class SrlActivities(StepScoring):
             recorded=_outcome_of(record, key, task).model_copy(update={"recorded": False}),
         )
 
-    async def _generate(self, inp: GenerateInput) -> Generation:
+    async def _generate(self, inp: GenerateInput, in_batch: bool = False) -> Generation:
         task = self.task(inp.tasks_digest, inp.task_index)
         state, messages, prompt, structured = await self._prompt(task, inp)
         if inp.source == "gold_replay":
             return _gold_generation(task, inp.step, state, prompt)
         if inp.source == "teacher":
-            return await self._ask_teacher(task, inp, messages, structured, state, prompt)
+            # A batch's calls share its activity: each names its step as well.
+            step = f"/{step_key(task.task_id, inp.step, inp.sample)}" if in_batch else ""
+            return await self._ask_teacher(task, inp, messages, structured, state, prompt, step)
         return await self._ask_actors(inp, messages, state, prompt)
 
     async def _prompt(
@@ -282,6 +313,7 @@ class SrlActivities(StepScoring):
         structured: bool,
         state: State,
         prompt: str,
+        key_suffix: str = "",
     ) -> Generation:
         """The teacher's answer through the LLM gateway."""
         started = time.monotonic()
@@ -303,7 +335,7 @@ class SrlActivities(StepScoring):
                 schema_name="srl_step",
                 timeout_s=TEACHER_CALL_TIMEOUT_S,
             ),
-            call_key=f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}",
+            call_key=f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}{key_suffix}",
             workflow_id=info.workflow_id,
             meter=activity.metric_meter(),
         )
@@ -459,7 +491,8 @@ class SrlActivities(StepScoring):
     async def apply(self, inp: ApplyInput) -> StepOutcome:
         return await heartbeating(self._apply(inp), every_s=HEARTBEAT_EVERY_S)
 
-    async def _apply(self, inp: ApplyInput) -> StepOutcome:
+    async def _apply(self, inp: ApplyInput, jail: JailRuns | None = None) -> StepOutcome:
+        """Score, record and count the step; ``jail`` as :meth:`_score` takes it."""
         task = self.task(inp.tasks_digest, inp.task_index)
         key = step_key(task.task_id, inp.step, inp.sample)
         text_digest = inp.text_digest
@@ -472,7 +505,7 @@ class SrlActivities(StepScoring):
             )
         else:
             text = self.text(task, inp.text_digest)
-        record, outcome = await self._score(task, inp, text, text_digest)
+        record, outcome = await self._score(task, inp, text, text_digest, jail)
         row = StepRow.from_record(
             record,
             collection=inp.collection,

@@ -13,6 +13,7 @@ from typing import Any
 
 from activities.srl.checks import run_task_tests
 from activities.srl.data import python_syntax_error
+from activities.srl.jail import JailRuns, OneRunEach
 from keel.srl.errors import StepFormatError
 from keel.srl.rewards import combine, format_error_reward
 from keel.srl.state import State, StateUpdate, merge
@@ -20,12 +21,7 @@ from keel.srl.step import PatternAction, RuleAction, parse_step
 from keel.srl.steps import ApplyInput, Generation, SrlTask, StepOutcome
 from keel.srl.trajectory import ModelOutput, Sampling, StepRecord, step_key
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits
-from sandbox.astgrep import (
-    AstGrepResult,
-    apply_astgrep_async,
-    astgrep_spans_async,
-    check_parses_async,
-)
+from sandbox.astgrep import AstGrepResult
 from store.artifacts import ArtifactStore
 
 
@@ -37,10 +33,17 @@ class StepScoring:
     sandbox_limits: SandboxLimits | None
 
     async def _score(
-        self, task: SrlTask, inp: ApplyInput, text: str, text_digest: str | None = None
+        self,
+        task: SrlTask,
+        inp: ApplyInput,
+        text: str,
+        text_digest: str | None = None,
+        jail: JailRuns | None = None,
     ) -> tuple[StepRecord, StepOutcome]:
         """Score the step on ``text`` (the file it started from, ``text_digest`` in the
-        artifact store, ``None`` for the task's ``pre``)."""
+        artifact store, ``None`` for the task's ``pre``); ``jail`` makes its jail runs
+        (by default one run per call; a batch of episodes groups them)."""
+        jail = jail or OneRunEach(self.sandbox_limits, self.sandbox_config)
         gen = inp.generation
         state = inp.state
         key = step_key(task.task_id, inp.step, inp.sample)
@@ -60,7 +63,7 @@ class StepScoring:
                 text_after=text,
             )
             return record, _outcome_of(record, key, task)
-        result, tests_passed = await self._sandbox_and_tests(task, step.action, text)
+        result, tests_passed = await self._sandbox_and_tests(task, step.action, text, jail)
         result_text: str | None = result["text"]
         reward = combine(
             action=step.action,
@@ -116,11 +119,11 @@ class StepScoring:
         }
 
     async def _sandbox_and_tests(
-        self, task: SrlTask, action: PatternAction | RuleAction, text: str
+        self, task: SrlTask, action: PatternAction | RuleAction, text: str, jail: JailRuns
     ) -> tuple[dict[str, Any], float | None]:
         """:meth:`_sandbox`'s result with the report of the task's tests, run on the file
         after the action (unchanged where it failed), and the fraction that passed."""
-        result = await self._sandbox(task, action, text)
+        result = await self._sandbox(task, action, text, jail)
         result_text: str | None = result["text"]
         tests_passed, tests_report = await run_task_tests(
             task.tests,
@@ -133,7 +136,7 @@ class StepScoring:
         return result, tests_passed
 
     async def _sandbox(
-        self, task: SrlTask, action: PatternAction | RuleAction, text: str
+        self, task: SrlTask, action: PatternAction | RuleAction, text: str, jail: JailRuns
     ) -> dict[str, Any]:
         """Apply ``action`` to the task's file in the jail and re-parse the result in the
         task's language (never the one the action claims).
@@ -151,23 +154,19 @@ class StepScoring:
             )
         sg = _astgrep_action(action)
         try:
-            applied = await apply_astgrep_async(
-                sg, {name: text}, limits=self.sandbox_limits, config=self.sandbox_config
-            )
+            applied = await jail.apply(sg, name, text)
         except SandboxError as e:  # refused request (e.g. a path): the action's fault
             return _sandbox_result(ok=False, error=str(e))
         facts = await self._run_facts(applied)
         if not applied.ok:
             return _sandbox_result(ok=False, error=applied.error, **facts)
         result_text = applied.changed_files.get(name, text)
-        reparses, parse_errors = await self._reparse(task, result_text)
+        reparses, parse_errors = await self._reparse(task, result_text, jail)
         replaced: list[tuple[int, int]] | None = None
         if result_text != text:
             # Where the rewrite replaced code: a region spanning the whole file is an
             # overwrite (keel.srl.rewards.is_overwrite), never an equivalent action.
-            spans = await astgrep_spans_async(
-                sg, {name: text}, limits=self.sandbox_limits, config=self.sandbox_config
-            )
+            spans = await jail.spans(sg, name, text)
             replaced = spans.spans.get(name, []) if spans.ok else None
         return {
             **_sandbox_result(ok=True, **facts),
@@ -197,13 +196,11 @@ class StepScoring:
             facts["limit"] = run.limit
         return facts
 
-    async def _reparse(self, task: SrlTask, text: str) -> tuple[bool, list[str]]:
+    async def _reparse(self, task: SrlTask, text: str, jail: JailRuns) -> tuple[bool, list[str]]:
         """Whether ``text`` parses in the task's language (ast-grep in the jail, Python
         also CPython's parser), and the parse errors."""
         name = task.file_name
-        check = await check_parses_async(
-            {name: text}, task.language, limits=self.sandbox_limits, config=self.sandbox_config
-        )
+        check = await jail.parses(name, text, task.language)
         parse_errors = check.errors.get(name, []) if check.ok else [check.error or "check failed"]
         if check.ok and not parse_errors and task.language == "python":
             parse_errors = _python_parse_errors(text)
