@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from keel.design.critics import estimate_plan_cost
 from keel.design.diff import cost_line_diff, terraform_diff, terraform_resources
 from tests.design.codegen_cases import request_for, request_from
 from tests.design.unit.design_data import catalog, golden_cases, prices
+from tests.support.hcl import parse_once
 
 #: Resource types each pattern must create: its managed services, not a stand-in.
 SERVICES: dict[str, set[str]] = {
@@ -87,6 +89,14 @@ BASELINE_SERVICES: dict[str, set[str]] = {
 }
 ALL_PATTERNS = sorted(catalog().by_id())
 THREE = ["us-east-1", "eu-west-1", "ap-northeast-1"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hcl_parsed_once() -> Iterator[None]:
+    """The 48 renders share all modules but the one under test: each distinct text is
+    parsed once (``terraform_resources`` re-reads every file of each tree)."""
+    with parse_once():
+        yield
 
 
 def test_every_catalogue_pattern_has_a_template_and_expectations() -> None:
