@@ -214,6 +214,34 @@ def _plan_lines(v: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _smoke_lines(smoke: dict[str, Any]) -> list[str]:
+    """``design show``'s smoke: its verdict, the metrics, one prediction per entry point
+    and the drift report (``client.design_view.smoke_view``)."""
+    lines = [f"  smoke: {smoke['status']}: {smoke['summary']}"]
+    if smoke.get("metrics"):
+        shown = ", ".join(f"{k} {v}" for k, v in sorted(smoke["metrics"].items()))
+        lines.append(f"    metrics: {shown}")
+    for p in smoke.get("predictions") or []:
+        given = json.dumps(p["input"], sort_keys=True, default=str)
+        answer = json.dumps(p["output"], sort_keys=True, default=str)
+        lines.append(f"    {p['entry_point']} {p['route']}: {_cut(given)} -> {_cut(answer)}")
+    drift = smoke.get("drift")
+    if drift:
+        drifted = ", ".join(drift.get("drifted") or []) or "none"
+        lines.append(
+            f"    drift: {drift.get('rows')} served rows, max PSI {drift.get('max_psi')} "
+            f"(threshold {drift.get('threshold')}), drifted: {drifted}"
+        )
+    for step in smoke.get("steps") or []:
+        if not step.get("ok"):
+            lines.append(f"    FAILED step {step['name']}: {_cut(str(step.get('detail')))}")
+    return lines
+
+
+def _cut(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _view_text(v: dict[str, Any]) -> str:
     """``design show <project> <ds>``'s text (``client.design_view.decision_set_view``)."""
     lines = [f"{v['project']}/{v['decision_set']}: {v['status']}, version {v['version']}"]
@@ -225,6 +253,8 @@ def _view_text(v: dict[str, Any]) -> str:
     lines += _plan_lines(v)
     if v["validation"]:
         lines.append("  validation: " + ", ".join(f"{k} {s}" for k, s in v["validation"].items()))
+    if v.get("smoke"):
+        lines += _smoke_lines(v["smoke"])
     lines += [f"  {_repair_text(r)}" for r in v.get("repairs") or []]
     if v.get("failed_validators"):
         lines.append("  VALIDATION FAILED: " + ", ".join(v["failed_validators"]))

@@ -5,6 +5,8 @@ wrote. No Temporal here: a stored decision set reads the same with no server up.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +88,75 @@ def node_models(sm: sessionmaker[Session], project: str, ds: str) -> list[dict[s
     ]
 
 
+#: How much of one prediction's input and output the view keeps (characters of JSON).
+_PREDICTION_CHARS = 2000
+
+
+def _clipped(value: Any) -> Any:
+    """``value``, or its JSON cut to :data:`_PREDICTION_CHARS` when it is longer."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return value if len(text) <= _PREDICTION_CHARS else text[:_PREDICTION_CHARS] + "..."
+
+
+def smoke_view(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ``design show`` shows of the ``smoke`` validator in a validation report (a
+    dumped :class:`~keel.design.validation.ValidationReport`): its status and summary,
+    the steps, the metrics, one prediction per entry point (input and output) and the
+    drift report. None when the report has no smoke result."""
+    result = next((r for r in report.get("results") or [] if r.get("name") == "smoke"), None)
+    if result is None:
+        return None
+    smoke = (result.get("details") or {}).get("report") or {}
+    drift = smoke.get("drift") or {}
+    return {
+        "status": result.get("status"),
+        "summary": result.get("summary"),
+        "seconds": smoke.get("seconds"),
+        "failed_step": smoke.get("failed_step"),
+        "steps": [
+            {k: s.get(k) for k in ("name", "ok", "seconds", "detail")}
+            for s in smoke.get("steps") or []
+        ],
+        "entry_points": smoke.get("entry_points") or [],
+        "metrics": smoke.get("metrics") or {},
+        "predictions": [
+            {
+                "entry_point": p.get("entry_point"),
+                "route": p.get("route"),
+                "input": _clipped(p.get("input")),
+                "output": _clipped(p.get("output")),
+            }
+            for p in smoke.get("predictions") or []
+        ],
+        "drift": None
+        if not drift
+        else {
+            k: drift.get(k)
+            for k in ("version", "rows", "psi", "max_psi", "threshold", "drifted")
+            if k in drift
+        },
+    }
+
+
+def stored_smoke(
+    sm: sessionmaker[Session], artifacts: ArtifactStore, project: str, ds: str
+) -> dict[str, Any] | None:
+    """The smoke of the decision set's last validation (:func:`smoke_view`), read from the
+    validation report the run stored (the ``validation`` event names its digest); None
+    when no validation ran or its report is not in ``artifacts``."""
+    last = stored_view(sm, project, ds).last.get("validation") or {}
+    digest = last.get("report")
+    if not isinstance(digest, str):
+        return None
+    from store.artifacts import ArtifactNotFound
+
+    try:
+        report = artifacts.get_json(digest)
+    except ArtifactNotFound:
+        return None
+    return smoke_view(report) if isinstance(report, Mapping) else None
+
+
 def stored_decision_set(sm: sessionmaker[Session], project: str, ds: str) -> StoredDecisionSet:
     """The read model's one read of a decision set.
 
@@ -98,10 +169,13 @@ def stored_decision_set(sm: sessionmaker[Session], project: str, ds: str) -> Sto
     return stored
 
 
-def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[str, Any]:
+def decision_set_view(
+    sm: sessionmaker[Session], project: str, ds: str, artifacts: ArtifactStore | None = None
+) -> dict[str, Any]:
     """What ``design show <project> <ds>`` shows of a stored decision set (from the read
     model, ``store.design.stored_view``), with its repair rounds and the model each node
-    used.
+    used; with ``artifacts``, the smoke of its last validation (:func:`stored_smoke`:
+    metrics, one prediction per entry point, the drift report).
 
     Raises:
         DecisionSetNotFound: the project has no decision set ``ds``.
@@ -141,6 +215,7 @@ def decision_set_view(sm: sessionmaker[Session], project: str, ds: str) -> dict[
         "failed_validators": failed,
         "repairs": repair_rounds(sm, project, ds),
         "nodes": node_models(sm, project, ds),
+        "smoke": None if artifacts is None else stored_smoke(sm, artifacts, project, ds),
         "archive_digest": archive["digest"] if archive else None,
         "archive_validation": None if archive is None else "failed" if failed else "passed",
         "rows": count_rows(sm, project, ds),

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from api.deps import (
+    ArtifactsDep,
     Caller,
     CallerDep,
     ClientDep,
@@ -61,7 +62,7 @@ from api.routes.design_models import (
 from api.routes.shared import ApproverPost, RequesterPost
 from client import design as design_client
 from client import design_cases as cases
-from client.design_view import node_models, repair_rounds
+from client.design_view import node_models, repair_rounds, stored_smoke
 from keel.access import ADMIN_ROLE
 from keel.design.steps import DesignAnswers, DesignOptions, DesignStatus, workflow_id
 from keel.gates import GateDecision
@@ -310,10 +311,12 @@ async def list_events(
 
 
 @router.get("/decision-sets/{decision_set_id}", response_model=DecisionSetView)
-async def get_decision_set(decision_set_id: str, it: SeenDep) -> DecisionSetView:
+async def get_decision_set(
+    decision_set_id: str, it: SeenDep, artifacts: ArtifactsDep
+) -> DecisionSetView:
     """A decision set: the pipeline's status while it runs; once stored, its row, plan,
-    cost, policy, validation summary, diff, repair rounds, the model of each node and
-    artifacts."""
+    cost, policy, validation summary, diff, repair rounds, the model of each node,
+    artifacts and the smoke (metrics, one prediction per entry point, drift)."""
     ds, project, sm = it.ds, it.project, it.sessions
     stored = await to_thread.run_sync(design_store.stored_view, sm, project, ds)
     run = await cases.run_state(it.client, sm, project, ds, stored.row)
@@ -334,6 +337,7 @@ async def get_decision_set(decision_set_id: str, it: SeenDep) -> DecisionSetView
         diff=stored.last.get("diff-update"),
         repairs=await to_thread.run_sync(repair_rounds, sm, project, ds),
         nodes=await to_thread.run_sync(node_models, sm, project, ds),
+        smoke=await to_thread.run_sync(stored_smoke, sm, artifacts, project, ds),
         artifacts=[
             ArtifactView(
                 **a,

@@ -105,6 +105,12 @@ class DecisionSetView(BaseModel):
         description="Per node, the provider and model that answered it (``rules``: none)",
     )
     artifacts: list[ArtifactView] = Field(default_factory=list)
+    smoke: dict[str, Any] | None = Field(
+        None,
+        description="The smoke validator of the last validation (make smoke in the jail): "
+        "status, summary, steps, metrics, one prediction per serving entry point (input and "
+        "output) and the drift report over the served rows; None: no validation report",
+    )
 
 
 class AnswersBody(_Body):

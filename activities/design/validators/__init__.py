@@ -1,7 +1,8 @@
 """Validators (§21.1 node 10) run on a generated repository.
 
-ruff, mypy and pytest execute (or import) the repository's code, so they run inside the
-nsjail sandbox with the repository as the jail's workspace. The other checks only read
+ruff, mypy, pytest and the smoke (``make smoke``: the sample pipeline and a prediction
+through every serving entry point, S3 in moto) execute (or import) the repository's code,
+so they run inside the nsjail sandbox (no network) with the repository as the jail's workspace. The other checks only read
 files and run on the host in a temporary directory: an HCL parse and checkov on the
 Terraform, actionlint on the workflows, hadolint on a Dockerfile, a CycloneDX SBOM of
 ``requirements.txt`` (checked, not made, here: :func:`add_sbom` puts it in the tree
@@ -10,7 +11,7 @@ against each other: :mod:`keel.design.wiring`). Each result is a
 :class:`~keel.design.validation.ValidatorResult`; a validator whose tool is missing, or
 whose jail cannot start, is ``not_run`` with the reason, never ``passed``.
 
-The package: :mod:`.jailed` (ruff, mypy, pytest in the jail), :mod:`.host` (HCL,
+The package: :mod:`.jailed` (ruff, mypy, pytest, smoke in the jail), :mod:`.host` (HCL,
 checkov, actionlint, hadolint), :mod:`.sbom`, :mod:`.secret_scan` and :mod:`.wiring`;
 :func:`validate_repo` runs them all into one report.
 """
@@ -29,7 +30,13 @@ from temporalio import activity
 
 from activities.design.codegen import check_paths
 from activities.design.validators.host import run_actionlint, run_checkov, run_hadolint, run_hcl
-from activities.design.validators.jailed import JAIL_LIMITS, run_mypy, run_pytest, run_ruff
+from activities.design.validators.jailed import (
+    JAIL_LIMITS,
+    run_mypy,
+    run_pytest,
+    run_ruff,
+    run_smoke,
+)
 from activities.design.validators.jailed import (
     _venv_bin as _venv_bin,  # activities/design/repair.py
 )
@@ -67,6 +74,7 @@ VALIDATOR_ORDER = (
     "ruff",
     "mypy",
     "pytest",
+    "smoke",
     "hcl",
     "checkov",
     "actionlint",
@@ -107,6 +115,8 @@ class _Lanes:
         await self.timed("ruff", lambda: run_ruff(files, config))
         await self.timed("mypy", lambda: run_mypy(files, config))
         await self.timed("pytest", lambda: run_pytest(files, config))
+        # After the repository's own tests, as its CI runs them.
+        await self.timed("smoke", lambda: run_smoke(files, config))
 
     async def host_tools(self, root: Path) -> None:
         files = self.files
@@ -150,8 +160,8 @@ async def validate_repo(
     here (see :func:`add_sbom`); the report's ``files`` hold ``reports/<validator>.json``,
     which travel beside the tree, not in it.
 
-    Three lanes run side by side: the jailed tools (ruff, mypy, pytest, one after the
-    other: each jail takes its share of memory), the host's tools (checkov, actionlint,
+    Three lanes run side by side: the jailed tools (ruff, mypy, pytest, smoke, one after
+    the other: each jail takes its share of memory), the host's tools (checkov, actionlint,
     hadolint) and the host's pure-Python checks (secrets, hcl, sbom, wiring, in threads). The report lists them in :data:`VALIDATOR_ORDER`
     whatever order they finished in. Inside an activity it heartbeats with the running
     validators' names at each step and every :data:`HEARTBEAT_EVERY_S` seconds.
@@ -176,6 +186,7 @@ __all__ = [
     "make_sbom",
     "report_files",
     "run_hcl",
+    "run_smoke",
     "scan_secrets",
     "validate_repo",
 ]

@@ -1,16 +1,20 @@
-"""The validators that run the repository's code (ruff, mypy, pytest), inside the nsjail
-sandbox with the repository as the jail's workspace."""
+"""The validators that run the repository's code (ruff, mypy, pytest, smoke), inside the
+nsjail sandbox with the repository as the jail's workspace (no network: the jail's network
+namespace has only loopback)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
+import importlib.util
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from activities.design.mypy_seed import SEED_MOUNT
 from activities.design.mypy_seed import jail_code as seed_jail_code
@@ -96,6 +100,7 @@ async def _jailed(
     binary: str | None = None,
     extra_binds: Sequence[Bind] = (),
     limits: SandboxLimits = JAIL_LIMITS,
+    output_files: Sequence[str] = (),
 ) -> SandboxResult | ValidatorResult:
     """Run ``python -m <tool>`` (or ``binary``) in a jail holding the repository.
 
@@ -139,6 +144,7 @@ async def _jailed(
             env=env,
             binds=binds,
             config=config,
+            output_files=output_files,
         )
     except (SandboxUnavailable, SandboxError) as exc:
         return ValidatorResult(name=name, status="not_run", summary=f"the jail did not run: {exc}")
@@ -235,3 +241,114 @@ async def run_pytest(files: Mapping[str, str], config: SandboxConfig) -> Validat
         "pytest", ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header"], files, config
     )
     return _from_jail("pytest", run, "pytest")
+
+
+#: Where the jailed smoke writes its report (relative to the repository root).
+SMOKE_REPORT = "smoke-out/report.json"
+#: What the generated smoke imports beyond the repository's runtime requirements: moto
+#: stands in for S3 there. Keel's environment (the jail's site-packages) must have it.
+SMOKE_NEEDS = ("moto", "uvicorn", "boto3")
+
+
+def _smoke_summary(report: Mapping[str, Any]) -> str:
+    """One line: the entry points, the metrics, the drift verdict and the time."""
+    metrics = report.get("metrics") or {}
+    shown = ", ".join(
+        f"{k} {v}" for k, v in sorted(metrics.items()) if k in ("auc", "accuracy", "rmse", "mae")
+    )
+    drift = report.get("drift") or {}
+    drifted = drift.get("drifted")
+    return (
+        f"smoke: {len(report.get('steps') or [])} steps passed in {report.get('seconds')} s; "
+        f"served through {', '.join(report.get('entry_points') or [])}"
+        + (f"; {shown}" if shown else "")
+        + (
+            f"; drift over {drift.get('rows')} served rows: "
+            f"{'drifted ' + ', '.join(drifted) if drifted else 'none'}"
+            if drift
+            else ""
+        )
+    )
+
+
+def smoke_result(run: SandboxResult) -> ValidatorResult:
+    """The smoke's verdict from a jailed run and the report it wrote.
+
+    Passed only when the smoke exited 0 and its report says every step passed; a failed
+    step fails the validator naming the step and its detail; a run that wrote no report
+    fails with its exit status and last line (the repository's smoke is broken), or
+    with the sandbox limit that stopped it.
+    """
+    base = _from_jail("smoke", run, "make smoke")
+    details = dict(base.details)
+    raw = run.files.get(SMOKE_REPORT)
+    report: dict[str, Any] | None = None
+    if raw is not None:
+        try:
+            loaded = json.loads(raw)
+        except ValueError:
+            loaded = None
+        report = loaded if isinstance(loaded, dict) else None
+    if report is None:
+        why = run.refused_files.get(SMOKE_REPORT, "not written")
+        summary = base.summary if base.status == "failed" else "make smoke: exit 0"
+        return ValidatorResult(
+            name="smoke",
+            status="failed",
+            summary=f"{summary}; no {SMOKE_REPORT} ({why})",
+            details=details,
+        )
+    details["report"] = report
+    steps = [s for s in report.get("steps") or [] if isinstance(s, dict)]
+    failed = next((s for s in steps if not s.get("ok")), None)
+    if failed is not None:
+        finding: dict[str, Any] = {
+            "message": f"smoke step {failed.get('name')} failed: {failed.get('detail')}"
+        }
+        if failed.get("file"):
+            finding.update(file=failed["file"], line=failed.get("line"))
+        details["findings"] = [finding]
+        return ValidatorResult(
+            name="smoke",
+            status="failed",
+            summary=f"smoke step {failed.get('name')} failed: {str(failed.get('detail'))[:300]}",
+            details=details,
+        )
+    if base.status != "passed" or report.get("passed") is not True or not steps:
+        return ValidatorResult(
+            name="smoke",
+            status="failed",
+            summary=f"{base.summary}; the report says passed={report.get('passed')} "
+            f"with {len(steps)} step(s)",
+            details=details,
+        )
+    return ValidatorResult(
+        name="smoke", status="passed", summary=_smoke_summary(report), details=details
+    )
+
+
+async def run_smoke(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
+    """``python -m services.smoke --out smoke-out`` in the jail (what ``make smoke``
+    runs): the sample pipeline and a prediction through every serving entry point, with
+    S3 in moto; the report it writes is kept in ``details["report"]``."""
+    if "services/smoke.py" not in files:
+        return ValidatorResult(
+            name="smoke", status="not_run", summary="the repository has no services/smoke.py"
+        )
+    missing = [m for m in SMOKE_NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        return ValidatorResult(
+            name="smoke",
+            status="not_run",
+            summary=f"Keel's environment lacks {', '.join(missing)}, which the smoke imports",
+        )
+    run = await _jailed(
+        "smoke",
+        ["-m", "services.smoke", "--out", SMOKE_REPORT.rsplit("/", 1)[0]],
+        files,
+        config,
+        output_files=[SMOKE_REPORT],
+    )
+    if isinstance(run, ValidatorResult):
+        return run
+    return smoke_result(run)
