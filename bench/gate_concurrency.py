@@ -262,15 +262,15 @@ async def main(n: int, callers: int, rounds: int, split: bool) -> None:
         d50, d99 = statistics.median(ms["direct"]), p99(ms["direct"])
         print(
             f"{'decide Update to the gate, no API':<40}{d50:>9.1f}{d99:>9.1f}"
-            f"{d50 / f50:>12.2f}x{d99 / f99:>12.2f}x"
+            f"{d50 / f50:>12.3f}x{d99 / f99:>12.3f}x"
         )
     print(
         f"{'POST /gates/{id}/approve, HTTP':<40}{k50:>9.1f}{k99:>9.1f}"
-        f"{k50 / f50:>12.2f}x{k99 / f99:>12.2f}x"
+        f"{k50 / f50:>12.3f}x{k99 / f99:>12.3f}x"
     )
     if lost or doubled:
         print(f"FAILED: {lost} lost and {doubled} doubled decisions")
-    print(f"floor p99 {f99:.1f} ms, Keel p99 {k99:.1f} ms, ratio {k99 / f99:.2f}")
+    print(f"floor p99 {f99:.1f} ms, Keel p99 {k99:.1f} ms, ratio {k99 / f99:.3f}")
     if lost or doubled:
         sys.exit(1)
 
