@@ -21,6 +21,7 @@ import asyncio
 import functools
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,17 @@ from activities.design.validators import (
 )
 from sandbox.models import default_config
 from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form
+from tests.support.hcl import parse_once
 
 pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hcl_parsed_once() -> Iterator[None]:
+    """The ``hcl`` validator and the wiring check each parse every ``.tf`` of a tree, and
+    the trees here share most of their modules: each distinct text is parsed once."""
+    with parse_once():
+        yield
 
 
 #: The shapes that go through every real validator: together they generate every file,
@@ -215,7 +225,7 @@ def test_secrets_the_old_regexes_missed_are_found() -> None:
     }
     result = scan_secrets(planted)
     assert result.status == "failed"
-    rules = {f["file"]: set() for f in result.details["findings"]}
+    rules: dict[str, set[str]] = {f["file"]: set() for f in result.details["findings"]}
     for f in result.details["findings"]:
         rules[f["file"]].add(f["rule"])
     assert "JSON Web Token" in rules["jwt.py"]
