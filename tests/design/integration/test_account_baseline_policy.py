@@ -12,7 +12,9 @@ here the run shows the workflow reports the constraints it was given."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
+import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -22,6 +24,7 @@ from keel.design.steps import DesignInput, DesignResult
 from keel.settings import Settings
 from store.artifacts import artifact_store_from_settings
 from tests.design.unit.design_data import golden_cases
+from tests.support.hcl import parse_once
 
 #: Account-wide resources (one per account and region): only with the baseline.
 SINGLETONS = (
@@ -30,6 +33,14 @@ SINGLETONS = (
     "aws_macie2_account",
 )
 FORM = golden_cases()["batch_training"]["constraints"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hcl_parsed_once() -> Iterator[None]:
+    """The worker runs in this process: its ``hcl`` validator and wiring check both parse
+    every ``.tf`` of the tree; each distinct text is parsed once."""
+    with parse_once():
+        yield
 
 
 async def _run(
