@@ -225,6 +225,13 @@ def _smoke_lines(smoke: dict[str, Any]) -> list[str]:
         given = json.dumps(p["input"], sort_keys=True, default=str)
         answer = json.dumps(p["output"], sort_keys=True, default=str)
         lines.append(f"    {p['entry_point']} {p['route']}: {_cut(given)} -> {_cut(answer)}")
+    answered = smoke.get("answer")
+    if isinstance(answered, dict):
+        cited = ", ".join(str(p.get("doc_id")) for p in answered.get("passages") or [])
+        lines.append(
+            f"    answer ({answered.get('model')}, passages {cited}): "
+            f"{_cut(str(answered.get('answer')))}"
+        )
     drift = smoke.get("drift")
     if drift:
         drifted = ", ".join(drift.get("drifted") or []) or "none"

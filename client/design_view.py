@@ -101,8 +101,8 @@ def _clipped(value: Any) -> Any:
 def smoke_view(report: Mapping[str, Any]) -> dict[str, Any] | None:
     """What ``design show`` shows of the ``smoke`` validator in a validation report (a
     dumped :class:`~keel.design.validation.ValidationReport`): its status and summary,
-    the steps, the metrics, one prediction per entry point (input and output) and the
-    drift report. None when the report has no smoke result."""
+    the steps, the metrics, one prediction per entry point (input and output), a RAG
+    plan's answer and the drift report. None when the report has no smoke result."""
     result = next((r for r in report.get("results") or [] if r.get("name") == "smoke"), None)
     if result is None:
         return None
@@ -128,6 +128,7 @@ def smoke_view(report: Mapping[str, Any]) -> dict[str, Any] | None:
             }
             for p in smoke.get("predictions") or []
         ],
+        "answer": _clipped(smoke["answer"]) if smoke.get("answer") else None,
         "drift": None
         if not drift
         else {

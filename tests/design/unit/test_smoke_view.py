@@ -44,6 +44,12 @@ def _report(**changes: Any) -> dict[str, Any]:
                 "output": {"statusCode": 200, "body": '{"score": 0.25, "model": "v1"}'},
             },
         ],
+        "answer": {
+            "question": "How?",
+            "answer": "From the checkpoint [runbook].",
+            "model": "m1",
+            "passages": [{"doc_id": "runbook", "text": "Restart.", "score": 0.5}],
+        },
         "drift": {
             "version": "v1",
             "rows": 120,
@@ -153,6 +159,7 @@ def test_design_show_prints_metrics_a_prediction_per_entry_point_and_drift() -> 
         in text
     )
     assert "    lambda POST /predict: " in text
+    assert "    answer (m1, passages runbook): From the checkpoint [runbook]." in text
     assert "    drift: 120 served rows, max PSI 0.01 (threshold 0.2), drifted: none" in text
     assert smoke_view(ValidationReport(results=[other]).model_dump(mode="json")) is None
 
