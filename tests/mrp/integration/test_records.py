@@ -8,6 +8,7 @@ shard, ``numeric-sum``, ``json-writer``), so a 100,000-record job takes seconds.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -313,21 +314,36 @@ async def test_s3_prefix_input_is_read_from_seaweedfs(
 # -- The CLI ---------------------------------------------------------------------------------
 
 
-def test_cli_compiles_runs_inspects_and_replays_a_jsonl_job(
-    tmp_path: Path, temporal_address: str
+async def test_cli_compiles_runs_inspects_and_replays_a_jsonl_job(
+    client: Client, tmp_path: Path, temporal_address: str
 ) -> None:
     """``mrp compile`` cuts the file offline; ``mrp run`` skips the bad line; ``mrp inspect``
-    names it; ``mrp replay`` reproduces every digest."""
+    names it; ``mrp replay`` reproduces every digest.
+
+    A worker polls the CLI's task queue (in this process, as beside ``keel up``, on the
+    module's Ray): that ``mrp run`` and ``mrp replay`` start a ``keel worker`` when none
+    polls is tests/mrp/integration/test_cli.py's."""
     env = {
         **os.environ,
+        "KEEL_ENV": "test",
         "KEEL_DATA_DIR": str(tmp_path / "keel"),
         "KEEL_TEMPORAL_ADDRESS": temporal_address,
         "KEEL_TASK_QUEUE": f"mrp-records-cli-{uuid.uuid4()}",
         "KEEL_METRICS_PORT": "0",
     }
+    # What the CLI reads from ``env``, for the worker.
+    settings = Settings(
+        env="test",
+        data_dir=Path(env["KEEL_DATA_DIR"]),
+        temporal_address=temporal_address,
+        task_queue=env["KEEL_TASK_QUEUE"],
+        metrics_port=0,
+    )
 
-    def mrp(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+    async def mrp(*args: str) -> subprocess.CompletedProcess[str]:
+        # In a thread: the worker lives on this event loop.
+        return await asyncio.to_thread(
+            subprocess.run,
             [sys.executable, "-m", "cli.mrp", *args],
             env=env,
             capture_output=True,
@@ -346,17 +362,18 @@ def test_cli_compiles_runs_inspects_and_replays_a_jsonl_job(
             "rec-cli", "sales/*.jsonl", "jsonl", records_per_shard=5_000, on_malformed="skip"
         )
     )
-    compiled = mrp("compile", str(job), "--out", str(tmp_path / "compiled"))
+    compiled = await mrp("compile", str(job), "--out", str(tmp_path / "compiled"))
     assert compiled.returncode == 0, compiled.stderr
     assert json.loads(compiled.stdout)["shards"] == 4
-    run = mrp("run", str(job), "--backend", "threads")
-    assert run.returncode == 0, run.stderr
-    result = json.loads(run.stdout)
-    assert result["status"] == "succeeded" and result["counters"]["run"] == 4
-    text = mrp("inspect", "--run-id", result["run_id"], "--text")
+    async with build_worker(client, settings):
+        run = await mrp("run", str(job), "--backend", "threads")
+        assert run.returncode == 0, run.stderr
+        result = json.loads(run.stdout)
+        assert result["status"] == "succeeded" and result["counters"]["run"] == 4
+        text = await mrp("inspect", "--run-id", result["run_id"], "--text")
+        replay = await mrp("replay", "--run-id", result["run_id"])
     assert "skipped      1 malformed input records" in text.stdout, text.stdout
     assert "sales/q1.jsonl line 5000: invalid JSON: Expecting value at column 24" in text.stdout
-    replay = mrp("replay", "--run-id", result["run_id"])
     assert replay.returncode == 0, replay.stderr
     got = json.loads(replay.stdout)
     assert got["compared"] == got["matched"] == 4 + 1 + 2 and got["first_difference"] is None
