@@ -22,7 +22,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypedDict, Unpack
 
 import blake3
 
@@ -73,6 +73,29 @@ def _file_digest(path: Path) -> str:
         while block := f.read(1 << 20):
             hasher.update(block)
     return DIGEST_PREFIX + hasher.hexdigest()
+
+
+class PackRef(NamedTuple):
+    """Where one member's bytes lie inside a stored pack: the pack's digest, the member's
+    byte offset in it and its length (``ArtifactStore.get_member``)."""
+
+    pack: str
+    offset: int
+    length: int
+
+
+def pack_members(members: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+    """One pack of ``members`` (each stored once however often it is given), joined by a
+    newline, and each given member's ``(offset, length)`` in it, in the order given."""
+    at: dict[bytes, tuple[int, int]] = {}
+    parts: list[bytes] = []
+    offset = 0
+    for data in members:
+        if data not in at:
+            at[data] = (offset, len(data))
+            parts.append(data)
+            offset += len(data) + 1
+    return b"\n".join(parts), [at[data] for data in members]
 
 
 class BlobReader(io.RawIOBase):
@@ -243,6 +266,38 @@ class ArtifactStore(ABC):
         of it. Unlike ``get_bytes`` the content is not verified against its digest (that
         needs every byte); ``ArtifactNotFound`` when nothing is stored under it."""
         return _BytesBlob(self.get_bytes(digest))
+
+    def get_range(self, digest: str, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` of the artifact under ``digest``, not verified
+        (``get_member`` verifies a member); fewer when the artifact ends first."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"bad range {offset}+{length} of {digest}")
+        with self.open_blob(digest) as blob:
+            blob.seek(offset)
+            return _read_exactly(blob, length)
+
+    def get_member(self, ref: PackRef, digest: str) -> bytes:
+        """The member of a pack at ``ref``, verified against its own ``digest``: a slice
+        that hashes to anything else raises ``ArtifactCorrupted``."""
+        return verify_member(self.get_range(ref.pack, ref.offset, ref.length), digest, self)
+
+
+def _read_exactly(blob: BinaryIO | io.RawIOBase, length: int) -> bytes:
+    out = bytearray()
+    while len(out) < length:
+        chunk = blob.read(length - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def verify_member(data: bytes, digest: str, store: ArtifactStore) -> bytes:
+    """``data`` when it hashes to ``digest``; else ``ArtifactCorrupted``."""
+    actual = digest_bytes(data)
+    if actual != digest:
+        raise ArtifactCorrupted(digest, actual, store.describe())
+    return data
 
 
 class LocalArtifactStore(ArtifactStore):
@@ -597,6 +652,28 @@ class S3ArtifactStore(ArtifactStore):
                 raise ArtifactNotFound(digest, self.describe()) from None
             raise
         return _S3RangeBlob(self._client, self.bucket, key, int(response["ContentLength"]))
+
+    def get_range(self, digest: str, offset: int, length: int) -> bytes:
+        """One ranged ``GET`` (no HEAD first)."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"bad range {offset}+{length} of {digest}")
+        if length == 0:
+            return b""
+        key = self.key_for(digest)
+        try:
+            response = self._client.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}"
+            )
+        except _client_error() as e:
+            if _error_code(e) in _NOT_FOUND_CODES:
+                raise ArtifactNotFound(digest, self.describe()) from None
+            raise
+        body = response["Body"]
+        try:
+            data: bytes = body.read()
+        finally:
+            body.close()
+        return data
 
 
 def artifact_store_from_settings(settings: Settings) -> ArtifactStore:

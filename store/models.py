@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -207,6 +208,11 @@ class MrpShardRow(Base):
     input_digest: Mapped[str] = mapped_column(String)
     checkpoint_key: Mapped[str] = mapped_column(String)
     output_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    # Where the output's bytes lie when they are a member of a window's pack (migration
+    # 0007); NULL: stored alone under ``output_digest``.
+    pack_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    pack_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    pack_length: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     state: Mapped[str] = mapped_column(String(16))
     source: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -225,6 +231,10 @@ class MrpCheckpointRow(Base):
 
     checkpoint_key: Mapped[str] = mapped_column(String, primary_key=True)
     output_digest: Mapped[str] = mapped_column(String)
+    # The output's place in a pack, as on ``mrp_shards`` (NULL: stored alone).
+    pack_digest: Mapped[str | None] = mapped_column(String, nullable=True)
+    pack_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    pack_length: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     operator_digest: Mapped[str] = mapped_column(String)
     input_digest: Mapped[str] = mapped_column(String)
     run_id: Mapped[str] = mapped_column(String)

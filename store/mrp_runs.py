@@ -11,15 +11,20 @@ Callers are Temporal activities (which may run more than once) and the ``mrp`` C
 - ``mrp_checkpoints``: checkpoint key -> output digest; the first writer wins
   (:func:`record_shards` with ``checkpoint`` set), so a key never changes meaning.
 
+A shard's output is named by its own digest everywhere; its bytes are either stored alone
+under it or are a member of a window's pack (``pack_digest``, ``pack_offset``,
+``pack_length`` on both tables, NULL for an output stored alone): :class:`StoredOutput`
+says which, and :func:`read_output` reads either, verified against the shard's digest.
+
 All functions are blocking (SQLAlchemy sync); async callers run them in a thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Table, case, func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -33,7 +38,7 @@ from keel.mrp.run import (
     ShardRecord,
     run_manifest_from_json,
 )
-from store.artifacts import ArtifactStore
+from store.artifacts import ArtifactStore, PackRef
 from store.models import MrpCheckpointRow, MrpRunRow, MrpShardRow
 
 # SQLite limits bound parameters per statement; IN lists are cut into chunks of this size.
@@ -190,15 +195,51 @@ def get_manifest(
 # -- shards --------------------------------------------------------------------------------
 
 
+class StoredOutput(NamedTuple):
+    """A shard output: its digest, and where its bytes lie when they are a pack member
+    (``None``: stored alone under the digest)."""
+
+    digest: str
+    pack: PackRef | None = None
+
+    @property
+    def object_digest(self) -> str:
+        """The stored object that holds the bytes (the pack, or the output itself)."""
+        return self.pack.pack if self.pack is not None else self.digest
+
+
+def read_output(store: ArtifactStore, output: StoredOutput) -> bytes:
+    """The output's bytes, verified against its own digest (a pack member with one range
+    read)."""
+    if output.pack is None:
+        return store.get_bytes(output.digest)
+    return store.get_member(output.pack, output.digest)
+
+
+def _pack_columns(ref: PackRef | None) -> dict[str, Any]:
+    if ref is None:
+        return {"pack_digest": None, "pack_offset": None, "pack_length": None}
+    return {"pack_digest": ref.pack, "pack_offset": ref.offset, "pack_length": ref.length}
+
+
+def _pack_of(row: Any) -> PackRef | None:
+    if row.pack_digest is None:
+        return None
+    return PackRef(row.pack_digest, int(row.pack_offset), int(row.pack_length))
+
+
 def record_shards(
     sm: sessionmaker[Session],
     records: Sequence[tuple[ShardRecord, bool]],
     *,
     operator_digest: str,
+    packs: Mapping[int, PackRef] | None = None,
 ) -> None:
     """Upsert shard rows in one transaction, from ``(record, checkpoint)`` pairs; with
     ``checkpoint``, also index the shard's output (the first writer wins). Map windows
-    buffer their records and write them this way.
+    buffer their records and write them this way: one bulk statement for the shard rows
+    and one for the checkpoint rows, whatever the batch's size. ``packs`` gives, by shard
+    index, the place in a pack of an output that is a pack member.
 
     ``executions`` and ``attempts`` add up over calls for the same (run, shard), so a
     window that is retried after a crash leaves the true totals. A row that already holds
@@ -209,10 +250,13 @@ def record_shards(
     table = cast(Table, MrpShardRow.__table__)
     rows: list[dict[str, Any]] = []
     checkpoints: dict[str, dict[str, Any]] = {}
+    packs = packs or {}
     for record, checkpoint in records:
         values = record.model_dump()
         values["cost_units"] = str(record.cost_units)
         values["cost_usd"] = str(record.cost_usd)
+        ref = packs.get(record.shard_index) if record.output_digest is not None else None
+        values.update(_pack_columns(ref))
         rows.append(values)
         if checkpoint and record.output_digest is not None:
             checkpoints.setdefault(
@@ -220,6 +264,7 @@ def record_shards(
                 {
                     "checkpoint_key": record.checkpoint_key,
                     "output_digest": record.output_digest,
+                    **_pack_columns(ref),
                     "operator_digest": operator_digest,
                     "input_digest": record.input_digest,
                     "run_id": record.run_id,
@@ -241,6 +286,9 @@ def record_shards(
                 "attempts": table.c.attempts + ins.excluded.attempts,
                 "executions": table.c.executions + ins.excluded.executions,
                 "output_digest": keep("output_digest"),
+                "pack_digest": keep("pack_digest"),
+                "pack_offset": keep("pack_offset"),
+                "pack_length": keep("pack_length"),
                 "state": keep("state"),
                 "source": keep("source"),
                 "latency_ms": keep("latency_ms"),
@@ -330,30 +378,85 @@ def shards_with_output(
     return out
 
 
-def lookup_checkpoints(sm: sessionmaker[Session], keys: Iterable[str]) -> dict[str, str]:
-    """``{checkpoint key: output digest}`` for the keys that are in the index."""
+def shard_outputs(
+    sm: sessionmaker[Session], run_id: str, indexes: Iterable[int] | None = None
+) -> dict[int, StoredOutput]:
+    """The run's shard outputs (digest and place), by shard index (optionally some only)."""
+    cols = (
+        MrpShardRow.shard_index,
+        MrpShardRow.output_digest,
+        MrpShardRow.pack_digest,
+        MrpShardRow.pack_offset,
+        MrpShardRow.pack_length,
+    )
+    base = select(*cols).where(MrpShardRow.run_id == run_id, MrpShardRow.output_digest.isnot(None))
+    out: dict[int, StoredOutput] = {}
+    with sm() as session:
+        if indexes is None:
+            stmts = [base]
+        else:
+            wanted = sorted(set(indexes))
+            stmts = [
+                base.where(MrpShardRow.shard_index.in_(wanted[i : i + _CHUNK]))
+                for i in range(0, len(wanted), _CHUNK)
+            ]
+        for stmt in stmts:
+            for row in session.execute(stmt):
+                out[row.shard_index] = StoredOutput(row.output_digest, _pack_of(row))
+    return out
+
+
+def shard_output(
+    sm: sessionmaker[Session], store: ArtifactStore, run_id: str, shard_index: int
+) -> bytes | None:
+    """One shard's output bytes (verified against its digest), wherever they are stored;
+    None when the shard has no output."""
+    found = shard_outputs(sm, run_id, [shard_index]).get(shard_index)
+    return read_output(store, found) if found is not None else None
+
+
+def lookup_checkpoint_outputs(
+    sm: sessionmaker[Session], keys: Iterable[str]
+) -> dict[str, StoredOutput]:
+    """``{checkpoint key: stored output}`` for the keys that are in the index."""
     wanted = sorted(set(keys))
-    out: dict[str, str] = {}
+    out: dict[str, StoredOutput] = {}
+    ck = MrpCheckpointRow
     with sm() as session:
         for i in range(0, len(wanted), _CHUNK):
             chunk = wanted[i : i + _CHUNK]
-            stmt = select(MrpCheckpointRow.checkpoint_key, MrpCheckpointRow.output_digest).where(
-                MrpCheckpointRow.checkpoint_key.in_(chunk)
+            stmt = select(
+                ck.checkpoint_key, ck.output_digest, ck.pack_digest, ck.pack_offset, ck.pack_length
+            ).where(ck.checkpoint_key.in_(chunk))
+            out.update(
+                {
+                    r.checkpoint_key: StoredOutput(r.output_digest, _pack_of(r))
+                    for r in session.execute(stmt)
+                }
             )
-            out.update({k: d for k, d in session.execute(stmt)})
     return out
+
+
+def lookup_checkpoints(sm: sessionmaker[Session], keys: Iterable[str]) -> dict[str, str]:
+    """``{checkpoint key: output digest}`` for the keys that are in the index."""
+    return {k: o.digest for k, o in lookup_checkpoint_outputs(sm, keys).items()}
 
 
 __all__ = [
     "RunIdTaken",
+    "StoredOutput",
     "finish_run",
     "get_manifest",
     "get_run",
     "list_runs",
     "list_shards",
+    "lookup_checkpoint_outputs",
     "lookup_checkpoints",
+    "read_output",
     "record_shards",
     "shard_counts",
+    "shard_output",
+    "shard_outputs",
     "shards_with_output",
     "start_run",
 ]

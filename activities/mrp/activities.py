@@ -106,7 +106,7 @@ from store.mrp_runs import (
     finish_run,
     get_run,
     list_shards,
-    shards_with_output,
+    shard_outputs,
     start_run,
 )
 
@@ -503,8 +503,8 @@ class MrpActivities:
             store = self.store
             ir = load_ir(store, inp.ir_digest)
             handle = phase_handle(self.config(), ir, "reduce")
-            rows = shards_with_output(self.sessions, inp.run_id)
-            by_index = {i: r.output_digest for i, r in rows.items() if r.output_digest}
+            # Each output's digest and where its bytes lie (alone, or in a window's pack).
+            by_index = shard_outputs(self.sessions, inp.run_id)
             total = len(ir.map_tasks)
             try:
                 if ir.limits.min_success_ratio is not None and len(by_index) < total:
@@ -517,17 +517,17 @@ class MrpActivities:
                         )
                     if any(not 0 <= i < total for i in by_index):
                         raise ValueError("a shard output outside the job's shards")
-                    digests = [by_index[i] for i in sorted(by_index)]
+                    outputs = [by_index[i] for i in sorted(by_index)]
                 else:
-                    digests = in_shard_order(by_index, total)
+                    outputs = in_shard_order(by_index, total)
             except ValueError as e:
                 raise ApplicationError(
                     f"cannot reduce run {inp.run_id}: {e}", type=ERROR_PHASE, non_retryable=True
                 ) from None
             ctx, llm = self._ctx(ir, "reduce", ir.reduce.seed, inp, handle, call_logs)
             # The outputs stream to the host as the reducer reads them (reducing.py).
-            with operator_errors(), OutputStream(store, digests) as outputs:
-                reduced = run_in_host(OperatorKind.REDUCE, handle, None, ctx, outputs=outputs)
+            with operator_errors(), OutputStream(store, outputs) as stream:
+                reduced = run_in_host(OperatorKind.REDUCE, handle, None, ctx, outputs=stream)
             return ReduceResult(
                 reduce_digest=store.put_json(reduced),
                 cost_units=handle.spec.cost_weight + ctx.charged_units,

@@ -37,6 +37,7 @@ from activities.mrp.host import run_in_host
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for
 from activities.mrp.operators import OperatorHandle
 from activities.mrp.records import read_slice
+from keel.digest import canonical_json, digest_bytes
 from keel.mrp.normalize import FileRef, ShardInput
 from keel.mrp.records import RecordSlice
 from keel.mrp.registry import OperatorKind
@@ -96,6 +97,10 @@ class ShardItem(NamedTuple):
     attempt: int
 
 
+# Outputs up to this size go back to the window to be packed; larger ones are stored alone.
+PACK_MEMBER_MAX = 256 * 1024
+
+
 class ShardAttempt(BaseModel):
     """What one attempt did. ``retryable`` is False for failures a retry cannot fix
     (schema violations, egress refused)."""
@@ -104,6 +109,10 @@ class ShardAttempt(BaseModel):
 
     ok: bool
     output_digest: str | None = None
+    # The output's canonical JSON when it is at most PACK_MEMBER_MAX bytes: not stored by
+    # the attempt but by its window, in one pack with the window's other outputs (a
+    # larger output is stored alone, under ``output_digest``, before the attempt ends).
+    output_bytes: bytes | None = None
     error: str | None = None
     retryable: bool = True
     latency_ms: float = 0.0
@@ -255,11 +264,14 @@ def _execute_item(context: ShardContext, task: ShardItem, settings: Settings) ->
         output = run_in_host(
             OperatorKind.MAP, context.operator, items, ctx, memory_mb=context.memory_mb
         )
-        digest = store.put_json(output)
+        data = canonical_json(output)
+        packed = len(data) <= PACK_MEMBER_MAX
+        digest = digest_bytes(data) if packed else store.put_bytes(data)
         stats = call_stats(llm)
         return ShardAttempt(
             ok=True,
             output_digest=digest,
+            output_bytes=data if packed else None,
             latency_ms=(time.perf_counter() - t0) * 1000,
             units=spec.cost_weight + ctx.charged_units,
             llm_usd=stats.cost_usd,

@@ -11,37 +11,51 @@ parsed in the worker. What the worker holds for a reduce is one batch and the li
 digests, whatever the shard count; the host holds one batch and the reducer's own state
 (a :class:`~keel.mrp.sdk.StreamingReducerBase`) or every output (any other reducer, as
 before).
+
+An output is stored alone or is a member of a map window's pack
+(``store.mrp_runs.StoredOutput``). A batch's members of one pack are read with one ranged
+read spanning them (at most :data:`SPAN_MAX` bytes; a wider span is read member by
+member), so a pack written in shard order is read about once, a batch at a time; each
+member is checked against its own digest.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
-from store.artifacts import ArtifactStore
+from store.artifacts import ArtifactStore, verify_member
+from store.mrp_runs import StoredOutput, read_output
 
-__all__ = ["BATCH_BYTES", "BATCH_MAX", "READ_AHEAD", "OutputStream"]
+__all__ = ["BATCH_BYTES", "BATCH_MAX", "READ_AHEAD", "SPAN_MAX", "OutputStream"]
 
 BATCH_BYTES = 1024 * 1024
 BATCH_MAX = 256
 READ_AHEAD = 8
+SPAN_MAX = 4 * BATCH_BYTES
 
 
 class OutputStream:
-    """The outputs under ``digests``, in that order, served in batches to a host."""
+    """The outputs ``outputs`` (digests, or :class:`StoredOutput` for packed ones), in
+    that order, served in batches to a host."""
 
-    def __init__(self, store: ArtifactStore, digests: list[str]) -> None:
+    def __init__(self, store: ArtifactStore, outputs: Sequence[str | StoredOutput]) -> None:
         self.store = store
-        self.digests = list(digests)
+        self.outputs = [o if isinstance(o, StoredOutput) else StoredOutput(o) for o in outputs]
         self._pool = ThreadPoolExecutor(max_workers=READ_AHEAD, thread_name_prefix="mrp-reduce")
         # For tests and telemetry: batches served, and the most bytes one batch held.
         self.batches = 0
         self.largest_batch = 0
 
+    @property
+    def digests(self) -> list[str]:
+        return [o.digest for o in self.outputs]
+
     def __len__(self) -> int:
-        return len(self.digests)
+        return len(self.outputs)
 
     def __enter__(self) -> OutputStream:
         return self
@@ -54,15 +68,79 @@ class OutputStream:
     ) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def _read(self, digest: str) -> bytes:
-        data = self.store.get_bytes(digest)
+    @staticmethod
+    def _one_line(data: bytes) -> bytes:
         # Canonical JSON has no raw newline (the protocol's separator); anything else
         # stored under an output digest is re-encoded on one line.
         return data if b"\n" not in data else json.dumps(json.loads(data)).encode("utf-8")
 
+    def _read(self, output: StoredOutput) -> bytes:
+        return self._one_line(read_output(self.store, output))
+
+    def _read_span(self, members: list[StoredOutput]) -> list[bytes]:
+        """Members of one pack, with one ranged read over them (or one read each when
+        they lie too far apart), each verified against its digest."""
+        refs = [m.pack for m in members if m.pack is not None]
+        if len(members) == 1 or len(refs) != len(members):
+            return [self._read(m) for m in members]
+        lo = min(r.offset for r in refs)
+        hi = max(r.offset + r.length for r in refs)
+        if hi - lo > SPAN_MAX:
+            return [self._read(m) for m in members]
+        span = self.store.get_range(refs[0].pack, lo, hi - lo)
+        return [
+            self._one_line(
+                verify_member(span[r.offset - lo : r.offset - lo + r.length], m.digest, self.store)
+            )
+            for m, r in zip(members, refs, strict=True)
+        ]
+
+    def _chunk_end(self, i: int, room: int, room_bytes: int) -> int:
+        """Where the next read of the batch ends: at most ``room`` outputs, READ_AHEAD of
+        them stored alone, packed ones up to ``room_bytes`` (their sizes are known)."""
+        total = len(self.outputs)
+        j = i
+        alone = 0
+        planned = 0
+        while j < total and j - i < room:
+            ref = self.outputs[j].pack
+            if ref is None:
+                if alone == READ_AHEAD:
+                    break
+                alone += 1
+            else:
+                if j > i and planned + ref.length > room_bytes:
+                    break
+                planned += ref.length
+            j += 1
+        return j
+
+    def _read_chunk(self, chunk: list[StoredOutput]) -> list[bytes]:
+        """The chunk's outputs in order: those of one pack in one read, the others each
+        alone, in parallel."""
+        groups: dict[str, list[int]] = {}
+        jobs: list[list[int]] = []
+        for k, o in enumerate(chunk):
+            if o.pack is None:
+                jobs.append([k])
+            else:
+                if o.pack.pack not in groups:
+                    groups[o.pack.pack] = []
+                    jobs.append(groups[o.pack.pack])
+                groups[o.pack.pack].append(k)
+        out: list[bytes] = [b""] * len(chunk)
+        for ks, datas in zip(
+            jobs,
+            self._pool.map(lambda ks: self._read_span([chunk[k] for k in ks]), jobs),
+            strict=True,
+        ):
+            for k, data in zip(ks, datas, strict=True):
+                out[k] = data
+        return out
+
     def batch(self, start: int, count: int | None = None) -> list[bytes]:
         """The stored bytes of the outputs from ``start`` on, one batch of them."""
-        total = len(self.digests)
+        total = len(self.outputs)
         if not 0 <= start <= total:
             raise IndexError(f"shard output {start} of {total}")
         limit = min(BATCH_MAX, count or BATCH_MAX)
@@ -70,11 +148,11 @@ class OutputStream:
         size = 0
         i = start
         while i < total and len(out) < limit and size < BATCH_BYTES:
-            chunk = self.digests[i : i + min(READ_AHEAD, limit - len(out))]
-            for data in self._pool.map(self._read, chunk):
+            j = self._chunk_end(i, limit - len(out), BATCH_BYTES - size)
+            for data in self._read_chunk(self.outputs[i:j]):
                 out.append(data)
                 size += len(data)
-            i += len(chunk)
+            i = j
         self.batches += 1
         self.largest_batch = max(self.largest_batch, size)
         return out

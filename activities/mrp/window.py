@@ -1,5 +1,14 @@
 """The map window: runs shards ``[start, end)`` of a run on a backend, with checkpoints,
-per-shard retries and timeouts, the budget, buffered shard records and heartbeats."""
+per-shard retries and timeouts, the budget, buffered shard records and heartbeats.
+
+Fixed costs per flush, not per shard (issue 40 §2): an attempt hands back its output's
+bytes (up to ``PACK_MEMBER_MAX``) instead of storing them, and each flush stores the
+outputs it writes as one packed object (``store.artifacts.pack_members``) and records
+their rows in one bulk statement (``record_shards``), each row with its output's place in
+the pack. A shard keeps its own output digest everywhere; the pack is only where the bytes
+lie, read back one member at a time, verified against that digest. A kill loses at most
+the shards of the flush under way (their outputs were not recorded, so they run again).
+"""
 
 from __future__ import annotations
 
@@ -33,8 +42,8 @@ from keel.mrp.ir import JobIR, MapTask, ir_from_json
 from keel.mrp.ir import checkpoint_key as make_checkpoint_key
 from keel.mrp.run import ERROR_SHARD, ShardCounters, ShardRecord
 from keel.mrp.steps import MapWindowInput, MapWindowResult
-from store.artifacts import ArtifactStore
-from store.mrp_runs import lookup_checkpoints, record_shards, shards_with_output
+from store.artifacts import ArtifactStore, PackRef, pack_members
+from store.mrp_runs import lookup_checkpoint_outputs, record_shards, shards_with_output
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -77,6 +86,34 @@ RETRY_BACKOFF_MAX_S = 5.0
 _ir_cache: dict[str, JobIR] = {}
 
 
+def write_batch(
+    store: ArtifactStore | None,
+    sessions: sessionmaker[Session],
+    batch: list[tuple[ShardRecord, bool]],
+    outputs: dict[int, bytes],
+    places: dict[int, PackRef],
+    operator_digest: str,
+) -> None:
+    """Store ``outputs`` (shard index -> output bytes) as one pack, then record ``batch``
+    in one transaction, each output with its place in the pack (``places`` adds those of
+    outputs already packed: checkpoints). A pack of one distinct output is that output's
+    own object (its digest is the output's), recorded with no place. ``store`` is needed
+    only when there are outputs."""
+    packs = dict(places)
+    if outputs:
+        assert store is not None
+        order = sorted(outputs)
+        pack, spans = pack_members([outputs[i] for i in order])
+        pack_digest = store.put_bytes(pack)
+        if len(pack) != spans[0][1]:  # more than one distinct member
+            for i, (offset, length) in zip(order, spans, strict=True):
+                packs[i] = PackRef(pack_digest, offset, length)
+    if packs:
+        record_shards(sessions, batch, operator_digest=operator_digest, packs=packs)
+    else:
+        record_shards(sessions, batch, operator_digest=operator_digest)
+
+
 def load_ir(store: ArtifactStore, digest: str) -> JobIR:
     """The IR stored under ``digest`` (a few parsed IRs are kept per process)."""
     ir = _ir_cache.get(digest)
@@ -110,6 +147,10 @@ class MapWindow:
         self.failure: ApplicationError | None = None
         self.failed_shards: list[tuple[int, str]] = []
         self.pending: list[tuple[ShardRecord, bool]] = []
+        # Of pending records, by shard index: outputs still to store (packed by the next
+        # flush) and the places of outputs already packed (from checkpoints).
+        self.outputs: dict[int, bytes] = {}
+        self.places: dict[int, PackRef] = {}
         self.flush_now = asyncio.Event()
         self.flush_lock = asyncio.Lock()
         # Set when the window's shards are over: the flusher ends (see _flusher).
@@ -148,17 +189,45 @@ class MapWindow:
         if len(self.pending) >= FLUSH_MAX:
             self.flush_now.set()
 
+    def _take(self) -> tuple[list[tuple[ShardRecord, bool]], dict[int, bytes], dict[int, PackRef]]:
+        """The pending records with their outputs and places, taken out of the buffer."""
+        batch, self.pending = self.pending, []
+        outputs: dict[int, bytes] = {}
+        places: dict[int, PackRef] = {}
+        if self.outputs or self.places:
+            for record, _ in batch:
+                i = record.shard_index
+                if i in self.outputs:
+                    outputs[i] = self.outputs.pop(i)
+                if i in self.places:
+                    places[i] = self.places.pop(i)
+        return batch, outputs, places
+
+    def _put_back(
+        self,
+        batch: list[tuple[ShardRecord, bool]],
+        outputs: dict[int, bytes],
+        places: dict[int, PackRef],
+    ) -> None:
+        self.pending[:0] = batch
+        self.outputs.update(outputs)
+        self.places.update(places)
+
     async def _flush(self) -> None:
-        """Write the buffered shard records in one transaction, then heartbeat progress."""
+        """Store the buffered outputs as one pack and write the buffered shard records in
+        one transaction (``write_batch``), then heartbeat progress."""
         async with self.flush_lock:
-            batch, self.pending = self.pending, []
+            batch, outputs, places = self._take()
             if batch:
                 write = asyncio.ensure_future(
                     asyncio.to_thread(
-                        record_shards,
+                        write_batch,
+                        self.acts.store if outputs else None,
                         self.acts.sessions,
                         batch,
-                        operator_digest=self.operator_digest,
+                        outputs,
+                        places,
+                        self.operator_digest,
                     )
                 )
                 try:
@@ -171,10 +240,10 @@ class MapWindow:
                     try:
                         await write
                     except Exception:
-                        self.pending[:0] = batch
+                        self._put_back(batch, outputs, places)
                     raise
                 except BaseException:
-                    self.pending[:0] = batch  # written by the next flush
+                    self._put_back(batch, outputs, places)  # written by the next flush
                     raise
             activity.heartbeat({"done": self.done, "total": self.total})
 
@@ -261,16 +330,21 @@ class MapWindow:
         stored output; the others are returned, still to run."""
         store = self.acts.store
         index = await asyncio.to_thread(
-            lookup_checkpoints, self.acts.sessions, [t.checkpoint_key for t in to_run]
+            lookup_checkpoint_outputs, self.acts.sessions, [t.checkpoint_key for t in to_run]
         )
-        found = [index[t.checkpoint_key] for t in to_run if t.checkpoint_key in index]
-        present = set(await asyncio.to_thread(lambda: [d for d in set(found) if store.exists(d)]))
+        # One existence check per stored object: a pack holds many checkpoints' outputs.
+        objects = {
+            index[t.checkpoint_key].object_digest for t in to_run if t.checkpoint_key in index
+        }
+        present = set(await asyncio.to_thread(lambda: [d for d in objects if store.exists(d)]))
         rest = []
         for t in to_run:
-            digest = index.get(t.checkpoint_key)
-            if digest is not None and digest in present:
+            found = index.get(t.checkpoint_key)
+            if found is not None and found.object_digest in present:
+                if found.pack is not None:
+                    self.places[t.shard_index] = found.pack
                 self._note(
-                    self._record(t, "succeeded", "checkpoint", digest, 0, 0, None, None),
+                    self._record(t, "succeeded", "checkpoint", found.digest, 0, 0, None, None),
                     False,
                 )
                 self.counters.skipped += 1
@@ -468,6 +542,8 @@ class MapWindow:
     ) -> None:
         """Record a computed shard; stop the window when that spent its budget."""
         assert result.output_digest is not None
+        if result.output_bytes is not None:
+            self.outputs[t.shard_index] = result.output_bytes
         self._note(
             self._record(
                 t,
