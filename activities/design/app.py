@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from activities.design.infra import name_prefix
-from keel.design.constraints import WorkloadType
+from keel.design.constraints import (
+    DEFAULT_DATA_SPEC,
+    ColumnType,
+    DataSpec,
+    Task,
+    WorkloadType,
+    data_spec,
+)
 from keel.design.patterns import Deployment
 
 if TYPE_CHECKING:
@@ -44,9 +51,14 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "configs" / "design" / "templa
 RUNTIME_REQUIREMENTS: tuple[str, ...] = (
     "boto3==1.44.5",
     "fastapi==0.165.0",
+    "numpy==2.4.6",
+    "pandas==3.1.1",
     "pydantic==2.14.3",
+    "scikit-learn==1.9.1",
     "uvicorn==0.54.0",
 )
+#: Only with a plan that registers models in MLflow (``govern:mlflow-registry``).
+MLFLOW_REQUIREMENT = "mlflow-skinny==3.18.0"
 #: Only with an ``ingest:msk-kafka`` plan; imported lazily, never by the tests.
 KAFKA_REQUIREMENT = "confluent-kafka==2.6.1"
 DEV_REQUIREMENTS: tuple[str, ...] = (
@@ -111,6 +123,7 @@ _FILES: dict[str, _File] = {
     "services/common/storage.py": _File("services/common/storage.py.j2"),
     "services/common/events.py": _File("services/common/events.py.j2"),
     "services/common/sample.py": _File("services/common/sample.py.j2"),
+    "services/common/schema.py": _File("services/common/schema.py.j2"),
     "services/common/registry.py": _File("services/common/registry.py.j2"),
     "services/common/distribution.py": _File("services/common/distribution.py.j2"),
     "services/ingest/__init__.py": _File("services/ingest/__init__.py.j2"),
@@ -470,7 +483,16 @@ def _constraints_context(req: CodeGenRequest, online: bool, kafka: bool) -> dict
     constraints = req.constraints
     latency = constraints.sla_latency_ms if online else None
     retention = constraints.retention_days or DEFAULT_RETENTION_DAYS
-    untyped = ["boto3", "boto3.*", "botocore", "botocore.*"]
+    untyped = [
+        "boto3",
+        "boto3.*",
+        "botocore",
+        "botocore.*",
+        "sklearn",
+        "sklearn.*",
+        "pandas",
+        "pandas.*",
+    ]
     if kafka:
         untyped += ["confluent_kafka", "confluent_kafka.*"]
     return {
@@ -488,6 +510,71 @@ def _constraints_context(req: CodeGenRequest, online: bool, kafka: bool) -> dict
         "requirements": sorted([*RUNTIME_REQUIREMENTS, *([KAFKA_REQUIREMENT] if kafka else [])]),
         "dev_requirements": list(DEV_REQUIREMENTS),
         "untyped_modules": untyped,
+    }
+
+
+#: Registries a plan may name: MLflow (``govern:mlflow-registry``), SageMaker model
+#: packages (a SageMaker training or registry pattern), else the JSON registry in the store.
+_SAGEMAKER_REGISTRY = ("govern:model-registry-config", "train:sagemaker-")
+
+
+def _registry(patterns: dict[str, str]) -> str:
+    chosen = set(patterns.values())
+    if "govern:mlflow-registry" in chosen:
+        return "mlflow"
+    if any(p.startswith(_SAGEMAKER_REGISTRY) for p in chosen):
+        return "sagemaker"
+    return "json"
+
+
+#: Forecasting's lag features: the target 1 and 7 days before, and its mean over the
+#: last 7 days (all before the record's day), beside the day of the week.
+FORECAST_FEATURES: tuple[tuple[str, str], ...] = (
+    ("lag_1", "number"),
+    ("lag_7", "number"),
+    ("mean_7", "number"),
+    ("day_of_week", "integer"),
+)
+
+
+def _data_context(spec: DataSpec, stated: bool) -> dict[str, Any]:
+    """The data the generated pipeline reads: its columns, target, task and features.
+
+    A retrieval task keeps the retrieval route as it is; its tabular pipeline still needs
+    a target, so it trains on the stated default schema's sample (the README says so)."""
+    retrieval = spec.task == Task.RETRIEVAL
+    if retrieval:
+        spec, stated = DEFAULT_DATA_SPEC, False
+    columns = [
+        {
+            "name": c.name,
+            "type": c.type.value,
+            "categories": list(c.categories)
+            or (["a", "b", "c"] if c.type == ColumnType.CATEGORY else []),
+        }
+        for c in spec.columns
+    ]
+    features = [
+        {"name": c["name"], "type": c["type"]}
+        for c in columns
+        if c["name"] != spec.target and c["type"] != ColumnType.TEXT.value
+    ]
+    series = None
+    if spec.task == Task.FORECASTING:
+        series = next((f["name"] for f in features if f["type"] == "category"), None)
+        features += [{"name": n, "type": t} for n, t in FORECAST_FEATURES]
+    target_type = next(c["type"] for c in columns if c["name"] == spec.target)
+    return {
+        "data_columns": columns,
+        "data_target": spec.target,
+        "data_target_type": target_type,
+        "data_task": spec.task.value,
+        "data_features": features,
+        "data_series": series,
+        "data_stated": stated,
+        "data_retrieval": retrieval,
+        "data_sample_csv": spec.sample_csv,
+        "data_metric": "auc" if spec.task == Task.CLASSIFICATION else "r2",
     }
 
 
@@ -523,7 +610,11 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     plan = req.plan
     patterns = {c.capability.value: c.pattern_id for c in plan.choices}
     ctx: dict[str, Any] = {**_naming_context(req), **_shape_context(req, patterns)}
+    ctx["registry"] = _registry(patterns)
     ctx.update(_constraints_context(req, online=ctx["online"], kafka=ctx["kafka"]))
+    if ctx["registry"] == "mlflow":
+        ctx["requirements"] = sorted([*ctx["requirements"], MLFLOW_REQUIREMENT])
+    ctx.update(_data_context(*data_spec(req.constraints)))
     present = [c for c in _PIPELINE_ORDER if c in patterns]
     ctx["steps"] = present or ["ingest"]
     ctx["serve_doc"] = _serve_doc(ctx)
@@ -585,6 +676,8 @@ def render_app(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[s
         files[path] = env.get_template(spec.template).render(ctx)
     for service in ctx["images"]:
         files[f"services/{service}/Dockerfile"] = _dockerfile(service, ctx)
+    if ctx["data_sample_csv"] is not None:
+        files["data/sample.csv"] = ctx["data_sample_csv"]
     for job in ctx["glue_jobs"]:
         files[f"jobs/glue/{job['job']}.py"] = env.get_template("jobs/glue/job.py.j2").render(
             {**ctx, **job}

@@ -119,7 +119,7 @@ class ColumnType(StrEnum):
 
 
 #: Column names the generated records carry themselves (each record's id and time).
-RESERVED_COLUMNS: frozenset[str] = frozenset({"record_id", "ts"})
+RESERVED_COLUMNS: frozenset[str] = frozenset({"event_id", "ts"})
 IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: The most columns, categories and sample bytes a data spec may hold.
 MAX_COLUMNS = 200

@@ -18,6 +18,7 @@ from activities.design.app import (
     CORE_PACKAGES,
     DEV_REQUIREMENTS,
     KAFKA_REQUIREMENT,
+    MLFLOW_REQUIREMENT,
     RUNTIME_REQUIREMENTS,
     TEMPLATES,
     app_context,
@@ -36,6 +37,7 @@ CORE_FILES = (
     "services/common/storage.py",
     "services/common/events.py",
     "services/common/sample.py",
+    "services/common/schema.py",
     "services/common/registry.py",
     "services/common/distribution.py",
     "services/ingest/batch.py",
@@ -277,14 +279,15 @@ def test_windows_never_reach_past_retention(
     form = {**FORMS["batch_one_region_low"], "retention_days": retention}
     settings = render_app(request_from(form, "retention"))["services/common/settings.py"]
     assert f"WINDOW_DAYS = {window}\n" in settings
-    assert f"HORIZON_DAYS = {window}\n" in settings and f"RECENT_DAYS = {recent}\n" in settings
+    assert f"RECENT_DAYS = {recent}\n" in settings
     assert f"RETENTION_DAYS = {retention or 30}\n" in settings
 
 
 def test_requirements_are_pinned_and_match_the_sbom_input() -> None:
     files = render_request(request_for("rag"))
     pins = files["requirements.txt"].splitlines()
-    assert pins == sorted(RUNTIME_REQUIREMENTS)
+    # The rag case registers models in MLflow (govern:mlflow-registry).
+    assert pins == sorted([*RUNTIME_REQUIREMENTS, MLFLOW_REQUIREMENT])
     assert all(re.fullmatch(r"[a-z0-9-]+==[0-9.]+", p) for p in pins)
     dev = [ln for ln in files["requirements-dev.txt"].splitlines() if not ln.startswith("#")]
     assert dev == list(DEV_REQUIREMENTS)
@@ -319,6 +322,6 @@ def test_pins_are_the_versions_the_jailed_tests_import() -> None:
     the repository ships must be those versions (update them with uv.lock)."""
     from importlib.metadata import version
 
-    for pin in (*RUNTIME_REQUIREMENTS, *DEV_REQUIREMENTS):
+    for pin in (*RUNTIME_REQUIREMENTS, MLFLOW_REQUIREMENT, *DEV_REQUIREMENTS):
         name, wanted = pin.split("==")
         assert version(name) == wanted, pin
