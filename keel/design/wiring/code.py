@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -49,12 +50,26 @@ def _is_environ(node: ast.AST, aliases: set[str]) -> bool:
     return isinstance(node, ast.Name) and (node.id in aliases or node.id == "environ")
 
 
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> ast.Module | None:
+    """``text`` parsed, or None when it is not Python. Cached: the checks read one file
+    once per runtime, image and entry point that imports it (the trees are only read)."""
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
 def env_reads(path: str, text: str) -> list[EnvRead]:
     """The environment variables ``text`` (a Python file) reads, with their defaults."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return []
+    return list(_env_reads(path, text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _env_reads(path: str, text: str) -> tuple[EnvRead, ...]:
+    tree = _parsed(text)
+    if tree is None:
+        return ()
     aliases: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(
@@ -95,7 +110,7 @@ def env_reads(path: str, text: str) -> list[EnvRead]:
                         continue
                     text_, ok = default_works_deployed(stmt.value)
                     reads.append(EnvRead(stmt.target.id.upper(), path, stmt.lineno, text_, ok))
-    return reads
+    return tuple(reads)
 
 
 def module_file(files: Mapping[str, str], module: str, base: str = ".") -> str | None:
@@ -123,40 +138,45 @@ def import_closure(files: Mapping[str, str], start: Iterable[str]) -> list[str]:
             init = "/".join(parts[:i]) + "/__init__.py"
             if init in files:
                 pending.append(init)
-        try:
-            tree = ast.parse(files[path])
-        except SyntaxError:
-            continue
-        package = ".".join(parts[:-1])
-        for node in ast.walk(tree):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*up, base] if base else up)
-                names = [base, *(f"{base}.{a.name}" for a in node.names)]
-            elif (
-                isinstance(node, ast.Constant)
-                and isinstance(node.value, str)
-                and re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", node.value)
-            ):
-                # An import string (``uvicorn.run("pkg.app:app")``) starts that module.
-                names = [node.value.split(":", 1)[0]]
-            for name in names:
-                found = module_file(files, name)
-                if found is not None:
-                    pending.append(found)
+        for name in _imported_names(path, files[path]):
+            found = module_file(files, name)
+            if found is not None:
+                pending.append(found)
     return sorted(seen)
+
+
+@functools.lru_cache(maxsize=1024)
+def _imported_names(path: str, text: str) -> tuple[str, ...]:
+    """The dotted names a file at ``path`` imports (relative imports resolved; an import
+    string such as ``uvicorn.run("pkg.app:app")`` counts), in the order found."""
+    tree = _parsed(text)
+    if tree is None:
+        return ()
+    package = ".".join(path.split("/")[:-1])
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            out.extend([base, *(f"{base}.{a.name}" for a in node.names)])
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", node.value)
+        ):
+            # An import string (``uvicorn.run("pkg.app:app")``) starts that module.
+            out.append(node.value.split(":", 1)[0])
+    return tuple(out)
 
 
 def defines(text: str, name: str) -> bool:
     """Whether a Python file defines ``name`` at its top level."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
+    tree = _parsed(text)
+    if tree is None:
         return False
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -195,9 +215,8 @@ def _pattern(node: ast.expr) -> str | None:
 def code_metrics(path: str, text: str) -> list[Metric]:
     """Metrics a file puts with ``put_metric_data`` (namespace, each datum's name and
     dimension names, from the literals in the file)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
+    tree = _parsed(text)
+    if tree is None:
         return []
     namespaces = []
     for node in ast.walk(tree):

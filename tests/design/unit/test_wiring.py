@@ -81,7 +81,9 @@ def test_the_validator_reports_passed_failed_and_not_run() -> None:
         {
             "rule": "variables",
             "file": "README.md",
-            "message": "terraform plan in infra/ passes colour (-var), which the root module "
+            # The README's first `-var "image_tag=` is the targeted apply that makes the ECR
+            # repositories before the images are pushed (deploy order).
+            "message": "terraform apply in infra/ passes colour (-var), which the root module "
             "infra/ does not declare",
         }
     ]
@@ -380,9 +382,12 @@ def test_environment_reads_and_the_defaults_accepted() -> None:
 def test_the_code_a_runtime_starts_is_followed_through_imports() -> None:
     files = tree(BATCH)
     closure = import_closure(files, ["services/serve/sagemaker.py"])
-    # uvicorn.run("services.serve.app:app") starts the app, which loads the settings.
+    # uvicorn.run("services.serve.app:app") starts the app, which loads the settings; the
+    # container's `train` entry point (SageMaker's contract) imports the training code.
     assert "services/serve/app.py" in closure and "services/common/settings.py" in closure
-    assert "services/train/train.py" not in closure
+    assert "services/train/train.py" in closure
+    # Only what it imports: the local smoke driver is not.
+    assert "services/smoke.py" not in closure
 
 
 # --------------------------------------------------------------------------------- alarms
