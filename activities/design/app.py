@@ -63,6 +63,7 @@ MLFLOW_REQUIREMENT = "mlflow-skinny==3.18.0"
 KAFKA_REQUIREMENT = "confluent-kafka==2.6.1"
 DEV_REQUIREMENTS: tuple[str, ...] = (
     "httpx==0.28.1",
+    "moto==5.2.6",
     "mypy==2.4.1",
     "pytest==9.2.0",
     "ruff==0.17.6",
@@ -677,7 +678,7 @@ def render_app(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[s
     for service in ctx["images"]:
         files[f"services/{service}/Dockerfile"] = _dockerfile(service, ctx)
     if ctx["data_sample_csv"] is not None:
-        files["data/sample.csv"] = ctx["data_sample_csv"]
+        files["samples/sample.csv"] = ctx["data_sample_csv"]
     for job in ctx["glue_jobs"]:
         files[f"jobs/glue/{job['job']}.py"] = env.get_template("jobs/glue/job.py.j2").render(
             {**ctx, **job}

@@ -325,3 +325,72 @@ def test_pins_are_the_versions_the_jailed_tests_import() -> None:
     for pin in (*RUNTIME_REQUIREMENTS, MLFLOW_REQUIREMENT, *DEV_REQUIREMENTS):
         name, wanted = pin.split("==")
         assert version(name) == wanted, pin
+
+
+# ------------------------------------------------------------------ the data shape (§2)
+
+_HOUSES = {
+    "task": "regression",
+    "target": "price",
+    "columns": [
+        {"name": "area_m2", "type": "number"},
+        {"name": "city", "type": "category", "categories": ["paris", "lyon"]},
+        {"name": "has_garden", "type": "boolean"},
+        {"name": "price", "type": "number"},
+    ],
+}
+
+
+def test_a_stated_data_spec_shapes_the_schema_the_request_model_and_the_gate() -> None:
+    form = {**FORMS["kinesis_online_one_region"], "data": _HOUSES}
+    files = render_app(request_from(form, "houses"))
+    schema = files["services/common/schema.py"]
+    assert 'TASK = "regression"' in schema and 'TARGET = "price"' in schema
+    assert 'METRIC = "r2"' in schema and "SCHEMA_STATED = True" in schema
+    tree = ast.parse(schema)
+    features = next(
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "FEATURES"
+    )
+    assert ast.literal_eval(features) == ("area_m2", "city", "has_garden")
+    app = files["services/serve/app.py"]
+    for name in ("area_m2", "city", "has_garden"):
+        assert f'alias="{name}"' in app
+    assert "churned" not in "".join(files.values())
+    assert "Ridge" in files["services/train/model.py"]
+    assert "MIN_SCORE = 0.3" in files["services/common/settings.py"]
+
+
+def test_without_a_data_spec_the_default_schema_is_stated_and_the_sample_called_synthetic() -> None:
+    files = render_app(request_for("batch_training"))
+    schema = files["services/common/schema.py"]
+    assert "SCHEMA_STATED = False" in schema and 'TARGET = "churned"' in schema
+    assert "No data schema was stated" in schema and "synthetic" in schema
+    assert "LogisticRegression" in files["services/train/model.py"]
+    assert "samples/sample.csv" not in files
+
+
+def test_a_sample_csv_is_shipped_and_landed() -> None:
+    sample = "area_m2,city,has_garden,price\n50,paris,true,300000\n80,lyon,false,250000\n"
+    form = {**FORMS["empty_form"], "data": {**_HOUSES, "sample_csv": sample}}
+    files = render_app(request_from(form, "houses-csv"))
+    assert files["samples/sample.csv"] == sample
+    assert "SAMPLE_CSV" in files["services/common/sample.py"]
+
+
+@pytest.mark.parametrize(
+    ("case", "registry"),
+    [("rag", "mlflow"), ("streaming_features", "sagemaker"), ("batch_training", "json")],
+)
+def test_the_registry_is_the_one_the_plan_names(case: str, registry: str) -> None:
+    files = render_app(request_for(case))
+    assert f'REGISTRY = "{registry}"' in files["services/common/settings.py"]
+    pins = files["requirements.txt"].splitlines()
+    assert (MLFLOW_REQUIREMENT in pins) == (registry == "mlflow")
+    if registry == "mlflow":
+        text = files["services/common/registry.py"]
+        assert 'serialization_format="cloudpickle"' in text and "sqlite:///" in text
+        assert (
+            'setdefault("MLFLOW_DISABLE_TELEMETRY", "true")' in files["services/common/settings.py"]
+        )
