@@ -75,9 +75,11 @@ async def floor_part(base_url: str, n: int, window: int) -> float:
 
 
 async def main(n: int, window: int, delay: float, per_run: int, batch: int) -> None:
+    began = time.perf_counter()
     with dev_server("keel-bench-srl-scale-") as (server, tmp):
         with model_server(SWAP_ANSWER, delay) as srv:
             await floor_part(srv.base_url, min(n, 2 * window), window)  # warm-up (LiteLLM import)
+            setup_s = time.perf_counter() - began
             cpu = time.process_time()
             floor_s = await floor_part(srv.base_url, n, window)
             floor_cpu = time.process_time() - cpu
@@ -91,6 +93,7 @@ async def main(n: int, window: int, delay: float, per_run: int, batch: int) -> N
                 artifact_store_from_settings(settings), tasks_jsonl(divide_tasks(n))
             )
             assert count == n
+            upload_s = time.perf_counter() - began - setup_s - floor_s
             client = await connect(settings)
             collection = f"scale-{uuid.uuid4().hex[:8]}"
             inp = BatchedCollectionInput(
@@ -105,6 +108,7 @@ async def main(n: int, window: int, delay: float, per_run: int, batch: int) -> N
                 keel_s = time.perf_counter() - started
                 keel_cpu = time.process_time() - cpu
             keel_requests = srv.requests() - floor_requests
+        checks_at = time.perf_counter()
         first_run = handle.first_execution_run_id or handle.result_run_id
         assert first_run is not None
         sizes = await history_sizes(client, handle.id, first_run)
@@ -136,8 +140,14 @@ async def main(n: int, window: int, delay: float, per_run: int, batch: int) -> N
             f"step rows in the store: {len(rows)} for {n} tasks: "
             f"{'equal' if len(rows) == n else 'NOT EQUAL'}"
         )
+        total_s = time.perf_counter() - began
+        print(
+            f"wall: start and warm-up {setup_s:.1f} s, floor {floor_s:.1f} s, task upload "
+            f"{upload_s:.1f} s, Keel {keel_s:.1f} s, checks {time.perf_counter() - checks_at:.1f}"
+            f" s; {total_s:.1f} s in all ({'within' if total_s <= 600 else 'OVER'} 10 minutes)"
+        )
         print(f"floor {floor_rate:.1f} steps/min  keel {keel_rate:.1f} steps/min  "
-              f"ratio {keel_rate / floor_rate:.3f}")  # fmt: skip
+              f"ratio {keel_rate / floor_rate:.3f}", flush=True)  # fmt: skip
     # After the dev server stopped; a run that failed keeps its folder.
     shutil.rmtree(tmp, ignore_errors=True)
 

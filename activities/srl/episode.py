@@ -79,6 +79,7 @@ TEACHER_CALL_TIMEOUT_S = 170.0
 #: Tokens of the rendered state (the plan's 400-800 budget: its upper end).
 STATE_BUDGET = 800
 _TASK_FILES_CACHED = 4
+_CALL_GATES_KEPT = 64
 HEARTBEAT_EVERY_S = 2.0
 T = TypeVar("T")
 
@@ -116,7 +117,7 @@ class SrlActivities(StepScoring):
         self._actors_lock = asyncio.Lock()
         self._pack: PromptPack | None = None
         self._task_files: OrderedDict[str, list[SrlTask]] = OrderedDict()
-        self._call_gates: dict[str, tuple[int, asyncio.Semaphore]] = {}
+        self._call_gates: OrderedDict[str, tuple[int, asyncio.Semaphore]] = OrderedDict()
         #: The jail runs of every batch on this worker, grouped across batches.
         self.grouped_runs = GroupedRuns(sandbox_limits, sandbox_config)
 
@@ -129,6 +130,9 @@ class SrlActivities(StepScoring):
         if held is None or held[0] != calls:
             held = (calls, asyncio.Semaphore(calls))
             self._call_gates[collection] = held
+        self._call_gates.move_to_end(collection)
+        while len(self._call_gates) > _CALL_GATES_KEPT:  # the collections least recently run
+            self._call_gates.popitem(last=False)
         return held[1]
 
     # -- inputs ----------------------------------------------------------------------
