@@ -50,7 +50,7 @@ strict = true
 packages = ["seed"]
 
 [[tool.mypy.overrides]]
-module = ["boto3", "boto3.*", "botocore", "botocore.*"]
+module = ["boto3", "boto3.*", "botocore", "botocore.*", "sklearn", "sklearn.*", "pandas", "pandas.*"]
 ignore_missing_imports = true
 """,
     "seed/__init__.py": '''"""Imports what the generated repositories import."""
@@ -59,8 +59,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import collections
 import collections.abc
+import contextlib
+import csv
 import dataclasses
 import datetime
 import hashlib
@@ -69,16 +72,27 @@ import json
 import math
 import os
 import pathlib
+import pickle
 import random
 import re
+import socket
+import subprocess
 import sys
+import tarfile
 import tempfile
+import threading
 import time
+import traceback
 import typing
+import urllib.error
 import urllib.request
 
 import fastapi
 import fastapi.testclient
+import mlflow
+import moto
+import numpy
+import pandas
 import pydantic
 import pytest
 import uvicorn

@@ -337,11 +337,11 @@ def test_mypy_from_the_warm_cache_still_fails_a_misused_library() -> None:
 def test_broken_python_fails_ruff_and_pytest() -> None:
     files = render_request(request_for("online_serving_slo"))
     app = files["services/serve/app.py"]
-    scored = "return Prediction(score=lr.score(body.features), model=version)"
+    scored = "return Prediction(score=model.score(row), model=version)"
     assert scored in app
     files["services/serve/app.py"] = app.replace(
         scored,
-        "return Prediction(score=lr.score(body.features) + undefined_name, model=version)",
+        "return Prediction(score=model.score(row) + undefined_name, model=version)",
     )
     config = default_config()
     ruff = asyncio.run(run_ruff(files, config))
