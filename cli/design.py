@@ -274,8 +274,10 @@ async def _true(client: Client, c: Call, project: str, rows: list[dict[str, Any]
 def _show_one(c: Call, project: str, ds: str) -> None:
     from client import design_cases as cases
     from client.design import decision_set_view
+    from store.artifacts import artifact_store_from_settings
 
-    view = decision_set_view(c.sm, project, ds)
+    # The artifact store gives the view the smoke of the last validation (its report).
+    view = decision_set_view(c.sm, project, ds, artifacts=artifact_store_from_settings(c.settings))
     if cases.unsettled([view]):
         # Not persisted: the run's status (running, failed, ...) is the true one.
         async def ask(client: Client) -> Any:

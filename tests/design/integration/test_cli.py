@@ -311,7 +311,13 @@ def test_generated_repository_download(env: dict[str, str], tmp_path: Path) -> N
     # Nothing failed; a validator with nothing to check (no Dockerfile) is not_run.
     checks = view["validation"]
     assert checks and "failed" not in checks.values(), checks
-    assert {checks[v] for v in ("secrets", "ruff", "mypy", "pytest", "hcl")} == {"passed"}
+    assert {checks[v] for v in ("secrets", "ruff", "mypy", "pytest", "hcl", "smoke")} == {"passed"}
+    # The smoke's output is in `design show`: metrics, a prediction per entry point, drift.
+    smoke = view["smoke"]
+    assert smoke["status"] == "passed" and smoke["metrics"] and smoke["drift"], smoke
+    assert {p["entry_point"] for p in smoke["predictions"]} >= {"fastapi"}, smoke
+    shown = design(["show", GEN, "ds1", "--text"], env)
+    assert "smoke: passed" in shown.stdout, shown.stdout
     target = tmp_path / "out" / "repo.zip"
     got = design(["download", GEN, "ds1", "-o", str(target)], env)
     assert got.returncode == 0, got.stderr
