@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from temporalio.exceptions import ApplicationError
 
-from activities.srl.jail import GroupedRuns
+from activities.srl.jail import GroupedRuns, JailRuns
 from keel.srl.batch import EpisodesInput, EpisodesResult
 from keel.srl.state import State
 from keel.srl.steps import (
@@ -30,13 +30,27 @@ from keel.srl.steps import (
     EpisodeInput,
     EpisodeResult,
     GenerateInput,
+    Generation,
     StepOutcome,
 )
 
-if TYPE_CHECKING:
-    from activities.srl.episode import SrlActivities
-
 log = logging.getLogger(__name__)
+
+
+class SrlActivities(Protocol):
+    """What a batch needs of ``activities.srl.episode.SrlActivities`` (a protocol, so
+    this module does not import the one that imports it)."""
+
+    grouped_runs: GroupedRuns
+
+    def call_gate(self, collection: str, calls: int) -> asyncio.Semaphore:
+        """The collection's model calls in flight on this worker."""
+
+    async def answer(self, inp: GenerateInput, gate: asyncio.Semaphore) -> Generation:
+        """``srl.generate``'s answer: the recorded step, or the source's, under ``gate``."""
+
+    async def _apply(self, inp: ApplyInput, jail: JailRuns | None = None) -> StepOutcome:
+        """``srl.apply``'s scoring and row, its jail runs through ``jail``."""
 
 
 async def run_episodes(acts: SrlActivities, inp: EpisodesInput) -> EpisodesResult:

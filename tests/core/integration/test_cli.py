@@ -136,7 +136,7 @@ def test_demo_end_to_end(tmp_path):
     assert "9. Design pipeline on a guided intake form" in out, out
     assert "/ds1: completed, version 1, 8 capabilities" in out, out
     assert "validators: secrets passed, ruff passed, mypy passed, pytest passed" in out, out
-    assert "validators: 10 passed, 0 failed, 0 not run (every validator" in out, out
+    assert "validators: 11 passed, 0 failed, 0 not run (every validator" in out, out
     assert "All checks passed." in out
     assert not (tmp_path / "keel" / "run" / "up.json").exists()  # the demo stopped what it started
 
