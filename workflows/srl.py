@@ -119,15 +119,7 @@ class SRLEpisode:
                 outcome = await _apply(
                     inp, step, generation, text_digest, step_mode, expert_feedback
                 )
-            self._totals = self._totals.plus(
-                CollectionTotals(
-                    steps=1,
-                    verified_steps=int(outcome.verified),
-                    format_errors=int(not outcome.format_ok),
-                    sandbox_failures=int(outcome.sandbox_failed),
-                    reused_steps=int(reused),
-                )
-            )
+            self._totals = self._totals.plus(CollectionTotals.of_step(outcome, reused=reused))
             state, text_digest = outcome.state, outcome.text_digest
             if outcome.done:
                 verified = outcome.verified

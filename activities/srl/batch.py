@@ -100,15 +100,7 @@ async def _episode(
                 raise
             log.warning("episode %s failed: %s", inp.task_id, err)
             return None
-        totals = totals.plus(
-            CollectionTotals(
-                steps=1,
-                verified_steps=int(outcome.verified),
-                format_errors=int(not outcome.format_ok),
-                sandbox_failures=int(outcome.sandbox_failed),
-                reused_steps=int(reused),
-            )
-        )
+        totals = totals.plus(CollectionTotals.of_step(outcome, reused=reused))
         state, text_digest = outcome.state, outcome.text_digest
         if outcome.done:
             verified = outcome.verified

@@ -279,6 +279,17 @@ class CollectionTotals(_Model):
         default=0, description="steps found recorded by an earlier run: no model call"
     )
 
+    @classmethod
+    def of_step(cls, outcome: StepOutcome, *, reused: bool) -> CollectionTotals:
+        """One step's counts (an episode's child workflow and a batch count alike)."""
+        return cls(
+            steps=1,
+            verified_steps=int(outcome.verified),
+            format_errors=int(not outcome.format_ok),
+            sandbox_failures=int(outcome.sandbox_failed),
+            reused_steps=int(reused),
+        )
+
     def plus(self, other: CollectionTotals) -> CollectionTotals:
         return CollectionTotals(
             **{k: getattr(self, k) + getattr(other, k) for k in CollectionTotals.model_fields}
