@@ -500,10 +500,12 @@ class S3ArtifactStore(ArtifactStore):
         """A small named object (a reference, not an artifact) at ``key``, or None."""
         return self._get_object(key)
 
-    def _get_object(self, key: str) -> bytes | None:
-        """The object at ``key`` read whole, or None where there is none."""
+    def _get_object(self, key: str, byte_range: str | None = None) -> bytes | None:
+        """The object at ``key`` read whole (or its ``bytes=a-b`` range), or None where
+        there is none."""
+        extra = {"Range": byte_range} if byte_range is not None else {}
         try:
-            response = self._client.get_object(Bucket=self.bucket, Key=key)
+            response = self._client.get_object(Bucket=self.bucket, Key=key, **extra)
         except _client_error() as e:
             if _error_code(e) in _NOT_FOUND_CODES:
                 return None
@@ -659,20 +661,9 @@ class S3ArtifactStore(ArtifactStore):
             raise ValueError(f"bad range {offset}+{length} of {digest}")
         if length == 0:
             return b""
-        key = self.key_for(digest)
-        try:
-            response = self._client.get_object(
-                Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}"
-            )
-        except _client_error() as e:
-            if _error_code(e) in _NOT_FOUND_CODES:
-                raise ArtifactNotFound(digest, self.describe()) from None
-            raise
-        body = response["Body"]
-        try:
-            data: bytes = body.read()
-        finally:
-            body.close()
+        data = self._get_object(self.key_for(digest), f"bytes={offset}-{offset + length - 1}")
+        if data is None:
+            raise ArtifactNotFound(digest, self.describe())
         return data
 
 
