@@ -50,10 +50,12 @@ def _is_environ(node: ast.AST, aliases: set[str]) -> bool:
     return isinstance(node, ast.Name) and (node.id in aliases or node.id == "environ")
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=128)
 def _parsed(text: str) -> ast.Module | None:
     """``text`` parsed, or None when it is not Python. Cached: the checks read one file
-    once per runtime, image and entry point that imports it (the trees are only read)."""
+    once per runtime, image and entry point that imports it (the trees are only read).
+    128: about one generated repository's Python files; a tree is far larger than its
+    text, and a long-lived worker keeps this cache."""
     try:
         return ast.parse(text)
     except SyntaxError:
