@@ -110,33 +110,6 @@ class LLMRequest(BaseModel):
         return _check_params(v)
 
 
-#: The largest length or count bound kept in a schema sent to a grammar-constrained
-#: server. llama.cpp turns a bound into that many copies of the rule it repeats, so a
-#: ``maxLength`` of 200,000 killed the embedded model's server on its first request.
-GRAMMAR_MAX_REPEAT = 100
-_REPEAT_BOUNDS = ("maxLength", "maxItems", "minLength", "minItems")
-
-
-def grammar_schema(schema: Any) -> Any:
-    """``schema`` without the length and count bounds over :data:`GRAMMAR_MAX_REPEAT`
-    (a copy; the original is untouched). The reply is still checked against the whole
-    schema by whoever asked for it; only the server's grammar goes without those bounds."""
-    if isinstance(schema, list):
-        return [grammar_schema(v) for v in schema]
-    if not isinstance(schema, dict):
-        return schema
-    return {
-        k: grammar_schema(v)
-        for k, v in schema.items()
-        if not (
-            k in _REPEAT_BOUNDS
-            and isinstance(v, int)
-            and not isinstance(v, bool)
-            and v > GRAMMAR_MAX_REPEAT
-        )
-    }
-
-
 def response_format(
     form: StructuredOutputForm, *, json_mode: bool, schema: dict[str, Any] | None, name: str
 ) -> tuple[dict[str, Any] | None, StructuredOutputForm]:
@@ -149,7 +122,7 @@ def response_format(
     if schema is not None and form == "json_schema":
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}, form
     if schema is not None and form == "json_object_schema":
-        return {"type": "json_object", "schema": grammar_schema(schema)}, form
+        return {"type": "json_object", "schema": schema}, form
     if json_mode:
         return {"type": "json_object"}, "none"
     return None, "none"

@@ -122,31 +122,3 @@ def test_the_shipped_config_asks_the_embedded_server_in_llama_cpps_form() -> Non
     text = (Path(__file__).resolve().parents[3] / "configs" / "models.yaml").read_text()
     config = parse_models_config(text, "configs/models.yaml", {})
     assert config.models["local"].structured_output == "json_object_schema"
-
-
-def test_a_grammar_server_gets_no_bound_it_would_spell_out() -> None:
-    """llama.cpp copies a repeated rule once per unit of a bound (a ``maxLength`` of
-    200,000 killed the embedded model's server): bounds over GRAMMAR_MAX_REPEAT are left
-    out of its form, at any depth; small ones, other keys and the caller's schema stay."""
-    big: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "csv": {"anyOf": [{"type": "string", "maxLength": 200_000}, {"type": "null"}]},
-            "name": {"type": "string", "maxLength": 64, "minLength": 1},
-            "rows": {"type": "array", "items": {"$ref": "#/$defs/Row"}, "maxItems": 200},
-        },
-        "$defs": {"Row": {"type": "object", "properties": {"tags": {"maxItems": 50}}}},
-        "required": ["name"],
-    }
-    fmt, form = response_format("json_object_schema", json_mode=False, schema=big, name="x")
-    assert form == "json_object_schema" and fmt is not None
-    sent = fmt["schema"]
-    assert sent["properties"]["csv"]["anyOf"][0] == {"type": "string"}
-    assert sent["properties"]["name"] == {"type": "string", "maxLength": 64, "minLength": 1}
-    assert "maxItems" not in sent["properties"]["rows"]
-    assert sent["$defs"]["Row"]["properties"]["tags"] == {"maxItems": 50}
-    assert sent["required"] == ["name"]
-    # The caller's schema is untouched, and OpenAI's form carries it whole.
-    assert big["properties"]["csv"]["anyOf"][0]["maxLength"] == 200_000
-    whole, _ = response_format("json_schema", json_mode=False, schema=big, name="x")
-    assert whole is not None and whole["json_schema"]["schema"] == big
