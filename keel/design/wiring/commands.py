@@ -22,6 +22,16 @@ class TfCommand:
     variables: tuple[str, ...]
     var_files: tuple[str, ...]
     env_vars: tuple[str, ...]
+    #: ``terraform apply PLANFILE``: a saved plan, which carries the variables it was
+    #: planned with (None: no plan file).
+    plan_file: str | None = None
+
+
+#: Terraform flags that take a value as the next argument when not written ``-flag=value``.
+_VALUE_FLAGS = frozenset(
+    {"-target", "-out", "-replace", "-state", "-state-out", "-backup", "-lock-timeout",
+     "-parallelism"}
+)  # fmt: skip
 
 
 def _split_commands(line: str) -> list[list[str]]:
@@ -98,6 +108,7 @@ def terraform_command(
     sub = rest[0] if rest else ""
     variables: list[str] = []
     var_files: list[str] = []
+    positional: list[str] = []
     i = 1
     while i < len(rest):
         tok = rest[i]
@@ -113,6 +124,11 @@ def terraform_command(
             continue
         elif tok.startswith(("-var-file=", "--var-file=")):
             var_files.append(tok.split("=", 1)[1])
+        elif tok in _VALUE_FLAGS or ("-" + tok.lstrip("-")) in _VALUE_FLAGS:
+            i += 2
+            continue
+        elif not tok.startswith("-"):
+            positional.append(tok)
         i += 1
     return TfCommand(
         file=file,
@@ -121,6 +137,7 @@ def terraform_command(
         variables=tuple(variables),
         var_files=tuple(var_files),
         env_vars=tuple(e.removeprefix("TF_VAR_") for e in env),
+        plan_file=positional[0] if sub == "apply" and positional else None,
     )
 
 

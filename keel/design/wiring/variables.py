@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from keel.design.wiring.commands import TfCommand, readme_blocks, shell_commands, terraform_command
 from keel.design.wiring.model import _META_ARGS, Block, Finding, TfModule
 from keel.design.wiring.repo import Repo
-from keel.design.wiring.terraform import _callee, _dirname, _join
+from keel.design.wiring.terraform import _callee, _dirname, _join, roots
 
 
 def _readme_commands(files: Mapping[str, str]) -> list[TfCommand]:
@@ -122,13 +122,92 @@ def _check_command(repo: Repo, cmd: TfCommand) -> list[Finding]:
     return out
 
 
+def _auto_tfvars(repo: Repo, root: str) -> tuple[set[str], list[str]]:
+    """The variables Terraform loads by itself in ``root`` (``terraform.tfvars``,
+    ``*.auto.tfvars``, and their ``.json`` forms), and the files they come from."""
+    import json
+
+    keys: set[str] = set()
+    files: list[str] = []
+    for path in sorted(repo.files):
+        if _dirname(path) != root:
+            continue
+        name = path.rsplit("/", 1)[-1]
+        if name in ("terraform.tfvars", "terraform.tfvars.json") or name.endswith(
+            (".auto.tfvars", ".auto.tfvars.json")
+        ):
+            if name.endswith(".json"):
+                try:
+                    doc = json.loads(repo.files[path])
+                except ValueError:
+                    continue
+                found = list(doc) if isinstance(doc, dict) else []
+            else:
+                found = _tfvars_keys(repo.files[path]) or []
+            keys |= set(found)
+            files.append(path)
+    return keys, files
+
+
+def _check_required(repo: Repo, commands: list[TfCommand]) -> list[Finding]:
+    """Every root variable without a default is given to every command that needs the
+    variables (``plan``, ``apply`` without a saved plan, ...) in that root: by the command
+    (``-var``, ``-var-file``, ``TF_VAR_*``) or by a tfvars file Terraform loads itself.
+    Terraform run without it stops to ask (or, with ``-input=false``, fails)."""
+    out: list[Finding] = []
+    for root in roots(repo.modules):
+        mod = repo.modules[root]
+        required = sorted(
+            (v for v in mod.variables.values() if not v.has_default), key=lambda v: v.name
+        )
+        if not required:
+            continue
+        auto, _ = _auto_tfvars(repo, root)
+        runs = [
+            c for c in commands
+            if c.cwd == root and c.subcommand in _VAR_SUBCOMMANDS and c.plan_file is None
+        ]  # fmt: skip
+        if not runs:
+            for var in required:
+                if var.name in auto:
+                    continue
+                out.append(
+                    Finding(
+                        "variables",
+                        var.file,
+                        f"nothing passes {var.name}, which the root module {root}/ declares "
+                        "without a default: no README or CI command plans or applies "
+                        f"{root}/ and no tfvars file there sets it",
+                    )
+                )
+            continue
+        for cmd in runs:
+            given = {name for name, _ in _given_variables(repo, cmd, [])} | auto
+            for var in required:
+                if var.name not in given:
+                    out.append(
+                        Finding(
+                            "variables",
+                            cmd.file,
+                            f"terraform {cmd.subcommand} in {root}/ does not pass "
+                            f"{var.name}, which the root module declares without a default "
+                            f"({var.file}); no -var, -var-file, TF_VAR_ or tfvars file "
+                            f"Terraform loads sets it",
+                        )
+                    )
+    return out
+
+
 def check_variables(repo: Repo) -> list[Finding]:
-    """Rule ``variables``: check every module call, then every terraform command in READMEs and CI."""
+    """Rule ``variables``: check every module call, then every terraform command in READMEs
+    and CI, then that every root variable without a default is given."""
     out: list[Finding] = []
     mods = repo.modules
     for mod in mods.values():
         for block in mod.modules:
             out += _check_module_call(mods, mod, block)
-    for cmd in [*_readme_commands(repo.files), *repo.ci_terraform]:
+    commands = [*_readme_commands(repo.files), *repo.ci_terraform]
+    for cmd in commands:
         out += _check_command(repo, cmd)
+    out += _check_required(repo, commands)
     return out

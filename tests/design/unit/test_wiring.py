@@ -126,7 +126,8 @@ def test_a_ci_tf_var_the_root_does_not_declare_fails() -> None:
         "          terraform validate\n",
         "          terraform validate\n"
         "      - name: Plan\n        working-directory: infra\n"
-        "        env:\n          TF_VAR_replicas: 3\n"
+        "        env:\n          TF_VAR_replicas: 3\n          TF_VAR_image_tag: ${{ github.sha }}\n"
+        '          TF_VAR_certificate_arns: \'{"us-east-1"="arn"}\'\n'
         "        run: terraform plan -input=false\n",
     )
     (finding,) = only(findings_of(files), "variables")
