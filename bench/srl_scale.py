@@ -51,7 +51,7 @@ from bench.model_server import model_server
 from bench.volume import history_line, history_sizes
 from client.srl import start_collection, upload_tasks
 from client.temporal import connect
-from keel.srl.batch import BatchedCollectionInput
+from keel.srl.steps import CollectionInput
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.srl_steps import list_steps
@@ -96,7 +96,7 @@ async def main(n: int, window: int, delay: float, per_run: int, batch: int) -> N
             upload_s = time.perf_counter() - began - setup_s - floor_s
             client = await connect(settings)
             collection = f"scale-{uuid.uuid4().hex[:8]}"
-            inp = BatchedCollectionInput(
+            inp = CollectionInput(
                 collection=collection, tasks_digest=digest, task_count=count,
                 source="teacher", model="local", window=window, max_steps=1, per_run=per_run,
                 batch=batch,

@@ -146,6 +146,20 @@ SRL_APPLY_RETRY = RetryPolicy(
     maximum_attempts=0,
     non_retryable_error_types=[ERROR_SRL_TASKS],
 )
+# ``srl.episodes`` (a batch of episodes, keel/srl/batch.py): a step's answer and scoring,
+# at most twice (the batch's calls wait for the worker's call gate), for each of
+# ``max_steps`` (the workflow passes ``SRL_EPISODES_STEP_TIMEOUT * max_steps``; the row's
+# limit is one step's); a lost worker is found by its heartbeat. A model down for long
+# fails the batch after its attempts: its episodes count as failed, as their children
+# would (their recorded steps stay for a run again).
+SRL_EPISODES_STEP_TIMEOUT = 2 * (LLM_TIMEOUT + SRL_APPLY_TIMEOUT)
+SRL_EPISODES_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=5,
+    non_retryable_error_types=[ERROR_SRL_TASKS],
+)
 
 # Design pipelines (workflows/design/). Bad configs/design data or a bad input is final;
 # the intake retries only a model it cannot reach (a reply that does not fit is re-asked
@@ -221,6 +235,7 @@ OPTIONS: dict[str, Options] = {
     "srl.window": Options(SRL_WINDOW_TIMEOUT, SRL_WINDOW_RETRY),
     "srl.generate": Options(LLM_TIMEOUT, SRL_GENERATE_RETRY, heartbeat=SRL_HEARTBEAT),
     "srl.apply": Options(SRL_APPLY_TIMEOUT, SRL_APPLY_RETRY, heartbeat=SRL_HEARTBEAT),
+    "srl.episodes": Options(SRL_EPISODES_STEP_TIMEOUT, SRL_EPISODES_RETRY, heartbeat=SRL_HEARTBEAT),
     "design.load": Options(DESIGN_LOAD_TIMEOUT, DESIGN_LOAD_RETRY),
     "design.intake_extract": Options(LLM_TIMEOUT, DESIGN_INTAKE_RETRY),
     "design.agent": Options(LLM_TIMEOUT, DESIGN_INTAKE_RETRY),

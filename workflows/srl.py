@@ -33,19 +33,17 @@ import math
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from keel.access import READERS_SIGNAL
     from keel.progress import RunProgress
-    from keel.srl.batch import EPISODES, BatchedCollectionInput, EpisodesInput
+    from keel.srl.batch import EPISODES, EpisodesInput
     from keel.srl.state import State
     from keel.srl.steps import (
         APPLY,
         COLLECTION_TYPE,
         EPISODE_TYPE,
-        ERROR_SRL_TASKS,
         GENERATE,
         WINDOW,
         ApplyInput,
@@ -61,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
         WindowInput,
     )
     from keel.srl.trajectory import StepMode, episode_id, sample_seed
-    from workflows.common import LLM_TIMEOUT, SRL_APPLY_TIMEOUT, SRL_HEARTBEAT, call
+    from workflows.common import SRL_EPISODES_STEP_TIMEOUT, call
     from workflows.readers import ProgressMemo, upsert_readers
 
 #: A step ``srl.generate`` found recorded is taken as it is, without ``srl.apply``.
@@ -73,18 +71,6 @@ STEP_MODE_PATCH = "srl-step-mode"
 #: A collection with ``batch`` > 0 runs its episodes ``batch`` at a time in ``srl.episodes``
 #: activities (keel/srl/batch.py) instead of a child workflow each.
 BATCH_PATCH = "srl-batched-episodes"
-#: ``srl.episodes``: a step's answer and scoring, at most twice (the batch's calls wait for
-#: the worker's call gate), for each of ``max_steps``; a lost worker is found by its
-#: heartbeat. A model down for long fails the batch after its attempts: its episodes
-#: count as failed, as their children would (their recorded steps stay for a run again).
-SRL_EPISODES_STEP_TIMEOUT = 2 * (LLM_TIMEOUT + SRL_APPLY_TIMEOUT)
-SRL_EPISODES_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=5,
-    non_retryable_error_types=[ERROR_SRL_TASKS],
-)
 
 
 @workflow.defn(name=EPISODE_TYPE)
@@ -190,7 +176,7 @@ class SRLCollection:
     """Tasks ``offset..offset+per_run`` of a task file as episodes, then continue as new."""
 
     @workflow.init
-    def __init__(self, inp: BatchedCollectionInput) -> None:
+    def __init__(self, inp: CollectionInput) -> None:
         self._inp = inp
         self._task_count = inp.task_count
         self._totals = inp.totals
@@ -218,7 +204,7 @@ class SRLCollection:
         )
 
     @workflow.run
-    async def run(self, inp: BatchedCollectionInput) -> CollectionResult:
+    async def run(self, inp: CollectionInput) -> CollectionResult:
         # A run from before step modes starts its episodes without one (free running).
         self._modes = workflow.patched(STEP_MODE_PATCH)
         self._memo.start()
@@ -300,7 +286,7 @@ class SRLCollection:
                 children.append(child)
         return children
 
-    async def _batches(self, inp: BatchedCollectionInput, digest: str, task_ids: list[str]) -> None:
+    async def _batches(self, inp: CollectionInput, digest: str, task_ids: list[str]) -> None:
         """Run the episodes ``batch`` at a time in ``srl.episodes``, twice ``window``
         episodes in flight (rounded up to whole batches): ``window`` model calls go on
         (each worker's call gate) while other batches' answers are applied."""
@@ -336,14 +322,11 @@ class SRLCollection:
         """A batch's results; all ``None`` (failed) when ``srl.episodes`` gave up."""
         first, last = batch[0], batch[-1]
         try:
-            result = await workflow.execute_activity(
-                EPISODES.name,
+            result = await call(
+                EPISODES,
                 EpisodesInput(episodes=batch, calls=calls),
-                result_type=EPISODES.output,
-                start_to_close_timeout=SRL_EPISODES_STEP_TIMEOUT * first.max_steps,
-                heartbeat_timeout=SRL_HEARTBEAT,
-                retry_policy=SRL_EPISODES_RETRY,
                 summary=f"{len(batch)} episodes: tasks {first.task_id}..{last.task_id}",
+                start_to_close=SRL_EPISODES_STEP_TIMEOUT * first.max_steps,
             )
         except ActivityError as err:
             workflow.logger.warning(

@@ -1,5 +1,7 @@
 """Batched episodes: a collection whose episodes run ``batch`` at a time in one activity
-(``srl.episodes``) instead of one child ``SRLEpisode`` workflow each.
+(``srl.episodes``) instead of one child ``SRLEpisode`` workflow each
+(``CollectionOptions.batch`` > 0, in keel/srl/steps.py: ``srl collect --batch``, the
+API's ``batch``).
 
 A child workflow per episode costs a workflow start, two activities a step and their
 workflow tasks, each a round trip through the server; at volume (10,000 tasks) that and
@@ -23,30 +25,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from keel.refs import ActivityRef
-from keel.srl.steps import (
-    MAX_PER_RUN,
-    MAX_WINDOW,
-    CollectionInput,
-    EpisodeInput,
-    EpisodeResult,
-)
-
-
-class BatchedCollectionInput(CollectionInput):
-    """``CollectionInput`` with ``batch``: episodes per ``srl.episodes`` activity. 0 (the
-    default, and every run from before) runs each episode as a child ``SRLEpisode``
-    workflow; ``batch`` > 0 runs them in batches, ``window`` then bounding the model calls
-    in flight on each worker (the model server's concurrency) and twice that many
-    episodes in flight, so the calls go on while a batch's answers are applied."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    batch: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_PER_RUN,
-        description="episodes per srl.episodes activity; 0: a child workflow per episode",
-    )
+from keel.srl.steps import MAX_PER_RUN, MAX_WINDOW, EpisodeInput, EpisodeResult
 
 
 class EpisodesInput(BaseModel):

@@ -298,7 +298,15 @@ class CollectionTotals(_Model):
 
 class CollectionOptions(_Model):
     """Who answers and how much at once: what ``srl collect``, ``POST /srl/collections``
-    and ``temporal workflow start`` all take, with the same bounds."""
+    and ``temporal workflow start`` all take, with the same bounds.
+
+    ``batch`` > 0 runs the episodes ``batch`` at a time in ``srl.episodes`` activities
+    (keel/srl/batch.py), ``window`` then bounding the model calls in flight on each
+    worker and twice that many episodes in flight; 0 (the default, and every run from
+    before) runs each episode as a child ``SRLEpisode`` workflow. The trade: batches are
+    faster at volume (no workflow start and two activities a step), but an answer a
+    worker received and had not yet recorded is asked again after that worker is lost
+    (a child keeps it in its history)."""
 
     source: Source = "gold_replay"
     model: str = Field(default="", max_length=200)
@@ -325,6 +333,12 @@ class CollectionOptions(_Model):
         "the goal', 'removed code the goal keeps', 'does not match the goal yet') into the "
         "state the next prompt shows; off: only what the jail saw (failed, unchanged, "
         "does not parse, changed)",
+    )
+    batch: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_PER_RUN,
+        description="episodes per srl.episodes activity; 0: a child workflow per episode",
     )
 
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from client.srl import start_collection, upload_tasks
-from keel.srl.batch import BatchedCollectionInput
+from keel.srl.steps import CollectionInput
 from store.artifacts import artifact_store_from_settings
 from tests.histories import HISTORIES_DIR
 from tests.histories.record import (
@@ -42,7 +42,7 @@ async def srl_batched(ctx: Ctx) -> Histories:
     episode takes a second, verified step inside the batch."""
     data = tasks_jsonl(divide_tasks(3))
     digest, count = upload_tasks(artifact_store_from_settings(ctx.settings), data)
-    inp = BatchedCollectionInput(
+    inp = CollectionInput(
         collection=f"{ID_PREFIX}-srl-batched",
         tasks_digest=digest,
         task_count=count,

@@ -21,7 +21,7 @@ from temporalio.client import Client
 
 from client.srl import start_collection, upload_tasks
 from keel.settings import Settings
-from keel.srl.batch import BatchedCollectionInput
+from keel.srl.steps import CollectionInput
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.srl_steps import list_steps
@@ -47,7 +47,7 @@ async def test_worker_killed_mid_batch_loses_no_finished_episode(
         digest, count = upload_tasks(
             artifact_store_from_settings(settings), tasks_jsonl(divide_tasks(6))
         )
-        inp = BatchedCollectionInput(
+        inp = CollectionInput(
             collection=collection, tasks_digest=digest, task_count=count,
             source="teacher", model="local", window=3, batch=3, max_steps=1,
         )  # fmt: skip

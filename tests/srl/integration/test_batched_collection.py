@@ -18,8 +18,7 @@ from temporalio.worker import Worker
 from activities.srl.jail import GroupedRuns
 from client.srl import start_collection, upload_tasks
 from keel.settings import Settings
-from keel.srl.batch import BatchedCollectionInput
-from keel.srl.steps import CollectionResult
+from keel.srl.steps import CollectionInput, CollectionResult
 from sandbox import AstGrepAction
 from store.artifacts import artifact_store_from_settings
 from store.db import get_sessionmaker
@@ -30,17 +29,13 @@ from tests.support.srl import SWAP_ANSWER, divide_tasks
 from workers.main import build_worker
 
 
-def _inp(
-    settings: Settings, collection: str, tasks: list[dict], **kw: object
-) -> BatchedCollectionInput:
+def _inp(settings: Settings, collection: str, tasks: list[dict], **kw: object) -> CollectionInput:
     digest, count = upload_tasks(artifact_store_from_settings(settings), tasks_jsonl(tasks))
-    return BatchedCollectionInput(
-        collection=collection, tasks_digest=digest, task_count=count, **kw
-    )
+    return CollectionInput(collection=collection, tasks_digest=digest, task_count=count, **kw)
 
 
 async def _collect(
-    client: Client, settings: Settings, inp: BatchedCollectionInput
+    client: Client, settings: Settings, inp: CollectionInput
 ) -> tuple[CollectionResult, list[str]]:
     """The result and the event types of every run's history (in run order)."""
     handle = await start_collection(client, inp, task_queue=settings.task_queue)

@@ -8,10 +8,22 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from keel.srl.batch import EPISODES
 from keel.srl.prompts import PromptPackInvalid, gold_answer, parse_prompt_pack, render_messages
 from keel.srl.step import parse_step
-from keel.srl.steps import CollectionInput, SrlTask, TasksInvalid, parse_tasks
+from keel.srl.steps import (
+    APPLY,
+    ERROR_SRL_TASKS,
+    GENERATE,
+    MAX_PER_RUN,
+    WINDOW,
+    CollectionInput,
+    SrlTask,
+    TasksInvalid,
+    parse_tasks,
+)
 from tests.srl.conftest import EXAMPLE_TASKS, HAND_TASKS, tasks_jsonl
+from workflows.common import OPTIONS, SRL_EPISODES_STEP_TIMEOUT
 
 PACK = Path(__file__).resolve().parents[3] / "configs" / "teacher_prompts.yaml"
 
@@ -43,6 +55,34 @@ def test_collection_input_needs_exactly_one_task_source() -> None:
         CollectionInput(collection="a b", tasks_digest=digest)
 
 
+def test_collection_input_takes_batch_within_its_bounds() -> None:
+    """``batch`` is a collection option (CLI, API, ``temporal workflow start``): 0 by
+    default and for an input from before it, 0..MAX_PER_RUN."""
+    digest = "blake3:" + "0" * 64
+    assert CollectionInput(collection="c", tasks_digest=digest).batch == 0
+    old = CollectionInput.model_validate_json(
+        json.dumps({"collection": "c", "tasks_digest": digest, "window": 2})
+    )
+    assert old.batch == 0
+    assert CollectionInput(collection="c", tasks_digest=digest, batch=MAX_PER_RUN).batch == 1000
+    for bad, says in ((-1, "greater than or equal to 0"), (MAX_PER_RUN + 1, "less than or")):
+        with pytest.raises(ValidationError, match=says) as err:
+            CollectionInput(collection="c", tasks_digest=digest, batch=bad)
+        assert err.value.errors()[0]["loc"] == ("batch",)
+
+
+def test_every_srl_activity_has_limits_and_episodes_heartbeats() -> None:
+    """``call`` takes an activity's limits from OPTIONS: every SRL activity has a row, and
+    ``srl.episodes`` (a batch, scheduled with ``max_steps`` times its row's limit) is
+    found lost by its heartbeat and not retried for a task file that does not validate."""
+    for ref in (WINDOW, GENERATE, APPLY, EPISODES):
+        assert ref.name in OPTIONS, ref.name
+    row = OPTIONS[EPISODES.name]
+    assert row.heartbeat == OPTIONS[APPLY.name].heartbeat is not None
+    assert row.start_to_close == SRL_EPISODES_STEP_TIMEOUT
+    assert row.retry.non_retryable_error_types == [ERROR_SRL_TASKS]
+
+
 def test_prompt_pack_renders_and_refuses_unknown_placeholders() -> None:
     pack = parse_prompt_pack(PACK.read_text())
     system, user = render_messages(
@@ -68,6 +108,7 @@ def test_prompt_pack_renders_and_refuses_unknown_placeholders() -> None:
 
 def test_gold_answer_parses_back_to_the_gold_action() -> None:
     task = parse_tasks(EXAMPLE_TASKS.read_bytes())[3]
+    assert task.gold_action is not None
     step = parse_step(gold_answer(task.gold_action, task.instruction))
     assert step.action == task.gold_action
 
