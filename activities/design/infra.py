@@ -257,6 +257,57 @@ def name_prefix(slug: str, region: str) -> str:
     return head + tail
 
 
+def _registry(plan_by_cap: dict[str, str]) -> str | None:
+    """Where the generated code registers models (as ``activities.design.app`` decides
+    it): ``mlflow``, ``sagemaker`` (model packages) or None (the store's JSON only)."""
+    if plan_by_cap.get("govern") == "govern:mlflow-registry":
+        return "mlflow"
+    if plan_by_cap.get("govern") == "govern:model-registry-config" or plan_by_cap.get(
+        "train", ""
+    ).startswith("train:sagemaker-"):
+        return "sagemaker"
+    return None
+
+
+#: The model artefact the SageMaker registry's model packages point at, under the models
+#: bucket: where the pipeline's promoted model is published (the batch transform reads it).
+MODEL_ARCHIVE_KEY = "registry/latest/model.tar.gz"
+
+
+def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
+    """The environment (name -> HCL expression) the registry code needs where ``cap``'s
+    runtimes run it (training and serving import it): MLflow's tracking URI (the govern
+    module's MLflow server), or the SageMaker model package group, the serving image and
+    the model archive. The other capabilities get none."""
+    registry = _registry(plan_by_cap)
+    if cap not in ("train", "serve") or registry is None:
+        return {}
+    if registry == "mlflow":
+        return {"MLFLOW_TRACKING_URI": "var.mlflow_tracking_uri"}
+    own_group = plan_by_cap.get("govern") != "govern:model-registry-config"
+    if cap == "train":
+        env = {
+            "MODEL_PACKAGE_GROUP": (
+                "aws_sagemaker_model_package_group.models.model_package_group_name"
+                if own_group
+                else "var.model_package_group"
+            ),
+            "MODEL_DATA_URL": f'"s3://${{aws_s3_bucket.models.id}}/{MODEL_ARCHIVE_KEY}"',
+        }
+        if "serve" in plan_by_cap:
+            env["MODEL_IMAGE"] = "var.model_image"
+        return env
+    env = {
+        "MODEL_PACKAGE_GROUP": "var.model_package_group",
+        "MODEL_IMAGE": '"${aws_ecr_repository.serve.repository_url}:${var.image_tag}"',
+    }
+    if "train" in plan_by_cap:
+        env["MODEL_DATA_URL"] = (
+            f'"s3://${{split(":::", var.model_bucket_arns[0])[1]}}/{MODEL_ARCHIVE_KEY}"'
+        )
+    return env
+
+
 def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str]]:
     """HCL expressions passed between a region's modules (capability -> argument -> expr)."""
     r = _region_id(region)
@@ -291,6 +342,21 @@ def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str
     if "observe" in out and serve == "serve:sagemaker-batch-transform":
         out["observe"]["capture_s3_uri"] = f"module.serve_{r}.capture_s3_uri"
         out["observe"]["capture_bucket_arns"] = f"module.serve_{r}.data_bucket_arns"
+    registry = _registry(plan_by_cap)
+    if registry == "mlflow":
+        for cap in ("train", "serve"):
+            if cap in out:
+                out[cap]["mlflow_tracking_uri"] = f"module.govern_{r}.mlflow_tracking_uri"
+    elif registry == "sagemaker":
+        # The group: the govern module's (model-registry-config), else the train module's.
+        if plan_by_cap.get("govern") == "govern:model-registry-config":
+            for cap in ("train", "serve"):
+                if cap in out:
+                    out[cap]["model_package_group"] = f"module.govern_{r}.model_package_group_name"
+        elif "serve" in out and "train" in out:
+            out["serve"]["model_package_group"] = f"module.train_{r}.model_package_group_name"
+        if "train" in out and "serve" in out:
+            out["train"]["model_image"] = f"module.serve_{r}.image_uri"
     if "govern" in out:
         out["govern"]["data_bucket_arns"] = buckets("ingest", "store", "feature")
         out["govern"]["data_bucket_names"] = names("ingest", "store", "feature")
@@ -340,6 +406,7 @@ def _modules(req: CodeGenRequest, regions: list[str], w: dict[str, float]) -> li
     """The template context of each capability's module, in the plan's order."""
     by_id = req.catalog.by_id() if req.catalog is not None else {}
     modules: list[dict[str, Any]] = []
+    plan_by_cap = {c.capability.value: c.pattern_id for c in req.plan.choices}
     for choice in req.plan.choices:
         cap, pid = choice.capability.value, choice.pattern_id
         template = pattern_template(pid)
@@ -357,6 +424,13 @@ def _modules(req: CodeGenRequest, regions: list[str], w: dict[str, float]) -> li
                 "bom": _bom_comment(req, pid, regions),
                 # Sizes per region (the BOM's quantities may differ by region).
                 "sizes": {r: _module_sizes(req, pid, r, w) for r in regions},
+                # What the model registry's code reads where this module runs it.
+                "registry_env": registry_env(plan_by_cap, cap),
+                # Whether this module creates the SageMaker model package group (a
+                # SageMaker training plan governed without model-registry-config).
+                "package_group": cap == "train"
+                and _registry(plan_by_cap) == "sagemaker"
+                and plan_by_cap.get("govern") != "govern:model-registry-config",
             }
         )
     return modules

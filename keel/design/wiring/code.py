@@ -115,6 +115,31 @@ def _env_reads(path: str, text: str) -> tuple[EnvRead, ...]:
     return tuple(reads)
 
 
+def demanded(path: str, text: str) -> dict[str, int]:
+    """The environment variable names the code demands: each name (``UPPER_CASE``, as a
+    whole word) in the message of a ``raise`` statement of ``text``, with its line. A
+    variable read with the default ``None`` is accepted (the code handles its absence)
+    unless the code raises naming it: ``raise RuntimeError("set MLFLOW_TRACKING_URI: the
+    store is not local")`` says its absence fails where it is deployed."""
+    return dict(_demanded(path, text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _demanded(path: str, text: str) -> tuple[tuple[str, int], ...]:
+    tree = _parsed(text)
+    if tree is None:
+        return ()
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Raise) or node.exc is None:
+            continue
+        for sub in ast.walk(node.exc):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                for name in re.findall(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b", sub.value):
+                    found.setdefault(name, node.lineno)
+    return tuple(sorted(found.items()))
+
+
 def module_file(files: Mapping[str, str], module: str, base: str = ".") -> str | None:
     """The repository file of a dotted module name under ``base`` (None: none)."""
     rel = module.replace(".", "/")

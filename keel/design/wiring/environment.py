@@ -5,9 +5,11 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 
 from keel.design.wiring.code import (
     EnvRead,
+    demanded,
     entry_modules,
     env_reads,
     import_closure,
@@ -67,11 +69,23 @@ def _compose_runtimes(files: Mapping[str, str]) -> list[tuple[str, str, list[str
 
 
 def _missing_env(repo: Repo, starts: list[str], provided: frozenset[str]) -> list[EnvRead]:
+    """The variables the code ``starts`` imports reads and the runtime does not set: those
+    whose default does not work deployed, and those read with ``None`` that the code
+    raises without (:func:`~keel.design.wiring.code.demanded`)."""
+    closure = import_closure(repo.files, starts)
+    needs: dict[str, str] = {}
+    for path in closure:
+        for name, line in demanded(path, repo.files[path]).items():
+            needs.setdefault(name, f"{path}:{line}")
     missing: dict[str, EnvRead] = {}
-    for path in import_closure(repo.files, starts):
+    for path in closure:
         for read in env_reads(path, repo.files[path]):
-            if read.accepted or read.name in provided:
+            if read.name in provided:
                 continue
+            if read.accepted:
+                if read.default != "None" or read.name not in needs:
+                    continue
+                read = replace(read, default=f"None, and {needs[read.name]} raises without it")
             missing.setdefault(read.name, read)
     return [missing[k] for k in sorted(missing)]
 

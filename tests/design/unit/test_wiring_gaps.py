@@ -92,3 +92,66 @@ def test_applying_a_saved_plan_needs_no_variables() -> None:
     assert "terraform apply tfplan" in files["README.md"]
     files = mutate(files, "README.md", "terraform plan -out=tfplan", "terraform plan -out tfplan")
     assert findings_of(files) == []
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+def test_a_none_default_the_code_raises_without_must_be_set() -> None:
+    """MLflow plans: settings read MLFLOW_TRACKING_URI with None, and the registry raises
+    "set MLFLOW_TRACKING_URI" on a remote store; the tasks did not set it."""
+    files = tree("rag")
+    assert "MLFLOW_TRACKING_URI = var.mlflow_tracking_uri" in files["infra/modules/serve/main.tf"]
+    assert findings_of(files) == []
+    broken = mutate(
+        files,
+        "infra/modules/serve/main.tf",
+        "    MLFLOW_TRACKING_URI = var.mlflow_tracking_uri\n",
+        "",
+    )
+    found = messages(only(findings_of(broken), "environment"))
+    assert (
+        "infra/modules/serve/main.tf: aws_lambda_function.api runs services/serve/handler.py "
+        "(services/serve/Dockerfile), which reads MLFLOW_TRACKING_URI "
+        "(services/common/settings.py:"
+    ) in found
+    assert "default None, and services/common/registry.py:" in found
+    assert "raises without it), and nothing sets it there" in found
+
+
+def test_a_none_default_nothing_demands_is_still_accepted() -> None:
+    """The same read where no raise names it (a plan without MLflow) needs nothing."""
+    files = tree("rag")
+    registry = files["services/common/registry.py"]
+    assert 'raise RuntimeError("set MLFLOW_TRACKING_URI: the store is not local")' in registry
+    files = mutate(
+        files,
+        "services/common/registry.py",
+        '"set MLFLOW_TRACKING_URI: the store is not local"',
+        '"the store is not local"',
+    )
+    files = mutate(
+        files,
+        "infra/modules/serve/main.tf",
+        "    MLFLOW_TRACKING_URI = var.mlflow_tracking_uri\n",
+        "",
+    )
+    assert findings_of(files) == []
+
+
+@pytest.mark.parametrize("name", ["streaming_features", "streaming_only_three_regions"])
+def test_the_sagemaker_registry_needs_its_group_image_and_archive(name: str) -> None:
+    """SageMaker plans: MODEL_PACKAGE_GROUP, MODEL_IMAGE and MODEL_DATA_URL (read with None;
+    the registry raises naming them) are set where training and serving run."""
+    files = tree(name)
+    assert findings_of(files) == []
+    train = files["infra/modules/train/main.tf"]
+    for var in ("MODEL_PACKAGE_GROUP", "MODEL_IMAGE", "MODEL_DATA_URL"):
+        line = next(ln for ln in train.split("\n") if ln.strip().startswith(var + " "))
+        broken = {**files, "infra/modules/train/main.tf": train.replace(line + "\n", "", 1)}
+        found = messages(only(findings_of(broken), "environment"))
+        assert (
+            f"infra/modules/train/main.tf: aws_sfn_state_machine.train runs "
+            f"services/train/__init__.py and services/train/__main__.py "
+            f"(services/train/Dockerfile), which reads {var} (services/common/registry.py:"
+        ) in found, found
