@@ -106,7 +106,8 @@ async def _collect(
 
     def started(workflow_id: str) -> None:
         if output.human:
-            note(f"Started {workflow_id}: {inp.task_count} tasks, source {inp.source}")
+            batches = f", in batches of {inp.batch}" if inp.batch else ""
+            note(f"Started {workflow_id}: {inp.task_count} tasks, source {inp.source}{batches}")
 
     try:
         return await collect_and_wait(
@@ -154,6 +155,17 @@ ExpertFeedbackOpt = Annotated[
         "--expert-feedback/--no-expert-feedback",
         help="Let feedback derived from the expert's file ('matches the goal', 'removed "
         "code the goal keeps') into the next prompt (off by default)",
+    ),
+]
+BatchOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        max=1000,
+        help="Episodes per srl.episodes activity; 0 (default): a child workflow per "
+        "episode. Faster at volume (no workflow start and two activities a step), but "
+        "an answer received and not yet recorded is asked again after a lost worker "
+        "(a child keeps it in its history)",
     ),
 ]
 WaitOpt = Annotated[bool, typer.Option("--wait/--no-wait", help="Wait, with progress")]
@@ -224,6 +236,7 @@ def collect(
     seed: SeedOpt = 0,
     step_mode: StepModeOpt = "expert_prefix",
     expert_feedback: ExpertFeedbackOpt = False,
+    batch: BatchOpt = 0,
     wait: WaitOpt = True,
     stay: StayOpt = False,
     json_out: JsonOpt = None,
@@ -253,6 +266,7 @@ def collect(
             seed=seed,
             step_mode=step_mode,
             expert_feedback=expert_feedback,
+            batch=batch,
         )
         done = asyncio.run(_collect(settings, inp, wait=wait, stay=stay))
         if done is None:

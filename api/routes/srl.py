@@ -56,7 +56,12 @@ MAX_API_TASKS = 1000
 class StartCollectionBody(CollectionOptions):
     """Start a collection over inline ``tasks`` or a task file already stored
     (``tasks_digest``); exactly one of them. The options are the workflow's own
-    (``CollectionOptions``), so a body the API accepts is a valid input."""
+    (``CollectionOptions``), so a body the API accepts is a valid input.
+
+    ``batch`` (0..1000, default 0) > 0 runs the episodes that many at a time in
+    ``srl.episodes`` activities instead of a child workflow each: faster at volume, but
+    an answer a worker received and had not yet recorded is asked again after that
+    worker is lost (a child keeps it in its history)."""
 
     collection: str = Field(pattern=ID_PATTERN, description="The collection id", examples=["demo"])
     tasks: list[SrlTask] | None = Field(None, min_length=1, max_length=MAX_API_TASKS)

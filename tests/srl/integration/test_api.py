@@ -9,8 +9,9 @@ import uuid
 from typing import Any
 
 import httpx
+from temporalio.client import Client
 
-from tests.srl.conftest import HAND_TASKS
+from tests.srl.conftest import HAND_TASKS, collection_events
 from tests.support.api import assert_error, auth
 
 
@@ -72,6 +73,23 @@ async def test_samples_then_a_run_naming_another_source_is_a_409(
     assert "source 'gold_replay'" in err["message"] and "source 'teacher'" in err["message"]
 
 
+async def test_a_collection_with_batch_runs_its_episodes_in_srl_episodes(
+    http: httpx.AsyncClient, client: Client
+) -> None:
+    """``batch`` in the body reaches the workflow: three tasks in batches of two are two
+    ``srl.episodes`` activities and no child workflow."""
+    collection = f"api-batch-{uuid.uuid4().hex[:8]}"
+    body = {"collection": collection, "tasks": HAND_TASKS[:3], "batch": 2}
+    resp = await http.post("/srl/collections", json=body, headers=auth("alice"))
+    assert resp.status_code == 202, resp.text
+    done = await _until_done(http, collection, "alice")
+    assert done["status"] == "completed", done
+    assert done["totals"]["verified_episodes"] == 3 and done["recorded"]["steps"] == 3
+    types, activities = await collection_events(client, collection)
+    assert activities == ["srl.window", "srl.episodes", "srl.episodes"], activities
+    assert "EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED" not in types
+
+
 async def test_refusals(http: httpx.AsyncClient) -> None:
     task = HAND_TASKS[0]
     both = {"collection": "x", "tasks": [task], "tasks_digest": "blake3:" + "0" * 64}
@@ -91,6 +109,18 @@ async def test_refusals(http: httpx.AsyncClient) -> None:
         "validation_failed",
     )
     assert "repeats" in err["message"]
+    for batch, says in ((-1, "greater than or equal to 0"), (1001, "less than or equal")):
+        err = assert_error(
+            await http.post(
+                "/srl/collections",
+                json={"collection": "x", "tasks": [task], "batch": batch},
+                headers=auth("alice"),
+            ),
+            422,
+            "validation_failed",
+        )
+        [problem] = err["details"]
+        assert problem["loc"] == ["body", "batch"] and says in problem["msg"], err
     bad_lang = {"collection": "x", "tasks": [{**task, "language": "cobol"}]}
     assert_error(
         await http.post("/srl/collections", json=bad_lang, headers=auth("alice")),

@@ -4,6 +4,7 @@ JSON because stdout is a pipe."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,8 +15,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from temporalio.client import Client
 
-from tests.srl.conftest import EXAMPLE_TASKS, HAND_TASKS
+from tests.srl.conftest import EXAMPLE_TASKS, HAND_TASKS, collection_events
 
 REPO = Path(__file__).resolve().parents[3]
 SRL = [sys.executable, "-m", "cli.srl"]
@@ -101,6 +103,12 @@ def test_errors_are_the_envelope_with_srl_exit_codes(env: dict[str, str], tmp_pa
     assert usage.returncode == 2 and "--source must be" in usage.stderr
     mode = srl(["collect", str(bad), "--collection", "c", "--step-mode", "expert"], env)
     assert mode.returncode == 2 and "--step-mode must be" in mode.stderr
+    for batch, says in (("-1", "greater than or equal to 0"), ("1001", "less than or equal")):
+        over = srl(["collect", str(bad), "--collection", "c", "--batch", batch], env)
+        assert over.returncode == 2, over.stderr
+        err = doc(over)["error"]
+        assert err["type"] == "usage"
+        assert "'--batch'" in err["message"] and says in err["message"], err
 
 
 def test_collect_again_reuses_its_steps_and_refuses_another_source(
@@ -123,3 +131,19 @@ def test_collect_again_reuses_its_steps_and_refuses_another_source(
     assert err["type"] == "invalid_input"
     assert "source 'gold_replay', model ''" in err["message"]
     assert "source 'teacher', model 'local'" in err["message"]
+
+
+async def test_collect_with_batch_runs_its_episodes_in_srl_episodes(
+    env: dict[str, str], client: Client
+) -> None:
+    """``--batch 2`` over three tasks: two ``srl.episodes`` activities (2 + 1 episodes), no
+    child ``SRLEpisode`` workflow, every step verified and recorded."""
+    collection = f"cli-batch-{uuid.uuid4().hex[:8]}"
+    args = ["collect", str(EXAMPLE_TASKS), "-c", collection, "--limit", "3", "--batch", "2"]
+    proc = await asyncio.to_thread(srl, args, env)
+    assert proc.returncode == 0, proc.stderr
+    t = doc(proc)["totals"]
+    assert (t["episodes"], t["steps"], t["verified_steps"], t["failed_episodes"]) == (3, 3, 3, 0)
+    types, activities = await collection_events(client, collection)
+    assert activities == ["srl.window", "srl.episodes", "srl.episodes"], activities
+    assert "EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED" not in types
