@@ -35,6 +35,10 @@ The rules (:data:`RULES`):
     pydantic ``BaseSettings``) is set by that runtime (task definition environment,
     Lambda environment, SageMaker ``Environment``, a compose file, the image's ``ENV``)
     unless its default works deployed: see :func:`default_works_deployed`.
+``permissions``
+    every AWS call of :data:`~keel.design.wiring.permissions.AWS_CALLS` (Bedrock's
+    Converse and InvokeModel) that the code a Lambda function or task starts makes is an
+    action a policy of its module grants the runtime's role.
 ``alarms``
     every CloudWatch alarm watches a metric something emits: an AWS namespace of a
     resource type the Terraform creates, a log metric filter on a log group some runtime
@@ -71,6 +75,7 @@ from keel.design.wiring.jobs import check_jobs
 from keel.design.wiring.kafka import check_kafka
 from keel.design.wiring.lambdas import check_lambdas
 from keel.design.wiring.model import AWS_NAMESPACES, RULES, RUNTIME_PROVIDED, Finding
+from keel.design.wiring.permissions import AWS_CALLS, check_permissions
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.variables import check_variables
 
@@ -83,6 +88,7 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
         *check_lambdas(repo),
         *check_images(repo),
         *check_environment(repo),
+        *check_permissions(repo),
         *check_alarms(repo),
         *check_jobs(repo),
         *check_account(repo),
@@ -93,6 +99,7 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
 
 __all__ = [
     "ACCOUNT_SINGLETONS",
+    "AWS_CALLS",
     "AWS_NAMESPACES",
     "RULES",
     "RUNTIME_PROVIDED",

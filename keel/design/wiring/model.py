@@ -6,7 +6,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-RULES = ("variables", "lambda", "images", "environment", "alarms", "jobs", "account", "kafka")
+RULES = (
+    "variables",
+    "lambda",
+    "images",
+    "environment",
+    "permissions",
+    "alarms",
+    "jobs",
+    "account",
+    "kafka",
+)
 
 #: Set by the runtime itself, so code may read them without anything in the Terraform
 #: setting them: Lambda and ECS on Fargate put the region in both names. SageMaker jobs

@@ -155,3 +155,50 @@ def test_the_sagemaker_registry_needs_its_group_image_and_archive(name: str) -> 
             f"services/train/__init__.py and services/train/__main__.py "
             f"(services/train/Dockerfile), which reads {var} (services/common/registry.py:"
         ) in found, found
+
+
+# ---------------------------------------------------------------------------- permissions
+
+
+@pytest.mark.parametrize("name", ["rag", "online_rag_three_regions"])
+def test_a_call_the_role_may_not_make_fails(name: str) -> None:
+    """The RAG function calls Bedrock's Converse; its role had no bedrock:InvokeModel."""
+    files = tree(name)
+    serve = files["infra/modules/serve/main.tf"]
+    assert 'resource "aws_iam_role_policy" "api_model"' in serve
+    assert findings_of(files) == []
+    broken = mutate(
+        files,
+        "infra/modules/serve/main.tf",
+        '["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]',
+        '["bedrock:InvokeModelWithResponseStream"]',
+    )
+    (finding,) = only(findings_of(broken), "permissions")
+    assert finding.file == "infra/modules/serve/main.tf"
+    assert finding.message.startswith(
+        "aws_lambda_function.api calls bedrock:InvokeModel (services/serve/handler.py:"
+    )
+    assert finding.message.endswith(
+        "which its role (aws_iam_role.api) is not allowed: no policy of the module grants it"
+    )
+    # A wildcard grants it; a policy of the module attached to the role does too.
+    wild = mutate(files, "infra/modules/serve/main.tf", '"bedrock:InvokeModel", ', '"bedrock:*", ')
+    assert findings_of(wild) == []
+    start = serve.index('resource "aws_iam_role_policy" "api_model"')
+    attached = (
+        serve[:start]
+        + serve[start:]
+        .replace('"aws_iam_role_policy" "api_model"', '"aws_iam_policy" "model"', 1)
+        .replace("  role = aws_iam_role.api.id\n", "", 1)
+        + '\nresource "aws_iam_role_policy_attachment" "model" {\n'
+        "  role       = aws_iam_role.api.name\n  policy_arn = aws_iam_policy.model.arn\n}\n"
+    )
+    assert findings_of({**files, "infra/modules/serve/main.tf": attached}) == []
+
+
+def test_a_runtime_whose_code_makes_no_checked_call_needs_nothing() -> None:
+    """hipaa_one_region's serving function answers without Bedrock: no policy needed."""
+    files = tree("hipaa_one_region")
+    assert "converse" not in files["services/serve/handler.py"]
+    assert "bedrock" not in files["infra/modules/serve/main.tf"]
+    assert findings_of(files) == []

@@ -1,0 +1,146 @@
+"""Rule ``permissions``: every AWS call the code a runtime starts makes is allowed by the
+runtime's role.
+
+Only the calls of :data:`AWS_CALLS` are checked (a call whose action a generated role
+missed: Bedrock's Converse from the RAG function). The role is the Lambda function's
+``role`` or the task definition's ``task_role_arn``; what it may do is the ``Action`` of
+the policies the module attaches to it (``aws_iam_role_policy``, ``inline_policy``, an
+``aws_iam_policy`` of the module attached by ``aws_iam_role_policy_attachment``), with
+``*`` wildcards. A policy from outside the module (a variable, an AWS managed policy) is
+not read: an action only it grants is reported.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import functools
+import re
+
+from keel.design.wiring.code import _parsed, import_closure, module_file
+from keel.design.wiring.images import Runtime, _image_code, runtimes
+from keel.design.wiring.lambdas import Package, _archives
+from keel.design.wiring.model import Block, Finding, TfModule
+from keel.design.wiring.repo import Repo
+from keel.design.wiring.terraform import _all_text
+
+#: (boto3 service, method) -> the IAM action the call needs.
+AWS_CALLS: dict[tuple[str, str], str] = {
+    ("bedrock-runtime", "converse"): "bedrock:InvokeModel",
+    ("bedrock-runtime", "invoke_model"): "bedrock:InvokeModel",
+    ("bedrock-runtime", "converse_stream"): "bedrock:InvokeModelWithResponseStream",
+    ("bedrock-runtime", "invoke_model_with_response_stream"): (
+        "bedrock:InvokeModelWithResponseStream"
+    ),
+}
+
+_ACTION = re.compile(r'"([a-z0-9-]+:[A-Za-z0-9*?]+)"|^([a-z0-9-]+:[A-Za-z0-9*?]+)$')
+_ROLE_REF = re.compile(r"aws_iam_role\.(\w+)\.")
+_POLICY_REF = re.compile(r"aws_iam_policy\.(\w+)\.")
+
+
+@functools.lru_cache(maxsize=1024)
+def _calls(path: str, text: str) -> tuple[tuple[str, int], ...]:
+    """The actions of :data:`AWS_CALLS` a file needs: a ``boto3.client("<service>")`` (or
+    ``session.client``) in the file and a call of one of that service's methods, with the
+    call's line."""
+    tree = _parsed(text)
+    if tree is None:
+        return ()
+    services: set[str] = set()
+    methods: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        if node.func.attr == "client" and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                services.add(first.value)
+        else:
+            methods.append((node.func.attr, node.lineno))
+    out = {
+        (AWS_CALLS[(s, m)], line) for m, line in methods for s in services if (s, m) in AWS_CALLS
+    }
+    return tuple(sorted(out))
+
+
+def _role(mod: TfModule, rt: Runtime) -> Block | None:
+    key = "role" if rt.kind == "lambda" else "task_role_arn"
+    m = _ROLE_REF.search(_all_text(rt.block.body.get(key, "")))
+    return mod.resource("aws_iam_role", m.group(1)) if m else None
+
+
+def _actions(text: str) -> set[str]:
+    found: set[str] = set()
+    for m in _ACTION.finditer(text):
+        found.add(m.group(1) or m.group(2))
+    return found
+
+
+def _granted(mod: TfModule, role: Block) -> set[str]:
+    """The actions the module's policies give ``role``."""
+    text = [_all_text(role.body.get("inline_policy", ""))]
+    for block in mod.resources:
+        target = _ROLE_REF.search(_all_text(block.body.get("role", "")))
+        if target is None or target.group(1) != role.name:
+            continue
+        if block.kind == "aws_iam_role_policy":
+            text.append(_all_text(block.body.get("policy", "")))
+        elif block.kind == "aws_iam_role_policy_attachment":
+            ref = _POLICY_REF.search(_all_text(block.body.get("policy_arn", "")))
+            policy = mod.resource("aws_iam_policy", ref.group(1)) if ref else None
+            if policy is not None:
+                text.append(_all_text(policy.body.get("policy", "")))
+    actions: set[str] = set()
+    for t in text:
+        for line in t.splitlines():
+            actions |= _actions(line.strip())
+    return actions
+
+
+def _starts(repo: Repo, rt: Runtime) -> list[str]:
+    """The repository files ``rt`` starts (its handler's module, or its images' entry points)."""
+    if rt.handler:
+        module = rt.handler.rsplit(".", 1)[0]
+        starts = []
+        for pkg in _archives(
+            repo, rt.module, {k: rt.block.body.get(k) for k in ("filename", "s3_key")}
+        ) or [Package(".", (), "")]:
+            path = module_file(repo.files, module, pkg.root) if pkg.root else None
+            if path is not None:
+                starts.append(path)
+        return starts
+    out: list[str] = []
+    for image in rt.images:
+        code = _image_code(repo, rt, image)
+        if code is not None:
+            out += code[0]
+    return out
+
+
+def check_permissions(repo: Repo) -> list[Finding]:
+    out: list[Finding] = []
+    for rt in runtimes(repo):
+        if rt.kind not in ("lambda", "ecs"):
+            continue
+        needed: dict[str, str] = {}
+        for path in import_closure(repo.files, _starts(repo, rt)):
+            for action, line in _calls(path, repo.files[path]):
+                needed.setdefault(action, f"{path}:{line}")
+        if not needed:
+            continue
+        role = _role(rt.module, rt)
+        granted = _granted(rt.module, role) if role is not None else set()
+        role_name = f"aws_iam_role.{role.name}" if role is not None else "no role of the module"
+        for action in sorted(needed):
+            if any(fnmatch.fnmatchcase(action, g) for g in granted):
+                continue
+            out.append(
+                Finding(
+                    "permissions",
+                    rt.block.file,
+                    f"{rt.where} calls {action} ({needed[action]}), which its role "
+                    f"({role_name}) is not allowed: no policy of the module grants it",
+                )
+            )
+    return out
