@@ -185,8 +185,52 @@ def _tag_matches(ci_tag: str, root_var: str) -> bool:
     return name.lower() == root_var.lower() or name == f"TF_VAR_{root_var}"
 
 
+def _pushed_findings(repo: Repo, run: set[str]) -> list[Finding]:
+    """Each repository CI pushes to (in ECR) is an ``aws_ecr_repository`` of the Terraform
+    (as each module instance names it), and a runtime of the Terraform runs it: a push to
+    a repository nothing creates fails, and an image nothing runs is not deployed."""
+    declared: set[str] = set()
+    for inst in repo.instances:
+        for block in inst.module.of_kind("aws_ecr_repository"):
+            name = _resolve(block.body.get("name", ""), inst.args)
+            if isinstance(name, str) and "${" not in name:
+                declared.add(name)
+    out: list[Finding] = []
+    for push in repo.pushed:
+        if not (push.registry == "<ecr>" or ".dkr.ecr." in push.registry):
+            continue  # reported where a runtime runs it (not to ECR)
+        built = f" ({push.dockerfile})" if push.dockerfile else ""
+        if push.repository not in declared:
+            shown = ", ".join(sorted(declared)) or "none"
+            out.append(
+                Finding(
+                    "images",
+                    push.file,
+                    f"CI pushes {push.repository}{built}, which no aws_ecr_repository of "
+                    f"the Terraform declares (it declares: {shown})",
+                )
+            )
+        elif push.repository not in run:
+            out.append(
+                Finding(
+                    "images",
+                    push.file,
+                    f"CI pushes {push.repository}{built}, but no task definition, Lambda "
+                    "function or SageMaker job or model of the Terraform runs it",
+                )
+            )
+    return out
+
+
 def check_images(repo: Repo) -> list[Finding]:
     out: list[Finding] = []
+    run: set[str] = set()
+    for rt in runtimes(repo):
+        for image in rt.images:
+            resolved = _resolve_image(repo, rt.module, image)
+            if not isinstance(resolved, str):
+                run |= {img.repository for img in resolved}
+    out += _pushed_findings(repo, run)
     for rt in runtimes(repo):
         for image in rt.images:
             resolved = _resolve_image(repo, rt.module, image)

@@ -292,10 +292,18 @@ def test_an_image_pushed_elsewhere_or_not_from_ecr_fails() -> None:
         tree(STREAM), "infra/modules/train/main.tf",
         '"${aws_ecr_repository.train.repository_url}:${var.image_tag}"', '"python:3.11"',
     )  # fmt: skip
-    (finding,) = only(findings_of(files), "images")
+    finding, pushed = sorted(
+        only(findings_of(files), "images"), key=lambda f: f.file != "infra/modules/train/main.tf"
+    )
     assert finding.message == (
         "aws_ecs_task_definition.train: image python:3.11 is not from an ECR repository "
         "the Terraform declares"
+    )
+    # ... and the train image CI pushes is run by nothing now.
+    assert pushed.file == ".github/workflows/ci.yml"
+    assert pushed.message.endswith(
+        "/train (services/train/Dockerfile), but no task definition, Lambda function or "
+        "SageMaker job or model of the Terraform runs it"
     )
 
 

@@ -202,3 +202,52 @@ def test_a_runtime_whose_code_makes_no_checked_call_needs_nothing() -> None:
     assert "converse" not in files["services/serve/handler.py"]
     assert "bedrock" not in files["infra/modules/serve/main.tf"]
     assert findings_of(files) == []
+
+
+# --------------------------------------------------------------------------------- images
+
+MSK = "streaming_features"
+
+
+def test_a_push_to_a_repository_nothing_declares_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MSK ingest image put in ECR_IMAGES (CI then pushes it) without a repository or
+    a runtime in the Terraform: the push fails, and nothing would run it."""
+    from activities.design import app
+
+    assert "ingest:msk-kafka" not in app.ECR_IMAGES
+    assert "services/ingest/Dockerfile" in tree(MSK)  # built by CI's build job only
+    monkeypatch.setitem(app.ECR_IMAGES, "ingest:msk-kafka", "ingest")
+    files = render_request(request_for(MSK))
+    found = only(findings_of(files), "images")
+    assert [f.file for f in found] == [".github/workflows/ci.yml"]
+    assert found[0].message.startswith("CI pushes ")
+    assert "/ingest (services/ingest/Dockerfile), which no aws_ecr_repository of the " in (
+        found[0].message
+    )
+    # The repository declared, still nothing runs it.
+    ingest = files["infra/modules/ingest/main.tf"]
+    files["infra/modules/ingest/main.tf"] = (
+        ingest + '\nresource "aws_ecr_repository" "ingest" {\n'
+        '  name = "${var.name_prefix}/ingest"\n}\n'
+    )
+    (finding,) = only(findings_of(files), "images")
+    assert finding.message.endswith(
+        "/ingest (services/ingest/Dockerfile), but no task definition, Lambda function or "
+        "SageMaker job or model of the Terraform runs it"
+    )
+
+
+def test_every_pushed_image_is_declared_and_run() -> None:
+    """What CI pushes in the generated trees is exactly what the Terraform runs."""
+    files = tree(MSK)
+    assert findings_of(files) == []
+    gone = mutate(
+        files,
+        "infra/modules/transform/main.tf",
+        '"${var.name_prefix}/transform"',
+        '"${var.name_prefix}/transform-old"',
+    )
+    text = messages(findings_of(gone))
+    assert "/transform (services/transform/Dockerfile), which no aws_ecr_repository" in text
+    # ... and the function's image is one no CI pushes (the rule's older half).
+    assert "which no CI workflow pushes to" in text
