@@ -103,6 +103,13 @@ def test_a_none_default_the_code_raises_without_must_be_set() -> None:
     files = tree("rag")
     assert "MLFLOW_TRACKING_URI = var.mlflow_tracking_uri" in files["infra/modules/serve/main.tf"]
     assert findings_of(files) == []
+    # ... and the function and the training task may reach the server (port 5000 in the VPC).
+    for cap in ("serve", "train"):
+        assert (
+            '"The MLflow tracking server (MLFLOW_TRACKING_URI) inside the VPC"\n'
+            "    from_port   = 5000"
+        ) in files[f"infra/modules/{cap}/main.tf"]
+    assert "from_port   = 5000" not in tree(BATCH)["infra/modules/train/main.tf"]
     broken = mutate(
         files,
         "infra/modules/serve/main.tf",
