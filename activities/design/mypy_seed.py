@@ -75,7 +75,9 @@ import pathlib
 import pickle
 import random
 import re
+import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tarfile
