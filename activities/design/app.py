@@ -38,7 +38,6 @@ from keel.design.constraints import (
     WorkloadType,
     data_spec,
 )
-from keel.design.patterns import Deployment
 
 if TYPE_CHECKING:
     from keel.design.codegen import CodeGenRequest
@@ -328,7 +327,6 @@ ECR_IMAGES: dict[str, str] = {
 def _pushes(slug: str, regions: list[str], patterns: dict[str, str]) -> list[dict[str, str]]:
     """One CI push per image the Terraform runs and region: the Dockerfile and the ECR
     repository (``<name prefix>/<image>``, as the module declares it)."""
-    images = sorted({ECR_IMAGES[p] for p in patterns.values() if p in ECR_IMAGES})
     return [
         {
             "service": image,
@@ -337,28 +335,19 @@ def _pushes(slug: str, regions: list[str], patterns: dict[str, str]) -> list[dic
             "repository": f"{name_prefix(slug, region)}/{image}",
         }
         for region in regions
-        for image in images
+        for image in _images(patterns)
     ]
 
 
-def _images(req: CodeGenRequest, patterns: dict[str, str]) -> list[str]:
-    """Services that ship as container images: serving always (ECS task, Lambda image or
-    SageMaker container), training always (ECS task or SageMaker training container),
-    ingest when its pattern runs containers (the Kafka consumer), the MLflow server when
-    the plan governs with it."""
-    images = ["serve", "train"] if "train" in patterns else ["serve"]
-    if patterns.get("govern") == "govern:mlflow-registry":
-        images.append("mlflow")
-    if patterns.get("transform") == "transform:kinesis-lambda":
-        images.append("transform")  # the stream's Lambda function, as a container image
-    ingest = patterns.get("ingest")
-    if ingest is not None and req.catalog is not None:
-        pattern = req.catalog.by_id().get(ingest)
-        if pattern is not None and pattern.deployment == Deployment.CONTAINERS:
-            images.append("ingest")
-    elif ingest == "ingest:msk-kafka":
-        images.append("ingest")
-    return sorted(images)
+def _images(patterns: dict[str, str]) -> list[str]:
+    """The services CI builds as container images: exactly those the Terraform runs from
+    an ECR repository (:data:`ECR_IMAGES`), the ones the ``push`` job pushes. The ``images``
+    job builds them on every change, so a pull request sees a broken Dockerfile before
+    ``main`` pushes it. Nothing else is built: MSK's ingest (``ingest:msk-kafka``) runs no
+    container (its consumer is the ``transform`` Lambda function), so it gets no image.
+    An image wanted only to be tested would be built and then run by CI (``docker run``)
+    in the same job, which the wiring's ``images`` rule accepts."""
+    return sorted({ECR_IMAGES[p] for p in patterns.values() if p in ECR_IMAGES})
 
 
 def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
@@ -626,7 +615,7 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     present = [c for c in _PIPELINE_ORDER if c in patterns]
     ctx["steps"] = present or ["ingest"]
     ctx["serve_doc"] = _serve_doc(ctx)
-    ctx["images"] = _images(req, patterns)
+    ctx["images"] = _images(patterns)
     ctx["pushes"] = _pushes(ctx["slug"], ctx["regions"], patterns)
     ctx["glue_jobs"] = [
         {"job": job, "pattern": pid} for pid, job in GLUE_JOBS.items() if pid in patterns.values()
