@@ -120,14 +120,30 @@ def _callee(func):
     return None
 
 
+_CALLS = {}
+
+
+def _call_nodes(source):
+    # Every call of the text with its callee, in ast.walk order, found once: the host
+    # evaluates a calls check per template on the same text (a walk of a large module
+    # each time was most of synthesising a task).
+    found = _CALLS.get(source)
+    if found is None:
+        if len(_CALLS) >= 4:
+            _CALLS.clear()
+        found = _CALLS[source] = [
+            (_callee(node.func), node)
+            for node in ast.walk(_parse(source))
+            if isinstance(node, ast.Call)
+        ]
+    return found
+
+
 def calls(source, names, none_default=False):
     """The calls whose callee is one of names (or ends in .name), by their arguments
     (sorted texts; with none_default, a second positional argument None is dropped)."""
     found = {}
-    for node in ast.walk(_parse(source)):
-        if not isinstance(node, ast.Call):
-            continue
-        callee = _callee(node.func)
+    for callee, node in _call_nodes(source):
         if callee is None or not any(callee == n or callee.endswith("." + n) for n in names):
             continue
         args = list(node.args)
