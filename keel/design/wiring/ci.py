@@ -26,6 +26,31 @@ def _workflows(files: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _step_lines(text: str) -> dict[tuple[str, int], int]:
+    """The 1-based line of each step of each job, ``(job, step index) -> line`` (PyYAML's
+    plain load keeps no positions; the composed node tree does)."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    if not isinstance(root, yaml.MappingNode):
+        return out
+    for key, jobs in root.value:
+        if key.value != "jobs" or not isinstance(jobs, yaml.MappingNode):
+            continue
+        for job_key, job in jobs.value:
+            if not isinstance(job, yaml.MappingNode):
+                continue
+            for field_key, steps in job.value:
+                if field_key.value == "steps" and isinstance(steps, yaml.SequenceNode):
+                    for i, step in enumerate(steps.value):
+                        out[(str(job_key.value), i)] = step.start_mark.line + 1
+    return out
+
+
 def _env_names(*envs: Any) -> list[str]:
     names: list[str] = []
     for env in envs:
@@ -82,6 +107,39 @@ class CiImage:
     dockerfile: str | None
 
 
+@dataclass(frozen=True)
+class CiBuild:
+    """An image a CI step builds (once per row of the job's matrix): where the step is,
+    the Dockerfile, and whether the same job row pushes it or runs it (``docker run``)."""
+
+    file: str
+    line: int  # the step's line in the workflow (0: unknown)
+    job: str
+    step: str  # the step's name, or what it uses/runs
+    dockerfile: str | None
+    pushed: bool
+    run: bool
+
+
+@dataclass
+class _Build:
+    """A build while its job row is walked: its tags grow with ``docker tag``."""
+
+    file: str
+    line: int
+    job: str
+    step: str
+    dockerfile: str | None
+    tags: set[str]
+    pushed: bool = False
+    run: bool = False
+
+    def done(self) -> CiBuild:
+        return CiBuild(
+            self.file, self.line, self.job, self.step, self.dockerfile, self.pushed, self.run
+        )
+
+
 def _docker_builds(argv: list[str], cwd: str) -> tuple[list[str], str | None]:
     tags: list[str] = []
     dockerfile = None
@@ -134,37 +192,61 @@ def _is_docker_build(argv: list[str]) -> bool:
 
 
 @dataclass
+class _Step:
+    """The step being walked: its workflow, job, line and the builds of its job row."""
+
+    file: str
+    job: str
+    line: int
+    name: str
+    builds: list[_Build]
+
+
+def _step_name(step: Mapping[str, Any]) -> str:
+    if step.get("name"):
+        return str(step["name"])
+    if step.get("uses"):
+        return str(step["uses"])
+    return str(step.get("run", "")).strip().splitlines()[0] if step.get("run") else "a step"
+
+
+@dataclass
 class _CiScan:
     """What ``ci_images`` collects while it walks the workflows."""
 
     pushed: list[CiImage] = field(default_factory=list)
     commands: list[TfCommand] = field(default_factory=list)
     runs: set[str] = field(default_factory=set)
+    builds: list[CiBuild] = field(default_factory=list)
 
     def build_push_action(
-        self, path: str, step: Mapping[str, Any], row: Mapping[str, str], ecr_steps: set[str]
+        self, at: _Step, step: Mapping[str, Any], row: Mapping[str, str], ecr_steps: set[str]
     ) -> None:
-        """Record the images a ``docker/build-push-action`` step pushes."""
+        """Record the image a ``docker/build-push-action`` step builds, and what it pushes."""
         with_ = step.get("with")
         if not isinstance(with_, dict):
             with_ = {}
-        tags = _substitute(str(with_.get("tags", "")), row, ecr_steps)
+        text = _substitute(str(with_.get("tags", "")), row, ecr_steps)
+        tags = [t for t in re.split(r"[,\s]+", text) if t]
         dockerfile = _join(".", str(with_.get("file", "Dockerfile")))
-        for tag in re.split(r"[,\s]+", tags):
-            if tag and str(with_.get("push", "")).lower() == "true":
-                reg, repo, t = _split_ref(tag)
-                self.pushed.append(CiImage(path, reg, repo, t, dockerfile))
+        push = str(with_.get("push", "")).lower() == "true"
+        at.builds.append(_Build(at.file, at.line, at.job, at.name, dockerfile, set(tags), push))
+        for tag in tags if push else []:
+            reg, repo, t = _split_ref(tag)
+            self.pushed.append(CiImage(at.file, reg, repo, t, dockerfile))
 
     def shell_command(
         self,
-        path: str,
+        at: _Step,
         cdir: str,
         argv: list[str],
         tf_env: tuple[str, ...],
         built: dict[str, str | None],
     ) -> None:
         """Record one shell command of a ``run`` step: a terraform command, or a docker
-        build/tag/push (``built`` maps each tag built so far in this job row to its Dockerfile)."""
+        build/tag/push/run (``built`` maps each tag built so far in this job row to its
+        Dockerfile)."""
+        path = at.file
         cmd = terraform_command(path, cdir, argv, tf_env)
         if cmd is not None:
             self.commands.append(cmd)
@@ -172,31 +254,52 @@ class _CiScan:
             built_tags, built_file = _docker_builds(argv, cdir)
             for tag in built_tags:
                 built[tag] = built_file
-            if "--push" in argv:
+            push = "--push" in argv
+            build = _Build(path, at.line, at.job, at.name, built_file, set(built_tags), push)
+            at.builds.append(build)
+            if push:
                 for tag in built_tags:
                     self.pushed.append(CiImage(path, *_split_ref(tag), built_file))
         elif argv[:2] == ["docker", "tag"] and len(argv) >= 4:
             built[argv[3]] = built.get(argv[2])
+            for build in at.builds:
+                if argv[2] in build.tags:
+                    build.tags.add(argv[3])
         elif argv[:2] == ["docker", "push"] and len(argv) >= 3:
             ref = argv[-1]
             self.pushed.append(CiImage(path, *_split_ref(ref), built.get(ref)))
+            for build in at.builds:
+                build.pushed = build.pushed or ref in build.tags
+        elif argv[:2] == ["docker", "run"]:
+            for build in at.builds:
+                build.run = build.run or any(tok in build.tags for tok in argv[2:])
 
-    def job(self, path: str, doc: Mapping[str, Any], job: Mapping[str, Any]) -> None:
+    def job(
+        self,
+        path: str,
+        doc: Mapping[str, Any],
+        name: str,
+        job: Mapping[str, Any],
+        lines: Mapping[tuple[str, int], int],
+    ) -> None:
         """Walk every step of one job, once per row of its matrix."""
-        steps = [s for s in job.get("steps") or [] if isinstance(s, dict)]
+        raw = job.get("steps") or []
+        steps = [(i, s) for i, s in enumerate(raw) if isinstance(s, dict)]
         ecr_steps = {
             str(s.get("id"))
-            for s in steps
+            for _, s in steps
             if str(s.get("uses", "")).startswith("aws-actions/amazon-ecr-login")
         }
         job_dir = _job_dir(job)
         for row in _matrix_rows(job):
             built: dict[str, str | None] = {}
-            for step in steps:
+            builds: list[_Build] = []
+            for index, step in steps:
+                at = _Step(path, name, lines.get((name, index), 0), _step_name(step), builds)
                 env = _env_names(doc.get("env"), job.get("env"), step.get("env"))
                 uses = str(step.get("uses", ""))
                 if uses.startswith("docker/build-push-action"):
-                    self.build_push_action(path, step, row, ecr_steps)
+                    self.build_push_action(at, step, row, ecr_steps)
                     continue
                 run = step.get("run")
                 if not isinstance(run, str):
@@ -205,18 +308,22 @@ class _CiScan:
                 self.runs.add(text)
                 cwd = _join(".", str(step.get("working-directory", job_dir)))
                 for cdir, argv, tf_env in shell_commands(text, cwd, env)[0]:
-                    self.shell_command(path, cdir, argv, tf_env, built)
+                    self.shell_command(at, cdir, argv, tf_env, built)
+            self.builds += [b.done() for b in builds]
 
 
-def ci_images(files: Mapping[str, str]) -> tuple[list[CiImage], list[TfCommand], set[str]]:
-    """Images the CI workflows push, the terraform commands they run, and every text
-    their ``run`` steps hold (for uploads)."""
+def ci_images(
+    files: Mapping[str, str],
+) -> tuple[list[CiImage], list[TfCommand], set[str], list[CiBuild]]:
+    """Images the CI workflows push, the terraform commands they run, every text their
+    ``run`` steps hold (for uploads), and every image they build."""
     scan = _CiScan()
     for path, doc in _workflows(files).items():
         jobs = doc.get("jobs")
         if not isinstance(jobs, dict):
             continue
-        for job in jobs.values():
+        lines = _step_lines(files[path])
+        for name, job in jobs.items():
             if isinstance(job, dict):
-                scan.job(path, doc, job)
-    return scan.pushed, scan.commands, scan.runs
+                scan.job(path, doc, str(name), job, lines)
+    return scan.pushed, scan.commands, scan.runs, scan.builds

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import posixpath
 import shlex
 from collections.abc import Mapping
 from dataclasses import replace
@@ -16,55 +15,27 @@ from keel.design.wiring.code import (
     module_file,
     parse_dockerfile,
 )
-from keel.design.wiring.images import _image_code, runtimes
+from keel.design.wiring.images import _image_code, compose_builds, runtimes
 from keel.design.wiring.lambdas import Package, _archives
 from keel.design.wiring.model import RUNTIME_PROVIDED, Finding
 from keel.design.wiring.repo import Repo
-from keel.design.wiring.terraform import _dirname, _join
 
 
 def _compose_runtimes(files: Mapping[str, str]) -> list[tuple[str, str, list[str], frozenset[str]]]:
     """(compose file, service, files it starts, variables it sets)."""
-    import yaml
-
     out = []
-    for path in sorted(files):
-        if posixpath.basename(path) not in (
-            "docker-compose.yml",
-            "docker-compose.yaml",
-            "compose.yml",
-            "compose.yaml",
-        ):
-            continue
-        try:
-            doc = yaml.safe_load(files[path])
-        except yaml.YAMLError:
-            continue
-        services = doc.get("services") if isinstance(doc, dict) else None
-        if not isinstance(services, dict):
-            continue
-        for name, svc in services.items():
-            if not isinstance(svc, dict) or "build" not in svc:
-                continue
-            build = svc["build"]
-            context = _join(
-                _dirname(path), build if isinstance(build, str) else build.get("context", ".")
-            )
-            dockerfile = _join(
-                context,
-                build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile",
-            )
-            parsed = parse_dockerfile(files.get(dockerfile, ""))
-            env = svc.get("environment") or {}
-            names = set(env) if isinstance(env, dict) else {str(e).split("=", 1)[0] for e in env}
-            command = svc.get("command")
-            cmd = (
-                tuple(command)
-                if isinstance(command, list)
-                else (tuple(shlex.split(command)) if isinstance(command, str) else parsed.cmd)
-            )
-            starts = entry_modules(files, parsed.entrypoint + cmd, parsed.lambda_base)
-            out.append((path, str(name), starts, frozenset(names | parsed.env)))
+    for path, name, svc, dockerfile in compose_builds(files):
+        parsed = parse_dockerfile(files.get(dockerfile, ""))
+        env = svc.get("environment") or {}
+        names = set(env) if isinstance(env, dict) else {str(e).split("=", 1)[0] for e in env}
+        command = svc.get("command")
+        cmd = (
+            tuple(command)
+            if isinstance(command, list)
+            else (tuple(shlex.split(command)) if isinstance(command, str) else parsed.cmd)
+        )
+        starts = entry_modules(files, parsed.entrypoint + cmd, parsed.lambda_base)
+        out.append((path, name, starts, frozenset(names | parsed.env)))
     return out
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,14 @@ from keel.design.wiring.model import (
     TfModule,
 )
 from keel.design.wiring.repo import Repo
-from keel.design.wiring.terraform import _json_objects, _json_values, _resolve, _unwrap
+from keel.design.wiring.terraform import (
+    _dirname,
+    _join,
+    _json_objects,
+    _json_values,
+    _resolve,
+    _unwrap,
+)
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,85 @@ def _pushed_findings(repo: Repo, run: set[str]) -> list[Finding]:
     return out
 
 
+#: The file names Docker Compose reads.
+COMPOSE_FILES = ("docker-compose.yml", "docker-compose.yaml", "compose.yml", "compose.yaml")
+
+
+def compose_builds(files: Mapping[str, str]) -> list[tuple[str, str, dict[str, Any], str]]:
+    """Each service a compose file builds from the repository: (compose file, service,
+    its settings, the Dockerfile it builds)."""
+    import yaml
+
+    out = []
+    for path in sorted(files):
+        if posixpath.basename(path) not in COMPOSE_FILES:
+            continue
+        try:
+            doc = yaml.safe_load(files[path])
+        except yaml.YAMLError:
+            continue
+        services = doc.get("services") if isinstance(doc, dict) else None
+        if not isinstance(services, dict):
+            continue
+        for name, svc in services.items():
+            if not isinstance(svc, dict) or "build" not in svc:
+                continue
+            build = svc["build"]
+            context = _join(
+                _dirname(path), build if isinstance(build, str) else build.get("context", ".")
+            )
+            dockerfile = _join(
+                context,
+                build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile",
+            )
+            out.append((path, str(name), svc, dockerfile))
+    return out
+
+
+def _dockerfiles_of(repo: Repo, repository: str) -> list[str]:
+    """The Dockerfiles an ECR repository's image is built from: those CI pushes to it
+    with, then (not pushed: the images rule says so) the Dockerfile of a directory named
+    as the repository's last segment (``<prefix>/serve``: ``services/serve/Dockerfile``)."""
+    found = [
+        p.dockerfile
+        for p in repo.pushed
+        if p.repository == repository and p.dockerfile is not None and p.dockerfile in repo.files
+    ]
+    last = repository.rsplit("/", 1)[-1]
+    found += sorted(
+        p for p in repo.files if p.endswith(f"/{last}/Dockerfile") or p == f"{last}/Dockerfile"
+    )
+    return found
+
+
+def _unused_builds(repo: Repo, run: set[str]) -> list[Finding]:
+    """Each image a CI step builds is used: pushed (by that job, or its Dockerfile by any
+    CI push), run by a runtime of the Terraform (``run``: the ECR repositories they run,
+    whose Dockerfiles :func:`_dockerfiles_of` finds), run by CI after the build (``docker
+    run`` of its tag in the same job: an image built to be tested), or built by a compose
+    file. Anything else is built for nothing: CI time, and a Dockerfile no one keeps."""
+    used = {p.dockerfile for p in repo.pushed}
+    used |= {f for repository in run for f in _dockerfiles_of(repo, repository)}
+    used |= {dockerfile for _, _, _, dockerfile in compose_builds(repo.files)}
+    used |= {b.dockerfile for b in repo.built if b.pushed or b.run}
+    out: list[Finding] = []
+    for b in repo.built:
+        if b.dockerfile in used:
+            continue
+        where = f"{b.file}:{b.line}" if b.line else b.file
+        out.append(
+            Finding(
+                "images",
+                b.file,
+                f"{where} (job {b.job}, step {b.step}) builds {b.dockerfile or 'an image'}, "
+                "which nothing uses: no CI step pushes it or runs it (docker run), and no "
+                "task definition, Lambda function, SageMaker job or model, or compose "
+                "service runs it",
+            )
+        )
+    return out
+
+
 def check_images(repo: Repo) -> list[Finding]:
     out: list[Finding] = []
     run: set[str] = set()
@@ -231,6 +319,7 @@ def check_images(repo: Repo) -> list[Finding]:
             if not isinstance(resolved, str):
                 run |= {img.repository for img in resolved}
     out += _pushed_findings(repo, run)
+    out += _unused_builds(repo, run)
     for rt in runtimes(repo):
         for image in rt.images:
             resolved = _resolve_image(repo, rt.module, image)
@@ -290,20 +379,8 @@ def _image_code(
     if isinstance(resolved, str):
         return None
     for img in resolved:
-        dockerfiles = [
-            p.dockerfile
-            for p in repo.pushed
-            if p.repository == img.repository and p.dockerfile in repo.files
-        ]
-        # Not pushed (the images rule says so): the Dockerfile of a directory named as the
-        # repository's last segment (``<prefix>/serve``: ``services/serve/Dockerfile``).
-        last = img.repository.rsplit("/", 1)[-1]
-        dockerfiles += sorted(
-            p for p in repo.files if p.endswith(f"/{last}/Dockerfile") or p == f"{last}/Dockerfile"
-        )
-        for dockerfile in dockerfiles[:1]:
-            if dockerfile is not None:
-                parsed = parse_dockerfile(repo.files[dockerfile])
-                argv = parsed.entrypoint + (rt.command if rt.command is not None else parsed.cmd)
-                return entry_modules(repo.files, argv, parsed.lambda_base), parsed.env, dockerfile
+        for dockerfile in _dockerfiles_of(repo, img.repository)[:1]:
+            parsed = parse_dockerfile(repo.files[dockerfile])
+            argv = parsed.entrypoint + (rt.command if rt.command is not None else parsed.cmd)
+            return entry_modules(repo.files, argv, parsed.lambda_base), parsed.env, dockerfile
     return None

@@ -222,7 +222,7 @@ def test_a_push_to_a_repository_nothing_declares_fails(monkeypatch: pytest.Monke
     from activities.design import app
 
     assert "ingest:msk-kafka" not in app.ECR_IMAGES
-    assert "services/ingest/Dockerfile" in tree(MSK)  # built by CI's build job only
+    assert "services/ingest/Dockerfile" not in tree(MSK)  # nothing runs it: not built
     monkeypatch.setitem(app.ECR_IMAGES, "ingest:msk-kafka", "ingest")
     files = render_request(request_for(MSK))
     found = only(findings_of(files), "images")
@@ -258,3 +258,82 @@ def test_every_pushed_image_is_declared_and_run() -> None:
     assert "/transform (services/transform/Dockerfile), which no aws_ecr_repository" in text
     # ... and the function's image is one no CI pushes (the rule's older half).
     assert "which no CI workflow pushes to" in text
+
+
+def _step_line(text: str, needle: str) -> int:
+    """The 1-based line of the first line of ``text`` that holds ``needle``."""
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_an_image_ci_builds_that_nothing_uses_fails() -> None:
+    """The MSK plans' CI built services/ingest/Dockerfile on every change, and nothing
+    pushed or ran it (MSK's consumer is the transform Lambda function): CI now builds
+    exactly the images the Terraform runs, and the rule finds the old build again."""
+    files = tree(MSK)
+    assert findings_of(files) == []
+    ci = files[".github/workflows/ci.yml"]
+    assert "service: [serve, train, transform]" in ci  # the push job's images, no more
+    broken = mutate(
+        files,
+        ".github/workflows/ci.yml",
+        "service: [serve, train, transform]",
+        "service: [ingest, serve, train, transform]",
+    )
+    broken["services/ingest/Dockerfile"] = files["services/train/Dockerfile"]
+    (finding,) = only(findings_of(broken), "images")
+    line = _step_line(ci, "- name: Build")
+    assert finding.file == ".github/workflows/ci.yml"
+    assert finding.message == (
+        f".github/workflows/ci.yml:{line} (job images, step Build) builds "
+        "services/ingest/Dockerfile, which nothing uses: no CI step pushes it or runs it "
+        "(docker run), and no task definition, Lambda function, SageMaker job or model, or "
+        "compose service runs it"
+    )
+    # Built to be tested, said so: CI runs the image it built (same job, same tag).
+    tested = mutate(
+        broken,
+        ".github/workflows/ci.yml",
+        "          .\n",
+        "          .\n      - name: Try the image\n        run: >-\n"
+        "          docker run --rm\n"
+        "          ${{ github.event.repository.name }}-${{ matrix.service }}:${{ github.sha }}\n"
+        "          --help\n",
+    )
+    assert only(findings_of(tested), "images")  # another image name: still unused
+    tag = ci.splitlines()[_step_line(ci, "--tag ") - 1].strip().removeprefix("--tag ")
+    assert tag.endswith("-${{ matrix.service }}:${{ github.sha }}")
+    tested = mutate(
+        broken,
+        ".github/workflows/ci.yml",
+        "          .\n",
+        f"          .\n      - name: Try the image\n        run: docker run --rm {tag} --help\n",
+    )
+    assert findings_of(tested) == []
+    # Pushed by a build-push-action step of its own job: used.
+    pushed = mutate(
+        broken,
+        ".github/workflows/ci.yml",
+        "          .\n",
+        "          .\n      - uses: docker/build-push-action@v6\n        with:\n"
+        "          file: services/ingest/Dockerfile\n          push: true\n"
+        "          tags: ghcr.io/example/ingest:latest\n",
+    )
+    assert findings_of(pushed) == []
+
+
+def test_a_compose_service_uses_the_image_it_builds() -> None:
+    """An image CI builds that a compose file builds and runs is used (locally)."""
+    files = mutate(
+        tree(MSK),
+        ".github/workflows/ci.yml",
+        "service: [serve, train, transform]",
+        "service: [ingest, serve, train, transform]",
+    )
+    files["services/ingest/Dockerfile"] = files["services/train/Dockerfile"]
+    assert only(findings_of(files), "images")
+    files["docker-compose.yml"] = (
+        "services:\n  ingest:\n    build:\n      context: .\n"
+        "      dockerfile: services/ingest/Dockerfile\n"
+        "    environment:\n      DATA_URI: /data\n"
+    )
+    assert [f for f in findings_of(files) if f.rule == "images"] == []
