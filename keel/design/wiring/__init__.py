@@ -17,7 +17,9 @@ The rules (:data:`RULES`):
     every variable a README or CI command passes to Terraform (``-var``, ``-var-file``,
     ``TF_VAR_*``) is declared by the root module the command runs in; every input a
     ``module`` block passes is declared by that module; every variable of a module
-    without a default is passed.
+    without a default is passed; every root variable without a default is given to each
+    command that plans or applies that root (not ``apply`` of a saved plan), or set by a
+    tfvars file Terraform loads itself.
 ``lambda``
     every Lambda handler names a module file and a function that exist in the package,
     and the package is built from the repository (an ``archive_file`` data source, or a
@@ -28,13 +30,16 @@ The rules (:data:`RULES`):
     to that repository, under the repository's name and the tag variable the Terraform
     runs (the root variable ``image_tag`` is the CI's ``IMAGE_TAG`` or
     ``TF_VAR_image_tag``). Images AWS builds (``aws_sagemaker_prebuilt_ecr_image``) are
-    accepted as they are.
+    accepted as they are. Every ECR repository CI pushes to is declared and run, and every
+    image a CI step builds is used: pushed, run by a runtime or a compose service, or run
+    by CI after the build (``docker run``: an image built to be tested).
 ``environment``
     every environment variable the code a runtime starts reads (``os.environ[...]``,
     ``os.environ.get``, ``os.getenv``, a name bound to ``os.environ``, fields of a
     pydantic ``BaseSettings``) is set by that runtime (task definition environment,
     Lambda environment, SageMaker ``Environment``, a compose file, the image's ``ENV``)
-    unless its default works deployed: see :func:`default_works_deployed`.
+    unless its default works deployed (see :func:`default_works_deployed`); a read with
+    the default ``None`` is still required where the code raises naming it.
 ``permissions``
     every AWS call of :data:`~keel.design.wiring.permissions.AWS_CALLS` (Bedrock's
     Converse and InvokeModel) that the code a Lambda function or task starts makes is an

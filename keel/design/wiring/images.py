@@ -1,4 +1,5 @@
-"""Rule ``images``: every image run is built, pushed to a declared ECR repository and tagged as run."""
+"""Rule ``images``: every image run is built, pushed to a declared ECR repository and tagged
+as run; every repository CI pushes to is declared and run; every image CI builds is used."""
 
 from __future__ import annotations
 
