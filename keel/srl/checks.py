@@ -84,12 +84,14 @@ _TREES = {}
 
 
 def _parse(source):
-    # The host evaluates several checks on the same pre- and post-text: parse each once.
-    tree = _TREES.get(source)
+    # The host evaluates several checks on the same pre- and post-text, and a file's
+    # templates share its pre-text: parse each once (the 8 most recently used kept).
+    tree = _TREES.pop(source, None)
     if tree is None:
-        if len(_TREES) >= 4:
-            _TREES.clear()
-        tree = _TREES[source] = ast.parse(source)
+        tree = ast.parse(source)
+        if len(_TREES) >= 8:
+            del _TREES[next(iter(_TREES))]  # the least recently used
+    _TREES[source] = tree
     return tree
 
 
@@ -127,15 +129,16 @@ def _call_nodes(source):
     # Every call of the text with its callee, in ast.walk order, found once: the host
     # evaluates a calls check per template on the same text (a walk of a large module
     # each time was most of synthesising a task).
-    found = _CALLS.get(source)
+    found = _CALLS.pop(source, None)
     if found is None:
-        if len(_CALLS) >= 4:
-            _CALLS.clear()
-        found = _CALLS[source] = [
+        found = [
             (_callee(node.func), node)
             for node in ast.walk(_parse(source))
             if isinstance(node, ast.Call)
         ]
+        if len(_CALLS) >= 8:
+            del _CALLS[next(iter(_CALLS))]  # the least recently used
+    _CALLS[source] = found
     return found
 
 

@@ -60,7 +60,12 @@ class _Py:
         return getattr(node, "lineno", 0) == getattr(node, "end_lineno", -1)
 
     def calls(self) -> list[ast.Call]:
-        return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+        return list(self._calls)
+
+    @functools.cached_property
+    def _calls(self) -> tuple[ast.Call, ...]:
+        # Four templates ask for the same file's calls: walked once.
+        return tuple(n for n in ast.walk(self.tree) if isinstance(n, ast.Call))
 
 
 def _call_is_plain(py: _Py, call: ast.Call) -> bool:
