@@ -191,7 +191,8 @@ def test_streaming_plans_consume_from_their_stream() -> None:
     assert "class KafkaSource" in stream and "class KinesisSource" not in stream
     assert KAFKA_REQUIREMENT in kafka["requirements.txt"].splitlines()
     assert "confluent_kafka" in kafka["pyproject.toml"]
-    assert "services/ingest/Dockerfile" in kafka  # MSK's consumer runs as a container
+    # MSK's consumer is the transform Lambda: no ingest image, since nothing would run it.
+    assert "services/ingest/Dockerfile" not in kafka
     assert "test_stream_lands_in_micro_batches" in _tests_in(kafka["tests/test_ingest.py"])
     kinesis = render_request(request_for_form("kinesis_online_one_region"))
     stream = kinesis["services/ingest/stream.py"]

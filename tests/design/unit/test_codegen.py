@@ -64,14 +64,15 @@ def test_every_capability_and_report_present(case: str) -> None:
 
 def test_dockerfiles_follow_the_deployment() -> None:
     """Serving and training always ship an image (ECS task, Lambda image or SageMaker
-    container); ingest only when its pattern runs containers (MSK's consumer)."""
+    container); any other image only when the Terraform runs it (no plan's ingest does:
+    MSK's consumer is the transform Lambda)."""
     req = request_for("batch_training")
     files = render_request(req)
     assert "services/serve/Dockerfile" in files and "services/train/Dockerfile" in files
     assert "services/ingest/Dockerfile" not in files  # ingest:s3-batch is serverless
     assert "Dockerfile" not in files  # one per service, none at the root
     streaming = render_request(request_for("streaming_features"))
-    assert "services/ingest/Dockerfile" in streaming  # ingest:msk-kafka runs containers
+    assert "services/ingest/Dockerfile" not in streaming  # MSK: consumed by a Lambda
     cat = req.catalog
     assert cat is not None
     no_containers = req.model_copy(
