@@ -21,6 +21,8 @@ else the seed is not used.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -30,7 +32,7 @@ import stat
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -167,10 +169,27 @@ def seed_dir(base: str | None, executable: str, env: Mapping[str, str]) -> Path 
             return target
         if key in _failed:
             return None
-        built = _build(parent, target, executable, env)
+        # One build per machine: the suite's workers (and a machine's workers) ask at
+        # once on a fresh machine, and each build is about a minute of CPU. The others
+        # wait for it here (in a thread: their activities go on heartbeating).
+        with _held(parent / f"{key}.lock"):
+            if (target / "ok").is_file():
+                return target
+            built = _build(parent, target, executable, env)
         if built is None:
             _failed.add(key)
         return built
+
+
+@contextlib.contextmanager
+def _held(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (made if missing) while the block runs."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _build(parent: Path, target: Path, executable: str, env: Mapping[str, str]) -> Path | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -93,4 +95,22 @@ def test_a_failed_build_is_not_tried_again(tmp_path: Path, monkeypatch: pytest.M
     assert seed_dir(str(tmp_path), "/bin/false", env) is None
     assert seed_dir(str(tmp_path), "/bin/false", env) is None
     assert len(builds) == 1
-    assert list((tmp_path / f"keel-mypy-seed-{os.geteuid()}").iterdir()) == []
+    # Nothing of the failed build is left: only the (empty) lock file of its key.
+    left = list((tmp_path / f"keel-mypy-seed-{os.geteuid()}").iterdir())
+    assert [p.suffix for p in left] == [".lock"] and left[0].read_bytes() == b""
+
+
+def test_one_build_per_machine_the_lock_holds_across_processes(tmp_path: Path) -> None:
+    """While a process builds a key's seed, another process's lock on it waits (here: a
+    non-blocking try fails); once released, it is had at once."""
+    lock = tmp_path / "key.lock"
+    code = (
+        "import fcntl, sys\n"
+        f"f = open({str(lock)!r}, 'a')\n"
+        "fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+    )
+    with mypy_seed._held(lock):
+        held = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert held.returncode == 1 and "BlockingIOError" in held.stderr, held.stderr
+    free = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert free.returncode == 0, free.stderr
