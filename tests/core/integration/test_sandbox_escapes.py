@@ -225,14 +225,17 @@ def test_fork_bomb_contained() -> None:
 
 
 def test_shell_fork_bomb_ends() -> None:
-    # pid 1 forks once (the bomb's first background job) and then runs builtins only: a
+    # pid 1 forks once, a subshell that starts the bomb, and then runs builtins only: a
     # `sleep` here would itself be a fork, refused whenever the bomb's survivors hold
-    # every pid of the cap, and dash exits 2 on a refused fork (seen on CI).
+    # every pid of the cap, and dash exits 2 on a refused fork (seen on CI). Calling `b`
+    # in pid 1 itself made pid 1 fork both sides of the pipe, and the second fork was
+    # refused when the first side's children had filled the cap by then (a clean-clone
+    # run here: exit 2 after 41 ms).
     r = run(
         [
             "/bin/sh",
             "-c",
-            "b() { b | b & }; b; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; exit 0",
+            "b() { b | b & }; (b) & i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; exit 0",
         ],
         limits=SMALL.model_copy(update={"max_processes": 8, "wall_time_s": 3}),
     )
