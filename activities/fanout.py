@@ -391,8 +391,12 @@ def _wait_gone(procs: set[psutil.Process], timeout_s: float) -> set[psutil.Proce
     """Those of ``procs`` still running after at most ``timeout_s`` (none: at once)."""
     deadline = time.monotonic() + timeout_s
     while procs:
-        psutil.wait_procs(procs, timeout=0)  # reaps those of our children that exited
-        procs = {p for p in procs if _running(p)}
+        alive = {p for p in procs if _running(p)}
+        # Reaps those of our children found exited: after the check, so that one which
+        # dies between a reap and the check is not left a zombie (a clean-clone run
+        # found one so, killed but never reaped).
+        psutil.wait_procs(procs - alive, timeout=0)
+        procs = alive
         if not procs or time.monotonic() > deadline:
             break
         time.sleep(0.1)
