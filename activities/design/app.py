@@ -56,8 +56,13 @@ RUNTIME_REQUIREMENTS: tuple[str, ...] = (
     "scikit-learn==1.9.1",
     "uvicorn==0.54.0",
 )
-#: Only with a plan that registers models in MLflow (``govern:mlflow-registry``).
-MLFLOW_REQUIREMENT = "mlflow-skinny==3.18.0"
+#: The MLflow release of a plan that registers models in MLflow (``govern:mlflow-registry``):
+#: the clients (the generated code, :data:`MLFLOW_REQUIREMENT`) and the tracking server's
+#: image (``services/mlflow/Dockerfile``, :data:`MLFLOW_SERVER_REQUIREMENT`) both pin it,
+#: and the wiring's ``images`` rule fails a tree where they differ.
+MLFLOW_VERSION = "3.18.0"
+MLFLOW_REQUIREMENT = f"mlflow-skinny=={MLFLOW_VERSION}"
+MLFLOW_SERVER_REQUIREMENT = f"mlflow=={MLFLOW_VERSION}"
 #: Only with an ``ingest:msk-kafka`` plan; imported lazily, never by the tests.
 KAFKA_REQUIREMENT = "confluent-kafka==2.6.1"
 DEV_REQUIREMENTS: tuple[str, ...] = (
@@ -357,7 +362,10 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
     if service == "mlflow":
         boto3 = next(r for r in RUNTIME_REQUIREMENTS if r.startswith("boto3=="))
         return env.get_template("docker/mlflow.Dockerfile.j2").render(
-            pattern=ctx["patterns_by_cap"]["govern"], image=image, boto3=boto3
+            pattern=ctx["patterns_by_cap"]["govern"],
+            image=image,
+            boto3=boto3,
+            mlflow=MLFLOW_SERVER_REQUIREMENT,
         )
     if service == "transform":
         return env.get_template("docker/lambda.Dockerfile.j2").render(

@@ -1,5 +1,6 @@
 """Rule ``images``: every image run is built, pushed to a declared ECR repository and tagged
-as run; every repository CI pushes to is declared and run; every image CI builds is used."""
+as run; every repository CI pushes to is declared and run; every image CI builds is used;
+a package an image pins is the version the repository's requirements pin."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keel.design.wiring.code import entry_modules, parse_dockerfile
+from keel.design.wiring.commands import _logical_lines
 from keel.design.wiring.model import (
     _ECR_IMAGE,
     _ENV_NAME,
@@ -311,8 +313,87 @@ def _unused_builds(repo: Repo, run: set[str]) -> list[Finding]:
     return out
 
 
-def check_images(repo: Repo) -> list[Finding]:
+#: Distributions that are one project at one version number: an image that installs
+#: ``mlflow`` (the server) serves clients of ``mlflow-skinny`` (the code), which must agree.
+PIN_FAMILIES: dict[str, str] = {"mlflow-skinny": "mlflow", "mlflow-tracing": "mlflow"}
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([A-Za-z0-9.+!_-]+)$")
+
+
+def _dist(name: str) -> str:
+    """A distribution's normalised name (PEP 503), its family's where it has one."""
+    norm = re.sub(r"[-_.]+", "-", name).lower()
+    return PIN_FAMILIES.get(norm, norm)
+
+
+def _is_dockerfile(path: str) -> bool:
+    base = posixpath.basename(path)
+    return base == "Dockerfile" or base.endswith(".Dockerfile") or base.startswith("Dockerfile.")
+
+
+def _requirement_pins(files: Mapping[str, str]) -> dict[str, tuple[str, int, str, str]]:
+    """Family -> (requirements file, line, name, version) of each ``name==version`` that a
+    ``requirements*.txt`` of the repository pins (the first file, by path, wins)."""
+    out: dict[str, tuple[str, int, str, str]] = {}
+    for path in sorted(files):
+        base = posixpath.basename(path)
+        if not (base.startswith("requirements") and base.endswith(".txt")):
+            continue
+        for n, raw in enumerate(files[path].splitlines(), 1):
+            req = raw.split("#", 1)[0].split(";", 1)[0].strip().replace(" ", "")
+            m = _PIN.match(req)
+            if m:
+                out.setdefault(_dist(m.group(1)), (path, n, m.group(1), m.group(2)))
+    return out
+
+
+def _image_pins(path: str, text: str) -> list[tuple[int, str, str]]:
+    """(line, name, version) of each ``name==version`` a ``RUN ... pip install`` of a
+    Dockerfile installs; the line is the physical line that holds it."""
+    out: list[tuple[int, str, str]] = []
+    physical = text.splitlines()
+    for line in _logical_lines(text):
+        words = line.split()
+        if not words or words[0].upper() != "RUN" or "pip" not in line:
+            continue
+        installing = False
+        for word in words[1:]:
+            if word in ("&&", "||", ";"):
+                installing = False
+            elif word == "install":
+                installing = True
+            elif installing and (m := _PIN.match(word.strip("'\""))):
+                n = next((i for i, p in enumerate(physical, 1) if word in p), 0)
+                out.append((n, m.group(1), m.group(2)))
+    return out
+
+
+def _pin_findings(repo: Repo) -> list[Finding]:
+    """Each package an image pins (``pip install name==version`` in a Dockerfile) that the
+    repository's requirements pin too is at the same version, families matched
+    (:data:`PIN_FAMILIES`): the MLflow server image pinned ``mlflow==2.16.2`` while the
+    code it serves, the clients, ran ``mlflow-skinny==3.18.0``."""
+    pins = _requirement_pins(repo.files)
     out: list[Finding] = []
+    for path in sorted(p for p in repo.files if _is_dockerfile(p)):
+        for line, name, version in _image_pins(path, repo.files[path]):
+            want = pins.get(_dist(name))
+            if want is None or want[3] == version:
+                continue
+            req_file, req_line, req_name, req_version = want
+            out.append(
+                Finding(
+                    "images",
+                    path,
+                    f"{path}:{line} installs {name}=={version}, but {req_file}:{req_line} pins "
+                    f"{req_name}=={req_version}: the image and the code run different versions "
+                    f"of {_dist(name)}",
+                )
+            )
+    return out
+
+
+def check_images(repo: Repo) -> list[Finding]:
+    out: list[Finding] = _pin_findings(repo)
     run: set[str] = set()
     for rt in runtimes(repo):
         for image in rt.images:

@@ -337,3 +337,32 @@ def test_a_compose_service_uses_the_image_it_builds() -> None:
         "    environment:\n      DATA_URI: /data\n"
     )
     assert [f for f in findings_of(files) if f.rule == "images"] == []
+
+
+def test_the_mlflow_server_runs_the_clients_mlflow_version() -> None:
+    """The tracking server's image pinned mlflow==2.16.2 while the code, its clients,
+    pinned mlflow-skinny 3.x: both now come from one version, and a drift fails."""
+    from activities.design.app import MLFLOW_VERSION
+
+    files = tree("rag")
+    dockerfile = files["services/mlflow/Dockerfile"]
+    assert f"pip install --no-cache-dir mlflow=={MLFLOW_VERSION} " in dockerfile
+    assert f"mlflow-skinny=={MLFLOW_VERSION}" in files["requirements.txt"].splitlines()
+    assert findings_of(files) == []
+    broken = mutate(
+        files, "services/mlflow/Dockerfile", f"mlflow=={MLFLOW_VERSION}", "mlflow==2.16.2"
+    )
+    (finding,) = only(findings_of(broken), "images")
+    line = _step_line(dockerfile, "pip install")
+    req_line = files["requirements.txt"].splitlines().index(f"mlflow-skinny=={MLFLOW_VERSION}") + 1
+    assert finding.file == "services/mlflow/Dockerfile"
+    assert finding.message == (
+        f"services/mlflow/Dockerfile:{line} installs mlflow==2.16.2, but requirements.txt:"
+        f"{req_line} pins mlflow-skinny=={MLFLOW_VERSION}: the image and the code run "
+        "different versions of mlflow"
+    )
+    # Another package pinned apart from the requirements is found the same way.
+    boto = next(r for r in files["requirements.txt"].splitlines() if r.startswith("boto3=="))
+    drift = mutate(files, "services/mlflow/Dockerfile", boto, "boto3==1.0.0")
+    (finding,) = only(findings_of(drift), "images")
+    assert "installs boto3==1.0.0, but requirements.txt:1 pins " + boto in finding.message
