@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from keel.design.wiring.commands import _logical_lines
+from keel.design.wiring.commands import logical_lines
 from keel.design.wiring.terraform import _join
 
 
@@ -307,7 +307,7 @@ def parse_dockerfile(text: str) -> Image:
     cmd: tuple[str, ...] = ()
     env: set[str] = set()
     lambda_base = False
-    for line in _logical_lines(text):
+    for line in logical_lines(text):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue

@@ -51,7 +51,8 @@ def _split_commands(line: str) -> list[list[str]]:
     return [c for c in commands if c]
 
 
-def _logical_lines(script: str) -> list[str]:
+def logical_lines(script: str) -> list[str]:
+    """The lines of a shell script or Dockerfile, each ``\\``-continued line joined."""
     out: list[str] = []
     buf = ""
     for raw in script.splitlines():
@@ -73,7 +74,7 @@ def shell_commands(
     and ``export``; and the cwd it ends in."""
     exported = [e for e in env if e.startswith("TF_VAR_")]
     out: list[tuple[str, list[str], tuple[str, ...]]] = []
-    for line in _logical_lines(script):
+    for line in logical_lines(script):
         for argv in _split_commands(line):
             assigned = []
             while argv and "=" in argv[0] and _ENV_NAME.match(argv[0].split("=", 1)[0]):

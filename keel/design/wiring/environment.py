@@ -15,8 +15,8 @@ from keel.design.wiring.code import (
     module_file,
     parse_dockerfile,
 )
-from keel.design.wiring.images import _image_code, compose_builds, runtimes
-from keel.design.wiring.lambdas import Package, _archives
+from keel.design.wiring.images import compose_builds, image_code, runtimes
+from keel.design.wiring.lambdas import Package, archives
 from keel.design.wiring.model import RUNTIME_PROVIDED, Finding
 from keel.design.wiring.repo import Repo
 
@@ -75,7 +75,7 @@ def check_environment(repo: Repo) -> list[Finding]:
         provided = rt.env | RUNTIME_PROVIDED[rt.kind]
         if rt.handler:
             module = rt.handler.rsplit(".", 1)[0]
-            for pkg in _archives(
+            for pkg in archives(
                 repo, rt.module, {k: rt.block.body.get(k) for k in ("filename", "s3_key")}
             ) or [Package(".", (), "")]:
                 path = module_file(repo.files, module, pkg.root) if pkg.root else None
@@ -89,7 +89,7 @@ def check_environment(repo: Repo) -> list[Finding]:
                     )
             continue
         for image in rt.images:
-            code = _image_code(repo, rt, image)
+            code = image_code(repo, rt, image)
             if code is None:
                 continue
             starts, image_env, dockerfile = code

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keel.design.wiring.code import entry_modules, parse_dockerfile
-from keel.design.wiring.commands import _logical_lines
+from keel.design.wiring.commands import logical_lines
 from keel.design.wiring.model import (
     _ECR_IMAGE,
     _ENV_NAME,
@@ -351,7 +351,7 @@ def _image_pins(path: str, text: str) -> list[tuple[int, str, str]]:
     Dockerfile installs; the line is the physical line that holds it."""
     out: list[tuple[int, str, str]] = []
     physical = text.splitlines()
-    for line in _logical_lines(text):
+    for line in logical_lines(text):
         words = line.split()
         if not words or words[0].upper() != "RUN" or "pip" not in line:
             continue
@@ -452,9 +452,7 @@ def check_images(repo: Repo) -> list[Finding]:
     return out
 
 
-def _image_code(
-    repo: Repo, rt: Runtime, image: str
-) -> tuple[list[str], frozenset[str], str] | None:
+def image_code(repo: Repo, rt: Runtime, image: str) -> tuple[list[str], frozenset[str], str] | None:
     """The files the image starts for ``rt``, the variables its Dockerfile sets, and the
     Dockerfile; None when it runs no code of the repository we can find."""
     resolved = _resolve_image(repo, rt.module, image)

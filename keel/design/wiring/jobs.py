@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from keel.design.wiring.lambdas import _archives, _module_path
+from keel.design.wiring.lambdas import archives, module_path
 from keel.design.wiring.model import _BUCKET_REF, _S3_URI, Finding, TfModule
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.terraform import _all_text, _json_values, _unwrap
@@ -39,7 +39,7 @@ def _each(repo: Repo, mod: TfModule, root: str, body: Mapping[str, Any]) -> Sequ
     m = _FILESET.match(str(for_each))
     if m is None:
         return []
-    base, pattern = _module_path(mod, root, m.group(1)), m.group(2)
+    base, pattern = module_path(mod, root, m.group(1)), m.group(2)
     if not any(ch in pattern for ch in "*?["):
         return [pattern]
     regex = _glob(pattern)
@@ -80,13 +80,13 @@ def _uploaded(repo: Repo, mod: TfModule, uri: str) -> str | None:
             continue
         source = _each_put(obj.body.get("source"), match)
         if isinstance(source, str) and "data.archive_file." in source:
-            pkgs = _archives(repo, mod, source)
+            pkgs = archives(repo, mod, source)
             if pkgs and any(p.root and any(p.holds(f) for f in repo.files) for p in pkgs):
                 return None
             return f"{uri}: aws_s3_object.{obj.name} uploads an archive of no repository file"
         if not isinstance(source, str):
             return f"{uri}: aws_s3_object.{obj.name} has no source file"
-        path = _module_path(mod, roots_[0], source)
+        path = module_path(mod, roots_[0], source)
         if path in repo.files:
             return None
         return f"{uri}: aws_s3_object.{obj.name} uploads {path}, which is not in the repository"

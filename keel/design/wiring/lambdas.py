@@ -43,7 +43,9 @@ def _traces_to(mod: TfModule, start: Any, want: str, depth: int = 5) -> list[Blo
     return found
 
 
-def _module_path(mod: TfModule, root: str, expr: str) -> str:
+def module_path(mod: TfModule, root: str, expr: str) -> str:
+    """A path expression of ``mod`` (``${path.module}``, ``${path.root}``, ``${path.cwd}``)
+    as a repository path, the root module at ``root``."""
     text = expr.replace("${path.module}", mod.dir).replace("${path.root}", root)
     text = text.replace("${path.cwd}", root)
     return _join(".", text)
@@ -67,7 +69,9 @@ class Package:
         )
 
 
-def _archives(repo: Repo, mod: TfModule, start: Any) -> list[Package]:
+def archives(repo: Repo, mod: TfModule, start: Any) -> list[Package]:
+    """The ``archive_file`` packages the value ``start`` of ``mod`` (a function's
+    ``filename``/``s3_key``, a Glue script's source) traces to; empty when none."""
     out = []
     roots_ = sorted({i.root for i in repo.instances_of(mod)}) or [mod.dir]
     for block in _traces_to(mod, start, "archive_file"):
@@ -75,10 +79,10 @@ def _archives(repo: Repo, mod: TfModule, start: Any) -> list[Package]:
         excludes = body.get("excludes") or []
         excl = tuple(str(e) for e in excludes) if isinstance(excludes, list) else ()
         if isinstance(body.get("source_dir"), str):
-            path = _module_path(mod, roots_[0], body["source_dir"])
+            path = module_path(mod, roots_[0], body["source_dir"])
             out.append(Package(path, excl, f"data.archive_file.{block.name}"))
         elif isinstance(body.get("source_file"), str):
-            path = _module_path(mod, roots_[0], body["source_file"])
+            path = module_path(mod, roots_[0], body["source_file"])
             out.append(Package(_dirname(path), excl, f"data.archive_file.{block.name}"))
         else:
             out.append(Package("", excl, f"data.archive_file.{block.name}"))
@@ -132,7 +136,7 @@ def _zip_packages(
     """The packages a Zip Lambda runs: its archive_file sources, else a CI step uploading its
     key; with neither, a finding and the repository's root (the handler is still checked)."""
     source = {k: fn.body.get(k) for k in ("filename", "s3_key", "s3_bucket")}
-    packages = _archives(repo, mod, source)
+    packages = archives(repo, mod, source)
     if packages:
         return packages, []
     keys = _defaults(mod, repo, fn.body.get("s3_key") or fn.body.get("filename"))

@@ -18,8 +18,8 @@ import functools
 import re
 
 from keel.design.wiring.code import _parsed, import_closure, module_file
-from keel.design.wiring.images import Runtime, _image_code, runtimes
-from keel.design.wiring.lambdas import Package, _archives
+from keel.design.wiring.images import Runtime, image_code, runtimes
+from keel.design.wiring.lambdas import Package, archives
 from keel.design.wiring.model import Block, Finding, TfModule
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.terraform import _all_text
@@ -103,7 +103,7 @@ def _starts(repo: Repo, rt: Runtime) -> list[str]:
     if rt.handler:
         module = rt.handler.rsplit(".", 1)[0]
         starts = []
-        for pkg in _archives(
+        for pkg in archives(
             repo, rt.module, {k: rt.block.body.get(k) for k in ("filename", "s3_key")}
         ) or [Package(".", (), "")]:
             path = module_file(repo.files, module, pkg.root) if pkg.root else None
@@ -112,7 +112,7 @@ def _starts(repo: Repo, rt: Runtime) -> list[str]:
         return starts
     out: list[str] = []
     for image in rt.images:
-        code = _image_code(repo, rt, image)
+        code = image_code(repo, rt, image)
         if code is not None:
             out += code[0]
     return out
