@@ -616,6 +616,9 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     patterns = {c.capability.value: c.pattern_id for c in plan.choices}
     ctx: dict[str, Any] = {**_naming_context(req), **_shape_context(req, patterns)}
     ctx["registry"] = _registry(patterns)
+    # Promotion publishes model.tar.gz where SageMaker reads it: the batch transform's
+    # ModelDataUrl, the SageMaker model packages' archive.
+    ctx["model_archive"] = bool(ctx["sagemaker"]) or ctx["registry"] == "sagemaker"
     ctx.update(_constraints_context(req, online=ctx["online"], kafka=ctx["kafka"]))
     if ctx["registry"] == "mlflow":
         ctx["requirements"] = sorted([*ctx["requirements"], MLFLOW_REQUIREMENT])

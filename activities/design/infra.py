@@ -272,6 +272,9 @@ def _registry(plan_by_cap: dict[str, str]) -> str | None:
 #: The model artefact the SageMaker registry's model packages point at, under the models
 #: bucket: where the pipeline's promoted model is published (the batch transform reads it).
 MODEL_ARCHIVE_KEY = "registry/latest/model.tar.gz"
+#: The prefix of the pipeline's store in a bucket (``DATA_URI`` is ``s3://<bucket>/pipeline``):
+#: the promotion writes ``MODEL_ARCHIVE_KEY`` under it.
+DATA_PREFIX = "pipeline"
 
 
 def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
@@ -292,7 +295,9 @@ def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
                 if own_group
                 else "var.model_package_group"
             ),
-            "MODEL_DATA_URL": f'"s3://${{aws_s3_bucket.models.id}}/{MODEL_ARCHIVE_KEY}"',
+            "MODEL_DATA_URL": (
+                f'"s3://${{aws_s3_bucket.models.id}}/{DATA_PREFIX}/{MODEL_ARCHIVE_KEY}"'
+            ),
         }
         if "serve" in plan_by_cap:
             env["MODEL_IMAGE"] = "var.model_image"
@@ -303,7 +308,7 @@ def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
     }
     if "train" in plan_by_cap:
         env["MODEL_DATA_URL"] = (
-            f'"s3://${{split(":::", var.model_bucket_arns[0])[1]}}/{MODEL_ARCHIVE_KEY}"'
+            f'"s3://${{split(":::", var.model_bucket_arns[0])[1]}}/{DATA_PREFIX}/{MODEL_ARCHIVE_KEY}"'
         )
     return env
 

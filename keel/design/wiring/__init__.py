@@ -61,6 +61,11 @@ The rules (:data:`RULES`):
     Terraform hands out, a Lambda event source mapping) authenticates in a mode the
     cluster admits, and every topic a mapping reads is created (a ``kafka_topic`` or a
     bootstrap ``aws_lambda_invocation`` the mapping waits for).
+``objects``
+    every model archive the Terraform hands a runtime by URL (``ModelDataUrl``,
+    ``model_data_url``, ``MODEL_DATA_URL``) has a writer: code a runtime runs that writes
+    the key under the ``DATA_URI`` it is given, or an ``aws_s3_object`` or Step Functions
+    S3 state of the Terraform.
 
 The package: the parsers (:mod:`.model` for the shapes, :mod:`.terraform`,
 :mod:`.commands` for shell and README blocks, :mod:`.ci`, :mod:`.code` for Python and
@@ -80,6 +85,7 @@ from keel.design.wiring.jobs import check_jobs
 from keel.design.wiring.kafka import check_kafka
 from keel.design.wiring.lambdas import check_lambdas
 from keel.design.wiring.model import AWS_NAMESPACES, RULES, RUNTIME_PROVIDED, Finding
+from keel.design.wiring.objects import check_objects
 from keel.design.wiring.permissions import AWS_CALLS, check_permissions
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.variables import check_variables
@@ -98,6 +104,7 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
         *check_jobs(repo),
         *check_account(repo),
         *check_kafka(repo),
+        *check_objects(repo),
     ]
     return sorted(set(found), key=lambda f: (RULES.index(f.rule), f.file, f.message))
 

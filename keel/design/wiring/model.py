@@ -16,6 +16,7 @@ RULES = (
     "jobs",
     "account",
     "kafka",
+    "objects",
 )
 
 #: Set by the runtime itself, so code may read them without anything in the Terraform

@@ -98,7 +98,7 @@ def _granted(mod: TfModule, role: Block) -> set[str]:
     return actions
 
 
-def _starts(repo: Repo, rt: Runtime) -> list[str]:
+def runtime_files(repo: Repo, rt: Runtime) -> list[str]:
     """The repository files ``rt`` starts (its handler's module, or its images' entry points)."""
     if rt.handler:
         module = rt.handler.rsplit(".", 1)[0]
@@ -124,7 +124,7 @@ def check_permissions(repo: Repo) -> list[Finding]:
         if rt.kind not in ("lambda", "ecs"):
             continue
         needed: dict[str, str] = {}
-        for path in import_closure(repo.files, _starts(repo, rt)):
+        for path in import_closure(repo.files, runtime_files(repo, rt)):
             for action, line in _calls(path, repo.files[path]):
                 needed.setdefault(action, f"{path}:{line}")
         if not needed:

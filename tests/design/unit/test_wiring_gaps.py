@@ -366,3 +366,67 @@ def test_the_mlflow_server_runs_the_clients_mlflow_version() -> None:
     drift = mutate(files, "services/mlflow/Dockerfile", boto, "boto3==1.0.0")
     (finding,) = only(findings_of(drift), "images")
     assert "installs boto3==1.0.0, but requirements.txt:1 pins " + boto in finding.message
+
+
+# -------------------------------------------------------------------------------- objects
+
+
+def test_a_model_archive_nothing_writes_fails() -> None:
+    """The batch transform read registry/latest/model.tar.gz from the scoring bucket, and
+    only the smoke wrote it: promotion now publishes it under DATA_URI, where the
+    schedule points."""
+    files = tree(BATCH)
+    serve = files["infra/modules/serve/main.tf"]
+    url = 's3://${split(":::", var.model_bucket_arns[0])[1]}/pipeline/registry/latest/model.tar.gz'
+    assert f'model_data_url = "{url}"' in serve
+    assert "store.write_bytes(MODEL_ARCHIVE," in files["services/common/registry.py"]
+    assert findings_of(files) == []
+    old = "s3://${aws_s3_bucket.scoring.id}/registry/latest/model.tar.gz"
+    broken = mutate(files, "infra/modules/serve/main.tf", url, old)
+    (finding,) = only(findings_of(broken), "objects")
+    line = _step_line(broken["infra/modules/serve/main.tf"], old)
+    assert finding.file == "infra/modules/serve/main.tf"
+    assert finding.message.startswith(
+        f"infra/modules/serve/main.tf:{line} hands model_data_url {old}, which nothing in "
+        "the design writes: no code a runtime runs writes it under a DATA_URI the "
+        "Terraform gives (prefixes: pipeline; keys the code writes: "
+    )
+    # The code no longer publishing it: the same finding at the schedule's URL.
+    unpublished = mutate(
+        files,
+        "services/common/registry.py",
+        "    store.write_bytes(MODEL_ARCHIVE, model_archive(store, version))\n",
+        "",
+    )
+    (finding,) = only(findings_of(unpublished), "objects")
+    assert f"hands model_data_url {url}, which nothing in the design writes" in finding.message
+    # An object the Terraform uploads is written.
+    uploaded = {
+        **broken,
+        "infra/modules/serve/seed.tf": 'resource "aws_s3_object" "model" {\n'
+        "  bucket = aws_s3_bucket.scoring.id\n"
+        '  key    = "registry/latest/model.tar.gz"\n'
+        '  source = "${path.module}/model.tar.gz"\n}\n',
+    }
+    assert findings_of(uploaded) == []
+
+
+def test_the_sagemaker_packages_archive_is_the_one_promotion_publishes() -> None:
+    """SageMaker registry plans: MODEL_DATA_URL (the packages' ModelDataUrl) names the
+    archive promotion writes under the training's DATA_URI."""
+    files = tree(MSK)
+    assert findings_of(files) == []
+    train = files["infra/modules/train/main.tf"]
+    assert (
+        'MODEL_DATA_URL      = "s3://${aws_s3_bucket.models.id}/pipeline/registry/latest/'
+        'model.tar.gz"'
+    ) in train
+    broken = mutate(
+        files, "infra/modules/train/main.tf", "models.id}/pipeline/registry", "models.id}/registry"
+    )
+    (finding,) = only(findings_of(broken), "objects")
+    assert finding.message.startswith(
+        "infra/modules/train/main.tf:"
+        f"{_step_line(train, 'MODEL_DATA_URL')} hands MODEL_DATA_URL "
+        "s3://${aws_s3_bucket.models.id}/registry/latest/model.tar.gz, which nothing"
+    )
