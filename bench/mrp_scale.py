@@ -78,6 +78,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -347,6 +348,7 @@ async def main(shards: int, window: int, workers: int, kill_shards: int, kill_wi
             sizes: dict[str, int] = {}
             counts: dict[str, tuple[int, int, int, int]] = {}
             for kind, (job_id, text) in texts.items():
+                print(f"(Keel {kind} job started)", file=sys.stderr, flush=True)
                 elapsed, result, handle = await run_keel(client, settings, text, job_id, window)
                 assert result.status == "succeeded", result
                 # A window retried after its attempt timed out skips the shards its first

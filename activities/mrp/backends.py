@@ -33,14 +33,13 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from activities import fanout
-from activities.mrp.host import run_in_host
+from activities.mrp.host import run_map_batch_in_host
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for
 from activities.mrp.operators import OperatorHandle
 from activities.mrp.records import read_slice
 from keel.digest import canonical_json, digest_bytes
 from keel.mrp.normalize import FileRef, ShardInput
 from keel.mrp.records import RecordSlice
-from keel.mrp.registry import OperatorKind
 from keel.mrp.sdk import LLMClient, OperatorContext, OperatorError
 from keel.records import LLMCallLog
 from keel.settings import Settings
@@ -206,9 +205,20 @@ def _node_id() -> str:
 
 def execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
     """:func:`execute_shard` for one item of a window's context."""
-    attempt = _execute_item(context, task, settings)
-    attempt.node_id = _node_id()
-    return attempt
+    return execute_items(context, [task], settings)[0]
+
+
+def execute_items(
+    context: ShardContext, tasks: list[ShardItem], settings: Settings
+) -> list[ShardAttempt]:
+    """Attempts of ``tasks`` (shards of one window's context), their operator calls made
+    in one host round trip (:func:`~activities.mrp.host.run_map_batch_in_host`); each
+    attempt as :func:`execute_shard` makes it, in order."""
+    attempts = _execute_items(context, tasks, settings)
+    node = _node_id()
+    for attempt in attempts:
+        attempt.node_id = node
+    return attempts
 
 
 def _localised(context: ShardContext) -> ShardContext:
@@ -234,57 +244,104 @@ def _shard_items(shard_input: ShardInput, store: ArtifactStore, ref: str) -> lis
     return items
 
 
-def _execute_item(context: ShardContext, task: ShardItem, settings: Settings) -> ShardAttempt:
-    t0 = time.perf_counter()
+class _Prepared(NamedTuple):
+    """A shard ready for its operator call: its place in the batch, when its attempt
+    started, its LLM client, context and operator input."""
+
+    place: int
+    t0: float
+    llm: LLMClient
+    ctx: OperatorContext
+    values: list[JsonValue]
+
+
+def _execute_items(
+    context: ShardContext, tasks: list[ShardItem], settings: Settings
+) -> list[ShardAttempt]:
     context = _localised(context)
-    llm: LLMClient | None = None
-    ctx: OperatorContext | None = None
-    try:
-        store = store_for(settings)
-        shard_input = ShardInput.model_validate(store.get_json(task.input_digest))
-        spec = context.operator.spec
-        llm = llm_client_for(
-            spec,
-            settings,
-            replay_only=context.llm_replay_only,
-            default_model=context.llm_model,
-            workflow_id=context.workflow_id,
-        )
-        ctx = OperatorContext(
-            params=dict(context.params),
-            seed=task.seed,
-            shard_id=task.shard_id,
-            llm=llm,
-            file_reader=file_reader(store),
-            operator=spec.ref,
-        )
-        items = _shard_items(shard_input, store, spec.ref)
+    spec = context.operator.spec
+    attempts: list[ShardAttempt | None] = [None] * len(tasks)
+    ready: list[_Prepared] = []
+    store: ArtifactStore | None = None
+    for i, task in enumerate(tasks):
+        t0 = time.perf_counter()
+        llm: LLMClient | None = None
+        ctx: OperatorContext | None = None
+        try:
+            store = store or store_for(settings)
+            shard_input = ShardInput.model_validate(store.get_json(task.input_digest))
+            llm = llm_client_for(
+                spec,
+                settings,
+                replay_only=context.llm_replay_only,
+                default_model=context.llm_model,
+                workflow_id=context.workflow_id,
+            )
+            ctx = OperatorContext(
+                params=dict(context.params),
+                seed=task.seed,
+                shard_id=task.shard_id,
+                llm=llm,
+                file_reader=file_reader(store),
+                operator=spec.ref,
+            )
+            ready.append(_Prepared(i, t0, llm, ctx, _shard_items(shard_input, store, spec.ref)))
+        except OperatorError as e:
+            attempts[i] = _failed_attempt(context, str(e), e.retryable, t0, llm, ctx)
+        except Exception as e:  # the runtime's own failure (store): worth a retry
+            attempts[i] = _failed_attempt(context, f"{type(e).__name__}: {e}", True, t0, llm, ctx)
+    if ready:
         # In an operator host: a process with only the operator's declared environment
         # (activities/mrp/host.py), which imports the code and checks it against its pin.
-        output = run_in_host(
-            OperatorKind.MAP, context.operator, items, ctx, memory_mb=context.memory_mb
+        t1 = time.perf_counter()
+        outs: list[tuple[Any, float] | OperatorError]
+        try:
+            outs = run_map_batch_in_host(
+                context.operator, [(r.values, r.ctx) for r in ready], memory_mb=context.memory_mb
+            )
+        except Exception as e:  # starting the host failed: worth a retry
+            outs = [OperatorError(spec.ref, f"{type(e).__name__}: {e}", retryable=True)] * len(
+                ready
+            )
+        # A shard's latency: its own preparation and its time in the host (a batch's
+        # shards share the round trip; the first shards' time in the host is theirs).
+        share = (time.perf_counter() - t1) * 1000 / len(ready)
+        for r, out in zip(ready, outs, strict=True):
+            if isinstance(out, OperatorError):
+                attempts[r.place] = _failed_attempt(
+                    context, str(out), out.retryable, r.t0, r.llm, r.ctx, latency_ms=share
+                )
+            else:
+                attempts[r.place] = _succeeded(context, settings, r, out[0], max(out[1], share))
+    return [a for a in attempts if a is not None]
+
+
+def _succeeded(
+    context: ShardContext, settings: Settings, r: _Prepared, output: Any, host_ms: float
+) -> ShardAttempt:
+    """The attempt of a shard whose operator returned ``output`` (stored when too large
+    to be packed with the window's outputs)."""
+    data = canonical_json(output)
+    packed = len(data) <= PACK_MEMBER_MAX
+    try:
+        digest = digest_bytes(data) if packed else store_for(settings).put_bytes(data)
+    except Exception as e:  # the store failed: worth a retry
+        return _failed_attempt(
+            context, f"{type(e).__name__}: {e}", True, r.t0, r.llm, r.ctx, latency_ms=host_ms
         )
-        data = canonical_json(output)
-        packed = len(data) <= PACK_MEMBER_MAX
-        digest = digest_bytes(data) if packed else store.put_bytes(data)
-        stats = call_stats(llm)
-        return ShardAttempt(
-            ok=True,
-            output_digest=digest,
-            output_bytes=data if packed else None,
-            latency_ms=(time.perf_counter() - t0) * 1000,
-            units=spec.cost_weight + ctx.charged_units,
-            llm_usd=stats.cost_usd,
-            llm_calls=stats.calls + stats.cache_hits,
-            llm_cached=stats.cache_hits,
-            llm_call_logs=list(stats.logs),
-            pid=os.getpid(),
-        )
-    except OperatorError as e:
-        error, retryable = str(e), e.retryable
-    except Exception as e:  # the runtime's own failure (store, import): worth a retry
-        error, retryable = f"{type(e).__name__}: {e}", True
-    return _failed_attempt(context, error, retryable, t0, llm, ctx)
+    stats = call_stats(r.llm)
+    return ShardAttempt(
+        ok=True,
+        output_digest=digest,
+        output_bytes=data if packed else None,
+        latency_ms=host_ms,
+        units=context.operator.spec.cost_weight + r.ctx.charged_units,
+        llm_usd=stats.cost_usd,
+        llm_calls=stats.calls + stats.cache_hits,
+        llm_cached=stats.cache_hits,
+        llm_call_logs=list(stats.logs),
+        pid=os.getpid(),
+    )
 
 
 def _failed_attempt(
@@ -294,14 +351,16 @@ def _failed_attempt(
     t0: float,
     llm: LLMClient | None,
     ctx: OperatorContext | None,
+    latency_ms: float | None = None,
 ) -> ShardAttempt:
-    """A failed attempt, started at ``t0``, with what it spent."""
+    """A failed attempt, started at ``t0`` (or that took ``latency_ms``), with what it
+    spent."""
     stats = call_stats(llm) if llm is not None else LLMCallStats()
     return ShardAttempt(
         ok=False,
         error=error[:4000],
         retryable=retryable,
-        latency_ms=(time.perf_counter() - t0) * 1000,
+        latency_ms=(time.perf_counter() - t0) * 1000 if latency_ms is None else latency_ms,
         # A failed attempt still spent its weight: the operator ran.
         units=(context.operator.spec.cost_weight + (ctx.charged_units if ctx else Decimal(0))),
         llm_usd=stats.cost_usd,
@@ -402,7 +461,7 @@ class ShardRunner:
                 self._contexts.pop(next(iter(self._contexts)))
             self._contexts[key] = context
         shard_context, settings = self._contexts[key]
-        return [execute_item(shard_context, item, settings) for item in items]
+        return execute_items(shard_context, items, settings)
 
 
 class RayBackend(Backend):

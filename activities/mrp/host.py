@@ -68,7 +68,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Idle hosts kept per environment (more are stopped when released).
 MAX_IDLE = 32
 
-__all__ = ["HostError", "OperatorHost", "declared_env", "run_in_host"]
+__all__ = [
+    "HostError",
+    "OperatorHost",
+    "declared_env",
+    "run_in_host",
+    "run_map_batch_in_host",
+]
 
 
 class RemoteOperatorError(OperatorError):
@@ -148,7 +154,7 @@ class OperatorHost:
         self,
         request: dict[str, Any],
         llm: Callable[[dict[str, Any]], dict[str, Any]],
-        read_file: Callable[[dict[str, Any]], bytes],
+        read_file: Callable[[dict[str, Any]], bytes],  # given the whole ask
         operator: str,
         outputs: OutputSource | None = None,
     ) -> dict[str, Any]:
@@ -168,7 +174,7 @@ class OperatorHost:
                     self._out.flush()
                 elif rpc == "read_file":
                     try:
-                        data = read_file(msg["ref"])
+                        data = read_file(msg)
                         self._send({"ok": True, "data": base64.b64encode(data).decode("ascii")})
                     except OperatorError as e:
                         self._send({"ok": False, "error": str(e), "retryable": e.retryable})
@@ -318,7 +324,7 @@ def run_in_host(
         reply = host.call(
             request,
             _llm_handler(ctx),
-            lambda ref: ctx.read_file(FileRef.model_validate(ref)),
+            lambda msg: ctx.read_file(FileRef.model_validate(msg["ref"])),
             spec.ref,
             outputs,
         )
@@ -341,6 +347,89 @@ def run_in_host(
     if kind is OperatorKind.PRODUCE:
         return ProduceResult.model_validate(result)
     return result
+
+
+def run_map_batch_in_host(
+    handle: Any,
+    shards: Sequence[tuple[Any, OperatorContext]],
+    *,
+    memory_mb: int | None = None,
+) -> list[tuple[Any, float] | OperatorError]:
+    """Run map shards (each its ``value`` and parent context) one after the other in one
+    host, in one round trip: the operator handle is sent and checked once, not per shard
+    (the pipe's round trip and the handle's check were most of a small shard's cost).
+    Each shard's result, with the milliseconds the host spent on it, or its failure, in
+    order. Each shard may allocate ``memory_mb`` over what the host held before the batch. A
+    shard that runs out of memory ends the host's batch (the host is stopped); the shards
+    after it run in a new host. A host that dies (or breaks the protocol) mid-batch
+    leaves no way to tell which shard killed it: the batch's unfinished shards then run
+    again one per call, so only that shard fails."""
+    spec = handle.spec
+    env = declared_env(list(spec.env))
+    out: list[tuple[Any, float] | OperatorError] = []
+    rest = list(shards)
+    while rest:
+        ctxs = [ctx for _, ctx in rest]
+        request = {
+            "kind": "map_batch",
+            "handle": handle.model_dump(mode="json"),
+            "params": ctxs[0].params,
+            "memory_mb": memory_mb,
+            "shards": [
+                {"value": value, "seed": ctx.seed, "shard_id": ctx.shard_id} for value, ctx in rest
+            ],
+        }
+
+        def llm(msg: dict[str, Any], ctxs: list[OperatorContext] = ctxs) -> dict[str, Any]:
+            return _llm_handler(ctxs[int(msg.get("shard") or 0)])(msg)
+
+        def read(msg: dict[str, Any], ctxs: list[OperatorContext] = ctxs) -> bytes:
+            return ctxs[int(msg.get("shard") or 0)].read_file(FileRef.model_validate(msg["ref"]))
+
+        try:
+            with _host(env) as host:
+                reply = host.call(request, llm, read, spec.ref)
+                if reply.get("discard"):
+                    host.kill()  # a shard ran out of memory: not pooled for another call
+        except HostError as e:
+            if len(rest) == 1:
+                out.append(e)  # the shard that killed its host: its attempt failed
+                return out
+            for value, ctx in rest:  # one per call: only the shard that kills its host fails
+                try:
+                    out.append((run_in_host(OperatorKind.MAP, handle, value, ctx,
+                                            memory_mb=memory_mb), 0.0))  # fmt: skip
+                except OperatorError as e:
+                    out.append(e)
+            return out
+        results = reply.get("results")
+        if not reply.get("ok") or not isinstance(results, list):
+            # The handle or the operator's import failed: every shard of the batch fails so.
+            error = RemoteOperatorError(
+                spec.ref,
+                str(reply.get("error", "operator failed")),
+                retryable=bool(reply.get("retryable", True)),
+            )
+            out.extend(error for _ in rest)
+            return out
+        for one, (_, ctx) in zip(results, rest, strict=False):
+            for line in one.get("logs") or []:
+                ctx.log(str(line))
+            charged = Decimal(str(one.get("charged_units", "0")))
+            if charged:
+                ctx.charged_units += charged
+            if one.get("ok"):
+                out.append((one.get("result"), float(one.get("ms") or 0.0)))
+            else:
+                out.append(
+                    RemoteOperatorError(
+                        spec.ref,
+                        str(one.get("error", "operator failed")),
+                        retryable=bool(one.get("retryable", True)),
+                    )
+                )
+        rest = rest[len(results) :]
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -376,12 +465,14 @@ class _Channel:
 
 
 class _ProxyLLM:
-    def __init__(self, channel: _Channel, operator: str) -> None:
+    def __init__(self, channel: _Channel, operator: str, shard: int = 0) -> None:
         self.channel = channel
         self.operator = operator
+        self.shard = shard
 
     def complete(self, messages: list[dict[str, str]] | str, **params: Any) -> LLMResult:
-        reply = self.channel.ask({"rpc": "llm", "messages": messages, "params": params})
+        ask = {"rpc": "llm", "messages": messages, "params": params, "shard": self.shard}
+        reply = self.channel.ask(ask)
         if not reply.get("ok"):
             raise RemoteOperatorError(
                 self.operator, str(reply.get("error")), retryable=bool(reply.get("retryable"))
@@ -389,10 +480,11 @@ class _ProxyLLM:
         return LLMResult.model_validate(reply["result"])
 
 
-def _file_reader(channel: _Channel, operator: str) -> Callable[[Any], bytes]:
+def _file_reader(channel: _Channel, operator: str, shard: int = 0) -> Callable[[Any], bytes]:
     def read_file(ref: FileRef | dict[str, Any]) -> bytes:
         f = ref if isinstance(ref, FileRef) else FileRef.model_validate(ref)
-        reply = channel.ask({"rpc": "read_file", "ref": f.model_dump(mode="json")})
+        ask = {"rpc": "read_file", "ref": f.model_dump(mode="json"), "shard": shard}
+        reply = channel.ask(ask)
         if not reply.get("ok"):
             raise RemoteOperatorError(
                 operator, str(reply.get("error")), retryable=bool(reply.get("retryable"))
@@ -413,16 +505,18 @@ def _data_bytes() -> int:
 
 
 @contextlib.contextmanager
-def memory_limit(memory_mb: int | None) -> Iterator[None]:
+def memory_limit(memory_mb: int | None, base: int | None = None) -> Iterator[None]:
     """While inside, this process may allocate at most ``memory_mb`` MiB more (soft
-    ``RLIMIT_DATA`` over what it holds now); the old limit is put back after."""
+    ``RLIMIT_DATA`` over what it holds now, or over ``base`` bytes: a batch's shards are
+    each limited over what the host held before the batch); the old limit is put back
+    after."""
     if not memory_mb:
         yield
         return
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    limit = _data_bytes() + memory_mb * 1024 * 1024
+    limit = (_data_bytes() if base is None else base) + memory_mb * 1024 * 1024
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
@@ -501,6 +595,9 @@ def _serve(channel: _Channel) -> None:
         request = channel.receive()
         if request is None:
             return
+        if request.get("kind") == "map_batch":
+            channel.send(_serve_map_batch(channel, request))
+            continue
         ctx: OperatorContext | None = None
         memory_mb = request.get("memory_mb")
         try:
@@ -531,6 +628,51 @@ def _serve(channel: _Channel) -> None:
             reply["charged_units"] = str(ctx.charged_units)
             reply["logs"] = list(ctx.logs)
         channel.send(reply)
+
+
+def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, Any]:
+    """A ``map_batch`` call: the handle checked and the operator loaded once, then each
+    shard mapped with its own context (seed, shard id, proxies that name its place) under
+    its own memory limit; a shard out of memory ends the batch (``discard``)."""
+    from activities.mrp.operators import OperatorHandle, invoke_map
+
+    memory_mb = request.get("memory_mb")
+    try:
+        handle = OperatorHandle.model_validate(request["handle"])
+        instance = handle.load()
+    except Exception as e:
+        return _failure(e, None)
+    spec = handle.spec
+    params = request.get("params") or {}
+    env = dict(os.environ)
+    base = _data_bytes() if memory_mb else None
+    results: list[dict[str, Any]] = []
+    for i, shard in enumerate(request.get("shards") or []):
+        t0 = time.perf_counter()
+        ctx = OperatorContext(
+            params=dict(params),
+            seed=int(shard.get("seed") or 0),
+            shard_id=shard.get("shard_id"),
+            llm=_ProxyLLM(channel, spec.ref, i),
+            file_reader=_file_reader(channel, spec.ref, i),
+            operator=spec.ref,
+            env=env,
+        )
+        try:
+            with memory_limit(memory_mb, base):
+                reply: dict[str, Any] = {
+                    "ok": True,
+                    "result": invoke_map(spec, instance, shard.get("value"), ctx),
+                }
+        except Exception as e:
+            reply = _failure(e, memory_mb)
+        reply["charged_units"] = str(ctx.charged_units)
+        reply["logs"] = list(ctx.logs)
+        reply["ms"] = (time.perf_counter() - t0) * 1000
+        results.append(reply)
+        if reply.get("discard"):
+            return {"ok": True, "results": results, "discard": True}
+    return {"ok": True, "results": results}
 
 
 def _failure(e: Exception, memory_mb: int | None) -> dict[str, Any]:

@@ -77,7 +77,7 @@ class WindowHost(Protocol):
 # Shard records are buffered and written in one transaction at most this often (and when
 # FLUSH_MAX are waiting, and at the window's end); each flush is followed by a heartbeat.
 FLUSH_EVERY_S = 0.25
-FLUSH_MAX = 64
+FLUSH_MAX = 256
 # Backoff between attempts of one shard: 0.2 s, 0.4 s, ... at most 5 s.
 RETRY_BACKOFF_S = 0.2
 RETRY_BACKOFF_MAX_S = 5.0
