@@ -616,9 +616,16 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     patterns = {c.capability.value: c.pattern_id for c in plan.choices}
     ctx: dict[str, Any] = {**_naming_context(req), **_shape_context(req, patterns)}
     ctx["registry"] = _registry(patterns)
+    # SageMaker model packages: a SageMaker training job runs network-isolated, so its
+    # state machine publishes the job's archive and registers it after the job; other
+    # training registers it in code (boto3, its task role allowed
+    # sagemaker:CreateModelPackage).
+    ctx["register_in_code"] = ctx["registry"] == "sagemaker" and not patterns.get(
+        "train", ""
+    ).startswith("train:sagemaker-")
     # Promotion publishes model.tar.gz where SageMaker reads it: the batch transform's
-    # ModelDataUrl, the SageMaker model packages' archive.
-    ctx["model_archive"] = bool(ctx["sagemaker"]) or ctx["registry"] == "sagemaker"
+    # ModelDataUrl, the archive the code registers as a model package.
+    ctx["model_archive"] = bool(ctx["sagemaker"]) or ctx["register_in_code"]
     ctx.update(_constraints_context(req, online=ctx["online"], kafka=ctx["kafka"]))
     if ctx["registry"] == "mlflow":
         ctx["requirements"] = sorted([*ctx["requirements"], MLFLOW_REQUIREMENT])

@@ -287,6 +287,8 @@ def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
         return {}
     if registry == "mlflow":
         return {"MLFLOW_TRACKING_URI": "var.mlflow_tracking_uri"}
+    if plan_by_cap.get("train", "").startswith("train:sagemaker-"):
+        return {}  # the training state machine registers (sagemaker_registration)
     own_group = plan_by_cap.get("govern") != "govern:model-registry-config"
     if cap == "train":
         env = {
@@ -311,6 +313,30 @@ def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
             f'"s3://${{split(":::", var.model_bucket_arns[0])[1]}}/{DATA_PREFIX}/{MODEL_ARCHIVE_KEY}"'
         )
     return env
+
+
+def sagemaker_registration(plan_by_cap: dict[str, str], cap: str) -> dict[str, str] | None:
+    """What a SageMaker training module's state machine registers after the job (HCL
+    expressions): the model package ``group``, the serving ``image`` (None without a
+    serve module: the archive is published, nothing registered) and the archive
+    ``key`` it publishes the job's ``model.tar.gz`` to (under ``DATA_URI``). None where
+    the plan does not register SageMaker model packages from a SageMaker training job.
+    The job runs network-isolated, so it cannot call SageMaker or S3 itself."""
+    train = plan_by_cap.get("train", "")
+    if cap != "train" or not train.startswith("train:sagemaker-"):
+        return None
+    if _registry(plan_by_cap) != "sagemaker":
+        return None
+    own_group = plan_by_cap.get("govern") != "govern:model-registry-config"
+    return {
+        "group": (
+            "aws_sagemaker_model_package_group.models.model_package_group_name"
+            if own_group
+            else "var.model_package_group"
+        ),
+        "image": "var.model_image" if "serve" in plan_by_cap else "",
+        "key": f"{DATA_PREFIX}/{MODEL_ARCHIVE_KEY}",
+    }
 
 
 def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str]]:
@@ -431,6 +457,10 @@ def _modules(req: CodeGenRequest, regions: list[str], w: dict[str, float]) -> li
                 "sizes": {r: _module_sizes(req, pid, r, w) for r in regions},
                 # What the model registry's code reads where this module runs it.
                 "registry_env": registry_env(plan_by_cap, cap),
+                # The serving image, for the SageMaker model packages training registers.
+                "image_output": cap == "serve" and _registry(plan_by_cap) == "sagemaker",
+                # What the SageMaker training state machine registers after the job.
+                "registration": sagemaker_registration(plan_by_cap, cap),
                 # Whether this module creates the SageMaker model package group (a
                 # SageMaker training plan governed without model-registry-config).
                 "package_group": cap == "train"

@@ -45,6 +45,9 @@ class Runtime:
     env: frozenset[str]
     command: tuple[str, ...] | None = None
     handler: str | None = None
+    #: The role a SageMaker job or model runs as (its ``RoleArn``/``ExecutionRoleArn``
+    #: or ``execution_role_arn``), as text naming ``aws_iam_role.<name>``.
+    role: str = ""
 
     @property
     def where(self) -> str:
@@ -77,6 +80,9 @@ def _json_keys(obj: str) -> set[str]:
             depth -= 1
         i += 1
     return keys
+
+
+_SAGEMAKER_ROLE = re.compile(r"(?:RoleArn|ExecutionRoleArn)\W+(?:\$\{)?aws_iam_role\.\w+\.")
 
 
 def image_command(body: dict[str, Any]) -> tuple[str, ...] | None:
@@ -123,6 +129,10 @@ def runtimes(repo: Repo) -> list[Runtime]:
             elif block.kind == "aws_sfn_state_machine":
                 text = str(body.get("definition", ""))
                 for params in _json_objects(text, "Parameters"):
+                    # A model package's containers (CreateModelPackage) are registered,
+                    # not run, by the state.
+                    for spec in _json_objects(params, "InferenceSpecification"):
+                        params = params.replace(spec, "{}")
                     images = tuple(
                         v for _, v in _json_values(params, ["Image", "TrainingImage", "ImageUri"])
                     )
@@ -131,14 +141,33 @@ def runtimes(repo: Repo) -> list[Runtime]:
                     env = set()
                     for obj in _json_objects(params, "Environment"):
                         env |= _json_keys(obj)
-                    out.append(Runtime(mod, block, "sagemaker", images, frozenset(env)))
+                    role = _SAGEMAKER_ROLE.search(params)
+                    out.append(
+                        Runtime(
+                            mod,
+                            block,
+                            "sagemaker",
+                            images,
+                            frozenset(env),
+                            role=role.group(0) if role else "",
+                        )
+                    )
             elif block.kind == "aws_sagemaker_model":
                 for key in ("primary_container", "container"):
                     cont = _unwrap(body.get(key))
                     if isinstance(cont, dict) and cont.get("image"):
                         env_map = cont.get("environment")
                         names = frozenset(env_map) if isinstance(env_map, dict) else frozenset()
-                        out.append(Runtime(mod, block, "sagemaker", (str(cont["image"]),), names))
+                        out.append(
+                            Runtime(
+                                mod,
+                                block,
+                                "sagemaker",
+                                (str(cont["image"]),),
+                                names,
+                                role=str(body.get("execution_role_arn", "")),
+                            )
+                        )
     return out
 
 

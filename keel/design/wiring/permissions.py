@@ -1,9 +1,13 @@
 """Rule ``permissions``: every AWS call the code a runtime starts makes is allowed by the
-runtime's role.
+runtime's role, and every AWS SDK call a Step Functions state makes by its state machine's.
 
 Only the calls of :data:`AWS_CALLS` are checked (a call whose action a generated role
-missed: Bedrock's Converse from the RAG function). The role is the Lambda function's
-``role`` or the task definition's ``task_role_arn``; what it may do is the ``Action`` of
+missed: Bedrock's Converse from the RAG function; SageMaker's CreateModelPackage from a
+training job whose role lacked it). The role is the Lambda function's ``role``, the task
+definition's ``task_role_arn``, a SageMaker job's ``RoleArn`` or model's execution role.
+A state machine's ``arn:aws:states:::aws-sdk:<service>:<api>`` Task states need the IAM
+actions of :data:`SFN_SDK_ACTIONS` (else ``<service>:<Api>``) from its ``role_arn``'s role.
+What a role may do is the ``Action`` of
 the policies the module attaches to it (``aws_iam_role_policy``, ``inline_policy``, an
 ``aws_iam_policy`` of the module attached by ``aws_iam_role_policy_attachment``), with
 ``*`` wildcards. A policy from outside the module (a variable, an AWS managed policy) is
@@ -32,7 +36,17 @@ AWS_CALLS: dict[tuple[str, str], str] = {
     ("bedrock-runtime", "invoke_model_with_response_stream"): (
         "bedrock:InvokeModelWithResponseStream"
     ),
+    ("sagemaker", "create_model_package"): "sagemaker:CreateModelPackage",
 }
+
+#: Step Functions AWS SDK integrations whose IAM actions are not ``<service>:<Api>``.
+SFN_SDK_ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("s3", "copyObject"): ("s3:GetObject", "s3:PutObject"),
+    ("s3", "listObjectsV2"): ("s3:ListBucket",),
+    ("s3", "listObjects"): ("s3:ListBucket",),
+    ("s3", "headObject"): ("s3:GetObject",),
+}
+_SDK_TASK = re.compile(r"arn:aws:states:::aws-sdk:([a-z0-9-]+):([A-Za-z0-9]+)")
 
 _ACTION = re.compile(r'"([a-z0-9-]+:[A-Za-z0-9*?]+)"|^([a-z0-9-]+:[A-Za-z0-9*?]+)$')
 _ROLE_REF = re.compile(r"aws_iam_role\.(\w+)\.")
@@ -65,8 +79,11 @@ def _calls(path: str, text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _role(mod: TfModule, rt: Runtime) -> Block | None:
-    key = "role" if rt.kind == "lambda" else "task_role_arn"
-    m = _ROLE_REF.search(_all_text(rt.block.body.get(key, "")))
+    if rt.kind == "sagemaker":
+        text = rt.role
+    else:
+        text = _all_text(rt.block.body.get("role" if rt.kind == "lambda" else "task_role_arn", ""))
+    m = _ROLE_REF.search(text)
     return mod.resource("aws_iam_role", m.group(1)) if m else None
 
 
@@ -118,11 +135,40 @@ def runtime_files(repo: Repo, rt: Runtime) -> list[str]:
     return out
 
 
+def _sdk_findings(mod: TfModule) -> list[Finding]:
+    """Each AWS SDK Task state of a state machine needs its actions from the machine's role."""
+    out: list[Finding] = []
+    for block in mod.of_kind("aws_sfn_state_machine"):
+        definition = _all_text(block.body.get("definition", ""))
+        calls = sorted(set(_SDK_TASK.findall(definition)))
+        if not calls:
+            continue
+        m = _ROLE_REF.search(_all_text(block.body.get("role_arn", "")))
+        role = mod.resource("aws_iam_role", m.group(1)) if m else None
+        granted = _granted(mod, role) if role is not None else set()
+        role_name = f"aws_iam_role.{role.name}" if role is not None else "no role of the module"
+        for service, api in calls:
+            needed = SFN_SDK_ACTIONS.get((service, api), (f"{service}:{api[:1].upper()}{api[1:]}",))
+            for action in needed:
+                if any(fnmatch.fnmatchcase(action, g) for g in granted):
+                    continue
+                out.append(
+                    Finding(
+                        "permissions",
+                        block.file,
+                        f"aws_sfn_state_machine.{block.name} calls {action} (a Task state's "
+                        f"arn:aws:states:::aws-sdk:{service}:{api}), which its role "
+                        f"({role_name}) is not allowed: no policy of the module grants it",
+                    )
+                )
+    return out
+
+
 def check_permissions(repo: Repo) -> list[Finding]:
     out: list[Finding] = []
+    for mod in repo.modules.values():
+        out += _sdk_findings(mod)
     for rt in runtimes(repo):
-        if rt.kind not in ("lambda", "ecs"):
-            continue
         needed: dict[str, str] = {}
         for path in import_closure(repo.files, runtime_files(repo, rt)):
             for action, line in _calls(path, repo.files[path]):

@@ -146,24 +146,6 @@ def test_a_none_default_nothing_demands_is_still_accepted() -> None:
     assert findings_of(files) == []
 
 
-@pytest.mark.parametrize("name", ["streaming_features", "streaming_only_three_regions"])
-def test_the_sagemaker_registry_needs_its_group_image_and_archive(name: str) -> None:
-    """SageMaker plans: MODEL_PACKAGE_GROUP, MODEL_IMAGE and MODEL_DATA_URL (read with None;
-    the registry raises naming them) are set where training and serving run."""
-    files = tree(name)
-    assert findings_of(files) == []
-    train = files["infra/modules/train/main.tf"]
-    for var in ("MODEL_PACKAGE_GROUP", "MODEL_IMAGE", "MODEL_DATA_URL"):
-        line = next(ln for ln in train.split("\n") if ln.strip().startswith(var + " "))
-        broken = {**files, "infra/modules/train/main.tf": train.replace(line + "\n", "", 1)}
-        found = messages(only(findings_of(broken), "environment"))
-        assert (
-            f"infra/modules/train/main.tf: aws_sfn_state_machine.train runs "
-            f"services/train/__init__.py and services/train/__main__.py "
-            f"(services/train/Dockerfile), which reads {var} (services/common/registry.py:"
-        ) in found, found
-
-
 # ---------------------------------------------------------------------------- permissions
 
 
@@ -411,22 +393,86 @@ def test_a_model_archive_nothing_writes_fails() -> None:
     assert findings_of(uploaded) == []
 
 
-def test_the_sagemaker_packages_archive_is_the_one_promotion_publishes() -> None:
-    """SageMaker registry plans: MODEL_DATA_URL (the packages' ModelDataUrl) names the
-    archive promotion writes under the training's DATA_URI."""
+def test_the_sagemaker_packages_archive_is_the_one_the_state_machine_publishes() -> None:
+    """SageMaker training plans: the model package's ModelDataUrl is the archive the
+    training state machine copies the job's model.tar.gz to (under DATA_URI)."""
     files = tree(MSK)
     assert findings_of(files) == []
     train = files["infra/modules/train/main.tf"]
-    assert (
-        'MODEL_DATA_URL      = "s3://${aws_s3_bucket.models.id}/pipeline/registry/latest/'
-        'model.tar.gz"'
-    ) in train
+    url = "s3://${aws_s3_bucket.models.id}/pipeline/registry/latest/model.tar.gz"
+    assert f'ModelDataUrl = "{url}"' in train
+    assert 'Key                  = "pipeline/registry/latest/model.tar.gz"' in train
     broken = mutate(
-        files, "infra/modules/train/main.tf", "models.id}/pipeline/registry", "models.id}/registry"
+        files,
+        "infra/modules/train/main.tf",
+        'Key                  = "pipeline/registry/latest/model.tar.gz"',
+        'Key                  = "registry/latest/model.tar.gz"',
     )
     (finding,) = only(findings_of(broken), "objects")
     assert finding.message.startswith(
-        "infra/modules/train/main.tf:"
-        f"{_step_line(train, 'MODEL_DATA_URL')} hands MODEL_DATA_URL "
-        "s3://${aws_s3_bucket.models.id}/registry/latest/model.tar.gz, which nothing"
+        f"infra/modules/train/main.tf:{_step_line(train, 'ModelDataUrl = ')} hands "
+        f"ModelDataUrl {url}, which nothing in the design writes"
     )
+
+
+# ------------------------------------------------------------- SageMaker package registration
+
+
+@pytest.mark.parametrize("name", [MSK, "streaming_only_three_regions"])
+def test_the_training_state_machine_registers_with_a_role_allowed_to(name: str) -> None:
+    """The SageMaker training job runs network-isolated and its role had no
+    sagemaker:CreateModelPackage, so promotion's boto3 registration inside it could not
+    work: the state machine publishes the job's archive and registers it after the job,
+    as the orchestrator role, which must be allowed to."""
+    files = tree(name)
+    train = files["infra/modules/train/main.tf"]
+    assert 'Resource = "arn:aws:states:::aws-sdk:sagemaker:createModelPackage"' in train
+    assert 'Resource = "arn:aws:states:::aws-sdk:s3:copyObject"' in train
+    assert "create_model_package" not in files["services/common/registry.py"]
+    assert "MODEL_PACKAGE_GROUP" not in train  # the job reads nothing of the registry
+    assert findings_of(files) == []
+    broken = mutate(
+        files,
+        "infra/modules/train/main.tf",
+        '["sagemaker:CreateModelPackage", "sagemaker:AddTags"]',
+        '["sagemaker:AddTags"]',
+    )
+    (finding,) = only(findings_of(broken), "permissions")
+    assert finding.file == "infra/modules/train/main.tf"
+    assert finding.message == (
+        "aws_sfn_state_machine.train calls sagemaker:CreateModelPackage (a Task state's "
+        "arn:aws:states:::aws-sdk:sagemaker:createModelPackage), which its role "
+        "(aws_iam_role.orchestrator) is not allowed: no policy of the module grants it"
+    )
+    # The copy needs both halves of S3's CopyObject.
+    unread = mutate(
+        files, "infra/modules/train/main.tf", '["s3:GetObject", "s3:PutObject"]', '"s3:PutObject"'
+    )
+    (finding,) = only(findings_of(unread), "permissions")
+    assert finding.message.startswith("aws_sfn_state_machine.train calls s3:GetObject (")
+
+
+def test_a_training_job_that_registers_in_code_needs_the_action_on_its_role() -> None:
+    """The old promotion: boto3's create_model_package inside the SageMaker training job,
+    whose role (aws_iam_role.training) no policy allows it."""
+    files = tree(MSK)
+    registry = files["services/common/registry.py"]
+    broken = {
+        **files,
+        "services/common/registry.py": registry
+        + "\n\ndef _register(group: str, image: str, url: str) -> None:\n"
+        "    import boto3\n\n"
+        '    client = boto3.client("sagemaker")\n'
+        "    client.create_model_package(\n"
+        "        ModelPackageGroupName=group,\n"
+        '        InferenceSpecification={"Containers": [{"Image": image, "ModelDataUrl": url}]},\n'
+        "    )\n",
+    }
+    line = len(registry.splitlines()) + 7
+    found = only(findings_of(broken), "permissions")
+    training = [f for f in found if "aws_iam_role.training" in f.message]
+    assert [f.message for f in training] == [
+        "aws_sfn_state_machine.train calls sagemaker:CreateModelPackage "
+        f"(services/common/registry.py:{line}), which its role (aws_iam_role.training) is "
+        "not allowed: no policy of the module grants it"
+    ]
