@@ -13,6 +13,8 @@ Layout:
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import io
 import json
 import logging
@@ -20,7 +22,7 @@ import os
 import tempfile
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypedDict, Unpack
 
@@ -33,6 +35,21 @@ if TYPE_CHECKING:
     from botocore.exceptions import ClientError
 
 log = logging.getLogger(__name__)
+
+
+def _find_syncfs() -> Callable[[int], int] | None:
+    """libc's ``syncfs(2)`` (Linux), or None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+_SYNCFS = _find_syncfs()
 
 
 #: Files up to this size go up in one PUT, larger ones in parts of (at least) this size.
@@ -235,6 +252,16 @@ class ArtifactStore(ABC):
         """Store the canonical JSON form of ``value``; returns ``digest_json(value)``."""
         return self.put_bytes(canonical_json(value))
 
+    def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        """Store every blob of ``blobs``; their digests, in order. All are stored when this
+        returns, as if each had been put with :meth:`put_bytes` (here: 8 at a time)."""
+        if len(blobs) <= 1:
+            return [self.put_bytes(b) for b in blobs]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(self.put_bytes, blobs))
+
     def get_bytes(self, digest: str) -> bytes:
         """The content stored under ``digest``, verified against it.
 
@@ -345,6 +372,69 @@ class LocalArtifactStore(ArtifactStore):
                 os.unlink(tmp)
             raise
         self._fsync_dir(path.parent)
+
+    def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        """Store every blob of ``blobs``: each into a temporary file beside its place,
+        then one sync of the store's file system for all their bytes, the renames into
+        place, and one more sync for the renames. Two syncs for the batch instead of two
+        fsyncs a blob (a compile stores one input per shard: at 100,000 shards those
+        fsyncs were most of it). As with :meth:`put_bytes`, a blob is never seen at its
+        name before its bytes are on disk, and all are durable when this returns. Where
+        ``syncfs`` is missing, each file and directory is synced instead."""
+        digests = [digest_bytes(b) for b in blobs]
+        pending: list[tuple[str, Path]] = []
+        seen: set[str] = set()
+        try:
+            for data, digest in zip(blobs, digests, strict=True):
+                hexdigest = _hex_of(digest)
+                if hexdigest in seen:
+                    continue
+                seen.add(hexdigest)
+                path = self._path(hexdigest)
+                with contextlib.suppress(FileNotFoundError):
+                    if path.stat().st_size == len(data):
+                        continue
+                    log.warning("rewriting artifact %s: stored size differs", path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(
+                    dir=path.parent, prefix=f".{hexdigest[:8]}.", suffix=".tmp"
+                )
+                pending.append((tmp, path))
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    if not _SYNCFS:
+                        f.flush()
+                        os.fsync(f.fileno())
+                os.chmod(tmp, 0o444)
+            if not pending:
+                return digests
+            self._sync()
+            directories = {path.parent for _, path in pending}
+            while pending:
+                tmp, path = pending[-1]
+                os.replace(tmp, path)
+                pending.pop()
+            self._sync(directories)
+        except BaseException:
+            for tmp, _ in pending:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            raise
+        return digests
+
+    def _sync(self, directories: set[Path] | None = None) -> None:
+        """The store's file system synced (``syncfs``), or else ``directories``."""
+        if _SYNCFS:
+            fd = os.open(self.root, os.O_RDONLY)
+            try:
+                if _SYNCFS(fd) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err), str(self.root))
+            finally:
+                os.close(fd)
+            return
+        for directory in directories or ():
+            self._fsync_dir(directory)
 
     @staticmethod
     def _fsync_dir(directory: Path) -> None:

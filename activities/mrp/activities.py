@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,7 +60,7 @@ from activities.mrp.sinks import SinkWriteError, upload_to_s3
 from activities.mrp.telemetry import operator_errors, span
 from activities.mrp.window import MapWindow, load_ir
 from activities.telemetry import meter_add, meter_hist
-from keel.digest import digest_bytes
+from keel.digest import canonical_json, digest_bytes
 from keel.mrp import steps
 from keel.mrp.dsl import URI_RE, destination_problem
 from keel.mrp.errors import MrpError
@@ -120,6 +119,8 @@ _Out = TypeVar("_Out")
 #: How often the compile activity heartbeats (its heartbeat timeout, MRP_COMPILE_HEARTBEAT
 #: in workflows/common.py, is several times this).
 COMPILE_HEARTBEAT_EVERY_S = 5.0
+# Shard inputs a compile stores in one ``put_many`` (two file-system syncs each).
+INPUTS_PER_PUT = 4096
 
 
 # ---------------------------------------------------------------------------------------
@@ -222,8 +223,10 @@ class MrpActivities:
             ir = result.ir
             # Shard payloads go to the store under their digests (the IR names them).
             payloads = list(result.shard_inputs.items())
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                stored = list(pool.map(lambda kv: store.put_json(kv[1].canonical()), payloads))
+            stored: list[str] = []
+            for i in range(0, len(payloads), INPUTS_PER_PUT):
+                chunk = payloads[i : i + INPUTS_PER_PUT]
+                stored += store.put_many([canonical_json(p.canonical()) for _, p in chunk])
             for (digest, _), got in zip(payloads, stored, strict=True):
                 if digest != got:  # pragma: no cover - the compiler digests canonical()
                     raise RuntimeError(f"shard input stored as {got}, expected {digest}")

@@ -120,6 +120,16 @@ class ArtifactStoreContract:
         assert digests == {digest_bytes(data)}
         assert store.get_bytes(digest_bytes(data)) == data
 
+    def test_put_many_stores_each_in_order(self, store: ArtifactStore) -> None:
+        known = store.put_bytes(b"already here")
+        blobs = [f"blob {i}".encode() for i in range(40)] + [b"blob 3", b"already here", b""]
+        digests = store.put_many(blobs)
+        assert digests == [digest_bytes(b) for b in blobs]
+        assert digests[-2] == known
+        assert [store.get_bytes(d) for d in digests] == blobs
+        assert self.stored_count(store) == 42  # 40 new, the known one, the empty one
+        assert store.put_many([]) == []
+
 
 class TestLocalArtifactStore(ArtifactStoreContract):
     @pytest.fixture
@@ -161,6 +171,40 @@ class TestLocalArtifactStore(ArtifactStoreContract):
             store.get_bytes(digest)
         assert store.put_bytes(b"complete content") == digest
         assert store.get_bytes(digest) == b"complete content"
+
+    @pytest.mark.parametrize("syncfs", [True, False], ids=["syncfs", "fsync-each"])
+    def test_put_many_leaves_read_only_blobs_and_no_temp_file(
+        self, store: LocalArtifactStore, syncfs: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import store.artifacts as artifacts
+
+        assert artifacts._SYNCFS is not None, "Linux's libc has syncfs"
+        if not syncfs:
+            monkeypatch.setattr(artifacts, "_SYNCFS", None)
+        truncated = store.put_bytes(b"complete content")
+        self.corrupt(store, truncated, b"compl")
+        blobs = [os.urandom(100) for _ in range(300)] + [b"complete content"]
+        digests = store.put_many(blobs)
+        assert store.get_bytes(truncated) == b"complete content"  # repaired, as put_bytes does
+        files = [p for p in store.root.rglob("*") if p.is_file()]
+        assert sorted(p.name for p in files) == sorted({d.removeprefix("blake3:") for d in digests})
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in files)
+
+    def test_put_many_that_fails_leaves_nothing_half_written(
+        self, store: LocalArtifactStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import store.artifacts as artifacts
+
+        def no_space(fd: int) -> int:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(artifacts, "_SYNCFS", no_space)
+        blobs = [f"never seen {i}".encode() for i in range(20)]
+        with pytest.raises(OSError, match="No space"):
+            store.put_many(blobs)
+        # The sync before the renames failed: no blob at its name, no temp file left.
+        assert not any(store.exists(digest_bytes(b)) for b in blobs)
+        assert self.stored_count(store) == 0
 
     def test_path_for_refuses_bad_digest(self, store: LocalArtifactStore) -> None:
         with pytest.raises(InvalidDigest):
