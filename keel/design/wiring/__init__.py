@@ -32,7 +32,9 @@ The rules (:data:`RULES`):
     ``TF_VAR_image_tag``). Images AWS builds (``aws_sagemaker_prebuilt_ecr_image``) are
     accepted as they are. Every ECR repository CI pushes to is declared and run, and every
     image a CI step builds is used: pushed, run by a runtime or a compose service, or run
-    by CI after the build (``docker run``: an image built to be tested).
+    by CI after the build (``docker run``: an image built to be tested). A package an
+    image pins is the version the requirements pin; a batch transform sends and asks for
+    MIME types its model's code names (:mod:`.content`).
 ``environment``
     every environment variable the code a runtime starts reads (``os.environ[...]``,
     ``os.environ.get``, ``os.getenv``, a name bound to ``os.environ``, fields of a
@@ -79,6 +81,7 @@ from collections.abc import Mapping
 from keel.design.wiring.account import ACCOUNT_SINGLETONS, check_account
 from keel.design.wiring.alarms import check_alarms
 from keel.design.wiring.code import code_metrics, default_works_deployed, env_reads, import_closure
+from keel.design.wiring.content import check_content_types
 from keel.design.wiring.environment import check_environment
 from keel.design.wiring.images import check_images
 from keel.design.wiring.jobs import check_jobs
@@ -98,6 +101,7 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
         *check_variables(repo),
         *check_lambdas(repo),
         *check_images(repo),
+        *check_content_types(repo),
         *check_environment(repo),
         *check_permissions(repo),
         *check_alarms(repo),

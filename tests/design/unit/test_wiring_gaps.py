@@ -476,3 +476,31 @@ def test_a_training_job_that_registers_in_code_needs_the_action_on_its_role() ->
         f"(services/common/registry.py:{line}), which its role (aws_iam_role.training) is "
         "not allowed: no policy of the module grants it"
     ]
+
+
+# ------------------------------------------------------------------ batch transform content
+
+
+@pytest.mark.parametrize("name", [BATCH, "streaming_only_three_regions"])
+def test_the_batch_transform_sends_what_the_model_reads(name: str) -> None:
+    """The transform sent text/csv to an /invocations that reads JSON lines: now both say
+    application/jsonlines, and the code refuses other types (415) rather than misread."""
+    files = tree(name)
+    serve = files["infra/modules/serve/main.tf"]
+    assert 'ContentType = "application/jsonlines"' in serve
+    assert 'Accept = "application/jsonlines"' in serve
+    assert 'INVOCATIONS_CONTENT_TYPE = "application/jsonlines"' in files["services/serve/app.py"]
+    assert findings_of(files) == []
+    broken = mutate(
+        files,
+        "infra/modules/serve/main.tf",
+        'ContentType = "application/jsonlines"',
+        'ContentType = "text/csv"',
+    )
+    (finding,) = only(findings_of(broken), "images")
+    assert finding.file == "infra/modules/serve/main.tf"
+    assert finding.message == (
+        "aws_sfn_state_machine.score's batch transform ContentType is text/csv, which the "
+        "model's code never names (it names: application/jsonlines): /invocations would "
+        "get what it does not read"
+    )
