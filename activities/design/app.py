@@ -146,6 +146,7 @@ _FILES: dict[str, _File] = {
     "services/train/model.py": _File("services/train/model.py.j2"),
     "services/train/train.py": _File("services/train/train.py.j2"),
     "services/train/evaluate.py": _File("services/train/evaluate.py.j2"),
+    "services/train/package.py": _File("services/train/package.py.j2", "register_in_code"),
     "services/serve/__init__.py": _File("services/serve/__init__.py.j2"),
     "services/serve/__main__.py": _File("services/serve/__main__.py.j2"),
     "services/serve/app.py": _File("services/serve/app.py.j2"),

@@ -304,15 +304,7 @@ def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
         if "serve" in plan_by_cap:
             env["MODEL_IMAGE"] = "var.model_image"
         return env
-    env = {
-        "MODEL_PACKAGE_GROUP": "var.model_package_group",
-        "MODEL_IMAGE": '"${aws_ecr_repository.serve.repository_url}:${var.image_tag}"',
-    }
-    if "train" in plan_by_cap:
-        env["MODEL_DATA_URL"] = (
-            f'"s3://${{split(":::", var.model_bucket_arns[0])[1]}}/{DATA_PREFIX}/{MODEL_ARCHIVE_KEY}"'
-        )
-    return env
+    return {}  # serving reads nothing of it: only the training registers (package.py)
 
 
 def sagemaker_registration(plan_by_cap: dict[str, str], cap: str) -> dict[str, str] | None:

@@ -504,3 +504,42 @@ def test_the_batch_transform_sends_what_the_model_reads(name: str) -> None:
         "model's code never names (it names: application/jsonlines): /invocations would "
         "get what it does not read"
     )
+
+
+@functools.cache
+def _ecs_training_with_packages() -> tuple[tuple[str, str], ...]:
+    """streaming_features' plan with ECS training: SageMaker model packages
+    (govern:model-registry-config) registered by code, not by a state machine."""
+    req = request_for(MSK)
+    choices = [
+        c.model_copy(update={"pattern_id": "train:ecs-fargate-jobs"})
+        if c.capability.value == "train"
+        else c
+        for c in req.plan.choices
+    ]
+    plan = req.plan.model_copy(update={"choices": choices})
+    return tuple(render_request(req.model_copy(update={"plan": plan})).items())
+
+
+def test_ecs_training_registers_packages_with_a_role_allowed_to() -> None:
+    """ECS training registers in code (services/train/package.py), which only the
+    training imports: its task role may create model packages, serving needs nothing."""
+    files = dict(_ecs_training_with_packages())
+    assert "create_model_package" in files["services/train/package.py"]
+    assert "create_model_package" not in files["services/common/registry.py"]
+    assert "MODEL_PACKAGE_GROUP" not in files["infra/modules/serve/main.tf"]
+    assert findings_of(files) == []
+    broken = mutate(
+        files,
+        "infra/modules/train/main.tf",
+        '["sagemaker:CreateModelPackage", "sagemaker:CreateModelPackageGroup",',
+        '["sagemaker:CreateModelPackageGroup",',
+    )
+    (finding,) = only(findings_of(broken), "permissions")
+    assert finding.message.startswith(
+        "aws_ecs_task_definition.train calls sagemaker:CreateModelPackage "
+        "(services/train/package.py:"
+    )
+    assert finding.message.endswith(
+        "which its role (aws_iam_role.task) is not allowed: no policy of the module grants it"
+    )
