@@ -66,7 +66,7 @@ from keel.srl.steps import (
 )
 from keel.srl.trajectory import Sampling, StepRecord, StepRow, step_key
 from sandbox import SandboxConfig, SandboxLimits
-from store.artifacts import ArtifactNotFound, ArtifactStore
+from store.artifacts import ArtifactNotFound, ArtifactStore, GroupedPuts
 from store.srl_steps import get_step, insert_step, record_identity
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,8 @@ class SrlActivities(StepScoring):
     ) -> None:
         self.sessions = sessions
         self.artifacts = artifacts
+        # A step's artifacts, written with the other episodes' (one sync per group).
+        self.puts = GroupedPuts(artifacts)
         self.llm = llm
         self.prompts_path = prompts_path
         self.sandbox_config = sandbox_config
@@ -298,8 +300,7 @@ class SrlActivities(StepScoring):
 
         fit = await self._fit_prompt(task, inp, text, messages_for)
         messages = fit.messages if fit is not None else messages_for(text, task.instruction)
-        prompt = await asyncio.to_thread(
-            self.artifacts.put_json,
+        prompt = await self.puts.put_json(
             {
                 "messages": messages,
                 "step": inp.step,
@@ -503,9 +504,7 @@ class SrlActivities(StepScoring):
         if task.step_mode(inp.step_mode) == "expert_prefix":
             text = task.prefix_text(inp.step)
             text_digest = (
-                None
-                if text == task.pre
-                else await asyncio.to_thread(self.artifacts.put_bytes, text.encode("utf-8"))
+                None if text == task.pre else await self.puts.put_bytes(text.encode("utf-8"))
             )
         else:
             text = self.text(task, inp.text_digest)

@@ -22,13 +22,14 @@ from keel.srl.steps import ApplyInput, Generation, SrlTask, StepOutcome
 from keel.srl.trajectory import ModelOutput, Sampling, StepRecord, step_key
 from sandbox import AstGrepAction, SandboxConfig, SandboxError, SandboxLimits
 from sandbox.astgrep import AstGrepResult
-from store.artifacts import ArtifactStore
+from store.artifacts import ArtifactStore, GroupedPuts
 
 
 class StepScoring:
     """The scoring half of ``SrlActivities``: needs its artifact store and sandbox."""
 
     artifacts: ArtifactStore
+    puts: GroupedPuts
     sandbox_config: SandboxConfig | None
     sandbox_limits: SandboxLimits | None
 
@@ -79,9 +80,7 @@ class StepScoring:
         )
         changed = result_text is not None and result_text != text
         if changed and result_text is not None:
-            text_digest = await asyncio.to_thread(
-                self.artifacts.put_bytes, result_text.encode("utf-8")
-            )
+            text_digest = await self.puts.put_bytes(result_text.encode("utf-8"))
         feedback = _feedback(
             inp.step, result, changed, reward.verified, reward.effect, expert=inp.expert_feedback
         )
@@ -181,9 +180,8 @@ class StepScoring:
         artifact store), exit, time and the limit that stopped it."""
         diff_digest = None
         if applied.diff or applied.run.stderr:
-            diff_digest = await asyncio.to_thread(
-                self.artifacts.put_json,
-                {"diff": applied.diff, "stderr": applied.run.stderr[-20_000:]},
+            diff_digest = await self.puts.put_json(
+                {"diff": applied.diff, "stderr": applied.run.stderr[-20_000:]}
             )
         run = applied.run
         facts: dict[str, Any] = {

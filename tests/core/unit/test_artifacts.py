@@ -238,3 +238,42 @@ def test_store_from_settings_s3_builds_without_connecting() -> None:
         "eu-west-1",
     )
     assert store.key_for(MISSING) == "blake3/" + MISSING.removeprefix("blake3:")
+
+
+async def test_grouped_puts_write_concurrent_puts_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Puts from many coroutines go in few ``put_many`` groups; each answers its own digest
+    once its blob is stored; a failed group fails its puts, and the next group is written."""
+    import asyncio
+
+    from store.artifacts import GroupedPuts
+
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    groups: list[int] = []
+    real = store.put_many
+
+    def counting(blobs: list[bytes]) -> list[str]:
+        groups.append(len(blobs))
+        if any(b == b"fail me" for b in blobs):
+            raise OSError(28, "No space left on device")
+        return real(blobs)
+
+    monkeypatch.setattr(store, "put_many", counting)
+    puts = GroupedPuts(store)
+    blobs = [f"step {i}".encode() for i in range(200)]
+    digests = await asyncio.gather(*(puts.put_bytes(b) for b in blobs))
+    assert digests == [digest_bytes(b) for b in blobs]
+    assert all(store.get_bytes(d) == b for d, b in zip(digests, blobs, strict=True))
+    assert sum(groups) == 200 and len(groups) <= 3, groups  # the first alone, then the rest
+
+    groups.clear()
+    results = await asyncio.gather(
+        puts.put_bytes(b"first"),
+        puts.put_bytes(b"fail me"),
+        puts.put_json({"after": 1}),
+        return_exceptions=True,
+    )
+    # The three queued together, so they went as one group, and fail with it.
+    assert groups == [3] and all(isinstance(r, OSError) for r in results), results
+    assert await puts.put_json({"later": True}) == digest_json({"later": True})
