@@ -624,6 +624,9 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     ctx["register_in_code"] = ctx["registry"] == "sagemaker" and not patterns.get(
         "train", ""
     ).startswith("train:sagemaker-")
+    # A SageMaker training job runs the image under the container contract: the
+    # training set from /opt/ml/input/data/train, the model to /opt/ml/model.
+    ctx["sagemaker_training"] = patterns.get("train", "").startswith("train:sagemaker-")
     # Promotion publishes model.tar.gz where SageMaker reads it: the batch transform's
     # ModelDataUrl, the archive the code registers as a model package.
     ctx["model_archive"] = bool(ctx["sagemaker"]) or ctx["register_in_code"]

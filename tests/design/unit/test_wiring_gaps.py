@@ -452,6 +452,41 @@ def test_the_training_state_machine_registers_with_a_role_allowed_to(name: str) 
     assert finding.message.startswith("aws_sfn_state_machine.train calls s3:GetObject (")
 
 
+@pytest.mark.parametrize("name", [MSK, "streaming_only_three_regions"])
+def test_the_sagemaker_training_job_runs_the_container_contract(name: str) -> None:
+    """The job ran ``python -m services.train`` against DATA_URI, which network isolation
+    keeps it from reaching: now its environment names the contract's folders, the entry
+    trains from the train channel and writes the model folder SageMaker uploads as
+    model.tar.gz (the archive Publish copies), and the channel is a fixed prefix under
+    DATA_URI, not an input of the schedule."""
+    files = tree(name)
+    train = files["infra/modules/train/main.tf"]
+    assert 'SM_CHANNEL_TRAIN = "/opt/ml/input/data/train"' in train
+    assert 'SM_MODEL_DIR     = "/opt/ml/model"' in train
+    assert 'ChannelName = "train"' in train
+    assert (
+        'S3Uri                  = "s3://${aws_s3_bucket.models.id}/pipeline/training-sets/latest/"'
+        in train
+    )
+    assert 'DATA_URI         = "s3://${aws_s3_bucket.models.id}/pipeline"' in train
+    assert "training_data_uri" not in train and "S3Uri.$" not in train
+    assert "/output/{}/output/model.tar.gz" in train
+    entry = files["services/train/__main__.py"]
+    for needle in (
+        'os.environ.get("SM_CHANNEL_TRAIN")',
+        'os.environ.get("SM_MODEL_DIR")',
+        "--sagemaker",
+    ):
+        assert needle in entry
+    assert (
+        "test_the_sagemaker_training_entry_follows_the_container_contract"
+        in files["tests/test_train.py"]
+    )
+    assert findings_of(files) == []
+    # Plans without SageMaker training keep the plain entry.
+    assert "SM_CHANNEL_TRAIN" not in tree(BATCH)["services/train/__main__.py"]
+
+
 def test_a_training_job_that_registers_in_code_needs_the_action_on_its_role() -> None:
     """The old promotion: boto3's create_model_package inside the SageMaker training job,
     whose role (aws_iam_role.training) no policy allows it."""
