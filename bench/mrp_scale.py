@@ -57,7 +57,9 @@ before     286.2 s   17.698 s    127.581 s   7.209       9.072   70.361 s    7.7
 after      243.9 s   15.123 s    97.715 s    6.461       10.164  62.998 s    6.198
 =========  ========  ==========  ==========  ==========  ======  ==========  ======
 
-Both MISSED the goal (warm <= 1.5). After: Keel cold phases compile 30.482 s, map 56.779
+Then with 128 shards a Ray call (was 32), on the quiet machine: whole run 191.0 s, cold
+71.075 s against 11.321 s (6.278), warm 51.433 s against 7.528 s (6.832); with 32 in the
+same conditions warm was 62.081 s (8.505). All MISSED the goal (warm <= 1.5). After put_many: Keel cold phases compile 30.482 s, map 56.779
 s, reduce 5.931 s, finalise 4.428 s; warm compile 12.345 s, map 40.633 s (the floor's map
 6.202 s), reduce 5.252 s, finalise 4.677 s. Largest history 737 events; worker peak RSS
 1,183.4 MiB (13 processes 2,319.6 MiB); 1.000 objects and 2.000 rows per shard; kill -9:
