@@ -328,6 +328,10 @@ def verify_member(data: bytes, digest: str, store: ArtifactStore) -> bytes:
     return data
 
 
+def _writer_of(data: bytes) -> Callable[[BinaryIO], object]:
+    return lambda f: f.write(data)
+
+
 class LocalArtifactStore(ArtifactStore):
     """Artifacts as read-only files under ``root``, sharded two levels deep by digest."""
 
@@ -345,27 +349,17 @@ class LocalArtifactStore(ArtifactStore):
         return self.root / hexdigest[:2] / hexdigest[2:4] / hexdigest
 
     def _write(self, hexdigest: str, data: bytes) -> None:
-        self._write_blob(hexdigest, len(data), lambda f: f.write(data))
+        self._write_blob(hexdigest, len(data), _writer_of(data))
 
     def _write_blob(self, hexdigest: str, size: int, fill: Callable[[BinaryIO], object]) -> None:
         """Store the ``size`` bytes that ``fill`` writes under ``hexdigest``: into a
         temporary file, synced, made read-only and renamed into place, then the directory
         synced. A blob already there with that size is left alone."""
-        path = self._path(hexdigest)
-        with contextlib.suppress(FileNotFoundError):
-            # Same name and same size means the same content (the name is its hash);
-            # a truncated leftover is rewritten below.
-            if path.stat().st_size == size:
-                return
-            log.warning("rewriting artifact %s: stored size differs", path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{hexdigest[:8]}.", suffix=".tmp")
+        staged = self._stage(hexdigest, size, fill, sync=True)
+        if staged is None:
+            return
+        tmp, path = staged
         try:
-            with os.fdopen(fd, "wb") as f:
-                fill(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o444)
             # Readers see either no file or the whole file, never a partial one.
             os.replace(tmp, path)
         except BaseException:
@@ -373,6 +367,32 @@ class LocalArtifactStore(ArtifactStore):
                 os.unlink(tmp)
             raise
         self._fsync_dir(path.parent)
+
+    def _stage(
+        self, hexdigest: str, size: int, fill: Callable[[BinaryIO], object], *, sync: bool
+    ) -> tuple[str, Path] | None:
+        """A read-only temporary file beside ``hexdigest``'s place holding what ``fill``
+        writes (synced with ``sync``), and that place; None when a blob of that size is
+        there already (same name and size: the same content, the name is its hash)."""
+        path = self._path(hexdigest)
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_size == size:
+                return None
+            log.warning("rewriting artifact %s: stored size differs", path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{hexdigest[:8]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                fill(f)
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.chmod(tmp, 0o444)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        return tmp, path
 
     def put_many(self, blobs: Sequence[bytes]) -> list[str]:
         """Store every blob of ``blobs``: each into a temporary file beside its place,
@@ -384,29 +404,12 @@ class LocalArtifactStore(ArtifactStore):
         ``syncfs`` is missing, each file and directory is synced instead."""
         digests = [digest_bytes(b) for b in blobs]
         pending: list[tuple[str, Path]] = []
-        seen: set[str] = set()
         try:
-            for data, digest in zip(blobs, digests, strict=True):
-                hexdigest = _hex_of(digest)
-                if hexdigest in seen:
-                    continue
-                seen.add(hexdigest)
-                path = self._path(hexdigest)
-                with contextlib.suppress(FileNotFoundError):
-                    if path.stat().st_size == len(data):
-                        continue
-                    log.warning("rewriting artifact %s: stored size differs", path)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(
-                    dir=path.parent, prefix=f".{hexdigest[:8]}.", suffix=".tmp"
-                )
-                pending.append((tmp, path))
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    if not _SYNCFS:
-                        f.flush()
-                        os.fsync(f.fileno())
-                os.chmod(tmp, 0o444)
+            unique = {_hex_of(d): bytes(b) for d, b in zip(digests, blobs, strict=True)}
+            for hexdigest, data in unique.items():
+                staged = self._stage(hexdigest, len(data), _writer_of(data), sync=not _SYNCFS)
+                if staged is not None:
+                    pending.append(staged)
             if not pending:
                 return digests
             self._sync()

@@ -330,6 +330,17 @@ def run_in_host(
         )
         if reply.get("discard"):
             host.kill()  # it ran out of memory: not pooled for another call
+    result = _settle(reply, ctx, spec.ref)
+    if kind is OperatorKind.EVALUATE:
+        return Evaluation.model_validate(result)
+    if kind is OperatorKind.PRODUCE:
+        return ProduceResult.model_validate(result)
+    return result
+
+
+def _settle(reply: dict[str, Any], ctx: OperatorContext, operator: str) -> Any:
+    """A host's reply for one call or shard: its log lines and charged units go to
+    ``ctx``; its result, or its failure raised."""
     for line in reply.get("logs") or []:
         ctx.log(str(line))
     charged = Decimal(str(reply.get("charged_units", "0")))
@@ -337,16 +348,11 @@ def run_in_host(
         ctx.charged_units += charged
     if not reply.get("ok"):
         raise RemoteOperatorError(
-            spec.ref,
+            operator,
             str(reply.get("error", "operator failed")),
             retryable=bool(reply.get("retryable", True)),
         )
-    result = reply.get("result")
-    if kind is OperatorKind.EVALUATE:
-        return Evaluation.model_validate(result)
-    if kind is OperatorKind.PRODUCE:
-        return ProduceResult.model_validate(result)
-    return result
+    return reply.get("result")
 
 
 def run_map_batch_in_host(
@@ -413,21 +419,10 @@ def run_map_batch_in_host(
             out.extend(error for _ in rest)
             return out
         for one, (_, ctx) in zip(results, rest, strict=False):
-            for line in one.get("logs") or []:
-                ctx.log(str(line))
-            charged = Decimal(str(one.get("charged_units", "0")))
-            if charged:
-                ctx.charged_units += charged
-            if one.get("ok"):
-                out.append((one.get("result"), float(one.get("ms") or 0.0)))
-            else:
-                out.append(
-                    RemoteOperatorError(
-                        spec.ref,
-                        str(one.get("error", "operator failed")),
-                        retryable=bool(one.get("retryable", True)),
-                    )
-                )
+            try:
+                out.append((_settle(one, ctx, spec.ref), float(one.get("ms") or 0.0)))
+            except RemoteOperatorError as e:
+                out.append(e)
         rest = rest[len(results) :]
     return out
 
@@ -604,16 +599,7 @@ def _serve(channel: _Channel) -> None:
             handle = OperatorHandle.model_validate(request["handle"])
             spec = handle.spec
 
-            ctx = OperatorContext(
-                params=request.get("params") or {},
-                seed=int(request.get("seed") or 0),
-                shard_id=request.get("shard_id"),
-                llm=_ProxyLLM(channel, spec.ref),
-                file_reader=_file_reader(channel, spec.ref),
-                operator=spec.ref,
-                failed_shards=request.get("failed_shards") or [],
-                env=dict(os.environ),
-            )
+            ctx = _context(channel, spec.ref, request, request.get("params") or {})
             instance = handle.load()
             kind = OperatorKind(request["kind"])
             value: Any = request.get("value")
@@ -624,10 +610,37 @@ def _serve(channel: _Channel) -> None:
             reply: dict[str, Any] = {"ok": True, "result": result}
         except Exception as e:
             reply = _failure(e, memory_mb)
-        if ctx is not None:
-            reply["charged_units"] = str(ctx.charged_units)
-            reply["logs"] = list(ctx.logs)
-        channel.send(reply)
+        channel.send(_spent(reply, ctx))
+
+
+def _context(
+    channel: _Channel,
+    operator: str,
+    call: dict[str, Any],
+    params: dict[str, Any],
+    shard: int = 0,
+    env: dict[str, str] | None = None,
+) -> OperatorContext:
+    """The host's context for a call (or a batch's shard ``shard``): its seed, shard id
+    and failed shards from ``call``, proxies that answer for it."""
+    return OperatorContext(
+        params=dict(params),
+        seed=int(call.get("seed") or 0),
+        shard_id=call.get("shard_id"),
+        llm=_ProxyLLM(channel, operator, shard),
+        file_reader=_file_reader(channel, operator, shard),
+        operator=operator,
+        failed_shards=call.get("failed_shards") or [],
+        env=dict(os.environ) if env is None else env,
+    )
+
+
+def _spent(reply: dict[str, Any], ctx: OperatorContext | None) -> dict[str, Any]:
+    """``reply`` with what the call charged and logged."""
+    if ctx is not None:
+        reply["charged_units"] = str(ctx.charged_units)
+        reply["logs"] = list(ctx.logs)
+    return reply
 
 
 def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, Any]:
@@ -649,15 +662,7 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
     results: list[dict[str, Any]] = []
     for i, shard in enumerate(request.get("shards") or []):
         t0 = time.perf_counter()
-        ctx = OperatorContext(
-            params=dict(params),
-            seed=int(shard.get("seed") or 0),
-            shard_id=shard.get("shard_id"),
-            llm=_ProxyLLM(channel, spec.ref, i),
-            file_reader=_file_reader(channel, spec.ref, i),
-            operator=spec.ref,
-            env=env,
-        )
+        ctx = _context(channel, spec.ref, shard, params, i, env)
         try:
             with memory_limit(memory_mb, base):
                 reply: dict[str, Any] = {
@@ -666,9 +671,7 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
                 }
         except Exception as e:
             reply = _failure(e, memory_mb)
-        reply["charged_units"] = str(ctx.charged_units)
-        reply["logs"] = list(ctx.logs)
-        reply["ms"] = (time.perf_counter() - t0) * 1000
+        _spent(reply, ctx)["ms"] = (time.perf_counter() - t0) * 1000
         results.append(reply)
         if reply.get("discard"):
             return {"ok": True, "results": results, "discard": True}

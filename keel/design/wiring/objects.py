@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import re
 
-from keel.design.wiring.code import import_closure
+from keel.design.wiring.code import _parsed, import_closure
 from keel.design.wiring.images import runtimes
 from keel.design.wiring.model import Finding
 from keel.design.wiring.permissions import runtime_files
@@ -56,9 +56,8 @@ def _constants(tree: ast.Module) -> dict[str, str]:
 
 def written_keys(path: str, text: str) -> set[str]:
     """The object keys ``text`` writes: literal or module-constant key arguments."""
-    try:
-        tree = ast.parse(text, path)
-    except SyntaxError:
+    tree = _parsed(text)
+    if tree is None:
         return set()
     consts = _constants(tree)
     out: set[str] = set()
