@@ -49,3 +49,19 @@ def checked_digest(value: str, field: str = "digest") -> str:
     if not is_digest(value):
         raise ValueError(f"{field} must be 'blake3:' followed by 64 lowercase hex digits")
     return value
+
+
+def pack_members(members: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+    """One pack of ``members`` (each stored once however often it is given), joined by a
+    newline, and each given member's ``(offset, length)`` in it, in the order given. A
+    member is found again by its place and proved by its own digest, so a pack needs no
+    index of its own (``store.artifacts.ArtifactStore.get_member``)."""
+    at: dict[bytes, tuple[int, int]] = {}
+    parts: list[bytes] = []
+    offset = 0
+    for data in members:
+        if data not in at:
+            at[data] = (offset, len(data))
+            parts.append(data)
+            offset += len(data) + 1
+    return b"\n".join(parts), [at[data] for data in members]

@@ -102,20 +102,6 @@ class PackRef(NamedTuple):
     length: int
 
 
-def pack_members(members: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
-    """One pack of ``members`` (each stored once however often it is given), joined by a
-    newline, and each given member's ``(offset, length)`` in it, in the order given."""
-    at: dict[bytes, tuple[int, int]] = {}
-    parts: list[bytes] = []
-    offset = 0
-    for data in members:
-        if data not in at:
-            at[data] = (offset, len(data))
-            parts.append(data)
-            offset += len(data) + 1
-    return b"\n".join(parts), [at[data] for data in members]
-
-
 class BlobReader(io.RawIOBase):
     """A read-only, seekable view of one stored artifact (``ArtifactStore.open_blob``).
 

@@ -221,19 +221,27 @@ class MrpActivities:
             job_yaml_digest = store.put_bytes(inp.job_yaml.encode("utf-8"))
             parsed, result, file_digests, malformed = self._compile_job(inp, config, progress)
             ir = result.ir
-            # Shard payloads go to the store under their digests (the IR names them).
-            payloads = list(result.shard_inputs.items())
-            stored: list[str] = []
-            for i in range(0, len(payloads), INPUTS_PER_PUT):
-                chunk = payloads[i : i + INPUTS_PER_PUT]
-                stored += store.put_many([canonical_json(p.canonical()) for _, p in chunk])
-            for (digest, _), got in zip(payloads, stored, strict=True):
-                if digest != got:  # pragma: no cover - the compiler digests canonical()
-                    raise RuntimeError(f"shard input stored as {got}, expected {digest}")
+            # Shard payloads go to the store in the IR's packs, and alone where the IR
+            # names no place for them (keel/mrp/ir.py).
+            stored = store.put_many(result.input_packs) if result.input_packs else []
+            if stored != ir.input_packs:  # pragma: no cover - the compiler digests them
+                raise RuntimeError("input packs stored under other digests than the IR's")
+            alone = list(
+                {
+                    t.input_digest: result.shard_inputs[t.input_digest]
+                    for t in ir.map_tasks
+                    if t.input_at is None
+                }.items()
+            )
+            for i in range(0, len(alone), INPUTS_PER_PUT):
+                chunk = alone[i : i + INPUTS_PER_PUT]
+                got = store.put_many([canonical_json(p.canonical()) for _, p in chunk])
+                if got != [digest for digest, _ in chunk]:  # pragma: no cover
+                    raise RuntimeError("a shard input stored under another digest")
             ir_digest = store.put_bytes(result.ir_json())
             manifest_digest = store.put_bytes(result.manifest_json())
             report_digest = store.put_bytes(result.policy_report_json())
-            if ir_digest != ir.digest():  # pragma: no cover - both are canonical JSON
+            if ir_digest != result.manifest.ir_digest:  # pragma: no cover - both canonical
                 raise RuntimeError("IR digest mismatch")
             skipped = SkippedRecords()
             if malformed and parsed.spec.inputs.malformed_policy == "skip":
@@ -383,11 +391,11 @@ class MrpActivities:
         config = self.config()
         for role in ir.operators:
             phase_handle(config, ir, role)  # refuses operators whose code changed since
-        missing = [t.shard_id for t in ir.map_tasks if not store.exists(t.input_digest)]
+        missing = sorted(d for d in ir.stored_inputs() if not store.exists(d))
         if missing:
             raise ApplicationError(
                 f"cannot replay run {inp.replay_of}: shard inputs missing from the store "
-                f"(first: {missing[0]})",
+                f"({len(missing)} objects, first: {missing[0]})",
                 type=ERROR_REPLAY_SOURCE,
                 non_retryable=True,
             )

@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -43,6 +44,7 @@ from keel.mrp.records import RecordSlice
 from keel.mrp.sdk import LLMClient, OperatorContext, OperatorError
 from keel.records import LLMCallLog
 from keel.settings import Settings
+from store.artifacts import PackRef, verify_member
 
 if TYPE_CHECKING:
     from store.artifacts import ArtifactStore
@@ -69,6 +71,8 @@ class ShardTask(BaseModel):
     attempt: int = 1
     # policy.shard_memory_mb: what the operator's host may allocate for the shard.
     memory_mb: int | None = None
+    # Where the input lies in its pack (pack digest, offset, length): JobIR.input_place.
+    input_at: tuple[str, int, int] | None = None
 
 
 class ShardContext(BaseModel):
@@ -94,6 +98,8 @@ class ShardItem(NamedTuple):
     input_digest: str
     seed: int
     attempt: int
+    # Where the input lies in its pack (``JobIR.input_place``); None: alone, by digest.
+    input_at: tuple[str, int, int] | None = None
 
 
 # Outputs up to this size go back to the window to be packed; larger ones are stored alone.
@@ -156,6 +162,55 @@ def file_reader(store: ArtifactStore) -> Any:
     return read
 
 
+#: Read a batch's packed inputs in one range when it is at most this many times the bytes
+#: they need (plus 64 KiB): consecutive shards lie together in their pack.
+SPAN_SLACK = 2
+
+
+def read_shard_inputs(
+    store: ArtifactStore, items: Sequence[tuple[str, tuple[str, int, int] | None]]
+) -> list[bytes | Exception]:
+    """The input bytes of each ``(input_digest, input_at)``, each proved by its digest
+    (``ArtifactCorrupted`` otherwise), or the exception reading it raised. The members of
+    one pack that lie together are read in one ranged read (a batch's shards are
+    consecutive), the others one by one; an input with no place is read alone."""
+    out: list[bytes | Exception | None] = [None] * len(items)
+    by_pack: dict[str, list[int]] = {}
+    for i, (digest, at) in enumerate(items):
+        if at is None:
+            try:
+                out[i] = store.get_bytes(digest)
+            except Exception as e:
+                out[i] = e
+        else:
+            by_pack.setdefault(at[0], []).append(i)
+    for pack, places in by_pack.items():
+        spans = [items[i][1] for i in places]
+        start = min(a[1] for a in spans if a is not None)
+        end = max(a[1] + a[2] for a in spans if a is not None)
+        need = sum(a[2] for a in spans if a is not None)
+        block: bytes | None = None
+        if len(places) > 1 and end - start <= SPAN_SLACK * need + 65536:
+            try:
+                block = store.get_range(pack, start, end - start)
+            except Exception as e:
+                for i in places:
+                    out[i] = e
+                continue
+        for i in places:
+            digest, at = items[i]
+            assert at is not None
+            try:
+                if block is not None:
+                    data = block[at[1] - start : at[1] - start + at[2]]
+                    out[i] = verify_member(data, digest, store)
+                else:
+                    out[i] = store.get_member(PackRef(*at), digest)
+            except Exception as e:
+                out[i] = e
+    return [b if b is not None else RuntimeError("input not read") for b in out]
+
+
 def _slice_records(
     records: RecordSlice, store: ArtifactStore, operator: str
 ) -> list[dict[str, JsonValue]]:
@@ -185,7 +240,9 @@ def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
         llm_model=task.llm_model,
         memory_mb=task.memory_mb,
     )
-    item = ShardItem(task.shard_index, task.shard_id, task.input_digest, task.seed, task.attempt)
+    item = ShardItem(
+        task.shard_index, task.shard_id, task.input_digest, task.seed, task.attempt, task.input_at
+    )
     return execute_item(context, item, settings)
 
 
@@ -263,13 +320,22 @@ def _execute_items(
     attempts: list[ShardAttempt | None] = [None] * len(tasks)
     ready: list[_Prepared] = []
     store: ArtifactStore | None = None
+    inputs: list[bytes | Exception] = []
+    try:
+        store = store_for(settings)
+        inputs = read_shard_inputs(store, [(t.input_digest, t.input_at) for t in tasks])
+    except Exception as e:  # the store itself: every shard's attempt is worth a retry
+        inputs = [e] * len(tasks)
     for i, task in enumerate(tasks):
         t0 = time.perf_counter()
         llm: LLMClient | None = None
         ctx: OperatorContext | None = None
         try:
-            store = store or store_for(settings)
-            shard_input = ShardInput.model_validate(store.get_json(task.input_digest))
+            data = inputs[i]
+            if isinstance(data, Exception):
+                raise data
+            assert store is not None
+            shard_input = ShardInput.model_validate_json(data)
             llm = llm_client_for(
                 spec,
                 settings,

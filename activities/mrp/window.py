@@ -3,7 +3,7 @@ per-shard retries and timeouts, the budget, buffered shard records and heartbeat
 
 Fixed costs per flush, not per shard (issue 40 §2): an attempt hands back its output's
 bytes (up to ``PACK_MEMBER_MAX``) instead of storing them, and each flush stores the
-outputs it writes as one packed object (``store.artifacts.pack_members``) and records
+outputs it writes as one packed object (``keel.digest.pack_members``) and records
 their rows in one bulk statement (``record_shards``), each row with its output's place in
 the pack. A shard keeps its own output digest everywhere; the pack is only where the bytes
 lie, read back one member at a time, verified against that digest. A kill loses at most
@@ -38,11 +38,12 @@ from activities.mrp.backends import (
     get_backend,
 )
 from activities.mrp.operators import MrpConfig, OperatorHandle, phase_handle
+from keel.digest import pack_members
 from keel.mrp.ir import JobIR, MapTask, ir_from_json
 from keel.mrp.ir import checkpoint_key as make_checkpoint_key
 from keel.mrp.run import ERROR_SHARD, ShardCounters, ShardRecord
 from keel.mrp.steps import MapWindowInput, MapWindowResult
-from store.artifacts import ArtifactStore, PackRef, pack_members
+from store.artifacts import ArtifactStore, PackRef
 from store.mrp_runs import lookup_checkpoint_outputs, record_shards, shards_with_output
 
 if TYPE_CHECKING:
@@ -497,7 +498,9 @@ class MapWindow:
         limits = ir.limits
         try:
             if self.session is not None:
-                item = ShardItem(t.shard_index, t.shard_id, t.input_digest, t.seed, attempt_no)
+                item = ShardItem(
+                    t.shard_index, t.shard_id, t.input_digest, t.seed, attempt_no, ir.input_place(t)
+                )
                 return await self.session.run(item)
             task = ShardTask(
                 run_id=inp.run_id,
@@ -512,6 +515,7 @@ class MapWindow:
                 llm_model=self.acts.llm_model,
                 attempt=attempt_no,
                 memory_mb=limits.shard_memory_mb,
+                input_at=ir.input_place(t),
             )
             return await backend.run(task, self.settings, limits.shard_timeout_s)
         except AttemptTimeout as e:

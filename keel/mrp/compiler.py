@@ -15,15 +15,19 @@ The compile activity calls this with the files it resolved and stores ``IR.json`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
 
-from keel.digest import canonical_json
+from keel.digest import canonical_json, digest_bytes, pack_members
 from keel.mrp.budget import CostEstimate, kill_limits
 from keel.mrp.dsl import JobSpec, ParsedJob, parse_job, path_of
 from keel.mrp.errors import DslError, DslIssue
 from keel.mrp.ir import (
+    INPUT_MEMBER_MAX,
+    INPUT_PACK_BYTES,
+    INPUTS_PER_PACK,
     ApprovalTask,
     BudgetPlan,
     EvaluateTask,
@@ -43,6 +47,7 @@ from keel.mrp.ir import (
 from keel.mrp.normalize import (
     FileRef,
     NormalizedJob,
+    Shard,
     ShardInput,
     derive_job_seed,
     derive_seed,
@@ -58,7 +63,9 @@ class CompileResult(BaseModel):
     """The compiler's output: IR, manifest, policy report and the shard payloads.
 
     ``shard_inputs`` maps each map task's ``input_digest`` to its payload; identical shards
-    share one entry.
+    share one entry. ``input_packs`` are the bytes of the IR's ``input_packs``, in order
+    (the compile activity stores them, and alone each payload of a task with no
+    ``input_at``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -67,10 +74,14 @@ class CompileResult(BaseModel):
     manifest: Manifest
     policy_report: PolicyReport
     shard_inputs: dict[str, ShardInput]
+    input_packs: list[bytes] = Field(default_factory=list)
+    _ir_json: bytes | None = PrivateAttr(default=None)
 
     def ir_json(self) -> bytes:
-        """``IR.json`` bytes (canonical JSON)."""
-        return self.ir.to_json()
+        """``IR.json`` bytes (canonical JSON; serialised once)."""
+        if self._ir_json is None:
+            self._ir_json = self.ir.to_json()
+        return self._ir_json
 
     def manifest_json(self) -> bytes:
         """``manifest.json`` bytes (canonical JSON)."""
@@ -140,7 +151,53 @@ def _bindings(spec: JobSpec, specs: dict[str, OperatorSpec]) -> dict[str, Operat
     }
 
 
-def _map_tasks(job: NormalizedJob, job_seed: int, mapper: OperatorBinding) -> list[MapTask]:
+class InputPacks(NamedTuple):
+    """The shards' payloads packed (``JobIR.input_packs``): each pack's bytes and digest,
+    and each packed shard's place (``MapTask.input_at``) by shard index."""
+
+    packs: list[bytes]
+    digests: list[str]
+    at: dict[int, tuple[int, int, int]]
+
+
+def pack_inputs(shards: Sequence[Shard]) -> InputPacks:
+    """Consecutive shards' payloads (canonical JSON), ``INPUTS_PER_PACK`` at most to a
+    pack and ``INPUT_PACK_BYTES`` at most in it; a payload over ``INPUT_MEMBER_MAX`` is
+    left out (stored alone), and so is a pack of one distinct payload (its bytes are that
+    payload's, stored under its own digest)."""
+    out = InputPacks([], [], {})
+    group: list[tuple[int, bytes]] = []
+    size = 0
+
+    def close() -> None:
+        if len({data for _, data in group}) > 1:
+            pack, spans = pack_members([data for _, data in group])
+            number = len(out.packs)
+            out.packs.append(pack)
+            out.digests.append(digest_bytes(pack))
+            for (index, _), (offset, length) in zip(group, spans, strict=True):
+                out.at[index] = (number, offset, length)
+        group.clear()
+
+    for shard in shards:
+        data = canonical_json(shard.input.canonical())
+        if len(data) > INPUT_MEMBER_MAX:
+            continue
+        if group and (len(group) >= INPUTS_PER_PACK or size + len(data) > INPUT_PACK_BYTES):
+            close()
+            size = 0
+        group.append((shard.index, data))
+        size += len(data) + 1
+    close()
+    return out
+
+
+def _map_tasks(
+    job: NormalizedJob,
+    job_seed: int,
+    mapper: OperatorBinding,
+    at: dict[int, tuple[int, int, int]],
+) -> list[MapTask]:
     """One map task per shard, seeded from the job seed and the shard's input digest."""
     map_tasks = []
     for shard in job.shards:
@@ -155,6 +212,7 @@ def _map_tasks(job: NormalizedJob, job_seed: int, mapper: OperatorBinding) -> li
                 operator_digest=mapper.operator_digest,
                 seed=seed,
                 checkpoint_key=checkpoint_key(mapper.operator_digest, shard.input_digest, seed),
+                input_at=at.get(shard.index),
             )
         )
     return map_tasks
@@ -212,9 +270,13 @@ def _budget(spec: JobSpec, estimate: CostEstimate, caps: Caps) -> BudgetPlan:
 
 
 def build_ir(
-    job: NormalizedJob, specs: dict[str, OperatorSpec], caps: Caps, report: PolicyReport
+    job: NormalizedJob,
+    specs: dict[str, OperatorSpec],
+    caps: Caps,
+    report: PolicyReport,
+    packed: InputPacks | None = None,
 ) -> JobIR:
-    """Build the IR of an admitted job."""
+    """Build the IR of an admitted job (its payloads' places in ``packed``, when given)."""
     if report.estimate is None or not report.admitted:
         raise ValueError("build_ir needs an admitted job with an estimate")
     spec = job.spec
@@ -222,7 +284,7 @@ def build_ir(
         spec.dsl_version, spec.job_id, job.inputs_digest, spec.operator_refs()
     )
     bindings = _bindings(spec, specs)
-    map_tasks = _map_tasks(job, job_seed, bindings["map"])
+    map_tasks = _map_tasks(job, job_seed, bindings["map"], packed.at if packed else {})
     return JobIR(
         dsl_version=spec.dsl_version,
         job_id=spec.job_id,
@@ -247,11 +309,17 @@ def build_ir(
         ),
         limits=_limits(spec),
         budget=_budget(spec, report.estimate, caps),
+        input_packs=packed.digests if packed else [],
     )
 
 
-def build_manifest(ir: JobIR, specs: dict[str, OperatorSpec], report: PolicyReport) -> Manifest:
-    """Build the manifest of a compiled job."""
+def build_manifest(
+    ir: JobIR,
+    specs: dict[str, OperatorSpec],
+    report: PolicyReport,
+    ir_digest: str | None = None,
+) -> Manifest:
+    """Build the manifest of a compiled job (``ir_digest``: the IR's, when known)."""
     operators = [
         ManifestOperator(
             role=binding.role,
@@ -281,7 +349,7 @@ def build_manifest(ir: JobIR, specs: dict[str, OperatorSpec], report: PolicyRepo
             produce=ir.produce.seed,
             shards=[t.seed for t in ir.map_tasks],
         ),
-        ir_digest=ir.digest(),
+        ir_digest=ir_digest or ir.digest(),
         policy_report_digest=report.digest(),
     )
 
@@ -301,14 +369,19 @@ def compile_parsed(
         raise PolicyViolation(report)
     specs = {role: registry.get(ref) for role, ref in job.spec.operator_refs().items()}
     check_schemas(parsed, specs)
-    ir = build_ir(job, specs, caps, report)
-    manifest = build_manifest(ir, specs, report)
-    return CompileResult(
+    packed = pack_inputs(job.shards)
+    ir = build_ir(job, specs, caps, report, packed)
+    ir_json = ir.to_json()
+    manifest = build_manifest(ir, specs, report, ir_digest=digest_bytes(ir_json))
+    result = CompileResult(
         ir=ir,
         manifest=manifest,
         policy_report=report,
         shard_inputs={s.input_digest: s.input for s in job.shards},
+        input_packs=packed.packs,
     )
+    result._ir_json = ir_json
+    return result
 
 
 def compile_job(

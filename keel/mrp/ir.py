@@ -7,8 +7,14 @@ input digests, seeds, DSL version, IR digest) for audit and ``mrp replay``. Both
 to canonical JSON, so their BLAKE3 digests name them.
 
 Shard payloads are not in the IR: each map task names its input by digest, and the compile
-activity stores the payloads in the artifact store under those digests, which keeps the IR
-(and workflow history) small.
+activity stores the payloads in the artifact store, which keeps the IR (and workflow
+history) small. Consecutive shards' payloads go in one pack (``input_packs``: up to
+``INPUTS_PER_PACK`` of them, at most ``INPUT_PACK_BYTES``), a task naming its payload's
+place in it (``input_at``: the pack's number, the payload's offset and length, some 20
+bytes a task); a payload read from its pack is still proved by its own digest. A payload
+over ``INPUT_MEMBER_MAX`` bytes, or a pack of one distinct payload, is stored alone under
+its digest, with no ``input_at`` (as every payload was before packs: such an IR
+serialises, and so digests, as it did).
 """
 
 from __future__ import annotations
@@ -98,8 +104,22 @@ class OperatorBinding(_IRModel):
     egress: list[str]
 
 
+#: Consecutive shards whose payloads share one pack, and the most bytes one pack holds.
+INPUTS_PER_PACK = 1000
+INPUT_PACK_BYTES = 64 * 1024 * 1024
+#: A payload larger than this is stored alone, under its own digest.
+INPUT_MEMBER_MAX = 256 * 1024
+
+
+def _unset(value: Any) -> bool:
+    return value is None or value == []
+
+
 class MapTask(_IRModel):
-    """One map shard: run ``operator_ref`` over the input named ``input_digest``."""
+    """One map shard: run ``operator_ref`` over the input named ``input_digest``, whose
+    bytes lie in pack ``input_at[0]`` of the IR's ``input_packs`` at offset
+    ``input_at[1]``, ``input_at[2]`` bytes long (or, with no ``input_at``, alone under
+    ``input_digest``)."""
 
     shard_index: int = Field(ge=0)
     shard_id: str
@@ -109,6 +129,7 @@ class MapTask(_IRModel):
     operator_digest: str
     seed: int
     checkpoint_key: str
+    input_at: tuple[int, int, int] | None = Field(default=None, exclude_if=_unset)
 
 
 class ReduceTask(_IRModel):
@@ -197,10 +218,25 @@ class JobIR(_IRModel):
     produce: ProduceTask
     limits: RuntimeLimits
     budget: BudgetPlan
+    input_packs: list[str] = Field(default_factory=list, exclude_if=_unset)
 
     def digest(self) -> str:
         """BLAKE3 digest of ``IR.json``."""
         return digest_json(self)
+
+    def input_place(self, task: MapTask) -> tuple[str, int, int] | None:
+        """Where ``task``'s payload lies: its pack's digest, offset and length; ``None``
+        when it is stored alone under ``task.input_digest``."""
+        if task.input_at is None:
+            return None
+        pack, offset, length = task.input_at
+        return self.input_packs[pack], offset, length
+
+    def stored_inputs(self) -> set[str]:
+        """The objects that hold the map tasks' payloads: the packs and the payloads
+        stored alone."""
+        alone = {t.input_digest for t in self.map_tasks if t.input_at is None}
+        return alone | set(self.input_packs)
 
     def to_json(self) -> bytes:
         """``IR.json``: canonical JSON bytes."""

@@ -14,6 +14,7 @@ signature.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -99,6 +100,26 @@ class LlmEstimate(BaseModel):
     calls_per_item: Decimal = Field(ge=0)
     tokens_per_call: int = Field(ge=0, strict=True)
     usd_per_1k_tokens: Decimal = Field(ge=0)
+
+
+#: Validators of the schemas in use, by the schema dict's identity (with the dict itself,
+#: so an id is never taken for another dict's): building one is most of checking a small
+#: value (its registry and resolver), and a map shard checks every item and its output.
+_validators: dict[int, tuple[dict[str, Any], Any]] = {}
+_VALIDATORS_KEPT = 256
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """A ``SchemaValidator`` of ``schema``, made once while the dict lives here."""
+    kept = _validators.get(id(schema))
+    if kept is not None and kept[0] is schema:
+        return kept[1]
+    validator = SchemaValidator(schema)
+    if len(_validators) >= _VALIDATORS_KEPT:
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread's
+            _validators.pop(next(iter(_validators)))
+    _validators[id(schema)] = (schema, validator)
+    return validator
 
 
 class OperatorSpec(BaseModel):
@@ -226,7 +247,7 @@ class OperatorSpec(BaseModel):
         if not schema:
             return []
         errors = sorted(
-            SchemaValidator(schema).iter_errors(value), key=lambda e: [str(p) for p in e.path]
+            _validator(schema).iter_errors(value), key=lambda e: [str(p) for p in e.path]
         )
         return [SchemaProblem(tuple(e.absolute_path), e.message) for e in errors[:limit]]
 

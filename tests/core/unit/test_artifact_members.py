@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from keel.digest import canonical_json, digest_bytes
+from keel.digest import canonical_json, digest_bytes, pack_members
 from store.artifacts import (
     ArtifactCorrupted,
     ArtifactNotFound,
     ArtifactStore,
     LocalArtifactStore,
     PackRef,
-    pack_members,
 )
 
 MEMBERS = [canonical_json({"shard": i, "words": "x" * i}) for i in range(5)]

@@ -27,9 +27,10 @@ from pydantic import SecretStr
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
+from keel.mrp.ir import ir_from_json
 from keel.mrp.run import ERROR_COMPILE, ERROR_SHARD, MRPJobInput, MRPJobResult
 from keel.settings import Settings
-from store.artifacts import artifact_store_from_settings
+from store.artifacts import PackRef, artifact_store_from_settings
 from store.db import get_sessionmaker
 from store.mrp_runs import get_manifest
 from tests.support.mrp_jobs import run_job
@@ -116,7 +117,11 @@ async def test_jsonl_100k_records_give_equal_digests_on_threads_ray_and_replay(
     # Each shard's payload names its records: file, first record, lines and bytes.
     manifest = manifest_of(settings, first.run_id)
     store = artifact_store_from_settings(settings)
-    payload = store.get_json(manifest.shards[3].input_digest)
+    # ... and lies in the compile's pack of the run's inputs, proved by its own digest.
+    ir = ir_from_json(store.get_bytes(manifest.ir_digest))
+    place = ir.input_place(ir.map_tasks[3])
+    assert place is not None and place[0] == ir.input_packs[0] and len(ir.input_packs) == 1
+    payload = json.loads(store.get_member(PackRef(*place), manifest.shards[3].input_digest))
     assert isinstance(payload, dict)
     rec = payload["records"]
     assert (rec["file"]["path"], rec["first_record"], rec["record_count"]) == (

@@ -88,6 +88,7 @@ def _window(shards: int) -> tuple[MapWindow, list[MapTask], OperatorHandle, Any]
     ir = SimpleNamespace(
         limits=SimpleNamespace(max_shard_retries=0, shard_timeout_s=60.0, shard_memory_mb=None),
         operators={"map": SimpleNamespace(params={})},
+        input_place=lambda task: None,
     )
     window = MapWindow(host, inp)  # type: ignore[arg-type]
     window.total = shards
