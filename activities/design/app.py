@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from activities.design.infra import name_prefix
+from activities.design.infra import TRAINING_SET_PREFIX, name_prefix
 from keel.design.constraints import (
     DEFAULT_DATA_SPEC,
     ColumnType,
@@ -627,6 +627,8 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     # A SageMaker training job runs the image under the container contract: the
     # training set from /opt/ml/input/data/train, the model to /opt/ml/model.
     ctx["sagemaker_training"] = patterns.get("train", "").startswith("train:sagemaker-")
+    # Its train channel: the models bucket's prefix the stream's function also lands in.
+    ctx["training_set_prefix"] = TRAINING_SET_PREFIX
     # Promotion publishes model.tar.gz where SageMaker reads it: the batch transform's
     # ModelDataUrl, the archive the code registers as a model package.
     ctx["model_archive"] = bool(ctx["sagemaker"]) or ctx["register_in_code"]

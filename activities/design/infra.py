@@ -97,6 +97,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters["hcl"] = _hcl_string
     env.filters["aligned"] = aligned
+    env.globals["training_set_prefix"] = TRAINING_SET_PREFIX
     return env
 
 
@@ -275,6 +276,11 @@ MODEL_ARCHIVE_KEY = "registry/latest/model.tar.gz"
 #: The prefix of the pipeline's store in a bucket (``DATA_URI`` is ``s3://<bucket>/pipeline``):
 #: the promotion writes ``MODEL_ARCHIVE_KEY`` under it.
 DATA_PREFIX = "pipeline"
+#: The SageMaker training job's ``train`` channel under the models bucket (``S3Uri``
+#: ``s3://<models bucket>/<TRAINING_SET_PREFIX>/``): the store's ``training-sets/latest/``
+#: under ``DATA_URI``, where the stream's transform function lands each batch a second time
+#: (``TRAINING_SET_URI``).
+TRAINING_SET_PREFIX = f"{DATA_PREFIX}/training-sets/latest"
 
 
 def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
@@ -331,6 +337,16 @@ def sagemaker_registration(plan_by_cap: dict[str, str], cap: str) -> dict[str, s
     }
 
 
+def training_set_writer(plan_by_cap: dict[str, str]) -> bool:
+    """Whether the stream's transform function writes the SageMaker training job's
+    ``train`` channel (:data:`TRAINING_SET_PREFIX` of the models bucket): a SageMaker
+    training plan whose transform is ``transform:kinesis-lambda``."""
+    return (
+        plan_by_cap.get("train", "").startswith("train:sagemaker-")
+        and plan_by_cap.get("transform") == "transform:kinesis-lambda"
+    )
+
+
 def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str]]:
     """HCL expressions passed between a region's modules (capability -> argument -> expr)."""
     r = _region_id(region)
@@ -348,6 +364,11 @@ def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str
     if "transform" in out:
         out["transform"]["source_bucket_arns"] = buckets("ingest")
         out["transform"]["target_bucket_arns"] = buckets("store", "feature")
+        if training_set_writer(plan_by_cap):
+            # The stream's function lands each batch in the training job's channel too:
+            # the models bucket, which it may then write.
+            out["transform"]["target_bucket_arns"] = buckets("store", "feature", "train")
+            out["transform"]["training_set_bucket"] = f"module.train_{r}.training_set_bucket"
         if ingest == "ingest:kinesis-streams":
             out["transform"]["source_stream_arn"] = f"module.ingest_{r}.stream_arn"
         elif ingest == "ingest:msk-kafka":

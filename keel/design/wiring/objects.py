@@ -10,6 +10,15 @@ Terraform itself (an ``aws_s3_object``'s ``key``, a Step Functions state's S3
 ``PutObject``/``CopyObject`` ``Key``). Keys are compared, not buckets: a bucket handed
 between modules (``var.model_bucket_arns``) is not followed. A generated repository had
 the batch transform read ``registry/latest/model.tar.gz``, which only the smoke wrote.
+
+A SageMaker training job's channel (an ``S3Uri`` of ``InputDataConfig``) reads a prefix:
+some key under it must be written. Its writers are the Terraform's keys under it, and each
+runtime whose code reads an environment variable the runtime sets to an
+``s3://<bucket>/<prefix>`` literal and writes keys there: a literal, a module constant, or
+the constant head of an f-string key (``f"raw/date={day}/..."``, also as the ``return``
+of a function of the same file that makes the key), the variable's prefix joined to it.
+A generated repository's training job read ``pipeline/training-sets/latest/``, which
+nothing deployed wrote.
 """
 
 from __future__ import annotations
@@ -17,11 +26,12 @@ from __future__ import annotations
 import ast
 import re
 
-from keel.design.wiring.code import _parsed, import_closure
-from keel.design.wiring.images import runtimes
+from keel.design.wiring.code import _parsed, env_reads, import_closure
+from keel.design.wiring.images import Runtime, runtimes
 from keel.design.wiring.model import Finding
 from keel.design.wiring.permissions import runtime_files
 from keel.design.wiring.repo import Repo
+from keel.design.wiring.terraform import _all_text, _balanced
 
 #: The names under which the Terraform hands a runtime an object to read.
 READ_NAMES = ("ModelDataUrl", "model_data_url", "MODEL_DATA_URL")
@@ -35,6 +45,17 @@ _SFN_S3_WRITE = re.compile(r"aws-sdk:s3:(?:putObject|copyObject)")
 #: (``write_json(store, key, ...)``).
 _METHOD_WRITES = {"write_bytes": 0, "write_text": 0, "put_object": -1, "upload_file": 2}
 _FUNCTION_WRITES = {"write_json": 1, "write_jsonl": 1, "write_bytes": 1}
+#: A SageMaker job's channels, each ``S3Uri`` in them, and the channel's name.
+_CHANNELS = re.compile(r'\bInputDataConfig"?\s*[=:]\s*([\[{])')
+_CHANNEL_URI = re.compile(r'\bS3Uri"?\s*[=:]\s*' + _S3)
+_CHANNEL_NAME = re.compile(r'\bChannelName"?\s*[=:]\s*"([^"]+)"')
+#: An environment variable set to an ``s3://`` literal in a runtime's block: a JSON pair
+#: (a Step Functions ``Environment``), a task definition's ``name``/``value``, or an HCL
+#: map entry (a function's ``environment.variables``).
+_ENV_S3 = re.compile(
+    r'"?\b([A-Z][A-Z0-9_]*)"?\s*[=:]\s*"(s3://[^"]*)"'
+    r'|"name"\s*:\s*"([A-Z][A-Z0-9_]*)"\s*,\s*"value"\s*:\s*"(s3://[^"]*)"'
+)
 
 
 def _constants(tree: ast.Module) -> dict[str, str]:
@@ -54,13 +75,9 @@ def _constants(tree: ast.Module) -> dict[str, str]:
     return out
 
 
-def written_keys(path: str, text: str) -> set[str]:
-    """The object keys ``text`` writes: literal or module-constant key arguments."""
-    tree = _parsed(text)
-    if tree is None:
-        return set()
-    consts = _constants(tree)
-    out: set[str] = set()
+def _key_args(tree: ast.Module) -> list[ast.expr]:
+    """The key argument of each call in ``tree`` that writes an object."""
+    out: list[ast.expr] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -73,10 +90,166 @@ def written_keys(path: str, text: str) -> set[str]:
         elif isinstance(func, ast.Name) and func.id in _FUNCTION_WRITES:
             pos = _FUNCTION_WRITES[func.id]
             arg = node.args[pos] if pos < len(node.args) else None
+        if arg is not None:
+            out.append(arg)
+    return out
+
+
+def written_keys(path: str, text: str) -> set[str]:
+    """The object keys ``text`` writes: literal or module-constant key arguments."""
+    tree = _parsed(text)
+    if tree is None:
+        return set()
+    consts = _constants(tree)
+    out: set[str] = set()
+    for arg in _key_args(tree):
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
             out.add(arg.value)
         elif isinstance(arg, ast.Name) and arg.id in consts:
             out.add(consts[arg.id])
+    return out
+
+
+def _head(node: ast.expr | None, consts: dict[str, str]) -> str | None:
+    """The constant start of a key expression: a literal, a module constant, or an
+    f-string's leading text (``f"raw/date={day}"``: ``raw/date=``); None when it has none."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return consts.get(node.id)
+    if isinstance(node, ast.JoinedStr) and node.values:
+        first = node.values[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value:
+            return first.value
+    return None
+
+
+def written_heads(path: str, text: str) -> set[str]:
+    """The constant heads of the keys ``text`` writes (:func:`written_keys` and the heads
+    of f-string keys), also through a call of a function of the file whose every
+    ``return`` is such a key (``partition_key(day, source)``)."""
+    tree = _parsed(text)
+    if tree is None:
+        return set()
+    consts = _constants(tree)
+    makers: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            returns = [r for r in ast.walk(node) if isinstance(r, ast.Return)]
+            heads = {_head(r.value, consts) for r in returns}
+            if returns and None not in heads and len(heads) == 1:
+                makers[node.name] = str(heads.pop())
+    out: set[str] = set()
+    for arg in _key_args(tree):
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name):
+            head = makers.get(arg.func.id)
+        else:
+            head = _head(arg, consts)
+        if head:
+            out.add(head)
+    return out
+
+
+def _s3(uri: str) -> tuple[str, str] | None:
+    m = re.fullmatch(r"s3://(\$\{[^}]*\}|[^/$]+)/?(.*)", uri)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _env_uris(rt: Runtime) -> dict[str, str]:
+    """The variables ``rt`` sets to an ``s3://`` literal, with the literal's key prefix."""
+    body = rt.block.body
+    out: dict[str, str] = {}
+    for name, value in _env_values(body).items():
+        parsed = _s3(value)
+        if parsed is not None:
+            out[name] = parsed[1].strip("/")
+    for m in _ENV_S3.finditer(_all_text(body)):
+        name, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        parsed = _s3(value)
+        if parsed is not None:
+            out.setdefault(name, parsed[1].strip("/"))
+    return {k: v for k, v in out.items() if k in rt.env}
+
+
+def _env_values(body: dict[str, object]) -> dict[str, str]:
+    """A function's ``environment { variables = {...} }`` or a SageMaker model
+    container's ``environment`` map, as the parser gives it."""
+    out: dict[str, str] = {}
+    candidates: list[object] = [body.get("environment")]
+    for key in ("primary_container", "container"):
+        cont = body.get(key)
+        while isinstance(cont, list) and len(cont) == 1:
+            cont = cont[0]
+        if isinstance(cont, dict):
+            candidates.append({"variables": cont.get("environment")})
+    for env in candidates:
+        while isinstance(env, list) and len(env) == 1:
+            env = env[0]
+        variables = env.get("variables") if isinstance(env, dict) else None
+        if isinstance(variables, dict):
+            out.update({str(k): str(v) for k, v in variables.items() if isinstance(v, str)})
+    return out
+
+
+def channel_readers(repo: Repo) -> list[tuple[str, int, str, str, str]]:
+    """Each SageMaker channel's ``S3Uri`` literal: (file, line, channel, bucket, prefix)."""
+    out: list[tuple[str, int, str, str, str]] = []
+    for path in _tf_files(repo):
+        text = repo.files[path]
+        for m in _CHANNELS.finditer(text):
+            start = m.start(1)
+            span = _balanced(text, start)
+            names = [(n.start(), n.group(1)) for n in _CHANNEL_NAME.finditer(span)]
+            for u in _CHANNEL_URI.finditer(span):
+                name = next((n for at, n in reversed(names) if at < u.start()), "?")
+                line = text.count("\n", 0, start + u.start()) + 1
+                out.append((path, line, name, u.group(1), u.group(2)))
+    return out
+
+
+def _under(key: str, prefix: str) -> bool:
+    return key.startswith(prefix.rstrip("/") + "/")
+
+
+def _runtime_writes(repo: Repo) -> list[tuple[str, str]]:
+    """(runtime, key head) for every key head a runtime's code writes under a store URI
+    it is given and reads: the variable's prefix joined to the head."""
+    out: list[tuple[str, str]] = []
+    for rt in runtimes(repo):
+        uris = _env_uris(rt)
+        if not uris:
+            continue
+        code = import_closure(repo.files, runtime_files(repo, rt))
+        read = {r.name for path in code for r in env_reads(path, repo.files[path])}
+        heads = {h for path in code for h in written_heads(path, repo.files[path])}
+        for name in sorted(uris.keys() & read):
+            prefix = uris[name]
+            out += [(rt.where, f"{prefix}/{h}" if prefix else h) for h in sorted(heads)]
+    return out
+
+
+def _channel_findings(repo: Repo, terraform_keys: set[str]) -> list[Finding]:
+    readers = channel_readers(repo)
+    if not readers:
+        return []
+    writes = _runtime_writes(repo)
+    out: list[Finding] = []
+    for path, n, channel, bucket, prefix in readers:
+        if any(_under(k, prefix) for k in terraform_keys):
+            continue
+        if any(_under(key, prefix) for _, key in writes):
+            continue
+        out.append(
+            Finding(
+                "objects",
+                path,
+                f"{path}:{n} the SageMaker channel {channel} reads s3://{bucket}/{prefix}, "
+                "under which nothing in the design writes: no runtime's code writes a key "
+                "there under an s3:// URI the Terraform gives it and it reads (the keys "
+                f"runtimes write: {', '.join(sorted({k for _, k in writes})) or 'none'}), "
+                "and no aws_s3_object or Step Functions S3 state puts one",
+            )
+        )
     return out
 
 
@@ -97,13 +270,14 @@ def check_objects(repo: Repo) -> list[Finding]:
                 prefixes.add(m.group(2).strip("/"))
         if _SFN_S3_WRITE.search(text):
             terraform_keys |= {m.group(1) for m in _SFN_KEY.finditer(text)}
-    if not readers:
-        return []
     for mod in repo.modules.values():
         for block in mod.of_kind("aws_s3_object"):
             key = block.body.get("key")
             if isinstance(key, str):
                 terraform_keys.add(key)
+    channels = _channel_findings(repo, terraform_keys)
+    if not readers:
+        return channels
     code: set[str] = set()
     for rt in runtimes(repo):
         code.update(import_closure(repo.files, runtime_files(repo, rt)))
@@ -125,4 +299,4 @@ def check_objects(repo: Repo) -> list[Finding]:
                 f"writes: {shown}), and no aws_s3_object or Step Functions S3 state puts it",
             )
         )
-    return out
+    return out + channels
