@@ -632,6 +632,10 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     # Promotion publishes model.tar.gz where SageMaker reads it: the batch transform's
     # ModelDataUrl, the archive the code registers as a model package.
     ctx["model_archive"] = bool(ctx["sagemaker"]) or ctx["register_in_code"]
+    # With a SageMaker training job, its state machine publishes the job's model.tar.gz
+    # there instead (the job cannot reach S3), all that ECS or Lambda serving then finds
+    # under DATA_URI: the code reads it (archive_files) but never writes it.
+    ctx["read_archive"] = ctx["model_archive"] or ctx["sagemaker_training"]
     ctx.update(_constraints_context(req, online=ctx["online"], kafka=ctx["kafka"]))
     if ctx["registry"] == "mlflow":
         ctx["requirements"] = sorted([*ctx["requirements"], MLFLOW_REQUIREMENT])
