@@ -91,6 +91,12 @@ PATCH_WINDOWS_PER_CPU = "mrp-windows-per-cpu"
 # Runs started before this patch keep one window in flight where a window has more shards
 # than max_workers; newer runs overlap two (when max_workers is even).
 PATCH_OVERLAP_WINDOWS = "mrp-overlap-windows"
+# Ray runs started after this patch keep one window more in flight than their workers
+# need: it gets ready (its activity, the shards already done, the checkpoints, its
+# session) while the others run, and its lane takes the first actor one of them frees,
+# so no actor waits between windows for the next one to be scheduled and set up
+# (bench/mrp_scale.py, 20,000 shards in windows of 1,000: warm map 9.4 s -> 6.1 s).
+PATCH_WINDOW_AHEAD = "mrp-window-ahead"
 # Runs whose job sets map.min_success_ratio below 1 tolerate shards that fail for good
 # (asked only for such jobs, so histories of every other run replay unchanged).
 PATCH_MIN_SUCCESS_RATIO = "mrp-min-success-ratio"
@@ -412,6 +418,13 @@ class MRPJob:
             # last shards of the other run, so no worker idles between windows.
             in_flight = 2
         parallelism = max(1, max_workers // in_flight)
+        # Asked only where it changes something, like the patches above.
+        if (
+            self._backend == "ray"
+            and in_flight < len(windows)
+            and workflow.patched(PATCH_WINDOW_AHEAD)
+        ):
+            in_flight += 1
         timeout = window_timeout(
             size, parallelism, limits.shard_timeout_s, limits.max_shard_retries
         )
