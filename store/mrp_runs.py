@@ -228,6 +228,45 @@ def _pack_of(row: Any) -> PackRef | None:
     return PackRef(row.pack_digest, int(row.pack_offset), int(row.pack_length))
 
 
+_upserts: dict[str, Any] = {}
+
+
+def _shard_upsert(dialect: str) -> Any:
+    """The shard rows' upsert for ``dialect``, built once (building its ``case`` clauses
+    was a fifth of a 256-row flush's time)."""
+    stmt = _upserts.get(dialect)
+    if stmt is not None:
+        return stmt
+    table = cast(Table, MrpShardRow.__table__)
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    ins = insert(table)
+    has_output = table.c.output_digest.isnot(None)
+
+    def keep(col: str) -> Any:
+        return case((has_output, table.c[col]), else_=ins.excluded[col])
+
+    stmt = ins.on_conflict_do_update(
+        index_elements=["run_id", "shard_index"],
+        set_={
+            "attempts": table.c.attempts + ins.excluded.attempts,
+            "executions": table.c.executions + ins.excluded.executions,
+            "output_digest": keep("output_digest"),
+            "pack_digest": keep("pack_digest"),
+            "pack_offset": keep("pack_offset"),
+            "pack_length": keep("pack_length"),
+            "state": keep("state"),
+            "source": keep("source"),
+            "latency_ms": keep("latency_ms"),
+            "cost_units": keep("cost_units"),
+            "cost_usd": keep("cost_usd"),
+            "error": keep("error"),
+            "updated_at": ins.excluded.updated_at,
+        },
+    )
+    _upserts[dialect] = stmt
+    return stmt
+
+
 def record_shards(
     sm: sessionmaker[Session],
     records: Sequence[tuple[ShardRecord, bool]],
@@ -247,7 +286,6 @@ def record_shards(
     """
     if not records:
         return
-    table = cast(Table, MrpShardRow.__table__)
     rows: list[dict[str, Any]] = []
     checkpoints: dict[str, dict[str, Any]] = {}
     packs = packs or {}
@@ -274,30 +312,7 @@ def record_shards(
     with sm.begin() as session:
         dialect = session.get_bind().dialect.name
         insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        ins = insert(table)
-        has_output = table.c.output_digest.isnot(None)
-
-        def keep(col: str) -> Any:
-            return case((has_output, table.c[col]), else_=ins.excluded[col])
-
-        stmt = ins.on_conflict_do_update(
-            index_elements=["run_id", "shard_index"],
-            set_={
-                "attempts": table.c.attempts + ins.excluded.attempts,
-                "executions": table.c.executions + ins.excluded.executions,
-                "output_digest": keep("output_digest"),
-                "pack_digest": keep("pack_digest"),
-                "pack_offset": keep("pack_offset"),
-                "pack_length": keep("pack_length"),
-                "state": keep("state"),
-                "source": keep("source"),
-                "latency_ms": keep("latency_ms"),
-                "cost_units": keep("cost_units"),
-                "cost_usd": keep("cost_usd"),
-                "error": keep("error"),
-                "updated_at": ins.excluded.updated_at,
-            },
-        )
+        stmt = _shard_upsert(dialect)
         session.execute(stmt, rows)
         if checkpoints:
             ck = cast(Table, MrpCheckpointRow.__table__)
