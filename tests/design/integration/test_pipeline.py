@@ -10,6 +10,8 @@ import json
 import logging
 import uuid
 import zipfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +83,9 @@ async def decide(client: Client, parent: str, gate: str, decision: str, comment:
         project,
         ds,
         plan_round,
-        decision,
+        decision,  # type: ignore[arg-type]
         actor="bob",
-        comment=comment,  # type: ignore[arg-type]
+        comment=comment,
     )
     assert state.status.value == ("approved" if decision == "approve" else "rejected")
 
@@ -435,37 +437,75 @@ async def test_langsmith_tracing_stays_out_of_the_workflow(
     assert traced == []
 
 
+@dataclass
+class Unanswered:
+    """What the two readers got from runs that no worker answers."""
+
+    page: EventsPage
+    status_failure: BaseException | None
+    status_seconds: float
+
+
+@pytest.fixture(scope="module")
+async def unanswered(
+    client: Client, temporal_address: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Unanswered]:
+    """Two runs, each on a task queue no worker polls, one asked by the events reader
+    and one by the status query, at once: each waits ``QUERY_TIMEOUT`` for a worker that
+    never answers, and the two tests below read one overlapped wait (5 s) instead of one
+    wait each. (Both queries on one run took 11.9 s, and on two runs of one queue 10.2 s
+    in the whole file: the second waited for the first. On two queues, 5.1 s.)"""
+    settings = Settings(
+        env="test",
+        data_dir=tmp_path_factory.mktemp("unanswered") / "keel",
+        temporal_address=temporal_address,
+        webhook_url="",
+        metrics_port=0,
+    )
+    projects = [f"p-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    handles = [
+        await start_design(
+            client,
+            DesignInput(project=p, decision_set="ds1", requester="alice", generate=False),
+            task_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+        )
+        for p in projects
+    ]
+    loop = asyncio.get_running_loop()
+
+    async def status(project: str) -> tuple[BaseException | None, float]:
+        began = loop.time()
+        try:
+            await design_client.status(client, project, "ds1")
+        except RPCError as exc:
+            return exc, loop.time() - began
+        return None, loop.time() - began
+
+    try:
+        sm = get_sessionmaker(settings.resolved_database_url)
+        page, (failure, seconds) = await asyncio.gather(
+            events_since(client, sm, projects[0], "ds1"), status(projects[1])
+        )
+        yield Unanswered(page, failure, seconds)
+    finally:
+        for handle in handles:
+            await handle.terminate("test over")
+
+
 async def test_events_of_a_run_no_worker_answers_yet_are_none_for_now(
-    client: Client, settings: Settings
+    unanswered: Unanswered,
 ) -> None:
     """A reader (the SSE stream, the CLI) asking before any worker has taken the run
     gets "nothing yet", not an error: a fresh worker may take a while to start."""
-    project = f"p-{uuid.uuid4().hex[:8]}"
-    inp = DesignInput(project=project, decision_set="ds1", requester="alice", generate=False)
-    handle = await start_design(client, inp, task_queue=f"nobody-{uuid.uuid4().hex[:6]}")
-    try:
-        sm = get_sessionmaker(settings.resolved_database_url)
-        page = await events_since(client, sm, project, "ds1")
-        assert (page.events, page.status, page.done) == ([], "running", False)
-    finally:
-        await handle.terminate("test over")
+    page = unanswered.page
+    assert (page.events, page.status, page.done) == ([], "running", False)
 
 
-async def test_status_of_a_run_no_worker_answers_fails_fast(
-    client: Client, settings: Settings
-) -> None:
+async def test_status_of_a_run_no_worker_answers_fails_fast(unanswered: Unanswered) -> None:
     """The status query (behind GET /design/decision-sets/{id}, answers and approve) gives up
     after QUERY_TIMEOUT when no worker answers, instead of holding the caller 30 s."""
-    project = f"p-{uuid.uuid4().hex[:8]}"
-    inp = DesignInput(project=project, decision_set="ds1", requester="alice", generate=False)
-    handle = await start_design(client, inp, task_queue=f"nobody-{uuid.uuid4().hex[:6]}")
-    try:
-        began = asyncio.get_running_loop().time()
-        with pytest.raises(RPCError):
-            await design_client.status(client, project, "ds1")
-        assert asyncio.get_running_loop().time() - began < 15
-    finally:
-        await handle.terminate("test over")
+    assert isinstance(unanswered.status_failure, RPCError), unanswered.status_failure
+    assert unanswered.status_seconds < 15
 
 
 #: An unencrypted, unblocked S3 bucket: checkov fails it (CKV_AWS_145, CKV2_AWS_6, ...).
