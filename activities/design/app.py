@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from activities.design.infra import TRAINING_SET_PREFIX, name_prefix
+from activities.design.infra import TRAINING_SET_PREFIX, landing_reader, name_prefix
 from keel.design.constraints import (
     DEFAULT_DATA_SPEC,
     ColumnType,
@@ -171,6 +171,7 @@ _FILES: dict[str, _File] = {
     "tests/test_observe.py": _File("tests/test_observe.py.j2"),
     "tests/test_govern.py": _File("tests/test_govern.py.j2", "govern"),
     "tests/test_pipeline.py": _File("tests/test_pipeline.py.j2"),
+    "tests/test_jobs.py": _File("tests/test_jobs.py.j2", "glue_landing"),
     "tests/test_plan.py": _File("tests/test_plan.py.j2"),
 }
 
@@ -627,8 +628,10 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     # A SageMaker training job runs the image under the container contract: the
     # training set from /opt/ml/input/data/train, the model to /opt/ml/model.
     ctx["sagemaker_training"] = patterns.get("train", "").startswith("train:sagemaker-")
-    # Its train channel: the models bucket's prefix the stream's function also lands in.
+    # Its train channel: the models bucket's prefix the transform also lands in.
     ctx["training_set_prefix"] = TRAINING_SET_PREFIX
+    # The Glue transform job lands the batch ingest's files in raw/ (jobs/glue/transform.py).
+    ctx["glue_landing"] = landing_reader(patterns)
     # Promotion publishes model.tar.gz where SageMaker reads it: the batch transform's
     # ModelDataUrl, the archive the code registers as a model package.
     ctx["model_archive"] = bool(ctx["sagemaker"]) or ctx["register_in_code"]

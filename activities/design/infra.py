@@ -338,12 +338,25 @@ def sagemaker_registration(plan_by_cap: dict[str, str], cap: str) -> dict[str, s
 
 
 def training_set_writer(plan_by_cap: dict[str, str]) -> bool:
-    """Whether the stream's transform function writes the SageMaker training job's
-    ``train`` channel (:data:`TRAINING_SET_PREFIX` of the models bucket): a SageMaker
-    training plan whose transform is ``transform:kinesis-lambda``."""
+    """Whether the transform writes the SageMaker training job's ``train`` channel
+    (:data:`TRAINING_SET_PREFIX` of the models bucket): a SageMaker training plan whose
+    transform is the stream's function (``transform:kinesis-lambda``) or the Glue job
+    that lands the batch ingest's files (:func:`landing_reader`)."""
+    if not plan_by_cap.get("train", "").startswith("train:sagemaker-"):
+        return False
+    transform = plan_by_cap.get("transform")
+    return transform == "transform:kinesis-lambda" or (
+        transform == "transform:glue-etl" and landing_reader(plan_by_cap)
+    )
+
+
+def landing_reader(plan_by_cap: dict[str, str]) -> bool:
+    """Whether the Glue transform job lands the batch ingest's files (the landing bucket's
+    ``incoming/``) in its store's ``raw/`` before its feature step: ``ingest:s3-batch``
+    with ``transform:glue-etl``."""
     return (
-        plan_by_cap.get("train", "").startswith("train:sagemaker-")
-        and plan_by_cap.get("transform") == "transform:kinesis-lambda"
+        plan_by_cap.get("ingest") == "ingest:s3-batch"
+        and plan_by_cap.get("transform") == "transform:glue-etl"
     )
 
 
@@ -365,10 +378,12 @@ def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str
         out["transform"]["source_bucket_arns"] = buckets("ingest")
         out["transform"]["target_bucket_arns"] = buckets("store", "feature")
         if training_set_writer(plan_by_cap):
-            # The stream's function lands each batch in the training job's channel too:
-            # the models bucket, which it may then write.
+            # The transform lands each batch in the training job's channel too: the
+            # models bucket, which it may then write.
             out["transform"]["target_bucket_arns"] = buckets("store", "feature", "train")
             out["transform"]["training_set_bucket"] = f"module.train_{r}.training_set_bucket"
+        if landing_reader(plan_by_cap):
+            out["transform"]["landing_bucket"] = f"module.ingest_{r}.data_bucket_names[0]"
         if ingest == "ingest:kinesis-streams":
             out["transform"]["source_stream_arn"] = f"module.ingest_{r}.stream_arn"
         elif ingest == "ingest:msk-kafka":

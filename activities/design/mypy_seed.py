@@ -69,6 +69,7 @@ import csv
 import dataclasses
 import datetime
 import hashlib
+import importlib.util
 import io
 import json
 import math
@@ -87,6 +88,7 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 import typing
 import urllib.error
 import urllib.request

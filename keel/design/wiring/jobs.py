@@ -60,16 +60,27 @@ def _each_put(value: Any, each: str | None) -> Any:
 def _uploaded(repo: Repo, mod: TfModule, uri: str) -> str | None:
     """Why ``uri`` (an S3 URI in ``mod``) is not an object uploaded from the repository
     (None: it is)."""
+    return _lookup(repo, mod, uri)[1]
+
+
+def uploaded_file(repo: Repo, mod: TfModule, uri: str) -> str | None:
+    """The repository file an ``aws_s3_object`` of ``mod`` uploads to ``uri``, or None."""
+    return _lookup(repo, mod, uri)[0]
+
+
+def _lookup(repo: Repo, mod: TfModule, uri: str) -> tuple[str | None, str | None]:
+    """(the repository file uploaded to ``uri``, why it is not uploaded from the
+    repository): one of them is None."""
     m = _S3_URI.match(uri)
     if m is None:
-        return f"{uri} is not an S3 URI"
+        return None, f"{uri} is not an S3 URI"
     bucket, key = m.group(1), m.group(2)
     ref = _BUCKET_REF.match(bucket)
     if ref is None:
         keys = [key] if "${" not in key else []
         if keys and any(key in r for r in repo.ci_runs):
-            return None
-        return f"{uri}: no aws_s3_object of this module and no CI step uploads it"
+            return None, None
+        return None, f"{uri}: no aws_s3_object of this module and no CI step uploads it"
     roots_ = sorted({i.root for i in repo.instances_of(mod)}) or [mod.dir]
     for obj in mod.of_kind("aws_s3_object", "aws_s3_bucket_object"):
         if f"aws_s3_bucket.{ref.group(1)}." not in str(obj.body.get("bucket", "")):
@@ -82,15 +93,17 @@ def _uploaded(repo: Repo, mod: TfModule, uri: str) -> str | None:
         if isinstance(source, str) and "data.archive_file." in source:
             pkgs = archives(repo, mod, source)
             if pkgs and any(p.root and any(p.holds(f) for f in repo.files) for p in pkgs):
-                return None
-            return f"{uri}: aws_s3_object.{obj.name} uploads an archive of no repository file"
+                return None, None
+            return None, f"{uri}: aws_s3_object.{obj.name} uploads an archive of no repository file"
         if not isinstance(source, str):
-            return f"{uri}: aws_s3_object.{obj.name} has no source file"
+            return None, f"{uri}: aws_s3_object.{obj.name} has no source file"
         path = module_path(mod, roots_[0], source)
         if path in repo.files:
-            return None
-        return f"{uri}: aws_s3_object.{obj.name} uploads {path}, which is not in the repository"
-    return f"{uri}: no aws_s3_object of {mod.dir}/ uploads key {key} to that bucket"
+            return path, None
+        return None, (
+            f"{uri}: aws_s3_object.{obj.name} uploads {path}, which is not in the repository"
+        )
+    return None, f"{uri}: no aws_s3_object of {mod.dir}/ uploads key {key} to that bucket"
 
 
 def check_jobs(repo: Repo) -> list[Finding]:

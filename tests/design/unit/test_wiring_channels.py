@@ -15,9 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from activities.design.codegen import render_request
 from keel.design.wiring import check_wiring as findings_of
 from keel.design.wiring.objects import written_heads
-from tests.design.unit.test_wiring import mutate, only, tree
+from tests.design.codegen_cases import request_for
+from tests.design.unit.test_wiring import BATCH, mutate, only, tree
 from tests.support.hcl import parse_once
 
 #: The two SageMaker training shapes: MSK with the Lambda transform, one region and three.
@@ -179,3 +181,55 @@ def test_key_heads_follow_f_strings_and_key_functions() -> None:
         "quarantine/",
         "registry/latest/model.tar.gz",
     }
+
+
+def _batch_with_sagemaker_training() -> dict[str, str]:
+    """batch_training (S3 batch ingest, Glue transform) trained by SageMaker instead."""
+    req = request_for(BATCH)
+    choices = [
+        c.model_copy(update={"pattern_id": "train:sagemaker-training"})
+        if c.capability.value == "train"
+        else c
+        for c in req.plan.choices
+    ]
+    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
+    return render_request(req)
+
+
+GLUE_ARG = (
+    '    "--training_set_uri"                 = '
+    '"s3://${var.training_set_bucket}/pipeline/training-sets/latest"\n'
+)
+
+
+def test_the_glue_transform_job_writes_the_training_channel_in_batch_designs() -> None:
+    """With batch ingest, the Glue transform job lands the landing bucket's files in its
+    store's raw/ and in the channel (jobs/glue/transform.py), given both URIs; its role
+    may write the models bucket. Without the argument, or with a script that does not read
+    it, the channel has no writer."""
+    files = _batch_with_sagemaker_training()
+    assert findings_of(files) == []
+    transform = files[TRANSFORM]
+    assert GLUE_ARG in transform
+    assert '"--landing_uri"                      = "s3://${var.landing_bucket}/incoming/"' in (
+        transform
+    )
+    root = files["infra/main.tf"]
+    assert "landing_bucket      = module.ingest_eu_west_1.data_bucket_names[0]" in root
+    assert "training_set_bucket = module.train_eu_west_1.training_set_bucket" in root
+    assert "module.train_eu_west_1.data_bucket_arns)" in root
+    script = files["jobs/glue/transform.py"]
+    assert 'if "training_set_uri" in args:' in script
+    assert "def test_the_job_lands_each_landing_file_in_every_store" in files["tests/test_jobs.py"]
+    (finding,) = only(findings_of(mutate(files, TRANSFORM, GLUE_ARG, "")), "objects")
+    assert finding.file == TRAIN
+    assert "the SageMaker channel train reads" in finding.message
+    unread = {
+        **files,
+        "jobs/glue/transform.py": script.replace('"training_set_uri"', '"training_set"'),
+    }
+    (finding,) = only(findings_of(unread), "objects")
+    assert "the SageMaker channel train reads" in finding.message
+    # Batch designs trained elsewhere land the files too, with no channel to write.
+    plain = tree(BATCH)
+    assert '"--landing_uri"' in plain[TRANSFORM] and "training_set" not in plain[TRANSFORM]
