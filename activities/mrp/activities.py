@@ -76,6 +76,7 @@ from keel.mrp.run import (
     ReplayMismatch,
     RunManifest,
     ShardOutputRecord,
+    ShardState,
     SkippedRecords,
     first_mismatch,
     run_manifest_from_json,
@@ -105,6 +106,7 @@ from store.mrp_runs import (
     finish_run,
     get_run,
     list_shards,
+    shard_outcomes,
     shard_outputs,
     start_run,
 )
@@ -235,7 +237,7 @@ class MrpActivities:
             )
             for i in range(0, len(alone), INPUTS_PER_PUT):
                 chunk = alone[i : i + INPUTS_PER_PUT]
-                got = store.put_many([canonical_json(p.canonical()) for _, p in chunk])
+                got = store.put_many([p.canonical_bytes() for _, p in chunk])
                 if got != [digest for digest, _ in chunk]:  # pragma: no cover
                     raise RuntimeError("a shard input stored under another digest")
             ir_digest = store.put_bytes(result.ir_json())
@@ -682,28 +684,42 @@ class MrpActivities:
 
     def _shard_outputs(self, ir: JobIR, run_id: str) -> list[ShardOutputRecord]:
         """Every map task's outcome as recorded for the run (``cancelled`` when it has no
-        record)."""
-        rows = {r.shard_index: r for r in list_shards(self.sessions, run_id)}
+        record). Built without validation (``model_construct``): every value comes from
+        the IR or from rows this run wrote, and a run manifest lists every shard."""
+        rows = shard_outcomes(self.sessions, run_id)
         shards: list[ShardOutputRecord] = []
+        make = ShardOutputRecord.model_construct
         for t in ir.map_tasks:
             row = rows.get(t.shard_index)
-            state: Any = "cancelled"
-            if row is not None:
-                state = (
-                    "failed"
-                    if row.state == "failed"
-                    else ("skipped" if row.source == "checkpoint" else "succeeded")
+            if row is None:
+                shards.append(
+                    make(
+                        shard_index=t.shard_index,
+                        shard_id=t.shard_id,
+                        input_digest=t.input_digest,
+                        checkpoint_key=t.checkpoint_key,
+                        output_digest=None,
+                        state="cancelled",
+                        attempts=0,
+                        error=None,
+                    )
                 )
+                continue
+            state: ShardState = (
+                "failed"
+                if row.state == "failed"
+                else ("skipped" if row.source == "checkpoint" else "succeeded")
+            )
             shards.append(
-                ShardOutputRecord(
+                make(
                     shard_index=t.shard_index,
                     shard_id=t.shard_id,
                     input_digest=t.input_digest,
                     checkpoint_key=t.checkpoint_key,
-                    output_digest=row.output_digest if row is not None else None,
+                    output_digest=row.output_digest,
                     state=state,
-                    attempts=row.attempts if row is not None else 0,
-                    error=row.error if row is not None and state == "failed" else None,
+                    attempts=row.attempts,
+                    error=row.error if state == "failed" else None,
                 )
             )
         return shards

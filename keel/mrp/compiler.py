@@ -180,7 +180,7 @@ def pack_inputs(shards: Sequence[Shard]) -> InputPacks:
         group.clear()
 
     for shard in shards:
-        data = canonical_json(shard.input.canonical())
+        data = shard.payload or shard.input.canonical_bytes()
         if len(data) > INPUT_MEMBER_MAX:
             continue
         if group and (len(group) >= INPUTS_PER_PACK or size + len(data) > INPUT_PACK_BYTES):

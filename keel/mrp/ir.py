@@ -19,6 +19,7 @@ serialises, and so digests, as it did).
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -31,7 +32,7 @@ from pydantic import (
     model_serializer,
 )
 
-from keel.digest import canonical_json, digest_json
+from keel.digest import canonical_json, digest_bytes, digest_json
 from keel.mrp.budget import BudgetLimits, CostEstimate
 from keel.mrp.dsl import SinkSpec
 from keel.mrp.registry import OperatorKind, OperatorSpec
@@ -54,16 +55,17 @@ def checkpoint_key(operator_digest: str, input_digest: str, seed: int) -> str:
     """The key a map shard's output is checkpointed under.
 
     Equal keys mean the same configured operator ran on the same input with the same seed,
-    so a retry (or a re-run) can reuse a stored output instead of recomputing it.
-    """
-    return digest_json(
-        {
-            "kind": CHECKPOINT_KEY_KIND,
-            "operator_digest": operator_digest,
-            "input_digest": input_digest,
-            "seed": seed,
-        }
+    so a retry (or a re-run) can reuse a stored output instead of recomputing it. It is
+    the digest of the canonical JSON of ``{"kind", "operator_digest", "input_digest",
+    "seed"}``, written out (one is made per shard; ``json.dumps`` of the dict was most of
+    its cost)."""
+    text = (
+        f'{{"input_digest":{json.dumps(input_digest, ensure_ascii=False)},'
+        f'"kind":"{CHECKPOINT_KEY_KIND}",'
+        f'"operator_digest":{json.dumps(operator_digest, ensure_ascii=False)},'
+        f'"seed":{int(seed)}}}'
     )
+    return digest_bytes(text.encode("utf-8"))
 
 
 def operator_digest(spec: OperatorSpec, params: dict[str, JsonValue]) -> str:

@@ -17,6 +17,7 @@ replay compute the same shards, seeds and sums on any machine:
 from __future__ import annotations
 
 import decimal
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 import blake3
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-from keel.digest import canonical_json, digest_json
+from keel.digest import canonical_json, digest_bytes, digest_json
 from keel.mrp.dsl import JobSpec, ParsedJob
 from keel.mrp.errors import DslError, DslIssue
 from keel.mrp.records import FileRef, RecordSlice
@@ -201,8 +202,13 @@ def derive_job_seed(
 
 
 def derive_seed(parent_seed: int, label: str) -> int:
-    """A child seed: ``label`` is a phase name or ``map:<shard input digest>``."""
-    return _seed_of({"parent": parent_seed, "label": label})
+    """A child seed: ``label`` is a phase name or ``map:<shard input digest>``.
+
+    The canonical JSON of ``{"parent": parent_seed, "label": label}``, written out (one
+    is made per shard: ``json.dumps`` of the dict was most of a shard's compile)."""
+    text = f'{{"label":{json.dumps(label, ensure_ascii=False)},"parent":{int(parent_seed)}}}'
+    digest = blake3.blake3(text.encode("utf-8"), derive_key_context=SEED_CONTEXT).digest(length=8)
+    return int.from_bytes(digest, "big") >> (64 - SEED_BITS)
 
 
 def shard_seed(job_seed: int, input_digest: str) -> int:
@@ -235,9 +241,13 @@ class ShardInput(BaseModel):
         """The JSON form that is digested and stored."""
         return self.model_dump(mode="json", exclude_none=True)
 
+    def canonical_bytes(self) -> bytes:
+        """:meth:`canonical` as canonical JSON: the bytes stored and digested."""
+        return canonical_json(self.canonical())
+
     def digest(self) -> str:
         """``blake3:`` digest of :meth:`canonical`."""
-        return digest_json(self.canonical())
+        return digest_bytes(self.canonical_bytes())
 
     @property
     def item_count(self) -> int:
@@ -255,6 +265,14 @@ class Shard(BaseModel):
     index: int = Field(ge=0)
     input: ShardInput
     input_digest: str
+    # ``input``'s canonical JSON, the bytes digested (``of``): the compile packs them.
+    payload: bytes = Field(default=b"", exclude=True, repr=False)
+
+    @classmethod
+    def of(cls, index: int, shard_input: ShardInput) -> Shard:
+        """Shard ``index`` of ``shard_input``, its canonical JSON made once."""
+        data = shard_input.canonical_bytes()
+        return cls(index=index, input=shard_input, input_digest=digest_bytes(data), payload=data)
 
 
 def make_shards(units: Sequence[Any], per_shard: int) -> list[Shard]:
@@ -268,7 +286,7 @@ def make_shards(units: Sequence[Any], per_shard: int) -> list[Shard]:
             si = ShardInput(files=[f for f in chunk if isinstance(f, FileRef)])
         else:
             si = ShardInput(items=chunk)
-        shards.append(Shard(index=index, input=si, input_digest=si.digest()))
+        shards.append(Shard.of(index, si))
     return shards
 
 
@@ -431,7 +449,7 @@ def record_shards(
     shards = []
     for index, s in enumerate(ordered):
         si = ShardInput(records=s)
-        shards.append(Shard(index=index, input=si, input_digest=si.digest()))
+        shards.append(Shard.of(index, si))
     return shards
 
 

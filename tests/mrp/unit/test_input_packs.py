@@ -155,3 +155,32 @@ def test_a_missing_pack_fails_its_shards_with_the_stores_error(tmp_path: Path) -
 def test_a_pack_never_holds_more_than_its_shard_count(size: int) -> None:
     result = compiled([f"w{i}" for i in range(2 * INPUTS_PER_PACK * size)], shard_size=size)
     assert len(result.ir.input_packs) == 2
+
+
+@pytest.mark.parametrize(
+    "label", ["reduce", "map:blake3:" + "0" * 64, 'quote " and \\ back', "ünïcode ✓", ""]
+)
+@pytest.mark.parametrize("parent", [0, 1, 2**62 + 12345, -7])
+def test_written_out_seed_and_checkpoint_key_equal_their_canonical_json(
+    label: str, parent: int
+) -> None:
+    """``derive_seed`` and ``checkpoint_key`` write their canonical JSON by hand (once a
+    shard): the same bytes as ``canonical_json`` of the dict, so no seed or key changes."""
+    import blake3
+
+    from keel.digest import digest_json
+    from keel.mrp.ir import CHECKPOINT_KEY_KIND, checkpoint_key
+    from keel.mrp.normalize import SEED_BITS, SEED_CONTEXT, derive_seed
+
+    material = canonical_json({"parent": parent, "label": label})
+    raw = blake3.blake3(material, derive_key_context=SEED_CONTEXT).digest(length=8)
+    assert derive_seed(parent, label) == int.from_bytes(raw, "big") >> (64 - SEED_BITS)
+    operator = "blake3:" + "1" * 64
+    assert checkpoint_key(operator, label, parent) == digest_json(
+        {
+            "kind": CHECKPOINT_KEY_KIND,
+            "operator_digest": operator,
+            "input_digest": label,
+            "seed": parent,
+        }
+    )
