@@ -653,6 +653,12 @@ class RaySession:
         self._not_started()
         self.wake.set()
 
+    def _fail_queued(self, error: Exception) -> None:
+        """Fail the queued attempts with ``error``."""
+        while self.queue:
+            _, fut, _ = self.queue.popleft()
+            _set_exception(fut, error)
+
     def _not_started(self) -> None:
         """Fail the queued attempts with :class:`ShardNotStarted`."""
         while self.queue:
@@ -706,7 +712,16 @@ class RaySession:
             while True:
                 while not self.stopped and len(calls) < PIPELINE_DEPTH and self.queue:
                     if actor is None:
-                        actor = await pool.acquire()
+                        try:
+                            actor = await pool.acquire()
+                        except Exception as e:
+                            # No actor could start (its creation task failed: an import
+                            # error on its node, a cluster gone). The lane ended here and
+                            # the queued attempts waited for good (a window heartbeating
+                            # "done 0"); now they fail with the error, and the lane tries
+                            # again for the next ones.
+                            self._fail_queued(e)
+                            break
                     batch = self._take()
                     if not batch:
                         break

@@ -191,3 +191,40 @@ async def test_a_retry_after_the_stop_is_not_started() -> None:
     assert await _settle([retry], session) == ["ShardNotStarted"]
     assert len(backend.pool.calls) == 1
     await asyncio.wait_for(session.close(), 5)
+
+
+class FailingPool(Pool):
+    """An actor that cannot start (its creation task failed: an import error on the
+    node), then one that can."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def acquire(self) -> fanout.PooledActor:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("The actor with name ShardRunner failed to import")
+        return await super().acquire()
+
+
+async def test_an_actor_that_cannot_start_fails_the_queued_attempts_not_hangs() -> None:
+    """The lane's acquire raised, the lane ended, and the queued attempts waited for good
+    (a map window heartbeating ``done 0`` for minutes). Now they fail with the error, and
+    the next attempt runs on an actor that starts."""
+    backend = Backend()
+    backend.pool = FailingPool()
+    session = _session(backend, timeout_s=60)
+    runs = [
+        asyncio.create_task(session.run(ShardItem(i, f"shard-{i}", DIGEST, i, 1))) for i in range(4)
+    ]
+    assert await _settle(runs, session) == ["RuntimeError"] * 4
+    again = asyncio.create_task(session.run(ShardItem(0, "shard-0", DIGEST, 0, 2)))
+    for _ in range(100):
+        if backend.pool.calls:
+            break
+        await asyncio.sleep(0.01)
+    assert len(backend.pool.calls) == 1, "the retry was sent to a new actor"
+    backend.pool.calls[0].set_result([ShardAttempt(ok=True, output_digest=DIGEST)])
+    assert (await asyncio.wait_for(again, 5)).ok
+    await session.close()
