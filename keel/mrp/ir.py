@@ -19,7 +19,6 @@ serialises, and so digests, as it did).
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -32,7 +31,7 @@ from pydantic import (
     model_serializer,
 )
 
-from keel.digest import canonical_json, digest_bytes, digest_json
+from keel.digest import canonical_json, canonical_text, digest_bytes, digest_json
 from keel.mrp.budget import BudgetLimits, CostEstimate
 from keel.mrp.dsl import SinkSpec
 from keel.mrp.registry import OperatorKind, OperatorSpec
@@ -60,9 +59,9 @@ def checkpoint_key(operator_digest: str, input_digest: str, seed: int) -> str:
     "seed"}``, written out (one is made per shard; ``json.dumps`` of the dict was most of
     its cost)."""
     text = (
-        f'{{"input_digest":{json.dumps(input_digest, ensure_ascii=False)},'
+        f'{{"input_digest":{canonical_text(input_digest)},'
         f'"kind":"{CHECKPOINT_KEY_KIND}",'
-        f'"operator_digest":{json.dumps(operator_digest, ensure_ascii=False)},'
+        f'"operator_digest":{canonical_text(operator_digest)},'
         f'"seed":{int(seed)}}}'
     )
     return digest_bytes(text.encode("utf-8"))

@@ -17,7 +17,6 @@ replay compute the same shards, seeds and sums on any machine:
 from __future__ import annotations
 
 import decimal
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,7 +26,7 @@ from typing import Any, TypeVar
 import blake3
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-from keel.digest import canonical_json, digest_bytes, digest_json
+from keel.digest import canonical_json, canonical_text, digest_bytes, digest_json
 from keel.mrp.dsl import JobSpec, ParsedJob
 from keel.mrp.errors import DslError, DslIssue
 from keel.mrp.records import FileRef, RecordSlice
@@ -206,7 +205,7 @@ def derive_seed(parent_seed: int, label: str) -> int:
 
     The canonical JSON of ``{"parent": parent_seed, "label": label}``, written out (one
     is made per shard: ``json.dumps`` of the dict was most of a shard's compile)."""
-    text = f'{{"label":{json.dumps(label, ensure_ascii=False)},"parent":{int(parent_seed)}}}'
+    text = f'{{"label":{canonical_text(label)},"parent":{int(parent_seed)}}}'
     digest = blake3.blake3(text.encode("utf-8"), derive_key_context=SEED_CONTEXT).digest(length=8)
     return int.from_bytes(digest, "big") >> (64 - SEED_BITS)
 
