@@ -184,3 +184,38 @@ def test_written_out_seed_and_checkpoint_key_equal_their_canonical_json(
             "seed": parent,
         }
     )
+
+
+def test_windows_that_start_together_parse_their_ir_once(tmp_path: Path) -> None:
+    """``load_ir``: one parse per process however many windows ask at once (at 100,000
+    shards a parse is about a second of CPU, and windows start together)."""
+    import threading
+
+    from activities.mrp import window
+
+    result = compiled([f"word {i}" for i in range(50)])
+
+    class Counting(LocalArtifactStore):
+        reads = 0
+
+        def get_bytes(self, digest: str) -> bytes:
+            Counting.reads += 1
+            return super().get_bytes(digest)
+
+    store = Counting(tmp_path / "ir")
+    digest = store.put_bytes(result.ir_json())
+    window._ir_cache.pop(digest, None)
+    start = threading.Barrier(4)
+    got: list[object] = []
+
+    def load() -> None:
+        start.wait()
+        got.append(window.load_ir(store, digest))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert Counting.reads == 1
+    assert len(got) == 4 and all(ir is got[0] for ir in got) and got[0] == result.ir

@@ -17,7 +17,7 @@ import pytest
 
 from activities.mrp.host import run_in_host
 from activities.mrp.operators import load_mrp_config
-from activities.mrp.reducing import BATCH_BYTES, READ_AHEAD, OutputStream
+from activities.mrp.reducing import BATCH_BYTES, BATCH_MAX, READ_AHEAD, OutputStream
 from keel.mrp.registry import OperatorKind
 from keel.mrp.sdk import OperatorContext, OperatorError
 from keel.settings import Settings
@@ -83,7 +83,7 @@ def test_outputs_are_served_in_shard_order_and_checked(tmp_path: Path) -> None:
     """Every output once, in order, over several batches; a bad one fails the reduce
     naming its index, as the eager check did."""
     store = artifact_store_from_settings(Settings(data_dir=tmp_path / "keel"))
-    digests = [store.put_json({"items": 1, "chars": i}) for i in range(1000)]
+    digests = [store.put_json({"items": 1, "chars": i}) for i in range(BATCH_MAX + 500)]
     with OutputStream(store, digests) as stream:
         served: list[bytes] = []
         while len(served) < len(digests):
