@@ -1,0 +1,435 @@
+"""MRP over a generated Parquet file, through a real ``keel worker`` on Ray, against a raw
+Ray + pyarrow floor doing the same sums in the same run; the bytes each shard read.
+
+    .venv/bin/python bench/mrp_parquet.py [--gb 2.0] [--group-mb 32] [--workers 2]
+                                          [--window 64] [--seed 40]
+
+One run of this script, everything on loopback, in a temp dir (removed at the end, the
+Parquet file with it), every process stopped by its PID:
+
+1. **Input**: a Parquet file of about ``--gb`` GB written with pyarrow from a seeded
+   numpy generator (deterministic for a pyarrow version): columns ``id`` (int64, the row
+   number), ``amount`` (int64, 0..9,999,999), ``qty`` (int32, 0..999), ``region`` (one of
+   8 short strings) and ``tag`` (24 random lowercase letters); snappy, pyarrow's defaults
+   otherwise. Row groups of about ``--group-mb`` MiB of Parquet bytes (32 by default: 64
+   row groups at 2 GB; the rows per group come from the first group's size), all of the
+   same row count, written until the file reaches the size.
+2. **Floor (raw Ray + pyarrow)**: what a competent raw Ray user writes: one Ray task per
+   row group, each ``pq.ParquetFile(path).read_row_groups([g], columns=["amount"])`` and
+   ``pyarrow.compute`` count/sum/min/max, the results added in the driver; a local Ray of
+   ``--workers`` CPUs in this process. **Floor cold** is Ray's start plus the first run,
+   **floor warm** the second. Ray is shut down before Keel starts.
+3. **Keel**: a ``keel worker`` subprocess (backend ``ray``, the same CPU count) runs an
+   ``MRPJob`` with ``inputs.format: parquet`` and ``records_per_shard`` = the rows of one
+   row group (one shard per row group), ``amount-stats`` (``field: amount``) ->
+   ``numeric-sum`` -> ``json-writer``, twice with new job ids (new seeds, so no shard
+   comes from a checkpoint; asserted): **cold** (the worker's first job: it starts the
+   worker's Ray cluster and actors) and **warm**, each timed from start to result, with
+   the run's ``phase_timings``. The totals in the sink file must equal the floor's
+   exactly (count, sum, and the sums of the per-shard min and max, since ``numeric-sum``
+   adds every numeric leaf): asserted.
+4. **Bytes per shard**: Keel's Parquet shard reads its records through the store's
+   ``open_blob`` reader, whose ``bytes_read`` counts what it handed out, but the count is
+   not reported by the run. So after the run each shard's reads are replayed in this
+   process against the run's own store: the shard's slice is taken from the run's IR (as
+   ``tests/mrp/integration/test_records.py`` does), the same ``_open_blob`` and
+   ``_open_parquet`` of ``activities/mrp/records.py`` open it, and ``read_row_group`` is
+   called for each row group that holds the slice's rows (the calls ``_read_parquet_slice``
+   makes, without its ``to_pylist``); ``bytes_read`` after it is the shard's count. The
+   floor's bytes are its ``amount`` column chunks (from the footer).
+
+Ratios are Keel over the floor of the same kind (cold over cold, warm over warm), printed
+unrounded to three decimals; the goal (warm <= 1.5) is checked on the unrounded ratio and
+the last line says ``met`` or ``MISSED``.
+
+Measured: see ``docs/mrp-runtime.md``, "2 GB Parquet bench" (filled in below once run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from pydantic import JsonValue
+
+from activities.fanout import ray_init, ray_shutdown
+from activities.mrp.operators import OperatorHandle, load_mrp_config
+from activities.mrp.records import _open_blob, _open_parquet
+from bench.harness import bench_settings, dev_server
+from bench.mrp_scale import bench_config, peak_rss_kib
+from bench.volume import history_line, history_sizes, keel_worker, stop_worker, wait_ready
+from client.temporal import connect
+from keel.mrp.ir import ir_from_json
+from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
+from keel.settings import Settings
+from services.processes import ManagedProcess
+from store.artifacts import PackRef, artifact_store_from_settings
+from store.db import get_sessionmaker
+from store.mrp_runs import get_manifest
+from workflows.mrp import MRPJob
+
+GOAL = 1.5
+MIB = 1 << 20
+REGIONS = ["north", "south", "east", "west", "centre", "islands", "coast", "hills"]
+TAG_LEN = 24
+
+
+def _group_table(rng: Any, first: int, rows: int) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    letters = rng.integers(97, 123, size=rows * TAG_LEN, dtype=np.uint8)
+    offsets = np.arange(0, (rows + 1) * TAG_LEN, TAG_LEN, dtype=np.int32)
+    tag = pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(letters))
+    region = pa.DictionaryArray.from_arrays(
+        pa.array(rng.integers(0, len(REGIONS), size=rows, dtype=np.int32)), pa.array(REGIONS)
+    ).cast(pa.string())
+    return pa.table({
+        "id": pa.array(np.arange(first, first + rows, dtype=np.int64)),
+        "amount": pa.array(rng.integers(0, 10_000_000, size=rows, dtype=np.int64)),
+        "qty": pa.array(rng.integers(0, 1000, size=rows, dtype=np.int32)),
+        "region": region,
+        "tag": tag,
+    })  # fmt: skip
+
+
+def generate(path: Path, gb: float, group_mb: float, seed: int) -> tuple[int, int, int]:
+    """Write the input; (rows, row groups, rows per group)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    target = int(gb * 1e9)
+    probe = 100_000  # sizes the groups: Parquet bytes per row of a first group of this many
+    sample = path.with_suffix(".probe")
+    pq.write_table(_group_table(np.random.default_rng(seed), 0, probe), sample)
+    per_row = sample.stat().st_size / probe
+    sample.unlink()
+    per_group = max(1000, int(group_mb * MIB / per_row))
+    rows = groups = 0
+    schema = _group_table(np.random.default_rng(seed), 0, 1).schema
+    with pq.ParquetWriter(path, schema, compression="snappy") as w:
+        while rows == 0 or path.stat().st_size < target - group_mb * MIB / 2:
+            w.write_table(_group_table(rng, rows, per_group), row_group_size=per_group)
+            rows += per_group
+            groups += 1
+    return rows, groups, per_group
+
+
+def floor_group(path: str, group: int) -> tuple[int, int, int, int]:
+    """One raw Ray task: a row group's ``amount`` column, count/sum/min/max."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    col = pq.ParquetFile(path).read_row_groups([group], columns=["amount"]).column("amount")
+    mm = pc.min_max(col)
+    return len(col), pc.sum(col).as_py(), mm["min"].as_py(), mm["max"].as_py()
+
+
+def floor_run(path: Path, groups: int) -> tuple[float, dict[str, int]]:
+    import ray
+
+    t0 = time.perf_counter()
+    remote = ray.remote(num_cpus=1, max_retries=0)(floor_group)
+    parts = ray.get([remote.remote(str(path), g) for g in range(groups)])
+    totals = {k: sum(p[i] for p in parts) for i, k in enumerate(("count", "sum", "min", "max"))}
+    return time.perf_counter() - t0, totals
+
+
+def operator_group(path: str, group: int, handle: OperatorHandle) -> JsonValue:
+    """The second floor's Ray task: a row group read whole, as Python rows, through the
+    SDK call Keel's hosts make (``invoke_map`` of ``amount-stats``, schema checks in)."""
+    import pyarrow.parquet as pq
+
+    from activities.mrp.operators import invoke_map
+    from keel.mrp.sdk import OperatorContext
+
+    rows: list[JsonValue] = pq.ParquetFile(path).read_row_group(group).to_pylist()
+    ctx = OperatorContext(params={"field": "amount"}, seed=group)
+    return invoke_map(handle.spec, handle.load(), rows, ctx)
+
+
+def operator_run(path: Path, groups: int, handle: OperatorHandle) -> tuple[float, dict[str, int]]:
+    import ray
+
+    t0 = time.perf_counter()
+    remote = ray.remote(num_cpus=1, max_retries=0)(operator_group)
+    parts: list[dict[str, Any]] = ray.get(
+        [remote.remote(str(path), g, handle) for g in range(groups)]
+    )
+    totals = {
+        k: int(sum((Decimal(str(p[k])) for p in parts), Decimal(0)))
+        for k in ("count", "sum", "min", "max")
+    }
+    return time.perf_counter() - t0, totals
+
+
+def floor_part(
+    path: Path, groups: int, workers: int, settings: Settings, same_operator: bool
+) -> tuple[dict[str, tuple[float, dict[str, int]]], float, tuple[int, int, int, int]]:
+    """The pyarrow floor cold (Ray's start in it) and warm, then (``same_operator``) the
+    operator floor once, on the same Ray; (timings and totals, Ray start s, peak RSS)."""
+    timed: dict[str, tuple[float, dict[str, int]]] = {}
+    t0 = time.perf_counter()
+    ray_init(workers)
+    ray_start = time.perf_counter() - t0
+    try:
+        for kind in ("cold", "warm"):
+            elapsed, totals = floor_run(path, groups)
+            timed[kind] = (elapsed + (ray_start if kind == "cold" else 0.0), totals)
+        if same_operator:
+            handle = load_mrp_config(settings).handle("amount-stats@1.0.0")
+            timed["operator"] = operator_run(path, groups, handle)
+        rss = peak_rss_kib(os.getpid())
+    finally:
+        ray_shutdown()
+    return timed, ray_start, rss
+
+
+def job_yaml(job_id: str, rows_per_shard: int, shards: int, workers: int) -> str:
+    return f"""
+dsl_version: "0.1"
+job_id: {job_id}
+inputs:
+  files: ["input.parquet"]
+  format: parquet
+  records_per_shard: {rows_per_shard}
+map:
+  operator: amount-stats@1.0.0
+  params: {{field: amount}}
+reduce:
+  operator: numeric-sum@1.0.0
+produce:
+  operator: json-writer@1.0.0
+  sink: {{kind: json, destination: out/{job_id}.json}}
+policy:
+  max_workers: {workers}
+  shard_timeout_s: 600
+  budget_units: "{10 * shards + 100}"
+"""
+
+
+async def run_keel(
+    client: Any, settings: Settings, text: str, job_id: str, base_dir: Path, window: int
+) -> tuple[float, MRPJobResult, Any]:
+    run_id = uuid.uuid4().hex[:12]
+    t0 = time.perf_counter()
+    handle = await client.start_workflow(
+        MRPJob.run,
+        MRPJobInput(
+            job_yaml=text, run_id=run_id, base_dir=str(base_dir), backend="ray", window_size=window
+        ),
+        id=workflow_id_for(job_id, run_id),
+        task_queue=settings.task_queue,
+    )
+    result: MRPJobResult = await handle.result()
+    return time.perf_counter() - t0, result, handle
+
+
+def sink_totals(result: MRPJobResult, job_id: str) -> dict[str, int]:
+    body = json.loads((Path(result.output_root or "") / f"out/{job_id}.json").read_text())
+    totals = body["data"]["totals"]
+    out = {}
+    for k in ("count", "sum", "min", "max"):
+        d = Decimal(totals[k])
+        assert d == d.to_integral_value(), (k, totals[k])
+        out[k] = int(d)
+    return out
+
+
+def shard_bytes(settings: Settings, run_id: str) -> list[tuple[int, int, int]]:
+    """Each shard's reads replayed against the run's store: (first row, rows, bytes)."""
+    store = artifact_store_from_settings(settings)
+    manifest = get_manifest(get_sessionmaker(settings.resolved_database_url), store, run_id)
+    assert manifest is not None, run_id
+    ir = ir_from_json(store.get_bytes(manifest.ir_digest))
+    out = []
+    for task in ir.map_tasks:
+        place = ir.input_place(task)
+        raw = (
+            store.get_member(PackRef(*place), task.input_digest)
+            if place is not None
+            else store.get_bytes(task.input_digest)
+        )
+        rec = json.loads(raw)["records"]
+        first, count = int(rec["first_record"]), int(rec["record_count"])
+        with _open_blob(store, rec["file"]["digest"]) as blob, _open_parquet(blob) as pf:
+            base, end = 0, first + count
+            for g in range(pf.metadata.num_row_groups):
+                n = pf.metadata.row_group(g).num_rows
+                if base + n > first and base < end:
+                    pf.read_row_group(g)
+                elif base >= end:
+                    break
+                base += n
+            out.append((first, count, blob.bytes_read))
+    return out
+
+
+def floor_column_bytes(path: Path) -> list[int]:
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    col = meta.schema.names.index("amount")
+    return [meta.row_group(g).column(col).total_compressed_size for g in range(meta.num_row_groups)]
+
+
+def spread(values: list[int]) -> str:
+    return (
+        f"min {min(values):,} / median {int(statistics.median(values)):,} / "
+        f"max {max(values):,}; total {sum(values):,}"
+    )
+
+
+async def main(
+    gb: float, group_mb: float, workers: int, window: int, seed: int, same_operator: bool
+) -> None:
+    began = time.perf_counter()
+    with dev_server("keel-bench-mrp-parquet-") as (server, tmp):
+        started: list[ManagedProcess] = []
+        try:
+            data = tmp / "data"
+            data.mkdir()
+            path = data / "input.parquet"
+            t0 = time.perf_counter()
+            rows, groups, per_group = await asyncio.to_thread(generate, path, gb, group_mb, seed)
+            gen_s = time.perf_counter() - t0
+            size = path.stat().st_size
+            print(
+                f"input: {size:,} bytes ({size / 1e9:.3f} GB), {rows:,} rows, {groups} row "
+                f"groups of {per_group:,} rows (~{size / groups / MIB:.1f} MiB each), "
+                f"generated in {gen_s:.1f} s (seed {seed})",
+                flush=True,
+            )
+
+            config = bench_config(tmp / "mrp.yaml", groups, workers)
+            settings = bench_settings(server, tmp, metrics_port=0, mrp_config=config)
+            env = {
+                "KEEL_MRP_CONFIG": str(config),
+                "KEEL_MODELS_CONFIG": str(settings.models_config),
+            }
+            client = await connect(settings)
+
+            # 1. The floor: raw Ray tasks in this process, then Ray is shut down.
+            floor, ray_start, floor_rss = await asyncio.to_thread(
+                floor_part, path, groups, workers, settings, same_operator
+            )
+            assert all(t == floor["warm"][1] for _, t in floor.values()), floor
+            assert floor["cold"][1]["count"] == rows
+
+            # 2. Keel: a worker process; its first job (cold), then a second (warm).
+            log = tmp / "worker-1.log"
+            worker = keel_worker(settings, log, env)
+            started.append(worker)
+            await wait_ready(worker, log)
+            timed: dict[str, tuple[float, MRPJobResult]] = {}
+            sizes: dict[str, int] = {}
+            for kind in ("cold", "warm"):
+                job_id = f"parquet-{kind}-{uuid.uuid4().hex[:6]}"
+                text = job_yaml(job_id, per_group, groups, workers)
+                print(f"(Keel {kind} job started)", file=sys.stderr, flush=True)
+                elapsed, result, handle = await run_keel(
+                    client, settings, text, job_id, data, window
+                )
+                assert result.status == "succeeded", result
+                assert result.counters.total == groups, result.counters
+                assert result.counters.skipped == 0, result.counters
+                totals = sink_totals(result, job_id)
+                assert totals == floor["warm"][1], (totals, floor["warm"][1])
+                timed[kind] = (elapsed, result)
+                sizes |= await history_sizes(client, handle.id, handle.first_execution_run_id)
+            rss = peak_rss_kib(worker.pid)
+            reads = await asyncio.to_thread(shard_bytes, settings, timed["warm"][1].run_id)
+            floor_bytes = floor_column_bytes(path)
+
+            print(
+                f"job: amount-stats(field amount) -> numeric-sum -> json-writer; "
+                f"{groups} shards of {per_group:,} rows (one row group each), window {window}, "
+                f"Ray CPUs {workers}; dev server (SQLite), a keel worker process, this machine"
+            )
+            print(f"totals equal, Keel (both jobs) and floor: {floor['warm'][1]}")
+            per_shard = [b for _, _, b in reads]
+            print(
+                f"bytes each Keel shard read (open_blob bytes_read, the shard's reads replayed "
+                f"on the run's store): {spread(per_shard)} = "
+                f"{sum(per_shard) / size:.3f} x the file's {size:,}"
+            )
+            print(
+                f"bytes each floor task read (its amount column chunk, from the footer; "
+                f"plus the footer): {spread(floor_bytes)} = {sum(floor_bytes) / size:.3f} x "
+                "the file"
+            )
+            print(f"{'':<40}{'seconds':>10}{'MB/s':>9}{'ratio':>8}")
+            for kind in ("cold", "warm"):
+                f_s = floor[kind][0]
+                k_s, result = timed[kind]
+                print(f"{f'raw Ray floor {kind}':<40}{f_s:>10.3f}{size / 1e6 / f_s:>9.1f}"
+                      f"{1:>8.3f}")  # fmt: skip
+                print(f"{f'Keel {kind}, end to end':<40}{k_s:>10.3f}{size / 1e6 / k_s:>9.1f}"
+                      f"{k_s / f_s:>8.3f}")  # fmt: skip
+                phases = ", ".join(f"{k} {v:.3f}" for k, v in result.phase_timings.items())
+                print(f"  Keel {kind} phases (s): {phases}; counters {result.counters}")
+            print(f"  floor cold includes Ray's start, {ray_start:.3f} s")
+            if "operator" in floor:
+                o_s = floor["operator"][0]
+                k_s = timed["warm"][0]
+                print(
+                    f"{'same-operator floor (one run, warm Ray)':<40}{o_s:>10.3f}"
+                    f"{size / 1e6 / o_s:>9.1f}{1:>8.3f}"
+                )
+                print(f"{'Keel warm over it':<40}{k_s:>10.3f}{size / 1e6 / k_s:>9.1f}"
+                      f"{k_s / o_s:>8.3f}")  # fmt: skip
+            print(history_line(sizes))
+            own, child, tree, procs = rss
+            print(
+                f"keel worker peak RSS (VmHWM) after both jobs: worker {own / 1024:.1f} MiB, "
+                f"largest child {child / 1024:.1f} MiB, sum over {procs} processes "
+                f"{tree / 1024:.1f} MiB"
+            )
+            own, child, tree, procs = floor_rss
+            print(
+                f"floor peak RSS (VmHWM): this process {own / 1024:.1f} MiB, largest Ray "
+                f"process {child / 1024:.1f} MiB, sum over {procs} processes "
+                f"{tree / 1024:.1f} MiB"
+            )
+            print(f"whole run {time.perf_counter() - began:.1f} s; load average {os.getloadavg()}")
+            f_cold, f_warm = floor["cold"][0], floor["warm"][0]
+            cold, warm = timed["cold"][0] / f_cold, timed["warm"][0] / f_warm
+            print(f"cold: floor {f_cold:.3f} s  keel {timed['cold'][0]:.3f} s  ratio {cold:.3f}")
+            verdict = "met" if warm <= GOAL else "MISSED"
+            print(
+                f"floor {f_warm:.3f} s  keel {timed['warm'][0]:.3f} s  ratio {warm:.3f} "
+                f"(warm; goal <= {GOAL}: {verdict})"
+            )
+        finally:
+            for w in started:
+                stop_worker(w)
+            ray_shutdown()
+            shutil.rmtree(tmp / "data", ignore_errors=True)  # the input, whatever happened
+    # After the dev server stopped; a run that failed keeps the rest of its folder (the
+    # worker log).
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--gb", type=float, default=2.0, help="input size, GB (1e9 bytes)")
+    parser.add_argument("--group-mb", type=float, default=32.0, help="row group size, MiB")
+    parser.add_argument("--workers", type=int, default=2, help="Ray CPUs and policy.max_workers")
+    parser.add_argument("--window", type=int, default=64, help="shards per map window")
+    parser.add_argument("--seed", type=int, default=40)
+    parser.add_argument(
+        "--no-operator-floor", action="store_true", help="skip the same-operator floor"
+    )
+    a = parser.parse_args()
+    asyncio.run(main(a.gb, a.group_mb, a.workers, a.window, a.seed, not a.no_operator_floor))
