@@ -60,7 +60,7 @@ from activities.mrp.sinks import SinkWriteError, upload_to_s3
 from activities.mrp.telemetry import operator_errors, span
 from activities.mrp.window import MapWindow, load_ir
 from activities.telemetry import meter_add, meter_hist
-from keel.digest import canonical_json, digest_bytes
+from keel.digest import digest_bytes
 from keel.mrp import steps
 from keel.mrp.dsl import URI_RE, destination_problem
 from keel.mrp.errors import MrpError
