@@ -42,7 +42,38 @@ Ratios are Keel over the floor of the same kind (cold over cold, warm over warm)
 unrounded to three decimals; the goal (warm <= 1.5) is checked on the unrounded ratio and
 the last line says ``met`` or ``MISSED``.
 
-Measured: see ``docs/mrp-runtime.md``, "2 GB Parquet bench" (filled in below once run).
+Measured (2026-12-07, the shared 2-core machine, 23 GiB; ``.venv/bin/python
+bench/mrp_parquet.py --gb G``; 1-minute load average 1.2-1.6 at the start of each run,
+1.6 and 3.3 at the end):
+
+=========  =====  ======  ========  ==========  =========  ========  ==========  =========
+input      row    floor   Keel      cold ratio  floor      Keel      warm ratio  same-op.
+           groups cold    cold                  warm       warm                  floor
+=========  =====  ======  ========  ==========  =========  ========  ==========  =========
+0.212 GB   7      5.134   93.919    18.293      0.107      91.244    851.110     74.598
+0.484 GB   16     4.981   199.977   40.146      0.203      220.944   1086.335    (skipped)
+=========  =====  ======  ========  ==========  =========  ========  ==========  =========
+
+(seconds; row groups of 808,925 rows, ~28.9 MiB; the 0.484 GB run with
+``--no-operator-floor``). Warm goal (<= 1.5) MISSED by far in both. Keel warm over the
+same-operator floor: 1.223 (0.212 GB). Keel's phases, 0.212 GB warm: compile 12.513 s,
+map 78.652 s, reduce 0.025 s; 0.484 GB warm: compile 29.447 s, map 191.385 s. Totals
+equal (count 5,662,475 and 12,942,800 rows). Each Keel shard read 30,331,634-30,334,153
+bytes (its one row group, all five columns, and the footer): 1.002 x the file in all;
+each floor task 4.48 MB (0.148 x: the ``amount`` column only). Keel worker peak RSS:
+worker 942.6 / 938.4 MiB, largest child 1,679.5 / 2,491.3 MiB, sum over 13 processes
+6,259.2 / 9,626.5 MiB (0.212 / 0.484 GB): it grows with the shard count. Largest
+history 42 events. Whole runs 276.0 s and 440.2 s.
+
+Where the time goes (one 202,231-row group, in one process): Keel's row reading
+(``to_pylist`` and ``_row_record``) 2.05 us a row, the JSON to and from the operator host
+1.81, ``invoke_map`` 18.21 of which ``amount-stats`` itself 2.67: the per-item
+``input_schema`` check is ~15.5 us of every row, the bulk of the map. Compile converts
+every row too (~2.3 us a row). **Not run at 2 GB** (the default): from the per-row rates
+above (warm map 14.8 us a row wall on 2 CPUs, compile 2.3), 2 GB (~66 row groups, ~53M
+rows) would take ~15 min per Keel job, ~30 min for the run, beyond the ~10 minutes asked;
+and a Ray call's batch of record shards is read whole into the actor and the host (up to
+128 shards of ~809k rows), so its memory may not fit the machine.
 """
 
 from __future__ import annotations
@@ -369,14 +400,14 @@ async def main(
                 f"plus the footer): {spread(floor_bytes)} = {sum(floor_bytes) / size:.3f} x "
                 "the file"
             )
-            print(f"{'':<40}{'seconds':>10}{'MB/s':>9}{'ratio':>8}")
+            print(f"{'':<40}{'seconds':>10}{'MB/s':>9}{'ratio':>11}")
             for kind in ("cold", "warm"):
                 f_s = floor[kind][0]
                 k_s, result = timed[kind]
                 print(f"{f'raw Ray floor {kind}':<40}{f_s:>10.3f}{size / 1e6 / f_s:>9.1f}"
-                      f"{1:>8.3f}")  # fmt: skip
+                      f"{1:>11.3f}")  # fmt: skip
                 print(f"{f'Keel {kind}, end to end':<40}{k_s:>10.3f}{size / 1e6 / k_s:>9.1f}"
-                      f"{k_s / f_s:>8.3f}")  # fmt: skip
+                      f"{k_s / f_s:>11.3f}")  # fmt: skip
                 phases = ", ".join(f"{k} {v:.3f}" for k, v in result.phase_timings.items())
                 print(f"  Keel {kind} phases (s): {phases}; counters {result.counters}")
             print(f"  floor cold includes Ray's start, {ray_start:.3f} s")
@@ -385,10 +416,10 @@ async def main(
                 k_s = timed["warm"][0]
                 print(
                     f"{'same-operator floor (one run, warm Ray)':<40}{o_s:>10.3f}"
-                    f"{size / 1e6 / o_s:>9.1f}{1:>8.3f}"
+                    f"{size / 1e6 / o_s:>9.1f}{1:>11.3f}"
                 )
                 print(f"{'Keel warm over it':<40}{k_s:>10.3f}{size / 1e6 / k_s:>9.1f}"
-                      f"{k_s / o_s:>8.3f}")  # fmt: skip
+                      f"{k_s / o_s:>11.3f}")  # fmt: skip
             print(history_line(sizes))
             own, child, tree, procs = rss
             print(
