@@ -62,7 +62,7 @@ equal (count 5,662,475 and 12,942,800 rows). Each Keel shard read 30,331,634-30,
 bytes (its one row group, all five columns, and the footer): 1.002 x the file in all;
 each floor task 4.48 MB (0.148 x: the ``amount`` column only). Keel worker peak RSS:
 worker 942.6 / 938.4 MiB, largest child 1,679.5 / 2,491.3 MiB, sum over 13 processes
-6,259.2 / 9,626.5 MiB (0.212 / 0.484 GB): it grows with the shard count. Largest
+6,259.2 / 9,626.5 MiB (0.212 / 0.484 GB), with shards of the same size. Largest
 history 42 events. Whole runs 276.0 s and 440.2 s.
 
 Where the time goes (one 202,231-row group, in one process): Keel's row reading
@@ -71,9 +71,11 @@ Where the time goes (one 202,231-row group, in one process): Keel's row reading
 ``input_schema`` check is ~15.5 us of every row, the bulk of the map. Compile converts
 every row too (~2.3 us a row). **Not run at 2 GB** (the default): from the per-row rates
 above (warm map 14.8 us a row wall on 2 CPUs, compile 2.3), 2 GB (~66 row groups, ~53M
-rows) would take ~15 min per Keel job, ~30 min for the run, beyond the ~10 minutes asked;
-and a Ray call's batch of record shards is read whole into the actor and the host (up to
-128 shards of ~809k rows), so its memory may not fit the machine.
+rows) would take ~15 min per Keel job, ~30 min for the run, beyond the ~10 minutes asked.
+A Ray call's batch of shards has its records read whole into the actor and sent to the
+host in one request; the batch is sized to 0.1 of ``shard_timeout_s`` (600 here) from the
+slowest attempt seen (~22 s a shard here: 1-2 shards a call), so a shard's memory is
+multiplied by its batch.
 """
 
 from __future__ import annotations
