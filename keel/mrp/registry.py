@@ -105,21 +105,73 @@ class LlmEstimate(BaseModel):
 #: Validators of the schemas in use, by the schema dict's identity (with the dict itself,
 #: so an id is never taken for another dict's): building one is most of checking a small
 #: value (its registry and resolver), and a map shard checks every item and its output.
-_validators: dict[int, tuple[dict[str, Any], Any]] = {}
+_validators: dict[int, tuple[dict[str, Any], tuple[Any, Any]]] = {}
 _VALIDATORS_KEPT = 256
 
 
-def _validator(schema: dict[str, Any]) -> Any:
-    """A ``SchemaValidator`` of ``schema``, made once while the dict lives here."""
+#: The keywords of schemas that ``jsonschema_rs`` may pass on its own: on these the two
+#: libraries agree (types, bounds, lengths, required, enum, combinators). A schema with
+#: any other keyword (``pattern``: Python's and Rust's regexes differ at the edges,
+#: ``format``, ``$ref``, ...) is checked by ``jsonschema`` alone.
+_FAST_KEYWORDS = frozenset(
+    {
+        "type", "properties", "required", "items", "additionalProperties", "anyOf",
+        "oneOf", "allOf", "not", "enum", "const", "minimum", "maximum",
+        "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "minLength",
+        "maxLength", "minProperties", "maxProperties", "uniqueItems", "prefixItems",
+        "title", "description", "default", "examples", "$comment",
+    }
+)  # fmt: skip
+
+
+def _fast_keywords_only(node: Any) -> bool:
+    """Whether every subschema of ``node`` uses :data:`_FAST_KEYWORDS` only."""
+    if isinstance(node, bool):
+        return True
+    if not isinstance(node, dict):
+        return False
+    for key, value in node.items():
+        if key not in _FAST_KEYWORDS:
+            return False
+        if key == "properties":
+            subschemas = list(value.values()) if isinstance(value, dict) else [None]
+        elif key in {"items", "additionalProperties", "not"}:
+            subschemas = [value]
+        elif key in {"anyOf", "oneOf", "allOf", "prefixItems"}:
+            subschemas = list(value) if isinstance(value, list) else [None]
+        else:
+            continue
+        if not all(map(_fast_keywords_only, subschemas)):
+            return False
+    return True
+
+
+def _fast_validator(schema: dict[str, Any]) -> Any:
+    """A ``jsonschema_rs`` validator of ``schema`` when its keywords allow one (about 40
+    times faster on a valid value: a map shard checks every item and its output), else
+    ``None``."""
+    if not _fast_keywords_only(schema):
+        return None
+    try:
+        import jsonschema_rs
+
+        return jsonschema_rs.validator_for(schema)
+    except Exception:  # not installed, or a schema it does not take: jsonschema alone
+        return None
+
+
+def _validator(schema: dict[str, Any]) -> tuple[Any, Any]:
+    """A ``SchemaValidator`` of ``schema`` and its fast validator (or ``None``), made once
+    while the dict lives here."""
     kept = _validators.get(id(schema))
     if kept is not None and kept[0] is schema:
         return kept[1]
-    validator = SchemaValidator(schema)
+    validators = (SchemaValidator(schema), _fast_validator(schema))
     if len(_validators) >= _VALIDATORS_KEPT:
         with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread's
             _validators.pop(next(iter(_validators)))
-    _validators[id(schema)] = (schema, validator)
-    return validator
+    _validators[id(schema)] = (schema, validators)
+    return validators
 
 
 class OperatorSpec(BaseModel):
@@ -246,9 +298,14 @@ class OperatorSpec(BaseModel):
         }[which]
         if not schema:
             return []
-        errors = sorted(
-            _validator(schema).iter_errors(value), key=lambda e: [str(p) for p in e.path]
-        )
+        slow, fast = _validator(schema)
+        if fast is not None:
+            # A value the fast validator passes has no problems; one it fails (or cannot
+            # read) is checked by jsonschema, whose problems are the ones reported.
+            with contextlib.suppress(Exception):
+                if fast.is_valid(value):
+                    return []
+        errors = sorted(slow.iter_errors(value), key=lambda e: [str(p) for p in e.path])
         return [SchemaProblem(tuple(e.absolute_path), e.message) for e in errors[:limit]]
 
 
