@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 KEEL = Path(__file__).resolve().parents[3] / "keel"
-#: Third-party packages the domain may use: models, YAML, schemas, digests, HCL (python-hcl2
-#: and its parser lark: the design diff reads generated Terraform from strings).
+#: Third-party packages the domain may use: models, YAML, schemas (jsonschema, and
+#: jsonschema_rs for the operator schema checks' fast path), digests, HCL (python-hcl2 and
+#: its parser lark: the design diff reads generated Terraform from strings).
 THIRD_PARTY = {
     "hcl2",
     "lark",
@@ -22,6 +23,7 @@ THIRD_PARTY = {
     "pydantic_core",
     "yaml",
     "jsonschema",
+    "jsonschema_rs",
     "referencing",
     "blake3",
     "typing_extensions",
