@@ -691,35 +691,23 @@ class MrpActivities:
         make = ShardOutputRecord.model_construct
         for t in ir.map_tasks:
             row = rows.get(t.shard_index)
-            if row is None:
-                shards.append(
-                    make(
-                        shard_index=t.shard_index,
-                        shard_id=t.shard_id,
-                        input_digest=t.input_digest,
-                        checkpoint_key=t.checkpoint_key,
-                        output_digest=None,
-                        state="cancelled",
-                        attempts=0,
-                        error=None,
-                    )
+            state: ShardState = "cancelled"
+            if row is not None:
+                state = (
+                    "failed"
+                    if row.state == "failed"
+                    else ("skipped" if row.source == "checkpoint" else "succeeded")
                 )
-                continue
-            state: ShardState = (
-                "failed"
-                if row.state == "failed"
-                else ("skipped" if row.source == "checkpoint" else "succeeded")
-            )
             shards.append(
                 make(
                     shard_index=t.shard_index,
                     shard_id=t.shard_id,
                     input_digest=t.input_digest,
                     checkpoint_key=t.checkpoint_key,
-                    output_digest=row.output_digest,
+                    output_digest=row.output_digest if row is not None else None,
                     state=state,
-                    attempts=row.attempts,
-                    error=row.error if state == "failed" else None,
+                    attempts=row.attempts if row is not None else 0,
+                    error=row.error if row is not None and state == "failed" else None,
                 )
             )
         return shards

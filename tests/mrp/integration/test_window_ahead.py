@@ -11,15 +11,11 @@ run on the same 2 actors. The history is replayed against today's code; with
 
 from __future__ import annotations
 
-import base64
-import os
-from pathlib import Path
-
 from temporalio.client import Client
 
 from keel.mrp.run import MRPJobInput, workflow_id_for
 from keel.settings import Settings
-from tests.mrp.histories import HISTORIES, replay
+from tests.mrp.histories import check_and_record, windows_before_first_done
 from tests.support.mrp_jobs import items_job_yaml
 from workers.main import build_worker
 from workflows.mrp import PATCH_WINDOW_AHEAD, MRPJob
@@ -42,17 +38,5 @@ async def test_a_ray_run_keeps_one_window_ahead(client: Client, mrp_settings: Se
     assert result.status == "succeeded", result
     assert (result.counters.run, result.counters.total) == (16, 16)
     # Three windows were scheduled before the first one finished (was 2).
-    in_flight = 0
-    for event in history.events:
-        scheduled = event.activity_task_scheduled_event_attributes
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            in_flight += scheduled.activity_type.name == "mrp.map_window"
-        if event.HasField("activity_task_completed_event_attributes") and in_flight:
-            break
-    assert in_flight == 3
-    marker = base64.b64encode(f'{{"id":"{PATCH_WINDOW_AHEAD}"'.encode()).decode()[:20]
-    text = history.to_json()
-    assert marker in text, "the patch marker is in the new history"
-    assert await replay("mrp_window_ahead", text) is None
-    if os.environ.get("KEEL_RECORD_MRP_HISTORY"):
-        Path(HISTORIES / "mrp_window_ahead.json").write_text(text)
+    assert windows_before_first_done(history) == 3
+    await check_and_record("mrp_window_ahead", history, PATCH_WINDOW_AHEAD)

@@ -9,17 +9,13 @@ once (before the patch: 4). The history is replayed against today's code; with
 
 from __future__ import annotations
 
-import base64
-import os
-from pathlib import Path
-
 import pytest
 from temporalio.client import Client
 
 import activities.mrp.activities as mrp_activities
 from keel.mrp.run import MRPJobInput, workflow_id_for
 from keel.settings import Settings
-from tests.mrp.histories import HISTORIES, replay
+from tests.mrp.histories import check_and_record, windows_before_first_done
 from tests.support.mrp_jobs import items_job_yaml
 from workers.main import build_worker
 from workflows.mrp import PATCH_WINDOWS_PER_CPU, MRPJob
@@ -45,17 +41,5 @@ async def test_windows_in_flight_follow_the_reported_cpus(
     assert result.status == "succeeded", result
     assert result.counters.run == 16
     # Every window was scheduled before the first one finished: 8 in flight (was 4).
-    in_flight = 0
-    for event in history.events:
-        scheduled = event.activity_task_scheduled_event_attributes
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            in_flight += scheduled.activity_type.name == "mrp.map_window"
-        if event.HasField("activity_task_completed_event_attributes") and in_flight:
-            break
-    assert in_flight == 8
-    marker = base64.b64encode(f'{{"id":"{PATCH_WINDOWS_PER_CPU}"'.encode()).decode()[:20]
-    text = history.to_json()
-    assert marker in text, "the patch marker is in the new history"
-    assert await replay("mrp_windows_per_cpu", text) is None
-    if os.environ.get("KEEL_RECORD_MRP_HISTORY"):
-        Path(HISTORIES / "mrp_windows_per_cpu.json").write_text(text)
+    assert windows_before_first_done(history) == 8
+    await check_and_record("mrp_windows_per_cpu", history, PATCH_WINDOWS_PER_CPU)
