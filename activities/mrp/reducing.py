@@ -38,6 +38,9 @@ BATCH_BYTES = 1024 * 1024
 BATCH_MAX = 2048
 READ_AHEAD = 8
 SPAN_MAX = 4 * BATCH_BYTES
+# Outputs stored alone that a stream keeps once read (equal outputs are read once).
+ALONE_KEPT = 256
+ALONE_MAX = 64 * 1024
 
 
 class OutputStream:
@@ -48,6 +51,10 @@ class OutputStream:
         self.store = store
         self.outputs = [o if isinstance(o, StoredOutput) else StoredOutput(o) for o in outputs]
         self._pool = ThreadPoolExecutor(max_workers=READ_AHEAD, thread_name_prefix="mrp-reduce")
+        # Outputs stored alone, by digest, as read: equal outputs (a pack of one distinct
+        # output is that output's own object, so a job whose shards all answer the same
+        # has every output alone, under one digest) are read once, not once a shard.
+        self._alone: dict[str, bytes] = {}
         # For tests and telemetry: batches served, and the most bytes one batch held.
         self.batches = 0
         self.largest_batch = 0
@@ -104,12 +111,21 @@ class OutputStream:
         j = i
         alone = 0
         planned = 0
+        new: set[str] = set()
         while j < total and j - i < room:
             ref = self.outputs[j].pack
             if ref is None:
-                if alone == READ_AHEAD:
-                    break
-                alone += 1
+                digest = self.outputs[j].digest
+                kept = self._alone.get(digest)
+                if kept is not None:  # read already: its size is known
+                    if j > i and planned + len(kept) > room_bytes:
+                        break
+                    planned += len(kept)
+                elif digest not in new:
+                    if alone == READ_AHEAD:
+                        break
+                    alone += 1
+                    new.add(digest)
             else:
                 if j > i and planned + ref.length > room_bytes:
                     break
@@ -122,15 +138,22 @@ class OutputStream:
         alone, in parallel."""
         groups: dict[str, list[int]] = {}
         jobs: list[list[int]] = []
+        out: list[bytes] = [b""] * len(chunk)
+        same: dict[str, list[int]] = {}
         for k, o in enumerate(chunk):
             if o.pack is None:
-                jobs.append([k])
+                if o.digest in self._alone:
+                    out[k] = self._alone[o.digest]
+                elif o.digest in same:
+                    same[o.digest].append(k)
+                else:
+                    same[o.digest] = [k]
+                    jobs.append([k])
             else:
                 if o.pack.pack not in groups:
                     groups[o.pack.pack] = []
                     jobs.append(groups[o.pack.pack])
                 groups[o.pack.pack].append(k)
-        out: list[bytes] = [b""] * len(chunk)
         for ks, datas in zip(
             jobs,
             self._pool.map(lambda ks: self._read_span([chunk[k] for k in ks]), jobs),
@@ -138,6 +161,12 @@ class OutputStream:
         ):
             for k, data in zip(ks, datas, strict=True):
                 out[k] = data
+                digest = chunk[k].digest
+                if chunk[k].pack is None:
+                    for other in same.get(digest, ())[1:]:
+                        out[other] = data
+                    if len(self._alone) < ALONE_KEPT and len(data) <= ALONE_MAX:
+                        self._alone[digest] = data
         return out
 
     def batch(self, start: int, count: int | None = None) -> list[bytes]:
