@@ -295,6 +295,22 @@ class ArtifactStore(ABC):
         that hashes to anything else raises ``ArtifactCorrupted``."""
         return verify_member(self.get_range(ref.pack, ref.offset, ref.length), digest, self)
 
+    def get_members(self, members: Sequence[tuple[PackRef, str]], span_max: int) -> list[bytes]:
+        """Members of one pack (each ``(ref, digest)``), each verified as by
+        :meth:`get_member`: in one ranged read over them when it spans at most
+        ``span_max`` bytes (consecutive members lie together), else one read each."""
+        if len(members) == 1:
+            return [self.get_member(*members[0])]
+        lo = min(r.offset for r, _ in members)
+        hi = max(r.offset + r.length for r, _ in members)
+        if hi - lo > span_max:
+            return [self.get_member(r, d) for r, d in members]
+        span = self.get_range(members[0][0].pack, lo, hi - lo)
+        return [
+            verify_member(span[r.offset - lo : r.offset - lo + r.length], d, self)
+            for r, d in members
+        ]
+
 
 def _read_exactly(blob: BinaryIO | io.RawIOBase, length: int) -> bytes:
     out = bytearray()

@@ -44,7 +44,7 @@ from keel.mrp.records import RecordSlice
 from keel.mrp.sdk import LLMClient, OperatorContext, OperatorError
 from keel.records import LLMCallLog
 from keel.settings import Settings
-from store.artifacts import PackRef, verify_member
+from store.artifacts import PackRef
 
 if TYPE_CHECKING:
     from store.artifacts import ArtifactStore
@@ -184,30 +184,24 @@ def read_shard_inputs(
                 out[i] = e
         else:
             by_pack.setdefault(at[0], []).append(i)
-    for pack, places in by_pack.items():
-        spans = [items[i][1] for i in places]
-        start = min(a[1] for a in spans if a is not None)
-        end = max(a[1] + a[2] for a in spans if a is not None)
-        need = sum(a[2] for a in spans if a is not None)
-        block: bytes | None = None
-        if len(places) > 1 and end - start <= SPAN_SLACK * need + 65536:
-            try:
-                block = store.get_range(pack, start, end - start)
-            except Exception as e:
-                for i in places:
-                    out[i] = e
-                continue
-        for i in places:
-            digest, at = items[i]
-            assert at is not None
-            try:
-                if block is not None:
-                    data = block[at[1] - start : at[1] - start + at[2]]
-                    out[i] = verify_member(data, digest, store)
-                else:
-                    out[i] = store.get_member(PackRef(*at), digest)
-            except Exception as e:
-                out[i] = e
+    for places in by_pack.values():
+        refs = [(PackRef(*at), digest) for digest, at in (items[i] for i in places) if at]
+        need = sum(r.length for r, _ in refs)
+        try:
+            datas: list[bytes | Exception] = list(
+                store.get_members(refs, SPAN_SLACK * need + 65536)
+            )
+        except Exception:
+            # One member (or the pack) failed: each member alone, so each shard gets
+            # its own bytes or its own error.
+            datas = []
+            for ref, digest in refs:
+                try:
+                    datas.append(store.get_member(ref, digest))
+                except Exception as e:
+                    datas.append(e)
+        for i, data in zip(places, datas, strict=True):
+            out[i] = data
     return [b if b is not None else RuntimeError("input not read") for b in out]
 
 
@@ -661,9 +655,7 @@ class RaySession:
 
     def _not_started(self) -> None:
         """Fail the queued attempts with :class:`ShardNotStarted`."""
-        while self.queue:
-            _, fut, _ = self.queue.popleft()
-            _set_exception(fut, ShardNotStarted())
+        self._fail_queued(ShardNotStarted())
 
     async def close(self) -> None:
         """End the lanes (their calls in flight are cancelled: actors killed)."""

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
-from store.artifacts import ArtifactStore, verify_member
+from store.artifacts import ArtifactStore
 from store.mrp_runs import StoredOutput, read_output
 
 __all__ = ["BATCH_BYTES", "BATCH_MAX", "READ_AHEAD", "SPAN_MAX", "OutputStream"]
@@ -92,17 +92,8 @@ class OutputStream:
         refs = [m.pack for m in members if m.pack is not None]
         if len(members) == 1 or len(refs) != len(members):
             return [self._read(m) for m in members]
-        lo = min(r.offset for r in refs)
-        hi = max(r.offset + r.length for r in refs)
-        if hi - lo > SPAN_MAX:
-            return [self._read(m) for m in members]
-        span = self.store.get_range(refs[0].pack, lo, hi - lo)
-        return [
-            self._one_line(
-                verify_member(span[r.offset - lo : r.offset - lo + r.length], m.digest, self.store)
-            )
-            for m, r in zip(members, refs, strict=True)
-        ]
+        pairs = [(r, m.digest) for m, r in zip(members, refs, strict=True)]
+        return [self._one_line(data) for data in self.store.get_members(pairs, SPAN_MAX)]
 
     def _chunk_end(self, i: int, room: int, room_bytes: int) -> int:
         """Where the next read of the batch ends: at most ``room`` outputs, READ_AHEAD of
