@@ -121,12 +121,22 @@ def _umount(target: Path) -> None:
 
 
 def _rmtree(path: Path) -> None:
-    """Remove a tree the jail may have made hard to remove (dirs with mode 000)."""
+    """Remove a tree the jail may have made hard to remove (dirs with mode 000).
 
-    def fix_and_retry(func, p, _exc):  # type: ignore[no-untyped-def]
+    Only what lies inside ``path`` is ever made writable: ``path``'s own parent is the
+    shared base directory, which must keep its o+x for every other process's jails, and
+    two processes may sweep the same stale run directory at once, so one that finds it
+    already gone is done.
+    """
+    top = os.fspath(path)
+
+    def fix_and_retry(func, p, exc_info):  # type: ignore[no-untyped-def]
+        if isinstance(exc_info[1], FileNotFoundError):
+            return
         try:
             parent = os.path.dirname(p)
-            os.chmod(parent, 0o700)
+            if p != top and (parent == top or parent.startswith(top + os.sep)):
+                os.chmod(parent, 0o700)
             if os.path.isdir(p) and not os.path.islink(p):
                 os.chmod(p, 0o700)
             func(p)

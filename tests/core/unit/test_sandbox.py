@@ -31,7 +31,7 @@ from sandbox.jail import (
 )
 from sandbox.models import JailSettings, config_for, load_config
 from sandbox.python_block import RESULT_FILE, _check_name, _interpret
-from sandbox.workspace import Workspace, _sweep_stale, validate_relpath
+from sandbox.workspace import Workspace, _rmtree, _sweep_stale, validate_relpath
 
 
 @pytest.fixture
@@ -137,6 +137,24 @@ def test_stale_run_dirs_are_swept(base_dir: Path) -> None:
     live.mkdir()
     _sweep_stale(base_dir)
     assert not stale.exists() and live.exists()
+
+
+def test_sweeping_never_closes_the_shared_base(base_dir: Path) -> None:
+    """Two processes may sweep one stale run directory at once: the one that finds it
+    gone must leave the base alone. The base's o+x is what every other process's jail
+    mount setup walks through (CI stop 48 failed a jail on exactly this: the sweep's
+    error handler had made the base 0700)."""
+    base_dir.chmod(0o711)
+    _rmtree(base_dir / "run-1-already-gone")
+    assert base_dir.stat().st_mode & 0o777 == 0o711
+    stale = base_dir / "run-2-locked"
+    (stale / "work" / "deep").mkdir(parents=True)
+    (stale / "work" / "deep" / "f").write_text("x")
+    (stale / "work" / "deep").chmod(0)
+    (stale / "work").chmod(0)
+    _rmtree(stale)
+    assert not stale.exists()
+    assert base_dir.stat().st_mode & 0o777 == 0o711
 
 
 def test_base_dir_owned_by_someone_else_is_refused(base_dir: Path) -> None:
