@@ -252,29 +252,58 @@ def _running(proc: psutil.Process) -> bool:
 
 
 def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
-    """SIGTERM the process group led by ``pid``; SIGKILL that group and every process found
-    below ``pid`` (also those in sessions of their own) if they are not all gone after
-    ``timeout_s``.
+    """SIGTERM ``pid`` and give it up to ``timeout_s`` to stop what it started; then
+    SIGTERM what is left of its process group and of the processes found below it (also
+    those in sessions of their own), and SIGKILL whatever still runs a moment later.
+
+    The first signal goes to the leader alone (systemd's ``KillMode=mixed``): a service
+    stops its own children in order. A SIGTERM to its whole group reached the worker's
+    Ray node (gcs, raylet, agents: the worker's group) at the moment the worker began
+    to stop it, and the driver's ``ray.shutdown()`` then waited on a raylet that was
+    shutting down until the stop's SIGKILL came: 5 to 7 s of every stop of a worker
+    that had run an MRP job, measured (``keel down``: 6.8 s, 1.4 s of it Ray's own).
 
     The processes below are found with psutil when the stop begins and again when it
     kills (a leader that exited meanwhile leaves its orphans out of the second look),
     and each is signalled by its identity, never by a PID collected seconds earlier.
     """
     found = _tree(pid)
-    leader = {p for p in found if p.pid == pid}
-    for sig, targets in ((signal.SIGTERM, leader), (signal.SIGKILL, found)):
+    for proc in (p for p in found if p.pid == pid):
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    _wait_gone(pid, set(), timeout_s)
+    for sig, grace in ((signal.SIGTERM, min(2.0, timeout_s)), (signal.SIGKILL, timeout_s)):
+        targets = {p for p in found | _tree(pid) if _running(p)}
+        if not targets and not _group_exists(pid):
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
-        if sig == signal.SIGKILL:
-            targets |= _tree(pid)
         for proc in targets:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(sig)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not pid_alive(pid) and not any(_running(p) for p in found):
-                return
-            time.sleep(0.05)
+        _wait_gone(pid, found | targets, grace)
+
+
+def _wait_gone(pid: int, procs: set[psutil.Process], timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for ``pid`` and ``procs`` to be gone."""
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid) or any(_running(p) for p in procs):
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
+def _group_exists(pgid: int) -> bool:
+    """Whether process group ``pgid`` still has a member (a zombie counts)."""
+    if pgid <= 0:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def tail(path: Path, lines: int = 20) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import time
 
 import psutil
@@ -70,3 +71,48 @@ def test_ray_leftovers_are_found_by_their_temp_dir_killed_and_reaped() -> None:
         for p in tree:
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+
+#: A service that stops its own child in its own way on SIGTERM (as the worker stops its
+#: Ray node): the child notes any SIGTERM it gets itself, and leaves on SIGUSR1.
+ORDERLY = """
+import os, signal, subprocess, sys, time
+log = sys.argv[1]
+child = subprocess.Popen([sys.executable, "-c", '''
+import signal, sys, time
+def term(*_):
+    open(sys.argv[1], "a").write("child: SIGTERM\\\\n")
+def usr1(*_):
+    open(sys.argv[1], "a").write("child: stopped by its parent\\\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+signal.signal(signal.SIGUSR1, usr1)
+open(sys.argv[1], "a").write("child: ready\\\\n")
+while True:
+    time.sleep(0.05)
+''', log])
+def stop(*_):
+    time.sleep(0.3)  # the child's own SIGTERM, if the group got one, lands first
+    child.send_signal(signal.SIGUSR1)
+    child.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_stop_pid_lets_the_leader_stop_its_own_children(tmp_path) -> None:
+    """The SIGTERM goes to the service alone; its group gets one only if it is left."""
+    log = tmp_path / "log"
+    proc = subprocess.Popen([sys.executable, "-c", ORDERLY, str(log)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while "child: ready" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        stop_pid(proc.pid, timeout_s=10)
+        assert log.read_text().splitlines() == ["child: ready", "child: stopped by its parent"]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
