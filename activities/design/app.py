@@ -171,7 +171,7 @@ _FILES: dict[str, _File] = {
     "tests/test_observe.py": _File("tests/test_observe.py.j2"),
     "tests/test_govern.py": _File("tests/test_govern.py.j2", "govern"),
     "tests/test_pipeline.py": _File("tests/test_pipeline.py.j2"),
-    "tests/test_jobs.py": _File("tests/test_jobs.py.j2", "glue_landing"),
+    "tests/test_jobs.py": _File("tests/test_jobs.py.j2", "job_landing"),
     "tests/test_plan.py": _File("tests/test_plan.py.j2"),
 }
 
@@ -318,6 +318,9 @@ GLUE_JOBS: dict[str, str] = {
     "transform:glue-etl": "transform",
     "feature:glue-offline-features": "features",
 }
+#: EMR Serverless job runs of each pattern that submits them (``jobs/emr/<name>.py``, the
+#: entry point its Terraform's scheduled StartJobRun names).
+EMR_JOBS: dict[str, str] = {"transform:emr-serverless-spark": "transform"}
 #: Patterns whose Terraform runs an image of an ECR repository (capability -> image).
 ECR_IMAGES: dict[str, str] = {
     "serve:ecs-fargate-fastapi": "serve",
@@ -630,8 +633,10 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     ctx["sagemaker_training"] = patterns.get("train", "").startswith("train:sagemaker-")
     # Its train channel: the models bucket's prefix the transform also lands in.
     ctx["training_set_prefix"] = TRAINING_SET_PREFIX
-    # The Glue transform job lands the batch ingest's files in raw/ (jobs/glue/transform.py).
-    ctx["glue_landing"] = landing_reader(patterns)
+    # The transform job (Glue, or EMR Serverless's job run) lands the batch ingest's files
+    # in raw/ (jobs/<runner>/transform.py).
+    ctx["job_landing"] = landing_reader(patterns)
+    ctx["job_runner"] = "emr" if patterns.get("transform") in EMR_JOBS else "glue"
     # Promotion publishes model.tar.gz where SageMaker reads it: the batch transform's
     # ModelDataUrl, the archive the code registers as a model package.
     ctx["model_archive"] = bool(ctx["sagemaker"]) or ctx["register_in_code"]
@@ -649,7 +654,13 @@ def app_context(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[
     ctx["images"] = _images(patterns)
     ctx["pushes"] = _pushes(ctx["slug"], ctx["regions"], patterns)
     ctx["glue_jobs"] = [
-        {"job": job, "pattern": pid} for pid, job in GLUE_JOBS.items() if pid in patterns.values()
+        {"job": job, "pattern": pid, "runner": "glue"}
+        for pid, job in GLUE_JOBS.items()
+        if pid in patterns.values()
+    ] + [
+        {"job": job, "pattern": pid, "runner": "emr"}
+        for pid, job in EMR_JOBS.items()
+        if pid in patterns.values()
     ]
     ctx["diagram"] = _diagram(ctx["regions"], present, patterns)
     ctx["capability_rows"] = _capability_rows(req, patterns)
@@ -707,9 +718,9 @@ def render_app(req: CodeGenRequest, infra_paths: Collection[str] = ()) -> dict[s
     if ctx["data_sample_csv"] is not None:
         files["samples/sample.csv"] = ctx["data_sample_csv"]
     for job in ctx["glue_jobs"]:
-        files[f"jobs/glue/{job['job']}.py"] = env.get_template("jobs/glue/job.py.j2").render(
-            {**ctx, **job}
-        )
+        files[f"jobs/{job['runner']}/{job['job']}.py"] = env.get_template(
+            "jobs/glue/job.py.j2"
+        ).render({**ctx, **job})
     return files
 
 

@@ -340,23 +340,27 @@ def sagemaker_registration(plan_by_cap: dict[str, str], cap: str) -> dict[str, s
 def training_set_writer(plan_by_cap: dict[str, str]) -> bool:
     """Whether the transform writes the SageMaker training job's ``train`` channel
     (:data:`TRAINING_SET_PREFIX` of the models bucket): a SageMaker training plan whose
-    transform is the stream's function (``transform:kinesis-lambda``) or the Glue job
-    that lands the batch ingest's files (:func:`landing_reader`)."""
+    transform is the stream's function (``transform:kinesis-lambda``) or the job (Glue,
+    EMR Serverless) that lands the batch ingest's files (:func:`landing_reader`)."""
     if not plan_by_cap.get("train", "").startswith("train:sagemaker-"):
         return False
     transform = plan_by_cap.get("transform")
-    return transform == "transform:kinesis-lambda" or (
-        transform == "transform:glue-etl" and landing_reader(plan_by_cap)
-    )
+    return transform == "transform:kinesis-lambda" or landing_reader(plan_by_cap)
+
+
+#: Transforms that run a job script (``jobs/<runner>/transform.py``), which lands the batch
+#: ingest's files before its feature step: the Glue job and the EMR Serverless job run.
+JOB_TRANSFORMS = ("transform:glue-etl", "transform:emr-serverless-spark")
 
 
 def landing_reader(plan_by_cap: dict[str, str]) -> bool:
-    """Whether the Glue transform job lands the batch ingest's files (the landing bucket's
-    ``incoming/``) in its store's ``raw/`` before its feature step: ``ingest:s3-batch``
-    with ``transform:glue-etl``."""
+    """Whether the transform job (Glue, or EMR Serverless's scheduled job run) lands the
+    batch ingest's files (the landing bucket's ``incoming/``) in its store's ``raw/``
+    before its feature step: ``ingest:s3-batch`` with a transform of
+    :data:`JOB_TRANSFORMS`."""
     return (
         plan_by_cap.get("ingest") == "ingest:s3-batch"
-        and plan_by_cap.get("transform") == "transform:glue-etl"
+        and plan_by_cap.get("transform") in JOB_TRANSFORMS
     )
 
 

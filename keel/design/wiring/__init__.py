@@ -41,11 +41,14 @@ The rules (:data:`RULES`):
     pydantic ``BaseSettings``) is set by that runtime (task definition environment,
     Lambda environment, SageMaker ``Environment``, a compose file, the image's ``ENV``)
     unless its default works deployed (see :func:`default_works_deployed`); a read with
-    the default ``None`` is still required where the code raises naming it.
+    the default ``None`` is still required where the code raises naming it. A script job
+    (a Glue job, an EMR Serverless job run: :mod:`.scripts`) gets only what its script
+    sets from the arguments the job passes, and every argument the script reads without
+    checking it is there is passed.
 ``permissions``
     every AWS call of :data:`~keel.design.wiring.permissions.AWS_CALLS` (Bedrock's
-    Converse and InvokeModel) that the code a Lambda function or task starts makes is an
-    action a policy of its module grants the runtime's role.
+    Converse and InvokeModel) that the code a Lambda function, task or script job starts
+    makes is an action a policy of its module grants the runtime's role.
 ``alarms``
     every CloudWatch alarm watches a metric something emits: an AWS namespace of a
     resource type the Terraform creates, a log metric filter on a log group some runtime
@@ -53,7 +56,8 @@ The rules (:data:`RULES`):
     dimensions).
 ``jobs``
     every Glue job script (and ``--extra-py-files``) and EMR entry point is an object the
-    Terraform uploads from a file of the repository.
+    Terraform uploads from a file of the repository; every EMR Serverless application has
+    a job run submitted to it (a schedule or state machine calling ``StartJobRun``).
 ``account``
     no account-wide singleton (Lake Formation settings, AWS Config's recorder and delivery
     channel, Macie, the Glue catalog's encryption, GuardDuty, ...) unless the root module
@@ -91,6 +95,7 @@ from keel.design.wiring.model import AWS_NAMESPACES, RULES, RUNTIME_PROVIDED, Fi
 from keel.design.wiring.objects import check_objects
 from keel.design.wiring.permissions import AWS_CALLS, check_permissions
 from keel.design.wiring.repo import Repo
+from keel.design.wiring.scripts import check_applications
 from keel.design.wiring.variables import check_variables
 
 
@@ -106,6 +111,7 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
         *check_permissions(repo),
         *check_alarms(repo),
         *check_jobs(repo),
+        *check_applications(repo),
         *check_account(repo),
         *check_kafka(repo),
         *check_objects(repo),

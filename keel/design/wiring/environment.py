@@ -1,4 +1,5 @@
-"""Rule ``environment``: every variable the code reads is set by the runtime that starts it."""
+"""Rule ``environment``: every variable the code reads is set by the runtime that starts it
+(a script job: from the arguments it is given, :mod:`.scripts`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from keel.design.wiring.images import compose_builds, image_code, runtimes
 from keel.design.wiring.lambdas import Package, archives
 from keel.design.wiring.model import RUNTIME_PROVIDED, Finding
 from keel.design.wiring.repo import Repo
+from keel.design.wiring.scripts import job_env, job_runs, script_arguments
 
 
 def _compose_runtimes(files: Mapping[str, str]) -> list[tuple[str, str, list[str], frozenset[str]]]:
@@ -98,11 +100,42 @@ def check_environment(repo: Repo) -> list[Finding]:
                 out.append(
                     Finding("environment", rt.block.file, _env_message(rt.where, runs, read))
                 )
+    out += _job_findings(repo)
     for path, name, starts, provided in _compose_runtimes(repo.files):
         for read in _missing_env(repo, starts, provided):
             out.append(
                 Finding(
                     "environment", path, _env_message(f"service {name}", ", ".join(starts), read)
                 )
+            )
+    return out
+
+
+def _job_findings(repo: Repo) -> list[Finding]:
+    """A script job (Glue job, EMR Serverless job run) gets no environment from the
+    Terraform: only what its script sets from the arguments the job passes
+    (:func:`~keel.design.wiring.scripts.job_env`). Every argument the script reads
+    without checking it is there is passed, and every variable the code it imports reads
+    is set that way (or its default works deployed)."""
+    out: list[Finding] = []
+    for run in job_runs(repo):
+        if run.script is None:
+            continue  # the jobs rule reports it
+        arguments = script_arguments(repo.files[run.script])
+        for name, line in sorted(arguments.required.items()):
+            if name not in run.args:
+                out.append(
+                    Finding(
+                        "environment",
+                        run.block.file,
+                        f"{run.where} runs {run.script}, which reads the argument --{name} "
+                        f"({run.script}:{line}) without checking it is there, and the job "
+                        "does not pass it",
+                    )
+                )
+        provided = job_env(repo, run) | RUNTIME_PROVIDED[run.kind]
+        for read in _missing_env(repo, [run.script], provided):
+            out.append(
+                Finding("environment", run.block.file, _env_message(run.where, run.script, read))
             )
     return out

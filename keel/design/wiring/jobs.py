@@ -1,4 +1,7 @@
-"""Rule ``jobs``: every Glue script and EMR entry point is uploaded from the repository."""
+"""Rule ``jobs``: every Glue script and EMR entry point is uploaded from the repository
+(an EMR entry point wherever it is named: a state machine, the application, a schedule's
+``StartJobRun`` input); every EMR Serverless application has a job run submitted to it
+(:func:`keel.design.wiring.scripts.check_applications`)."""
 
 from __future__ import annotations
 
@@ -120,7 +123,11 @@ def check_jobs(repo: Repo) -> list[Finding]:
                     for key in ("--extra-py-files", "--extra-files"):
                         if isinstance(args.get(key), str):
                             uris += [u for u in args[key].split(",") if u]
-            elif block.kind in ("aws_sfn_state_machine", "aws_emrserverless_application"):
+            elif block.kind in (
+                "aws_sfn_state_machine",
+                "aws_emrserverless_application",
+                "aws_scheduler_schedule",
+            ):
                 text = _all_text(block.body)
                 uris += [
                     v for _, v in _json_values(text, ["entryPoint", "EntryPoint", "ScriptLocation"])

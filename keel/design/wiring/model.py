@@ -38,6 +38,9 @@ RUNTIME_PROVIDED: dict[str, frozenset[str]] = {
     "ecs": frozenset({"AWS_REGION", "AWS_DEFAULT_REGION", "ECS_CONTAINER_METADATA_URI_V4"}),
     "sagemaker": frozenset(),
     "compose": frozenset(),
+    # Script jobs (:mod:`.scripts`): their environment is what the script sets.
+    "glue": frozenset(),
+    "emr": frozenset(),
 }
 
 #: Namespaces AWS emits metrics in, and the resource types whose presence means it does.

@@ -17,10 +17,11 @@ runtime whose code reads an environment variable the runtime sets to an
 ``s3://<bucket>/<prefix>`` literal and writes keys there: a literal, a module constant, or
 the constant head of an f-string key (``f"raw/date={day}/..."``, also as the ``return``
 of a function of the same file that makes the key), the variable's prefix joined to it.
-A Glue job is such a runtime too: its script (what its ``script_location`` uploads from the
-repository) and what that imports, given the ``s3://`` literals of its
-``default_arguments`` whose names (``--training_set_uri``: ``"training_set_uri"``) the
-script holds. A generated repository's training job read
+A script job (a Glue job, an EMR Serverless job run: :mod:`.scripts`) is such a runtime
+too: its script (what its ``script_location`` or ``EntryPoint`` uploads from the
+repository) and what that imports, given the ``s3://`` literals of its arguments
+(``default_arguments``, ``EntryPointArguments``) whose names (``--training_set_uri``:
+``"training_set_uri"``) the script holds. A generated repository's training job read
 ``pipeline/training-sets/latest/``, which nothing deployed wrote.
 """
 
@@ -31,11 +32,11 @@ import re
 
 from keel.design.wiring.code import _parsed, env_reads, import_closure
 from keel.design.wiring.images import Runtime, runtimes
-from keel.design.wiring.jobs import uploaded_file
 from keel.design.wiring.model import Finding
 from keel.design.wiring.permissions import runtime_files
 from keel.design.wiring.repo import Repo
-from keel.design.wiring.terraform import _all_text, _balanced, _unwrap
+from keel.design.wiring.scripts import job_runs
+from keel.design.wiring.terraform import _all_text, _balanced
 
 #: The names under which the Terraform hands a runtime an object to read.
 READ_NAMES = ("ModelDataUrl", "model_data_url", "MODEL_DATA_URL")
@@ -232,38 +233,31 @@ def _runtime_writes(repo: Repo) -> list[tuple[str, str]]:
     return out
 
 
-def _glue_writes(repo: Repo) -> list[tuple[str, str]]:
-    """(job, key head) for every key head a Glue job's script (the repository file its
-    ``script_location`` uploads, and what that imports) writes under an ``s3://``
-    argument it names (``--training_set_uri`` read as ``"training_set_uri"``)."""
+def _job_writes(repo: Repo) -> list[tuple[str, str]]:
+    """(job, key head) for every key head a script job's script (a Glue job's
+    ``script_location`` or an EMR job run's ``EntryPoint``, the repository file uploaded
+    there, and what that imports) writes under an ``s3://`` argument it names
+    (``--training_set_uri`` read as ``"training_set_uri"``)."""
     out: list[tuple[str, str]] = []
-    for mod in repo.modules.values():
-        for block in mod.of_kind("aws_glue_job"):
-            command = _unwrap(block.body.get("command"))
-            args = block.body.get("default_arguments")
-            if not isinstance(command, dict) or not isinstance(args, dict):
+    for run in job_runs(repo):
+        if run.script is None:
+            continue
+        tree = _parsed(repo.files[run.script])
+        if tree is None:
+            continue
+        named = {
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
+        code = import_closure(repo.files, [run.script])
+        heads = {h for path in code for h in written_heads(path, repo.files[path])}
+        for name, value in sorted(run.args.items()):
+            parsed = _s3(value)
+            if parsed is None or name not in named:
                 continue
-            script = uploaded_file(repo, mod, str(command.get("script_location", "")))
-            if script is None:
-                continue
-            tree = _parsed(repo.files[script])
-            if tree is None:
-                continue
-            named = {
-                n.value
-                for n in ast.walk(tree)
-                if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            }
-            code = import_closure(repo.files, [script])
-            heads = {h for path in code for h in written_heads(path, repo.files[path])}
-            for arg, value in sorted(args.items()):
-                parsed = _s3(str(value))
-                name = str(arg).strip('"').removeprefix("--")
-                if parsed is None or name not in named:
-                    continue
-                prefix = parsed[1].strip("/")
-                where = f"aws_glue_job.{block.name}"
-                out += [(where, f"{prefix}/{h}" if prefix else h) for h in sorted(heads)]
+            prefix = parsed[1].strip("/")
+            out += [(run.where, f"{prefix}/{h}" if prefix else h) for h in sorted(heads)]
     return out
 
 
@@ -271,7 +265,7 @@ def _channel_findings(repo: Repo, terraform_keys: set[str]) -> list[Finding]:
     readers = channel_readers(repo)
     if not readers:
         return []
-    writes = _runtime_writes(repo) + _glue_writes(repo)
+    writes = _runtime_writes(repo) + _job_writes(repo)
     out: list[Finding] = []
     for path, n, channel, bucket, prefix in readers:
         if any(_under(k, prefix) for k in terraform_keys):

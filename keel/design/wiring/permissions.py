@@ -4,7 +4,9 @@ runtime's role, and every AWS SDK call a Step Functions state makes by its state
 Only the calls of :data:`AWS_CALLS` are checked (a call whose action a generated role
 missed: Bedrock's Converse from the RAG function; SageMaker's CreateModelPackage from a
 training job whose role lacked it). The role is the Lambda function's ``role``, the task
-definition's ``task_role_arn``, a SageMaker job's ``RoleArn`` or model's execution role.
+definition's ``task_role_arn``, a SageMaker job's ``RoleArn`` or model's execution role,
+a script job's (:mod:`.scripts`: a Glue job's ``role_arn``, an EMR Serverless job run's
+``ExecutionRoleArn``), whose code is its script and what that imports.
 A state machine's ``arn:aws:states:::aws-sdk:<service>:<api>`` Task states need the IAM
 actions of :data:`SFN_SDK_ACTIONS` (else ``<service>:<Api>``) from its ``role_arn``'s role.
 What a role may do is the ``Action`` of
@@ -26,6 +28,7 @@ from keel.design.wiring.images import Runtime, image_code, runtimes
 from keel.design.wiring.lambdas import Package, archives
 from keel.design.wiring.model import Block, Finding, TfModule
 from keel.design.wiring.repo import Repo
+from keel.design.wiring.scripts import job_runs
 from keel.design.wiring.terraform import _all_text
 
 #: (boto3 service, method) -> the IAM action the call needs.
@@ -164,29 +167,45 @@ def _sdk_findings(mod: TfModule) -> list[Finding]:
     return out
 
 
+def _call_findings(
+    repo: Repo, mod: TfModule, block: Block, where: str, starts: list[str], role_text: str
+) -> list[Finding]:
+    """The calls of :data:`AWS_CALLS` the code ``starts`` imports makes that the role
+    ``role_text`` names (``aws_iam_role.<name>``) is not granted in ``mod``."""
+    needed: dict[str, str] = {}
+    for path in import_closure(repo.files, starts):
+        for action, line in _calls(path, repo.files[path]):
+            needed.setdefault(action, f"{path}:{line}")
+    if not needed:
+        return []
+    m = _ROLE_REF.search(role_text)
+    role = mod.resource("aws_iam_role", m.group(1)) if m else None
+    granted = _granted(mod, role) if role is not None else set()
+    role_name = f"aws_iam_role.{role.name}" if role is not None else "no role of the module"
+    return [
+        Finding(
+            "permissions",
+            block.file,
+            f"{where} calls {action} ({needed[action]}), which its role "
+            f"({role_name}) is not allowed: no policy of the module grants it",
+        )
+        for action in sorted(needed)
+        if not any(fnmatch.fnmatchcase(action, g) for g in granted)
+    ]
+
+
 def check_permissions(repo: Repo) -> list[Finding]:
     out: list[Finding] = []
     for mod in repo.modules.values():
         out += _sdk_findings(mod)
     for rt in runtimes(repo):
-        needed: dict[str, str] = {}
-        for path in import_closure(repo.files, runtime_files(repo, rt)):
-            for action, line in _calls(path, repo.files[path]):
-                needed.setdefault(action, f"{path}:{line}")
-        if not needed:
-            continue
         role = _role(rt.module, rt)
-        granted = _granted(rt.module, role) if role is not None else set()
-        role_name = f"aws_iam_role.{role.name}" if role is not None else "no role of the module"
-        for action in sorted(needed):
-            if any(fnmatch.fnmatchcase(action, g) for g in granted):
-                continue
-            out.append(
-                Finding(
-                    "permissions",
-                    rt.block.file,
-                    f"{rt.where} calls {action} ({needed[action]}), which its role "
-                    f"({role_name}) is not allowed: no policy of the module grants it",
-                )
-            )
+        role_text = f"aws_iam_role.{role.name}." if role is not None else ""
+        out += _call_findings(
+            repo, rt.module, rt.block, rt.where, runtime_files(repo, rt), role_text
+        )
+    # Script jobs: a Glue job's role_arn, an EMR job run's ExecutionRoleArn.
+    for run in job_runs(repo):
+        if run.script is not None:
+            out += _call_findings(repo, run.module, run.block, run.where, [run.script], run.role)
     return out

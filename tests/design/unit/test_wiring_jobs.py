@@ -1,0 +1,206 @@
+"""Script jobs in the wiring check (issue 38 §1), by mutation: the EMR Serverless
+transform submits a job run of a script the repository uploads, and the Glue jobs and
+that job run are followed by the ``jobs``, ``environment``, ``permissions`` and
+``objects`` rules. A generated tree passes; each broken copy fails naming what broke."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import pytest
+
+from activities.design.codegen import render_request
+from keel.design.wiring import Finding, check_wiring
+from tests.design.codegen_cases import request_for
+from tests.support.hcl import parse_once
+
+EMR = "infra/modules/transform/main.tf"
+GLUE = "infra/modules/feature/main.tf"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hcl_parsed_once() -> Iterator[None]:
+    with parse_once():
+        yield
+
+
+@functools.cache
+def _tree(emr: bool, sagemaker: bool) -> tuple[tuple[str, str], ...]:
+    """batch_training (S3 batch ingest, Glue offline features) with the EMR Serverless
+    transform and, optionally, SageMaker training (whose train channel the job writes)."""
+    req = request_for("batch_training")
+    swaps = {}
+    if emr:
+        swaps["transform"] = "transform:emr-serverless-spark"
+    if sagemaker:
+        swaps["train"] = "train:sagemaker-training"
+    choices = [
+        c.model_copy(update={"pattern_id": swaps[c.capability.value]})
+        if c.capability.value in swaps
+        else c
+        for c in req.plan.choices
+    ]
+    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
+    return tuple(render_request(req).items())
+
+
+def tree(*, emr: bool = True, sagemaker: bool = False) -> dict[str, str]:
+    return dict(_tree(emr, sagemaker))
+
+
+def mutate(files: dict[str, str], path: str, old: str, new: str) -> dict[str, str]:
+    assert old in files[path], (path, old)
+    return {**files, path: files[path].replace(old, new, 1)}
+
+
+def only(found: list[Finding], rule: str) -> list[Finding]:
+    assert {f.rule for f in found} == {rule}, found
+    return found
+
+
+@pytest.mark.parametrize("sagemaker", [False, True])
+def test_the_emr_transform_submits_a_job_run_of_its_script(sagemaker: bool) -> None:
+    files = tree(sagemaker=sagemaker)
+    assert check_wiring(files) == []
+    main = files[EMR]
+    assert '"arn:aws:scheduler:::aws-sdk:emrserverless:startJobRun"' in main
+    assert 'EntryPoint = "s3://${aws_s3_bucket.artifacts.id}/jobs/transform.py"' in main
+    assert 'fileset("${path.root}/../jobs/emr", "transform.py")' in main
+    script = files["jobs/emr/transform.py"]
+    assert "EMR Serverless job run transform" in script
+    assert "def land(" in script and "landing_files(" in script
+    # The job lands the batch ingest's files, and with SageMaker training its channel too.
+    assert '"--landing_uri", "s3://${var.landing_bucket}/incoming/"' in main
+    assert ('"--training_set_uri"' in main) is sagemaker
+    assert "tests/test_jobs.py" in files
+    assert '"jobs" / "emr" / "transform.py"' in files["tests/test_jobs.py"]
+
+
+def test_an_emr_entry_point_missing_from_the_repository_fails() -> None:
+    files = tree()
+    del files["jobs/emr/transform.py"]
+    (finding,) = only(check_wiring(files), "jobs")
+    assert finding.file == EMR
+    assert finding.message == (
+        "aws_scheduler_schedule.transform: s3://${aws_s3_bucket.artifacts.id}/jobs/transform.py: "
+        "aws_s3_object.transform_script uploads jobs/emr/transform.py, which is not in the "
+        "repository"
+    )
+
+
+def test_an_emr_entry_point_nothing_uploads_fails() -> None:
+    files = mutate(tree(), EMR, "/jobs/transform.py", "/jobs/spark_main.py")
+    (finding,) = only(check_wiring(files), "jobs")
+    assert finding.message.startswith(
+        "aws_scheduler_schedule.transform: s3://${aws_s3_bucket.artifacts.id}/jobs/spark_main.py: "
+        "no aws_s3_object of infra/modules/transform/ uploads key jobs/spark_main.py"
+    )
+
+
+def test_an_emr_application_no_job_run_is_submitted_to_fails() -> None:
+    """The state before this rule: the application was created and nothing ran on it."""
+    files = mutate(
+        tree(),
+        EMR,
+        "ApplicationId    = aws_emrserverless_application.spark.id",
+        'ApplicationId    = "00fabcdexample"',
+    )
+    (finding,) = only(check_wiring(files), "jobs")
+    assert finding.file == EMR
+    assert finding.message == (
+        "aws_emrserverless_application.spark: no job run is submitted to it (no schedule or "
+        "state machine of the module calls StartJobRun with its ApplicationId), so it never "
+        "runs the repository's code"
+    )
+
+
+def test_the_emr_job_run_without_the_store_argument_fails() -> None:
+    files = mutate(
+        tree(), EMR, '"--data_uri", "s3://${aws_s3_bucket.artifacts.id}/pipeline",\n', ""
+    )
+    found = only(check_wiring(files), "environment")
+    assert [f.file for f in found] == [EMR]
+    assert found[0].message.startswith(
+        "aws_scheduler_schedule.transform runs jobs/emr/transform.py, which reads DATA_URI "
+        "(services/common/settings.py:"
+    )
+    assert found[0].message.endswith("and nothing sets it there")
+
+
+def test_the_emr_job_run_is_the_sagemaker_channel_writer() -> None:
+    files = mutate(
+        tree(sagemaker=True),
+        EMR,
+        '"--training_set_uri", "s3://${var.training_set_bucket}/',
+        '"--training_set", "s3://${var.training_set_bucket}/',
+    )
+    (finding,) = only(check_wiring(files), "objects")
+    assert "the SageMaker channel train reads" in finding.message
+
+
+def test_a_glue_job_without_the_region_argument_fails() -> None:
+    """Before the rule followed Glue jobs, every job read AWS_REGION and was given
+    nothing: each region's job would have used the first region's default."""
+    files = mutate(
+        tree(emr=False),
+        GLUE,
+        '    "--region"                           = local.region\n',
+        "",
+    )
+    (finding,) = only(check_wiring(files), "environment")
+    assert finding.file == GLUE
+    assert finding.message.startswith(
+        "aws_glue_job.features runs jobs/glue/features.py, which reads AWS_REGION "
+        "(services/common/settings.py:"
+    )
+
+
+def test_a_glue_script_reading_an_argument_the_job_does_not_pass_fails() -> None:
+    files = mutate(
+        tree(emr=False),
+        "jobs/glue/features.py",
+        'args.get("run_date")',
+        'args["run_date"]',
+    )
+    (finding,) = only(check_wiring(files), "environment")
+    assert finding.file == GLUE
+    assert finding.message.startswith(
+        "aws_glue_job.features runs jobs/glue/features.py, which reads the argument "
+        "--run_date (jobs/glue/features.py:"
+    )
+    assert finding.message.endswith("without checking it is there, and the job does not pass it")
+    # Passing it is enough.
+    passed = mutate(
+        files,
+        GLUE,
+        '    "--region"                           = local.region\n',
+        '    "--region"                           = local.region\n    "--run_date" = "2026-01-01"\n',
+    )
+    assert check_wiring(passed) == []
+
+
+@pytest.mark.parametrize(
+    ("script", "where", "role", "emr"),
+    [
+        ("jobs/glue/features.py", "aws_glue_job.features", "aws_iam_role.glue", False),
+        ("jobs/emr/transform.py", "aws_scheduler_schedule.transform", "aws_iam_role.job", True),
+    ],
+)
+def test_a_script_job_calling_what_its_role_may_not_fails(
+    script: str, where: str, role: str, emr: bool
+) -> None:
+    files = mutate(
+        tree(emr=emr),
+        script,
+        "def main(argv: list[str]) -> int:\n",
+        "def describe(model: str) -> object:\n"
+        "    import boto3\n\n"
+        '    return boto3.client("bedrock-runtime").converse(modelId=model, messages=[])\n\n\n'
+        "def main(argv: list[str]) -> int:\n",
+    )
+    (finding,) = only(check_wiring(files), "permissions")
+    assert finding.message.startswith(f"{where} calls bedrock:InvokeModel ({script}:")
+    assert finding.message.endswith(
+        f"which its role ({role}) is not allowed: no policy of the module grants it"
+    )
