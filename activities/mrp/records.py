@@ -45,7 +45,15 @@ from keel.mrp.records import (
 if TYPE_CHECKING:
     from store.artifacts import ArtifactStore
 
-__all__ = ["ScanProgress", "read_slice", "scan_record_file"]
+__all__ = [
+    "ScanProgress",
+    "SliceRead",
+    "SliceTable",
+    "read_slice",
+    "read_slice_counted",
+    "read_slice_table",
+    "scan_record_file",
+]
 
 _READ_CHUNK = 1 << 20
 
@@ -296,114 +304,362 @@ def _put_file(store: ArtifactStore, local: Path) -> str:
     return digest
 
 
-def _group_rows(pf: Any, group: int) -> Iterator[tuple[dict[str, JsonValue] | None, str | None]]:
-    """Each row of a row group as ``(record, None)`` or ``(None, reason)``."""
-    try:
-        rows = pf.read_row_group(group).to_pylist()
-    except Exception as e:  # pyarrow raises many types for corrupt pages
-        reason = f"unreadable row group {group}: {type(e).__name__}: {e}"
-        for _ in range(pf.metadata.row_group(group).num_rows):
-            yield None, reason
-        return
-    for row in rows:
+class _CountingFile(io.RawIOBase):
+    """A local file for pyarrow, counting the bytes pyarrow reads from it (the compile's
+    footer reads, and the column chunks it checks)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._f = path.open("rb", buffering=0)
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readinto(self, b: Any) -> int:
+        n = self._f.readinto(b)
+        self.bytes_read += n or 0
+        return n or 0
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def _safe_type(t: Any) -> bool:
+    """Whether every value of Arrow type ``t`` has a JSON form (:func:`_json_value`), so a
+    column of it can hold no malformed record: no row of it need be read at compile."""
+    import pyarrow.types as pt
+
+    if (
+        pt.is_null(t)
+        or pt.is_boolean(t)
+        or pt.is_integer(t)
+        or pt.is_string(t)
+        or pt.is_large_string(t)
+        or pt.is_decimal(t)
+        or pt.is_date(t)
+        or pt.is_timestamp(t)
+        or pt.is_time(t)
+    ):
+        return True
+    if pt.is_dictionary(t):
+        return _safe_type(t.value_type)
+    if pt.is_list(t) or pt.is_large_list(t) or pt.is_fixed_size_list(t):
+        return _safe_type(t.value_type)
+    if pt.is_struct(t):
+        return all(_safe_type(t.field(i).type) for i in range(t.num_fields))
+    return False
+
+
+def _column_problems(name: str, col: Any) -> dict[int, str]:
+    """The rows (0-based in ``col``) whose value in column ``name`` has no JSON form, and
+    why, checked column-wise: floats with ``pyarrow.compute`` (NaN and infinities), binary
+    by one UTF-8 cast; other types (rare: durations, nested floats) value by value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.types as pt
+
+    t = col.type
+    if pt.is_floating(t):
+        finite = pc.fill_null(pc.is_finite(col), True)
+        bad = pc.indices_nonzero(pc.invert(finite)).to_pylist()
+        return {i: f"column {name!r}: {col[i].as_py()!r} has no JSON form" for i in bad}
+    if pt.is_binary(t) or pt.is_large_binary(t) or pt.is_fixed_size_binary(t):
         try:
-            yield _row_record(row), None
+            col.cast(pa.large_string())
+            return {}
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # find the rows, one by one
+    out: dict[int, str] = {}
+    for i, value in enumerate(col.to_pylist()):
+        try:
+            _json_value(value)
         except ValueError as e:
-            yield None, str(e)
+            out[i] = f"column {name!r}: {e}"
+    return out
+
+
+def _table_problems(table: Any) -> dict[int, str]:
+    """The rows of ``table`` (0-based) that are malformed records, each with its first
+    bad column's reason (columns in table order), checking only the columns whose type can
+    hold a value without a JSON form."""
+    out: dict[int, str] = {}
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if not _safe_type(col.type):
+            for i, reason in _column_problems(name, col).items():
+                out.setdefault(i, reason)
+    return out
+
+
+def _projection(pf: Any, columns: list[str] | None, path: str) -> list[str]:
+    """The columns a record holds: ``columns`` (each must be a column of the file:
+    ``InputsRefused`` otherwise) or every top-level column of the file."""
+    names = list(pf.schema_arrow.names)
+    if columns is None:
+        return names
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise InputsRefused(
+            f"{path}: inputs.columns names {missing[0]!r}, which is not a column of the "
+            f"file (its columns: {', '.join(names)})"
+        )
+    return list(columns)
 
 
 def _scan_parquet(
     path: str, local: Path, inputs: InputsSpec, store: ArtifactStore, progress: ScanProgress
 ) -> tuple[FileRef, list[RecordSlice], list[MalformedRecord]]:
     ref = FileRef(path=path, digest=_put_file(store, local), size_bytes=local.stat().st_size)
+    reader = _CountingFile(local)
     try:
-        pf = _open_parquet(local)
-        meta = pf.metadata
-    except Exception as e:
-        reason = f"unreadable Parquet file: {type(e).__name__}: {e}"
-        if inputs.malformed_policy == "fail":
-            raise InputsRefused(f"{path}: {reason}") from None
-        return ref, [], [MalformedRecord(path=path, reason=reason)]
-    with pf:
-        return ref, *_cut_parquet(path, pf, meta, ref, inputs, progress)
+        try:
+            pf = _open_parquet(reader)
+            meta = pf.metadata
+            pf.schema_arrow  # noqa: B018 - a footer whose schema pyarrow cannot read
+        except Exception as e:
+            reason = f"unreadable Parquet file: {type(e).__name__}: {e}"
+            if inputs.malformed_policy == "fail":
+                raise InputsRefused(f"{path}: {reason}") from None
+            return ref, [], [MalformedRecord(path=path, reason=reason)]
+        with pf:
+            columns = _projection(pf, inputs.columns, path)
+            return ref, *_cut_parquet(path, pf, meta, ref, inputs, progress, columns, reader)
+    finally:
+        progress.bytes += reader.bytes_read
+        reader.close()
+
+
+def _checked_columns(pf: Any, columns: list[str]) -> list[str]:
+    """Of a record's columns, those whose values compile must look at (see
+    :func:`_safe_type`); the others are never read at compile."""
+    schema = pf.schema_arrow
+    return [c for c in columns if not _safe_type(schema.field(c).type)]
+
+
+def _group_problems(
+    pf: Any, group: int, checked: list[str], all_columns: list[str]
+) -> Iterator[tuple[int, str]]:
+    """The malformed rows (0-based in the group) of one row group, in row order: the
+    ``checked`` columns read (only those column chunks), or every row of a group that
+    cannot be read."""
+    if not checked:
+        return
+    try:
+        table = pf.read_row_group(group, columns=checked)
+    except Exception as e:  # pyarrow raises many types for corrupt pages
+        reason = f"unreadable row group {group}: {type(e).__name__}: {e}"
+        for i in range(pf.metadata.row_group(group).num_rows):
+            yield i, reason
+        return
+    # The first bad column in the record's column order names the row's problem.
+    order = {c: k for k, c in enumerate(all_columns)}
+    table = table.select(sorted(checked, key=order.__getitem__))
+    yield from sorted(_table_problems(table).items())
+
+
+def _group_sizes(meta: Any, group: int, columns: list[str]) -> int:
+    """The uncompressed bytes of ``columns`` in one row group (every column chunk whose
+    top-level field is one of them), from the footer."""
+    info = meta.row_group(group)
+    wanted = set(columns)
+    total = 0
+    for c in range(info.num_columns):
+        chunk = info.column(c)
+        if chunk.path_in_schema.split(".", 1)[0] in wanted:
+            total += chunk.total_uncompressed_size
+    return total
 
 
 def _cut_parquet(
-    path: str, pf: Any, meta: Any, ref: FileRef, inputs: InputsSpec, progress: ScanProgress
+    path: str,
+    pf: Any,
+    meta: Any,
+    ref: FileRef,
+    inputs: InputsSpec,
+    progress: ScanProgress,
+    columns: list[str],
+    reader: _CountingFile,
 ) -> tuple[list[RecordSlice], list[MalformedRecord]]:
+    """Slices of the file's rows, cut from the footer alone (each row group's row count,
+    and for ``bytes_per_shard`` its size: a row's size is its group's bytes of the
+    record's columns over its rows). No row is read, except the columns whose type can
+    hold a malformed value (floats, binary, ...), which are read column-wise to find
+    them (only those column chunks)."""
     malformed: list[MalformedRecord] = []
-    cutter = _cutter(inputs)
     slices: list[RecordSlice] = []
+    projected = columns if inputs.columns is not None else None
+    checked = _checked_columns(pf, columns)
+    per_shard = inputs.records_per_shard
+    limit = inputs.bytes_per_shard
     first, count, size = 0, 0, 0.0
-    row = 0  # 0-based index of the next row
-    # One row group in memory at a time; each row's size is estimated from its group's.
+    row = 0  # 0-based index of the group's first row
+
+    def flush() -> None:
+        slices.append(_parquet_slice(ref, first, count, inputs, projected))
+
     for group in range(meta.num_row_groups):
-        info = meta.row_group(group)
-        per_row = info.total_byte_size / info.num_rows if info.num_rows else 0.0
-        for _, problem in _group_rows(pf, group):
-            if count and cutter.full(count, math.ceil(size + per_row)):
-                slices.append(_parquet_slice(ref, first, count, inputs))
-                count, size = 0, 0.0
+        n = meta.row_group(group).num_rows
+        per_row = _group_sizes(meta, group, columns) / n if n else 0.0
+        taken = 0
+        while taken < n:
             if count == 0:
-                progress.start_shard(path, row, inputs)
-                first = row
-            count += 1
-            size += per_row
-            row += 1
-            progress.records += 1
-            if problem is not None:
-                malformed.append(MalformedRecord(path=path, row=row, reason=problem))
+                progress.start_shard(path, row + taken, inputs)
+                first = row + taken
+            if per_shard is not None:
+                k = min(n - taken, per_shard - count)
+            else:
+                assert limit is not None
+                # Rows that still fit (a shard holds at least one row, however large).
+                fit = int((limit - size) // per_row) if per_row > 0 else n - taken
+                k = min(n - taken, max(fit, 0 if count else 1))
+            count += k
+            size += k * per_row
+            taken += k
+            progress.records += k
+            if taken < n or (per_shard is not None and count >= per_shard):
+                flush()
+                count, size = 0, 0.0
+        for i, reason in _group_problems(pf, group, checked, columns):
+            malformed.append(MalformedRecord(path=path, row=row + i + 1, reason=reason))
+        row += n
     if count:
-        slices.append(_parquet_slice(ref, first, count, inputs))
+        flush()
     return slices, malformed
 
 
-def _parquet_slice(ref: FileRef, first: int, count: int, inputs: InputsSpec) -> RecordSlice:
+def _parquet_slice(
+    ref: FileRef, first: int, count: int, inputs: InputsSpec, columns: list[str] | None
+) -> RecordSlice:
     return RecordSlice(
         format="parquet",
         file=ref,
         first_record=first,
         record_count=count,
         on_malformed=inputs.malformed_policy,
+        columns=columns,
     )
 
 
 # -- A shard's records ---------------------------------------------------------------------
 
 
+def _slice_groups(s: RecordSlice, meta: Any) -> Iterator[tuple[int, int, int, int]]:
+    """``(group, base, start, stop)``: the row groups holding rows of ``s``, the file
+    index of each group's first row, and the slice's rows in it (0-based in the group,
+    stop exclusive); the other groups are never read."""
+    end = s.first_record + s.record_count
+    base = 0
+    for group in range(meta.num_row_groups):
+        n = meta.row_group(group).num_rows
+        if base >= end:
+            return
+        if base + n > s.first_record:
+            yield group, base, max(s.first_record - base, 0), min(end - base, n)
+        base += n
+
+
+def _slice_table(s: RecordSlice, pf: Any, bad: list[MalformedRecord]) -> Iterator[tuple[int, Any]]:
+    """Each row group's part of the slice as an Arrow table of the slice's columns (only
+    those column chunks are read), with the file index of its first row; a group that
+    cannot be read makes each of its rows of the slice malformed (and yields nothing)."""
+    for group, base, start, stop in _slice_groups(s, pf.metadata):
+        try:
+            table = pf.read_row_group(group, columns=s.columns)
+        except Exception as e:  # pyarrow raises many types for corrupt pages
+            reason = f"unreadable row group {group}: {type(e).__name__}: {e}"
+            for index in range(base + start, base + stop):
+                bad.append(MalformedRecord(path=s.file.path, row=index + 1, reason=reason))
+            continue
+        yield base + start, table.slice(start, stop - start)
+
+
 def _read_parquet_slice(
     s: RecordSlice, pf: Any, good: list[dict[str, JsonValue]], bad: list[MalformedRecord]
 ) -> int:
-    """Read the rows of ``s`` from the row groups that hold them (the others are never
-    read); returns how many rows it saw."""
-    end = s.first_record + s.record_count
-    base = 0
-    seen = 0
-    for group in range(pf.metadata.num_row_groups):
-        n = pf.metadata.row_group(group).num_rows
-        if base + n > s.first_record and base < end:
-            for j, (row, reason) in enumerate(_group_rows(pf, group)):
-                index = base + j
-                if s.first_record <= index < end:
-                    seen += 1
-                    if row is not None:
-                        good.append(row)
-                    else:
-                        bad.append(
-                            MalformedRecord(
-                                path=s.file.path, row=index + 1, reason=reason or "malformed"
-                            )
-                        )
-        elif base >= end:
-            break
-        base += n
-    return seen
+    """Read the rows of ``s`` (its columns only) from the row groups that hold them;
+    returns how many rows it saw."""
+    seen = len(bad)
+    for first_index, table in _slice_table(s, pf, bad):
+        for j, row in enumerate(table.to_pylist()):
+            try:
+                good.append(_row_record(row))
+            except ValueError as e:
+                bad.append(
+                    MalformedRecord(path=s.file.path, row=first_index + j + 1, reason=str(e))
+                )
+    return len(good) + len(bad) - seen
 
 
-def read_slice(
-    s: RecordSlice, store: ArtifactStore
-) -> tuple[list[dict[str, JsonValue]], list[MalformedRecord]]:
-    """The records of a slice, in file order, and those that could not be read.
+@dataclass
+class SliceTable:
+    """A Parquet shard's records as one Arrow table (its columns, the rows that are not
+    malformed, in file order), the malformed ones, and the bytes the shard read."""
+
+    table: Any
+    malformed: list[MalformedRecord]
+    bytes_read: int
+
+
+def read_slice_table(s: RecordSlice, store: ArtifactStore) -> SliceTable:
+    """A Parquet slice as one Arrow table, for operators that take their shard whole
+    (``batch: arrow``): only its row groups and its columns are read; rows that would be
+    malformed records (a float without a JSON form, ...) are taken out and listed, so
+    the table holds the records the per-record path would give."""
+    import pyarrow as pa
+
+    if s.format != "parquet":
+        raise ValueError(f"a {s.format} slice has no Arrow table")
+    bad: list[MalformedRecord] = []
+    with _open_blob(store, s.file.digest) as blob, _open_parquet(blob) as pf:
+        parts = []
+        for first_index, part in _slice_table(s, pf, bad):
+            problems = _table_problems(part)
+            if problems:
+                for i, reason in sorted(problems.items()):
+                    bad.append(
+                        MalformedRecord(path=s.file.path, row=first_index + i + 1, reason=reason)
+                    )
+                keep = [i not in problems for i in range(part.num_rows)]
+                part = part.filter(pa.array(keep))
+            parts.append(part)
+        schema = pf.schema_arrow
+        if s.columns is not None:
+            schema = pa.schema([schema.field(c) for c in s.columns])
+        read = int(getattr(blob, "bytes_read", 0))
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    if table.num_rows + len(bad) != s.record_count:
+        raise RuntimeError(
+            f"{s.file.path}: the slice holds {table.num_rows + len(bad)} records, its plan "
+            f"says {s.record_count}"
+        )
+    bad.sort(key=lambda m: m.row or 0)
+    return SliceTable(table, bad, read)
+
+
+@dataclass
+class SliceRead:
+    """A shard's records (file order), the malformed ones, and the input bytes it read
+    (a Parquet slice: what its reader fetched; a text slice: its chunk)."""
+
+    records: list[dict[str, JsonValue]]
+    malformed: list[MalformedRecord]
+    bytes_read: int
+
+
+def read_slice_counted(s: RecordSlice, store: ArtifactStore) -> SliceRead:
+    """The records of a slice, in file order, those that could not be read, and the input
+    bytes the read fetched. A Parquet slice reads the footer and, of the row groups that
+    hold its rows, the column chunks of its columns (all, unless the job selects some).
 
     ``RuntimeError`` when the stored bytes do not hold the records the slice names (the
     store verifies digests, so only a scanner change could cause it)."""
@@ -412,9 +668,12 @@ def read_slice(
     if s.format == "parquet":
         with _open_blob(store, s.file.digest) as blob, _open_parquet(blob) as pf:
             count = _read_parquet_slice(s, pf, good, bad)
+            read = int(getattr(blob, "bytes_read", 0))
     else:
         assert s.chunk_digest is not None and s.start_line is not None
-        lines = io.BytesIO(store.get_bytes(s.chunk_digest))
+        chunk = store.get_bytes(s.chunk_digest)
+        read = len(chunk)
+        lines = io.BytesIO(chunk)
         records: Iterable[Record]
         if s.format == "csv":
             records = CsvRows(
@@ -439,4 +698,13 @@ def read_slice(
         raise RuntimeError(
             f"{s.file.path}: the slice holds {count} records, its plan says {s.record_count}"
         )
-    return good, bad
+    return SliceRead(good, bad, read)
+
+
+def read_slice(
+    s: RecordSlice, store: ArtifactStore
+) -> tuple[list[dict[str, JsonValue]], list[MalformedRecord]]:
+    """The records of a slice, in file order, and those that could not be read (see
+    :func:`read_slice_counted`)."""
+    got = read_slice_counted(s, store)
+    return got.records, got.malformed

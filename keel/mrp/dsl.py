@@ -28,6 +28,7 @@ from pydantic import (
     Field,
     JsonValue,
     SerializerFunctionWrapHandler,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_serializer,
@@ -62,6 +63,8 @@ MAX_JOB_BYTES = 16 * 1024 * 1024
 RecordFormat = Literal["jsonl", "csv", "parquet"]
 #: What a malformed record does to its shard (``inputs.on_malformed``).
 OnMalformed = Literal["fail", "skip"]
+#: A Parquet column a job selects (``inputs.columns``): a top-level field's name.
+ColumnName = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
 S3_URI_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<key>.*)$")
 
 #: URI schemes a produce sink can be written to by the runtime (the artifact store's S3
@@ -240,7 +243,7 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_RECORD_KEYS = ("format", "records_per_shard", "bytes_per_shard", "on_malformed")
+_RECORD_KEYS = ("format", "records_per_shard", "bytes_per_shard", "on_malformed", "columns")
 
 
 class InputsSpec(_Spec):
@@ -252,7 +255,9 @@ class InputsSpec(_Spec):
     ``format`` (``jsonl``, ``csv``, ``parquet``) each file's records are the items, cut
     into shards of ``records_per_shard`` records or about ``bytes_per_shard`` bytes (at
     record boundaries, never across files); ``on_malformed`` (``fail``, the default, or
-    ``skip``) says what a record that cannot be read does to its shard.
+    ``skip``) says what a record that cannot be read does to its shard. ``columns``
+    (Parquet only) names the columns a record holds: a shard reads only those column
+    chunks of its row groups, and a record is ``{column: value}`` of those columns.
     """
 
     items: list[FiniteJson] | None = None
@@ -263,6 +268,7 @@ class InputsSpec(_Spec):
     records_per_shard: int | None = Field(default=None, ge=1, le=10_000_000, strict=True)
     bytes_per_shard: int | None = Field(default=None, ge=1, le=1 << 40, strict=True)
     on_malformed: OnMalformed | None = None
+    columns: list[ColumnName] | None = Field(default=None, min_length=1, max_length=10_000)
 
     @model_validator(mode="after")
     def _one_source_one_mode(self) -> InputsSpec:
@@ -278,10 +284,14 @@ class InputsSpec(_Spec):
                 )
             if (self.records_per_shard is None) == (self.bytes_per_shard is None):
                 raise ValueError("give exactly one of 'records_per_shard' or 'bytes_per_shard'")
+            if self.columns is not None and self.format != "parquet":
+                raise ValueError("'columns' selects Parquet columns: it needs 'format: parquet'")
+            if self.columns is not None and len(set(self.columns)) != len(self.columns):
+                raise ValueError("'columns' names a column twice")
         else:
             extra = [
                 k
-                for k in ("records_per_shard", "bytes_per_shard", "on_malformed")
+                for k in ("records_per_shard", "bytes_per_shard", "on_malformed", "columns")
                 if getattr(self, k) is not None
             ]
             if extra:

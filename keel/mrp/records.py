@@ -91,7 +91,8 @@ class RecordSlice(BaseModel):
     CSV, ``start_line``..``end_line`` (1-based, inclusive) and ``byte_start``..``byte_end``
     (end exclusive) locate them in the file and ``chunk_digest`` names those bytes in the
     artifact store; ``columns`` is the CSV header. Parquet slices name rows only; the whole
-    file is in the store under ``file.digest``.
+    file is in the store under ``file.digest``, and ``columns`` (when the job selects them,
+    ``inputs.columns``) are the only columns its records hold and its shard reads.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -116,8 +117,10 @@ class RecordSlice(BaseModel):
             raise ValueError(f"a {self.format} slice needs its lines, bytes and chunk digest")
         if not text and (any(v is not None for v in located) or self.chunk_digest is not None):
             raise ValueError("a parquet slice names rows only")
-        if (self.format == "csv") != (self.columns is not None):
-            raise ValueError("columns are given for csv slices, and only for them")
+        if self.format == "csv" and self.columns is None:
+            raise ValueError("a csv slice names its header's columns")
+        if self.format == "jsonl" and self.columns is not None:
+            raise ValueError("columns are given for csv and parquet slices only")
         if (
             text
             and self.byte_end is not None
