@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from activities import fanout
-from activities.mrp.host import run_map_batch_in_host
+from activities.mrp.host import ArrowShard, run_map_batch_in_host
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for
 from activities.mrp.operators import OperatorHandle
-from activities.mrp.records import read_slice
+from activities.mrp.records import read_slice_counted, read_slice_table
 from keel.digest import canonical_json, digest_bytes
 from keel.mrp.normalize import FileRef, ShardInput
 from keel.mrp.records import RecordSlice
@@ -130,6 +130,9 @@ class ShardAttempt(BaseModel):
     pid: int = 0
     # The Ray node that ran the attempt (empty under threads).
     node_id: str = ""
+    # Of a record shard's input file, the bytes the attempt read (a Parquet shard: the
+    # footer and its row groups' column chunks; a text shard: its chunk); 0 otherwise.
+    input_bytes: int = 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -205,13 +208,10 @@ def read_shard_inputs(
     return [b if b is not None else RuntimeError("input not read") for b in out]
 
 
-def _slice_records(
-    records: RecordSlice, store: ArtifactStore, operator: str
-) -> list[dict[str, JsonValue]]:
-    """A record shard's records for the operator. Under ``on_malformed: fail`` a malformed
-    record fails the shard (not retryable: the bytes will not change), naming its file and
-    line or row; under ``skip`` it is left out (the run manifest lists it)."""
-    good, bad = read_slice(records, store)
+def _refuse_malformed(records: RecordSlice, bad: list[Any], operator: str) -> None:
+    """Under ``on_malformed: fail`` a malformed record fails the shard (not retryable: the
+    bytes will not change), naming its file and line or row; under ``skip`` it is left
+    out (the run manifest lists it)."""
     if bad and records.on_malformed == "fail":
         more = f" (and {len(bad) - 1} more in this shard)" if len(bad) > 1 else ""
         raise OperatorError(
@@ -219,7 +219,31 @@ def _slice_records(
             f"malformed record at {bad[0].describe()}{more}; inputs.on_malformed is fail",
             retryable=False,
         )
-    return good
+
+
+def _slice_records(
+    records: RecordSlice, store: ArtifactStore, operator: str
+) -> tuple[list[dict[str, JsonValue]], int]:
+    """A record shard's records for the operator (see :func:`_refuse_malformed`) and the
+    input bytes read."""
+    got = read_slice_counted(records, store)
+    _refuse_malformed(records, got.malformed, operator)
+    return got.records, got.bytes_read
+
+
+def _slice_arrow(
+    records: RecordSlice, store: ArtifactStore, operator: str
+) -> tuple[ArrowShard, int]:
+    """A Parquet shard's records as one Arrow table (IPC bytes) for a ``batch: arrow``
+    operator, and the input bytes read."""
+    import pyarrow as pa
+
+    got = read_slice_table(records, store)
+    _refuse_malformed(records, got.malformed, operator)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, got.table.schema) as writer:
+        writer.write_table(got.table)
+    return ArrowShard(sink.getvalue().to_pybytes()), got.bytes_read
 
 
 def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
@@ -283,27 +307,35 @@ def _localised(context: ShardContext) -> ShardContext:
     return context
 
 
-def _shard_items(shard_input: ShardInput, store: ArtifactStore, ref: str) -> list[JsonValue]:
-    """What the operator is given for a shard: its items, its records, or its files."""
+def _shard_items(
+    shard_input: ShardInput, store: ArtifactStore, spec: Any
+) -> tuple[list[JsonValue] | ArrowShard, int]:
+    """What the operator is given for a shard (its items, its records, or its files; a
+    Parquet shard's records as one Arrow table when the operator says ``batch: arrow``)
+    and the input bytes read for it."""
     items: list[JsonValue]
     if shard_input.items is not None:
         items = list(shard_input.items)
     elif shard_input.records is not None:
-        items = list(_slice_records(shard_input.records, store, ref))
+        if shard_input.records.format == "parquet" and spec.batch == "arrow":
+            return _slice_arrow(shard_input.records, store, spec.ref)
+        records, read = _slice_records(shard_input.records, store, spec.ref)
+        return list(records), read
     else:
         items = [f.model_dump(mode="json") for f in shard_input.files or []]
-    return items
+    return items, 0
 
 
 class _Prepared(NamedTuple):
     """A shard ready for its operator call: its place in the batch, when its attempt
-    started, its LLM client, context and operator input."""
+    started, its LLM client, context and operator input, and the input bytes read."""
 
     place: int
     t0: float
     llm: LLMClient
     ctx: OperatorContext
-    values: list[JsonValue]
+    values: list[JsonValue] | ArrowShard
+    input_bytes: int = 0
 
 
 def _execute_items(
@@ -345,7 +377,8 @@ def _execute_items(
                 file_reader=file_reader(store),
                 operator=spec.ref,
             )
-            ready.append(_Prepared(i, t0, llm, ctx, _shard_items(shard_input, store, spec.ref)))
+            values, read = _shard_items(shard_input, store, spec)
+            ready.append(_Prepared(i, t0, llm, ctx, values, read))
         except OperatorError as e:
             attempts[i] = _failed_attempt(context, str(e), e.retryable, t0, llm, ctx)
         except Exception as e:  # the runtime's own failure (store): worth a retry
@@ -401,6 +434,7 @@ def _succeeded(
         llm_cached=stats.cache_hits,
         llm_call_logs=list(stats.logs),
         pid=os.getpid(),
+        input_bytes=r.input_bytes,
     )
 
 

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any, Protocol, overload
+from typing import IO, Any, NamedTuple, Protocol, overload
 
 from pydantic import JsonValue
 
@@ -69,6 +69,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_IDLE = 32
 
 __all__ = [
+    "ArrowShard",
     "HostError",
     "OperatorHost",
     "declared_env",
@@ -102,6 +103,14 @@ class OutputSource(Protocol):
     def answer(self, msg: dict[str, Any]) -> bytes:
         """One protocol line answering an ``outputs`` ask."""
         ...
+
+
+class ArrowShard(NamedTuple):
+    """A map shard's records as one Arrow table, in the Arrow IPC stream format, for a
+    ``batch: arrow`` operator (``map_arrow``). It goes to the host as raw bytes after the
+    call's JSON line (``{"arrow": <length>}`` in the shard's place), not as JSON."""
+
+    data: bytes
 
 
 def declared_env(names: list[str], source: dict[str, str] | None = None) -> dict[str, str]:
@@ -157,11 +166,16 @@ class OperatorHost:
         read_file: Callable[[dict[str, Any]], bytes],  # given the whole ask
         operator: str,
         outputs: OutputSource | None = None,
+        payload: bytes = b"",
     ) -> dict[str, Any]:
-        """Send one call; serve its ``llm``, ``read_file`` and ``outputs`` requests; return
-        its reply."""
+        """Send one call (and ``payload``, raw bytes after its line: a batch's Arrow
+        shards); serve its ``llm``, ``read_file`` and ``outputs`` requests; return its
+        reply."""
         try:
             self._send(request)
+            if payload:
+                self._out.write(payload)
+                self._out.flush()
             while True:
                 msg = self._receive(operator)
                 rpc = msg.get("rpc")
@@ -382,9 +396,15 @@ def run_map_batch_in_host(
             "params": ctxs[0].params,
             "memory_mb": memory_mb,
             "shards": [
-                {"value": value, "seed": ctx.seed, "shard_id": ctx.shard_id} for value, ctx in rest
+                (
+                    {"arrow": len(value.data), "seed": ctx.seed, "shard_id": ctx.shard_id}
+                    if isinstance(value, ArrowShard)
+                    else {"value": value, "seed": ctx.seed, "shard_id": ctx.shard_id}
+                )
+                for value, ctx in rest
             ],
         }
+        payload = b"".join(v.data for v, _ in rest if isinstance(v, ArrowShard))
 
         def llm(msg: dict[str, Any], ctxs: list[OperatorContext] = ctxs) -> dict[str, Any]:
             return _llm_handler(ctxs[int(msg.get("shard") or 0)])(msg)
@@ -394,7 +414,7 @@ def run_map_batch_in_host(
 
         try:
             with _host(env) as host:
-                reply = host.call(request, llm, read, spec.ref)
+                reply = host.call(request, llm, read, spec.ref, payload=payload)
                 if reply.get("discard"):
                     host.kill()  # a shard ran out of memory: not pooled for another call
         except HostError as e:
@@ -402,6 +422,9 @@ def run_map_batch_in_host(
                 out.append(e)  # the shard that killed its host: its attempt failed
                 return out
             for value, ctx in rest:  # one per call: only the shard that kills its host fails
+                if isinstance(value, ArrowShard):
+                    out.extend(run_map_batch_in_host(handle, [(value, ctx)], memory_mb=memory_mb))
+                    continue
                 try:
                     out.append((run_in_host(OperatorKind.MAP, handle, value, ctx,
                                             memory_mb=memory_mb), 0.0))  # fmt: skip
@@ -448,6 +471,12 @@ class _Channel:
         msg = json.loads(line)
         assert isinstance(msg, dict)
         return msg
+
+    def read_exact(self, n: int) -> bytes:
+        data = self.r.read(n)
+        if len(data) != n:
+            raise SystemExit(0)  # the parent is gone mid-message
+        return data
 
     def ask(self, msg: dict[str, Any]) -> dict[str, Any]:
         # Operator threads share the channel: one request and its answer at a time.
@@ -647,9 +676,16 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
     """A ``map_batch`` call: the handle checked and the operator loaded once, then each
     shard mapped with its own context (seed, shard id, proxies that name its place) under
     its own memory limit; a shard out of memory ends the batch (``discard``)."""
-    from activities.mrp.operators import OperatorHandle, invoke_map
+    from activities.mrp.operators import OperatorHandle, invoke_map, invoke_map_arrow
 
     memory_mb = request.get("memory_mb")
+    shards = request.get("shards") or []
+    # Arrow shards' bytes follow the line, in shard order: read them all first, so the
+    # channel is at the next message whatever happens to the batch.
+    tables: dict[int, bytes] = {}
+    for i, shard in enumerate(shards):
+        if shard.get("arrow") is not None:
+            tables[i] = channel.read_exact(int(shard["arrow"]))
     try:
         handle = OperatorHandle.model_validate(request["handle"])
         instance = handle.load()
@@ -660,15 +696,16 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
     env = dict(os.environ)
     base = _data_bytes() if memory_mb else None
     results: list[dict[str, Any]] = []
-    for i, shard in enumerate(request.get("shards") or []):
+    for i, shard in enumerate(shards):
         t0 = time.perf_counter()
         ctx = _context(channel, spec.ref, shard, params, i, env)
         try:
             with memory_limit(memory_mb, base):
-                reply: dict[str, Any] = {
-                    "ok": True,
-                    "result": invoke_map(spec, instance, shard.get("value"), ctx),
-                }
+                if i in tables:
+                    result = invoke_map_arrow(spec, instance, _arrow_table(tables.pop(i)), ctx)
+                else:
+                    result = invoke_map(spec, instance, shard.get("value"), ctx)
+                reply: dict[str, Any] = {"ok": True, "result": result}
         except Exception as e:
             reply = _failure(e, memory_mb)
         _spent(reply, ctx)["ms"] = (time.perf_counter() - t0) * 1000
@@ -676,6 +713,13 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
         if reply.get("discard"):
             return {"ok": True, "results": results, "discard": True}
     return {"ok": True, "results": results}
+
+
+def _arrow_table(data: bytes) -> Any:
+    """An Arrow IPC stream's table."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def _failure(e: Exception, memory_mb: int | None) -> dict[str, Any]:

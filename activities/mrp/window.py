@@ -173,6 +173,8 @@ class MapWindow:
         self.operator_digest = ""
         self.session: RaySession | None = None
         self.meter: dict[str, Any] = {}
+        # Of computed record shards, the input bytes each read (shard index -> bytes).
+        self.input_bytes: dict[int, int] = {}
 
     def _instruments(self) -> None:
         """The window's metric instruments, made once (metrics never fail an activity)."""
@@ -315,6 +317,7 @@ class MapWindow:
             stopped_by_budget=self.stopped_by_budget,
             elapsed_s=time.monotonic() - t0,
             failed_shards=[shard for _, shard in sorted(self.failed_shards)],
+            input_bytes=sorted(self.input_bytes.items()),
         )
 
     async def _unfinished(self, tasks: list[MapTask]) -> list[MapTask]:
@@ -562,6 +565,8 @@ class MapWindow:
         assert result.output_digest is not None
         if result.output_bytes is not None:
             self.outputs[t.shard_index] = result.output_bytes
+        if result.input_bytes:
+            self.input_bytes[t.shard_index] = result.input_bytes
         self._note(
             self._record(
                 t,

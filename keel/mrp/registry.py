@@ -206,6 +206,12 @@ class OperatorSpec(BaseModel):
         description="Environment variables the operator's process gets (names; values from "
         "the worker's environment). It gets no other variable.",
     )
+    batch: Literal["arrow"] | None = Field(
+        default=None,
+        description="A map operator that takes a Parquet shard whole: 'arrow' (its class "
+        "implements map_arrow, given one Arrow table of the shard's records); None: records "
+        "one by one (map) for every input.",
+    )
     code_digest: str = Field(description="blake3:<hex> of the operator's code tree.")
     signature: str | None = Field(default=None, description="ed25519 signature, hex.")
 
@@ -223,6 +229,8 @@ class OperatorSpec(BaseModel):
         data = handler(self)
         if isinstance(data, dict) and not self.env:
             data.pop("env", None)
+        if isinstance(data, dict) and self.batch is None:
+            data.pop("batch", None)  # likewise for specs without batch
         return data
 
     @field_validator("entrypoint")
@@ -265,6 +273,8 @@ class OperatorSpec(BaseModel):
             raise ValueError("a produce operator must list the sink kinds it writes")
         if self.kind is not OperatorKind.PRODUCE and self.sinks:
             raise ValueError("only produce operators may write sinks")
+        if self.batch is not None and self.kind is not OperatorKind.MAP:
+            raise ValueError("only map operators take a shard as a batch (batch: arrow)")
         if self.llm is not None and "llm" not in self.egress:
             # An LLM estimate without LLM egress would let the operator's real network use
             # escape the egress rule; declare both or neither.

@@ -5,7 +5,8 @@ and Python code. Its ``entrypoint`` is ``module:Class``, the module path taken *
 the operator's folder* (``agent:WordCount`` is ``<folder>/agent.py``), so the code that runs
 is the code that ``code_digest`` covers. The class subclasses one of:
 
-- :class:`AgentBase` (kind ``map``): ``map(items, ctx)`` -> one JSON output per shard;
+- :class:`AgentBase` (kind ``map``): ``map(items, ctx)`` -> one JSON output per shard
+  (and, with ``batch: arrow``, ``map_arrow(table, ctx)`` for Parquet shards);
 - :class:`ReducerBase` (``reduce``): ``reduce(outputs, ctx)``, outputs in shard-index order;
 - :class:`EvaluatorBase` (``evaluate``): ``evaluate(reduced, ctx)`` -> :class:`Evaluation`;
 - :class:`ProducerBase` (``produce``): ``produce(reduced, sink, out_dir, ctx)`` ->
@@ -311,6 +312,14 @@ class AgentBase(OperatorBase):
     @abstractmethod
     def map(self, items: list[JsonValue], ctx: OperatorContext) -> JsonValue:
         """The shard's output (one JSON value) from its items (or ``FileRef`` dicts)."""
+
+    def map_arrow(self, table: Any, ctx: OperatorContext) -> JsonValue:
+        """The shard's output from its records as one ``pyarrow.Table`` (the columns the
+        job selects, ``inputs.columns``, or all; malformed rows left out as ``map`` would
+        not see them). Called instead of :meth:`map` for a Parquet shard when the
+        operator's ``operator.yaml`` says ``batch: arrow``; every other shard still goes
+        to :meth:`map`, which must give the same output for the same records."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement map_arrow")
 
 
 class ReducerBase(OperatorBase):

@@ -96,6 +96,9 @@ class MapWindowResult(_Model):
     elapsed_s: float = 0.0
     # With tolerate_failures: the shards that failed for good (ids; errors are in SQL).
     failed_shards: list[str] = Field(default_factory=list)
+    # Record shards computed by this window: (shard index, bytes of its input file the
+    # shard read: a Parquet shard's footer and column chunks, a text shard's chunk).
+    input_bytes: list[tuple[int, int]] = Field(default_factory=list)
 
 
 class PhaseInput(_Model):

@@ -51,6 +51,7 @@ from activities.mrp.operators.files import (
 from activities.mrp.operators.invoke import (
     invoke_evaluate,
     invoke_map,
+    invoke_map_arrow,
     invoke_produce,
     invoke_reduce,
     phase_handle,
@@ -84,6 +85,7 @@ __all__ = [
     "generate_key",
     "invoke_evaluate",
     "invoke_map",
+    "invoke_map_arrow",
     "invoke_produce",
     "invoke_reduce",
     "load_mrp_config",

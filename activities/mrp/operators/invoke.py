@@ -124,6 +124,33 @@ def invoke_map(
     return _checked(spec, ctx, items, "item", lambda: instance.map(items, ctx), "map output")
 
 
+def _sample_rows(table: Any) -> list[JsonValue]:
+    """The first and last rows of an Arrow table as the records the per-record path gives
+    (``activities.mrp.records``), for the batch path's schema check."""
+    from activities.mrp.records import _row_record
+
+    n = table.num_rows
+    picks = [0, n - 1] if n > 1 else list(range(n))
+    return [_row_record(table.slice(i, 1).to_pylist()[0]) for i in picks]
+
+
+def invoke_map_arrow(
+    spec: OperatorSpec, instance: OperatorBase, table: Any, ctx: OperatorContext
+) -> JsonValue:
+    """Run a ``batch: arrow`` map operator on one shard given whole as an Arrow table: the
+    params checked, the table's first and last rows checked against ``input_schema`` as
+    records (not every row: the per-item check is what the batch path saves; the
+    operator reads typed columns), the call guarded, the output checked as
+    :func:`invoke_map` checks it."""
+    _expect(spec, instance, OperatorKind.MAP)
+    assert isinstance(instance, AgentBase)
+    if spec.batch != "arrow":
+        raise OperatorError(spec.ref, "does not take Arrow batches (batch: arrow)", retryable=False)
+    return _checked(
+        spec, ctx, _sample_rows(table), "row", lambda: instance.map_arrow(table, ctx), "map output"
+    )
+
+
 class _CheckedOutputs(Sequence[JsonValue]):
     """Shard outputs read lazily, each checked against ``input_schema`` when read."""
 
