@@ -20,23 +20,24 @@ Parquet file with it), every process stopped by its PID:
    ``--workers`` CPUs in this process. **Floor cold** is Ray's start plus the first run,
    **floor warm** the second. Ray is shut down before Keel starts.
 3. **Keel**: a ``keel worker`` subprocess (backend ``ray``, the same CPU count) runs an
-   ``MRPJob`` with ``inputs.format: parquet`` and ``records_per_shard`` = the rows of one
-   row group (one shard per row group), ``amount-stats`` (``field: amount``) ->
-   ``numeric-sum`` -> ``json-writer``, twice with new job ids (new seeds, so no shard
-   comes from a checkpoint; asserted): **cold** (the worker's first job: it starts the
-   worker's Ray cluster and actors) and **warm**, each timed from start to result, with
-   the run's ``phase_timings``. The totals in the sink file must equal the floor's
-   exactly (count, sum, and the sums of the per-shard min and max, since ``numeric-sum``
-   adds every numeric leaf): asserted.
-4. **Bytes per shard**: Keel's Parquet shard reads its records through the store's
-   ``open_blob`` reader, whose ``bytes_read`` counts what it handed out, but the count is
-   not reported by the run. So after the run each shard's reads are replayed in this
-   process against the run's own store: the shard's slice is taken from the run's IR (as
-   ``tests/mrp/integration/test_records.py`` does), the same ``_open_blob`` and
-   ``_open_parquet`` of ``activities/mrp/records.py`` open it, and ``read_row_group`` is
-   called for each row group that holds the slice's rows (the calls ``_read_parquet_slice``
-   makes, without its ``to_pylist``); ``bytes_read`` after it is the shard's count. The
-   floor's bytes are its ``amount`` column chunks (from the footer).
+   ``MRPJob`` with ``inputs.format: parquet``, ``inputs.columns: [amount]`` and
+   ``records_per_shard`` = the rows of one row group (one shard per row group),
+   ``amount-stats`` (``field: amount``; ``batch: arrow``, so each shard goes to its
+   ``map_arrow`` as one Arrow table) -> ``numeric-sum`` -> ``json-writer``, twice with new
+   job ids (new seeds, so no shard comes from a checkpoint; asserted): **cold** (the
+   worker's first job: it starts the worker's Ray cluster and actors) and **warm**, each
+   timed from start to result, with the run's ``phase_timings``. The totals in the sink
+   file must equal the floor's exactly (count, sum, and the sums of the per-shard min and
+   max, since ``numeric-sum`` adds every numeric leaf): asserted.
+4. **Bytes per shard**: as the run reports them: each map window's result (in the
+   workflow histories) lists ``input_bytes``, ``(shard index, bytes)``, the bytes the
+   shard's ``open_blob`` reader fetched from the run's store (the footer read, pyarrow's
+   last 64 KiB, and the shard's ``amount`` column chunk). The floor's bytes are its
+   ``amount`` column chunks (from the footer; its own footer reads not counted).
+5. **Same-operator floor** (unless ``--no-operator-floor``): one Ray task per row group
+   reading the ``amount`` column as the floor does and calling ``invoke_map_arrow`` of
+   ``amount-stats`` (schema checks in) in the Ray worker, without Keel's host process,
+   store or workflow.
 
 Ratios are Keel over the floor of the same kind (cold over cold, warm over warm), printed
 unrounded to three decimals; the goal (warm <= 1.5) is checked on the unrounded ratio and
@@ -97,18 +98,13 @@ from pydantic import JsonValue
 
 from activities.fanout import ray_init, ray_shutdown
 from activities.mrp.operators import OperatorHandle, load_mrp_config
-from activities.mrp.records import _open_blob, _open_parquet
 from bench.harness import bench_settings, dev_server
 from bench.mrp_scale import bench_config, peak_rss_kib
 from bench.volume import history_line, history_sizes, keel_worker, stop_worker, wait_ready
 from client.temporal import connect
-from keel.mrp.ir import ir_from_json
 from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
 from services.processes import ManagedProcess
-from store.artifacts import PackRef, artifact_store_from_settings
-from store.db import get_sessionmaker
-from store.mrp_runs import get_manifest
 from workflows.mrp import MRPJob
 
 GOAL = 1.5
@@ -180,16 +176,17 @@ def floor_run(path: Path, groups: int) -> tuple[float, dict[str, int]]:
 
 
 def operator_group(path: str, group: int, handle: OperatorHandle) -> JsonValue:
-    """The second floor's Ray task: a row group read whole, as Python rows, through the
-    SDK call Keel's hosts make (``invoke_map`` of ``amount-stats``, schema checks in)."""
+    """The second floor's Ray task: a row group's ``amount`` column read as Keel's shard
+    reads it, through the SDK call Keel's hosts make (``invoke_map_arrow`` of
+    ``amount-stats``, schema checks in), in the Ray worker itself (no operator host)."""
     import pyarrow.parquet as pq
 
-    from activities.mrp.operators import invoke_map
+    from activities.mrp.operators import invoke_map_arrow
     from keel.mrp.sdk import OperatorContext
 
-    rows: list[JsonValue] = pq.ParquetFile(path).read_row_group(group).to_pylist()
+    table = pq.ParquetFile(path).read_row_groups([group], columns=["amount"])
     ctx = OperatorContext(params={"field": "amount"}, seed=group)
-    return invoke_map(handle.spec, handle.load(), rows, ctx)
+    return invoke_map_arrow(handle.spec, handle.load(), table, ctx)
 
 
 def operator_run(path: Path, groups: int, handle: OperatorHandle) -> tuple[float, dict[str, int]]:
@@ -237,6 +234,7 @@ inputs:
   files: ["input.parquet"]
   format: parquet
   records_per_shard: {rows_per_shard}
+  columns: [amount]
 map:
   operator: amount-stats@1.0.0
   params: {{field: amount}}
@@ -280,33 +278,33 @@ def sink_totals(result: MRPJobResult, job_id: str) -> dict[str, int]:
     return out
 
 
-def shard_bytes(settings: Settings, run_id: str) -> list[tuple[int, int, int]]:
-    """Each shard's reads replayed against the run's store: (first row, rows, bytes)."""
-    store = artifact_store_from_settings(settings)
-    manifest = get_manifest(get_sessionmaker(settings.resolved_database_url), store, run_id)
-    assert manifest is not None, run_id
-    ir = ir_from_json(store.get_bytes(manifest.ir_digest))
-    out = []
-    for task in ir.map_tasks:
-        place = ir.input_place(task)
-        raw = (
-            store.get_member(PackRef(*place), task.input_digest)
-            if place is not None
-            else store.get_bytes(task.input_digest)
-        )
-        rec = json.loads(raw)["records"]
-        first, count = int(rec["first_record"]), int(rec["record_count"])
-        with _open_blob(store, rec["file"]["digest"]) as blob, _open_parquet(blob) as pf:
-            base, end = 0, first + count
-            for g in range(pf.metadata.num_row_groups):
-                n = pf.metadata.row_group(g).num_rows
-                if base + n > first and base < end:
-                    pf.read_row_group(g)
-                elif base >= end:
-                    break
-                base += n
-            out.append((first, count, blob.bytes_read))
-    return out
+async def shard_bytes(client: Any, workflow_id: str, first_run_id: str) -> list[tuple[int, int]]:
+    """The bytes each shard read, as the run reports them: every map window's result
+    (``MapWindowResult.input_bytes``, ``(shard index, bytes)``) in the histories of the
+    run and of its children, as :func:`bench.volume.history_sizes` walks them."""
+    from temporalio.api.enums.v1 import EventType
+
+    out: list[tuple[int, int]] = []
+    pending: list[tuple[str, str]] = [(workflow_id, first_run_id)]
+    while pending:
+        wid, run_id = pending.pop()
+        handle = client.get_workflow_handle(wid, run_id=run_id)
+        async for e in handle.fetch_history_events():
+            if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+                child = e.child_workflow_execution_started_event_attributes.workflow_execution
+                pending.append((child.workflow_id, child.run_id))
+            elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                attrs = e.workflow_execution_continued_as_new_event_attributes
+                pending.append((wid, attrs.new_execution_run_id))
+            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                for p in e.activity_task_completed_event_attributes.result.payloads:
+                    try:
+                        value = json.loads(p.data)
+                    except ValueError:
+                        continue
+                    if isinstance(value, dict) and "input_bytes" in value:
+                        out.extend((int(i), int(b)) for i, b in value["input_bytes"])
+    return sorted(out)
 
 
 def floor_column_bytes(path: Path) -> list[int]:
@@ -367,6 +365,7 @@ async def main(
             await wait_ready(worker, log)
             timed: dict[str, tuple[float, MRPJobResult]] = {}
             sizes: dict[str, int] = {}
+            handles: dict[str, tuple[str, str]] = {}
             for kind in ("cold", "warm"):
                 job_id = f"parquet-{kind}-{uuid.uuid4().hex[:6]}"
                 text = job_yaml(job_id, per_group, groups, workers)
@@ -380,9 +379,11 @@ async def main(
                 totals = sink_totals(result, job_id)
                 assert totals == floor["warm"][1], (totals, floor["warm"][1])
                 timed[kind] = (elapsed, result)
+                handles[kind] = (handle.id, handle.first_execution_run_id or "")
                 sizes |= await history_sizes(client, handle.id, handle.first_execution_run_id)
             rss = peak_rss_kib(worker.pid)
-            reads = await asyncio.to_thread(shard_bytes, settings, timed["warm"][1].run_id)
+            reads = await shard_bytes(client, *handles["warm"])
+            assert [i for i, _ in reads] == list(range(groups)), reads
             floor_bytes = floor_column_bytes(path)
 
             print(
@@ -391,12 +392,13 @@ async def main(
                 f"Ray CPUs {workers}; dev server (SQLite), a keel worker process, this machine"
             )
             print(f"totals equal, Keel (both jobs) and floor: {floor['warm'][1]}")
-            per_shard = [b for _, _, b in reads]
+            per_shard = [b for _, b in reads]
             print(
-                f"bytes each Keel shard read (open_blob bytes_read, the shard's reads replayed "
-                f"on the run's store): {spread(per_shard)} = "
+                f"bytes each Keel shard read (as the run reports them: its map windows' "
+                f"input_bytes, from the store's open_blob reader): {spread(per_shard)} = "
                 f"{sum(per_shard) / size:.3f} x the file's {size:,}"
             )
+            print(f"  per shard (index: bytes): {dict(reads)}")
             print(
                 f"bytes each floor task read (its amount column chunk, from the footer; "
                 f"plus the footer): {spread(floor_bytes)} = {sum(floor_bytes) / size:.3f} x "
