@@ -200,3 +200,38 @@ def test_a_batch_operator_gets_the_table_and_answers_as_its_map(tmp_path: Path) 
     for k in range(len(cases)):
         assert results[1 + 2 * k] == results[2 + 2 * k], (cases[k], results)
     assert results[3]["sum"] == str(sum(big))  # type: ignore[index]
+
+
+class CountingStore(LocalArtifactStore):
+    """The local store, counting the files it is given to store (each is read whole)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.files_put = 0
+
+    def put_file(self, path: Path) -> str:
+        self.files_put += 1
+        return super().put_file(path)
+
+
+def test_an_unchanged_file_is_not_hashed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from activities.mrp import records
+
+    # The file was just written: with the default 2 s its digest would not be kept yet.
+    monkeypatch.setattr(records, "_SETTLE_NS", 0)
+    monkeypatch.setattr(records, "_DIGESTS", {})
+    path = write(tmp_path / "t.parquet")
+    store = CountingStore(tmp_path / "store")
+    first, slices, _ = scan_record_file("data/t.parquet", path, inputs(), store)
+    again, slices2, _ = scan_record_file("data/t.parquet", path, inputs(), store)
+    assert store.files_put == 1 and again == first and slices2 == slices
+    # Any write moves the change time: the file is read and stored again.
+    pq.write_table(pq.read_table(path).slice(0, GROUP), path)
+    changed, slices3, _ = scan_record_file("data/t.parquet", path, inputs(), store)
+    assert store.files_put == 2 and changed.digest != first.digest and len(slices3) == 1
+    # A store that lost the blob gets it again.
+    other = CountingStore(tmp_path / "other")
+    assert scan_record_file("data/t.parquet", path, inputs(), other)[0] == changed
+    assert other.files_put == 1
