@@ -88,3 +88,27 @@ def test_put_file_and_open_blob_on_s3(s3_server: SeaweedS3, tmp_path: Path) -> N
         assert blob.bytes_read == 15
     with pytest.raises(ArtifactNotFound):
         store.open_blob(digest_bytes(b"never stored"))
+
+
+def test_a_projected_parquet_shard_on_s3_fetches_its_column_chunks(
+    s3_server: SeaweedS3, tmp_path: Path
+) -> None:
+    """With ``inputs.columns`` a shard's ranged GETs fetch the footer (pyarrow's last 64
+    KiB) and, of its row groups, the selected column's chunks: exactly those bytes."""
+    from activities.mrp.records import read_slice_counted
+
+    path = write_parquet(tmp_path / "big.parquet")
+    size = path.stat().st_size
+    store = make_store(s3_server)
+    inputs = parquet_inputs().model_copy(update={"columns": ["amount"]})
+    _, slices, _ = scan_record_file("data/big.parquet", path, inputs, store)
+    meta = pq.ParquetFile(path).metadata
+    col = meta.schema.names.index("amount")
+    chunks = [meta.row_group(g).column(col).total_compressed_size for g in range(ROWS // GROUP)]
+    footer = min(size, 64 * 1024)
+    expected = pq.read_table(path, columns=["amount"]).to_pylist()
+    for s in slices[:2] + slices[-1:]:
+        got = read_slice_counted(s, store)
+        groups = range(s.first_record // GROUP, (s.first_record + s.record_count) // GROUP)
+        assert got.bytes_read == footer + sum(chunks[g] for g in groups)
+        assert got.records == expected[s.first_record : s.first_record + s.record_count]
