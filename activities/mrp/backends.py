@@ -243,7 +243,7 @@ def _slice_arrow(
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, got.table.schema) as writer:
         writer.write_table(got.table)
-    return ArrowShard(sink.getvalue().to_pybytes()), got.bytes_read
+    return ArrowShard(sink.getvalue()), got.bytes_read
 
 
 def execute_shard(task: ShardTask, settings: Settings) -> ShardAttempt:
