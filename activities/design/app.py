@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from activities.design.infra import TRAINING_SET_PREFIX, landing_reader, name_prefix
+from activities.design.infra import (
+    TRAINING_SET_PREFIX,
+    drift_runner,
+    landing_reader,
+    name_prefix,
+)
 from keel.design.constraints import (
     DEFAULT_DATA_SPEC,
     ColumnType,
@@ -393,6 +398,11 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
         else:
             entrypoint = ""
             cmd = '["uvicorn", "services.serve.app:app", "--host", "0.0.0.0", "--port", "8080"]'
+    elif service == "train" and drift_runner(ctx["patterns_by_cap"]):
+        # ECS training: the command, not an entry point, so that the daily drift
+        # schedule's container override (python -m services.observe) replaces it.
+        http, health = False, ""
+        entrypoint, cmd = "", f'["python", "-m", "services.{service}"]'
     else:
         http, health = False, ""
         entrypoint, cmd = f'["python", "-m", "services.{service}"]', ""

@@ -348,6 +348,15 @@ def training_set_writer(plan_by_cap: dict[str, str]) -> bool:
     return transform == "transform:kinesis-lambda" or landing_reader(plan_by_cap)
 
 
+def drift_runner(plan_by_cap: dict[str, str]) -> bool:
+    """Whether something deployed runs ``services.observe`` (the drift check that puts
+    ``max_feature_psi``): a daily EventBridge schedule of the ECS training task with the
+    command overridden (``train:ecs-fargate-jobs``, on the training's image, store and
+    role). Other trainings have no such runtime yet, so their observe module has no drift
+    alarm (it would watch a metric nothing emits)."""
+    return "observe" in plan_by_cap and plan_by_cap.get("train") == "train:ecs-fargate-jobs"
+
+
 #: Transforms that run a job script (``jobs/<runner>/transform.py``), which lands the batch
 #: ingest's files before its feature step: the Glue job and the EMR Serverless job run.
 JOB_TRANSFORMS = ("transform:glue-etl", "transform:emr-serverless-spark")
@@ -402,6 +411,10 @@ def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str
         out["train"]["source_bucket_arns"] = buckets("store", "feature")
     if "serve" in out and "train" in plan_by_cap:
         out["serve"]["model_bucket_arns"] = buckets("train")
+    if "observe" in out and plan_by_cap.get("train", "").startswith("train:sagemaker-"):
+        # Without a drift runner (drift_runner), the observe module alarms on failed
+        # training runs instead: a metric AWS emits for the state machine.
+        out["observe"]["training_state_machine_arn"] = f"module.train_{r}.state_machine_arn"
     if "observe" in out and serve == "serve:sagemaker-batch-transform":
         out["observe"]["capture_s3_uri"] = f"module.serve_{r}.capture_s3_uri"
         out["observe"]["capture_bucket_arns"] = f"module.serve_{r}.data_bucket_arns"
@@ -461,6 +474,8 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
         # Issue 38 §3: the account's one-per-region settings (Lake Formation admins, AWS
         # Config's recorder, Macie, the Glue catalog's encryption) only when asked for.
         "baseline": bool(req.constraints.account_baseline),
+        # Whether the training module schedules services.observe (the drift alarm's feed).
+        "drift_runner": drift_runner(plan_by_cap),
     }
     return _render_files(env, common, modules, regions[0], region_ctx[0])
 

@@ -53,7 +53,8 @@ The rules (:data:`RULES`):
     every CloudWatch alarm watches a metric something emits: an AWS namespace of a
     resource type the Terraform creates, a log metric filter on a log group some runtime
     writes to, or a custom metric the repository's code puts (same namespace, name and
-    dimensions).
+    dimensions), code that a runtime of the Terraform runs (an EventBridge Scheduler ECS
+    target overriding its task's command is a runtime: the drift check's schedule).
 ``jobs``
     every Glue job script (and ``--extra-py-files``) and EMR entry point is an object the
     Terraform uploads from a file of the repository; every EMR Serverless application has

@@ -1,13 +1,17 @@
-"""Rule ``alarms``: every alarm watches a metric something emits."""
+"""Rule ``alarms``: every alarm watches a metric something emits (a custom metric: code a
+runtime of the Terraform runs puts it, not code nothing deployed starts)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from keel.design.wiring.code import Metric, code_metrics
+from keel.design.wiring.code import Metric, code_metrics, import_closure
+from keel.design.wiring.images import runtimes
 from keel.design.wiring.model import _LOG_WRITERS, AWS_NAMESPACES, Block, Finding, TfModule
+from keel.design.wiring.permissions import runtime_files
 from keel.design.wiring.repo import Repo
+from keel.design.wiring.scripts import job_runs
 from keel.design.wiring.terraform import _all_text, _unwrap
 
 
@@ -56,9 +60,11 @@ def _check_watched(
     types: set[str],
     alarm: Block,
     watched: _Watched,
+    deployed: frozenset[str] | None = None,
 ) -> Finding | None:
     """The finding, if any, for one metric an alarm watches: an AWS namespace needs a resource that
-    emits there; a custom one needs a log metric filter or code that puts it with those dimensions.
+    emits there; a custom one needs a log metric filter or code that puts it with those dimensions,
+    code that a runtime of the Terraform runs (``deployed``: the files their import closures hold).
 
     ``writers`` is the text of the module's log writers; ``types`` every resource type the Terraform creates."""
     namespace, name, dims = watched
@@ -76,8 +82,17 @@ def _check_watched(
     if _from_log_filter(mod, namespace, name, writers):
         return None
     coded = [m for m in metrics if m.name == name and _could_be(m.namespace, namespace)]
-    if any(m.dimensions == dims for m in coded):
+    if any(m.dimensions == dims and (deployed is None or m.file in deployed) for m in coded):
         return None
+    if any(m.dimensions == dims for m in coded):
+        shown = next(m.file for m in coded if m.dimensions == dims)
+        return Finding(
+            "alarms",
+            alarm.file,
+            f"{where} watches {namespace} {name}, which nothing deployed emits: {shown} "
+            "puts it, but no runtime of the Terraform (task, scheduled task, function, "
+            "SageMaker job or model, script job) runs that code",
+        )
     if coded:
         return Finding(
             "alarms",
@@ -104,14 +119,30 @@ def check_alarms(repo: Repo) -> list[Finding]:
         if path.endswith(".py") and not path.startswith("tests/")
         for m in code_metrics(path, text)
     ]
+    deployed = _deployed_code(repo) if metrics else None
     for mod in repo.modules.values():
         writers = " ".join(_all_text(r.body) for r in mod.of_kind(*_LOG_WRITERS))
         for alarm in mod.of_kind("aws_cloudwatch_metric_alarm"):
             for watched in _watched(alarm.body):
-                finding = _check_watched(mod, writers, metrics, types, alarm, watched)
+                finding = _check_watched(mod, writers, metrics, types, alarm, watched, deployed)
                 if finding is not None:
                     out.append(finding)
     return out
+
+
+def _deployed_code(repo: Repo) -> frozenset[str] | None:
+    """The Python files some runtime of the Terraform runs: the import closures of what
+    each task, scheduled task, function, SageMaker job or model and script job starts.
+    None when a runtime runs an image whose code is not found (the ``images`` rule reports
+    it): that one might run anything, so no metric is called unemitted for it."""
+    starts: list[str] = []
+    for rt in runtimes(repo):
+        files = runtime_files(repo, rt)
+        if not files and rt.images:
+            return None
+        starts += files
+    starts += [run.script for run in job_runs(repo) if run.script is not None]
+    return frozenset(import_closure(repo.files, starts))
 
 
 def _from_log_filter(mod: TfModule, namespace: str, name: str, writers: str) -> bool:

@@ -73,7 +73,10 @@ def _env_message(what: str, runs: str, read: EnvRead) -> str:
 
 def check_environment(repo: Repo) -> list[Finding]:
     out: list[Finding] = []
-    for rt in runtimes(repo):
+    #: (module, image) -> the variables its task definition's runtime misses: a
+    #: scheduled override of that task reports only the others (one cause, one finding).
+    task_missing: dict[tuple[str, str], set[str]] = {}
+    for rt in sorted(runtimes(repo), key=lambda r: r.scheduled):
         provided = rt.env | RUNTIME_PROVIDED[rt.kind]
         if rt.handler:
             module = rt.handler.rsplit(".", 1)[0]
@@ -95,7 +98,12 @@ def check_environment(repo: Repo) -> list[Finding]:
             if code is None:
                 continue
             starts, image_env, dockerfile = code
+            key = (rt.module.dir, image)
             for read in _missing_env(repo, starts, provided | image_env):
+                if rt.scheduled and read.name in task_missing.get(key, set()):
+                    continue
+                if rt.kind == "ecs" and not rt.scheduled:
+                    task_missing.setdefault(key, set()).add(read.name)
                 runs = " and ".join(starts) + f" ({dockerfile})"
                 out.append(
                     Finding("environment", rt.block.file, _env_message(rt.where, runs, read))

@@ -24,6 +24,7 @@ from keel.design.wiring.model import (
 )
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.terraform import (
+    _all_text,
     _dirname,
     _join,
     _json_objects,
@@ -36,7 +37,9 @@ from keel.design.wiring.terraform import (
 @dataclass(frozen=True)
 class Runtime:
     """Something the Terraform starts that runs code: where it is declared, its kind
-    (``ecs``, ``lambda``, ``sagemaker``), the images it runs and the variables it sets."""
+    (``ecs``, ``lambda``, ``sagemaker``), the images it runs and the variables it sets.
+    An EventBridge Scheduler ECS target that overrides the task's command is one too
+    (``ecs``, declared by the schedule, its role the task definition's)."""
 
     module: TfModule
     block: Block
@@ -46,12 +49,19 @@ class Runtime:
     command: tuple[str, ...] | None = None
     handler: str | None = None
     #: The role a SageMaker job or model runs as (its ``RoleArn``/``ExecutionRoleArn``
-    #: or ``execution_role_arn``), as text naming ``aws_iam_role.<name>``.
+    #: or ``execution_role_arn``), or a scheduled task's (its task definition's
+    #: ``task_role_arn``), as text naming ``aws_iam_role.<name>``.
     role: str = ""
 
     @property
     def where(self) -> str:
         return f"{self.block.kind}.{self.block.name}"
+
+    @property
+    def scheduled(self) -> bool:
+        """A schedule's override of a task definition's command (its image and base
+        environment are the task definition's, whose runtime reports them)."""
+        return self.block.kind == "aws_scheduler_schedule"
 
 
 def _json_keys(obj: str) -> set[str]:
@@ -95,21 +105,65 @@ def image_command(body: dict[str, Any]) -> tuple[str, ...] | None:
     return None
 
 
+_TASK_REF = re.compile(r"aws_ecs_task_definition\.(\w+)\.")
+
+
+def _scheduled_tasks(mod: TfModule, block: Block) -> list[Runtime]:
+    """An EventBridge Scheduler ECS target that overrides its task's command: a runtime
+    of its own (the task definition's images, environment and role; the override's
+    command and environment). Without an override the task definition's runtime covers
+    what it runs."""
+    target = _unwrap(block.body.get("target"))
+    if not isinstance(target, dict):
+        return []
+    params = _unwrap(target.get("ecs_parameters"))
+    ref = _TASK_REF.search(_all_text(params)) if isinstance(params, dict) else None
+    task = mod.resource("aws_ecs_task_definition", ref.group(1)) if ref else None
+    overrides = _json_objects(str(target.get("input", "")), "containerOverrides")
+    if task is None or not overrides:
+        return []
+    (base,) = _task_runtime(mod, task)
+    out: list[Runtime] = []
+    for override in overrides:
+        commands = _json_objects(override, "command")
+        if not commands:
+            continue
+        env = set(base.env)
+        for arr in _json_objects(override, "environment"):
+            env |= {v for _, v in _json_values(arr, ["name"])}
+        out.append(
+            Runtime(
+                mod,
+                block,
+                "ecs",
+                base.images,
+                frozenset(env),
+                tuple(re.findall(_STRING, commands[0])),
+                role=_all_text(task.body.get("task_role_arn", "")),
+            )
+        )
+    return out
+
+
+def _task_runtime(mod: TfModule, block: Block) -> list[Runtime]:
+    text = str(block.body.get("container_definitions", ""))
+    images = tuple(v for _, v in _json_values(text, ["image"]))
+    env: set[str] = set()
+    for arr in [*_json_objects(text, "environment"), *_json_objects(text, "secrets")]:
+        env |= {v for _, v in _json_values(arr, ["name"])}
+    command = None
+    for arr in _json_objects(text, "command"):
+        command = tuple(re.findall(_STRING, arr))
+    return [Runtime(mod, block, "ecs", images, frozenset(env), command)]
+
+
 def runtimes(repo: Repo) -> list[Runtime]:
     out: list[Runtime] = []
     for mod in repo.modules.values():
         for block in mod.resources:
             body = block.body
             if block.kind == "aws_ecs_task_definition":
-                text = str(body.get("container_definitions", ""))
-                images = tuple(v for _, v in _json_values(text, ["image"]))
-                env: set[str] = set()
-                for arr in [*_json_objects(text, "environment"), *_json_objects(text, "secrets")]:
-                    env |= {v for _, v in _json_values(arr, ["name"])}
-                command = None
-                for arr in _json_objects(text, "command"):
-                    command = tuple(re.findall(_STRING, arr))
-                out.append(Runtime(mod, block, "ecs", images, frozenset(env), command))
+                out += _task_runtime(mod, block)
             elif block.kind == "aws_lambda_function":
                 env_block = _unwrap(body.get("environment")) or {}
                 variables = env_block.get("variables") if isinstance(env_block, dict) else None
@@ -138,7 +192,7 @@ def runtimes(repo: Repo) -> list[Runtime]:
                     )
                     if not images:
                         continue
-                    env = set()
+                    env: set[str] = set()
                     for obj in _json_objects(params, "Environment"):
                         env |= _json_keys(obj)
                     role = _SAGEMAKER_ROLE.search(params)
@@ -152,6 +206,8 @@ def runtimes(repo: Repo) -> list[Runtime]:
                             role=role.group(0) if role else "",
                         )
                     )
+            elif block.kind == "aws_scheduler_schedule":
+                out += _scheduled_tasks(mod, block)
             elif block.kind == "aws_sagemaker_model":
                 for key in ("primary_container", "container"):
                     cont = _unwrap(body.get(key))
@@ -432,6 +488,8 @@ def check_images(repo: Repo) -> list[Finding]:
     out += _pushed_findings(repo, run)
     out += _unused_builds(repo, run)
     for rt in runtimes(repo):
+        if rt.scheduled:
+            continue  # its task definition's image, checked there
         for image in rt.images:
             resolved = _resolve_image(repo, rt.module, image)
             if isinstance(resolved, str):

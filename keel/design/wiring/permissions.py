@@ -40,6 +40,7 @@ AWS_CALLS: dict[tuple[str, str], str] = {
         "bedrock:InvokeModelWithResponseStream"
     ),
     ("sagemaker", "create_model_package"): "sagemaker:CreateModelPackage",
+    ("cloudwatch", "put_metric_data"): "cloudwatch:PutMetricData",
 }
 
 #: Step Functions AWS SDK integrations whose IAM actions are not ``<service>:<Api>``.
@@ -82,7 +83,7 @@ def _calls(path: str, text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _role(mod: TfModule, rt: Runtime) -> Block | None:
-    if rt.kind == "sagemaker":
+    if rt.kind == "sagemaker" or rt.role:
         text = rt.role
     else:
         text = _all_text(rt.block.body.get("role" if rt.kind == "lambda" else "task_role_arn", ""))

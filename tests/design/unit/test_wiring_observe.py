@@ -1,0 +1,148 @@
+"""The drift check deployed (issue 38 §1): ``services.observe`` runs daily on the ECS
+training task (an EventBridge Scheduler target overriding its command), and the wiring
+rules follow that scheduled task: its environment, its role's permission to put the
+metric, and the drift alarm, whose metric must be put by code something deployed runs.
+Mutation tests: the generated tree passes, each broken copy fails naming why."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import pytest
+
+from activities.design.codegen import render_request
+from keel.design.wiring import Finding, check_wiring
+from tests.design.codegen_cases import CASES, request_for, request_for_form
+from tests.support.hcl import parse_once
+
+TRAIN = "infra/modules/train/main.tf"
+OBSERVE = "infra/modules/observe/main.tf"
+COMMAND = 'command = ["python", "-m", "services.observe"]'
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hcl_parsed_once() -> Iterator[None]:
+    with parse_once():
+        yield
+
+
+@functools.cache
+def _tree(name: str) -> tuple[tuple[str, str], ...]:
+    req = request_for(name) if name in CASES else request_for_form(name)
+    return tuple(render_request(req).items())
+
+
+def tree(name: str = "batch_training") -> dict[str, str]:
+    return dict(_tree(name))
+
+
+def mutate(files: dict[str, str], path: str, old: str, new: str) -> dict[str, str]:
+    assert old in files[path], (path, old)
+    return {**files, path: files[path].replace(old, new, 1)}
+
+
+def only(found: list[Finding], rule: str) -> list[Finding]:
+    assert {f.rule for f in found} == {rule}, found
+    return found
+
+
+def test_the_training_task_runs_the_drift_check_daily() -> None:
+    files = tree()
+    assert check_wiring(files) == []
+    train = files[TRAIN]
+    assert 'resource "aws_scheduler_schedule" "observe"' in train
+    assert COMMAND in train
+    assert '"cloudwatch:namespace" = "batch-training/monitoring"' in train
+    # The override replaces the image's command: ECS training has no entry point.
+    dockerfile = files["services/train/Dockerfile"]
+    assert 'CMD ["python", "-m", "services.train"]' in dockerfile
+    assert "ENTRYPOINT" not in dockerfile
+    assert 'metric_name         = "max_feature_psi"' in files[OBSERVE]
+    # The date is optional: the schedule passes none (yesterday, UTC).
+    assert 'nargs="?"' in files["services/observe/__main__.py"]
+
+
+def test_a_drift_alarm_nothing_deployed_feeds_fails() -> None:
+    """The state before: services/observe/drift.py put the metric, nothing ran it. (Not
+    batch_training: its batch transform's entry imports the whole local pipeline.)"""
+    files = tree("online_serving_slo")
+    assert check_wiring(files) == []
+    files = mutate(files, TRAIN, COMMAND, 'command = ["python", "-m", "services.train"]')
+    (finding,) = only(check_wiring(files), "alarms")
+    assert finding.file == OBSERVE
+    assert finding.message == (
+        "aws_cloudwatch_metric_alarm.drift watches online-serving-slo/monitoring max_feature_psi, "
+        "which nothing deployed emits: services/observe/drift.py puts it, but no runtime of "
+        "the Terraform (task, scheduled task, function, SageMaker job or model, script job) "
+        "runs that code"
+    )
+
+
+def test_the_scheduled_drift_check_without_the_metric_permission_fails() -> None:
+    files = mutate(
+        tree(),
+        TRAIN,
+        'Action    = "cloudwatch:PutMetricData"',
+        'Action    = "cloudwatch:GetMetricData"',
+    )
+    (finding,) = only(check_wiring(files), "permissions")
+    assert finding.file == TRAIN
+    assert finding.message.startswith(
+        "aws_scheduler_schedule.observe calls cloudwatch:PutMetricData (services/observe/drift.py:"
+    )
+    assert finding.message.endswith(
+        "which its role (aws_iam_role.task) is not allowed: no policy of the module grants it"
+    )
+
+
+def test_the_scheduled_drift_check_gets_its_task_environment() -> None:
+    """The schedule runs observe with the task definition's environment: a variable the
+    task definition does not set is reported once, there; one only the override would
+    need is the schedule's."""
+    files = mutate(
+        tree(),
+        TRAIN,
+        '{ name = "DATA_URI", value = "s3://${aws_s3_bucket.models.id}/pipeline" }',
+        '{ name = "DATA_PATH", value = "s3://${aws_s3_bucket.models.id}/pipeline" }',
+    )
+    (finding,) = only(check_wiring(files), "environment")
+    assert finding.message.startswith("aws_ecs_task_definition.train runs services/train/")
+    assert "reads DATA_URI" in finding.message
+    observe = mutate(
+        tree(),
+        "services/observe/__main__.py",
+        "    settings = load()\n",
+        '    settings = load()\n    os.environ["DRIFT_TOPIC"]\n',
+    )
+    observe = mutate(
+        observe, "services/observe/__main__.py", "import json\n", "import json\nimport os\n"
+    )
+    (finding,) = only(check_wiring(observe), "environment")
+    assert finding.file == TRAIN
+    assert finding.message.startswith(
+        "aws_scheduler_schedule.observe runs services/observe/__init__.py and "
+        "services/observe/__main__.py (services/train/Dockerfile), which reads DRIFT_TOPIC "
+        "(services/observe/__main__.py:"
+    )
+
+
+def test_without_a_drift_runner_the_alarm_watches_failed_training() -> None:
+    """SageMaker training: nothing deployed runs services.observe yet, so the observe
+    module has no drift alarm (its metric would come from nothing); its alarm watches the
+    training state machine's failed runs, a metric AWS emits."""
+    files = tree("streaming_only_three_regions")
+    assert check_wiring(files) == []
+    assert 'resource "aws_scheduler_schedule" "observe"' not in files[TRAIN]
+    observe = files[OBSERVE]
+    assert 'resource "aws_cloudwatch_metric_alarm" "drift"' not in observe
+    assert 'resource "aws_cloudwatch_metric_alarm" "training_failed"' in observe
+    assert "dimensions          = { StateMachineArn = var.training_state_machine_arn }" in observe
+    assert (
+        "training_state_machine_arn = module.train_us_east_1.state_machine_arn"
+        in (files["infra/main.tf"])
+    )
+    # The alarm on a namespace no resource of the design emits in is still found.
+    files = mutate(files, OBSERVE, '"AWS/States"', '"AWS/Batch"')
+    (finding,) = only(check_wiring(files), "alarms")
+    assert "aws_cloudwatch_metric_alarm.training_failed watches AWS/Batch" in finding.message
