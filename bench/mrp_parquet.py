@@ -44,39 +44,27 @@ unrounded to three decimals; the goal (warm <= 1.5) is checked on the unrounded 
 the last line says ``met`` or ``MISSED``.
 
 Measured (2026-12-07, the shared 2-core machine, 23 GiB; ``.venv/bin/python
-bench/mrp_parquet.py --gb G``; 1-minute load average 1.2-1.6 at the start of each run,
-1.6 and 3.3 at the end):
+bench/mrp_parquet.py --gb G``), seconds:
 
-=========  =====  ======  ========  ==========  =========  ========  ==========  =========
-input      row    floor   Keel      cold ratio  floor      Keel      warm ratio  same-op.
-           groups cold    cold                  warm       warm                  floor
-=========  =====  ======  ========  ==========  =========  ========  ==========  =========
-0.212 GB   7      5.134   93.919    18.293      0.107      91.244    851.110     74.598
-0.484 GB   16     4.981   199.977   40.146      0.203      220.944   1086.335    (skipped)
-=========  =====  ======  ========  ==========  =========  ========  ==========  =========
+============  =====  ======  ========  ==========  =========  ========  ==========  =========
+input         row    floor   Keel      cold ratio  floor      Keel      warm ratio  same-op.
+              groups cold    cold                  warm       warm                  floor
+============  =====  ======  ========  ==========  =========  ========  ==========  =========
+before 0.484  16     4.981   199.977   40.146      0.203      220.944   1086.335    (skipped)
+after 0.484   16     13.014  22.079    1.697       0.212      0.904     4.253       0.727
+============  =====  ======  ========  ==========  =========  ========  ==========  =========
 
-(seconds; row groups of 808,925 rows, ~28.9 MiB; the 0.484 GB run with
-``--no-operator-floor``). Warm goal (<= 1.5) MISSED by far in both. Keel warm over the
-same-operator floor: 1.223 (0.212 GB). Keel's phases, 0.212 GB warm: compile 12.513 s,
-map 78.652 s, reduce 0.025 s; 0.484 GB warm: compile 29.447 s, map 191.385 s. Totals
-equal (count 5,662,475 and 12,942,800 rows). Each Keel shard read 30,331,634-30,334,153
-bytes (its one row group, all five columns, and the footer): 1.002 x the file in all;
-each floor task 4.48 MB (0.148 x: the ``amount`` column only). Keel worker peak RSS:
-worker 942.6 / 938.4 MiB, largest child 1,679.5 / 2,491.3 MiB, sum over 13 processes
-6,259.2 / 9,626.5 MiB (0.212 / 0.484 GB), with shards of the same size. Largest
-history 42 events. Whole runs 276.0 s and 440.2 s.
-
-Where the time goes (one 202,231-row group, in one process): Keel's row reading
-(``to_pylist`` and ``_row_record``) 2.05 us a row, the JSON to and from the operator host
-1.81, ``invoke_map`` 18.21 of which ``amount-stats`` itself 2.67: the per-item
-``input_schema`` check is ~15.5 us of every row, the bulk of the map. Compile converts
-every row too (~2.3 us a row). **Not run at 2 GB** (the default): from the per-row rates
-above (warm map 14.8 us a row wall on 2 CPUs, compile 2.3), 2 GB (~66 row groups, ~53M
-rows) would take ~15 min per Keel job, ~30 min for the run, beyond the ~10 minutes asked.
-A Ray call's batch of shards has its records read whole into the actor and sent to the
-host in one request; the batch is sized to 0.1 of ``shard_timeout_s`` (600 here) from the
-slowest attempt seen (~22 s a shard here: 1-2 shards a call), so a shard's memory is
-multiplied by its batch.
+(row groups of 808,925 rows, ~28.9 MiB). "before": rows as Python dicts through the
+per-item schema check, whole row groups read (compile 29.447 s, map 191.385 s warm; load
+1.2-3.3). "after": ``columns: [amount]``, ``batch: arrow``, compile from the footer, the
+stored file not hashed again (load average 6.8-7.7: the lead's test suite was running).
+Warm goal (<= 1.5) MISSED. Keel warm phases after: compile 0.088, map 0.672, reduce 0.044,
+produce 0.049, finalise 0.025; cold compile 5.406 (hashing and storing the file). Each
+Keel shard read 4,546,810-4,547,425 bytes (the footer read, 64 KiB, and its group's
+``amount`` chunk): 0.150 x the file in all (before: 30.33 MB a shard, 1.002 x); each floor
+task's chunk 4,481,274-4,481,889 bytes (0.148 x). Keel worker peak RSS: largest child
+229.3 MiB, 1,728.9 MiB over 13 processes (before 2,491.3 / 9,626.5). Largest history 42
+events. Whole run 59.2 s.
 """
 
 from __future__ import annotations
