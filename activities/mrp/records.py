@@ -1,16 +1,22 @@
 """Record files: scanning them into shard slices (compile) and reading a slice (map).
 
-:func:`scan_record_file` reads one JSONL, CSV or Parquet file once, streaming for the text
-formats: it hashes the file, finds every record and checks that it parses, cuts the records
-into :class:`~keel.mrp.records.RecordSlice` values (``records_per_shard`` records, or at
-most ``bytes_per_shard`` bytes, at record boundaries) and stores each text slice's bytes
-in the artifact store (a Parquet file is stored whole, streamed from disk, and read one
-row group at a time). A :class:`ScanProgress` shared by a job's files counts what the
-scan has done (the compile activity's heartbeats carry it) and refuses the job as soon
-as its shards pass the cap (MRP-P005), not after the whole scan. :func:`read_slice` is
-what a shard does with its slice: the records as dicts, and the ones it could not read;
-a Parquet slice reads the file's footer and its own row groups through the store's
-seekable reader (``ArtifactStore.open_blob``), never the whole file.
+:func:`scan_record_file` reads one JSONL or CSV file once, streaming: it hashes the file,
+finds every record and checks that it parses, cuts the records into
+:class:`~keel.mrp.records.RecordSlice` values (``records_per_shard`` records, or at most
+``bytes_per_shard`` bytes, at record boundaries) and stores each slice's bytes in the
+artifact store. A Parquet file is stored whole (streamed from disk; not hashed again
+while its stat is unchanged) and cut from its footer alone: no row is converted, and only
+the selected columns whose type can hold a value without a JSON form are read, column-wise,
+to find malformed rows. A :class:`ScanProgress` shared by a job's files counts what the
+scan has done (the compile activity's heartbeats carry it) and refuses the job as soon as
+its shards pass the cap (MRP-P005), not after the whole scan.
+
+:func:`read_slice` is what a shard does with its slice: the records as dicts, and the ones
+it could not read (:func:`read_slice_counted` adds the bytes it read); a Parquet slice
+reads the file's footer and, of its own row groups, the column chunks of its columns
+(``inputs.columns``) through the store's seekable reader (``ArtifactStore.open_blob``),
+never the whole file. :func:`read_slice_table` gives a Parquet slice as one Arrow table,
+for operators that take their shard whole (``batch: arrow``).
 """
 
 from __future__ import annotations
