@@ -219,7 +219,8 @@ class LocalModelServer:
             time.sleep(0.25)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the server by its PID (its whole process group): SIGTERM, then SIGKILL."""
+        """Stop the server by its PID: SIGTERM, then what is left of its group, then SIGKILL
+        (:func:`services.processes.stop_pid`)."""
         proc, self._proc = self._proc, None
         if proc is not None:
             proc.stop(timeout_s)
