@@ -594,6 +594,7 @@ def _data_context(spec: DataSpec, stated: bool) -> dict[str, Any]:
         "data_stated": stated,
         "data_retrieval": retrieval,
         "data_sample_csv": spec.sample_csv,
+        "data_time_column": spec.time_column,
         "data_metric": "auc" if spec.task == Task.CLASSIFICATION else "r2",
     }
 

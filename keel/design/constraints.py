@@ -9,8 +9,10 @@ the plan's schema and this JSON schema agree.
 from __future__ import annotations
 
 import csv
+import io
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -182,7 +184,9 @@ class DataSpec(BaseModel):
     generated repository's features, training, evaluation and serving follow it, and its
     synthetic sample is made from it. ``sample_csv``, when given, is a small sample of
     the real data (CSV text with a header row naming the columns); the repository ships
-    it and lands it instead of the synthetic sample."""
+    it and lands it instead of the synthetic sample. ``time_column`` names the sample's
+    column of dates or times (ISO 8601), not a feature: each row's record is dated by it,
+    so a forecasting design's lag and rolling features follow the real series."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -192,6 +196,9 @@ class DataSpec(BaseModel):
         default=None, description="the column to predict (retrieval: the text to index)"
     )
     sample_csv: str | None = Field(default=None, max_length=MAX_SAMPLE_CSV_CHARS)
+    time_column: str | None = Field(
+        default=None, description="the sample's date or time column (ISO 8601), not a feature"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DataSpec:
@@ -220,13 +227,39 @@ class DataSpec(BaseModel):
                 raise ValueError("a retrieval task needs a text column to index")
         elif self.task != Task.FORECASTING and not self.feature_columns():
             raise ValueError(f"a {self.task.value} task needs a column besides the target")
+        if self.time_column is not None:
+            if self.sample_csv is None:
+                raise ValueError("time_column names a column of sample_csv; there is none")
+            if self.time_column in names:
+                raise ValueError(
+                    f"time_column {self.time_column!r} is also a column: it dates the "
+                    "records and is not a feature"
+                )
+            if not IDENTIFIER_RE.match(self.time_column):
+                raise ValueError(f"time_column {self.time_column!r} is not a snake_case name")
         if self.sample_csv is not None:
-            _check_sample_header(self.sample_csv, names)
+            _check_sample_header(
+                self.sample_csv, names + ([self.time_column] if self.time_column else [])
+            )
+            if self.time_column is not None:
+                _check_sample_times(self.sample_csv, self.time_column)
         return self
 
     def feature_columns(self) -> list[Column]:
         """The columns a model reads: all but the target and free text."""
         return [c for c in self.columns if c.name != self.target and c.type != ColumnType.TEXT]
+
+
+def _check_sample_times(text: str, column: str) -> None:
+    """Every row of the sample has an ISO 8601 date or time in ``column``."""
+    for n, row in enumerate(csv.DictReader(io.StringIO(text)), 2):
+        value = (row.get(column) or "").strip()
+        try:
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"sample_csv line {n}: {column} is {value!r}, not an ISO 8601 date or time"
+            ) from None
 
 
 def _check_sample_header(text: str, names: list[str]) -> None:

@@ -42,14 +42,15 @@ class IntakeReply(BaseModel):
 def intake_schema() -> dict[str, Any]:
     """The JSON Schema the intake request carries (``LLMRequest.json_schema``).
 
-    The data spec's CSV sample is left out (a sample is the user's file, never the
-    model's writing) and so is its bound on columns: a server that constrains the reply
+    The data spec's CSV sample and its time column are left out (a sample is the user's
+    file, never the model's writing) and so is its bound on columns: a server that constrains the reply
     by grammar (llama.cpp, the embedded model) spells every repetition of a bound out,
     and ``maxLength`` 200,000 killed the embedded model's server on its first intake.
     The reply is still validated against :class:`IntakeReply`, bounds included."""
     schema = IntakeReply.model_json_schema()
     data = schema.get("$defs", {}).get("DataSpec", {}).get("properties", {})
     data.pop("sample_csv", None)
+    data.pop("time_column", None)  # a column of the sample, so the user's too
     data.get("columns", {}).pop("maxItems", None)
     return schema
 
