@@ -26,15 +26,14 @@ from keel.rllm.stats import (
     predict,
 )
 from store.models import RllmRunRow
-from store.records import _insert_ignoring_conflict
+from store.records import _insert_row
 
 log = logging.getLogger(__name__)
 
 
 def record_run(sessions: sessionmaker[Session], record: RllmRunRecord) -> bool:
     """Store one finished run. False (nothing written) when ``run_key`` is already stored."""
-    with sessions.begin() as session:
-        inserted = _insert_ignoring_conflict(session, RllmRunRow, record.model_dump(), ["run_key"])
+    inserted = _insert_row(sessions, RllmRunRow, record.model_dump(), ["run_key"])
     if not inserted:
         log.debug("rllm run %s already recorded", record.run_key)
     return inserted

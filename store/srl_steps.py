@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from keel.srl.steps import CollectionIdentity
 from keel.srl.trajectory import StepRow
 from store.models import SrlCollectionRow, SrlStepRow
-from store.records import _insert_ignoring_conflict
+from store.records import _insert_ignoring_conflict, _insert_row
 
 _COLUMNS = tuple(StepRow.model_fields)
 
@@ -24,10 +24,10 @@ def insert_step(sm: sessionmaker[Session], row: StepRow) -> tuple[StepRow, bool]
     number of attempts.
     """
     values = {**row.model_dump(), "created_at": datetime.now(UTC)}
-    with sm.begin() as session:
-        if _insert_ignoring_conflict(session, SrlStepRow, values, ["collection", "step_key"]):
-            return row, True
-        stored = session.get(SrlStepRow, (row.collection, row.step_key), populate_existing=True)
+    if _insert_row(sm, SrlStepRow, values, ["collection", "step_key"]):
+        return row, True
+    with sm() as session:
+        stored = session.get(SrlStepRow, (row.collection, row.step_key))
         if stored is None:  # pragma: no cover - the conflicting row exists
             raise RuntimeError(f"srl step {row.collection}/{row.step_key} vanished")
         return _row(stored), False
