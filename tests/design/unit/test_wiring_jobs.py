@@ -145,7 +145,7 @@ def test_a_glue_job_without_the_region_argument_fails() -> None:
     files = mutate(
         tree(emr=False),
         GLUE,
-        '    "--region"                           = local.region\n',
+        '    "--aws_region"                       = local.region\n',
         "",
     )
     (finding,) = only(check_wiring(files), "environment")
@@ -174,8 +174,8 @@ def test_a_glue_script_reading_an_argument_the_job_does_not_pass_fails() -> None
     passed = mutate(
         files,
         GLUE,
-        '    "--region"                           = local.region\n',
-        '    "--region"                           = local.region\n    "--run_date" = "2026-01-01"\n',
+        '    "--aws_region"                       = local.region\n',
+        '    "--aws_region"                       = local.region\n    "--run_date" = "2026-01-01"\n',
     )
     assert check_wiring(passed) == []
 
