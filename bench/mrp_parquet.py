@@ -52,19 +52,27 @@ input         row    floor   Keel      cold ratio  floor      Keel      warm rat
 ============  =====  ======  ========  ==========  =========  ========  ==========  =========
 before 0.484  16     4.981   199.977   40.146      0.203      220.944   1086.335    (skipped)
 after 0.484   16     13.014  22.079    1.697       0.212      0.904     4.253       0.727
+after 0.484   16     4.128   7.498     1.816       0.254      0.531     2.089       0.428
+after 1.998   66     5.443   25.301    4.649       1.010      1.400     1.386       1.416
+after 1.998   66     8.484   21.592    2.545       1.053      2.119     2.012       1.818
 ============  =====  ======  ========  ==========  =========  ========  ==========  =========
 
 (row groups of 808,925 rows, ~28.9 MiB). "before": rows as Python dicts through the
 per-item schema check, whole row groups read (compile 29.447 s, map 191.385 s warm; load
 1.2-3.3). "after": ``columns: [amount]``, ``batch: arrow``, compile from the footer, the
-stored file not hashed again (load average 6.8-7.7: the lead's test suite was running).
-Warm goal (<= 1.5) MISSED. Keel warm phases after: compile 0.088, map 0.672, reduce 0.044,
-produce 0.049, finalise 0.025; cold compile 5.406 (hashing and storing the file). Each
+stored file not hashed again; load average at the runs' ends 7.7, 2.1, 2.5, 2.8 (the
+first with the lead's test suite running). Warm goal (<= 1.5): met in one 2 GB run
+(1.386), MISSED in the other (2.012, Keel's map 1.964 s against 1.241) and at 0.484 GB
+(2.089: Keel's fixed ~0.2 s of compile, reduce, produce, finalise against a 0.25 s
+floor). Keel warm phases, quiet 0.484 GB: compile 0.072, map 0.355, reduce 0.025, produce
+0.027, finalise 0.022; 2 GB: compile 0.054, map 1.241; cold compile 2.1-14.0 s (hashing
+and copying the file into the store, which the floor never does). Each
 Keel shard read 4,546,810-4,547,425 bytes (the footer read, 64 KiB, and its group's
 ``amount`` chunk): 0.150 x the file in all (before: 30.33 MB a shard, 1.002 x); each floor
-task's chunk 4,481,274-4,481,889 bytes (0.148 x). Keel worker peak RSS: largest child
-229.3 MiB, 1,728.9 MiB over 13 processes (before 2,491.3 / 9,626.5). Largest history 42
-events. Whole run 59.2 s.
+task's chunk 4,481,274-4,481,889 bytes (0.148 x); at 2 GB 4,546,050-4,547,964 a shard,
+0.150 x. Keel worker peak RSS: largest child 225.8 MiB (0.484 GB) / 457.3 MiB (2 GB),
+1,726.8 / 2,109.5 MiB over 13 processes (before 2,491.3 / 9,626.5 at 0.484 GB). Largest
+history 42 / 51 events. Whole runs 25.0 s (0.484 GB), 57.4 and 65.3 s (2 GB).
 """
 
 from __future__ import annotations
