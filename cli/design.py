@@ -36,10 +36,15 @@ from cli.design_run import (
     PreviousOpt,
     RequireApprovalOpt,
     RequirementsOpt,
+    SampleOpt,
     StayOpt,
+    TargetOpt,
+    TaskOpt,
+    TimeColumnOpt,
     parse_value,
     read_input,
     start_and_follow,
+    with_sample,
 )
 from cli.design_text import _diff_text, _view_text, run_end
 from cli.toolkit import note
@@ -96,6 +101,10 @@ def run(
     requirements: RequirementsOpt = None,
     file: FileOpt = None,
     intake: IntakeOpt = None,
+    sample: SampleOpt = None,
+    task: TaskOpt = None,
+    target: TargetOpt = None,
+    time_column: TimeColumnOpt = None,
     previous: PreviousOpt = None,
     decision_set: NewSetOpt = None,
     generate: GenerateOpt = True,
@@ -115,6 +124,7 @@ def run(
         if sum(x is not None for x in (requirements, file)) > 1:
             DESIGN.fail("usage", "give the requirements once: --requirements or --file")
         text, form = read_input(requirements, file, intake)
+        form = with_sample(form, sample, task, target, time_column)
         if not text.strip() and form is None and previous is None:
             DESIGN.fail("usage", "give --requirements, --file, --intake or --previous")
         cases.owned_project(c.sm, project, c.actor)

@@ -48,6 +48,32 @@ def read_input(requirements: str | None, file: Path | None, intake: Path | None)
     return text, form
 
 
+def with_sample(
+    form: dict[str, Any] | None,
+    sample: Path | None,
+    task: str | None,
+    target: str | None,
+    time_column: str | None,
+) -> dict[str, Any] | None:
+    """The intake form with its ``data`` made from the user's sample file (CSV or
+    Parquet; issue 38 §2): the generated pipeline's features, training and smoke follow
+    its columns. No sample: the form as it is."""
+    if sample is None:
+        if task is not None or target is not None or time_column is not None:
+            DESIGN.fail("usage", "--task, --target and --time-column describe a --sample file")
+        return form
+    from client.design_sample import SampleError, form_with_sample
+
+    if task is None:
+        DESIGN.fail("usage", "--sample needs --task (classification, regression, ...)")
+    try:
+        return form_with_sample(
+            form or {}, sample, task=task, target=target, time_column=time_column
+        )
+    except (SampleError, ValueError) as e:
+        DESIGN.fail("invalid_input", str(e))
+
+
 async def _follow(
     client: Client, sm: sessionmaker[Session], services: Any, inp: DesignInput, interactive: bool
 ) -> DesignEvent:
@@ -167,6 +193,18 @@ RequireApprovalOpt = Annotated[
         help="Open the gate every round; with --no-..., only when policy fails or the "
         "cost rose over the threshold",
     ),
+]
+SampleOpt = Annotated[
+    Path | None,
+    typer.Option(help="A sample of your data (.csv or .parquet): the pipeline follows its columns"),
+]
+TaskOpt = Annotated[
+    str | None,
+    typer.Option(help="With --sample: classification, regression, forecasting or retrieval"),
+]
+TargetOpt = Annotated[str | None, typer.Option(help="With --sample: the column to predict")]
+TimeColumnOpt = Annotated[
+    str | None, typer.Option(help="With --sample: the column that dates each record")
 ]
 ModelOpt = Annotated[str, typer.Option(help="Intake model (configs/models.yaml)")]
 DetachOpt = Annotated[bool, typer.Option("--detach", help="Start it and return")]
