@@ -104,6 +104,10 @@ class ShardItem(NamedTuple):
 
 # Outputs up to this size go back to the window to be packed; larger ones are stored alone.
 PACK_MEMBER_MAX = 256 * 1024
+# A Ray call's shards go to their host in round trips of at most this many bytes of Arrow
+# tables (``batch: arrow``; at least one shard a trip), so a call of many large shards does
+# not hold all their tables at once in the actor and the host.
+ARROW_CALL_BYTES = 64 * 1024 * 1024
 
 
 class ShardAttempt(BaseModel):
@@ -345,6 +349,7 @@ def _execute_items(
     spec = context.operator.spec
     attempts: list[ShardAttempt | None] = [None] * len(tasks)
     ready: list[_Prepared] = []
+    arrow_bytes = 0
     store: ArtifactStore | None = None
     inputs: list[bytes | Exception] = []
     try:
@@ -379,34 +384,51 @@ def _execute_items(
             )
             values, read = _shard_items(shard_input, store, spec)
             ready.append(_Prepared(i, t0, llm, ctx, values, read))
+            if isinstance(values, ArrowShard):
+                arrow_bytes += values.size
         except OperatorError as e:
             attempts[i] = _failed_attempt(context, str(e), e.retryable, t0, llm, ctx)
         except Exception as e:  # the runtime's own failure (store): worth a retry
             attempts[i] = _failed_attempt(context, f"{type(e).__name__}: {e}", True, t0, llm, ctx)
-    if ready:
-        # In an operator host: a process with only the operator's declared environment
-        # (activities/mrp/host.py), which imports the code and checks it against its pin.
-        t1 = time.perf_counter()
-        outs: list[tuple[Any, float] | OperatorError]
-        try:
-            outs = run_map_batch_in_host(
-                context.operator, [(r.values, r.ctx) for r in ready], memory_mb=context.memory_mb
-            )
-        except Exception as e:  # starting the host failed: worth a retry
-            outs = [OperatorError(spec.ref, f"{type(e).__name__}: {e}", retryable=True)] * len(
-                ready
-            )
-        # A shard's latency: its own preparation and its time in the host (a batch's
-        # shards share the round trip; the first shards' time in the host is theirs).
-        share = (time.perf_counter() - t1) * 1000 / len(ready)
-        for r, out in zip(ready, outs, strict=True):
-            if isinstance(out, OperatorError):
-                attempts[r.place] = _failed_attempt(
-                    context, str(out), out.retryable, r.t0, r.llm, r.ctx, latency_ms=share
-                )
-            else:
-                attempts[r.place] = _succeeded(context, settings, r, out[0], max(out[1], share))
+        if arrow_bytes >= ARROW_CALL_BYTES:
+            # A call's Arrow tables are held until its host call: bounded, whatever the
+            # batch's shard count.
+            _run_ready(context, settings, ready, attempts)
+            ready, arrow_bytes = [], 0
+    _run_ready(context, settings, ready, attempts)
     return [a for a in attempts if a is not None]
+
+
+def _run_ready(
+    context: ShardContext,
+    settings: Settings,
+    ready: list[_Prepared],
+    attempts: list[ShardAttempt | None],
+) -> None:
+    """Map the prepared shards in one host round trip; their attempts into ``attempts``."""
+    if not ready:
+        return
+    spec = context.operator.spec
+    # In an operator host: a process with only the operator's declared environment
+    # (activities/mrp/host.py), which imports the code and checks it against its pin.
+    t1 = time.perf_counter()
+    outs: list[tuple[Any, float] | OperatorError]
+    try:
+        outs = run_map_batch_in_host(
+            context.operator, [(r.values, r.ctx) for r in ready], memory_mb=context.memory_mb
+        )
+    except Exception as e:  # starting the host failed: worth a retry
+        outs = [OperatorError(spec.ref, f"{type(e).__name__}: {e}", retryable=True)] * len(ready)
+    # A shard's latency: its own preparation and its time in the host (a batch's
+    # shards share the round trip; the first shards' time in the host is theirs).
+    share = (time.perf_counter() - t1) * 1000 / len(ready)
+    for r, out in zip(ready, outs, strict=True):
+        if isinstance(out, OperatorError):
+            attempts[r.place] = _failed_attempt(
+                context, str(out), out.retryable, r.t0, r.llm, r.ctx, latency_ms=share
+            )
+        else:
+            attempts[r.place] = _succeeded(context, settings, r, out[0], max(out[1], share))
 
 
 def _succeeded(

@@ -235,3 +235,42 @@ def test_an_unchanged_file_is_not_hashed_again(
     other = CountingStore(tmp_path / "other")
     assert scan_record_file("data/t.parquet", path, inputs(), other)[0] == changed
     assert other.files_put == 1
+
+
+def test_a_call_of_large_arrow_shards_goes_to_its_host_in_bounded_trips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from activities.mrp import backends
+    from keel.settings import Settings
+
+    settings = Settings(artifacts_dir=tmp_path / "store", mrp_config=TEST_CONFIG)
+    store = backends.store_for(settings)
+    path = write(tmp_path / "t.parquet")
+    _, slices, _ = scan_record_file("data/t.parquet", path, inputs(columns=["amount"]), store)
+    handle = load_mrp_config(path=TEST_CONFIG).handle("amount-stats@1.0.0")
+    context = backends.ShardContext(
+        run_id="r", workflow_id="w", operator=handle, params={"field": "amount"}
+    )
+    items = [
+        backends.ShardItem(
+            i, f"shard-{i:06d}", store.put_bytes(ShardInput(records=s).canonical_bytes()), i, 1
+        )
+        for i, s in enumerate(slices[:5])
+    ]
+    trips: list[int] = []
+    run = backends.run_map_batch_in_host
+
+    def counted(handle: object, shards: list[object], **kw: object) -> object:
+        trips.append(len(shards))
+        return run(handle, shards, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backends, "run_map_batch_in_host", counted)
+    # One table is ~40 KB: a 100 KB bound makes trips of 3 (the third passes it) and 2.
+    monkeypatch.setattr(backends, "ARROW_CALL_BYTES", 100_000)
+    try:
+        attempts = backends.execute_items(context, items, settings)
+    finally:
+        stop_hosts()
+    assert trips == [3, 2]
+    assert [a.ok for a in attempts] == [True] * 5
+    assert all(a.input_bytes > 0 for a in attempts)
