@@ -55,16 +55,19 @@ after 0.484   16     13.014  22.079    1.697       0.212      0.904     4.253   
 after 0.484   16     4.128   7.498     1.816       0.254      0.531     2.089       0.428
 after 1.998   66     5.443   25.301    4.649       1.010      1.400     1.386       1.416
 after 1.998   66     8.484   21.592    2.545       1.053      2.119     2.012       1.818
+after 1.998   66     8.211   22.497    2.740       0.591      2.073     3.508       0.986
+after 1.998   66     4.895   18.316    3.742       0.603      1.790     2.971       0.792
 ============  =====  ======  ========  ==========  =========  ========  ==========  =========
 
 (row groups of 808,925 rows, ~28.9 MiB). "before": rows as Python dicts through the
 per-item schema check, whole row groups read (compile 29.447 s, map 191.385 s warm; load
 1.2-3.3). "after": ``columns: [amount]``, ``batch: arrow``, compile from the footer, the
-stored file not hashed again; load average at the runs' ends 7.7, 2.1, 2.5, 2.8 (the
-first with the lead's test suite running). Warm goal (<= 1.5): met in one 2 GB run
-(1.386), MISSED in the other (2.012, Keel's map 1.964 s against 1.241) and at 0.484 GB
-(2.089: Keel's fixed ~0.2 s of compile, reduce, produce, finalise against a 0.25 s
-floor). Keel warm phases, quiet 0.484 GB: compile 0.072, map 0.355, reduce 0.025, produce
+stored file not hashed again (the last also with a call's Arrow tables sent to the host
+64 MiB at a time); load average at the runs' ends 7.7, 2.1, 2.5, 2.8, 1.3, 1.1 (the first
+with the lead's test suite running). Warm goal (<= 1.5): met in one of four 2 GB runs
+(1.386), MISSED in the others (2.012, 3.508, 2.971: on the quietest machine the floor
+fell to ~0.6 s while Keel's map stayed at 1.6-1.9 s) and at 0.484 GB (2.089: Keel's fixed
+~0.2 s of compile, reduce, produce, finalise against a 0.25 s floor). Keel warm phases, quiet 0.484 GB: compile 0.072, map 0.355, reduce 0.025, produce
 0.027, finalise 0.022; 2 GB: compile 0.054, map 1.241; cold compile 2.1-14.0 s (hashing
 and copying the file into the store, which the floor never does). Each
 Keel shard read 4,546,810-4,547,425 bytes (the footer read, 64 KiB, and its group's
