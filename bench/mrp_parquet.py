@@ -2,7 +2,7 @@
 Ray + pyarrow floor doing the same sums in the same run; the bytes each shard read.
 
     .venv/bin/python bench/mrp_parquet.py [--gb 2.0] [--group-mb 32] [--workers 2]
-                                          [--window 64] [--seed 40]
+                                          [--window 100] [--seed 40]
 
 One run of this script, everything on loopback, in a temp dir (removed at the end, the
 Parquet file with it), every process stopped by its PID:
@@ -101,7 +101,7 @@ from bench.harness import bench_settings, dev_server
 from bench.mrp_scale import bench_config, peak_rss_kib
 from bench.volume import history_line, history_sizes, keel_worker, stop_worker, wait_ready
 from client.temporal import connect
-from keel.mrp.run import MRPJobInput, MRPJobResult, workflow_id_for
+from keel.mrp.run import DEFAULT_WINDOW_SIZE, MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
 from services.processes import ManagedProcess
 from workflows.mrp import MRPJob
@@ -460,7 +460,12 @@ if __name__ == "__main__":
     parser.add_argument("--gb", type=float, default=2.0, help="input size, GB (1e9 bytes)")
     parser.add_argument("--group-mb", type=float, default=32.0, help="row group size, MiB")
     parser.add_argument("--workers", type=int, default=2, help="Ray CPUs and policy.max_workers")
-    parser.add_argument("--window", type=int, default=64, help="shards per map window")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW_SIZE,
+        help="shards per map window (default: MRP's own default)",
+    )
     parser.add_argument("--seed", type=int, default=40)
     parser.add_argument(
         "--no-operator-floor", action="store_true", help="skip the same-operator floor"
