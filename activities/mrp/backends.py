@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from activities import fanout
-from activities.mrp.host import ArrowShard, run_map_batch_in_host
+from activities.mrp.host import ArrowShard, ParquetShard, malformed_error, run_map_batch_in_host
 from activities.mrp.llm import LLMCallStats, call_stats, llm_client_for
 from activities.mrp.operators import OperatorHandle
-from activities.mrp.records import read_slice_counted, read_slice_table
+from activities.mrp.records import read_slice_counted, read_slice_table, slice_chunks
 from keel.digest import canonical_json, digest_bytes
 from keel.mrp.normalize import FileRef, ShardInput
 from keel.mrp.records import RecordSlice
@@ -217,12 +217,7 @@ def _refuse_malformed(records: RecordSlice, bad: list[Any], operator: str) -> No
     bytes will not change), naming its file and line or row; under ``skip`` it is left
     out (the run manifest lists it)."""
     if bad and records.on_malformed == "fail":
-        more = f" (and {len(bad) - 1} more in this shard)" if len(bad) > 1 else ""
-        raise OperatorError(
-            operator,
-            f"malformed record at {bad[0].describe()}{more}; inputs.on_malformed is fail",
-            retryable=False,
-        )
+        raise malformed_error(operator, bad)
 
 
 def _slice_records(
@@ -233,6 +228,21 @@ def _slice_records(
     got = read_slice_counted(records, store)
     _refuse_malformed(records, got.malformed, operator)
     return got.records, got.bytes_read
+
+
+def _slice_parquet(
+    records: RecordSlice, store: ArtifactStore, operator: str
+) -> tuple[ParquetShard | ArrowShard, int]:
+    """A Parquet shard for a ``batch: arrow`` operator: its footer and column chunks,
+    undecoded, for the host to decode (the floor's work, done once, in the host); as an
+    Arrow table decoded here where the chunks cannot be told from the footer. And the
+    input bytes read."""
+    try:
+        got = slice_chunks(records, store)
+    except ValueError:
+        return _slice_arrow(records, store, operator)
+    slice_json = records.model_dump(mode="json", exclude_none=True)
+    return ParquetShard(slice_json, got.size, got.ranges), got.bytes_read
 
 
 def _slice_arrow(
@@ -313,7 +323,7 @@ def _localised(context: ShardContext) -> ShardContext:
 
 def _shard_items(
     shard_input: ShardInput, store: ArtifactStore, spec: Any
-) -> tuple[list[JsonValue] | ArrowShard, int]:
+) -> tuple[list[JsonValue] | ArrowShard | ParquetShard, int]:
     """What the operator is given for a shard (its items, its records, or its files; a
     Parquet shard's records as one Arrow table when the operator says ``batch: arrow``)
     and the input bytes read for it."""
@@ -322,7 +332,7 @@ def _shard_items(
         items = list(shard_input.items)
     elif shard_input.records is not None:
         if shard_input.records.format == "parquet" and spec.batch == "arrow":
-            return _slice_arrow(shard_input.records, store, spec.ref)
+            return _slice_parquet(shard_input.records, store, spec.ref)
         records, read = _slice_records(shard_input.records, store, spec.ref)
         return list(records), read
     else:
@@ -338,7 +348,7 @@ class _Prepared(NamedTuple):
     t0: float
     llm: LLMClient
     ctx: OperatorContext
-    values: list[JsonValue] | ArrowShard
+    values: list[JsonValue] | ArrowShard | ParquetShard
     input_bytes: int = 0
 
 
@@ -386,6 +396,8 @@ def _execute_items(
             ready.append(_Prepared(i, t0, llm, ctx, values, read))
             if isinstance(values, ArrowShard):
                 arrow_bytes += values.size
+            elif isinstance(values, ParquetShard):
+                arrow_bytes += sum(len(data) for _, data in values.ranges)
         except OperatorError as e:
             attempts[i] = _failed_attempt(context, str(e), e.retryable, t0, llm, ctx)
         except Exception as e:  # the runtime's own failure (store): worth a retry

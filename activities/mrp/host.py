@@ -74,6 +74,7 @@ __all__ = [
     "ArrowShard",
     "HostError",
     "OperatorHost",
+    "ParquetShard",
     "declared_env",
     "run_in_host",
     "run_map_batch_in_host",
@@ -119,6 +120,37 @@ class ArrowShard(NamedTuple):
     @property
     def size(self) -> int:
         return memoryview(self.data).nbytes
+
+
+class ParquetShard(NamedTuple):
+    """A map shard's Parquet slice, undecoded, for a ``batch: arrow`` operator: the slice
+    (``RecordSlice`` JSON), the file's size and ``(offset, bytes)`` of the footer and the
+    slice's column chunks (``activities.mrp.records.slice_chunks``). The host decodes
+    them into the shard's table (``{"parquet": {...}}`` in the shard's place, the ranges'
+    bytes raw after the call's line)."""
+
+    slice: dict[str, Any]
+    size: int
+    ranges: list[tuple[int, bytes]]
+
+    @property
+    def entry(self) -> dict[str, Any]:
+        return {
+            "slice": self.slice,
+            "size": self.size,
+            "ranges": [[offset, len(data)] for offset, data in self.ranges],
+        }
+
+
+def malformed_error(operator: str, bad: Sequence[Any]) -> OperatorError:
+    """A shard's failure for its malformed records under ``on_malformed: fail`` (not
+    retryable: the bytes will not change), naming the first."""
+    more = f" (and {len(bad) - 1} more in this shard)" if len(bad) > 1 else ""
+    return OperatorError(
+        operator,
+        f"malformed record at {bad[0].describe()}{more}; inputs.on_malformed is fail",
+        retryable=False,
+    )
 
 
 def declared_env(names: list[str], source: dict[str, str] | None = None) -> dict[str, str]:
@@ -384,6 +416,19 @@ def _settle(reply: dict[str, Any], ctx: OperatorContext, operator: str) -> Any:
     return reply.get("result")
 
 
+def _shard_entry(value: Any, ctx: OperatorContext) -> dict[str, Any]:
+    """A map batch's shard in the request line (an Arrow or Parquet shard's bytes follow
+    the line)."""
+    entry: dict[str, Any] = {"seed": ctx.seed, "shard_id": ctx.shard_id}
+    if isinstance(value, ArrowShard):
+        entry["arrow"] = value.size
+    elif isinstance(value, ParquetShard):
+        entry["parquet"] = value.entry
+    else:
+        entry["value"] = value
+    return entry
+
+
 def run_map_batch_in_host(
     handle: Any,
     shards: Sequence[tuple[Any, OperatorContext]],
@@ -410,16 +455,14 @@ def run_map_batch_in_host(
             "handle": handle.model_dump(mode="json"),
             "params": ctxs[0].params,
             "memory_mb": memory_mb,
-            "shards": [
-                (
-                    {"arrow": value.size, "seed": ctx.seed, "shard_id": ctx.shard_id}
-                    if isinstance(value, ArrowShard)
-                    else {"value": value, "seed": ctx.seed, "shard_id": ctx.shard_id}
-                )
-                for value, ctx in rest
-            ],
+            "shards": [_shard_entry(value, ctx) for value, ctx in rest],
         }
-        payload = [v.data for v, _ in rest if isinstance(v, ArrowShard)]
+        payload: list[Any] = []
+        for value, _ in rest:
+            if isinstance(value, ArrowShard):
+                payload.append(value.data)
+            elif isinstance(value, ParquetShard):
+                payload.extend(data for _, data in value.ranges)
 
         def llm(msg: dict[str, Any], ctxs: list[OperatorContext] = ctxs) -> dict[str, Any]:
             return _llm_handler(ctxs[int(msg.get("shard") or 0)])(msg)
@@ -437,7 +480,7 @@ def run_map_batch_in_host(
                 out.append(e)  # the shard that killed its host: its attempt failed
                 return out
             for value, ctx in rest:  # one per call: only the shard that kills its host fails
-                if isinstance(value, ArrowShard):
+                if isinstance(value, ArrowShard | ParquetShard):
                     out.extend(run_map_batch_in_host(handle, [(value, ctx)], memory_mb=memory_mb))
                     continue
                 try:
@@ -698,9 +741,15 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
     # Arrow shards' bytes follow the line, in shard order: read them all first, so the
     # channel is at the next message whatever happens to the batch.
     tables: dict[int, bytes] = {}
+    chunks: dict[int, list[tuple[int, bytes]]] = {}
     for i, shard in enumerate(shards):
         if shard.get("arrow") is not None:
             tables[i] = channel.read_exact(int(shard["arrow"]))
+        elif shard.get("parquet") is not None:
+            chunks[i] = [
+                (int(offset), channel.read_exact(int(length)))
+                for offset, length in shard["parquet"]["ranges"]
+            ]
     try:
         handle = OperatorHandle.model_validate(request["handle"])
         instance = handle.load()
@@ -718,6 +767,9 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
             with memory_limit(memory_mb, base):
                 if i in tables:
                     result = invoke_map_arrow(spec, instance, _arrow_table(tables.pop(i)), ctx)
+                elif i in chunks:
+                    table = _parquet_table(spec.ref, shard["parquet"], chunks.pop(i))
+                    result = invoke_map_arrow(spec, instance, table, ctx)
                 else:
                     result = invoke_map(spec, instance, shard.get("value"), ctx)
                 reply: dict[str, Any] = {"ok": True, "result": result}
@@ -728,6 +780,19 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
         if reply.get("discard"):
             return {"ok": True, "results": results, "discard": True}
     return {"ok": True, "results": results}
+
+
+def _parquet_table(operator: str, entry: dict[str, Any], ranges: list[tuple[int, bytes]]) -> Any:
+    """A Parquet shard's table, decoded here from its footer and column chunks; its
+    malformed rows left out, or (``on_malformed: fail``) the shard's failure."""
+    from activities.mrp.records import table_of_chunks
+    from keel.mrp.records import RecordSlice
+
+    s = RecordSlice.model_validate(entry["slice"])
+    got = table_of_chunks(s, int(entry["size"]), ranges)
+    if got.malformed and s.on_malformed == "fail":
+        raise malformed_error(operator, got.malformed)
+    return got.table
 
 
 def _arrow_table(data: bytes) -> Any:

@@ -61,6 +61,8 @@ __all__ = [
     "read_slice_counted",
     "read_slice_table",
     "scan_record_file",
+    "slice_chunks",
+    "table_of_chunks",
 ]
 
 _READ_CHUNK = 1 << 20
@@ -666,27 +668,34 @@ def read_slice_table(s: RecordSlice, store: ArtifactStore) -> SliceTable:
     (``batch: arrow``): only its row groups and its columns are read; rows that would be
     malformed records (a float without a JSON form, ...) are taken out and listed, so
     the table holds the records the per-record path would give."""
-    import pyarrow as pa
-
     if s.format != "parquet":
         raise ValueError(f"a {s.format} slice has no Arrow table")
-    bad: list[MalformedRecord] = []
     with _open_blob(store, s.file.digest) as blob, _open_parquet(blob) as pf:
-        parts = []
-        for first_index, part in _slice_table(s, pf, bad):
-            problems = _table_problems(part)
-            if problems:
-                for i, reason in sorted(problems.items()):
-                    bad.append(
-                        MalformedRecord(path=s.file.path, row=first_index + i + 1, reason=reason)
-                    )
-                keep = [i not in problems for i in range(part.num_rows)]
-                part = part.filter(pa.array(keep))
-            parts.append(part)
-        schema = pf.schema_arrow
-        if s.columns is not None:
-            schema = pa.schema([schema.field(c) for c in s.columns])
+        table, bad = _table_of(s, pf)
         read = int(getattr(blob, "bytes_read", 0))
+    return SliceTable(table, bad, read)
+
+
+def _table_of(s: RecordSlice, pf: Any) -> tuple[Any, list[MalformedRecord]]:
+    """The slice's rows of an open Parquet file as one table, less its malformed rows
+    (listed)."""
+    import pyarrow as pa
+
+    bad: list[MalformedRecord] = []
+    parts = []
+    for first_index, part in _slice_table(s, pf, bad):
+        problems = _table_problems(part)
+        if problems:
+            for i, reason in sorted(problems.items()):
+                bad.append(
+                    MalformedRecord(path=s.file.path, row=first_index + i + 1, reason=reason)
+                )
+            keep = [i not in problems for i in range(part.num_rows)]
+            part = part.filter(pa.array(keep))
+        parts.append(part)
+    schema = pf.schema_arrow
+    if s.columns is not None:
+        schema = pa.schema([schema.field(c) for c in s.columns])
     table = pa.concat_tables(parts) if parts else schema.empty_table()
     if table.num_rows + len(bad) != s.record_count:
         raise RuntimeError(
@@ -694,7 +703,117 @@ def read_slice_table(s: RecordSlice, store: ArtifactStore) -> SliceTable:
             f"says {s.record_count}"
         )
     bad.sort(key=lambda m: m.row or 0)
-    return SliceTable(table, bad, read)
+    return table, bad
+
+
+#: What pyarrow reads of a file's end to find its footer (``footer_read_size``).
+_FOOTER_READ = 64 * 1024
+
+
+class _SparseFile(io.RawIOBase):
+    """A file of ``size`` bytes of which only some ranges are here; reading outside them
+    is an ``OSError``. What a Parquet reader needs of a slice: the footer and the slice's
+    column chunks (:func:`slice_chunks`)."""
+
+    def __init__(self, size: int, ranges: list[tuple[int, bytes]]) -> None:
+        super().__init__()
+        self._size = size
+        # Adjacent and overlapping ranges joined (a reader may read neighbouring column
+        # chunks at once; the footer read may overlap the last chunks).
+        joined: list[tuple[int, bytes]] = []
+        for start, data in sorted(ranges, key=lambda r: r[0]):
+            if joined and start <= joined[-1][0] + len(joined[-1][1]):
+                head, have = joined[-1]
+                joined[-1] = (head, have + data[head + len(have) - start :])
+            else:
+                joined.append((start, data))
+        self._ranges = joined
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        n = min(len(view), max(0, self._size - self._pos))
+        if n == 0:
+            return 0
+        for start, data in self._ranges:
+            if start <= self._pos and self._pos + n <= start + len(data):
+                at = self._pos - start
+                view[:n] = data[at : at + n]
+                self._pos += n
+                return n
+        raise OSError(f"bytes {self._pos}..{self._pos + n} of the file were not sent")
+
+
+@dataclass
+class SliceChunks:
+    """What a Parquet slice's reader needs of the file, for a reader without the store
+    (an operator host): the file's size and ``(offset, bytes)`` of its footer and of the
+    slice's row groups' column chunks (of its columns); and the bytes fetched for them."""
+
+    size: int
+    ranges: list[tuple[int, bytes]]
+    bytes_read: int
+
+
+def slice_chunks(s: RecordSlice, store: ArtifactStore) -> SliceChunks:
+    """The footer and the column chunks a shard of ``s`` reads, fetched once each from the
+    store (ranged reads), undecoded: :func:`table_of_chunks` decodes them elsewhere.
+    ``ValueError`` where the chunks cannot be told from the footer (a selected column
+    whose name holds a dot)."""
+    if s.format != "parquet":
+        raise ValueError(f"a {s.format} slice has no Parquet chunks")
+    if s.columns is not None and any("." in c for c in s.columns):
+        raise ValueError("a column name with a dot: its chunks are not told apart")
+    size = s.file.size_bytes
+    with _open_blob(store, s.file.digest) as blob:
+        tail = min(size, _FOOTER_READ)
+        blob.seek(size - tail)
+        end = blob.read(tail)
+        footer = int.from_bytes(end[-8:-4], "little") + 8 if len(end) >= 8 else size
+        if footer > tail:  # a footer longer than the first read: the rest of it
+            blob.seek(size - min(size, footer))
+            end = blob.read(min(size, footer) - tail) + end
+            tail = len(end)
+        ranges: list[tuple[int, bytes]] = [(size - tail, end)]
+        meta = _open_parquet(_SparseFile(size, ranges)).metadata
+        wanted = set(s.columns) if s.columns is not None else None
+        spans: list[tuple[int, int]] = []
+        for group, _, _, _ in _slice_groups(s, meta):
+            info = meta.row_group(group)
+            for c in range(info.num_columns):
+                chunk = info.column(c)
+                if wanted is not None and chunk.path_in_schema.split(".", 1)[0] not in wanted:
+                    continue
+                start = chunk.data_page_offset
+                if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+                    start = chunk.dictionary_page_offset
+                spans.append((start, chunk.total_compressed_size))
+        for start, length in sorted(spans):
+            blob.seek(start)
+            ranges.append((start, blob.read(length)))
+        read = int(getattr(blob, "bytes_read", 0))
+    return SliceChunks(size, ranges, read)
+
+
+def table_of_chunks(s: RecordSlice, size: int, ranges: list[tuple[int, bytes]]) -> SliceTable:
+    """:func:`read_slice_table` from what :func:`slice_chunks` fetched (no store)."""
+    with _open_parquet(_SparseFile(size, ranges)) as pf:
+        table, bad = _table_of(s, pf)
+    return SliceTable(table, bad, 0)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pytest
 from pydantic import JsonValue
 
 from activities.mrp.backends import _shard_items
-from activities.mrp.host import ArrowShard, run_map_batch_in_host, stop_hosts
+from activities.mrp.host import ArrowShard, ParquetShard, run_map_batch_in_host, stop_hosts
 from activities.mrp.operators import load_mrp_config
 from activities.mrp.records import (
     ScanProgress,
@@ -163,7 +163,8 @@ def test_a_batch_operator_gets_the_table_and_answers_as_its_map(tmp_path: Path) 
     store = LocalArtifactStore(tmp_path / "store")
     _, slices, _ = scan_record_file("data/t.parquet", path, inputs(columns=["amount"]), store)
     value, read = _shard_items(ShardInput(records=slices[0]), store, handle.spec)
-    assert isinstance(value, ArrowShard) and read > 0
+    # The shard's footer and amount chunks, undecoded: the host decodes them.
+    assert isinstance(value, ParquetShard) and read == sum(len(d) for _, d in value.ranges)
     rows, _ = _shard_items(ShardInput(records=slices[0]), store, handle.spec.model_copy(
         update={"batch": None}))  # fmt: skip
     assert isinstance(rows, list) and len(rows) == GROUP
@@ -265,8 +266,12 @@ def test_a_call_of_large_arrow_shards_goes_to_its_host_in_bounded_trips(
         return run(handle, shards, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(backends, "run_map_batch_in_host", counted)
-    # One table is ~40 KB: a 100 KB bound makes trips of 3 (the third passes it) and 2.
-    monkeypatch.setattr(backends, "ARROW_CALL_BYTES", 100_000)
+    # What one shard sends its host (the footer read and its amount chunk, ~100 KB): a
+    # bound of 2.5 of them makes trips of 3 (the third passes it) and 2.
+    first, _ = backends._shard_items(ShardInput(records=slices[0]), store, handle.spec)
+    assert isinstance(first, ParquetShard)
+    one = sum(len(d) for _, d in first.ranges)
+    monkeypatch.setattr(backends, "ARROW_CALL_BYTES", int(2.5 * one))
     try:
         attempts = backends.execute_items(context, items, settings)
     finally:
@@ -274,3 +279,38 @@ def test_a_call_of_large_arrow_shards_goes_to_its_host_in_bounded_trips(
     assert trips == [3, 2]
     assert [a.ok for a in attempts] == [True] * 5
     assert all(a.input_bytes > 0 for a in attempts)
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_a_batch_shard_decoded_in_its_host_keeps_the_malformed_policy(
+    tmp_path: Path, policy: str
+) -> None:
+    from activities.mrp import backends
+    from keel.settings import Settings
+
+    settings = Settings(artifacts_dir=tmp_path / "store", mrp_config=TEST_CONFIG)
+    store = backends.store_for(settings)
+    path = write(tmp_path / "s.parquet", score=True)  # a NaN score at row 7
+    _, slices, bad = scan_record_file(
+        "data/s.parquet", path, inputs(columns=["score"], on_malformed=policy), store
+    )
+    assert len(bad) == 1
+    handle = load_mrp_config(path=TEST_CONFIG).handle("amount-stats@1.0.0")
+    context = backends.ShardContext(
+        run_id="r", workflow_id="w", operator=handle, params={"field": "score"}
+    )
+    digest = store.put_bytes(ShardInput(records=slices[0]).canonical_bytes())
+    try:
+        (attempt,) = backends.execute_items(
+            context, [backends.ShardItem(0, "shard-000000", digest, 1, 1)], settings
+        )
+    finally:
+        stop_hosts()
+    if policy == "fail":
+        assert not attempt.ok and not attempt.retryable
+        assert "malformed record at data/s.parquet row 7: column 'score': nan" in (
+            attempt.error or ""
+        )
+    else:
+        assert attempt.ok and attempt.output_bytes is not None
+        assert b'"count":4999' in attempt.output_bytes
