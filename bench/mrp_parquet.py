@@ -3,6 +3,7 @@ Ray + pyarrow floor doing the same sums in the same run; the bytes each shard re
 
     .venv/bin/python bench/mrp_parquet.py [--gb 2.0] [--group-mb 32] [--workers 2]
                                           [--window 100] [--seed 40]
+                                          [--no-operator-floor]
 
 One run of this script, everything on loopback, in a temp dir (removed at the end, the
 Parquet file with it), every process stopped by its PID:
@@ -57,17 +58,25 @@ after 1.998   66     5.443   25.301    4.649       1.010      1.400     1.386   
 after 1.998   66     8.484   21.592    2.545       1.053      2.119     2.012       1.818
 after 1.998   66     8.211   22.497    2.740       0.591      2.073     3.508       0.986
 after 1.998   66     4.895   18.316    3.742       0.603      1.790     2.971       0.792
+w128 1.998    66     4.626   17.994    3.890       0.539      1.079     2.001       (skipped)
+w100 1.998    66     6.453   19.073    2.956       0.618      0.989     1.602       1.105
+host 1.998    66     6.208   14.957    2.409       0.564      1.186     2.102       1.091
+host 1.998    66     11.904  20.832    1.750       1.181      1.473     1.247       (skipped)
+host 0.484    16     7.514   10.400    1.384       0.204      0.642     3.150       0.798
 ============  =====  ======  ========  ==========  =========  ========  ==========  =========
 
-(row groups of 808,925 rows, ~28.9 MiB). "before": rows as Python dicts through the
+(row groups of 808,925 rows, ~28.9 MiB; rows in the order run, the code changing between
+them). "w128": ``--window 128``; "w100": the default window (with 64, 66 shards made
+windows of 64 and 2 and the workflow's overlap plan gave each one worker); "host": a
+shard's column chunks decoded in the operator host, not decoded in the actor and copied
+over as Arrow IPC (load 2.0-2.4, 2.3-4.4 and 2.0-6.9). "before": rows as Python dicts through the
 per-item schema check, whole row groups read (compile 29.447 s, map 191.385 s warm; load
 1.2-3.3). "after": ``columns: [amount]``, ``batch: arrow``, compile from the footer, the
 stored file not hashed again (the last also with a call's Arrow tables sent to the host
 64 MiB at a time); load average at the runs' ends 7.7, 2.1, 2.5, 2.8, 1.3, 1.1 (the first
-with the lead's test suite running). Warm goal (<= 1.5): met in one of four 2 GB runs
-(1.386), MISSED in the others (2.012, 3.508, 2.971: on the quietest machine the floor
-fell to ~0.6 s while Keel's map stayed at 1.6-1.9 s) and at 0.484 GB (2.089: Keel's fixed
-~0.2 s of compile, reduce, produce, finalise against a 0.25 s floor). Keel warm phases, quiet 0.484 GB: compile 0.072, map 0.355, reduce 0.025, produce
+with the lead's test suite running). Warm goal (<= 1.5): met in 2 of 9 runs at 2 GB (1.386;
+1.247 with the floor slowed by load), MISSED at 0.484 GB in every run (2.089 at best:
+Keel's fixed ~0.2 s of compile, reduce, produce, finalise against a 0.2-0.25 s floor). Keel warm phases, quiet 0.484 GB: compile 0.072, map 0.355, reduce 0.025, produce
 0.027, finalise 0.022; 2 GB: compile 0.054, map 1.241; cold compile 2.1-14.0 s (hashing
 and copying the file into the store, which the floor never does). Each
 Keel shard read 4,546,810-4,547,425 bytes (the footer read, 64 KiB, and its group's
