@@ -63,18 +63,19 @@ w100 1.998    66     6.453   19.073    2.956       0.618      0.989     1.602   
 host 1.998    66     6.208   14.957    2.409       0.564      1.186     2.102       1.091
 host 1.998    66     11.904  20.832    1.750       1.181      1.473     1.247       (skipped)
 host 0.484    16     7.514   10.400    1.384       0.204      0.642     3.150       0.798
+host 1.998    66     6.443   17.474    2.712       0.572      1.076     1.882       0.974
 ============  =====  ======  ========  ==========  =========  ========  ==========  =========
 
 (row groups of 808,925 rows, ~28.9 MiB; rows in the order run, the code changing between
 them). "w128": ``--window 128``; "w100": the default window (with 64, 66 shards made
 windows of 64 and 2 and the workflow's overlap plan gave each one worker); "host": a
 shard's column chunks decoded in the operator host, not decoded in the actor and copied
-over as Arrow IPC (load 2.0-2.4, 2.3-4.4 and 2.0-6.9). "before": rows as Python dicts through the
+over as Arrow IPC (load 2.0-2.4, 2.3-4.4, 2.0-6.9 and 1.3-1.8). "before": rows as Python dicts through the
 per-item schema check, whole row groups read (compile 29.447 s, map 191.385 s warm; load
 1.2-3.3). "after": ``columns: [amount]``, ``batch: arrow``, compile from the footer, the
 stored file not hashed again (the last also with a call's Arrow tables sent to the host
 64 MiB at a time); load average at the runs' ends 7.7, 2.1, 2.5, 2.8, 1.3, 1.1 (the first
-with the lead's test suite running). Warm goal (<= 1.5): met in 2 of 9 runs at 2 GB (1.386;
+with the lead's test suite running). Warm goal (<= 1.5): met in 2 of 10 runs at 2 GB (1.386;
 1.247 with the floor slowed by load), MISSED at 0.484 GB in every run (2.089 at best:
 Keel's fixed ~0.2 s of compile, reduce, produce, finalise against a 0.2-0.25 s floor). Keel warm phases, quiet 0.484 GB: compile 0.072, map 0.355, reduce 0.025, produce
 0.027, finalise 0.022; 2 GB: compile 0.054, map 1.241; cold compile 2.1-14.0 s (hashing
