@@ -70,7 +70,8 @@ host 1.998    66     6.443   17.474    2.712       0.572      1.076     1.882   
 them). "w128": ``--window 128``; "w100": the default window (with 64, 66 shards made
 windows of 64 and 2 and the workflow's overlap plan gave each one worker); "host": a
 shard's column chunks decoded in the operator host, not decoded in the actor and copied
-over as Arrow IPC (load 2.0-2.4, 2.3-4.4, 2.0-6.9 and 1.3-1.8). "before": rows as Python dicts through the
+over as Arrow IPC (load 2.0-2.4, 2.3-4.4, 2.0-6.9 and 1.3-1.8).
+"before": rows as Python dicts through the
 per-item schema check, whole row groups read (compile 29.447 s, map 191.385 s warm; load
 1.2-3.3). "after": ``columns: [amount]``, ``batch: arrow``, compile from the footer, the
 stored file not hashed again (the last also with a call's Arrow tables sent to the host
