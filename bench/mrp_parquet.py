@@ -78,8 +78,9 @@ stored file not hashed again (the last also with a call's Arrow tables sent to t
 64 MiB at a time); load average at the runs' ends 7.7, 2.1, 2.5, 2.8, 1.3, 1.1 (the first
 with the lead's test suite running). Warm goal (<= 1.5): met in 2 of 10 runs at 2 GB (1.386;
 1.247 with the floor slowed by load), MISSED at 0.484 GB in every run (2.089 at best:
-Keel's fixed ~0.2 s of compile, reduce, produce, finalise against a 0.2-0.25 s floor). Keel warm phases, quiet 0.484 GB: compile 0.072, map 0.355, reduce 0.025, produce
-0.027, finalise 0.022; 2 GB: compile 0.054, map 1.241; cold compile 2.1-14.0 s (hashing
+Keel's fixed ~0.2 s of compile, reduce, produce, finalise against a 0.2-0.25 s floor).
+Keel warm phases, quiet 0.484 GB: compile 0.072, map 0.355, reduce 0.025, produce 0.027,
+finalise 0.022; 2 GB, last code: compile 0.059, map 0.904; cold compile 2.1-14.0 s (hashing
 and copying the file into the store, which the floor never does). Each
 Keel shard read 4,546,810-4,547,425 bytes (the footer read, 64 KiB, and its group's
 ``amount`` chunk): 0.150 x the file in all (before: 30.33 MB a shard, 1.002 x); each floor
