@@ -68,3 +68,11 @@ if [ ! -x .tools/checkov/bin/checkov ] || ! .tools/checkov/bin/python -c "import
   uv venv -q --allow-existing --python .venv/bin/python .tools/checkov
   uv pip install -q --compile-bytecode --python .tools/checkov/bin/python "checkov==$CHECKOV_VERSION"
 fi
+
+# The design validators' warm mypy cache (activities/design/mypy_seed.py): built once per
+# machine and checkout, here at setup rather than inside the first design run's validators
+# (about a minute of CPU: the README's first command on a fresh machine paid it, and so
+# did the suite's first validator test, 120.3 s against 19.4 s warm). Nothing to build:
+# about 1 s. A failed warm-up is not a failed setup: the first mypy run builds it then.
+.venv/bin/python -m activities.design.seed_warmup \
+  || echo "keel: the mypy cache warm-up failed; the design validators build it at first use" >&2

@@ -152,12 +152,20 @@ def _make_readable(root: Path) -> None:
             os.chmod(os.path.join(dirpath, name), 0o644)
 
 
+def seed_path(base: str | None, executable: str, env: Mapping[str, str]) -> Path:
+    """Where the seed for ``executable`` with ``env`` lies (complete once it holds ``ok``)."""
+    return (
+        Path(base or tempfile.gettempdir())
+        / f"keel-mypy-seed-{os.geteuid()}"
+        / seed_key(executable, env)
+    )
+
+
 def seed_dir(base: str | None, executable: str, env: Mapping[str, str]) -> Path | None:
     """The seed for ``executable`` with ``env`` (the jailed mypy's interpreter and import
     paths), built on first use; None (with a warning) when it cannot be had."""
-    parent = Path(base or tempfile.gettempdir()) / f"keel-mypy-seed-{os.geteuid()}"
-    key = seed_key(executable, env)
-    target = parent / key
+    target = seed_path(base, executable, env)
+    parent, key = target.parent, target.name
     with _build_lock:
         try:
             parent.mkdir(mode=0o755, exist_ok=True)

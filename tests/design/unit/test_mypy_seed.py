@@ -114,3 +114,15 @@ def test_one_build_per_machine_the_lock_holds_across_processes(tmp_path: Path) -
         assert held.returncode == 1 and "BlockingIOError" in held.stderr, held.stderr
     free = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert free.returncode == 0, free.stderr
+
+
+def test_the_setup_built_the_seed_the_validators_use() -> None:
+    """scripts/bootstrap.sh (which the test command runs first) warms the seed for the
+    config the validators run with: the first validator test finds it, instead of
+    spending its minute building it (120.3 s against 19.4 s warm, in a clean clone)."""
+    from activities.design.validators.jailed import warm_mypy_seed
+    from sandbox.models import default_config
+
+    said: list[str] = []
+    outcome = warm_mypy_seed(default_config(), said.append)
+    assert said == [] and outcome.startswith("ready at "), (said, outcome)
