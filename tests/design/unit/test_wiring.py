@@ -680,8 +680,9 @@ def test_msk_with_the_spark_transform_creates_topics_on_first_use() -> None:
     assert "auto.create.topics.enable=true" in ingest
     assert '"kafka-cluster:CreateTopic"' in ingest
     assert "aws_lambda_invocation" not in files["infra/modules/transform/main.tf"]
-    # The one finding is not the kafka rule's: the application runs no job, so nothing
-    # writes the SageMaker training job's channel (the stream's Lambda function did).
+    # The one finding is not the kafka rule's: the EMR job reads landed files, not the
+    # topic (no Kafka drain yet), so nothing writes the SageMaker training job's channel
+    # (the stream's Lambda function did).
     (channel,) = only(findings_of(files), "objects")
     assert "the SageMaker channel train reads" in channel.message
     off = mutate(
