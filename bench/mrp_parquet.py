@@ -111,7 +111,14 @@ from activities.fanout import ray_init, ray_shutdown
 from activities.mrp.operators import OperatorHandle, load_mrp_config
 from bench.harness import bench_settings, dev_server
 from bench.mrp_scale import bench_config, peak_rss_kib
-from bench.volume import history_line, history_sizes, keel_worker, stop_worker, wait_ready
+from bench.volume import (
+    chain_events,
+    history_line,
+    history_sizes,
+    keel_worker,
+    stop_worker,
+    wait_ready,
+)
 from client.temporal import connect
 from keel.mrp.run import DEFAULT_WINDOW_SIZE, MRPJobInput, MRPJobResult, workflow_id_for
 from keel.settings import Settings
@@ -292,29 +299,20 @@ def sink_totals(result: MRPJobResult, job_id: str) -> dict[str, int]:
 async def shard_bytes(client: Any, workflow_id: str, first_run_id: str) -> list[tuple[int, int]]:
     """The bytes each shard read, as the run reports them: every map window's result
     (``MapWindowResult.input_bytes``, ``(shard index, bytes)``) in the histories of the
-    run and of its children, as :func:`bench.volume.history_sizes` walks them."""
+    run and of its children (:func:`bench.volume.chain_events`)."""
     from temporalio.api.enums.v1 import EventType
 
     out: list[tuple[int, int]] = []
-    pending: list[tuple[str, str]] = [(workflow_id, first_run_id)]
-    while pending:
-        wid, run_id = pending.pop()
-        handle = client.get_workflow_handle(wid, run_id=run_id)
-        async for e in handle.fetch_history_events():
-            if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
-                child = e.child_workflow_execution_started_event_attributes.workflow_execution
-                pending.append((child.workflow_id, child.run_id))
-            elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                attrs = e.workflow_execution_continued_as_new_event_attributes
-                pending.append((wid, attrs.new_execution_run_id))
-            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-                for p in e.activity_task_completed_event_attributes.result.payloads:
-                    try:
-                        value = json.loads(p.data)
-                    except ValueError:
-                        continue
-                    if isinstance(value, dict) and "input_bytes" in value:
-                        out.extend((int(i), int(b)) for i, b in value["input_bytes"])
+    async for _, e in chain_events(client, workflow_id, first_run_id):
+        if e.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            continue
+        for p in e.activity_task_completed_event_attributes.result.payloads:
+            try:
+                value = json.loads(p.data)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and "input_bytes" in value:
+                out.extend((int(i), int(b)) for i, b in value["input_bytes"])
     return sorted(out)
 
 

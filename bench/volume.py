@@ -11,9 +11,11 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from keel.settings import Settings
@@ -23,25 +25,31 @@ from tests.support.faults import descendants, running
 ROOT = Path(__file__).resolve().parents[1]
 
 
-async def history_sizes(client: Client, workflow_id: str, first_run_id: str) -> dict[str, int]:
-    """Events of every run of ``workflow_id`` from ``first_run_id`` on (its continue-as-new
-    chain) and of every child any of them started, recursively:
-    ``{"<workflow id>/<run id>": events}``."""
-    sizes: dict[str, int] = {}
+async def chain_events(
+    client: Client, workflow_id: str, first_run_id: str
+) -> AsyncIterator[tuple[str, HistoryEvent]]:
+    """``("<workflow id>/<run id>", event)`` for every event of every run of
+    ``workflow_id`` from ``first_run_id`` on (its continue-as-new chain) and of every
+    child any of them started, recursively."""
     pending: list[tuple[str, str]] = [(workflow_id, first_run_id)]
     while pending:
         wid, run_id = pending.pop()
         handle = client.get_workflow_handle(wid, run_id=run_id)
-        events = 0
         async for e in handle.fetch_history_events():
-            events += 1
+            yield f"{wid}/{run_id}", e
             if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
                 child = e.child_workflow_execution_started_event_attributes.workflow_execution
                 pending.append((child.workflow_id, child.run_id))
             elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 attrs = e.workflow_execution_continued_as_new_event_attributes
                 pending.append((wid, attrs.new_execution_run_id))
-        sizes[f"{wid}/{run_id}"] = events
+
+
+async def history_sizes(client: Client, workflow_id: str, first_run_id: str) -> dict[str, int]:
+    """Events of each run in :func:`chain_events`: ``{"<workflow id>/<run id>": events}``."""
+    sizes: dict[str, int] = {}
+    async for run, _ in chain_events(client, workflow_id, first_run_id):
+        sizes[run] = sizes.get(run, 0) + 1
     return sizes
 
 

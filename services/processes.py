@@ -274,7 +274,7 @@ def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
     _wait_gone(pid, set(), timeout_s)
     for sig, grace in ((signal.SIGTERM, min(2.0, timeout_s)), (signal.SIGKILL, timeout_s)):
         targets = {p for p in found | _tree(pid) if _running(p)}
-        if not targets and not _group_exists(pid):
+        if not targets and not group_exists(pid):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
@@ -293,7 +293,7 @@ def _wait_gone(pid: int, procs: set[psutil.Process], timeout_s: float) -> None:
         time.sleep(0.05)
 
 
-def _group_exists(pgid: int) -> bool:
+def group_exists(pgid: int) -> bool:
     """Whether process group ``pgid`` still has a member (a zombie counts)."""
     if pgid <= 0:
         return False

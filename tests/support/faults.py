@@ -25,7 +25,7 @@ from temporalio.client import WorkflowHandle
 
 from keel.records import GateAuditEvent
 from keel.settings import Settings
-from services.processes import ManagedProcess, TemporalDevServer
+from services.processes import ManagedProcess, TemporalDevServer, group_exists
 from store.db import make_engine, make_sessionmaker
 from store.records import list_gate_events
 
@@ -207,17 +207,6 @@ def running(pid: int) -> bool:
     parent) counts as gone."""
     st = _stat(pid)
     return st is not None and st[0] not in ("Z", "X")
-
-
-def group_exists(pgid: int) -> bool:
-    """Whether any process (a zombie included) is still in process group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _survivors(pids: Iterable[int], pgid: int | None) -> list[str]:

@@ -209,15 +209,18 @@ async def run_ruff(files: Mapping[str, str], config: SandboxConfig) -> Validator
     return _from_jail("ruff", run, "ruff check")
 
 
+def _seed_for(config: SandboxConfig) -> tuple[str | None, str, dict[str, str]]:
+    """The seed's base folder, interpreter and import paths for ``config``'s jailed
+    mypy (:func:`activities.design.mypy_seed.seed_dir`'s arguments)."""
+    return config.jail.base_dir, python_runtime(config).executable, _import_paths()
+
+
 async def run_mypy(files: Mapping[str, str], config: SandboxConfig) -> ValidatorResult:
     """mypy in the jail, from the warm cache of :mod:`activities.design.mypy_seed` when
     there is one (``details["seeded"]``: the run was given the seed), else with no cache."""
     seed = None
     with contextlib.suppress(SandboxUnavailable):  # no jail: _jailed says so
-        executable = python_runtime(config).executable
-        seed = await asyncio.to_thread(
-            mypy_seed_dir, config.jail.base_dir, executable, _import_paths()
-        )
+        seed = await asyncio.to_thread(mypy_seed_dir, *_seed_for(config))
     if seed is None:
         run = await _jailed("mypy", ["-m", "mypy", "--cache-dir=/dev/null"], files, config)
     else:
@@ -248,13 +251,12 @@ def warm_mypy_seed(config: SandboxConfig, say: Callable[[str], None] | None = No
     clean clone with an empty cache).
     """
     try:
-        executable = python_runtime(config).executable
+        where = _seed_for(config)
     except SandboxUnavailable as exc:
         return f"not built: no jailed Python ({exc}); the first mypy run builds it"
-    env = _import_paths()
-    if say is not None and not (seed_path(config.jail.base_dir, executable, env) / "ok").is_file():
+    if say is not None and not (seed_path(*where) / "ok").is_file():
         say("building it (once per machine and checkout: about a minute) ...")
-    seed = mypy_seed_dir(config.jail.base_dir, executable, env)
+    seed = mypy_seed_dir(*where)
     return f"ready at {seed}" if seed is not None else "not built (see the warning above)"
 
 

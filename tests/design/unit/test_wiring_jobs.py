@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from activities.design.codegen import render_request
-from keel.design.wiring import Finding, check_wiring
+from keel.design.wiring import check_wiring
 from tests.design.codegen_cases import request_for
+from tests.design.unit.test_wiring import mutate, only
 from tests.support.hcl import parse_once
 
 EMR = "infra/modules/transform/main.tf"
@@ -47,16 +48,6 @@ def _tree(emr: bool, sagemaker: bool) -> tuple[tuple[str, str], ...]:
 
 def tree(*, emr: bool = True, sagemaker: bool = False) -> dict[str, str]:
     return dict(_tree(emr, sagemaker))
-
-
-def mutate(files: dict[str, str], path: str, old: str, new: str) -> dict[str, str]:
-    assert old in files[path], (path, old)
-    return {**files, path: files[path].replace(old, new, 1)}
-
-
-def only(found: list[Finding], rule: str) -> list[Finding]:
-    assert {f.rule for f in found} == {rule}, found
-    return found
 
 
 @pytest.mark.parametrize("sagemaker", [False, True])

@@ -6,14 +6,12 @@ Mutation tests: the generated tree passes, each broken copy fails naming why."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 
 import pytest
 
-from activities.design.codegen import render_request
-from keel.design.wiring import Finding, check_wiring
-from tests.design.codegen_cases import CASES, request_for, request_for_form
+from keel.design.wiring import check_wiring
+from tests.design.unit.test_wiring import BATCH, mutate, only, tree
 from tests.support.hcl import parse_once
 
 TRAIN = "infra/modules/train/main.tf"
@@ -27,28 +25,8 @@ def _hcl_parsed_once() -> Iterator[None]:
         yield
 
 
-@functools.cache
-def _tree(name: str) -> tuple[tuple[str, str], ...]:
-    req = request_for(name) if name in CASES else request_for_form(name)
-    return tuple(render_request(req).items())
-
-
-def tree(name: str = "batch_training") -> dict[str, str]:
-    return dict(_tree(name))
-
-
-def mutate(files: dict[str, str], path: str, old: str, new: str) -> dict[str, str]:
-    assert old in files[path], (path, old)
-    return {**files, path: files[path].replace(old, new, 1)}
-
-
-def only(found: list[Finding], rule: str) -> list[Finding]:
-    assert {f.rule for f in found} == {rule}, found
-    return found
-
-
 def test_the_training_task_runs_the_drift_check_daily() -> None:
-    files = tree()
+    files = tree(BATCH)
     assert check_wiring(files) == []
     train = files[TRAIN]
     assert 'resource "aws_scheduler_schedule" "observe"' in train
@@ -81,7 +59,7 @@ def test_a_drift_alarm_nothing_deployed_feeds_fails() -> None:
 
 def test_the_scheduled_drift_check_without_the_metric_permission_fails() -> None:
     files = mutate(
-        tree(),
+        tree(BATCH),
         TRAIN,
         'Action    = "cloudwatch:PutMetricData"',
         'Action    = "cloudwatch:GetMetricData"',
@@ -101,7 +79,7 @@ def test_the_scheduled_drift_check_gets_its_task_environment() -> None:
     task definition does not set is reported once, there; one only the override would
     need is the schedule's."""
     files = mutate(
-        tree(),
+        tree(BATCH),
         TRAIN,
         '{ name = "DATA_URI", value = "s3://${aws_s3_bucket.models.id}/pipeline" }',
         '{ name = "DATA_PATH", value = "s3://${aws_s3_bucket.models.id}/pipeline" }',
@@ -110,7 +88,7 @@ def test_the_scheduled_drift_check_gets_its_task_environment() -> None:
     assert finding.message.startswith("aws_ecs_task_definition.train runs services/train/")
     assert "reads DATA_URI" in finding.message
     observe = mutate(
-        tree(),
+        tree(BATCH),
         "services/observe/__main__.py",
         "    settings = load()\n",
         '    settings = load()\n    os.environ["DRIFT_TOPIC"]\n',
