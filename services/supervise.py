@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from services.processes import deferred_signals
+
 # A crashed child is restarted after 1 s, then 2, 4, ... up to 30 s while it keeps
 # crashing; a child that ran for a minute counts as healthy again.
 RESTART_FIRST_S = 1.0
@@ -106,9 +108,12 @@ def supervise(
                     f"it in {delay:.0f}s (restart {r.count}; log {child.log_path})"
                 )
             elif now >= r.due:
-                child.start()  # its on_spawn records the new pid (keel up's up.json)
-                r.started(now)
-                say(f"{name} restarted (pid {child.pid})")
+                # A stop signal that comes right after the spawn waits for the report, so
+                # every restart that happened is said (the stop then stops the new child).
+                with deferred_signals():
+                    child.start()  # its on_spawn records the new pid (keel up's up.json)
+                    r.started(now)
+                    say(f"{name} restarted (pid {child.pid})")
 
 
 def stop_all(children: Iterable[Child]) -> None:
