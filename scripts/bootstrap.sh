@@ -48,9 +48,37 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # took 1.5 s instead of 0.5 s, `import litellm` 10.6 s instead of 5.2 s, and each CLI call,
 # worker, Ray worker and test subprocess paid the same. With nothing new to compile this
 # step takes about 2 s.
+#
+# llama.cpp builds for the CPU it compiles on (-march=native). Where that CPU has AMX
+# (Sapphire Rapids and later Xeons), its AMX matmul kernels are compiled in, and in this
+# release they crash the server on its first request (general protection fault at
+# ldtilecfg in ggml_backend_amx_mul_mat: the tile config is built on the stack, and
+# the worker threads never ask the kernel for the tile state; llama.cpp PR 26954). GCC
+# keeps an explicit -mno-* over what -march=native turns on, so these build without AMX
+# and use AVX-512 there. A build that has the AMX kernels is rebuilt once.
+llama_env=(CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}")
+no_amx=""
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  llama_env+=(CFLAGS="${CFLAGS:+$CFLAGS }$no_amx" CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }$no_amx")
+fi
+llama_has_amx() {
+  local lib
+  lib=$(ls .venv/lib/python3*/site-packages/llama_cpp/lib/libggml-cpu.so 2>/dev/null | head -1)
+  [ -n "$no_amx" ] && [ -n "$lib" ] && nm -D "$lib" 2>/dev/null | grep ggml_backend_amx_mul_mat >/dev/null
+}
 if [ ! -x .venv/bin/python ] || ! uv sync --frozen --all-extras --check >/dev/null 2>&1; then
   echo "keel: installing Python packages with uv (first run builds llama-cpp-python: minutes) ..." >&2
-  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" uv sync --frozen --all-extras --compile-bytecode
+  env "${llama_env[@]}" uv sync --frozen --all-extras --compile-bytecode
+  if llama_has_amx; then  # a wheel uv had cached from a build with the AMX kernels
+    echo "keel: rebuilding llama-cpp-python without its AMX kernels (they crash on this CPU) ..." >&2
+    uv cache clean -q llama-cpp-python
+    env "${llama_env[@]}" uv sync --frozen --all-extras --compile-bytecode --reinstall-package llama-cpp-python
+  fi
+elif llama_has_amx; then
+  echo "keel: rebuilding llama-cpp-python without its AMX kernels (they crash on this CPU) ..." >&2
+  uv cache clean -q llama-cpp-python
+  env "${llama_env[@]}" uv sync --frozen --all-extras --compile-bytecode --reinstall-package llama-cpp-python
 else
   uv sync --frozen --all-extras --compile-bytecode --quiet
 fi
