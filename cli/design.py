@@ -41,6 +41,7 @@ from cli.design_run import (
     TargetOpt,
     TaskOpt,
     TimeColumnOpt,
+    ValidatorOpt,
     parse_value,
     read_input,
     start_and_follow,
@@ -110,6 +111,7 @@ def run(
     generate: GenerateOpt = True,
     approver: ApproverOpt = None,
     require_approval: RequireApprovalOpt = True,
+    validator: ValidatorOpt = None,
     model: ModelOpt = "",
     detach: DetachOpt = False,
     stay: StayOpt = False,
@@ -131,6 +133,7 @@ def run(
         options = DesignOptions(
             requirements=text, intake=form, previous_decision_set=previous, model=model,
             approvers=approver or [], require_approval=require_approval, generate=generate,
+            validators=validator,
         )  # fmt: skip
         inp = cases.new_decision_set(
             c.sm, c.settings, project, options,

@@ -186,6 +186,14 @@ GenerateOpt = Annotated[
 ApproverOpt = Annotated[
     list[str] | None, typer.Option("--approver", help="Who may decide the gate (repeat)")
 ]
+ValidatorOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--validator",
+        help="Run only this validator (repeat; default: every one). The others are "
+        "reported not_run: for quick rounds, not for what ships",
+    ),
+]
 RequireApprovalOpt = Annotated[
     bool,
     typer.Option(

@@ -266,3 +266,36 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def sm(db_url: str) -> sessionmaker[Session]:
     return get_sessionmaker(db_url)
+
+
+# KEEL_TEST_CPU_LOG=FILE: one JSON line per test with the CPU seconds it cost, this
+# process's own and its reaped children's (the servers, workers and CLIs a test starts
+# and stops), to find where the suite's time goes on a machine it keeps busy. Session-wide
+# servers are charged to the test that stops them; daemons nobody reaps are not counted.
+_CPU_LOG = os.environ.get("KEEL_TEST_CPU_LOG")
+
+
+if _CPU_LOG:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        import resource
+        import time
+
+        def cpu() -> tuple[float, float]:
+            own = resource.getrusage(resource.RUSAGE_SELF)
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+        (own0, kids0), wall0 = cpu(), time.monotonic()
+        yield
+        (own1, kids1), wall1 = cpu(), time.monotonic()
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(f"{_CPU_LOG}.{worker}", "a") as f:
+            line = {
+                "test": item.nodeid,
+                "own": round(own1 - own0, 3),
+                "children": round(kids1 - kids0, 3),
+                "wall": round(wall1 - wall0, 3),
+            }
+            f.write(json.dumps(line) + "\n")

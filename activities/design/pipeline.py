@@ -439,7 +439,7 @@ class DesignActivities:
             tree_files_digest = self.artifacts.put_json(files)
             tree = tree_digest(files)
         # validate_repo heartbeats itself, naming the validator that runs.
-        report = await validate_repo(files, sandbox_config=self.sandbox_config)
+        report = await validate_repo(files, sandbox_config=self.sandbox_config, only=inp.only)
         dumped = report.model_dump(mode="json")
         if tree is not None:
             dumped["tree_digest"] = tree

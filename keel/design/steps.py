@@ -67,6 +67,23 @@ def workflow_id(project: str, decision_set: str) -> str:
     return f"design/{project}/{decision_set}"
 
 
+#: The validators of a generated repository, in the order every report lists them
+#: (activities/design/validators).
+VALIDATORS = (
+    "secrets",
+    "ruff",
+    "mypy",
+    "pytest",
+    "smoke",
+    "hcl",
+    "checkov",
+    "actionlint",
+    "hadolint",
+    "sbom",
+    "wiring",
+)
+
+
 class DesignOptions(_Model):
     """What the caller of a decision set chooses (``POST /design/projects/{id}/constraints`` takes
     exactly these); :class:`DesignInput` adds who and which, from the path and the caller.
@@ -110,6 +127,13 @@ class DesignOptions(_Model):
         description="litellm: a models-config name (empty: the default); anthropic: the "
         "Claude model id (empty: the provider's default)",
     )
+    validators: list[str] | None = Field(
+        default=None,
+        description="Run only these validators (names from VALIDATORS; None: every one). "
+        "The others are reported not_run ('not selected'), so the report is not complete; "
+        "a selected validator that fails still ends the run validation_failed. For quick "
+        "rounds while the plan is still moving, not for what ships.",
+    )
     repair_rounds: int = Field(
         default=2,
         ge=0,
@@ -122,6 +146,20 @@ class DesignOptions(_Model):
     @classmethod
     def _approvers(cls, v: list[str]) -> list[str]:
         return sorted(set(v))
+
+    @field_validator("validators")
+    @classmethod
+    def _validators(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return None
+        unknown = sorted(set(v) - set(VALIDATORS))
+        if unknown:
+            raise ValueError(
+                f"unknown validator(s) {', '.join(unknown)}; known: {', '.join(VALIDATORS)}"
+            )
+        if not v:
+            raise ValueError("name at least one validator (generate=false runs none)")
+        return [n for n in VALIDATORS if n in v]
 
 
 class DesignInput(DesignOptions):
@@ -357,6 +395,9 @@ class ValidateInput(_Model):
         False,
         description="validate the tree that ships: the generated files, extra_files and "
         "the SBOM, stored as one files map (tree_files_digest) that persist archives as is",
+    )
+    only: list[str] | None = Field(
+        None, description="the validators to run (DesignOptions.validators; None: every one)"
     )
 
 

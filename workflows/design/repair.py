@@ -137,10 +137,14 @@ async def _revalidate(
 ) -> tuple[ValidateOutput, Run]:
     """The validators on round ``n``'s repaired files, and the record of their run."""
     extra = extra_of(codegen)
-    vkey = ctx.key("validators", {"files": codegen.files_digest})
+    only = ctx.inp.validators
+    node_input = {"files": codegen.files_digest} | ({} if only is None else {"only": only})
+    vkey = ctx.key("validators", node_input)
     validation = await call(
         steps.VALIDATE,
-        ValidateInput(key=vkey, files_digest=codegen.files_digest, extra_files=extra, ship=True),
+        ValidateInput(
+            key=vkey, files_digest=codegen.files_digest, extra_files=extra, ship=True, only=only
+        ),
         summary=f"validators after repair round {n} on {codegen.file_count} files",
     )
     run = Run("validators", {"files": codegen.files_digest}, dict(validation.summary), key=vkey)

@@ -23,7 +23,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 
 from temporalio import activity
@@ -44,6 +44,7 @@ from activities.design.validators.sbom import SBOM_PATH, add_sbom, check_sbom, m
 from activities.design.validators.secret_scan import _write_tree, scan_secrets
 from activities.design.validators.wiring import check_wiring
 from activities.heartbeat import heartbeating
+from keel.design.steps import VALIDATORS
 from keel.design.validation import ValidationReport, ValidatorResult
 from sandbox.models import SandboxConfig, default_config
 
@@ -69,27 +70,18 @@ def report_files(report: ValidationReport) -> dict[str, str]:
 
 
 #: The validators, in the order every report lists them.
-VALIDATOR_ORDER = (
-    "secrets",
-    "ruff",
-    "mypy",
-    "pytest",
-    "smoke",
-    "hcl",
-    "checkov",
-    "actionlint",
-    "hadolint",
-    "sbom",
-    "wiring",
-)
+VALIDATOR_ORDER = VALIDATORS
 
 
 class _Lanes:
     """The validators' three lanes over one tree, and what they found and took."""
 
-    def __init__(self, files: dict[str, str], config: SandboxConfig) -> None:
+    def __init__(
+        self, files: dict[str, str], config: SandboxConfig, only: Collection[str] | None = None
+    ) -> None:
         self.files = files
         self.config = config
+        self.only = None if only is None else frozenset(only)
         self.done: dict[str, ValidatorResult] = {}
         self.timings: dict[str, float] = {}
         self.running: list[str] = []
@@ -100,6 +92,11 @@ class _Lanes:
         return ", ".join(self.running) or self.last
 
     async def timed(self, name: str, step: Callable[[], Awaitable[ValidatorResult]]) -> None:
+        if self.only is not None and name not in self.only:
+            self.done[name] = ValidatorResult(
+                name=name, status="not_run", summary="not selected for this run"
+            )
+            return
         self.running.append(name)
         self.last = ", ".join(self.running)
         _heartbeat(self.last)
@@ -154,11 +151,15 @@ class _Lanes:
 
 
 async def validate_repo(
-    files: dict[str, str], *, sandbox_config: SandboxConfig | None = None
+    files: dict[str, str],
+    *,
+    sandbox_config: SandboxConfig | None = None,
+    only: Collection[str] | None = None,
 ) -> ValidationReport:
     """Run every validator on ``files``, exactly as given: nothing is added to the tree
     here (see :func:`add_sbom`); the report's ``files`` hold ``reports/<validator>.json``,
-    which travel beside the tree, not in it.
+    which travel beside the tree, not in it. ``only`` (``DesignOptions.validators``) names
+    the validators to run; the others are reported ``not_run`` ("not selected for this run").
 
     Three lanes run side by side: the jailed tools (ruff, mypy, pytest, smoke, one after
     the other: each jail takes its share of memory), the host's tools (checkov, actionlint,
@@ -167,7 +168,7 @@ async def validate_repo(
     validators' names at each step and every :data:`HEARTBEAT_EVERY_S` seconds.
     """
     files = check_paths(files)
-    lanes = _Lanes(files, sandbox_config or default_config())
+    lanes = _Lanes(files, sandbox_config or default_config(), only)
     await heartbeating(lanes.run_all(), every_s=HEARTBEAT_EVERY_S, details=lanes.beat)
     results = lanes.results()
     report = ValidationReport(results=results)

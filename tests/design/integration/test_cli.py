@@ -344,14 +344,21 @@ def test_generated_repository_download(env: dict[str, str], tmp_path: Path) -> N
         tmp_path / "more.json",
         {"regions": ["eu-west-1", "eu-central-1"], "throughput": {"data_gb_per_day": 2000}},
     )
+    # Two validators only: this round is about the diff (`--validator`, for quick rounds).
     rc2, out2, lines2 = follow(
-        ["run", GEN, "--previous", "ds1", "--intake", str(more), "--no-require-approval"],
+        ["run", GEN, "--previous", "ds1", "--intake", str(more), "--no-require-approval",
+         "--validator", "wiring", "--validator", "hcl"],
         env,
         approve_if_forced,
         600,
-    )
+    )  # fmt: skip
     assert rc2 == 0, "\n".join(lines2)
     assert json.loads(out2)["decision_set"] == "ds2"
+    second = doc(design(["show", GEN, "ds2"], env))["validation"]
+    assert {v for v, s in second.items() if s == "passed"} == {"hcl", "wiring"}, second
+    assert set(second.values()) == {"passed", "not_run"}, second
+    unknown = design(["run", GEN, "--previous", "ds2", "--validator", "lint"], env)
+    assert unknown.returncode != 0 and "unknown validator(s) lint" in unknown.stdout, unknown
     repo = repo_path(Path(env["KEEL_DATA_DIR"]) / "design" / "repos", GEN)
     git_changes = [
         ln

@@ -542,11 +542,18 @@ async def test_a_failing_validator_ends_the_run_validation_failed(
                 require_approval=False,
                 codegen="litellm",
                 codegen_model="local",
+                # The validators this test is about (the jailed ones would cost ~15 s of
+                # CPU each round and find nothing): the others are reported not_run.
+                validators=["checkov", "hcl", "wiring"],
             )
             result: DesignResult = await handle.result()
     assert result.status == "validation_failed", result.validation
     assert result.validation["checkov"] == "failed"
     assert [n for n, s in result.validation.items() if s == "failed"] == ["checkov"]
+    assert {n for n, s in result.validation.items() if s == "passed"} == {"hcl", "wiring"}
+    assert {n for n, s in result.validation.items() if s == "not_run"} == {
+        "secrets", "ruff", "mypy", "pytest", "smoke", "actionlint", "hadolint", "sbom",
+    }  # fmt: skip
     assert result.archive_digest and result.version == 1
 
     # The archive is the validated tree, byte for byte (its SBOM and rationale included).
@@ -565,6 +572,8 @@ async def test_a_failing_validator_ends_the_run_validation_failed(
     assert report["tree_digest"] == result.validated_tree_digest
     checkov = next(r for r in report["results"] if r["name"] == "checkov")
     assert any(f["file"] == "infra/ingest/raw.tf" for f in checkov["details"]["failed_checks"])
+    pytest_result = next(r for r in report["results"] if r["name"] == "pytest")
+    assert pytest_result["summary"] == "not selected for this run"
 
     # The decision set's status, its run-complete event and its Change Summary say so.
     row = design_store.decision_set(sm, project, "ds1")

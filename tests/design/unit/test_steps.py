@@ -76,3 +76,14 @@ def test_input_ids_and_defaults() -> None:
 def test_answers_need_at_least_one_field() -> None:
     with pytest.raises(ValidationError):
         DesignAnswers(answers={})
+
+
+def test_a_validator_selection_is_checked_and_kept_in_report_order() -> None:
+    base = {"project": "p", "decision_set": "ds1", "requester": "alice"}
+    assert DesignInput(**base).validators is None  # every validator
+    picked = DesignInput(**base, validators=["wiring", "checkov", "wiring"]).validators
+    assert picked == ["checkov", "wiring"]
+    with pytest.raises(ValidationError, match="unknown validator"):
+        DesignInput(**base, validators=["checkov", "lint"])
+    with pytest.raises(ValidationError, match="at least one validator"):
+        DesignInput(**base, validators=[])

@@ -137,3 +137,17 @@ def test_a_validator_stopped_by_a_sandbox_limit_says_which(limit: str, words: st
     assert got.details["limit"] == limit
     clean = _from_jail("pytest", SandboxResult(exit_code=0), "pytest")
     assert clean.status == "passed" and "limit" not in clean.details
+
+
+async def test_only_the_selected_validators_run() -> None:
+    files = {"README.md": "# x\n", "app.py": "x = 1\n"}
+    report = await validate_repo(files, only=["secrets", "ruff"])
+    ran = {r.name: r for r in report.results}
+    assert [r.name for r in report.results] == list(VALIDATOR_ORDER)
+    assert ran["secrets"].status == "passed" and ran["ruff"].status == "passed"
+    skipped = [n for n in VALIDATOR_ORDER if n not in ("secrets", "ruff")]
+    for name in skipped:
+        assert ran[name].status == "not_run", ran[name]
+        assert ran[name].summary == "not selected for this run"
+        assert ran[name].details["seconds"] is None  # never started
+    assert report.passed and not report.complete and report.not_run == skipped
