@@ -77,6 +77,9 @@ async def test_a_failing_repository_is_shown_failing_and_still_downloads(
             "require_approval": False,
             "codegen": "litellm",
             "codegen_model": "local",
+            # The failing one and two that pass (the jailed ones would find nothing here);
+            # the others are shown not run.
+            "validators": ["checkov", "hcl", "wiring"],
         },
         headers=auth("alice"),
     )
