@@ -70,17 +70,14 @@ llama_has_amx() {
 if [ ! -x .venv/bin/python ] || ! uv sync --frozen --all-extras --check >/dev/null 2>&1; then
   echo "keel: installing Python packages with uv (first run builds llama-cpp-python: minutes) ..." >&2
   env "${llama_env[@]}" uv sync --frozen --all-extras --compile-bytecode
-  if llama_has_amx; then  # a wheel uv had cached from a build with the AMX kernels
-    echo "keel: rebuilding llama-cpp-python without its AMX kernels (they crash on this CPU) ..." >&2
-    uv cache clean -q llama-cpp-python
-    env "${llama_env[@]}" uv sync --frozen --all-extras --compile-bytecode --reinstall-package llama-cpp-python
-  fi
-elif llama_has_amx; then
+else
+  uv sync --frozen --all-extras --compile-bytecode --quiet
+fi
+# A build with the AMX kernels: an earlier setup's, or a wheel uv had cached from one.
+if llama_has_amx; then
   echo "keel: rebuilding llama-cpp-python without its AMX kernels (they crash on this CPU) ..." >&2
   uv cache clean -q llama-cpp-python
   env "${llama_env[@]}" uv sync --frozen --all-extras --compile-bytecode --reinstall-package llama-cpp-python
-else
-  uv sync --frozen --all-extras --compile-bytecode --quiet
 fi
 # Keel's own packages (installed editable, so uv leaves them to Python): stale files are
 # recompiled by their timestamps, and a file edited later is compiled on import as usual.

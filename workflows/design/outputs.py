@@ -104,14 +104,14 @@ PATCH_SHIPPED_TREE = "design-validate-shipped-tree"
 async def validators_node(state: GraphState, runtime: Runtime[DesignPorts]) -> GraphState:
     ctx = state["ctx"]
     files = state["codegen"].files_digest
-    only = ctx.inp.validators
-    # A selection is part of the key; every validator keeps the key runs always had.
-    key = ctx.key("validators", {"files": files} | ({} if only is None else {"only": only}))
+    key = ctx.validators_key(files)
     ship = workflow.patched(PATCH_SHIPPED_TREE)
     extra: dict[str, str] = _shipped_reports(state)[0] if ship else {}
     out = await call(
         steps.VALIDATE,
-        ValidateInput(key=key, files_digest=files, extra_files=extra, ship=ship, only=only),
+        ValidateInput(
+            key=key, files_digest=files, extra_files=extra, ship=ship, only=ctx.inp.validators
+        ),
         summary=f"validators on {state['codegen'].file_count} files"
         + (f" + {len(extra)} reports and the SBOM" if ship else ""),
     )

@@ -137,13 +137,15 @@ async def _revalidate(
 ) -> tuple[ValidateOutput, Run]:
     """The validators on round ``n``'s repaired files, and the record of their run."""
     extra = extra_of(codegen)
-    only = ctx.inp.validators
-    node_input = {"files": codegen.files_digest} | ({} if only is None else {"only": only})
-    vkey = ctx.key("validators", node_input)
+    vkey = ctx.validators_key(codegen.files_digest)
     validation = await call(
         steps.VALIDATE,
         ValidateInput(
-            key=vkey, files_digest=codegen.files_digest, extra_files=extra, ship=True, only=only
+            key=vkey,
+            files_digest=codegen.files_digest,
+            extra_files=extra,
+            ship=True,
+            only=ctx.inp.validators,
         ),
         summary=f"validators after repair round {n} on {codegen.file_count} files",
     )

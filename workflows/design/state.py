@@ -45,6 +45,15 @@ class DesignContext:
         """The node's idempotency key (§21.3): thread = the workflow's id."""
         return node_idempotency_key(self.thread_id, node, dump_deep(node_input))
 
+    def validators_key(self, files_digest: str) -> str:
+        """The validators' key on the files ``files_digest``: the run's selection
+        (``DesignInput.validators``) is part of it when there is one, so runs without
+        one keep the key they always had."""
+        only = self.inp.validators
+        return self.key(
+            "validators", {"files": files_digest} | ({} if only is None else {"only": only})
+        )
+
 
 # --- effects: what a node asks the workflow class to note (it applies them in order) ---
 

@@ -69,10 +69,6 @@ def report_files(report: ValidationReport) -> dict[str, str]:
     }
 
 
-#: The validators, in the order every report lists them.
-VALIDATOR_ORDER = VALIDATORS
-
-
 class _Lanes:
     """The validators' three lanes over one tree, and what they found and took."""
 
@@ -141,12 +137,12 @@ class _Lanes:
             await asyncio.gather(self.jailed(), self.host_tools(root), self.host_checks())
 
     def results(self) -> list[ValidatorResult]:
-        """Every validator's result in :data:`VALIDATOR_ORDER`, with the seconds it took."""
+        """Every validator's result in :data:`keel.design.steps.VALIDATORS`, with the seconds it took."""
         return [
             self.done[name].model_copy(
                 update={"details": {**self.done[name].details, "seconds": self.timings.get(name)}}
             )
-            for name in VALIDATOR_ORDER
+            for name in VALIDATORS
         ]
 
 
@@ -163,7 +159,7 @@ async def validate_repo(
 
     Three lanes run side by side: the jailed tools (ruff, mypy, pytest, smoke, one after
     the other: each jail takes its share of memory), the host's tools (checkov, actionlint,
-    hadolint) and the host's pure-Python checks (secrets, hcl, sbom, wiring, in threads). The report lists them in :data:`VALIDATOR_ORDER`
+    hadolint) and the host's pure-Python checks (secrets, hcl, sbom, wiring, in threads). The report lists them in :data:`keel.design.steps.VALIDATORS`
     whatever order they finished in. Inside an activity it heartbeats with the running
     validators' names at each step and every :data:`HEARTBEAT_EVERY_S` seconds.
     """

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from activities.design.validators import VALIDATOR_ORDER, run_hcl, scan_secrets, validate_repo
+from activities.design.validators import run_hcl, scan_secrets, validate_repo
+from keel.design.steps import VALIDATORS
 from keel.design.validation import ValidationReport, ValidatorResult, tree_digest
 from sandbox.models import SandboxConfig
 
@@ -114,7 +115,7 @@ def test_heartbeats_name_each_validator_inside_an_activity() -> None:
             if name not in first_seen:
                 first_seen.append(name)
     assert sorted(first_seen) == sorted(x.name for x in report.results)
-    assert [x.name for x in report.results] == list(VALIDATOR_ORDER)
+    assert [x.name for x in report.results] == list(VALIDATORS)
     lanes = (("ruff", "mypy", "pytest"), ("checkov", "actionlint", "hadolint"))
     lanes += (("secrets", "hcl", "sbom"),)
     for lane in lanes:
@@ -143,9 +144,9 @@ async def test_only_the_selected_validators_run() -> None:
     files = {"README.md": "# x\n", "app.py": "x = 1\n"}
     report = await validate_repo(files, only=["secrets", "ruff"])
     ran = {r.name: r for r in report.results}
-    assert [r.name for r in report.results] == list(VALIDATOR_ORDER)
+    assert [r.name for r in report.results] == list(VALIDATORS)
     assert ran["secrets"].status == "passed" and ran["ruff"].status == "passed"
-    skipped = [n for n in VALIDATOR_ORDER if n not in ("secrets", "ruff")]
+    skipped = [n for n in VALIDATORS if n not in ("secrets", "ruff")]
     for name in skipped:
         assert ran[name].status == "not_run", ran[name]
         assert ran[name].summary == "not selected for this run"
