@@ -174,9 +174,10 @@ def codegen_options(
     require_approval: bool,
     approvers: list[str],
     webhook_url: str | None,
+    validators: list[str] | None = None,
 ) -> DesignOptions:
     """The options of the codegen decision set of ``ds`` (planned with ``generate=false``):
-    its previous is ``ds``, run with ``generate=true``.
+    its previous is ``ds``, run with ``generate=true`` and ``validators`` (None: every one).
 
     Raises:
         NotCompleted: ``ds`` is not a completed, stored decision set.
@@ -194,6 +195,7 @@ def codegen_options(
         require_approval=require_approval,
         approvers=approvers,
         webhook_url=webhook_url,
+        validators=validators,
     )
 
 

@@ -424,7 +424,7 @@ async def generate(
     def options() -> DesignOptions:
         return cases.codegen_options(
             at.sessions, project, ds, require_approval=o.require_approval,
-            approvers=o.approvers, webhook_url=o.webhook_url,
+            approvers=o.approvers, webhook_url=o.webhook_url, validators=o.validators,
         )  # fmt: skip
 
     async def run() -> tuple[int, Any]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from keel.design.policy import PolicySettings
-from keel.design.steps import DesignOptions, DesignStatus
+from keel.design.steps import DesignOptions, DesignStatus, selected_validators
 from keel.ids import SHORT_ID_PATTERN
 
 _ID = SHORT_ID_PATTERN
@@ -132,6 +132,16 @@ class GenerateBody(_Body):
     )
     approvers: list[str] = Field(default_factory=list)
     webhook_url: str | None = None
+    validators: list[str] | None = Field(
+        default=None,
+        description=DesignOptions.model_fields["validators"].description,
+        examples=[["ruff", "hcl", "wiring"]],
+    )
+
+    @field_validator("validators")
+    @classmethod
+    def _validators(cls, v: list[str] | None) -> list[str] | None:
+        return selected_validators(v)
 
 
 class DownloadLink(BaseModel):

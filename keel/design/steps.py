@@ -84,6 +84,25 @@ VALIDATORS = (
 )
 
 
+def selected_validators(names: list[str] | None) -> list[str] | None:
+    """A run's choice of validators (``DesignOptions.validators``, the API's generate
+    body): None (every one), else the names in :data:`VALIDATORS`' order.
+
+    Raises:
+        ValueError: an unknown name, or none named.
+    """
+    if names is None:
+        return None
+    unknown = sorted(set(names) - set(VALIDATORS))
+    if unknown:
+        raise ValueError(
+            f"unknown validator(s) {', '.join(unknown)}; known: {', '.join(VALIDATORS)}"
+        )
+    if not names:
+        raise ValueError("name at least one validator (generate=false runs none)")
+    return [n for n in VALIDATORS if n in names]
+
+
 class DesignOptions(_Model):
     """What the caller of a decision set chooses (``POST /design/projects/{id}/constraints`` takes
     exactly these); :class:`DesignInput` adds who and which, from the path and the caller.
@@ -150,16 +169,7 @@ class DesignOptions(_Model):
     @field_validator("validators")
     @classmethod
     def _validators(cls, v: list[str] | None) -> list[str] | None:
-        if v is None:
-            return None
-        unknown = sorted(set(v) - set(VALIDATORS))
-        if unknown:
-            raise ValueError(
-                f"unknown validator(s) {', '.join(unknown)}; known: {', '.join(VALIDATORS)}"
-            )
-        if not v:
-            raise ValueError("name at least one validator (generate=false runs none)")
-        return [n for n in VALIDATORS if n in v]
+        return selected_validators(v)
 
 
 class DesignInput(DesignOptions):

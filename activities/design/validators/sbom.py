@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from activities.design.codegen import check_paths
 from activities.design.validators.host import _host
@@ -73,26 +75,57 @@ async def add_sbom(files: Mapping[str, str]) -> dict[str, str]:
     return check_paths(out)
 
 
-def _schema_errors(text: str, spec: str) -> str | None:
-    """The CycloneDX JSON schema's verdict on ``text`` (None: valid or no validator)."""
+#: Where the CycloneDX schemas' ``$ref`` targets live (their ``$id`` prefix).
+_SCHEMA_PREFIX = "http://cyclonedx.org/schema/"
+
+
+@functools.cache
+def _bom_validator(spec: str) -> Any:
+    """A Draft 7 validator (``jsonschema_rs``, formats asserted) of the CycloneDX ``spec``
+    JSON schema, from the schema files cyclonedx-python-lib ships (the ones its own
+    ``JsonStrictValidator`` reads); built once per spec and process.
+
+    Not ``JsonStrictValidator`` itself: it rebuilt the schema on every call and checked
+    the ``iri-reference`` URLs with ``rfc3987_syntax``'s Earley parser, 0.67 s of CPU a
+    tree (1.96 s on a process's first) against 0.03 s to build this one and 2 ms to
+    check (measured on the batch_training tree). Same verdicts on the schema's enums,
+    references and formats (a bad IRI, an unknown licence id: checked both ways).
+
+    Raises:
+        ValueError, KeyError: ``spec`` is no CycloneDX version this library knows.
+        LookupError: a version with no JSON schema (1.0 and 1.1 are XML only).
+    """
+    import jsonschema_rs
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.schema._res import BOM_JSON_STRICT, CRYPTOGRAPHY_DEFS, JSF, SPDX_JSON
+
+    path = BOM_JSON_STRICT.get(SchemaVersion.from_version(spec))
+    if path is None:
+        raise LookupError(f"CycloneDX {spec} has no JSON schema (XML only)")
+    registry = jsonschema_rs.Registry(
+        [
+            (_SCHEMA_PREFIX + Path(p).name, json.loads(Path(p).read_text(encoding="utf-8")))
+            for p in (SPDX_JSON, JSF, CRYPTOGRAPHY_DEFS)
+        ]
+    )
+    schema = json.loads(Path(path).read_text(encoding="utf-8"))
+    return jsonschema_rs.Draft7Validator(schema, validate_formats=True, registry=registry)
+
+
+def _schema_errors(bom: Any, spec: str) -> str | None:
+    """The CycloneDX JSON schema's verdict on ``bom`` (None: valid): the first error,
+    where it is and which rule it breaks."""
     try:
-        from cyclonedx.schema import SchemaVersion
-        from cyclonedx.validation.json import JsonStrictValidator
-    except ImportError:
-        return None
-    try:
-        version = SchemaVersion.from_version(spec)
+        validator = _bom_validator(spec)
     except (ValueError, KeyError):
         return f"unknown CycloneDX specVersion {spec!r}"
-    error = JsonStrictValidator(version).validate_str(text)
+    except LookupError as exc:
+        return str(exc)
+    error = next(iter(validator.iter_errors(bom)), None)
     if error is None:
         return None
-    data = error.data
-    where = "/".join(str(p) for p in getattr(data, "absolute_path", [])) or "(root)"
-    rule = getattr(data, "validator", None)
-    if rule is None:
-        return str(data).splitlines()[0][:300]
-    return f"{where}: fails {rule!s} {str(getattr(data, 'validator_value', ''))[:120]}"
+    where = "/".join(str(p) for p in error.instance_path) or "(root)"
+    return f"{where}: fails {error.kind.name}: {error.message[:300]}"
 
 
 def check_sbom(files: Mapping[str, str]) -> ValidatorResult:
@@ -116,7 +149,7 @@ def check_sbom(files: Mapping[str, str]) -> ValidatorResult:
             name="sbom", status="failed", summary="the SBOM is not a CycloneDX document"
         )
     spec = str(bom.get("specVersion", ""))
-    invalid = _schema_errors(text, spec)
+    invalid = _schema_errors(bom, spec)
     if invalid is not None:
         return ValidatorResult(
             name="sbom",

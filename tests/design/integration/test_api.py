@@ -283,14 +283,29 @@ async def test_whole_flow_with_codegen_and_signed_download(
         "not_found",
     )
 
-    # Codegen: a new decision set over this one.
-    gen = await http.post(f"/design/decision-sets/{ds}/generate", headers=auth("alice"))
+    # Codegen: a new decision set over this one. Its validators are chosen: this test is
+    # about the API (the whole set runs on these shapes in test_validators.py and in the
+    # free-text run to the archive, test_pipeline.py); an unknown name is refused first.
+    refused = await http.post(
+        f"/design/decision-sets/{ds}/generate", headers=auth("alice"), json={"validators": ["lint"]}
+    )
+    assert_error(refused, 422, "validation_failed")
+    assert "unknown validator(s) lint" in refused.text
+    gen = await http.post(
+        f"/design/decision-sets/{ds}/generate",
+        headers=auth("alice"),
+        json={"validators": ["wiring", "ruff", "hcl"]},
+    )
     assert gen.status_code == 202, gen.text
     code_ds = gen.json()["decision_set_id"]
     assert gen.json()["previous_decision_set"] == ds and code_ds != ds
     done = events_only(await read_sse(http, code_ds, "alice", timeout_s=240))
     assert done[-1].event == "run-complete", done[-1]
-    assert "validation" in [f.event for f in done]
+    (validation,) = [f.data for f in done if f.event == "validation"]
+    # The three chosen ran and passed; the others were not selected, so not run.
+    ran = {name: status for name, status in validation["summary"].items() if status != "not_run"}
+    assert ran == {"ruff": "passed", "hcl": "passed", "wiring": "passed"}, validation
+    assert len(validation["summary"]) == 11 and validation["failed"] == []
     code = (await http.get(f"/design/decision-sets/{code_ds}", headers=auth("alice"))).json()
     assert code["stored"]["parent_id"] == ds
     archive = [a for a in code["artifacts"] if a["kind"] == "archive"]

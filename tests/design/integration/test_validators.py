@@ -216,6 +216,24 @@ def test_planted_secret_fails_the_scan() -> None:
     assert key_id not in json.dumps(result.model_dump())
 
 
+def test_a_file_scanned_before_is_remembered_by_path_and_text() -> None:
+    """The scan remembers each file by its path and text: the same tree again gives the
+    same findings; a changed text, or the same text at another path, is scanned anew."""
+    key_id = "AKIA" + "IOSFODNN7" + "EXAMPLE"  # built at run time, as above
+    files = {"app/settings.py": f'AWS_KEY_ID = "{key_id}"\n', "README.md": "# A tree\n"}
+    first = scan_secrets(files)
+    assert first.status == "failed" and first.details["findings"] == [
+        {"file": "app/settings.py", "line": 1, "rule": "AWS Access Key"}
+    ]
+    assert scan_secrets(files).details == first.details
+    cleaned = {**files, "app/settings.py": 'AWS_KEY_ID = os.environ["AWS_KEY_ID"]\n'}
+    assert scan_secrets(cleaned).status == "passed"
+    moved = {"docs/settings.py": files["app/settings.py"], "README.md": files["README.md"]}
+    assert [f["file"] for f in scan_secrets(moved).details["findings"]] == ["docs/settings.py"]
+    # Planted again after the clean text was remembered: found again.
+    assert scan_secrets(files).details == first.details
+
+
 def test_secrets_the_old_regexes_missed_are_found() -> None:
     """detect-secrets replaced Keel's own nine patterns: it finds each kind they found and
     these, which they did not (a JWT, a Stripe key, credentials in a URL, a password)."""
@@ -280,6 +298,30 @@ def test_missing_invalid_or_stale_sbom_fails() -> None:
     stale = {**good, "requirements.txt": good["requirements.txt"] + "httpx==0.27.2\n"}
     result = check_sbom(stale)
     assert result.status == "failed" and result.details["missing"] == ["httpx==0.27.2"]
+
+
+def test_sbom_schema_check_asserts_formats_references_and_versions() -> None:
+    """The schema check (jsonschema_rs over the schema files cyclonedx-python-lib ships):
+    an IRI that is no IRI (a ``format``), a licence id the SPDX schema does not list
+    (a ``$ref`` into another file) and a version with no JSON schema each fail it."""
+    good = asyncio.run(add_sbom(_tree()))
+    bom = json.loads(good[SBOM_PATH])
+
+    def summary(change: dict[str, Any], spec: str | None = None) -> str:
+        broken = json.loads(json.dumps(bom))
+        broken["components"][0].update(change)
+        if spec is not None:
+            broken["specVersion"] = spec
+        result = check_sbom({**good, SBOM_PATH: json.dumps(broken)})
+        assert result.status == "failed", result.summary
+        return result.summary
+
+    bad_url = [{"type": "website", "url": "http://exa mple.com/\\\\x"}]
+    assert "components/0/externalReferences/0/url" in summary({"externalReferences": bad_url})
+    bad_licence = [{"license": {"id": "NOT-A-LICENCE"}}]
+    assert "components/0/licenses" in summary({"licenses": bad_licence})
+    assert "has no JSON schema" in summary({}, spec="1.1")
+    assert "unknown CycloneDX specVersion '9.9'" in summary({}, spec="9.9")
 
 
 def test_a_broken_tree_fails_the_whole_report() -> None:
