@@ -43,6 +43,7 @@ from activities.design.validators import (
 )
 from sandbox.models import default_config
 from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form
+from tests.design.smoke_report import check_smoke, entry_points
 from tests.support.hcl import parse_once
 
 pytestmark = pytest.mark.timeout(600)
@@ -138,6 +139,11 @@ def test_generated_repo_passes_every_validator(kind: str, name: str) -> None:
     assert int(ran.group(1)) == expected_tests(files) >= 40, output[-500:]
     assert not re.search(r"\b(failed|skipped|deselected|error)", output), output[-500:]
 
+    # The smoke drove every entry point of the plan (tests/design/smoke_report.py).
+    smoke = report.result("smoke")
+    assert smoke is not None
+    check_smoke(smoke, req)
+
     # Every service's Dockerfile went through hadolint and checkov.
     dockerfiles = sorted(p for p in files if p.endswith("/Dockerfile"))
     hadolint = report.result("hadolint")
@@ -195,6 +201,9 @@ def test_the_validated_shapes_cover_every_generated_shape() -> None:
     for shape in SHAPES:
         assert features[shape] <= covered, (shape, sorted(features[shape] - covered)[:20])
     assert max(len(request_for_shape(*shape).plan.regions) for shape in VALIDATED) >= 3
+    # Their smokes drive every serving entry point there is.
+    served = {e for shape in VALIDATED for e in entry_points(request_for_shape(*shape))}
+    assert served == {"fastapi", "lambda", "sagemaker"}, served
 
 
 def test_planted_secret_fails_the_scan() -> None:
