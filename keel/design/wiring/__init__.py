@@ -58,7 +58,9 @@ The rules (:data:`RULES`):
 ``jobs``
     every Glue job script (and ``--extra-py-files``) and EMR entry point is an object the
     Terraform uploads from a file of the repository; every EMR Serverless application has
-    a job run submitted to it (a schedule or state machine calling ``StartJobRun``).
+    a job run submitted to it (a schedule or state machine calling ``StartJobRun``); a
+    Glue job's ``glue_version`` runs a Python the repository's ``requires-python`` allows,
+    and it installs the pinned ``requirements.txt`` (``--additional-python-modules``).
 ``account``
     no account-wide singleton (Lake Formation settings, AWS Config's recorder and delivery
     channel, Macie, the Glue catalog's encryption, GuardDuty, ...) unless the root module
@@ -96,7 +98,7 @@ from keel.design.wiring.model import AWS_NAMESPACES, RULES, RUNTIME_PROVIDED, Fi
 from keel.design.wiring.objects import check_objects
 from keel.design.wiring.permissions import AWS_CALLS, check_permissions
 from keel.design.wiring.repo import Repo
-from keel.design.wiring.scripts import check_applications
+from keel.design.wiring.scripts import check_applications, check_job_python
 from keel.design.wiring.variables import check_variables
 
 
@@ -113,6 +115,7 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
         *check_alarms(repo),
         *check_jobs(repo),
         *check_applications(repo),
+        *check_job_python(repo),
         *check_account(repo),
         *check_kafka(repo),
         *check_objects(repo),

@@ -213,3 +213,94 @@ def check_applications(repo: Repo) -> list[Finding]:
                         )
                     )
     return out
+
+
+#: The Python of each Glue version's Spark jobs (AWS Glue release notes); a job without
+#: ``glue_version`` runs 0.9.
+GLUE_PYTHON: Mapping[str, tuple[int, int]] = {
+    "5.1": (3, 11),
+    "5.0": (3, 11),
+    "4.0": (3, 10),
+    "3.0": (3, 7),
+    "2.0": (3, 7),
+    "1.0": (3, 6),
+    "0.9": (2, 7),
+}
+_REQUIRES_PYTHON = re.compile(r'^requires-python\s*=\s*"[^"]*>=\s*(\d+)\.(\d+)', re.M)
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;#]+)", re.M)
+
+
+def required_python(repo: Repo) -> tuple[int, int] | None:
+    """The oldest Python the repository's ``pyproject.toml`` allows (``requires-python``)."""
+    m = _REQUIRES_PYTHON.search(repo.files.get("pyproject.toml", ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _pins(text: str) -> list[str]:
+    return [
+        f"{re.sub(r'[-_.]+', '-', m.group(1)).lower()}=={m.group(2)}" for m in _PIN.finditer(text)
+    ]
+
+
+def check_job_python(repo: Repo) -> list[Finding]:
+    """Rule ``jobs``: a Glue job runs the repository's code on a Python it supports
+    (``glue_version``'s, at least ``requires-python``) with the repository's pinned
+    requirements installed: ``--additional-python-modules`` is the uploaded
+    ``requirements.txt`` with ``--python-modules-installer-option -r``, or lists every
+    pin. Otherwise the job imports Glue's own pandas or numpy, or none (scikit-learn).
+
+    EMR Serverless job runs are not checked here yet: EMR 7 runs Python 3.9 and the
+    generated EMR transform does not bring its own (docs/design.md, "Still left")."""
+    need = required_python(repo)
+    pins = _pins(repo.files.get("requirements.txt", ""))
+    out: list[Finding] = []
+    for run in job_runs(repo):
+        if run.kind != "glue":
+            continue
+        version = str(run.block.body.get("glue_version", "0.9")).strip('"')
+        python = GLUE_PYTHON.get(version)
+        if need is not None and (python is None or python < need):
+            runs = "an unknown Python" if python is None else f"Python {python[0]}.{python[1]}"
+            out.append(
+                Finding(
+                    "jobs",
+                    run.block.file,
+                    f"{run.where}: glue_version {version} runs {runs}, and the repository's "
+                    f"code needs Python >= {need[0]}.{need[1]} (pyproject.toml requires-python)",
+                )
+            )
+        if not pins:
+            continue
+        modules = run.args.get("additional-python-modules", "").strip('"')
+        if modules.startswith("s3://"):
+            installer = run.args.get("python-modules-installer-option", "").strip('"').split()
+            file = uploaded_file(repo, run.module, modules)
+            if file != "requirements.txt" or "-r" not in installer:
+                why = (
+                    "without --python-modules-installer-option -r"
+                    if file == "requirements.txt"
+                    else "which is not the repository's requirements.txt uploaded by this module"
+                )
+                out.append(
+                    Finding(
+                        "jobs",
+                        run.block.file,
+                        f"{run.where}: --additional-python-modules is {modules}, {why}: the "
+                        "job would not install the repository's pinned requirements",
+                    )
+                )
+            continue
+        listed = set(_pins("\n".join(modules.split(","))))
+        missing = [p for p in pins if p not in listed]
+        if missing:
+            out.append(
+                Finding(
+                    "jobs",
+                    run.block.file,
+                    f"{run.where}: the job installs {len(pins) - len(missing)} of the "
+                    f"{len(pins)} pins of requirements.txt (missing: {', '.join(missing[:5])}): "
+                    "set --additional-python-modules to the uploaded requirements.txt with "
+                    "--python-modules-installer-option -r",
+                )
+            )
+    return out

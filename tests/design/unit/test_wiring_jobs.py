@@ -195,3 +195,41 @@ def test_a_script_job_calling_what_its_role_may_not_fails(
     assert finding.message.endswith(
         f"which its role ({role}) is not allowed: no policy of the module grants it"
     )
+
+
+def test_a_glue_job_runs_python_3_11_with_the_pinned_requirements() -> None:
+    """Glue 5.0 (Python 3.11, what pyproject.toml requires) installing the uploaded
+    requirements.txt with pip -r; each way of breaking it fails the ``jobs`` rule."""
+    files = tree(emr=False)
+    assert check_wiring(files) == []
+    main = files[GLUE]
+    assert 'glue_version           = "5.0"' in main
+    uri = "s3://${aws_s3_bucket.artifacts.id}/jobs/features/requirements.txt"
+    assert f'"--additional-python-modules"        = "{uri}"' in main
+    assert '"--python-modules-installer-option"  = "-r"' in main
+    assert 'fileset("${path.root}/..", "requirements.txt")' in main
+
+    old = mutate(files, GLUE, 'glue_version           = "5.0"', 'glue_version           = "4.0"')
+    (finding,) = only(check_wiring(old), "jobs")
+    assert finding.file == GLUE and finding.message == (
+        "aws_glue_job.features: glue_version 4.0 runs Python 3.10, and the repository's code "
+        "needs Python >= 3.11 (pyproject.toml requires-python)"
+    )
+    unset = mutate(files, GLUE, 'glue_version           = "5.0"', "")
+    (finding,) = only(check_wiring(unset), "jobs")
+    assert "glue_version 0.9 runs Python 2.7" in finding.message
+
+    no_r = mutate(files, GLUE, '"--python-modules-installer-option"  = "-r"', "")
+    (finding,) = only(check_wiring(no_r), "jobs")
+    assert finding.message.endswith(
+        "without --python-modules-installer-option -r: the job would not install the "
+        "repository's pinned requirements"
+    )
+    not_uploaded = mutate(files, GLUE, 'fileset("${path.root}/..", "requirements.txt")', "[]")
+    found = only(check_wiring(not_uploaded), "jobs")
+    assert any("which is not the repository's requirements.txt" in f.message for f in found)
+
+    listed = mutate(files, GLUE, f'"{uri}"', '"pandas==2.2.3"')
+    listed = mutate(listed, GLUE, '"--python-modules-installer-option"  = "-r"', "")
+    (finding,) = only(check_wiring(listed), "jobs")
+    assert "pins of requirements.txt (missing: " in finding.message
