@@ -853,7 +853,11 @@
     refusal.textContent = "";
     $("#generate-button").disabled = true;
     try {
-      const started = await api("POST", "/design/decision-sets/" + enc(sess.id) + "/generate", {});
+      // The validators the run asks for: none named (the body empty) when every one is checked.
+      const boxes = [...document.querySelectorAll('#generate-validators input[name="validator"]')];
+      const chosen = boxes.filter((b) => b.checked).map((b) => b.value);
+      const body = chosen.length === boxes.length ? {} : { validators: chosen };
+      const started = await api("POST", "/design/decision-sets/" + enc(sess.id) + "/generate", body);
       openSession(sess.project, started.decision_set_id);
       guarded("projects", loadProjects);
     } catch (err) {

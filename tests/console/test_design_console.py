@@ -26,6 +26,7 @@ from playwright.async_api import expect
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from keel.design.steps import VALIDATORS
 from keel.settings import Settings
 from tests.console.test_console import (  # noqa: F401 (fixtures)
     ARTIFACTS,
@@ -44,6 +45,8 @@ from workers.main import build_worker
 EXTRACTED = {"cloud": "aws", "workload_types": ["batch"], "data_classification": "internal"}
 REQUIREMENTS = "Nightly batch training of a churn model on AWS; internal data only."
 CODEGEN_WAIT_MS = 240_000
+#: The validators the console's codegen round runs (in VALIDATORS' order).
+CHOSEN_VALIDATORS = ("ruff", "hcl", "wiring")
 FIRST_EVENT_WAIT_MS = 90_000
 
 
@@ -163,7 +166,15 @@ async def test_design_session_from_text_to_repository(
     assert await seqs(page) == [e["seq"] for e in stored["events"]]
     assert [e["type"] for e in stored["events"]].count("plan-ready") == 2
 
-    # Codegen: a second decision set whose previous is the planned one.
+    # Codegen: a second decision set whose previous is the planned one, with three of the
+    # validators chosen (this test is about the console; every validator runs on the
+    # generated shapes in tests/design/integration/test_validators.py).
+    await page.locator("#generate-validators summary").click()
+    await check_accessibility(page, "the validators to run, open")
+    await page.locator("#session-actions").screenshot(path=str(ARTIFACTS / "design-generate.png"))
+    for box in await page.locator('#generate-validators input[name="validator"]').all():
+        if await box.get_attribute("value") not in CHOSEN_VALIDATORS:
+            await box.uncheck()
     await page.get_by_role("button", name="Generate the repository").click()
     # A locator wait: wait_for_function's string predicate is compiled by eval in the
     # page, which the console's CSP (script-src 'self') refuses once it polls.
@@ -197,6 +208,12 @@ async def test_design_session_from_text_to_repository(
     files = (await api.get(f"/design/decision-sets/{code_ds}/files", headers=auth("alice"))).json()
     assert [f["path"] for f in files["files"]] == sorted(archive.namelist())
     assert files["previous_decision_set"] == ds
+    # The run ran the three chosen; the others were not selected.
+    code = (await api.get(f"/design/decision-sets/{code_ds}", headers=auth("alice"))).json()
+    summary = code["validation"]["summary"]
+    assert {n: st for n, st in summary.items() if st != "not_run"} == dict.fromkeys(
+        CHOSEN_VALIDATORS, "passed"
+    ), summary
 
     # The console's own routes keep the design routes' scoping.
     for path in (
@@ -220,3 +237,10 @@ async def test_design_session_from_text_to_repository(
     assert_error(
         await api.get(f"/design/decision-sets/{ds}/files", headers=auth("alice")), 404, "not_found"
     )
+
+
+def test_the_consoles_validators_are_keels() -> None:
+    """The Generate panel offers every validator, in Keel's order, each checked."""
+    html = (Path(__file__).resolve().parents[2] / "api" / "ui" / "index.html").read_text()
+    boxes = re.findall(r'<input type="checkbox" name="validator" value="([a-z]+)" checked>', html)
+    assert tuple(boxes) == VALIDATORS
