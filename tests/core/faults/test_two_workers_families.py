@@ -193,9 +193,12 @@ async def scenario(
         step_mode="free_running",  # step 2 goes on from step 1's unchanged file
     )  # fmt: skip
     projects = [f"p-{uuid.uuid4().hex[:8]}" for _ in range(RUNS)]
+    # Two validators, one of them jailed: this test is about the workers (every validator
+    # runs on the generated shapes in tests/design/integration/test_validators.py).
     design: dict[str, Any] = {
         "decision_set": "ds1", "requester": "alice", "intake": FORM,
         "require_approval": False, "codegen": "litellm", "codegen_model": "coder",
+        "validators": ["ruff", "pytest"],
     }  # fmt: skip
     runs = [DesignInput(project=p, **design) for p in projects]
     started = await asyncio.gather(
