@@ -99,7 +99,7 @@ def selected_validators(names: list[str] | None) -> list[str] | None:
             f"unknown validator(s) {', '.join(unknown)}; known: {', '.join(VALIDATORS)}"
         )
     if not names:
-        raise ValueError("name at least one validator (generate=false runs none)")
+        raise ValueError("name at least one validator, or leave validators out to run every one")
     return [n for n in VALIDATORS if n in names]
 
 

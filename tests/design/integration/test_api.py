@@ -291,6 +291,11 @@ async def test_whole_flow_with_codegen_and_signed_download(
     )
     assert_error(refused, 422, "validation_failed")
     assert "unknown validator(s) lint" in refused.text
+    none = await http.post(
+        f"/design/decision-sets/{ds}/generate", headers=auth("alice"), json={"validators": []}
+    )
+    assert_error(none, 422, "validation_failed")
+    assert "name at least one validator, or leave validators out" in none.text
     gen = await http.post(
         f"/design/decision-sets/{ds}/generate",
         headers=auth("alice"),
