@@ -6,26 +6,24 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from activities.design.codegen import check_paths
 from activities.design.validators.host import _host
 from activities.design.validators.jailed import _venv_bin
 from keel.design.validation import ValidatorResult
+from keel.design.wiring.images import normalised, pins_of
+
+if TYPE_CHECKING:
+    from cyclonedx.schema import SchemaVersion
 
 log = logging.getLogger(__name__)
 
 
 SBOM_PATH = "reports/sbom.cdx.json"
-_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*([^\s;#]+)")
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 async def make_sbom(files: Mapping[str, str]) -> tuple[str | None, str]:
@@ -80,28 +78,24 @@ _SCHEMA_PREFIX = "http://cyclonedx.org/schema/"
 
 
 @functools.cache
-def _bom_validator(spec: str) -> Any:
-    """A Draft 7 validator (``jsonschema_rs``, formats asserted) of the CycloneDX ``spec``
-    JSON schema, from the schema files cyclonedx-python-lib ships (the ones its own
-    ``JsonStrictValidator`` reads); built once per spec and process.
+def _bom_validator(version: SchemaVersion) -> Any | None:
+    """A Draft 7 validator (``jsonschema_rs``, formats asserted) of the CycloneDX JSON
+    schema of ``version``, from the schema files cyclonedx-python-lib ships (the ones its
+    own ``JsonStrictValidator`` reads); built once per version and process. None: the
+    version has no JSON schema (1.0 and 1.1 are XML only).
 
     Not ``JsonStrictValidator`` itself: it rebuilt the schema on every call and checked
     the ``iri-reference`` URLs with ``rfc3987_syntax``'s Earley parser, 0.67 s of CPU a
     tree (1.96 s on a process's first) against 0.03 s to build this one and 2 ms to
     check (measured on the batch_training tree). Same verdicts on the schema's enums,
     references and formats (a bad IRI, an unknown licence id: checked both ways).
-
-    Raises:
-        ValueError, KeyError: ``spec`` is no CycloneDX version this library knows.
-        LookupError: a version with no JSON schema (1.0 and 1.1 are XML only).
     """
     import jsonschema_rs
-    from cyclonedx.schema import SchemaVersion
     from cyclonedx.schema._res import BOM_JSON_STRICT, CRYPTOGRAPHY_DEFS, JSF, SPDX_JSON
 
-    path = BOM_JSON_STRICT.get(SchemaVersion.from_version(spec))
+    path = BOM_JSON_STRICT.get(version)
     if path is None:
-        raise LookupError(f"CycloneDX {spec} has no JSON schema (XML only)")
+        return None
     registry = jsonschema_rs.Registry(
         [
             (_SCHEMA_PREFIX + Path(p).name, json.loads(Path(p).read_text(encoding="utf-8")))
@@ -115,12 +109,15 @@ def _bom_validator(spec: str) -> Any:
 def _schema_errors(bom: Any, spec: str) -> str | None:
     """The CycloneDX JSON schema's verdict on ``bom`` (None: valid): the first error,
     where it is and which rule it breaks."""
+    from cyclonedx.schema import SchemaVersion
+
     try:
-        validator = _bom_validator(spec)
+        version = SchemaVersion.from_version(spec)
     except (ValueError, KeyError):
         return f"unknown CycloneDX specVersion {spec!r}"
-    except LookupError as exc:
-        return str(exc)
+    validator = _bom_validator(version)
+    if validator is None:
+        return f"CycloneDX {spec} has no JSON schema (XML only)"
     error = next(iter(validator.iter_errors(bom)), None)
     if error is None:
         return None
@@ -157,15 +154,11 @@ def check_sbom(files: Mapping[str, str]) -> ValidatorResult:
             summary=f"the SBOM does not match the CycloneDX {spec} schema: {invalid}",
         )
     components = {
-        (_norm(str(c.get("name"))), str(c.get("version")))
+        (normalised(str(c.get("name"))), str(c.get("version")))
         for c in bom.get("components", [])
         if isinstance(c, dict)
     }
-    pins = [
-        (_norm(m.group(1)), m.group(2))
-        for m in map(_REQUIREMENT.match, files["requirements.txt"].splitlines())
-        if m is not None
-    ]
+    pins = [(normalised(name), version) for _, name, version in pins_of(files["requirements.txt"])]
     missing = [f"{n}=={v}" for n, v in pins if (n, v) not in components]
     details = {
         "components": sorted(f"{n}=={v}" for n, v in components),

@@ -38,12 +38,13 @@ def _key(path: str, text: str) -> tuple[str, str]:
 
 
 def _remembered(keys: Mapping[str, tuple[str, str]]) -> dict[str, list[tuple[int, str]]]:
+    found: dict[str, list[tuple[int, str]]] = {}
     with _scanned_lock:
-        found = {path: _scanned.get(key) for path, key in keys.items()}
-        for key in keys.values():
+        for path, key in keys.items():
             if key in _scanned:
                 _scanned.move_to_end(key)
-    return {path: hits for path, hits in found.items() if hits is not None}
+                found[path] = _scanned[key]
+    return found
 
 
 def _remember(scanned: Mapping[tuple[str, str], list[tuple[int, str]]]) -> None:
@@ -89,10 +90,10 @@ def scan_secrets(files: Mapping[str, str]) -> ValidatorResult:
         plugins = sorted(settings.plugins)
     keys = {path: _key(path, text) for path, text in files.items()}
     hits = _remembered(keys)
-    todo = sorted(p for p in files if p not in hits)
-    if todo:
-        fresh = _scan(files, todo)
-        _remember({keys[p]: fresh[p] for p in todo})
+    unscanned = sorted(p for p in files if p not in hits)
+    if unscanned:
+        fresh = _scan(files, unscanned)
+        _remember({keys[p]: fresh[p] for p in unscanned})
         hits.update(fresh)
     findings: list[dict[str, Any]] = [
         {"file": path, "line": line, "rule": rule}

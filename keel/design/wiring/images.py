@@ -404,10 +404,26 @@ PIN_FAMILIES: dict[str, str] = {"mlflow-skinny": "mlflow", "mlflow-tracing": "ml
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([A-Za-z0-9.+!_-]+)$")
 
 
+def normalised(name: str) -> str:
+    """A distribution's normalised name (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _dist(name: str) -> str:
     """A distribution's normalised name (PEP 503), its family's where it has one."""
-    norm = re.sub(r"[-_.]+", "-", name).lower()
+    norm = normalised(name)
     return PIN_FAMILIES.get(norm, norm)
+
+
+def pins_of(text: str) -> list[tuple[int, str, str]]:
+    """(line, name, version) of each ``name==version`` of a requirements text (extras,
+    comments, markers and spaces set aside)."""
+    out: list[tuple[int, str, str]] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        m = _PIN.match(raw.split("#", 1)[0].split(";", 1)[0].strip().replace(" ", ""))
+        if m:
+            out.append((n, m.group(1), m.group(2)))
+    return out
 
 
 def _is_dockerfile(path: str) -> bool:
@@ -423,11 +439,8 @@ def _requirement_pins(files: Mapping[str, str]) -> dict[str, tuple[str, int, str
         base = posixpath.basename(path)
         if not (base.startswith("requirements") and base.endswith(".txt")):
             continue
-        for n, raw in enumerate(files[path].splitlines(), 1):
-            req = raw.split("#", 1)[0].split(";", 1)[0].strip().replace(" ", "")
-            m = _PIN.match(req)
-            if m:
-                out.setdefault(_dist(m.group(1)), (path, n, m.group(1), m.group(2)))
+        for n, name, version in pins_of(files[path]):
+            out.setdefault(_dist(name), (path, n, name, version))
     return out
 
 

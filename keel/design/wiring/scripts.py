@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from keel.design.wiring.code import _parsed
+from keel.design.wiring.images import normalised, pins_of
 from keel.design.wiring.jobs import uploaded_file
 from keel.design.wiring.model import _STRING, Block, Finding, TfModule
 from keel.design.wiring.repo import Repo
@@ -227,7 +228,6 @@ GLUE_PYTHON: Mapping[str, tuple[int, int]] = {
     "0.9": (2, 7),
 }
 _REQUIRES_PYTHON = re.compile(r'^requires-python\s*=\s*"[^"]*>=\s*(\d+)\.(\d+)', re.M)
-_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;#]+)", re.M)
 
 
 def required_python(repo: Repo) -> tuple[int, int] | None:
@@ -237,9 +237,8 @@ def required_python(repo: Repo) -> tuple[int, int] | None:
 
 
 def _pins(text: str) -> list[str]:
-    return [
-        f"{re.sub(r'[-_.]+', '-', m.group(1)).lower()}=={m.group(2)}" for m in _PIN.finditer(text)
-    ]
+    """``name==version`` of each pin of a requirements text, names normalised."""
+    return [f"{normalised(name)}=={version}" for _, name, version in pins_of(text)]
 
 
 def check_job_python(repo: Repo) -> list[Finding]:
