@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from activities.design.infra import (
+    EMR_RELEASE,
     TRAINING_SET_PREFIX,
     drift_runner,
     landing_reader,
@@ -326,12 +327,17 @@ GLUE_JOBS: dict[str, str] = {
 #: EMR Serverless job runs of each pattern that submits them (``jobs/emr/<name>.py``, the
 #: entry point its Terraform's scheduled StartJobRun names).
 EMR_JOBS: dict[str, str] = {"transform:emr-serverless-spark": "transform"}
+#: The Python and uv the EMR job image adds to its base, the EMR release the application
+#: runs (:data:`activities.design.infra.EMR_RELEASE`; EMR 7's own Python is 3.9).
+EMR_JOB_PYTHON = "3.11.9"
+EMR_IMAGE_UV = "0.13.10"
 #: Patterns whose Terraform runs an image of an ECR repository (capability -> image).
 ECR_IMAGES: dict[str, str] = {
     "serve:ecs-fargate-fastapi": "serve",
     "serve:sagemaker-batch-transform": "serve",
     "serve:lambda-serverless": "serve",
     "transform:kinesis-lambda": "transform",
+    "transform:emr-serverless-spark": "transform",
     "train:ecs-fargate-jobs": "train",
     "train:sagemaker-training": "train",
     "train:sagemaker-gpu-training": "train",
@@ -376,6 +382,15 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
             image=image,
             boto3=boto3,
             mlflow=MLFLOW_SERVER_REQUIREMENT,
+        )
+    if service == "transform" and pattern in EMR_JOBS:
+        return env.get_template("docker/emr.Dockerfile.j2").render(
+            service=service,
+            pattern=pattern,
+            image=image,
+            release=EMR_RELEASE,
+            python=EMR_JOB_PYTHON,
+            uv=EMR_IMAGE_UV,
         )
     if service == "transform":
         return env.get_template("docker/lambda.Dockerfile.j2").render(

@@ -282,6 +282,11 @@ DATA_PREFIX = "pipeline"
 #: (``TRAINING_SET_URI``).
 TRAINING_SET_PREFIX = f"{DATA_PREFIX}/training-sets/latest"
 
+#: The EMR release of the EMR Serverless application (``release_label``), which is also
+#: the base of its job image (``services/transform/Dockerfile``: EMR Serverless runs a
+#: custom image only on the release it was built from).
+EMR_RELEASE = "emr-7.2.0"
+
 
 def registry_env(plan_by_cap: dict[str, str], cap: str) -> dict[str, str]:
     """The environment (name -> HCL expression) the registry code needs where ``cap``'s
@@ -476,6 +481,7 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
         "baseline": bool(req.constraints.account_baseline),
         # Whether the training module schedules services.observe (the drift alarm's feed).
         "drift_runner": drift_runner(plan_by_cap),
+        "emr_release": EMR_RELEASE,
     }
     return _render_files(env, common, modules, regions[0], region_ctx[0])
 

@@ -89,6 +89,7 @@ from keel.design.wiring.account import ACCOUNT_SINGLETONS, check_account
 from keel.design.wiring.alarms import check_alarms
 from keel.design.wiring.code import code_metrics, default_works_deployed, env_reads, import_closure
 from keel.design.wiring.content import check_content_types
+from keel.design.wiring.emr import check_emr_python
 from keel.design.wiring.environment import check_environment
 from keel.design.wiring.images import check_images
 from keel.design.wiring.jobs import check_jobs
@@ -116,6 +117,7 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
         *check_jobs(repo),
         *check_applications(repo),
         *check_job_python(repo),
+        *check_emr_python(repo),
         *check_account(repo),
         *check_kafka(repo),
         *check_objects(repo),

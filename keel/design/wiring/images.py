@@ -313,7 +313,8 @@ def _pushed_findings(repo: Repo, run: set[str]) -> list[Finding]:
                     "images",
                     push.file,
                     f"CI pushes {push.repository}{built}, but no task definition, Lambda "
-                    "function or SageMaker job or model of the Terraform runs it",
+                    "function, SageMaker job or model or EMR Serverless application of the "
+                    "Terraform runs it",
                 )
             )
     return out
@@ -490,17 +491,33 @@ def _pin_findings(repo: Repo) -> list[Finding]:
     return out
 
 
+def application_images(repo: Repo) -> list[Runtime]:
+    """Each EMR Serverless application that runs a custom image (its
+    ``image_configuration``): the job runs submitted to it run in that image, so it is
+    run like a task's (kind ``emr``; its code is the job's entry point, the ``jobs``
+    rule's)."""
+    out: list[Runtime] = []
+    for mod in repo.modules.values():
+        for block in mod.of_kind("aws_emrserverless_application"):
+            config = _unwrap(block.body.get("image_configuration"))
+            image = config.get("image_uri") if isinstance(config, dict) else None
+            if image:
+                out.append(Runtime(mod, block, "emr", (str(image),), frozenset()))
+    return out
+
+
 def check_images(repo: Repo) -> list[Finding]:
     out: list[Finding] = _pin_findings(repo)
     run: set[str] = set()
-    for rt in runtimes(repo):
+    everything = [*runtimes(repo), *application_images(repo)]
+    for rt in everything:
         for image in rt.images:
             resolved = _resolve_image(repo, rt.module, image)
             if not isinstance(resolved, str):
                 run |= {img.repository for img in resolved}
     out += _pushed_findings(repo, run)
     out += _unused_builds(repo, run)
-    for rt in runtimes(repo):
+    for rt in everything:
         if rt.scheduled:
             continue  # its task definition's image, checked there
         for image in rt.images:
@@ -563,4 +580,17 @@ def image_code(repo: Repo, rt: Runtime, image: str) -> tuple[list[str], frozense
             parsed = parse_dockerfile(repo.files[dockerfile])
             argv = parsed.entrypoint + (rt.command if rt.command is not None else parsed.cmd)
             return entry_modules(repo.files, argv, parsed.lambda_base), parsed.env, dockerfile
+    return None
+
+
+def dockerfile_of(repo: Repo, mod: TfModule, image: str) -> str | None:
+    """The Dockerfile an image of ``mod`` is built from (the first instance's), or None
+    (not from a declared ECR repository, or no Dockerfile found: the ``images`` rule's
+    findings)."""
+    resolved = _resolve_image(repo, mod, image)
+    if isinstance(resolved, str):
+        return None
+    for img in resolved:
+        for dockerfile in _dockerfiles_of(repo, img.repository)[:1]:
+            return dockerfile
     return None

@@ -248,8 +248,7 @@ def check_job_python(repo: Repo) -> list[Finding]:
     ``requirements.txt`` with ``--python-modules-installer-option -r``, or lists every
     pin. Otherwise the job imports Glue's own pandas or numpy, or none (scikit-learn).
 
-    EMR Serverless job runs are not checked here yet: EMR 7 runs Python 3.9 and the
-    generated EMR transform does not bring its own (docs/design.md, "Still left")."""
+    EMR Serverless job runs: :func:`keel.design.wiring.emr.check_emr_python`."""
     need = required_python(repo)
     pins = _pins(repo.files.get("requirements.txt", ""))
     out: list[Finding] = []

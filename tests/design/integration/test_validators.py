@@ -291,6 +291,29 @@ def test_dockerfile_lint_error_fails_hadolint(tmp_path: Path) -> None:
     assert "DL3007" in result.summary  # "latest" is not a pinned image version
 
 
+def test_the_emr_job_image_passes_hadolint_checkov_and_wiring() -> None:
+    """No validated shape runs the EMR transform; its tree (batch_training with it) goes
+    through the validators that read what it adds: the job image's Dockerfile (the EMR
+    Serverless base, tagged latest by AWS, is the one rule each tool skips, by name and
+    with the reason), its Terraform (the application's image, the repository policy) and
+    the wiring between them."""
+    from tests.design.unit.test_wiring_jobs import EMR_IMAGE, tree
+
+    files = tree()
+    report = asyncio.run(validate_repo(files, only=("hcl", "checkov", "hadolint", "wiring")))
+    summaries = {r.name: f"{r.status}: {r.summary}" for r in report.results}
+    for name in ("hcl", "checkov", "hadolint", "wiring"):
+        assert summaries[name].startswith("passed"), (name, summaries[name])
+    hadolint = report.result("hadolint")
+    assert hadolint is not None and EMR_IMAGE in hadolint.details["dockerfiles"]
+    checkov = report.result("checkov")
+    assert checkov is not None
+    dockerfile = checkov.details["summary"]["dockerfile"]
+    assert dockerfile["failed"] == 0 and dockerfile["skipped"] == 1, dockerfile
+    assert "# checkov:skip=CKV_DOCKER_7:" in files[EMR_IMAGE]
+    assert "# hadolint ignore=DL3007\nFROM public.ecr.aws/emr-serverless/" in files[EMR_IMAGE]
+
+
 def test_missing_invalid_or_stale_sbom_fails() -> None:
     good = asyncio.run(add_sbom(_tree()))
     assert check_sbom(good).status == "passed"

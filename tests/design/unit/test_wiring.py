@@ -302,8 +302,8 @@ def test_an_image_pushed_elsewhere_or_not_from_ecr_fails() -> None:
     # ... and the train image CI pushes is run by nothing now.
     assert pushed.file == ".github/workflows/ci.yml"
     assert pushed.message.endswith(
-        "/train (services/train/Dockerfile), but no task definition, Lambda function or "
-        "SageMaker job or model of the Terraform runs it"
+        "/train (services/train/Dockerfile), but no task definition, Lambda function, "
+        "SageMaker job or model or EMR Serverless application of the Terraform runs it"
     )
 
 

@@ -221,8 +221,8 @@ def test_a_push_to_a_repository_nothing_declares_fails(monkeypatch: pytest.Monke
     )
     (finding,) = only(findings_of(files), "images")
     assert finding.message.endswith(
-        "/ingest (services/ingest/Dockerfile), but no task definition, Lambda function or "
-        "SageMaker job or model of the Terraform runs it"
+        "/ingest (services/ingest/Dockerfile), but no task definition, Lambda function, "
+        "SageMaker job or model or EMR Serverless application of the Terraform runs it"
     )
 
 

@@ -233,3 +233,91 @@ def test_a_glue_job_runs_python_3_11_with_the_pinned_requirements() -> None:
     listed = mutate(listed, GLUE, '"--python-modules-installer-option"  = "-r"', "")
     (finding,) = only(check_wiring(listed), "jobs")
     assert "pins of requirements.txt (missing: " in finding.message
+
+
+EMR_IMAGE = "services/transform/Dockerfile"
+
+
+def test_the_emr_job_runs_python_3_11_from_its_image_with_the_pinned_requirements() -> None:
+    """EMR 7's own Python is 3.9: the application runs the job image CI builds and pushes
+    (the EMR Serverless base of its release, Python 3.11 in /opt/venv with
+    requirements.txt), and the job run points Spark's driver and executors at it. Each way
+    of breaking that fails the ``jobs`` rule, naming what broke."""
+    files = tree()
+    assert check_wiring(files) == []
+    main, image = files[EMR], files[EMR_IMAGE]
+    assert 'release_label = "emr-7.2.0"' in main
+    assert 'image_uri = "${aws_ecr_repository.transform.repository_url}:${var.image_tag}"' in main
+    assert "FROM public.ecr.aws/emr-serverless/spark/emr-7.2.0:latest" in image
+    assert "uv venv --python 3.11.9 /opt/venv" in image and "USER hadoop:hadoop" in image
+    ci = files[".github/workflows/ci.yml"]
+    assert EMR_IMAGE in ci  # built on every change and pushed from main
+
+    def jobs_findings(changed: dict[str, str]) -> list[str]:
+        found = check_wiring(changed)
+        return [f"{f.file}: {f.message}" for f in found if f.rule == "jobs"]
+
+    block = (
+        "  image_configuration {\n"
+        '    image_uri = "${aws_ecr_repository.transform.repository_url}:${var.image_tag}"\n'
+        "  }\n"
+    )
+    assert block in main
+    no_image = mutate(files, EMR, block, "")
+    (pushed,) = [f for f in check_wiring(no_image) if f.rule == "images"]
+    assert (
+        "but no task definition, Lambda function, SageMaker job or model or EMR" in pushed.message
+    )
+    (finding,) = jobs_findings(no_image)
+    assert finding == (
+        f"{EMR}: aws_emrserverless_application.spark runs release emr-7.2.0's own Python 3.9 "
+        "(it has no image_configuration), and jobs/emr/transform.py, which "
+        "aws_scheduler_schedule.transform runs on it, needs Python >= 3.11 (pyproject.toml "
+        "requires-python): give the application an image that brings it"
+    )
+
+    older = mutate(files, EMR_IMAGE, "spark/emr-7.2.0:latest", "spark/emr-7.1.0:latest")
+    (finding,) = jobs_findings(older)
+    assert finding.startswith(
+        f"{EMR_IMAGE}: {EMR_IMAGE} builds on emr-7.1.0, but aws_emrserverless_application.spark "
+        "(its image_configuration) runs release emr-7.2.0: EMR Serverless runs an image only"
+    )
+
+    driver = "--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON=/opt/venv/bin/python "
+    (finding,) = jobs_findings(mutate(files, EMR, driver, ""))
+    assert finding == (
+        f"{EMR}: aws_scheduler_schedule.transform: its job run does not set "
+        "spark.emr-serverless.driverEnv.PYSPARK_PYTHON (SparkSubmitParameters): the driver "
+        f"(where the entry point runs) would use the release's own Python, not {EMR_IMAGE}'s"
+    )
+
+    py39 = mutate(files, EMR_IMAGE, "--python 3.11.9", "--python 3.9.19")
+    (driver_f, executor_f) = jobs_findings(py39)
+    assert driver_f == (
+        f"{EMR}: aws_scheduler_schedule.transform: "
+        "spark.emr-serverless.driverEnv.PYSPARK_PYTHON is /opt/venv/bin/python, Python 3.9 "
+        f"in {EMR_IMAGE}; jobs/emr/transform.py needs Python >= 3.11 (pyproject.toml "
+        "requires-python)"
+    )
+    assert "spark.executorEnv.PYSPARK_PYTHON is /opt/venv/bin/python, Python 3.9" in executor_f
+    elsewhere = mutate(
+        files, EMR, "PYSPARK_PYTHON=/opt/venv/bin/python", "PYSPARK_PYTHON=/opt/py/bin/python"
+    )
+    assert all(
+        "which services/transform/Dockerfile does not make" in f for f in jobs_findings(elsewhere)
+    )
+
+    no_pins = mutate(
+        files,
+        EMR_IMAGE,
+        "    && uv pip install --python /opt/venv/bin/python --no-cache -r /tmp/requirements.txt \\\n",
+        "",
+    )
+    findings = jobs_findings(no_pins)
+    assert findings and all(
+        f.startswith(
+            f"{EMR_IMAGE}: {EMR_IMAGE} does not install requirements.txt with /opt/venv/bin/python"
+        )
+        and f.endswith("would import none of the repository's pins")
+        for f in findings
+    )
