@@ -365,15 +365,20 @@ def drift_runner(plan_by_cap: dict[str, str]) -> bool:
 #: Transforms that run a job script (``jobs/<runner>/transform.py``), which lands the batch
 #: ingest's files before its feature step: the Glue job and the EMR Serverless job run.
 JOB_TRANSFORMS = ("transform:glue-etl", "transform:emr-serverless-spark")
+#: Ingests that land their records as files in their landing bucket's ``incoming/``: the
+#: batch drops, and Firehose's files from the Kinesis stream (GZIP, a newline after each
+#: record). MSK lands nothing in S3: only a stream consumer (``transform:kinesis-lambda``)
+#: reads it, so the job transforms require one of these (``requires`` in patterns.yaml).
+LANDING_INGESTS = ("ingest:s3-batch", "ingest:kinesis-streams")
 
 
 def landing_reader(plan_by_cap: dict[str, str]) -> bool:
     """Whether the transform job (Glue, or EMR Serverless's scheduled job run) lands the
-    batch ingest's files (the landing bucket's ``incoming/``) in its store's ``raw/``
-    before its feature step: ``ingest:s3-batch`` with a transform of
-    :data:`JOB_TRANSFORMS`."""
+    landing bucket's files (``incoming/``) in its store's ``raw/`` before its feature
+    step: a transform of :data:`JOB_TRANSFORMS` with an ingest of
+    :data:`LANDING_INGESTS`."""
     return (
-        plan_by_cap.get("ingest") == "ingest:s3-batch"
+        plan_by_cap.get("ingest") in LANDING_INGESTS
         and plan_by_cap.get("transform") in JOB_TRANSFORMS
     )
 

@@ -68,6 +68,7 @@ import contextlib
 import csv
 import dataclasses
 import datetime
+import gzip
 import hashlib
 import importlib.util
 import io

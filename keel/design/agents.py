@@ -367,10 +367,14 @@ def _trial_refusal(
         return _refused(what, "policy", f"policy {rule_id} would fail: {detail}")
     broken = _unmet_requires(trial, catalog) - _unmet_requires(plan_now, catalog)
     if broken:
+        by_id = catalog.by_id()
+        needs = "; ".join(
+            f"{pid} needs one of {', '.join(by_id[pid].requires)}" for pid in sorted(broken)
+        )
         return _refused(
             what,
             "requires",
-            "leaves the requirement of " + ", ".join(sorted(broken)) + " unmet",
+            "leaves the requirement of " + ", ".join(sorted(broken)) + f" unmet ({needs})",
         )
     return None
 

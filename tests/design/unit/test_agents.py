@@ -214,3 +214,40 @@ def test_policy_file_fields_are_checked() -> None:
         policy_from_yaml({"policy": {"allowed_region": ["eu-west-1"]}})
     with pytest.raises(ValueError):
         policy_from_yaml({"policy": {"gate_delta_pct": -1}})
+
+
+STREAM: dict[str, Any] = {**BATCH, "workload_types": ["streaming"]}
+
+
+def test_a_job_transform_needs_an_ingest_that_lands_files() -> None:
+    """Glue and EMR jobs land the landing bucket's files (batch drops, Firehose's from
+    Kinesis); MSK lands none, so with MSK a job transform would read nothing: refused,
+    and the rules' stream consumer stands. With the Kinesis ingest it is taken."""
+    c = parse_constraints(STREAM)
+    rules = rules_plan(STREAM)
+    by_cap = {ch.capability.value: ch.pattern_id for ch in rules.choices}
+    assert by_cap["ingest"] == "ingest:kinesis-streams"
+    assert by_cap["transform"] == "transform:kinesis-lambda"
+
+    def stream_choices(**picked: str) -> dict[str, Any]:
+        base = {**by_cap, **picked}
+        return {
+            "choices": [{"capability": k, "pattern_id": v, "why": "t"} for k, v in base.items()]
+        }
+
+    glue = guard_plan(c, catalog(), rules, stream_choices(transform="transform:glue-etl"))
+    assert [r.reason for r in glue.refusals] == ["does not support streaming workloads"]
+    for job in ("transform:emr-serverless-spark",):
+        out = guard_plan(c, catalog(), rules, stream_choices(transform=job))
+        assert out.refusals == [], out.refusals
+        assert out.accepted["transform"] == job
+        msk = stream_choices(ingest="ingest:msk-kafka", transform=job)
+        out = guard_plan(c, catalog(), rules, msk)
+        assert out.accepted["ingest"] == "ingest:msk-kafka"
+        (refusal,) = out.refusals
+        assert refusal.rule == "requires", refusal
+        assert "ingest:s3-batch" in refusal.reason and "ingest:kinesis-streams" in refusal.reason
+        assert dict(zip(["ingest", "transform"], out.plan.pattern_ids()[:2], strict=True)) == {
+            "ingest": "ingest:msk-kafka",
+            "transform": "transform:kinesis-lambda",
+        }

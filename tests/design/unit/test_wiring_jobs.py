@@ -12,7 +12,7 @@ import pytest
 
 from activities.design.codegen import render_request
 from keel.design.wiring import check_wiring
-from tests.design.codegen_cases import request_for
+from tests.design.codegen_cases import request_for, request_for_form
 from tests.design.unit.test_wiring import mutate, only
 from tests.support.hcl import parse_once
 
@@ -321,3 +321,33 @@ def test_the_emr_job_runs_python_3_11_from_its_image_with_the_pinned_requirement
         and f.endswith("would import none of the repository's pins")
         for f in findings
     )
+
+
+@functools.cache
+def _kinesis_tree(transform: str) -> tuple[tuple[str, str], ...]:
+    req = request_for_form("kinesis_online_one_region")
+    choices = [
+        c.model_copy(update={"pattern_id": transform}) if c.capability.value == "transform" else c
+        for c in req.plan.choices
+    ]
+    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
+    assert "ingest:kinesis-streams" in req.plan.pattern_ids()
+    return tuple(render_request(req).items())
+
+
+@pytest.mark.parametrize("transform", ["transform:glue-etl", "transform:emr-serverless-spark"])
+def test_with_the_kinesis_ingest_the_job_lands_firehoses_files(transform: str) -> None:
+    """Kinesis ingest with a job transform: Firehose writes the stream to the landing
+    bucket's incoming/ as GZIP JSON lines (a newline appended to each record), and the
+    job is given that prefix to land (jobs/<runner>/transform.py reads GZIP; its
+    generated test puts a Firehose file through moto)."""
+    files = dict(_kinesis_tree(transform))
+    assert check_wiring(files) == []
+    ingest = files["infra/modules/ingest/main.tf"]
+    assert 'type = "AppendDelimiterToRecord"' in ingest
+    assert 'prefix              = "incoming/!{timestamp:yyyy/MM/dd/HH}/"' in ingest
+    main = files[EMR]
+    assert "s3://${var.landing_bucket}/incoming/" in main
+    runner = "emr" if "emr" in transform else "glue"
+    assert "gzip.GzipFile(fileobj=stream)" in files[f"jobs/{runner}/transform.py"]
+    assert "def test_the_job_reads_firehose_gzip_files" in files["tests/test_jobs.py"]
