@@ -413,7 +413,11 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
         else:
             entrypoint = ""
             cmd = '["uvicorn", "services.serve.app:app", "--host", "0.0.0.0", "--port", "8080"]'
-    elif service == "train" and drift_runner(ctx["patterns_by_cap"]):
+    elif (
+        service == "train"
+        and pattern == "train:ecs-fargate-jobs"
+        and drift_runner(ctx["patterns_by_cap"])
+    ):
         # ECS training: the command, not an entry point, so that the daily drift
         # schedule's container override (python -m services.observe) replaces it.
         http, health = False, ""

@@ -355,11 +355,19 @@ def training_set_writer(plan_by_cap: dict[str, str]) -> bool:
 
 def drift_runner(plan_by_cap: dict[str, str]) -> bool:
     """Whether something deployed runs ``services.observe`` (the drift check that puts
-    ``max_feature_psi``): a daily EventBridge schedule of the ECS training task with the
-    command overridden (``train:ecs-fargate-jobs``, on the training's image, store and
-    role). Other trainings have no such runtime yet, so their observe module has no drift
+    ``max_feature_psi``): with ``train:ecs-fargate-jobs`` a daily EventBridge schedule of
+    the ECS training task with the command overridden (on the training's image, store and
+    role); with a SageMaker training that publishes its model (:func:`sagemaker_registration`:
+    the archive under ``DATA_URI``) a daily SageMaker processing job on the training
+    image, its entry point overridden, that reads the published archive and the training
+    set's records (:data:`TRAINING_SET_PREFIX`). Other trainings (SageMaker with MLflow,
+    which publishes no archive) have no such runtime, so their observe module has no drift
     alarm (it would watch a metric nothing emits)."""
-    return "observe" in plan_by_cap and plan_by_cap.get("train") == "train:ecs-fargate-jobs"
+    if "observe" not in plan_by_cap:
+        return False
+    if plan_by_cap.get("train") == "train:ecs-fargate-jobs":
+        return True
+    return sagemaker_registration(plan_by_cap, "train") is not None
 
 
 #: Transforms that run a job script (``jobs/<runner>/transform.py``), which lands the batch
@@ -422,8 +430,8 @@ def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str
     if "serve" in out and "train" in plan_by_cap:
         out["serve"]["model_bucket_arns"] = buckets("train")
     if "observe" in out and plan_by_cap.get("train", "").startswith("train:sagemaker-"):
-        # Without a drift runner (drift_runner), the observe module alarms on failed
-        # training runs instead: a metric AWS emits for the state machine.
+        # The observe module alarms on failed training runs: a metric AWS emits for the
+        # state machine (beside the drift alarm where drift_runner says drift is run).
         out["observe"]["training_state_machine_arn"] = f"module.train_{r}.state_machine_arn"
     if "observe" in out and serve == "serve:sagemaker-batch-transform":
         out["observe"]["capture_s3_uri"] = f"module.serve_{r}.capture_s3_uri"

@@ -48,6 +48,10 @@ class Runtime:
     env: frozenset[str]
     command: tuple[str, ...] | None = None
     handler: str | None = None
+    #: The image's entry point as the runtime overrides it (a SageMaker processing job's
+    #: ``AppSpecification.ContainerEntrypoint``): it replaces the Dockerfile's
+    #: ``ENTRYPOINT`` and drops its ``CMD`` (``command`` then holds the arguments given).
+    entrypoint: tuple[str, ...] | None = None
     #: The role a SageMaker job or model runs as (its ``RoleArn``/``ExecutionRoleArn``
     #: or ``execution_role_arn``), or a scheduled task's (its task definition's
     #: ``task_role_arn``), as text naming ``aws_iam_role.<name>``.
@@ -196,6 +200,12 @@ def runtimes(repo: Repo) -> list[Runtime]:
                     for obj in _json_objects(params, "Environment"):
                         env |= _json_keys(obj)
                     role = _SAGEMAKER_ROLE.search(params)
+                    entry: tuple[str, ...] | None = None
+                    arguments: tuple[str, ...] | None = None
+                    for arr in _json_objects(params, "ContainerEntrypoint"):
+                        entry = tuple(re.findall(_STRING, arr))
+                    for arr in _json_objects(params, "ContainerArguments"):
+                        arguments = tuple(re.findall(_STRING, arr))
                     out.append(
                         Runtime(
                             mod,
@@ -203,6 +213,8 @@ def runtimes(repo: Repo) -> list[Runtime]:
                             "sagemaker",
                             images,
                             frozenset(env),
+                            command=() if entry is not None and arguments is None else arguments,
+                            entrypoint=entry,
                             role=role.group(0) if role else "",
                         )
                     )
@@ -578,7 +590,8 @@ def image_code(repo: Repo, rt: Runtime, image: str) -> tuple[list[str], frozense
     for img in resolved:
         for dockerfile in _dockerfiles_of(repo, img.repository)[:1]:
             parsed = parse_dockerfile(repo.files[dockerfile])
-            argv = parsed.entrypoint + (rt.command if rt.command is not None else parsed.cmd)
+            entry = rt.entrypoint if rt.entrypoint is not None else parsed.entrypoint
+            argv = entry + (rt.command if rt.command is not None else parsed.cmd)
             return entry_modules(repo.files, argv, parsed.lambda_base), parsed.env, dockerfile
     return None
 

@@ -1,5 +1,7 @@
 """The drift check deployed (issue 38 §1): ``services.observe`` runs daily on the ECS
-training task (an EventBridge Scheduler target overriding its command), and the wiring
+training task (an EventBridge Scheduler target overriding its command), or with SageMaker
+training as a processing job on the training image (a state machine the schedule starts,
+the entry point overridden), and the wiring
 rules follow that scheduled task: its environment, its role's permission to put the
 metric, and the drift alarm, whose metric must be put by code something deployed runs.
 Mutation tests: the generated tree passes, each broken copy fails naming why."""
@@ -10,7 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from activities.design.codegen import render_request
 from keel.design.wiring import check_wiring
+from tests.design.codegen_cases import request_for_form
 from tests.design.unit.test_wiring import BATCH, mutate, only, tree
 from tests.support.hcl import parse_once
 
@@ -105,13 +109,66 @@ def test_the_scheduled_drift_check_gets_its_task_environment() -> None:
     )
 
 
-def test_without_a_drift_runner_the_alarm_watches_failed_training() -> None:
-    """SageMaker training: nothing deployed runs services.observe yet, so the observe
-    module has no drift alarm (its metric would come from nothing); its alarm watches the
-    training state machine's failed runs, a metric AWS emits."""
+ENTRY = 'ContainerEntrypoint = ["python", "-m", "services.observe"]'
+
+
+def test_sagemaker_training_runs_the_drift_check_as_a_processing_job() -> None:
+    """SageMaker training that publishes its model (the SageMaker registry): a daily
+    schedule starts a state machine whose processing job runs services.observe on the
+    training image (entry point overridden), reading the published archive and the
+    training set; the observe module alarms on drift and on failed training runs."""
     files = tree("streaming_only_three_regions")
     assert check_wiring(files) == []
+    train = files[TRAIN]
+    assert 'resource "aws_sfn_state_machine" "observe"' in train
+    assert '"arn:aws:states:::sagemaker:createProcessingJob.sync"' in train
+    assert ENTRY in train
+    assert "arn      = aws_sfn_state_machine.observe.arn" in train
+    assert '"cloudwatch:namespace" = "streaming-only-three-regions/monitoring"' in train
+    # SageMaker starts the training image with `train`: it keeps its entry point.
+    dockerfile = files["services/train/Dockerfile"]
+    assert 'ENTRYPOINT ["python", "-m", "services.train"]' in dockerfile
+    observe = files[OBSERVE]
+    assert 'resource "aws_cloudwatch_metric_alarm" "drift"' in observe
+    assert 'resource "aws_cloudwatch_metric_alarm" "training_failed"' in observe
+    assert "def published(" in files["services/observe/__main__.py"]
+    assert (
+        "def test_the_deployed_check_reads_what_sagemaker_training_publishes"
+        in (files["tests/test_observe.py"])
+    )
+
+    # The processing job running the training's entry point instead: it reads what only
+    # training sets. (The alarms rule cannot tell here: the batch transform's entry
+    # imports the whole local pipeline, drift.py with it; see the online_serving_slo test.)
+    back = mutate(files, TRAIN, ENTRY, 'ContainerEntrypoint = ["python", "-m", "services.train"]')
+    found = only(check_wiring(back), "environment")
+    assert sorted(f.message.split(", which reads ")[1].split(" ")[0] for f in found) == [
+        "SM_CHANNEL_TRAIN",
+        "SM_MODEL_DIR",
+    ]
+    assert all(
+        f.message.startswith("aws_sfn_state_machine.observe runs services/train/") for f in found
+    )
+
+
+def test_without_a_drift_runner_the_alarm_watches_failed_training() -> None:
+    """SageMaker training registered in MLflow publishes no archive under DATA_URI, so
+    nothing deployed runs services.observe: the observe module has no drift alarm (its
+    metric would come from nothing); its alarm watches the training state machine's
+    failed runs, a metric AWS emits."""
+    req = request_for_form("streaming_only_three_regions")
+    choices = [
+        c.model_copy(update={"pattern_id": "govern:mlflow-registry"})
+        if c.capability.value == "govern"
+        else c
+        for c in req.plan.choices
+    ]
+    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
+    assert "train:sagemaker-training" in req.plan.pattern_ids()
+    files = render_request(req)
+    assert check_wiring(files) == []
     assert 'resource "aws_scheduler_schedule" "observe"' not in files[TRAIN]
+    assert 'resource "aws_sfn_state_machine" "observe"' not in files[TRAIN]
     observe = files[OBSERVE]
     assert 'resource "aws_cloudwatch_metric_alarm" "drift"' not in observe
     assert 'resource "aws_cloudwatch_metric_alarm" "training_failed"' in observe
