@@ -373,6 +373,14 @@ def drift_runner(plan_by_cap: dict[str, str]) -> bool:
 #: Transforms that run a job script (``jobs/<runner>/transform.py``), which lands the batch
 #: ingest's files before its feature step: the Glue job and the EMR Serverless job run.
 JOB_TRANSFORMS = ("transform:glue-etl", "transform:emr-serverless-spark")
+#: Patterns of other capabilities whose runtimes run pipeline steps on the pipeline's
+#: store (``DATA_URI``): given the training's models bucket (``pipeline_bucket``).
+PIPELINE_STEPS = (
+    "transform:glue-etl",
+    "transform:emr-serverless-spark",
+    "transform:kinesis-lambda",
+    "feature:glue-offline-features",
+)
 #: Ingests that land their records as files in their landing bucket's ``incoming/``: the
 #: batch drops, and Firehose's files from the Kinesis stream (GZIP, a newline after each
 #: record). MSK lands nothing in S3: only a stream consumer (``transform:kinesis-lambda``)
@@ -407,11 +415,10 @@ def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str
 
     if "transform" in out:
         out["transform"]["source_bucket_arns"] = buckets("ingest")
-        out["transform"]["target_bucket_arns"] = buckets("store", "feature")
+        # The transform lands its records in the pipeline's store (the training's models
+        # bucket) and, with SageMaker training, in the training job's channel there.
+        out["transform"]["target_bucket_arns"] = buckets("store", "feature", "train")
         if training_set_writer(plan_by_cap):
-            # The transform lands each batch in the training job's channel too: the
-            # models bucket, which it may then write.
-            out["transform"]["target_bucket_arns"] = buckets("store", "feature", "train")
             out["transform"]["training_set_bucket"] = f"module.train_{r}.training_set_bucket"
         if landing_reader(plan_by_cap):
             out["transform"]["landing_bucket"] = f"module.ingest_{r}.data_bucket_names[0]"
@@ -422,6 +429,17 @@ def _wiring(plan_by_cap: dict[str, str], region: str) -> dict[str, dict[str, str
             out["transform"]["source_bootstrap_brokers"] = f"module.ingest_{r}.bootstrap_brokers"
     if "feature" in out:
         out["feature"]["source_bucket_arns"] = buckets("store", "ingest")
+    if "train" in plan_by_cap:
+        # One store for the pipeline (DATA_URI = s3://<bucket>/pipeline): the training's
+        # models bucket, where the training reads and serving and the drift check read
+        # what it publishes. The runtimes of other modules that run pipeline steps (the
+        # transform landing raw/, the offline feature job building features/) are given
+        # that bucket instead of a store of their own, which the training never read.
+        for cap in ("transform", "feature"):
+            if plan_by_cap.get(cap) in PIPELINE_STEPS:
+                out[cap]["pipeline_bucket"] = f"module.train_{r}.data_bucket_names[0]"
+        if plan_by_cap.get("feature") in PIPELINE_STEPS:
+            out["feature"]["pipeline_bucket_arns"] = buckets("train")
     for cap in ("train", "serve"):
         if cap in out and "feature" in plan_by_cap:
             out[cap]["feature_read_policy_arn"] = f"module.feature_{r}.read_policy_arn"

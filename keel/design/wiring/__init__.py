@@ -74,7 +74,8 @@ The rules (:data:`RULES`):
     every model archive the Terraform hands a runtime by URL (``ModelDataUrl``,
     ``model_data_url``, ``MODEL_DATA_URL``) has a writer: code a runtime runs that writes
     the key under the ``DATA_URI`` it is given, or an ``aws_s3_object`` or Step Functions
-    S3 state of the Terraform.
+    S3 state of the Terraform; and the runtimes of one region that run pipeline steps
+    (``DATA_URI``, a script job's ``--data_uri``) share one store (:mod:`.stores`).
 
 The package: the parsers (:mod:`.model` for the shapes, :mod:`.terraform`,
 :mod:`.commands` for shell and README blocks, :mod:`.ci`, :mod:`.code` for Python and
@@ -100,6 +101,7 @@ from keel.design.wiring.objects import check_objects
 from keel.design.wiring.permissions import AWS_CALLS, check_permissions
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.scripts import check_applications, check_job_python
+from keel.design.wiring.stores import check_stores
 from keel.design.wiring.variables import check_variables
 
 
@@ -121,6 +123,7 @@ def check_wiring(files: Mapping[str, str]) -> list[Finding]:
         *check_account(repo),
         *check_kafka(repo),
         *check_objects(repo),
+        *check_stores(repo),
     ]
     return sorted(set(found), key=lambda f: (RULES.index(f.rule), f.file, f.message))
 

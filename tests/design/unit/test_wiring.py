@@ -167,7 +167,7 @@ resource "aws_lambda_function" "extra" {
   s3_key        = var.lambda_package_key
   environment {
     variables = {
-      DATA_URI = "s3://bucket/pipeline"
+      DATA_URI = "s3://${split(\":::\", var.model_bucket_arns[0])[1]}/pipeline"
     }
   }
 }
@@ -194,7 +194,7 @@ resource "aws_lambda_function" "extra" {
   filename      = data.archive_file.extra.output_path
   environment {
     variables = {
-      DATA_URI = "s3://bucket/pipeline"
+      DATA_URI = "s3://${split(\":::\", var.model_bucket_arns[0])[1]}/pipeline"
     }
   }
 }
@@ -330,7 +330,7 @@ def test_data_uri_nothing_sets_fails() -> None:
 def test_a_lambda_and_a_sagemaker_job_must_set_what_they_read() -> None:
     files = mutate(
         tree(STREAM), "infra/modules/transform/main.tf",
-        '      DATA_URI       = "s3://${aws_s3_bucket.artifacts.id}/pipeline"\n', "",
+        '      DATA_URI       = "s3://${var.pipeline_bucket}/pipeline"\n', "",
     )  # fmt: skip
     (finding,) = only(findings_of(files), "environment")
     assert finding.message.startswith(
