@@ -107,9 +107,7 @@ def test_an_emr_application_no_job_run_is_submitted_to_fails() -> None:
 
 
 def test_the_emr_job_run_without_the_store_argument_fails() -> None:
-    files = mutate(
-        tree(), EMR, '"--data_uri", "s3://${var.pipeline_bucket}/pipeline",\n', ""
-    )
+    files = mutate(tree(), EMR, '"--data_uri", "s3://${var.pipeline_bucket}/pipeline",\n', "")
     found = only(check_wiring(files), "environment")
     assert [f.file for f in found] == [EMR]
     assert found[0].message.startswith(
