@@ -383,29 +383,17 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
             boto3=boto3,
             mlflow=MLFLOW_SERVER_REQUIREMENT,
         )
+    def render(template: str, **more: Any) -> str:
+        return env.get_template(f"docker/{template}.Dockerfile.j2").render(
+            service=service, pattern=pattern, image=image, **more
+        )
+
     if service == "transform" and pattern in EMR_JOBS:
-        return env.get_template("docker/emr.Dockerfile.j2").render(
-            service=service,
-            pattern=pattern,
-            image=image,
-            release=EMR_RELEASE,
-            python=EMR_JOB_PYTHON,
-            uv=EMR_IMAGE_UV,
-        )
+        return render("emr", release=EMR_RELEASE, python=EMR_JOB_PYTHON, uv=EMR_IMAGE_UV)
     if service == "transform":
-        return env.get_template("docker/lambda.Dockerfile.j2").render(
-            service=service,
-            pattern=pattern,
-            image=image,
-            handler="services.ingest.lambda_handler.handler",
-        )
+        return render("lambda", handler="services.ingest.lambda_handler.handler")
     if service == "serve" and ctx["lambda_handler"]:
-        return env.get_template("docker/lambda.Dockerfile.j2").render(
-            service=service,
-            pattern=pattern,
-            image=image,
-            handler="services.serve.handler.lambda_handler",
-        )
+        return render("lambda", handler="services.serve.handler.lambda_handler")
     if service == "serve":
         http, health = True, "ping" if ctx["sagemaker"] else "healthz"
         if ctx["sagemaker"]:
@@ -425,15 +413,7 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
     else:
         http, health = False, ""
         entrypoint, cmd = f'["python", "-m", "services.{service}"]', ""
-    return env.get_template("docker/python.Dockerfile.j2").render(
-        service=service,
-        pattern=pattern,
-        image=image,
-        http=http,
-        health_path=health,
-        entrypoint=entrypoint,
-        cmd=cmd,
-    )
+    return render("python", http=http, health_path=health, entrypoint=entrypoint, cmd=cmd)
 
 
 def _metrics_sink(observe: str) -> str:

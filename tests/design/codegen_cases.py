@@ -141,3 +141,17 @@ def request_from(form: Mapping[str, Any], case: str) -> CodeGenRequest:
         reason_cards=cards,
         catalog=cat,
     )
+
+
+def with_patterns(req: CodeGenRequest, *pattern_ids: str) -> CodeGenRequest:
+    """``req`` with each of ``pattern_ids`` chosen for its capability (the id's prefix)
+    in place of the planner's choice; the rest of the request as it was (the cost is not
+    estimated again: see ``test_cost_coverage`` for a re-priced swap)."""
+    swaps = {pid.split(":", 1)[0]: pid for pid in pattern_ids}
+    choices = [
+        c.model_copy(update={"pattern_id": swaps[c.capability.value]})
+        if c.capability.value in swaps
+        else c
+        for c in req.plan.choices
+    ]
+    return req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})

@@ -29,7 +29,7 @@ from keel.design.cost_coverage import (
 )
 from keel.design.critics import FOUNDATION, CostEstimate, estimate_plan_cost
 from keel.design.planner import Plan
-from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form
+from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form, with_patterns
 from tests.design.unit.design_data import catalog, prices
 
 #: The base design a missing pattern is swapped into, in order of preference.
@@ -39,11 +39,7 @@ BASES = ("empty_form", "kinesis_online_one_region", "streaming_three_regions_hig
 def _swapped(base: CodeGenRequest, pattern_id: str) -> CodeGenRequest:
     """``base`` with ``pattern_id`` in place of its capability's choice, re-priced."""
     cap = pattern_id.split(":", 1)[0]
-    choices = [
-        c.model_copy(update={"pattern_id": pattern_id}) if c.capability.value == cap else c
-        for c in base.plan.choices
-    ]
-    plan = base.plan.model_copy(update={"choices": choices})
+    plan = with_patterns(base, pattern_id).plan
     cost = estimate_plan_cost(plan, catalog(), base.constraints, prices())
     return base.model_copy(update={"plan": plan, "cost": cost, "project": f"swap-{cap}"})
 

@@ -21,7 +21,7 @@ from activities.design.codegen import CodeGenRequest, render_request
 from activities.design.infra import TEMPLATES, pattern_template, render_infra
 from keel.design.critics import estimate_plan_cost
 from keel.design.diff import cost_line_diff, terraform_diff, terraform_resources
-from tests.design.codegen_cases import request_for, request_from
+from tests.design.codegen_cases import request_for, request_from, with_patterns
 from tests.design.unit.design_data import catalog, golden_cases, prices
 from tests.support.hcl import parse_once
 
@@ -109,12 +109,7 @@ def test_every_catalogue_pattern_has_a_template_and_expectations() -> None:
 def _with(req: CodeGenRequest, pattern_id: str, regions: list[str]) -> CodeGenRequest:
     """``req`` with ``pattern_id`` chosen for its capability, in ``regions``, and the cost
     estimated again for that plan."""
-    cap = pattern_id.split(":", 1)[0]
-    choices = [
-        c.model_copy(update={"pattern_id": pattern_id}) if c.capability.value == cap else c
-        for c in req.plan.choices
-    ]
-    plan = req.plan.model_copy(update={"choices": choices, "regions": regions})
+    plan = with_patterns(req, pattern_id).plan.model_copy(update={"regions": regions})
     constraints = req.constraints.model_copy(update={"regions": regions})
     cost = estimate_plan_cost(plan, catalog(), constraints, prices())
     return req.model_copy(update={"plan": plan, "constraints": constraints, "cost": cost})

@@ -24,7 +24,7 @@ from keel.design.wiring import (
     import_closure,
 )
 from keel.design.wiring import check_wiring as findings_of
-from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form
+from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form, with_patterns
 from tests.support.hcl import parse_once
 
 #: A tree with ECS tasks, a Lambda function (image) and a stream; one with Glue jobs, a
@@ -665,15 +665,7 @@ def test_msk_with_the_spark_transform_creates_topics_on_first_use() -> None:
     """Issue 38 §3: with EMR Serverless Spark no module runs a topic bootstrap (CI pushes
     no image it could run), so the cluster creates topics on first use and producers may
     create them; with the setting off the check finds the cluster without a topic."""
-    req = request_for(KAFKA)
-    cap = "transform"
-    choices = [
-        c.model_copy(update={"pattern_id": "transform:emr-serverless-spark"})
-        if c.capability.value == cap
-        else c
-        for c in req.plan.choices
-    ]
-    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
+    req = with_patterns(request_for(KAFKA), "transform:emr-serverless-spark")
     assert {"ingest:msk-kafka", "transform:emr-serverless-spark"} <= set(req.plan.pattern_ids())
     files = render_request(req)
     ingest = files["infra/modules/ingest/main.tf"]

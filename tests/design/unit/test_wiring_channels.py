@@ -18,7 +18,7 @@ import pytest
 from activities.design.codegen import render_request
 from keel.design.wiring import check_wiring as findings_of
 from keel.design.wiring.objects import written_heads
-from tests.design.codegen_cases import request_for
+from tests.design.codegen_cases import request_for, with_patterns
 from tests.design.unit.test_wiring import BATCH, mutate, only, tree
 from tests.support.hcl import parse_once
 
@@ -185,15 +185,7 @@ def test_key_heads_follow_f_strings_and_key_functions() -> None:
 
 def _batch_with_sagemaker_training() -> dict[str, str]:
     """batch_training (S3 batch ingest, Glue transform) trained by SageMaker instead."""
-    req = request_for(BATCH)
-    choices = [
-        c.model_copy(update={"pattern_id": "train:sagemaker-training"})
-        if c.capability.value == "train"
-        else c
-        for c in req.plan.choices
-    ]
-    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
-    return render_request(req)
+    return render_request(with_patterns(request_for(BATCH), "train:sagemaker-training"))
 
 
 GLUE_ARG = (

@@ -16,7 +16,7 @@ import pytest
 
 from activities.design.codegen import render_request
 from keel.design.wiring import check_wiring as findings_of
-from tests.design.codegen_cases import CASES, request_for, request_for_form
+from tests.design.codegen_cases import CASES, request_for, request_for_form, with_patterns
 from tests.design.unit.test_wiring import messages, mutate, only, tree
 from tests.support.hcl import parse_once
 
@@ -545,15 +545,8 @@ def test_the_batch_transform_sends_what_the_model_reads(name: str) -> None:
 def _ecs_training_with_packages() -> tuple[tuple[str, str], ...]:
     """streaming_features' plan with ECS training: SageMaker model packages
     (govern:model-registry-config) registered by code, not by a state machine."""
-    req = request_for(MSK)
-    choices = [
-        c.model_copy(update={"pattern_id": "train:ecs-fargate-jobs"})
-        if c.capability.value == "train"
-        else c
-        for c in req.plan.choices
-    ]
-    plan = req.plan.model_copy(update={"choices": choices})
-    return tuple(render_request(req.model_copy(update={"plan": plan})).items())
+    req = with_patterns(request_for(MSK), "train:ecs-fargate-jobs")
+    return tuple(render_request(req).items())
 
 
 def test_ecs_training_registers_packages_with_a_role_allowed_to() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from activities.design.codegen import render_request
 from keel.design.wiring import check_wiring
-from tests.design.codegen_cases import request_for, request_for_form
+from tests.design.codegen_cases import request_for, request_for_form, with_patterns
 from tests.design.unit.test_wiring import mutate, only
 from tests.support.hcl import parse_once
 
@@ -30,20 +30,11 @@ def _hcl_parsed_once() -> Iterator[None]:
 def _tree(emr: bool, sagemaker: bool) -> tuple[tuple[str, str], ...]:
     """batch_training (S3 batch ingest, Glue offline features) with the EMR Serverless
     transform and, optionally, SageMaker training (whose train channel the job writes)."""
-    req = request_for("batch_training")
-    swaps = {}
-    if emr:
-        swaps["transform"] = "transform:emr-serverless-spark"
-    if sagemaker:
-        swaps["train"] = "train:sagemaker-training"
-    choices = [
-        c.model_copy(update={"pattern_id": swaps[c.capability.value]})
-        if c.capability.value in swaps
-        else c
-        for c in req.plan.choices
+    swaps = [
+        *(["transform:emr-serverless-spark"] if emr else []),
+        *(["train:sagemaker-training"] if sagemaker else []),
     ]
-    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
-    return tuple(render_request(req).items())
+    return tuple(render_request(with_patterns(request_for("batch_training"), *swaps)).items())
 
 
 def tree(*, emr: bool = True, sagemaker: bool = False) -> dict[str, str]:
@@ -323,12 +314,7 @@ def test_the_emr_job_runs_python_3_11_from_its_image_with_the_pinned_requirement
 
 @functools.cache
 def _kinesis_tree(transform: str) -> tuple[tuple[str, str], ...]:
-    req = request_for_form("kinesis_online_one_region")
-    choices = [
-        c.model_copy(update={"pattern_id": transform}) if c.capability.value == "transform" else c
-        for c in req.plan.choices
-    ]
-    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
+    req = with_patterns(request_for_form("kinesis_online_one_region"), transform)
     assert "ingest:kinesis-streams" in req.plan.pattern_ids()
     return tuple(render_request(req).items())
 

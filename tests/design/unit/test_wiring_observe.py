@@ -14,7 +14,7 @@ import pytest
 
 from activities.design.codegen import render_request
 from keel.design.wiring import check_wiring
-from tests.design.codegen_cases import request_for_form
+from tests.design.codegen_cases import request_for_form, with_patterns
 from tests.design.unit.test_wiring import BATCH, mutate, only, tree
 from tests.support.hcl import parse_once
 
@@ -156,14 +156,7 @@ def test_without_a_drift_runner_the_alarm_watches_failed_training() -> None:
     nothing deployed runs services.observe: the observe module has no drift alarm (its
     metric would come from nothing); its alarm watches the training state machine's
     failed runs, a metric AWS emits."""
-    req = request_for_form("streaming_only_three_regions")
-    choices = [
-        c.model_copy(update={"pattern_id": "govern:mlflow-registry"})
-        if c.capability.value == "govern"
-        else c
-        for c in req.plan.choices
-    ]
-    req = req.model_copy(update={"plan": req.plan.model_copy(update={"choices": choices})})
+    req = with_patterns(request_for_form("streaming_only_three_regions"), "govern:mlflow-registry")
     assert "train:sagemaker-training" in req.plan.pattern_ids()
     files = render_request(req)
     assert check_wiring(files) == []
