@@ -383,6 +383,7 @@ def _dockerfile(service: str, ctx: dict[str, Any]) -> str:
             boto3=boto3,
             mlflow=MLFLOW_SERVER_REQUIREMENT,
         )
+
     def render(template: str, **more: Any) -> str:
         return env.get_template(f"docker/{template}.Dockerfile.j2").render(
             service=service, pattern=pattern, image=image, **more

@@ -98,13 +98,15 @@ def check_environment(repo: Repo) -> list[Finding]:
             if code is None:
                 continue
             starts, image_env, dockerfile = code
+            runs = " and ".join(starts) + f" ({dockerfile})"
+            if rt.isolated and rt.addresses:
+                out += _isolated_findings(repo, rt.block.file, rt.where, runs, starts, rt.addresses)
             key = (rt.module.dir, image)
             for read in _missing_env(repo, starts, provided | image_env):
                 if rt.scheduled and read.name in task_missing.get(key, set()):
                     continue
                 if rt.kind == "ecs" and not rt.scheduled:
                     task_missing.setdefault(key, set()).add(read.name)
-                runs = " and ".join(starts) + f" ({dockerfile})"
                 out.append(
                     Finding("environment", rt.block.file, _env_message(rt.where, runs, read))
                 )
@@ -117,6 +119,29 @@ def check_environment(repo: Repo) -> list[Finding]:
                 )
             )
     return out
+
+
+def _isolated_findings(
+    repo: Repo, file: str, where: str, runs: str, starts: list[str], addresses: frozenset[str]
+) -> list[Finding]:
+    """A network-isolated SageMaker job handed a service's address its code reads: the
+    call would fail (a SageMaker training registering in MLflow, whose server it cannot
+    reach from an isolated container)."""
+    found: dict[str, EnvRead] = {}
+    for path in import_closure(repo.files, starts):
+        for read in env_reads(path, repo.files[path]):
+            if read.name in addresses:
+                found.setdefault(read.name, read)
+    return [
+        Finding(
+            "environment",
+            file,
+            f"{where} runs {runs} network-isolated (EnableNetworkIsolation), and it reads "
+            f"{name} ({found[name].file}:{found[name].line}), the address of a service "
+            "it cannot reach from there",
+        )
+        for name in sorted(found)
+    ]
 
 
 def _job_findings(repo: Repo) -> list[Finding]:

@@ -33,6 +33,10 @@ from keel.design.wiring.terraform import (
     _unwrap,
 )
 
+#: The endings of a variable that holds a service's address.
+ADDRESS_SUFFIXES = ("_URI", "_URL", "_ENDPOINT", "_HOST")
+_ISOLATED = re.compile(r'"EnableNetworkIsolation"\s*:\s*true')
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -52,6 +56,14 @@ class Runtime:
     #: ``AppSpecification.ContainerEntrypoint``): it replaces the Dockerfile's
     #: ``ENTRYPOINT`` and drops its ``CMD`` (``command`` then holds the arguments given).
     entrypoint: tuple[str, ...] | None = None
+    #: A SageMaker training job run with ``EnableNetworkIsolation``: it reaches nothing
+    #: on the network (its data comes through channels, its model goes out through
+    #: ``/opt/ml/model``), so the service addresses it is handed (``addresses``: the
+    #: ``*_URI``/``*_URL``/``*_ENDPOINT``/``*_HOST`` variables it sets to something other
+    #: than an ``s3://`` location) are of no use to it. (A batch transform's model, isolated
+    #: too, serves the archive SageMaker unpacked, from local files: not flagged.)
+    isolated: bool = False
+    addresses: frozenset[str] = frozenset()
     #: The role a SageMaker job or model runs as (its ``RoleArn``/``ExecutionRoleArn``
     #: or ``execution_role_arn``), or a scheduled task's (its task definition's
     #: ``task_role_arn``), as text naming ``aws_iam_role.<name>``.
@@ -197,8 +209,15 @@ def runtimes(repo: Repo) -> list[Runtime]:
                     if not images:
                         continue
                     env: set[str] = set()
+                    addresses: set[str] = set()
                     for obj in _json_objects(params, "Environment"):
-                        env |= _json_keys(obj)
+                        keys = _json_keys(obj)
+                        env |= keys
+                        addresses |= {
+                            name
+                            for name, value in _json_values(obj, keys)
+                            if name.endswith(ADDRESS_SUFFIXES) and not value.startswith("s3://")
+                        }
                     role = _SAGEMAKER_ROLE.search(params)
                     entry: tuple[str, ...] | None = None
                     arguments: tuple[str, ...] | None = None
@@ -215,6 +234,8 @@ def runtimes(repo: Repo) -> list[Runtime]:
                             frozenset(env),
                             command=() if entry is not None and arguments is None else arguments,
                             entrypoint=entry,
+                            isolated=bool(_ISOLATED.search(params)) and "TrainingImage" in params,
+                            addresses=frozenset(addresses),
                             role=role.group(0) if role else "",
                         )
                     )

@@ -251,3 +251,33 @@ def test_a_job_transform_needs_an_ingest_that_lands_files() -> None:
             "ingest": "ingest:msk-kafka",
             "transform": "transform:kinesis-lambda",
         }
+
+
+def test_mlflow_registry_needs_a_training_that_can_reach_it() -> None:
+    """A SageMaker training job runs network-isolated: it cannot register in an MLflow
+    server. So govern:mlflow-registry requires the ECS training; a planner agent's
+    SageMaker training on a plan that registers in MLflow is refused, and the rules'
+    training stands."""
+    from tests.design.codegen_cases import request_for
+
+    req = request_for("rag")
+    by_cap = {ch.capability.value: ch.pattern_id for ch in req.plan.choices}
+    assert (by_cap["train"], by_cap["govern"]) == (
+        "train:ecs-fargate-jobs",
+        "govern:mlflow-registry",
+    )
+    reply = {
+        "choices": [
+            {
+                "capability": k,
+                "pattern_id": "train:sagemaker-training" if k == "train" else v,
+                "why": "t",
+            }
+            for k, v in by_cap.items()
+        ]
+    }
+    out = guard_plan(req.constraints, catalog(), req.plan, reply)
+    (refusal,) = out.refusals
+    assert refusal.rule == "requires" and refusal.proposal == "train -> train:sagemaker-training"
+    assert "govern:mlflow-registry needs one of train:ecs-fargate-jobs" in refusal.reason
+    assert out.plan.pattern_ids() == req.plan.pattern_ids()

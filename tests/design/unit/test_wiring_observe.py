@@ -155,11 +155,25 @@ def test_without_a_drift_runner_the_alarm_watches_failed_training() -> None:
     """SageMaker training registered in MLflow publishes no archive under DATA_URI, so
     nothing deployed runs services.observe: the observe module has no drift alarm (its
     metric would come from nothing); its alarm watches the training state machine's
-    failed runs, a metric AWS emits."""
+    failed runs, a metric AWS emits. (The planner no longer makes this pair, and the
+    wiring fails it: the isolated training job cannot reach MLflow; rendered here
+    directly for the alarm.)"""
     req = with_patterns(request_for_form("streaming_only_three_regions"), "govern:mlflow-registry")
     assert "train:sagemaker-training" in req.plan.pattern_ids()
     files = render_request(req)
-    assert check_wiring(files) == []
+    (isolated,) = only(check_wiring(files), "environment")
+    assert isolated.file == TRAIN
+    assert isolated.message.startswith("aws_sfn_state_machine.train runs services/train/")
+    assert isolated.message.endswith(
+        "network-isolated (EnableNetworkIsolation), and it reads MLFLOW_TRACKING_URI "
+        "(services/common/settings.py:91), the address of a service it cannot reach from there"
+    )
+    # Unset, the registry code raises without it: the pair cannot work either way.
+    unset = mutate(files, TRAIN, "MLFLOW_TRACKING_URI = var.mlflow_tracking_uri", "")
+    (missing,) = only(check_wiring(unset), "environment")
+    assert "reads MLFLOW_TRACKING_URI" in missing.message and "raises without it" in (
+        missing.message
+    )
     assert 'resource "aws_scheduler_schedule" "observe"' not in files[TRAIN]
     assert 'resource "aws_sfn_state_machine" "observe"' not in files[TRAIN]
     observe = files[OBSERVE]
@@ -172,5 +186,5 @@ def test_without_a_drift_runner_the_alarm_watches_failed_training() -> None:
     )
     # The alarm on a namespace no resource of the design emits in is still found.
     files = mutate(files, OBSERVE, '"AWS/States"', '"AWS/Batch"')
-    (finding,) = only(check_wiring(files), "alarms")
+    (finding,) = [f for f in check_wiring(files) if f.rule == "alarms"]
     assert "aws_cloudwatch_metric_alarm.training_failed watches AWS/Batch" in finding.message
