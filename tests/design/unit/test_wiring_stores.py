@@ -11,12 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from activities.design.codegen import render_request
 from keel.design.wiring import check_wiring
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.stores import _stores
-from tests.design.codegen_cases import CASES, FORMS, request_for, request_for_form
-from tests.design.unit.test_wiring import mutate, only
+from tests.design.codegen_cases import CASES, FORMS
+from tests.design.unit.test_wiring import mutate, only, tree
 from tests.support.hcl import parse_once
 
 TRANSFORM = "infra/modules/transform/main.tf"
@@ -31,25 +30,23 @@ def _hcl_parsed_once() -> Iterator[None]:
         yield
 
 
-SHAPES = [*(("case", c) for c in CASES), *(("form", f) for f in FORMS)]
-
-
-@pytest.mark.parametrize(("kind", "name"), SHAPES)
-def test_every_shape_runs_its_pipeline_on_one_store_per_region(kind: str, name: str) -> None:
-    files = render_request(request_for(name) if kind == "case" else request_for_form(name))
-    assert check_wiring(files) == []
-    found = list(_stores(Repo.parse(files)))
-    regions = {region for region, *_ in found}
-    assert regions and len({(region, store) for region, _, _, store in found}) == len(regions)
-    # Each region's store is its training's models bucket, and the training uses it.
-    for region, where, _, ((instance, bucket), prefix) in found:
-        assert (instance, bucket, prefix) == (f"train_{region}", "models", "/pipeline"), where
-    users = {where for _, where, _, _ in found}
-    assert any(u.endswith(".train") for u in users), users
+def test_every_shape_runs_its_pipeline_on_one_store_per_region() -> None:
+    """Each region's runtimes use one store, its training's models bucket, and the training
+    is among them. (``test_wiring.py`` checks every shape passes every rule.)"""
+    for name in [*CASES, *FORMS]:
+        found = list(_stores(Repo.parse(tree(name))))
+        regions = {region for region, *_ in found}
+        assert regions and len({(r, store) for r, _, _, store in found}) == len(regions), name
+        for region, where, _, ((instance, bucket), prefix) in found:
+            assert (instance, bucket, prefix) == (f"train_{region}", "models", "/pipeline"), (
+                name,
+                where,
+            )
+        assert any(where.endswith(".train") for _, where, _, _ in found), name
 
 
 def test_a_transform_job_on_a_store_of_its_own_fails() -> None:
-    files = render_request(request_for("batch_training"))
+    files = tree("batch_training")
     assert f'"--data_uri"                         = "{SHARED}"' in files[TRANSFORM]
     broken = mutate(files, TRANSFORM, SHARED, OWN)
     (finding,) = only(check_wiring(broken), "objects")
@@ -65,14 +62,14 @@ def test_a_transform_job_on_a_store_of_its_own_fails() -> None:
 
 
 def test_the_feature_job_and_the_stream_function_are_followed_too() -> None:
-    files = render_request(request_for("batch_training"))
+    files = tree("batch_training")
     broken = mutate(files, FEATURE, SHARED, OWN)
     (finding,) = only(check_wiring(broken), "objects")
     assert finding.file == FEATURE
     assert "module.feature_eu_west_1.aws_s3_bucket.artifacts>/pipeline (aws_glue_job.features)" in (
         finding.message
     )
-    stream = render_request(request_for("streaming_features"))
+    stream = tree("streaming_features")
     assert f'DATA_URI         = "{SHARED}"' in stream[TRANSFORM]
     broken = mutate(
         stream, TRANSFORM, f'DATA_URI         = "{SHARED}"', f'DATA_URI         = "{OWN}"'
