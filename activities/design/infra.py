@@ -512,6 +512,15 @@ def render_infra(req: CodeGenRequest) -> dict[str, str]:
         "baseline": bool(req.constraints.account_baseline),
         # Whether the training module schedules services.observe (the drift alarm's feed).
         "drift_runner": drift_runner(plan_by_cap),
+        # Where services.observe puts its metrics (services/observe/drift.py), and the
+        # namespace of the drift alarm where something deployed puts them there: none
+        # without a drift runner or with managed Prometheus.
+        "metrics_namespace": f"{slug[:60]}/monitoring",
+        "drift_namespace": (
+            f"{slug[:60]}/monitoring"
+            if drift_runner(plan_by_cap) and plan_by_cap.get("observe") != "observe:amp-grafana"
+            else None
+        ),
         "emr_release": EMR_RELEASE,
     }
     return _render_files(env, common, modules, regions[0], region_ctx[0])

@@ -18,11 +18,11 @@ import re
 from collections.abc import Mapping
 
 from keel.design.wiring.commands import logical_lines
-from keel.design.wiring.images import dockerfile_of
+from keel.design.wiring.images import application_image, dockerfile_of
 from keel.design.wiring.model import Block, Finding, TfModule
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.scripts import JobRun, job_runs, required_python
-from keel.design.wiring.terraform import _all_text, _json_values, _unwrap
+from keel.design.wiring.terraform import _all_text, _json_values
 
 #: The Python of each EMR major release's own image (Amazon EMR release notes).
 EMR_PYTHON: Mapping[str, tuple[int, int]] = {"7": (3, 9), "6": (3, 7), "5": (2, 7)}
@@ -43,12 +43,6 @@ def _applications(repo: Repo) -> dict[str, tuple[TfModule, Block]]:
         for mod in repo.modules.values()
         for app in mod.of_kind("aws_emrserverless_application")
     }
-
-
-def _image(app: Block) -> str | None:
-    config = _unwrap(app.body.get("image_configuration"))
-    image = config.get("image_uri") if isinstance(config, dict) else None
-    return str(image) if image else None
 
 
 def interpreter_python(dockerfile: str, path: str) -> tuple[int, int] | None:
@@ -112,7 +106,7 @@ def check_emr_python(repo: Repo) -> list[Finding]:
         where = f"aws_emrserverless_application.{app.name}"
         script = run.script or run.script_uri
         release = str(app.body.get("release_label", "")).strip('"')
-        image = _image(app)
+        image = application_image(app)
         if image is None:
             m = _RELEASE.match(release)
             python = EMR_PYTHON.get(m.group(1)) if m else None

@@ -524,19 +524,23 @@ def _pin_findings(repo: Repo) -> list[Finding]:
     return out
 
 
+def application_image(app: Block) -> str | None:
+    """The custom image an EMR Serverless application runs (``image_configuration``)."""
+    config = _unwrap(app.body.get("image_configuration"))
+    image = config.get("image_uri") if isinstance(config, dict) else None
+    return str(image) if image else None
+
+
 def application_images(repo: Repo) -> list[Runtime]:
-    """Each EMR Serverless application that runs a custom image (its
-    ``image_configuration``): the job runs submitted to it run in that image, so it is
-    run like a task's (kind ``emr``; its code is the job's entry point, the ``jobs``
-    rule's)."""
-    out: list[Runtime] = []
-    for mod in repo.modules.values():
-        for block in mod.of_kind("aws_emrserverless_application"):
-            config = _unwrap(block.body.get("image_configuration"))
-            image = config.get("image_uri") if isinstance(config, dict) else None
-            if image:
-                out.append(Runtime(mod, block, "emr", (str(image),), frozenset()))
-    return out
+    """Each EMR Serverless application that runs a custom image: the job runs submitted
+    to it run in that image, so it is run like a task's (kind ``emr``; its code is the
+    job's entry point, the ``jobs`` rule's)."""
+    return [
+        Runtime(mod, block, "emr", (image,), frozenset())
+        for mod in repo.modules.values()
+        for block in mod.of_kind("aws_emrserverless_application")
+        if (image := application_image(block)) is not None
+    ]
 
 
 def check_images(repo: Repo) -> list[Finding]:
@@ -602,25 +606,10 @@ def check_images(repo: Repo) -> list[Finding]:
     return out
 
 
-def image_code(repo: Repo, rt: Runtime, image: str) -> tuple[list[str], frozenset[str], str] | None:
-    """The files the image starts for ``rt``, the variables its Dockerfile sets, and the
-    Dockerfile; None when it runs no code of the repository we can find."""
-    resolved = _resolve_image(repo, rt.module, image)
-    if isinstance(resolved, str):
-        return None
-    for img in resolved:
-        for dockerfile in _dockerfiles_of(repo, img.repository)[:1]:
-            parsed = parse_dockerfile(repo.files[dockerfile])
-            entry = rt.entrypoint if rt.entrypoint is not None else parsed.entrypoint
-            argv = entry + (rt.command if rt.command is not None else parsed.cmd)
-            return entry_modules(repo.files, argv, parsed.lambda_base), parsed.env, dockerfile
-    return None
-
-
 def dockerfile_of(repo: Repo, mod: TfModule, image: str) -> str | None:
-    """The Dockerfile an image of ``mod`` is built from (the first instance's), or None
-    (not from a declared ECR repository, or no Dockerfile found: the ``images`` rule's
-    findings)."""
+    """The Dockerfile an image of ``mod`` is built from (the first instance's that has
+    one), or None (not from a declared ECR repository, or no Dockerfile found: the
+    ``images`` rule's findings)."""
     resolved = _resolve_image(repo, mod, image)
     if isinstance(resolved, str):
         return None
@@ -628,3 +617,15 @@ def dockerfile_of(repo: Repo, mod: TfModule, image: str) -> str | None:
         for dockerfile in _dockerfiles_of(repo, img.repository)[:1]:
             return dockerfile
     return None
+
+
+def image_code(repo: Repo, rt: Runtime, image: str) -> tuple[list[str], frozenset[str], str] | None:
+    """The files the image starts for ``rt``, the variables its Dockerfile sets, and the
+    Dockerfile; None when it runs no code of the repository we can find."""
+    dockerfile = dockerfile_of(repo, rt.module, image)
+    if dockerfile is None:
+        return None
+    parsed = parse_dockerfile(repo.files[dockerfile])
+    entry = rt.entrypoint if rt.entrypoint is not None else parsed.entrypoint
+    argv = entry + (rt.command if rt.command is not None else parsed.cmd)
+    return entry_modules(repo.files, argv, parsed.lambda_base), parsed.env, dockerfile

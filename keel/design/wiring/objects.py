@@ -57,9 +57,13 @@ _CHANNEL_NAME = re.compile(r'\bChannelName"?\s*[=:]\s*"([^"]+)"')
 #: An environment variable set to an ``s3://`` literal in a runtime's block: a JSON pair
 #: (a Step Functions ``Environment``), a task definition's ``name``/``value``, or an HCL
 #: map entry (a function's ``environment.variables``).
+#: The literal's ``${...}`` parts may hold quotes (``${split(":::", var.arns[0])[1]}``).
+_S3_LITERAL = r'"(s3://(?:\$\{[^}]*\}|[^"$])*)"'
 _ENV_S3 = re.compile(
-    r'"?\b([A-Z][A-Z0-9_]*)"?\s*[=:]\s*"(s3://[^"]*)"'
-    r'|"name"\s*:\s*"([A-Z][A-Z0-9_]*)"\s*,\s*"value"\s*:\s*"(s3://[^"]*)"'
+    r'"?\b([A-Z][A-Z0-9_]*)"?\s*[=:]\s*'
+    + _S3_LITERAL
+    + r'|"name"\s*:\s*"([A-Z][A-Z0-9_]*)"\s*,\s*"value"\s*:\s*'
+    + _S3_LITERAL
 )
 
 
@@ -155,25 +159,32 @@ def written_heads(path: str, text: str) -> set[str]:
     return out
 
 
-def _s3(uri: str) -> tuple[str, str] | None:
+def parse_s3(uri: str) -> tuple[str, str] | None:
+    """(bucket, key) of an ``s3://`` literal; the bucket may be a ``${...}`` expression."""
     m = re.fullmatch(r"s3://(\$\{[^}]*\}|[^/$]+)/?(.*)", uri)
     return (m.group(1), m.group(2)) if m else None
 
 
-def _env_uris(rt: Runtime) -> dict[str, str]:
-    """The variables ``rt`` sets to an ``s3://`` literal, with the literal's key prefix."""
-    body = rt.block.body
-    out: dict[str, str] = {}
-    for name, value in _env_values(body).items():
-        parsed = _s3(value)
-        if parsed is not None:
-            out[name] = parsed[1].strip("/")
+def env_s3(body: dict[str, object]) -> dict[str, str]:
+    """The variables a runtime's block sets to an ``s3://`` literal (name -> literal): a
+    function's or SageMaker model container's environment map, a state's ``Environment``
+    or a task definition's ``name``/``value`` pairs."""
+    out = {name: value for name, value in _env_values(body).items() if parse_s3(value)}
     for m in _ENV_S3.finditer(_all_text(body)):
         name, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
-        parsed = _s3(value)
-        if parsed is not None:
-            out.setdefault(name, parsed[1].strip("/"))
-    return {k: v for k, v in out.items() if k in rt.env}
+        if parse_s3(value):
+            out.setdefault(name, value)
+    return out
+
+
+def _env_uris(rt: Runtime) -> dict[str, str]:
+    """The variables ``rt`` sets to an ``s3://`` literal, with the literal's key prefix."""
+    out: dict[str, str] = {}
+    for name, value in env_s3(rt.block.body).items():
+        parsed = parse_s3(value)
+        if parsed is not None and name in rt.env:
+            out[name] = parsed[1].strip("/")
+    return out
 
 
 def _env_values(body: dict[str, object]) -> dict[str, str]:
@@ -253,7 +264,7 @@ def _job_writes(repo: Repo) -> list[tuple[str, str]]:
         code = import_closure(repo.files, [run.script])
         heads = {h for path in code for h in written_heads(path, repo.files[path])}
         for name, value in sorted(run.args.items()):
-            parsed = _s3(value)
+            parsed = parse_s3(value)
             if parsed is None or name not in named:
                 continue
             prefix = parsed[1].strip("/")

@@ -23,23 +23,13 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any
 
 from keel.design.wiring.images import runtimes
 from keel.design.wiring.model import Finding, Instance
+from keel.design.wiring.objects import env_s3, parse_s3
 from keel.design.wiring.repo import Repo
 from keel.design.wiring.scripts import job_runs
-from keel.design.wiring.terraform import _all_text, _unwrap
 
-#: An ``s3://`` string whose ``${...}`` parts may hold quotes (``split(":::", ...)``).
-_S3_VALUE = r'"(s3://(?:\$\{[^}]*\}|[^"$])*)"'
-_ENV_DATA_URI = re.compile(
-    r'"?\bDATA_URI"?\s*[=:]\s*'
-    + _S3_VALUE
-    + r'|"name"\s*:\s*"DATA_URI"\s*,\s*"value"\s*:\s*'
-    + _S3_VALUE
-)
-_URI = re.compile(r"^s3://\$\{(.*)\}(/.*)?$|^s3://([^/$]+)(/.*)?$")
 _VAR = re.compile(r"\bvar\.(\w+)")
 _MODULE_OUT = re.compile(r"\bmodule\.(\w+)\.(\w+)(?:\[(\d+)\])?")
 _BUCKET = re.compile(r"\baws_s3_bucket\.(\w+)\b")
@@ -60,14 +50,16 @@ def _instance_name(inst: Instance) -> str:
     return inst.block.name if inst.block is not None else inst.root
 
 
-def _resolve(repo: Repo, inst: Instance, uri: str) -> tuple[Store, str] | None:
+def _bucket_of(repo: Repo, inst: Instance, uri: str) -> tuple[Store, str] | None:
     """The bucket a ``DATA_URI`` of ``inst`` names and its prefix, or None."""
-    m = _URI.match(uri)
-    if m is None:
+    parsed = parse_s3(uri)
+    if parsed is None:
         return None
-    if m.group(3):
-        return ("", m.group(3)), (m.group(4) or "/")
-    expr, prefix = m.group(1), m.group(2) or "/"
+    bucket, key = parsed
+    prefix = "/" + key.strip("/")
+    if not bucket.startswith("${"):
+        return ("", bucket), prefix
+    expr = bucket.removeprefix("${").removesuffix("}")
 
     def arg(v: re.Match[str]) -> str:
         got = inst.args.get(v.group(1))
@@ -104,29 +96,17 @@ def _stores(repo: Repo) -> Iterator[tuple[str, str, str, tuple[Store, str]]]:
     for rt in runtimes(repo):
         if rt.scheduled:
             continue  # its task definition's store
-        uris = _data_uris(rt.block.body)
+        uri = env_s3(rt.block.body).get("DATA_URI")
         for inst in repo.instances_of(rt.module):
-            for uri in sorted(uris):
-                found = _resolve(repo, inst, uri)
-                if found is not None:
-                    yield _region(_instance_name(inst)), rt.where, rt.block.file, found
+            found = _bucket_of(repo, inst, uri) if uri else None
+            if found is not None:
+                yield _region(_instance_name(inst)), rt.where, rt.block.file, found
     for run in job_runs(repo):
         uri = run.args.get("data_uri", "").strip('"')
         for inst in repo.instances_of(run.module):
-            found = _resolve(repo, inst, uri) if uri else None
+            found = _bucket_of(repo, inst, uri) if uri else None
             if found is not None:
                 yield _region(_instance_name(inst)), run.where, run.block.file, found
-
-
-def _data_uris(body: dict[str, Any]) -> set[str]:
-    """The ``DATA_URI`` values a runtime's block sets: a Lambda function's environment
-    map, else the JSON of a task definition or a state's ``Environment``."""
-    env = _unwrap(body.get("environment"))
-    variables = env.get("variables") if isinstance(env, dict) else None
-    if isinstance(variables, dict):
-        value = variables.get("DATA_URI")
-        return {value} if isinstance(value, str) and value.startswith("s3://") else set()
-    return {a or b for a, b in _ENV_DATA_URI.findall(_all_text(body))}
 
 
 def check_stores(repo: Repo) -> list[Finding]:
@@ -160,5 +140,6 @@ def check_stores(repo: Repo) -> list[Finding]:
 
 def _shown(key: tuple[Store, str]) -> str:
     (inst, bucket), prefix = key
-    where = f"module.{inst}." if inst else ""
-    return f"s3://<{where}aws_s3_bucket.{bucket}>{prefix}" if inst else f"s3://{bucket}{prefix}"
+    return (
+        f"s3://<module.{inst}.aws_s3_bucket.{bucket}>{prefix}" if inst else f"s3://{bucket}{prefix}"
+    )
