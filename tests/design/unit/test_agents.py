@@ -37,10 +37,12 @@ def rules_plan(data: dict[str, Any] = BATCH) -> Any:
     return plan(parse_constraints(data), catalog())
 
 
-def choices(**picked: str) -> dict[str, Any]:
-    base = {c.capability.value: c.pattern_id for c in rules_plan().choices}
-    base.update(picked)
-    return {"choices": [{"capability": k, "pattern_id": v, "why": "t"} for k, v in base.items()]}
+def choices(base: Any = None, **picked: str) -> dict[str, Any]:
+    """A planner reply: ``base``'s choices (the batch rules plan by default), ``picked``
+    in place of theirs."""
+    chosen = {c.capability.value: c.pattern_id for c in (base or rules_plan()).choices}
+    chosen.update(picked)
+    return {"choices": [{"capability": k, "pattern_id": v, "why": "t"} for k, v in chosen.items()]}
 
 
 def test_an_eligible_alternative_is_taken_and_the_rest_stays() -> None:
@@ -229,28 +231,19 @@ def test_a_job_transform_needs_an_ingest_that_lands_files() -> None:
     assert by_cap["ingest"] == "ingest:kinesis-streams"
     assert by_cap["transform"] == "transform:kinesis-lambda"
 
-    def stream_choices(**picked: str) -> dict[str, Any]:
-        base = {**by_cap, **picked}
-        return {
-            "choices": [{"capability": k, "pattern_id": v, "why": "t"} for k, v in base.items()]
-        }
-
-    glue = guard_plan(c, catalog(), rules, stream_choices(transform="transform:glue-etl"))
+    glue = guard_plan(c, catalog(), rules, choices(rules, transform="transform:glue-etl"))
     assert [r.reason for r in glue.refusals] == ["does not support streaming workloads"]
-    for job in ("transform:emr-serverless-spark",):
-        out = guard_plan(c, catalog(), rules, stream_choices(transform=job))
-        assert out.refusals == [], out.refusals
-        assert out.accepted["transform"] == job
-        msk = stream_choices(ingest="ingest:msk-kafka", transform=job)
-        out = guard_plan(c, catalog(), rules, msk)
-        assert out.accepted["ingest"] == "ingest:msk-kafka"
-        (refusal,) = out.refusals
-        assert refusal.rule == "requires", refusal
-        assert "ingest:s3-batch" in refusal.reason and "ingest:kinesis-streams" in refusal.reason
-        assert dict(zip(["ingest", "transform"], out.plan.pattern_ids()[:2], strict=True)) == {
-            "ingest": "ingest:msk-kafka",
-            "transform": "transform:kinesis-lambda",
-        }
+    emr = "transform:emr-serverless-spark"
+    out = guard_plan(c, catalog(), rules, choices(rules, transform=emr))
+    assert out.refusals == [], out.refusals
+    assert out.accepted["transform"] == emr
+    msk = choices(rules, ingest="ingest:msk-kafka", transform=emr)
+    out = guard_plan(c, catalog(), rules, msk)
+    assert out.accepted["ingest"] == "ingest:msk-kafka"
+    (refusal,) = out.refusals
+    assert refusal.rule == "requires", refusal
+    assert "ingest:s3-batch" in refusal.reason and "ingest:kinesis-streams" in refusal.reason
+    assert out.plan.pattern_ids()[:2] == ["ingest:msk-kafka", "transform:kinesis-lambda"]
 
 
 def test_mlflow_registry_needs_a_training_that_can_reach_it() -> None:
@@ -266,16 +259,7 @@ def test_mlflow_registry_needs_a_training_that_can_reach_it() -> None:
         "train:ecs-fargate-jobs",
         "govern:mlflow-registry",
     )
-    reply = {
-        "choices": [
-            {
-                "capability": k,
-                "pattern_id": "train:sagemaker-training" if k == "train" else v,
-                "why": "t",
-            }
-            for k, v in by_cap.items()
-        ]
-    }
+    reply = choices(req.plan, train="train:sagemaker-training")
     out = guard_plan(req.constraints, catalog(), req.plan, reply)
     (refusal,) = out.refusals
     assert refusal.rule == "requires" and refusal.proposal == "train -> train:sagemaker-training"
