@@ -21,12 +21,16 @@ STUBBORN = 'trap "" TERM; setsid sleep 301 & sleep 302 & wait'
 
 
 def _started(argv: list[str]) -> tuple[subprocess.Popen[bytes], psutil.Process]:
-    """``argv`` in a session of its own, once the ``sleep 301`` it starts runs."""
+    """``argv`` in a session of its own, once both sleeps it starts run: a child forked
+    but not yet exec'd still has the shell's command line (a loaded clean-clone run found
+    the ``sleep 302`` fork so, naming the marker)."""
     proc = subprocess.Popen(argv, start_new_session=True)
     deadline = time.monotonic() + 10
     while True:
-        below = [p for p in psutil.Process(proc.pid).children() if "301" in p.cmdline()]
-        if below:
+        children = psutil.Process(proc.pid).children()
+        lines = [p.cmdline() for p in children]
+        below = [p for p, line in zip(children, lines, strict=True) if "301" in line]
+        if below and any("302" in line for line in lines):
             return proc, below[0]
         assert time.monotonic() < deadline, "the stubborn script did not start its sleep"
         time.sleep(0.02)
