@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Table, case, func, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session, sessionmaker
 
 from keel.mrp.run import (
@@ -228,43 +229,90 @@ def _pack_of(row: Any) -> PackRef | None:
     return PackRef(row.pack_digest, int(row.pack_offset), int(row.pack_length))
 
 
-_upserts: dict[str, Any] = {}
+class _Bulk(NamedTuple):
+    """A statement compiled once per dialect for the driver's ``executemany``: its SQL
+    with positional placeholders, the column of each, and the bind processors of the
+    columns that have one (the timestamps)."""
+
+    sql: str
+    columns: tuple[str, ...]
+    processors: tuple[tuple[int, Any], ...]
+
+    def params(self, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+        out = []
+        cols = self.columns
+        procs = self.processors
+        for row in rows:
+            values = [row[c] for c in cols]
+            for i, proc in procs:
+                values[i] = proc(values[i])
+            out.append(tuple(values))
+        return out
 
 
-def _shard_upsert(dialect: str) -> Any:
-    """The shard rows' upsert for ``dialect``, built once (building its ``case`` clauses
-    was a fifth of a 256-row flush's time)."""
-    stmt = _upserts.get(dialect)
-    if stmt is not None:
-        return stmt
-    table = cast(Table, MrpShardRow.__table__)
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    ins = insert(table)
-    has_output = table.c.output_digest.isnot(None)
+_bulks: dict[tuple[str, str], _Bulk] = {}
 
-    def keep(col: str) -> Any:
-        return case((has_output, table.c[col]), else_=ins.excluded[col])
 
-    stmt = ins.on_conflict_do_update(
-        index_elements=["run_id", "shard_index"],
-        set_={
-            "attempts": table.c.attempts + ins.excluded.attempts,
-            "executions": table.c.executions + ins.excluded.executions,
-            "output_digest": keep("output_digest"),
-            "pack_digest": keep("pack_digest"),
-            "pack_offset": keep("pack_offset"),
-            "pack_length": keep("pack_length"),
-            "state": keep("state"),
-            "source": keep("source"),
-            "latency_ms": keep("latency_ms"),
-            "cost_units": keep("cost_units"),
-            "cost_usd": keep("cost_usd"),
-            "error": keep("error"),
-            "updated_at": ins.excluded.updated_at,
-        },
+def _bulk(kind: str, dialect: Dialect) -> _Bulk:
+    """The shard rows' upsert (``kind`` ``shards``) or the checkpoint rows' insert
+    (``checkpoints``) for ``dialect``, compiled once. The rows go to the driver's
+    ``executemany`` as tuples: SQLAlchemy's per-row parameter processing was most of a
+    flush's time (``record_shards``: 37.6 us a shard on SQLite, 100,000 shards in
+    flushes of 256)."""
+    key = (kind, dialect.name)
+    found = _bulks.get(key)
+    if found is not None:
+        return found
+    if dialect.name == "postgresql":
+        positional: Dialect = postgresql.psycopg.dialect(paramstyle="format")
+        insert: Any = postgresql.insert
+    else:
+        positional = sqlite.pysqlite.dialect(paramstyle="qmark")
+        insert = sqlite.insert
+    if kind == "shards":
+        table = cast(Table, MrpShardRow.__table__)
+        ins = insert(table)
+        has_output = table.c.output_digest.isnot(None)
+
+        def keep(col: str) -> Any:
+            return case((has_output, table.c[col]), else_=ins.excluded[col])
+
+        stmt = ins.on_conflict_do_update(
+            index_elements=["run_id", "shard_index"],
+            set_={
+                "attempts": table.c.attempts + ins.excluded.attempts,
+                "executions": table.c.executions + ins.excluded.executions,
+                "output_digest": keep("output_digest"),
+                "pack_digest": keep("pack_digest"),
+                "pack_offset": keep("pack_offset"),
+                "pack_length": keep("pack_length"),
+                "state": keep("state"),
+                "source": keep("source"),
+                "latency_ms": keep("latency_ms"),
+                "cost_units": keep("cost_units"),
+                "cost_usd": keep("cost_usd"),
+                "error": keep("error"),
+                "updated_at": ins.excluded.updated_at,
+            },
+        )
+    else:
+        table = cast(Table, MrpCheckpointRow.__table__)
+        stmt = insert(table).on_conflict_do_nothing(index_elements=["checkpoint_key"])
+    compiled = stmt.compile(dialect=positional, column_keys=[c.key for c in table.columns])
+    columns = tuple(compiled.positiontup or ())
+    processors = tuple(
+        (i, proc)
+        for i, name in enumerate(columns)
+        if (proc := table.c[name].type.bind_processor(dialect)) is not None
     )
-    _upserts[dialect] = stmt
-    return stmt
+    found = _Bulk(str(compiled), columns, processors)
+    _bulks[key] = found
+    return found
+
+
+def _executemany(session: Session, bulk: _Bulk, rows: Iterable[Mapping[str, Any]]) -> None:
+    """``bulk`` for each of ``rows`` on the session's connection, in its transaction."""
+    session.connection().exec_driver_sql(bulk.sql, bulk.params(rows))  # type: ignore[arg-type]
 
 
 def record_shards(
@@ -289,12 +337,14 @@ def record_shards(
     rows: list[dict[str, Any]] = []
     checkpoints: dict[str, dict[str, Any]] = {}
     packs = packs or {}
+    no_pack = _pack_columns(None)
     for record, checkpoint in records:
-        values = record.model_dump()
+        values = dict(record.__dict__)
         values["cost_units"] = str(record.cost_units)
         values["cost_usd"] = str(record.cost_usd)
         ref = packs.get(record.shard_index) if record.output_digest is not None else None
-        values.update(_pack_columns(ref))
+        place = no_pack if ref is None else _pack_columns(ref)
+        values.update(place)
         rows.append(values)
         if checkpoint and record.output_digest is not None:
             checkpoints.setdefault(
@@ -302,7 +352,7 @@ def record_shards(
                 {
                     "checkpoint_key": record.checkpoint_key,
                     "output_digest": record.output_digest,
-                    **_pack_columns(ref),
+                    **place,
                     "operator_digest": operator_digest,
                     "input_digest": record.input_digest,
                     "run_id": record.run_id,
@@ -310,16 +360,10 @@ def record_shards(
                 },
             )
     with sm.begin() as session:
-        dialect = session.get_bind().dialect.name
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        stmt = _shard_upsert(dialect)
-        session.execute(stmt, rows)
+        dialect = session.get_bind().dialect
+        _executemany(session, _bulk("shards", dialect), rows)
         if checkpoints:
-            ck = cast(Table, MrpCheckpointRow.__table__)
-            session.execute(
-                insert(ck).on_conflict_do_nothing(index_elements=["checkpoint_key"]),
-                list(checkpoints.values()),
-            )
+            _executemany(session, _bulk("checkpoints", dialect), checkpoints.values())
 
 
 def _shard_record(row: MrpShardRow) -> ShardRecord:

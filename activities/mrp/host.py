@@ -587,13 +587,13 @@ def _data_bytes() -> int:
 
 
 @contextlib.contextmanager
-def memory_limit(memory_mb: int | None, base: int | None = None) -> Iterator[None]:
+def memory_limit(memory_mb: int | None, base: int | None = None) -> Iterator[Callable[[], None]]:
     """While inside, this process may allocate at most ``memory_mb`` MiB more (soft
-    ``RLIMIT_DATA`` over what it holds now, or over ``base`` bytes: a batch's shards are
-    each limited over what the host held before the batch); the old limit is put back
-    after."""
+    ``RLIMIT_DATA`` over what it holds now, or over ``base`` bytes); the old limit is put
+    back after, or sooner by the callable it gives (a batch lifts it for the reply of a
+    shard that ran out of memory, whose frames still hold what it allocated)."""
     if not memory_mb:
-        yield
+        yield lambda: None
         return
     import resource
 
@@ -601,11 +601,15 @@ def memory_limit(memory_mb: int | None, base: int | None = None) -> Iterator[Non
     limit = (_data_bytes() if base is None else base) + memory_mb * 1024 * 1024
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
+
+    def lift() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     try:
-        yield
+        yield lift
     finally:
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+        lift()
 
 
 def _out_of_memory(e: BaseException) -> bool:
@@ -758,13 +762,15 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
     spec = handle.spec
     params = request.get("params") or {}
     env = dict(os.environ)
-    base = _data_bytes() if memory_mb else None
     results: list[dict[str, Any]] = []
-    for i, shard in enumerate(shards):
-        t0 = time.perf_counter()
-        ctx = _context(channel, spec.ref, shard, params, i, env)
-        try:
-            with memory_limit(memory_mb, base):
+    # One limit for the batch, set once: each shard may allocate memory_mb over what the
+    # host held before the batch (what a limit per shard over that base was, without two
+    # setrlimit calls a shard); a shard out of memory ends the batch.
+    with memory_limit(memory_mb) as lift:
+        for i, shard in enumerate(shards):
+            t0 = time.perf_counter()
+            ctx = _context(channel, spec.ref, shard, params, i, env)
+            try:
                 if i in tables:
                     result = invoke_map_arrow(spec, instance, _arrow_table(tables.pop(i)), ctx)
                 elif i in chunks:
@@ -773,12 +779,14 @@ def _serve_map_batch(channel: _Channel, request: dict[str, Any]) -> dict[str, An
                 else:
                     result = invoke_map(spec, instance, shard.get("value"), ctx)
                 reply: dict[str, Any] = {"ok": True, "result": result}
-        except Exception as e:
-            reply = _failure(e, memory_mb)
-        _spent(reply, ctx)["ms"] = (time.perf_counter() - t0) * 1000
-        results.append(reply)
-        if reply.get("discard"):
-            return {"ok": True, "results": results, "discard": True}
+            except Exception as e:
+                if _out_of_memory(e):
+                    lift()  # the batch ends here (discard)
+                reply = _failure(e, memory_mb)
+            _spent(reply, ctx)["ms"] = (time.perf_counter() - t0) * 1000
+            results.append(reply)
+            if reply.get("discard"):
+                return {"ok": True, "results": results, "discard": True}
     return {"ok": True, "results": results}
 
 

@@ -454,8 +454,8 @@ class MapWindow:
         units: Decimal = Decimal(0),
         usd: Decimal = Decimal(0),
     ) -> ShardRecord:
-
-        return ShardRecord(
+        """The shard's record (built, not validated: every field is the window's own)."""
+        return ShardRecord.model_construct(
             run_id=self.inp.run_id,
             shard_index=t.shard_index,
             shard_id=t.shard_id,

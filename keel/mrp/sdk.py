@@ -205,7 +205,7 @@ class OperatorContext:
         self.params: dict[str, JsonValue] = dict(params or {})
         self.seed = seed
         self.shard_id = shard_id
-        self.rng = random.Random(seed)
+        self._rng: random.Random | None = None
         self.llm: LLMClient = llm if llm is not None else NoLLM(operator)
         self.operator = operator
         self.logs: list[str] = []
@@ -219,6 +219,18 @@ class OperatorContext:
         # The environment variables the operator's ``env:`` declares (the only ones its
         # process has): the same as ``os.environ`` inside the operator's process.
         self.env: dict[str, str] = dict(env or {})
+
+    @property
+    def rng(self) -> random.Random:
+        """``random.Random(seed)``, made on first use: seeding one was about a tenth of a
+        small shard's time in its host, for the many operators that never draw."""
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        return self._rng
+
+    @rng.setter
+    def rng(self, value: random.Random) -> None:
+        self._rng = value
 
     def run_audit(self) -> dict[str, JsonValue]:
         """What a producer's audit record adds about the run: ``failed_shards`` (each with

@@ -347,6 +347,13 @@ def test_wrong_kind_is_refused(cfg: MrpConfig):
 def test_context_seeds_its_rng_and_keeps_logs():
     a, b = OperatorContext(seed=5), OperatorContext(seed=5)
     assert [a.rng.random() for _ in range(3)] == [b.rng.random() for _ in range(3)]
+    # Made on first use, and it is random.Random(seed): the same draws as before.
+    expected = random.Random(2**70 + 3)
+    c = OperatorContext(seed=2**70 + 3)
+    assert [c.rng.random() for _ in range(3)] == [expected.random() for _ in range(3)]
+    assert c.rng is c.rng
+    c.rng = random.Random(1)
+    assert c.rng.random() == random.Random(1).random()
     a.log("hello")
     a.charge("2.5", "tool")
     assert a.charged_units == Decimal("2.5")

@@ -109,8 +109,9 @@ def test_run_lifecycle_and_manifest(tmp_path: Path) -> None:
     assert get_run(sm, "nope") is None
 
 
-def test_shard_rows_add_up_and_keep_their_output(tmp_path: Path) -> None:
-    sm = _sm(tmp_path)
+def test_shard_rows_add_up_and_keep_their_output(sm: sessionmaker[Session]) -> None:
+    """On SQLite, and on PostgreSQL where the suite has one (the rows go to the driver's
+    executemany as tuples, each dialect's placeholders and timestamp processing)."""
     first = _shard(0)
     record_shards(sm, [(first, True)], operator_digest="op")
     # A later attempt of the same shard in the same run (a retried window) adds counts
@@ -132,6 +133,8 @@ def test_shard_rows_add_up_and_keep_their_output(tmp_path: Path) -> None:
     ]
     assert rows[0].output_digest == first.output_digest
     assert rows[0].cost_units == Decimal("1.000000")
+    assert rows[0].updated_at == T0 and rows[0].updated_at.tzinfo is not None
+    assert rows[1].error == "boom" and rows[1].output_digest is None
     assert shard_counts(sm, "r1") == {"succeeded": 1, "failed": 1}
     assert set(shards_with_output(sm, "r1")) == {0}
     assert set(shards_with_output(sm, "r1", [1])) == set()
@@ -141,8 +144,7 @@ def test_shard_rows_add_up_and_keep_their_output(tmp_path: Path) -> None:
     }
 
 
-def test_record_shards_writes_a_batch_with_the_same_rules(tmp_path: Path) -> None:
-    sm = _sm(tmp_path)
+def test_record_shards_writes_a_batch_with_the_same_rules(sm: sessionmaker[Session]) -> None:
     record_shards(sm, [], operator_digest="op")  # nothing to write
     # One transaction: computed shards indexed, a checkpoint-sourced one not, a failure.
     record_shards(
