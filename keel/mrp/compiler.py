@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
 
+from keel.built import built
 from keel.digest import canonical_json, digest_bytes, pack_members
 from keel.mrp.budget import CostEstimate, kill_limits
 from keel.mrp.dsl import JobSpec, ParsedJob, parse_job, path_of
@@ -198,12 +199,15 @@ def _map_tasks(
     mapper: OperatorBinding,
     at: dict[int, tuple[int, int, int]],
 ) -> list[MapTask]:
-    """One map task per shard, seeded from the job seed and the shard's input digest."""
+    """One map task per shard, seeded from the job seed and the shard's input digest
+    (built, not validated: every field is computed here, and a shard holds at least one
+    item, file or record)."""
     map_tasks = []
     for shard in job.shards:
         seed = shard_seed(job_seed, shard.input_digest)
         map_tasks.append(
-            MapTask(
+            built(
+                MapTask,
                 shard_index=shard.index,
                 shard_id=shard_id(shard.index),
                 input_digest=shard.input_digest,

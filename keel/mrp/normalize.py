@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import blake3
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from keel.built import built
 from keel.digest import canonical_json, canonical_text, digest_bytes, digest_json
 from keel.mrp.dsl import JobSpec, ParsedJob
 from keel.mrp.errors import DslError, DslIssue
@@ -241,7 +242,11 @@ class ShardInput(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
     def canonical_bytes(self) -> bytes:
-        """:meth:`canonical` as canonical JSON: the bytes stored and digested."""
+        """:meth:`canonical` as canonical JSON: the bytes stored and digested. An input of
+        items is ``{"items": [...]}`` written out (its items are JSON values, which the
+        dump passes as they are: one is made per shard, and the dump was most of it)."""
+        if self.items is not None and self.files is None and self.records is None:
+            return b'{"items":' + canonical_json(self.items) + b"}"
         return canonical_json(self.canonical())
 
     def digest(self) -> str:
@@ -270,12 +275,19 @@ class Shard(BaseModel):
     @classmethod
     def of(cls, index: int, shard_input: ShardInput) -> Shard:
         """Shard ``index`` of ``shard_input``, its canonical JSON made once."""
+        if index < 0:
+            raise ValueError("a shard index is >= 0")
         data = shard_input.canonical_bytes()
-        return cls(index=index, input=shard_input, input_digest=digest_bytes(data), payload=data)
+        return built(
+            cls, index=index, input=shard_input, input_digest=digest_bytes(data), payload=data
+        )
 
 
-def make_shards(units: Sequence[Any], per_shard: int) -> list[Shard]:
-    """Cut ``units`` (JSON items or :class:`FileRef` files, in canonical order) into shards."""
+def make_shards(units: Sequence[Any], per_shard: int, *, json_items: bool = False) -> list[Shard]:
+    """Cut ``units`` (JSON items or :class:`FileRef` files, in canonical order) into shards.
+
+    ``json_items``: the units are a job's checked ``inputs.items`` (``FiniteJson``), so a
+    shard's input is built without checking each item again."""
     if per_shard < 1:
         raise ValueError("per_shard must be >= 1")
     shards: list[Shard] = []
@@ -283,6 +295,8 @@ def make_shards(units: Sequence[Any], per_shard: int) -> list[Shard]:
         chunk = list(units[start : start + per_shard])
         if chunk and isinstance(chunk[0], FileRef):
             si = ShardInput(files=[f for f in chunk if isinstance(f, FileRef)])
+        elif json_items and chunk:
+            si = built(ShardInput, items=chunk, files=None, records=None)
         else:
             si = ShardInput(items=chunk)
         shards.append(Shard.of(index, si))
@@ -500,7 +514,9 @@ def normalize_job(
             item_count=sum(s.input.item_count for s in shards),
             shards=shards,
         )
-    shards = make_shards(units, spec.inputs.items_per_shard)
+    shards = make_shards(
+        units, spec.inputs.items_per_shard, json_items=spec.inputs.items is not None
+    )
     return NormalizedJob(
         spec=spec,
         job_digest=digest_json(spec),

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import random
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
+from random import Random
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
@@ -205,7 +205,7 @@ class OperatorContext:
         self.params: dict[str, JsonValue] = dict(params or {})
         self.seed = seed
         self.shard_id = shard_id
-        self._rng: random.Random | None = None
+        self._rng: Random | None = None
         self.llm: LLMClient = llm if llm is not None else NoLLM(operator)
         self.operator = operator
         self.logs: list[str] = []
@@ -221,15 +221,15 @@ class OperatorContext:
         self.env: dict[str, str] = dict(env or {})
 
     @property
-    def rng(self) -> random.Random:
+    def rng(self) -> Random:
         """``random.Random(seed)``, made on first use: seeding one was about a tenth of a
         small shard's time in its host, for the many operators that never draw."""
         if self._rng is None:
-            self._rng = random.Random(self.seed)
+            self._rng = Random(self.seed)
         return self._rng
 
     @rng.setter
-    def rng(self, value: random.Random) -> None:
+    def rng(self, value: Random) -> None:
         self._rng = value
 
     def run_audit(self) -> dict[str, JsonValue]:
