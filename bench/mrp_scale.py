@@ -75,7 +75,11 @@ compile 8.701, map 21.641, reduce 10.805, finalise 2.234 s; 0.001 objects and 2.
 per shard; largest history 739 events; worker peak RSS 1,117.5 MiB; kill -9: 0 of 399
 recorded shards recomputed. Then the reduce read equal outputs stored alone once (not
 once a shard): reduce warm 10.805 -> 1.289 s, Keel warm 33.215 s against 4.342 s (7.649,
-MISSED), cold 33.077 s against 7.999 s (4.135), whole run 116.6 s.
+MISSED), cold 33.077 s against 7.999 s (4.135), whole run 116.6 s. Then (22:00-23:10)
+record_shards through the driver's executemany, one memory limit a host batch, and the
+worker's cycle collector at 10,000 (compile 7.218 -> 5.025 s): Keel warm 23.062 s against
+4.015 s (5.744, MISSED), cold 27.160 s against 7.685 s (3.534), whole run 98.0 s
+(docs/mrp-runtime.md, 'At volume').
 """
 
 from __future__ import annotations
