@@ -251,6 +251,22 @@ def _running(proc: psutil.Process) -> bool:
         return False
 
 
+def pids_with_env(name: str, value: str) -> list[int]:
+    """The live processes (of this user: others' environments cannot be read) started with
+    ``name=value`` in their environment, or descended from one that was (it is inherited),
+    this process excepted."""
+    want = f"{name}={value}".encode()
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.pid == os.getpid():
+                continue
+            raw = Path(f"/proc/{proc.pid}/environ").read_bytes()
+            if want in raw.split(b"\0"):
+                found.append(proc.pid)
+    return found
+
+
 def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
     """SIGTERM ``pid`` and give it up to ``timeout_s`` to stop what it started; then
     SIGTERM what is left of its process group and of the processes found below it (also

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,9 +27,17 @@ from services.processes import (
     ServiceError,
     deferred_signals,
     pid_alive,
+    pids_with_env,
     stop_pid,
     tail,
 )
+
+#: Set by ``keel up`` in its own environment before it starts anything, so every service
+#: (and whatever they start) carries it; recorded as ``up_id``. ``keel down`` stops the
+#: processes that carry a killed ``keel up``'s id as well as those it recorded: a SIGKILL
+#: between a service's spawn and its record (nothing can hold that one) left the API
+#: running once, its port bound, after ``keel down`` (tests/core/faults/test_up_interrupted.py).
+UP_ID_ENV = "KEEL_UP_ID"
 
 if TYPE_CHECKING:
     from keel.settings import Settings
@@ -51,7 +60,8 @@ def write_state(path: Path, services: dict[str, dict[str, Any]]) -> None:
     ``keel up`` rewrites it (a restarted worker's pid), and must never see half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"supervisor": os.getpid(), "services": services}, indent=2))
+    record = {"supervisor": os.getpid(), "up_id": os.environ.get(UP_ID_ENV), "services": services}
+    tmp.write_text(json.dumps(record, indent=2))
     os.replace(tmp, path)
 
 
@@ -147,6 +157,10 @@ class UpStarts:
         self.started: list[Any] = []
         self.services: dict[str, dict[str, Any]] = {}
         self.record_to = starting_file(settings)
+        # The id goes in the record before anything starts, and to every child by its
+        # environment: what a SIGKILL leaves unrecorded is still found (stop_recorded).
+        os.environ[UP_ID_ENV] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        write_state(self.record_to, self.services)
 
     def start(self, svc: Any, name: str, **info: Any) -> None:
         """Start ``svc``; its PID is recorded under ``name`` as it is spawned."""
@@ -227,8 +241,23 @@ def stop_recorded(settings: Settings, timeout: float) -> list[str] | None:
             stopped.append(name)
     if pid_alive(supervisor):
         stop_pid(supervisor)
+    # What it spawned and was killed before it could record.
+    for pid in _unrecorded(state):
+        if pid_alive(pid):
+            stop_pid(pid)
+            stopped.append(f"pid {pid} (unrecorded)")
     forget_state(settings)
     return stopped
+
+
+def _unrecorded(recorded: dict[str, Any]) -> list[int]:
+    """Live processes that carry the recorded ``keel up``'s id but are not in its record
+    (none while that ``keel up`` still runs: it stops its own)."""
+    up_id = recorded.get("up_id")
+    if not up_id or pid_alive(int(recorded.get("supervisor", 0)) or -1):
+        return []
+    known = {int(svc["pid"]) for svc in recorded.get("services", {}).values()}
+    return [p for p in pids_with_env(UP_ID_ENV, str(up_id)) if p not in known]
 
 
 def start_refused(recorded: dict[str, Any]) -> str | None:
@@ -244,7 +273,7 @@ def start_refused(recorded: dict[str, Any]) -> str | None:
         f"{name} pid {svc['pid']}"
         for name, svc in recorded.get("services", {}).items()
         if pid_alive(int(svc["pid"]))
-    ]
+    ] + [f"pid {pid} (unrecorded)" for pid in _unrecorded(recorded)]
     if left:
         return (
             f"a keel up that was killed left services running ({', '.join(left)}); "

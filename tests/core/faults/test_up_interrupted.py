@@ -64,8 +64,10 @@ def _ours(port: int, data: Path | None) -> bool:
     """Whether ``port`` is held by this test's Keel: a listener started with its
     ``KEEL_DATA_DIR``, or one this test cannot name (counted as ours). The ports are
     picked per process (services.processes.free_port), so a test on another xdist worker
-    may bind one this Keel never did (the model server's under ``--no-model``) or freed:
-    a clean-clone run found port 20908 bound after ``keel down`` with every pid gone."""
+    may bind one this Keel never bound (the model server's under ``--no-model``) or freed.
+    (A clean-clone run found port 20908 bound after ``keel down``: it was this test's own
+    API, spawned and not yet recorded when ``keel up`` got SIGKILL, which ``keel down`` now
+    stops by the ``keel up``'s id in its environment: services.up.UP_ID_ENV.)"""
     if data is None:
         return True
     owners = listeners(port)

@@ -68,3 +68,37 @@ def test_up_status_phases(tmp_path) -> None:
     )
     doc = up_status(settings)
     assert doc is not None and doc["state"] == "killed"
+
+
+def test_what_a_killed_keel_up_spawned_but_did_not_record_is_stopped(tmp_path) -> None:
+    """A SIGKILL between a service's spawn and its record (a clean-clone run left the API
+    running that way, its port bound after ``keel down``): the process carries the
+    ``keel up``'s id in its environment, so ``keel up`` refuses and ``keel down`` stops it."""
+    from keel.settings import Settings
+    from services.processes import pid_alive
+    from services.up import UP_ID_ENV, starting_file, stop_recorded
+
+    settings = Settings(data_dir=tmp_path)
+    dead = _dead_pid()
+    env = {**os.environ, UP_ID_ENV: f"{dead}-abc"}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    other = subprocess.Popen(  # another keel up's: left alone
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**env, UP_ID_ENV: "1-x"}
+    )
+    try:
+        recorded = {"supervisor": dead, "up_id": f"{dead}-abc", "services": {}}
+        starting_file(settings).parent.mkdir(parents=True)
+        starting_file(settings).write_text(json.dumps(recorded))
+        assert start_refused(recorded) == (
+            f"a keel up that was killed left services running (pid {child.pid} "
+            "(unrecorded)); stop them with `keel down`."
+        )
+        assert stop_recorded(settings, timeout=5) == [f"pid {child.pid} (unrecorded)"]
+        assert child.wait(timeout=10) is not None and not pid_alive(child.pid)
+        assert other.poll() is None
+        # A record without an id (an older keel up's) finds nothing more.
+        assert start_refused({"supervisor": dead, "services": {}}) is None
+    finally:
+        for proc in (child, other):
+            proc.kill()
+            proc.wait()
