@@ -699,15 +699,20 @@ class RaySession:
     async def run(self, item: ShardItem) -> ShardAttempt:
         """One attempt of one shard (raises :class:`AttemptTimeout`,
         :class:`ShardNotStarted`, or the actor's failure)."""
+        return await self.submit(item)
+
+    def submit(self, item: ShardItem) -> asyncio.Future[ShardAttempt]:
+        """Queue one attempt of one shard; its future is :meth:`run`'s outcome."""
+        fut: asyncio.Future[ShardAttempt] = asyncio.get_running_loop().create_future()
         if self.stopped:
             # A retry after the stop (its backoff ran past it): no lane would take it.
-            raise ShardNotStarted()
-        fut: asyncio.Future[ShardAttempt] = asyncio.get_running_loop().create_future()
+            fut.set_exception(ShardNotStarted())
+            return fut
         self.queue.append((item, fut, False))
         if len(self.lanes) < self.lanes_max:
             self.lanes.append(asyncio.create_task(self._lane()))
         self.wake.set()
-        return await fut
+        return fut
 
     def stop(self) -> None:
         """Start nothing more: queued attempts fail with :class:`ShardNotStarted`."""

@@ -175,6 +175,13 @@ class MapWindow:
         self.meter: dict[str, Any] = {}
         # Of computed record shards, the input bytes each read (shard index -> bytes).
         self.input_bytes: dict[int, int] = {}
+        # On a Ray session (_run_on_session): shards not settled yet, whether all were
+        # queued, set once both are so, and the first error an attempt raised.
+        self._counting = False
+        self._open = 0
+        self._all_sent = False
+        self._settled = asyncio.Event()
+        self._crash: BaseException | None = None
 
     def _instruments(self) -> None:
         """The window's metric instruments, made once (metrics never fail an activity)."""
@@ -418,13 +425,16 @@ class MapWindow:
         flusher = asyncio.create_task(self._flusher())
         running: list[asyncio.Task[None]] = []
         try:
-            for t in to_run:
-                await sem.acquire()
-                if self.stop:
-                    sem.release()
-                    break
-                running.append(asyncio.create_task(self._shard(t, handle, ir, backend, sem)))
-            await asyncio.gather(*running)
+            if self.session is not None:
+                await self._run_on_session(self.session, to_run, handle, ir, sem, running)
+            else:
+                for t in to_run:
+                    await sem.acquire()
+                    if self.stop:
+                        sem.release()
+                        break
+                    running.append(asyncio.create_task(self._shard(t, handle, ir, backend, sem)))
+                await asyncio.gather(*running)
         except BaseException:
             for r in running:
                 r.cancel()
@@ -473,9 +483,127 @@ class MapWindow:
             updated_at=datetime.now(UTC),
         )
 
-    async def _shard(
-        self, t: MapTask, handle: OperatorHandle, ir: JobIR, backend: Any, sem: asyncio.Semaphore
+    async def _run_on_session(
+        self,
+        session: RaySession,
+        to_run: list[MapTask],
+        handle: OperatorHandle,
+        ir: JobIR,
+        sem: asyncio.Semaphore,
+        running: list[asyncio.Task[None]],
     ) -> None:
+        """The shards on the window's Ray session: each first attempt is queued with a
+        callback, not a task of its own. A first attempt that succeeded with no model calls
+        to record (most of a big job's) is accounted and recorded by its callback; any
+        other goes on in a task as :meth:`_shard` (its retries, its failure). At 100,000
+        shards the worker's interpreter was the map's bound (docs/mrp-runtime.md), and a
+        task, its coroutines and their wake-ups were most of a shard's time on the loop.
+        Returns once every shard settled; raises what a shard's attempt raised (an actor
+        lost: the window fails and is retried, as with a task per shard)."""
+        attrs = {"backend": self.inp.backend, "operator": handle.spec.ref}
+        self._counting = True
+        self._open = 0
+        self._all_sent = False
+        self._settled = asyncio.Event()
+        self._crash = None
+        loop = asyncio.get_running_loop()
+
+        async def go_on(t: MapTask, first: ShardAttempt) -> None:
+            # A shard's attempt that raises fails the window, as when every shard had a
+            # task: registered before this turn ends, so the wait below sees it.
+            try:
+                await self._shard(t, handle, ir, None, sem, first=first)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as e:
+                self._crashed(e)
+
+        def first_done(t: MapTask, fut: asyncio.Future[ShardAttempt]) -> None:
+            settled = False
+            try:
+                if fut.cancelled():
+                    # Only a lane that ended abnormally cancels its calls' attempts (the
+                    # window cancels none): the window fails and is retried.
+                    self._crashed(RuntimeError(f"{t.shard_id}: its Ray lane ended"))
+                    return
+                error = fut.exception()
+                if isinstance(error, ShardNotStarted):
+                    return  # the window stopped before it ran: left "cancelled"
+                if isinstance(error, AttemptTimeout):
+                    result = self._timed_out(handle, ir, error)
+                elif error is not None:
+                    self._crashed(error)
+                    return
+                else:
+                    result = fut.result()
+                if result.ok and not result.llm_call_logs:
+                    self._account_now(result, attrs)
+                    self._succeeded(t, 1, result, result.units, result.llm_usd)
+                    return
+                settled = True  # by the task
+                running.append(loop.create_task(go_on(t, result)))
+            except BaseException as e:  # never a shard left unsettled
+                self._crashed(e)
+            finally:
+                if not settled:
+                    self._settle(sem)
+
+        for t in to_run:
+            await sem.acquire()
+            if self.stop or self._crash is not None:
+                sem.release()
+                break
+            self._open += 1
+            fut = session.submit(self._item(t, ir, 1))
+            fut.add_done_callback(lambda f, t=t: first_done(t, f))  # type: ignore[misc]
+        self._all_sent = True
+        if self._open and self._crash is None:
+            await self._settled.wait()
+        if self._crash is not None:
+            raise self._crash
+
+    def _settle(self, sem: asyncio.Semaphore) -> None:
+        """A shard is over (recorded, failed, or never started)."""
+        sem.release()
+        if self._counting:
+            self._open -= 1
+            if self._open <= 0 and self._all_sent:
+                self._settled.set()
+
+    def _crashed(self, error: BaseException) -> None:
+        """A shard's attempt raised (not a failed attempt: the actor or Ray failed): the
+        window stops and raises it."""
+        if self._crash is None:
+            self._crash = error
+        self._stop()
+        self._settled.set()
+
+    def _item(self, t: MapTask, ir: JobIR, attempt_no: int) -> ShardItem:
+        return ShardItem(
+            t.shard_index, t.shard_id, t.input_digest, t.seed, attempt_no, ir.input_place(t)
+        )
+
+    def _timed_out(self, handle: OperatorHandle, ir: JobIR, e: AttemptTimeout) -> ShardAttempt:
+        """A timeout: a retryable failed attempt that costs the operator's weight."""
+        return ShardAttempt(
+            ok=False,
+            error=str(e),
+            retryable=True,
+            latency_ms=ir.limits.shard_timeout_s * 1000,
+            units=handle.spec.cost_weight,
+        )
+
+    async def _shard(
+        self,
+        t: MapTask,
+        handle: OperatorHandle,
+        ir: JobIR,
+        backend: Any,
+        sem: asyncio.Semaphore,
+        first: ShardAttempt | None = None,
+    ) -> None:
+        """A shard's attempts until one succeeds, or it fails for good (``first``: the
+        result of its first attempt, made already)."""
         inp = self.inp
         max_attempts = 1 + ir.limits.max_shard_retries
         units = Decimal(0)
@@ -485,7 +613,10 @@ class MapWindow:
         try:
             for attempt_no in range(1, max_attempts + 1):
                 try:
-                    result = await self._attempt(t, handle, ir, backend, attempt_no)
+                    if attempt_no == 1 and first is not None:
+                        result = first
+                    else:
+                        result = await self._attempt(t, handle, ir, backend, attempt_no)
                 except ShardNotStarted:
                     return  # the window stopped before this attempt ran: left "cancelled"
                 units += result.units
@@ -504,7 +635,7 @@ class MapWindow:
                 )
             self._failed(t, ir, attempt_no, last_error, units, usd, attrs)
         finally:
-            sem.release()
+            self._settle(sem)
 
     async def _attempt(
         self, t: MapTask, handle: OperatorHandle, ir: JobIR, backend: Any, attempt_no: int
@@ -515,10 +646,7 @@ class MapWindow:
         limits = ir.limits
         try:
             if self.session is not None:
-                item = ShardItem(
-                    t.shard_index, t.shard_id, t.input_digest, t.seed, attempt_no, ir.input_place(t)
-                )
-                return await self.session.run(item)
+                return await self.session.run(self._item(t, ir, attempt_no))
             task = ShardTask(
                 run_id=inp.run_id,
                 workflow_id=inp.workflow_id,
@@ -536,22 +664,20 @@ class MapWindow:
             )
             return await backend.run(task, self.settings, limits.shard_timeout_s)
         except AttemptTimeout as e:
-            return ShardAttempt(
-                ok=False,
-                error=str(e),
-                retryable=True,
-                latency_ms=limits.shard_timeout_s * 1000,
-                units=handle.spec.cost_weight,
-            )
+            return self._timed_out(handle, ir, e)
 
     async def _account(self, result: ShardAttempt, attrs: dict[str, str]) -> None:
         """Add an attempt's cost and LLM calls to the window's, record its LLM calls and
         its latency."""
+        await self.acts.record_llm_calls(result.llm_call_logs)
+        self._account_now(result, attrs)
+
+    def _account_now(self, result: ShardAttempt, attrs: dict[str, str]) -> None:
+        """:meth:`_account` but the recording of model calls."""
         self.units += result.units
         self.usd += result.llm_usd
         self.llm_calls += result.llm_calls
         self.llm_cached += result.llm_cached
-        await self.acts.record_llm_calls(result.llm_call_logs)
         self._metric(
             "latency",
             result.latency_ms,
