@@ -252,17 +252,13 @@ def _running(proc: psutil.Process) -> bool:
 
 
 def pids_with_env(name: str, value: str) -> list[int]:
-    """The live processes (of this user: others' environments cannot be read) started with
-    ``name=value`` in their environment, or descended from one that was (it is inherited),
-    this process excepted."""
-    want = f"{name}={value}".encode()
+    """The live processes (of this user: others' environments cannot be read) whose
+    environment holds ``name=value`` (inherited: what a marked process starts is marked
+    too), this process excepted."""
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):
-            if proc.pid == os.getpid():
-                continue
-            raw = Path(f"/proc/{proc.pid}/environ").read_bytes()
-            if want in raw.split(b"\0"):
+            if proc.pid != os.getpid() and proc.environ().get(name) == value:
                 found.append(proc.pid)
     return found
 

@@ -587,18 +587,18 @@ def _data_bytes() -> int:
 
 
 @contextlib.contextmanager
-def memory_limit(memory_mb: int | None, base: int | None = None) -> Iterator[Callable[[], None]]:
+def memory_limit(memory_mb: int | None) -> Iterator[Callable[[], None]]:
     """While inside, this process may allocate at most ``memory_mb`` MiB more (soft
-    ``RLIMIT_DATA`` over what it holds now, or over ``base`` bytes); the old limit is put
-    back after, or sooner by the callable it gives (a batch lifts it for the reply of a
-    shard that ran out of memory, whose frames still hold what it allocated)."""
+    ``RLIMIT_DATA`` over what it holds now); the old limit is put back after, or sooner by
+    the callable it gives (a batch lifts it for the reply of a shard that ran out of
+    memory, whose frames still hold what it allocated)."""
     if not memory_mb:
         yield lambda: None
         return
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    limit = (_data_bytes() if base is None else base) + memory_mb * 1024 * 1024
+    limit = _data_bytes() + memory_mb * 1024 * 1024
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
 

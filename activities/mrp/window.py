@@ -39,6 +39,7 @@ from activities.mrp.backends import (
     get_backend,
 )
 from activities.mrp.operators import MrpConfig, OperatorHandle, phase_handle
+from keel.built import built
 from keel.digest import pack_members
 from keel.mrp.ir import JobIR, MapTask, ir_from_json
 from keel.mrp.ir import checkpoint_key as make_checkpoint_key
@@ -177,7 +178,6 @@ class MapWindow:
         self.input_bytes: dict[int, int] = {}
         # On a Ray session (_run_on_session): shards not settled yet, whether all were
         # queued, set once both are so, and the first error an attempt raised.
-        self._counting = False
         self._open = 0
         self._all_sent = False
         self._settled = asyncio.Event()
@@ -465,7 +465,8 @@ class MapWindow:
         usd: Decimal = Decimal(0),
     ) -> ShardRecord:
         """The shard's record (built, not validated: every field is the window's own)."""
-        return ShardRecord.model_construct(
+        return built(
+            ShardRecord,
             run_id=self.inp.run_id,
             shard_index=t.shard_index,
             shard_id=t.shard_id,
@@ -501,11 +502,6 @@ class MapWindow:
         Returns once every shard settled; raises what a shard's attempt raised (an actor
         lost: the window fails and is retried, as with a task per shard)."""
         attrs = {"backend": self.inp.backend, "operator": handle.spec.ref}
-        self._counting = True
-        self._open = 0
-        self._all_sent = False
-        self._settled = asyncio.Event()
-        self._crash = None
         loop = asyncio.get_running_loop()
 
         async def go_on(t: MapTask, first: ShardAttempt) -> None:
@@ -565,7 +561,7 @@ class MapWindow:
     def _settle(self, sem: asyncio.Semaphore) -> None:
         """A shard is over (recorded, failed, or never started)."""
         sem.release()
-        if self._counting:
+        if self.session is not None:  # counted by _run_on_session
             self._open -= 1
             if self._open <= 0 and self._all_sent:
                 self._settled.set()

@@ -202,42 +202,6 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
-def listeners(port: int) -> set[int]:
-    """PIDs of the processes holding a TCP socket that listens on ``port`` (any address),
-    read from /proc: ``/proc/net/tcp{,6}`` for the socket, ``/proc/<pid>/fd`` for its
-    owners (empty when it has none this user can see)."""
-    inodes: set[str] = set()
-    for table in ("tcp", "tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-                cols = line.split()
-                if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
-                    inodes.add(f"socket:[{cols[9]}]")
-    owners: set[int] = set()
-    if not inodes:
-        return owners
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{entry}/fd"):
-                with contextlib.suppress(OSError):
-                    if os.readlink(f"/proc/{entry}/fd/{fd}") in inodes:
-                        owners.add(int(entry))
-                        break
-    return owners
-
-
-def environ(pid: int) -> dict[str, str]:
-    """``pid``'s environment as it started (empty once it is gone or unreadable)."""
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
-    return {k: v for k, _, v in pairs}
-
-
 def running(pid: int) -> bool:
     """The process exists and has not exited: a zombie (dead, not yet reaped by its
     parent) counts as gone."""

@@ -24,7 +24,6 @@ import pytest
 from services.model_server import unavailable_reason
 from services.processes import pid_alive, port_open
 from tests.core.integration.test_cli import KEEL, keel_env, run, stop_up
-from tests.support.faults import environ, listeners
 
 STAGES = ["temporal", "model", "worker", "api", "up"]
 SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
@@ -60,29 +59,12 @@ def _wait_for_stage(up: subprocess.Popen[str], data: Path, stage: str) -> dict:
     raise AssertionError(f"keel up never reached {stage}; recorded {seen}")
 
 
-def _ours(port: int, data: Path | None) -> bool:
-    """Whether ``port`` is held by this test's Keel: a listener started with its
-    ``KEEL_DATA_DIR``, or one this test cannot name (counted as ours). The ports are
-    picked per process (services.processes.free_port), so a test on another xdist worker
-    may bind one this Keel never bound (the model server's under ``--no-model``) or freed.
-    (A clean-clone run found port 20908 bound after ``keel down``: it was this test's own
-    API, spawned and not yet recorded when ``keel up`` got SIGKILL, which ``keel down`` now
-    stops by the ``keel up``'s id in its environment: services.up.UP_ID_ENV.)"""
-    if data is None:
-        return True
-    owners = listeners(port)
-    return not owners or any(environ(p).get("KEEL_DATA_DIR") == str(data) for p in owners)
-
-
-def _gone(
-    pids: list[int], ports: list[int], timeout_s: float = 15, data: Path | None = None
-) -> tuple[list[int], list[int]]:
-    """Pids still alive and ports still bound (by this test's Keel, when ``data`` is its
-    data dir) after waiting up to ``timeout_s``."""
+def _gone(pids: list[int], ports: list[int], timeout_s: float = 15) -> tuple[list[int], list[int]]:
+    """Pids still alive and ports still bound after waiting up to ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         alive = [p for p in pids if pid_alive(p)]
-        bound = [p for p in ports if port_open(p) and _ours(p, data)]
+        bound = [p for p in ports if port_open(p)]
         if not (alive or bound) or time.monotonic() > deadline:
             return alive, bound
         time.sleep(0.1)
@@ -113,7 +95,7 @@ def test_a_stop_signal_at_any_stage_of_the_start_leaves_nothing(tmp_path, stage,
     finally:
         stop_up(up)
     pids = [int(s["pid"]) for s in services.values()]
-    alive, bound = _gone(pids, _ports(env), data=data)
+    alive, bound = _gone(pids, _ports(env))
     assert not alive, f"left running after {sig.name} at {stage}: {alive}\n{err[-2000:]}"
     assert not bound, f"ports still bound after {sig.name} at {stage}: {bound}"
     assert not (data / "run" / "up.json").exists()
@@ -148,6 +130,6 @@ def test_keel_down_stops_what_a_killed_keel_up_left(tmp_path):
     assert again.returncode == 1 and "keel down" in again.stderr
     down = run(["down", "--text"], env, timeout=60)
     assert down.returncode == 0 and "Keel is down" in down.stdout
-    alive, bound = _gone(pids, _ports(env), data=data)
+    alive, bound = _gone(pids, _ports(env))
     assert not alive and not bound, (alive, bound)
     assert not (data / "run" / "starting.json").exists()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+import pytest
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from keel.built import built
 from keel.mrp.ir import MapTask
@@ -55,12 +56,8 @@ def test_built_is_what_model_construct_makes() -> None:
 
 def test_frozen_stays_frozen() -> None:
     made = built(Frozen, a=1, b=None)
-    try:
+    with pytest.raises(ValidationError, match="frozen"):
         made.a = 2  # type: ignore[misc]
-    except Exception as e:  # pydantic's frozen instance error
-        assert "frozen" in str(e).lower()
-    else:
-        raise AssertionError("a built frozen model took an assignment")
 
 
 def test_classes_it_cannot_build_go_to_model_construct() -> None:
