@@ -262,6 +262,7 @@ def run(
     json_out: JsonOpt = None,
 ) -> None:
     """Run a job as an MRPJob workflow; checks it locally first (as 'mrp compile')."""
+    from client.mrp import refuse_oversized
     from keel.mrp.run import MRPJobInput
 
     _start_mode(json_out, backend)
@@ -279,6 +280,7 @@ def run(
             window_size=window_size,
             requester=_requester(),
         )
+        refuse_oversized(inp)
         wid, result, err = asyncio.run(
             start_and_wait(settings, inp, job_id, wait=wait, stay=stay, on_dead=_services_died)
         )

@@ -42,10 +42,11 @@ from client.temporal import (
 from client.waiting import LocalServicesLike, wait_watching, watch_services
 from keel.digest import digest_bytes
 from keel.mrp.dsl import ParsedJob, parse_job
-from keel.mrp.errors import InputsRefused
+from keel.mrp.errors import DslError, DslIssue, InputsRefused
 from keel.mrp.policy import Caps, input_source_findings
 from keel.mrp.run import (
     ERROR_TYPES,
+    MAX_JOB_INPUT_BYTES,
     WORKFLOW_TYPE,
     Backend,
     MRPJobInput,
@@ -147,7 +148,8 @@ def job_input(
     checks happen in the run's compile step.
 
     Raises:
-        keel.mrp.errors.DslError: ``text`` is not a valid job.
+        keel.mrp.errors.DslError: ``text`` is not a valid job, or too big a one to start
+            (:data:`keel.mrp.run.MAX_JOB_INPUT_BYTES`).
         FilesNeedBaseDir: its ``inputs.files`` names files on the worker and there is no
             ``base_dir``: the worker would resolve them in its own working directory
             (``s3://`` inputs need none: ``caps.allowed_input_prefixes`` decides those).
@@ -163,8 +165,33 @@ def job_input(
         backend=backend,
         window_size=window_size,
     )
+    refuse_oversized(inp)
     approvers = list(spec.approval.approvers) if spec.approval is not None else None
     return inp, spec.job_id, approvers
+
+
+def refuse_oversized(inp: MRPJobInput) -> None:
+    """Raise :class:`DslError` when ``inp`` is too big to start a run
+    (:data:`keel.mrp.run.MAX_JOB_INPUT_BYTES`), instead of the server's "Blob data size
+    exceeds limit" after the job was checked and accepted."""
+    size = len(inp.model_dump_json().encode("utf-8"))
+    if size <= MAX_JOB_INPUT_BYTES:
+        return
+    raise DslError(
+        [
+            DslIssue(
+                path="",
+                line=None,
+                message=(
+                    f"the job is {size:,} bytes as the run's input, over the "
+                    f"{MAX_JOB_INPUT_BYTES:,} a Temporal payload may carry here: put long "
+                    "item lists in a file (inputs.files, one JSON record a line) instead "
+                    "of inputs.items"
+                ),
+            )
+        ],
+        inp.source,
+    )
 
 
 def failure_of(err: BaseException) -> tuple[str, str]:

@@ -33,6 +33,12 @@ DEFAULT_WINDOW_SIZE = 100
 #: Largest accepted window.
 MAX_WINDOW_SIZE = 10_000
 RUN_MANIFEST_VERSION: Literal["mrp-run/0.1"] = "mrp-run/0.1"
+#: The most bytes an ``MRPJob`` input may take as JSON (its job text is most of it).
+#: Temporal refuses a payload over 2 MiB by default ("Blob data size exceeds limit", the
+#: dev server and Temporal Cloud alike), and the job's text goes on to the compile
+#: activity with a few more fields, hence the margin. A job's inline ``inputs.items`` are
+#: what grows it: 100,000 short items are about 1.2 MB; longer lists belong in a file.
+MAX_JOB_INPUT_BYTES = 2 * 1024 * 1024 - 64 * 1024
 
 Backend = Literal["ray", "threads"]
 RunStatus = Literal[
