@@ -9,7 +9,7 @@ One run of this script, everything on loopback, in a temp dir, stopped by PID at
 
 1. **Floor (raw Ray, batched)**: what a competent raw Ray user writes for this job, on a
    local Ray cluster of ``--workers`` CPUs in this process: parse the job's YAML (the same
-   text Keel's job is given; its items are inline), map the items in Ray tasks of
+   text Keel's job is given; its items are inline; libyaml's ``CSafeLoader``), map the items in Ray tasks of
    ``batch`` items each (every item is its own shard through the same SDK call as Keel's
    hosts, ``invoke_map`` with its schema checks), each task writes its outputs as one
    JSON object to a local artifact store (the store kind Keel's run uses, its own
@@ -162,7 +162,9 @@ def floor_run(
     from store.artifacts import LocalArtifactStore
 
     t0 = time.perf_counter()
-    doc = yaml.safe_load(text)
+    # libyaml's loader where PyYAML has it, as a user after speed loads a big file (Keel's
+    # job loader reads with libyaml too: keel/mrp/dsl.py).
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     items: list[JsonValue] = list(doc["inputs"]["items"])
     mapper = config.handle(doc["map"]["operator"])
     reducer = config.handle(doc["reduce"]["operator"])

@@ -46,6 +46,11 @@ class BoundedComposerMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._reset_limits()
+
+    def _reset_limits(self) -> None:
+        """The counts of a new document (a loader whose bases take no common ``__init__``
+        calls this from its own)."""
         # id(anchored node) -> (its expanded size, its height in levels)
         self._sizes: dict[int, tuple[int, int]] = {}
         self._depth = 0
