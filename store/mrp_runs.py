@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Table, case, func, select
+from sqlalchemy import Table, case, func, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session, sessionmaker
@@ -364,6 +364,63 @@ def record_shards(
         _executemany(session, _bulk("shards", dialect), rows)
         if checkpoints:
             _executemany(session, _bulk("checkpoints", dialect), checkpoints.values())
+
+
+def index_run_checkpoints(sm: sessionmaker[Session], run_id: str, operator_digest: str) -> None:
+    """Add the outputs ``run_id`` computed to the checkpoint index, in one statement, in
+    key order (the first writer of a key wins).
+
+    Map windows record their shards without indexing them (``record_shards`` with
+    ``checkpoint`` False) and the run's finalise indexes them all at once: an insert
+    lands on a page of its own in an index of random digests, so 256 at a time cost
+    29.7 us a row against an index of 200,000 keys and 38.9 us against 1,000,000, where
+    100,000 in key order cost 6.0 and 9.3 us (SQLite, measured here). A shard computed
+    by this run is found by the next run once this one has ended; the run's own retries
+    and a resumed window read its shard rows, not the index."""
+    table = cast(Table, MrpCheckpointRow.__table__)
+    shards = cast(Table, MrpShardRow.__table__).c
+    with sm.begin() as session:
+        dialect = session.get_bind().dialect
+        insert: Any = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
+        rows = (
+            select(
+                shards.checkpoint_key,
+                shards.output_digest,
+                shards.pack_digest,
+                shards.pack_offset,
+                shards.pack_length,
+                literal(operator_digest),
+                shards.input_digest,
+                shards.run_id,
+                shards.updated_at,
+            )
+            .where(
+                shards.run_id == run_id,
+                shards.state == "succeeded",
+                shards.source == "computed",
+                shards.output_digest.isnot(None),
+            )
+            .order_by(shards.checkpoint_key)
+        )
+        stmt = (
+            insert(table)
+            .from_select(
+                [
+                    "checkpoint_key",
+                    "output_digest",
+                    "pack_digest",
+                    "pack_offset",
+                    "pack_length",
+                    "operator_digest",
+                    "input_digest",
+                    "run_id",
+                    "created_at",
+                ],
+                rows,
+            )
+            .on_conflict_do_nothing(index_elements=["checkpoint_key"])
+        )
+        session.execute(stmt)
 
 
 def _shard_record(row: MrpShardRow) -> ShardRecord:

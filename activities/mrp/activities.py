@@ -105,6 +105,7 @@ from store.mrp_runs import (
     RunIdTaken,
     finish_run,
     get_run,
+    index_run_checkpoints,
     list_shards,
     shard_outcomes,
     shard_outputs,
@@ -632,6 +633,8 @@ class MrpActivities:
             store = self.store
             c = inp.compiled
             ir = load_ir(store, c.ir_digest)
+            if not c.replay_of:  # a replay neither reads nor writes checkpoints
+                index_run_checkpoints(self.sessions, c.run_id, ir.operators["map"].operator_digest)
             shards = self._shard_outputs(ir, c.run_id)
             counters = inp.counters.model_copy()
             counters.total = len(ir.map_tasks)

@@ -702,7 +702,8 @@ class MapWindow:
                 units,
                 usd,
             ),
-            self.inp.use_checkpoints,
+            # Indexed for other runs by the run's finalise, all at once (index_run_checkpoints).
+            False,
         )
         self.counters.run += 1
         self.done += 1

@@ -12,15 +12,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from keel.digest import digest_json
 from keel.mrp.run import RunManifest, ShardOutputRecord, ShardRecord
-from store.artifacts import LocalArtifactStore
+from store.artifacts import LocalArtifactStore, PackRef
 from store.db import init_db, make_engine, make_sessionmaker
 from store.mrp_runs import (
     RunIdTaken,
     finish_run,
     get_manifest,
     get_run,
+    index_run_checkpoints,
     list_runs,
     list_shards,
+    lookup_checkpoint_outputs,
     lookup_checkpoints,
     record_shards,
     shard_counts,
@@ -180,6 +182,42 @@ def test_record_shards_writes_a_batch_with_the_same_rules(sm: sessionmaker[Sessi
         keys[0]: _shard(0).output_digest,
         keys[3]: _shard(3).output_digest,
     }
+
+
+def test_a_runs_end_indexes_what_it_computed_and_the_first_writer_wins(
+    sm: sessionmaker[Session],
+) -> None:
+    """Windows record without indexing; ``index_run_checkpoints`` (the run's finalise)
+    indexes its computed outputs, with their places in packs, in one statement: not a
+    shard taken from a checkpoint, not a failure, not another run's, and not over an
+    entry another run wrote first."""
+    pack = PackRef(digest_json("pack"), 10, 20)
+    record_shards(
+        sm,
+        [
+            (_shard(0), False),
+            (_shard(1, source="checkpoint", attempts=0, executions=0), False),
+            (_shard(2, output_digest=None, state="failed", source="none", error="x"), False),
+            (_shard(3), False),
+            (_shard(4, run_id="r0", output_digest=digest_json("r0")), False),
+        ],
+        operator_digest="op",
+        packs={3: pack},
+    )
+    keys = [_shard(i).checkpoint_key for i in range(5)]
+    assert lookup_checkpoints(sm, keys) == {}
+    index_run_checkpoints(sm, "r0", "op")  # r0 ended first: its shard 4
+    assert lookup_checkpoints(sm, keys) == {keys[4]: digest_json("r0")}
+    index_run_checkpoints(sm, "r1", "op")
+    assert lookup_checkpoints(sm, keys) == {
+        keys[0]: _shard(0).output_digest,
+        keys[3]: _shard(3).output_digest,
+        keys[4]: digest_json("r0"),  # r0's own shard
+    }
+    found = lookup_checkpoint_outputs(sm, keys)
+    assert found[keys[3]].pack == pack and found[keys[0]].pack is None
+    index_run_checkpoints(sm, "r1", "op")  # a finalise retried changes nothing
+    assert lookup_checkpoint_outputs(sm, keys) == found
 
 
 def test_a_run_id_belongs_to_one_workflow(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from keel.digest import canonical_json, digest_bytes
 from store.artifacts import ArtifactCorrupted, LocalArtifactStore
 from store.db import init_db, make_engine, make_sessionmaker
 from store.mrp_runs import (
+    index_run_checkpoints,
     list_shards,
     lookup_checkpoint_outputs,
     lookup_checkpoints,
@@ -97,6 +98,11 @@ async def _run_window(
     window.acts.store = store  # type: ignore[misc]
     window.inp = window.inp.model_copy(update={"run_id": run_id, "use_checkpoints": checkpoints})
     await window._run_shards(tasks, handle, ir, OutputBackend(), SHARDS)  # type: ignore[arg-type]
+    # The window indexes nothing; the run's finalise indexes what it computed, at once.
+    assert "mrp_checkpoints" not in inserts
+    if checkpoints:
+        index_run_checkpoints(sm, run_id, "op")
+        index_run_checkpoints(sm, run_id, "op")  # again: the first writer wins
     return window, store, sm, inserts
 
 
@@ -113,7 +119,7 @@ async def test_a_window_stores_packs_and_records_in_bulk(
     # One stored object per flush, one statement per table per flush: not per shard.
     flushes = len([t for t in inserts if t == "mrp_shards"])
     assert store.puts == len(packs) == flushes <= SHARDS // 16
-    assert inserts.count("mrp_checkpoints") == flushes
+    assert inserts.count("mrp_checkpoints") == 2  # the run's two index statements
     files = [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()]
     assert len(files) == len(packs)
     # Each shard keeps its own digest and reads back alone, verified.
