@@ -328,7 +328,7 @@ class MrpActivities:
             approval=ir.approval,
             sink=ir.produce.sink,
             output_root=str(output_root),
-            input_file_digests=file_digests,
+            input_files_digest=self.store.put_json(file_digests) if file_digests else None,
             replay_of=inp.replay_of,
             map_operator=ir.operators["map"].ref,
             skipped_records=skipped.count,
@@ -656,7 +656,7 @@ class MrpActivities:
                 manifest_digest=c.manifest_digest,
                 policy_report_digest=c.policy_report_digest,
                 job_yaml_digest=c.job_yaml_digest,
-                input_file_digests=dict(c.input_file_digests),
+                input_file_digests=self._input_files(c),
                 shards=shards,
                 skipped_record_count=c.skipped_records,
                 skipped_records=skipped,
@@ -684,6 +684,15 @@ class MrpActivities:
                 counters=counters,
                 mismatch=mismatch,
             )
+
+    def _input_files(self, c: CompiledJob) -> dict[str, str]:
+        """The run's input files' digests: stored (``input_files_digest``), or inline in a
+        compile result recorded before they were stored."""
+        if c.input_files_digest is None:
+            return dict(c.input_file_digests)
+        files = self.store.get_json(c.input_files_digest)
+        assert isinstance(files, dict)
+        return {str(k): str(v) for k, v in files.items()}
 
     def _shard_outputs(self, ir: JobIR, run_id: str) -> list[ShardOutputRecord]:
         """Every map task's outcome as recorded for the run (``cancelled`` when it has no

@@ -378,6 +378,20 @@ policy: {{max_workers: 2, budget_units: "100"}}
         assert sorted(manifest.input_file_digests) == ["docs/f0.txt", "docs/f1.txt", "docs/f2.txt"]
         blob = store.get_bytes(manifest.input_file_digests["docs/f1.txt"])
         assert blob == (data / "docs" / "f1.txt").read_bytes()
+        # The history's compile result names the files' digests as one stored object, not
+        # inline (100 bytes a file there, and again in finalise's input).
+        history = await client.get_workflow_handle(
+            workflow_id_for(job_id, result.run_id)
+        ).fetch_history()
+        compiled = [
+            json.loads(e.activity_task_completed_event_attributes.result.payloads[0].data)
+            for e in history.events
+            if e.HasField("activity_task_completed_event_attributes")
+            and "input_files_digest"
+            in e.activity_task_completed_event_attributes.result.payloads[0].data.decode()
+        ]
+        assert len(compiled) == 1 and compiled[0]["input_file_digests"] == {}
+        assert store.get_json(compiled[0]["input_files_digest"]) == manifest.input_file_digests
         assert not (settings.data_dir / "mrp" / "output" / job_id / result.run_id).exists()
 
         # Make the stored record of shard 1 disagree with what recomputing it gives.
