@@ -27,11 +27,18 @@ async def run_job(
 
 
 def items_job_yaml(
-    job_id: str, operator: str, params: dict[str, object], n: int, **policy: object
+    job_id: str,
+    operator: str,
+    params: dict[str, object],
+    n: int,
+    *,
+    listed: list[object] | None = None,
+    **policy: object,
 ) -> str:
-    """A job over ``n`` inline items mapped by ``operator`` with ``params``, summed and
-    written to ``out/<job_id>.json``; ``policy`` keys as given."""
-    items = ", ".join(json.dumps(f"item-{i}") for i in range(n))
+    """A job over ``n`` inline items (``item-<i>``, or ``listed``) mapped by ``operator``
+    with ``params``, summed and written to ``out/<job_id>.json``; ``policy`` keys as given."""
+    items = json.dumps(listed)[1:-1] if listed is not None else ""
+    items = items or ", ".join(json.dumps(f"item-{i}") for i in range(n))
     lines = "".join(f"\n  {k}: {json.dumps(v)}" for k, v in policy.items())
     return f"""
 dsl_version: "0.1"

@@ -9,7 +9,6 @@ dev server: the premise, the largest input the limit admits starting, and the re
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import uuid
@@ -24,29 +23,17 @@ from client.mrp import job_input, start_job
 from keel.mrp.errors import DslError
 from keel.mrp.run import MAX_JOB_INPUT_BYTES, MRPJobInput, workflow_id_for
 from keel.settings import Settings
+from tests.support.mrp_jobs import items_job_yaml
 
 REPO = Path(__file__).resolve().parents[3]
 ITEM = 30_000  # characters an item: a document to process, not a word
 
 
 def job_text(job_id: str, items: int, last: int = ITEM) -> str:
-    listed = json.dumps(["a" * ITEM] * (items - 1) + ["a" * last])
-    return f"""dsl_version: "0.1"
-job_id: {job_id}
-inputs:
-  items: {listed}
-  by: item
-map:
-  operator: word-count@1.0.0
-reduce:
-  operator: numeric-sum@1.0.0
-produce:
-  operator: json-writer@1.0.0
-  sink: {{kind: json, destination: out/{job_id}.json}}
-policy:
-  max_workers: 2
-  budget_units: "1000"
-"""
+    listed: list[object] = ["a" * ITEM] * (items - 1) + ["a" * last]
+    return items_job_yaml(
+        job_id, "word-count@1.0.0", {}, items, listed=listed, max_workers=2, budget_units="1000"
+    )
 
 
 def size(text: str, run_id: str = "") -> int:
