@@ -269,8 +269,6 @@ def run(
     with MRP.reported():
         settings = toolkit.load_settings()
         text = _read_job(job)
-        compiled = compile_job(settings, job, text)  # fail fast, before any server starts
-        job_id = compiled.ir.job_id
         inp = MRPJobInput(
             job_yaml=text,
             source=job.name,
@@ -280,7 +278,9 @@ def run(
             window_size=window_size,
             requester=_requester(),
         )
-        refuse_oversized(inp)
+        refuse_oversized(inp)  # before compiling all of what could never start
+        compiled = compile_job(settings, job, text)  # fail fast, before any server starts
+        job_id = compiled.ir.job_id
         wid, result, err = asyncio.run(
             start_and_wait(settings, inp, job_id, wait=wait, stay=stay, on_dead=_services_died)
         )

@@ -8,8 +8,9 @@ Callers are Temporal activities (which may run more than once) and the ``mrp`` C
 - ``mrp_shards``: one row per (run, shard), upserted by :func:`record_shards` (a batch,
   one transaction; what map windows write). A row that already holds an output is never
   overwritten by a later attempt.
-- ``mrp_checkpoints``: checkpoint key -> output digest; the first writer wins
-  (:func:`record_shards` with ``checkpoint`` set), so a key never changes meaning.
+- ``mrp_checkpoints``: checkpoint key -> output digest, written for a run's computed
+  shards when it ends (:func:`index_run_checkpoints`); the first writer wins, so a key
+  never changes meaning.
 
 A shard's output is named by its own digest everywhere; its bytes are either stored alone
 under it or are a member of a window's pack (``pack_digest``, ``pack_offset``,
@@ -250,17 +251,15 @@ class _Bulk(NamedTuple):
         return out
 
 
-_bulks: dict[tuple[str, str], _Bulk] = {}
+_bulks: dict[str, _Bulk] = {}
 
 
-def _bulk(kind: str, dialect: Dialect) -> _Bulk:
-    """The shard rows' upsert (``kind`` ``shards``) or the checkpoint rows' insert
-    (``checkpoints``) for ``dialect``, compiled once. The rows go to the driver's
+def _bulk(dialect: Dialect) -> _Bulk:
+    """The shard rows' upsert for ``dialect``, compiled once. The rows go to the driver's
     ``executemany`` as tuples: SQLAlchemy's per-row parameter processing was most of a
     flush's time (``record_shards``: 37.6 us a shard on SQLite, 100,000 shards in
     flushes of 256)."""
-    key = (kind, dialect.name)
-    found = _bulks.get(key)
+    found = _bulks.get(dialect.name)
     if found is not None:
         return found
     if dialect.name == "postgresql":
@@ -269,35 +268,31 @@ def _bulk(kind: str, dialect: Dialect) -> _Bulk:
     else:
         positional = sqlite.pysqlite.dialect(paramstyle="qmark")
         insert = sqlite.insert
-    if kind == "shards":
-        table = cast(Table, MrpShardRow.__table__)
-        ins = insert(table)
-        has_output = table.c.output_digest.isnot(None)
+    table = cast(Table, MrpShardRow.__table__)
+    ins = insert(table)
+    has_output = table.c.output_digest.isnot(None)
 
-        def keep(col: str) -> Any:
-            return case((has_output, table.c[col]), else_=ins.excluded[col])
+    def keep(col: str) -> Any:
+        return case((has_output, table.c[col]), else_=ins.excluded[col])
 
-        stmt = ins.on_conflict_do_update(
-            index_elements=["run_id", "shard_index"],
-            set_={
-                "attempts": table.c.attempts + ins.excluded.attempts,
-                "executions": table.c.executions + ins.excluded.executions,
-                "output_digest": keep("output_digest"),
-                "pack_digest": keep("pack_digest"),
-                "pack_offset": keep("pack_offset"),
-                "pack_length": keep("pack_length"),
-                "state": keep("state"),
-                "source": keep("source"),
-                "latency_ms": keep("latency_ms"),
-                "cost_units": keep("cost_units"),
-                "cost_usd": keep("cost_usd"),
-                "error": keep("error"),
-                "updated_at": ins.excluded.updated_at,
-            },
-        )
-    else:
-        table = cast(Table, MrpCheckpointRow.__table__)
-        stmt = insert(table).on_conflict_do_nothing(index_elements=["checkpoint_key"])
+    stmt = ins.on_conflict_do_update(
+        index_elements=["run_id", "shard_index"],
+        set_={
+            "attempts": table.c.attempts + ins.excluded.attempts,
+            "executions": table.c.executions + ins.excluded.executions,
+            "output_digest": keep("output_digest"),
+            "pack_digest": keep("pack_digest"),
+            "pack_offset": keep("pack_offset"),
+            "pack_length": keep("pack_length"),
+            "state": keep("state"),
+            "source": keep("source"),
+            "latency_ms": keep("latency_ms"),
+            "cost_units": keep("cost_units"),
+            "cost_usd": keep("cost_usd"),
+            "error": keep("error"),
+            "updated_at": ins.excluded.updated_at,
+        },
+    )
     compiled = stmt.compile(dialect=positional, column_keys=[c.key for c in table.columns])
     columns = tuple(compiled.positiontup or ())
     processors = tuple(
@@ -306,7 +301,7 @@ def _bulk(kind: str, dialect: Dialect) -> _Bulk:
         if (proc := table.c[name].type.bind_processor(dialect)) is not None
     )
     found = _Bulk(str(compiled), columns, processors)
-    _bulks[key] = found
+    _bulks[dialect.name] = found
     return found
 
 
@@ -317,16 +312,14 @@ def _executemany(session: Session, bulk: _Bulk, rows: Iterable[Mapping[str, Any]
 
 def record_shards(
     sm: sessionmaker[Session],
-    records: Sequence[tuple[ShardRecord, bool]],
+    records: Sequence[ShardRecord],
     *,
-    operator_digest: str,
     packs: Mapping[int, PackRef] | None = None,
 ) -> None:
-    """Upsert shard rows in one transaction, from ``(record, checkpoint)`` pairs; with
-    ``checkpoint``, also index the shard's output (the first writer wins). Map windows
-    buffer their records and write them this way: one bulk statement for the shard rows
-    and one for the checkpoint rows, whatever the batch's size. ``packs`` gives, by shard
-    index, the place in a pack of an output that is a pack member.
+    """Upsert shard rows in one transaction, in one bulk statement whatever the batch's
+    size (what map windows write). ``packs`` gives, by shard index, the place in a pack of
+    an output that is a pack member. The checkpoint index gets the run's outputs when it
+    ends (:func:`index_run_checkpoints`).
 
     ``executions`` and ``attempts`` add up over calls for the same (run, shard), so a
     window that is retried after a crash leaves the true totals. A row that already holds
@@ -335,43 +328,25 @@ def record_shards(
     if not records:
         return
     rows: list[dict[str, Any]] = []
-    checkpoints: dict[str, dict[str, Any]] = {}
     packs = packs or {}
     no_pack = _pack_columns(None)
-    for record, checkpoint in records:
+    for record in records:
         values = dict(record.__dict__)
         values["cost_units"] = str(record.cost_units)
         values["cost_usd"] = str(record.cost_usd)
         ref = packs.get(record.shard_index) if record.output_digest is not None else None
-        place = no_pack if ref is None else _pack_columns(ref)
-        values.update(place)
+        values.update(no_pack if ref is None else _pack_columns(ref))
         rows.append(values)
-        if checkpoint and record.output_digest is not None:
-            checkpoints.setdefault(
-                record.checkpoint_key,
-                {
-                    "checkpoint_key": record.checkpoint_key,
-                    "output_digest": record.output_digest,
-                    **place,
-                    "operator_digest": operator_digest,
-                    "input_digest": record.input_digest,
-                    "run_id": record.run_id,
-                    "created_at": record.updated_at,
-                },
-            )
     with sm.begin() as session:
-        dialect = session.get_bind().dialect
-        _executemany(session, _bulk("shards", dialect), rows)
-        if checkpoints:
-            _executemany(session, _bulk("checkpoints", dialect), checkpoints.values())
+        _executemany(session, _bulk(session.get_bind().dialect), rows)
 
 
 def index_run_checkpoints(sm: sessionmaker[Session], run_id: str, operator_digest: str) -> None:
     """Add the outputs ``run_id`` computed to the checkpoint index, in one statement, in
     key order (the first writer of a key wins).
 
-    Map windows record their shards without indexing them (``record_shards`` with
-    ``checkpoint`` False) and the run's finalise indexes them all at once: an insert
+    Map windows record their shards without indexing them (``record_shards``) and the
+    run's finalise indexes them all at once: an insert
     lands on a page of its own in an index of random digests, so 256 at a time cost
     29.7 us a row against an index of 200,000 keys and 38.9 us against 1,000,000, where
     100,000 in key order cost 6.0 and 9.3 us (SQLite, measured here). A shard computed

@@ -94,10 +94,9 @@ _ir_locks_guard = threading.Lock()
 def write_batch(
     store: ArtifactStore | None,
     sessions: sessionmaker[Session],
-    batch: list[tuple[ShardRecord, bool]],
+    batch: list[ShardRecord],
     outputs: dict[int, bytes],
     places: dict[int, PackRef],
-    operator_digest: str,
 ) -> None:
     """Store ``outputs`` (shard index -> output bytes) as one pack, then record ``batch``
     in one transaction, each output with its place in the pack (``places`` adds those of
@@ -114,9 +113,9 @@ def write_batch(
             for i, (offset, length) in zip(order, spans, strict=True):
                 packs[i] = PackRef(pack_digest, offset, length)
     if packs:
-        record_shards(sessions, batch, operator_digest=operator_digest, packs=packs)
+        record_shards(sessions, batch, packs=packs)
     else:
-        record_shards(sessions, batch, operator_digest=operator_digest)
+        record_shards(sessions, batch)
 
 
 def load_ir(store: ArtifactStore, digest: str) -> JobIR:
@@ -162,7 +161,7 @@ class MapWindow:
         self.stopped_by_budget = False
         self.failure: ApplicationError | None = None
         self.failed_shards: list[tuple[int, str]] = []
-        self.pending: list[tuple[ShardRecord, bool]] = []
+        self.pending: list[ShardRecord] = []
         # Of pending records, by shard index: outputs still to store (packed by the next
         # flush) and the places of outputs already packed (from checkpoints).
         self.outputs: dict[int, bytes] = {}
@@ -171,7 +170,6 @@ class MapWindow:
         self.flush_lock = asyncio.Lock()
         # Set when the window's shards are over: the flusher ends (see _flusher).
         self.closing = False
-        self.operator_digest = ""
         self.session: RaySession | None = None
         self.meter: dict[str, Any] = {}
         # Of computed record shards, the input bytes each read (shard index -> bytes).
@@ -207,19 +205,20 @@ class MapWindow:
                 else:
                     inst.add(int(value), attrs)
 
-    def _note(self, record: ShardRecord, checkpoint: bool) -> None:
-        """Buffer a shard record (written by :meth:`_flush`)."""
-        self.pending.append((record, checkpoint))
+    def _note(self, record: ShardRecord) -> None:
+        """Buffer a shard record (written by :meth:`_flush`; the checkpoint index gets the
+        run's outputs at its end: ``store.mrp_runs.index_run_checkpoints``)."""
+        self.pending.append(record)
         if len(self.pending) >= FLUSH_MAX:
             self.flush_now.set()
 
-    def _take(self) -> tuple[list[tuple[ShardRecord, bool]], dict[int, bytes], dict[int, PackRef]]:
+    def _take(self) -> tuple[list[ShardRecord], dict[int, bytes], dict[int, PackRef]]:
         """The pending records with their outputs and places, taken out of the buffer."""
         batch, self.pending = self.pending, []
         outputs: dict[int, bytes] = {}
         places: dict[int, PackRef] = {}
         if self.outputs or self.places:
-            for record, _ in batch:
+            for record in batch:
                 i = record.shard_index
                 if i in self.outputs:
                     outputs[i] = self.outputs.pop(i)
@@ -229,7 +228,7 @@ class MapWindow:
 
     def _put_back(
         self,
-        batch: list[tuple[ShardRecord, bool]],
+        batch: list[ShardRecord],
         outputs: dict[int, bytes],
         places: dict[int, PackRef],
     ) -> None:
@@ -251,7 +250,6 @@ class MapWindow:
                         batch,
                         outputs,
                         places,
-                        self.operator_digest,
                     )
                 )
                 try:
@@ -299,8 +297,6 @@ class MapWindow:
         self.total = len(tasks)
         config = await asyncio.to_thread(self.acts.config)
         handle = phase_handle(config, ir, "map")
-        binding = ir.operators["map"]
-        self.operator_digest = binding.operator_digest
         self._instruments()
 
         to_run = await self._unfinished(tasks)
@@ -369,8 +365,7 @@ class MapWindow:
                 if found.pack is not None:
                     self.places[t.shard_index] = found.pack
                 self._note(
-                    self._record(t, "succeeded", "checkpoint", found.digest, 0, 0, None, None),
-                    False,
+                    self._record(t, "succeeded", "checkpoint", found.digest, 0, 0, None, None)
                 )
                 self.counters.skipped += 1
                 self.done += 1
@@ -701,9 +696,7 @@ class MapWindow:
                 None,
                 units,
                 usd,
-            ),
-            # Indexed for other runs by the run's finalise, all at once (index_run_checkpoints).
-            False,
+            )
         )
         self.counters.run += 1
         self.done += 1
@@ -729,8 +722,7 @@ class MapWindow:
         self.counters.failed += 1
         self._metric("failures", 1, attrs)
         self._note(
-            self._record(t, "failed", "none", None, attempt_no, 0, None, last_error, units, usd),
-            False,
+            self._record(t, "failed", "none", None, attempt_no, 0, None, last_error, units, usd)
         )
         if self.inp.tolerate_failures:
             # map.min_success_ratio < 1: the workflow weighs the failures after the map.

@@ -96,7 +96,7 @@ async def test_the_largest_admitted_job_starts_and_one_more_byte_is_refused(
 
 
 def test_mrp_run_refuses_it_before_starting_anything(tmp_path: Path) -> None:
-    """``mrp run`` checks the job locally, then its size, before it starts a server."""
+    """``mrp run`` checks the job's size first: before compiling it, before any server."""
     job = tmp_path / "big.yaml"
     job.write_text(job_text("too-big", 80), encoding="utf-8")
     env = {

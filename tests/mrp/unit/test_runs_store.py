@@ -115,18 +115,16 @@ def test_shard_rows_add_up_and_keep_their_output(sm: sessionmaker[Session]) -> N
     """On SQLite, and on PostgreSQL where the suite has one (the rows go to the driver's
     executemany as tuples, each dialect's placeholders and timestamp processing)."""
     first = _shard(0)
-    record_shards(sm, [(first, True)], operator_digest="op")
+    record_shards(sm, [first])
     # A later attempt of the same shard in the same run (a retried window) adds counts
     # but cannot replace the output that is already there.
     record_shards(
         sm,
-        [(_shard(0, output_digest=digest_json("other"), attempts=2, executions=1), True)],
-        operator_digest="op",
+        [_shard(0, output_digest=digest_json("other"), attempts=2, executions=1)],
     )
     record_shards(
         sm,
-        [(_shard(1, output_digest=None, state="failed", source="none", error="boom"), True)],
-        operator_digest="op",
+        [_shard(1, output_digest=None, state="failed", source="none", error="boom")],
     )
     rows = list_shards(sm, "r1")
     assert [(r.shard_index, r.state, r.attempts, r.executions) for r in rows] == [
@@ -140,33 +138,31 @@ def test_shard_rows_add_up_and_keep_their_output(sm: sessionmaker[Session]) -> N
     assert shard_counts(sm, "r1") == {"succeeded": 1, "failed": 1}
     assert set(shards_with_output(sm, "r1")) == {0}
     assert set(shards_with_output(sm, "r1", [1])) == set()
-    # The index holds the first output only, and nothing for the failed shard.
+    # Indexed at the run's end: the first output only, and nothing for the failed shard.
+    index_run_checkpoints(sm, "r1", "op")
     assert lookup_checkpoints(sm, [first.checkpoint_key, _shard(1).checkpoint_key]) == {
         first.checkpoint_key: first.output_digest
     }
 
 
 def test_record_shards_writes_a_batch_with_the_same_rules(sm: sessionmaker[Session]) -> None:
-    record_shards(sm, [], operator_digest="op")  # nothing to write
-    # One transaction: computed shards indexed, a checkpoint-sourced one not, a failure.
+    record_shards(sm, [])  # nothing to write
+    # One transaction: computed shards, a checkpoint-sourced one, a failure.
     record_shards(
         sm,
         [
-            (_shard(0), True),
-            (_shard(1, source="checkpoint", attempts=0, executions=0), False),
-            (_shard(2, output_digest=None, state="failed", source="none", error="x"), True),
+            _shard(0),
+            _shard(1, source="checkpoint", attempts=0, executions=0),
+            _shard(2, output_digest=None, state="failed", source="none", error="x"),
         ],
-        operator_digest="op",
     )
-    # A retried window's batch adds counts and keeps outputs already there; its index
-    # entry for shard 0 loses to the first writer, shard 3's goes in.
+    # A retried window's batch adds counts and keeps outputs already there.
     record_shards(
         sm,
         [
-            (_shard(0, output_digest=digest_json("other"), attempts=2), True),
-            (_shard(3), True),
+            _shard(0, output_digest=digest_json("other"), attempts=2),
+            _shard(3),
         ],
-        operator_digest="op",
     )
     rows = list_shards(sm, "r1")
     assert [(r.shard_index, r.state, r.source, r.attempts, r.executions) for r in rows] == [
@@ -178,6 +174,7 @@ def test_record_shards_writes_a_batch_with_the_same_rules(sm: sessionmaker[Sessi
     assert rows[0].output_digest == _shard(0).output_digest
     assert rows[2].error == "x" and rows[0].cost_units == Decimal("1.000000")
     keys = [_shard(i).checkpoint_key for i in range(4)]
+    index_run_checkpoints(sm, "r1", "op")  # the run's end: what it computed, first outputs
     assert lookup_checkpoints(sm, keys) == {
         keys[0]: _shard(0).output_digest,
         keys[3]: _shard(3).output_digest,
@@ -195,13 +192,12 @@ def test_a_runs_end_indexes_what_it_computed_and_the_first_writer_wins(
     record_shards(
         sm,
         [
-            (_shard(0), False),
-            (_shard(1, source="checkpoint", attempts=0, executions=0), False),
-            (_shard(2, output_digest=None, state="failed", source="none", error="x"), False),
-            (_shard(3), False),
-            (_shard(4, run_id="r0", output_digest=digest_json("r0")), False),
+            _shard(0),
+            _shard(1, source="checkpoint", attempts=0, executions=0),
+            _shard(2, output_digest=None, state="failed", source="none", error="x"),
+            _shard(3),
+            _shard(4, run_id="r0", output_digest=digest_json("r0")),
         ],
-        operator_digest="op",
         packs={3: pack},
     )
     keys = [_shard(i).checkpoint_key for i in range(5)]

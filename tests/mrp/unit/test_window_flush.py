@@ -25,7 +25,7 @@ async def test_a_flush_cancelled_mid_write_writes_its_batch_once(
     in_write = threading.Event()
     release = threading.Event()
 
-    def record_shards(sessions: Any, batch: list[Any], *, operator_digest: str) -> None:
+    def record_shards(sessions: Any, batch: list[Any]) -> None:
         writes.append(len(batch))
         in_write.set()
         assert release.wait(10), "the test never released the write"
@@ -37,7 +37,7 @@ async def test_a_flush_cancelled_mid_write_writes_its_batch_once(
         MapWindowInput.model_construct(),
     )
     window.total = 1
-    window.pending.append((SimpleNamespace(shard_id="shard-000001"), False))  # type: ignore[arg-type]
+    window.pending.append(SimpleNamespace(shard_id="shard-000001"))  # type: ignore[arg-type]
 
     flush = asyncio.create_task(window._flush())
     assert await asyncio.to_thread(in_write.wait, 10)

@@ -170,21 +170,19 @@ async def test_checkpoints_of_packed_outputs_are_found_with_one_check_per_pack(
 
 
 def test_bulk_writes_do_not_grow_with_the_batch(tmp_path: Path) -> None:
-    """write_batch: one put and one INSERT per table whatever the batch's size; a pack of
+    """write_batch: one put and one INSERT whatever the batch's size; a pack of
     one distinct output is that output's own object, recorded with no place."""
     sm, inserts = _sm(tmp_path)
     store = CountingStore(tmp_path / "artifacts")
     for run, n in (("small", 3), ("large", 200)):
         inserts.clear()
         store.puts = 0
-        batch = [
-            (_shard(i, run_id=run, output_digest=digest_bytes(_output(i))), True) for i in range(n)
-        ]
-        write_batch(store, sm, batch, {i: _output(i) for i in range(n)}, {}, "op")
-        assert store.puts == 1 and inserts == ["mrp_shards", "mrp_checkpoints"]
+        batch = [_shard(i, run_id=run, output_digest=digest_bytes(_output(i))) for i in range(n)]
+        write_batch(store, sm, batch, {i: _output(i) for i in range(n)}, {})
+        assert store.puts == 1 and inserts == ["mrp_shards"]
     same = canonical_json({"items": 1})
-    batch = [(_shard(i, run_id="same", output_digest=digest_bytes(same)), False) for i in range(4)]
-    write_batch(store, sm, batch, dict.fromkeys(range(4), same), {}, "op")
+    batch = [_shard(i, run_id="same", output_digest=digest_bytes(same)) for i in range(4)]
+    write_batch(store, sm, batch, dict.fromkeys(range(4), same), {})
     alone = shard_outputs(sm, "same")
     assert {o.pack for o in alone.values()} == {None}
     assert store.get_bytes(digest_bytes(same)) == same
